@@ -1,0 +1,122 @@
+"""Command line: ``attnviz capture``, ``attnviz validate``, ``attnviz app``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .errors import AttnvizError
+
+__all__ = ["main"]
+
+
+def _layers(value: str) -> list[int]:
+    try:
+        return [int(part) for part in value.split(",") if part.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"--layers takes comma-separated integers like 0,3,5, got {value!r}") from err
+
+
+def _add_model_args(p: argparse.ArgumentParser, *, text_required: bool) -> None:
+    p.add_argument("model", nargs=None if text_required else "?",
+                   help="embedded alias (smollm2, minilm), hub name, or local folder")
+    p.add_argument("text", nargs=None if text_required else "?", help="the text to run the model on")
+    p.add_argument("--layers", type=_layers, default=None, help="capture only these layers, e.g. 0,3,5 (0-based)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: where the model loads)")
+    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16")
+    p.add_argument("--attn-implementation", default=None, help="eager, sdpa, flash_attention_2 … (default: the model's)")
+    p.add_argument("--max-length", type=int, default=None, help="truncate the text to this many tokens")
+
+
+def _capture(args):
+    from .capture import capture
+
+    return capture(
+        args.model, args.text, layers=args.layers, device=args.device, dtype=args.dtype,
+        attn_implementation=args.attn_implementation, max_length=args.max_length,
+    )
+
+
+def _cmd_capture(args) -> int:
+    cap = _capture(args)
+    print(cap)
+    print("words:", " | ".join(cap.word_labels))
+    if args.query is not None:
+        layer = args.layer if args.layer is not None else min(cap.layers)
+        q = cap.word_index(args.query)
+        weights = cap.attention(layer, words=True)[:, q]  # [head, word]
+        print(f"attention from {cap.words[q].text!r} in layer {layer}, per head (word level, top 3):")
+        for head in range(cap.n_heads):
+            top = weights[head].topk(min(3, weights.shape[-1]))
+            pairs = ", ".join(f"{cap.words[i].text}={v:.2f}" for v, i in zip(top.values.tolist(), top.indices.tolist()))
+            print(f"  H{head}: {pairs}")
+    if args.output:
+        path = cap.save(args.output)
+        print(f"saved to {path}")
+    return 0
+
+
+def _cmd_validate(args) -> int:
+    if args.capture:
+        from .io import load
+
+        cap = load(args.capture)
+    else:
+        if not args.model or not args.text:
+            raise SystemExit("attnviz validate: give MODEL TEXT, or --capture FILE")
+        cap = _capture(args)
+    report = cap.validate()
+    print(report)
+    if args.csv:
+        report.to_pandas().to_csv(args.csv, index=False)
+        print(f"per layer/head errors written to {args.csv}")
+    return 0 if report.passed else 1
+
+
+def _cmd_app(args) -> int:
+    try:
+        from apps.dashboard import run
+    except ImportError as err:
+        print(f"error: the dashboard needs dash ({err}); install with: pip install 'attnviz[app]'", file=sys.stderr)
+        return 2
+    run(model=args.model, capture_file=args.capture, host=args.host, port=args.port)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="attnviz", description="See what attention does in Hugging Face models.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("capture", help="run a model on a text and record its attention")
+    _add_model_args(p, text_required=True)
+    p.add_argument("-o", "--output", help="save the capture to this file (.attnviz, safetensors)")
+    p.add_argument("--query", help="print, per head, where this word's attention goes (word level)")
+    p.add_argument("--layer", type=int, default=None, help="the layer for --query (default: the first captured)")
+    p.set_defaults(func=_cmd_capture)
+
+    p = sub.add_parser("validate", help="compare attnviz's recomputation with the model's own attention (exit 1 on failure)")
+    _add_model_args(p, text_required=False)
+    p.add_argument("--capture", help="validate a saved capture file instead of running a model")
+    p.add_argument("--csv", help="write the per layer/head errors to this CSV file")
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("app", help="start the dashboard (http://127.0.0.1:8050 by default)")
+    p.add_argument("--model", default=None, help="model to open with (default: smollm2; any alias, hub name or folder)")
+    p.add_argument("--capture", default=None, help="open a capture file saved with Capture.save()")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8050)
+    p.set_defaults(func=_cmd_app)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except AttnvizError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

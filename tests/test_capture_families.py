@@ -1,0 +1,171 @@
+"""Capture on every family and backend, against the model's own eager weights and outputs."""
+
+import threading
+
+import pytest
+import torch
+
+import attnviz
+from attnviz.taps import installed_backends
+from conftest import BACKENDS, FAMILIES
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_validation_passes_within_1e5(tiny, ids, family, backend):
+    cap = attnviz.capture(tiny(family, backend), input_ids=ids[:1])
+    report = cap.validate()
+    assert report.passed, str(report)
+    quantities = {r["quantity"] for r in report.rows}
+    assert quantities == ({"output", "weights"} if backend == "eager" else {"output"})
+    assert max(r["max_abs_error"] for r in report.rows) <= 1e-5
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_sdpa_capture_matches_eager_output_attentions(tiny, ids, family):
+    """An sdpa model gets the same attention maps as the eager model's output_attentions."""
+    eager, sdpa = tiny(family, "eager"), tiny(family, "sdpa")
+    with torch.no_grad():
+        reference = eager(input_ids=ids[:1], output_attentions=True).attentions
+    cap = attnviz.capture(sdpa, input_ids=ids[:1])
+    assert cap.model["backend"] == "sdpa"
+    assert len(reference) == cap.n_layers
+    for layer, ref in enumerate(reference):
+        torch.testing.assert_close(cap.attention(layer), ref[0], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_padding_in_a_batch_matches_the_model(tiny, ids, family):
+    """Padded rows: the model's own eager weights on the real tokens equal the capture's."""
+    model = tiny(family, "eager")
+    mask = torch.ones_like(ids)
+    mask[1, 8:] = 0
+    with torch.no_grad():
+        reference = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    caps = attnviz.capture(model, input_ids=ids)  # right-padded by attnviz, same as `mask` here
+    short = attnviz.capture(tiny(family, "sdpa"), input_ids=ids[1:, :8])
+    assert short.n_tokens == 8
+    for layer, ref in enumerate(reference):
+        torch.testing.assert_close(caps[0].attention(layer), ref[0], atol=1e-5, rtol=0)
+        torch.testing.assert_close(short.attention(layer), ref[1, :, :8, :8], atol=1e-5, rtol=0)
+    assert short.validate().passed
+
+
+def test_input_ids_rows_are_taken_as_given():
+    model = attnviz.tiny_model("llama")
+    a = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    b = torch.tensor([[5, 6, 7]])
+    alone = attnviz.capture(model, input_ids=b)
+    assert alone.n_tokens == 3 and alone.layers[0].mask is None and alone.layers[0].causal
+    both = attnviz.capture(model, input_ids=torch.cat([a, torch.tensor([[5, 6, 7, 0, 0, 0]])]))
+    assert both[1].n_tokens == 6  # input_ids rows are taken as given (no mask to trim by)
+    assert both[0].validate().passed
+
+
+def test_gqa_shapes(tiny, ids):
+    cap = attnviz.capture(tiny("llama"), input_ids=ids[:1])
+    assert cap.q(0).shape == (4, 12, 8) and cap.k(0).shape == (2, 12, 8) and cap.v(0).shape == (2, 12, 8)
+    assert (cap.n_heads, cap.n_kv_heads, cap.d_head) == (4, 2, 8)
+    assert [cap.kv_head_of(h) for h in range(4)] == [0, 0, 1, 1]
+
+
+def test_mistral_sliding_window_is_captured(tiny, ids):
+    cap = attnviz.capture(tiny("mistral", "eager"), input_ids=ids[:1])
+    assert cap.layers[0].window == 4 and cap.layers[0].causal
+    w = cap.attention(0, head=0)
+    assert w[8, :5].abs().max() == 0 and w[8, 5:9].sum() == pytest.approx(1.0, abs=1e-5)
+    assert cap.validate().passed
+
+
+def test_gpt2_layer_scaling_quirks(ids):
+    model = attnviz.tiny_model("gpt2", attn_implementation="eager", scale_attn_by_inverse_layer_idx=True)
+    cap = attnviz.capture(model, input_ids=ids[:1])
+    assert cap.layers[0].scaling == pytest.approx(8 ** -0.5)
+    assert cap.layers[1].scaling == pytest.approx(8 ** -0.5 / 2)
+    assert cap.validate().passed
+    unscaled = attnviz.tiny_model("gpt2", attn_implementation="sdpa", scale_attn_weights=False)
+    cap = attnviz.capture(unscaled, input_ids=ids[:1])
+    assert cap.layers[0].scaling == 1.0 and cap.validate().passed
+
+
+def test_gpt2_reorder_and_upcast_under_eager_is_unsupported(ids):
+    model = attnviz.tiny_model("gpt2", attn_implementation="eager", reorder_and_upcast_attn=True)
+    with pytest.raises(attnviz.UnsupportedModelError, match="bypasses it: load with attn_implementation='sdpa'"):
+        attnviz.capture(model, input_ids=ids[:1])
+    assert installed_backends() == {}
+
+
+def test_layers_subset_records_only_those(tiny, ids):
+    cap = attnviz.capture(tiny("gpt2"), input_ids=ids[:1], layers=[1])
+    assert sorted(cap.layers) == [1] and cap.n_layers == 2
+    with pytest.raises(attnviz.OutOfRangeError, match=r"layer 0 was not captured \(captured: \[1\]\)"):
+        cap.attention(0)
+
+
+def test_outputs_identical_with_and_without_capture(tiny, ids):
+    model = tiny("llama")
+    with torch.no_grad():
+        before = model(input_ids=ids).logits
+        with attnviz.tap(model) as rec:
+            during = model(input_ids=ids).logits
+        after = model(input_ids=ids).logits
+    assert len(rec.calls) == 2
+    assert torch.equal(before, during) and torch.equal(before, after)
+
+
+def test_no_hook_or_setting_survives_an_exception(tiny, ids):
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    model = tiny("bert", "eager")
+    mapping_before = dict(ALL_ATTENTION_FUNCTIONS.items())
+    impl_before = model.config._attn_implementation
+    hooks_before = [(dict(m._forward_hooks), dict(m._forward_pre_hooks)) for m in model.modules()]
+
+    def boom(module, args, output):
+        raise RuntimeError("forward failed")
+
+    handle = model.encoder.layer[1].register_forward_hook(boom)
+    try:
+        with pytest.raises(RuntimeError, match="forward failed"):
+            attnviz.capture(model, input_ids=ids[:1])
+    finally:
+        handle.remove()
+    assert installed_backends() == {}
+    assert dict(ALL_ATTENTION_FUNCTIONS.items()) == mapping_before and "eager" not in ALL_ATTENTION_FUNCTIONS
+    assert model.config._attn_implementation == impl_before
+    assert [(dict(m._forward_hooks), dict(m._forward_pre_hooks)) for m in model.modules()] == hooks_before
+
+
+def test_concurrent_captures_on_one_model_never_mix(tiny):
+    model = tiny("llama")
+    inputs = [torch.randint(3, 120, (1, 6 + i)) for i in range(4)]
+    expected = [attnviz.capture(model, input_ids=x).attention(1) for x in inputs]
+    results, errors = {}, []
+    barrier = threading.Barrier(4)
+
+    def worker(i):
+        try:
+            barrier.wait()
+            for _ in range(5):
+                got = attnviz.capture(model, input_ids=inputs[i]).attention(1)
+                assert torch.equal(got, expected[i])
+            results[i] = True
+        except Exception as err:  # noqa: BLE001 - reported below
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(results) == 4
+    assert installed_backends() == {}
+
+
+def test_a_plain_forward_in_another_thread_during_capture_is_not_recorded(tiny, ids):
+    model = tiny("gpt2")
+    with attnviz.tap(model) as rec:
+        t = threading.Thread(target=lambda: model(input_ids=ids))
+        t.start()
+        t.join()
+    assert rec.calls == []
