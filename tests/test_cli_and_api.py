@@ -1,0 +1,62 @@
+"""The command line and the public surface."""
+
+import subprocess
+import sys
+
+import pytest
+
+import attnviz
+from attnviz.cli import main
+
+
+def test_all_is_sorted_and_complete():
+    assert attnviz.__all__ == sorted(attnviz.__all__, key=str.lower) or attnviz.__all__ == sorted(attnviz.__all__)
+    for name in attnviz.__all__:
+        assert hasattr(attnviz, name), name
+    public = {n for n in dir(attnviz) if not n.startswith("_") and n[0].isupper() or n in {"capture", "load"}}
+    assert {"Capture", "AttnvizError", "capture", "load"} <= public <= set(attnviz.__all__) | {
+        "attention", "capture", "cli", "errors", "io", "models", "taps", "validate", "words",
+    }
+
+
+def test_import_has_no_side_effects():
+    code = (
+        "import sys, attnviz; "
+        "from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS as A; "
+        "assert 'dash' not in sys.modules, 'dash imported'; "
+        "assert A._local_mapping == {}, A._local_mapping"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_every_error_is_an_attnviz_error():
+    for name in attnviz.__all__:
+        obj = getattr(attnviz, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, attnviz.AttnvizError)
+
+
+@pytest.mark.slow
+def test_cli_capture_query_save_and_validate(tmp_path, capsys):
+    out = tmp_path / "cat.attnviz"
+    assert main(["capture", "minilm", "The cat sat on the mat because it was tired.", "--query", "it",
+                 "--layer", "5", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "attention from 'it' in layer 5" in printed and "H11: cat=" in printed and out.exists()
+    assert main(["validate", "--capture", str(out), "--csv", str(tmp_path / "errors.csv")]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("attnviz validation PASS: minilm, 6 layers × 12 heads")
+    assert (tmp_path / "errors.csv").read_text().startswith("layer,head,quantity,max_abs_error")
+
+
+def test_cli_errors_are_messages_not_tracebacks(tmp_path, capsys):
+    assert main(["validate", "--capture", str(tmp_path / "missing.attnviz")]) == 2
+    assert capsys.readouterr().err.startswith("error: no capture file at")
+    assert main(["capture", "no-such/model-xyz", "hi"]) == 2
+    assert "could not load model 'no-such/model-xyz'" in capsys.readouterr().err
+
+
+def test_cli_help_lists_the_commands():
+    result = subprocess.run([sys.executable, "-m", "attnviz", "--help"], capture_output=True, text=True, check=True)
+    for command in ("capture", "validate", "app"):
+        assert command in result.stdout

@@ -1,0 +1,67 @@
+"""Integration: the two carried real models (MiniLM, a BERT; SmolLM2, a Llama-style GQA decoder)."""
+
+import pytest
+import torch
+
+import attnviz
+
+pytestmark = pytest.mark.slow
+CAT = "The cat sat on the mat because it was tired."
+ZH = "我家的小猫很可爱，它很好动。"
+
+
+def test_smollm2_capture_and_validate(smollm2):
+    model, tok = smollm2
+    cap = attnviz.capture(model, CAT, tok)
+    assert (cap.n_layers, cap.n_heads, cap.n_kv_heads, cap.d_head) == (30, 9, 3, 64)
+    assert cap.tokens[:2] == ["The", "Ġcat"] and cap.q(3).shape == (9, 11, 64) and cap.k(3).shape == (3, 11, 64)
+    report = cap.validate()
+    assert report.passed and report.worst()["max_abs_error"] < 1e-5, str(report)
+
+
+def test_smollm2_it_attends_to_cat(smollm2):
+    """A real coreference head: in SmolLM2, L13·H8 sends most of "it"'s attention to "cat"."""
+    cap = attnviz.capture(*smollm2[:1], CAT, smollm2[1])
+    w = cap.attention(13, head=8, words=True)
+    it, cat, mat = (cap.word_index(x) for x in ("it", "cat", "mat"))
+    assert w[it, cat] > 0.7 and w[it, cat] > 5 * w[it, mat]
+
+
+def test_smollm2_chinese_words_and_coreference(smollm2):
+    model, tok = smollm2
+    cap = attnviz.capture(model, ZH, tok)
+    assert cap.word_labels == ["我家", "的", "小猫", "很", "可爱", "，", "它", "很", "好动", "。"]
+    assert len(cap.tokens) > len(cap.words)  # byte-level pieces joined into words
+    it, kitten = cap.word_index("它"), cap.word_index("小猫")
+    to_kitten = torch.stack([cap.attention(layer, words=True)[:, it, kitten] for layer in cap.layers])
+    best = divmod(int(to_kitten.argmax()), cap.n_heads)
+    assert to_kitten.max() > 0.4, best
+    assert cap.validate().passed
+
+
+def test_smollm2_eager_weights_match_output_attentions(smollm2_eager):
+    model, tok = smollm2_eager
+    enc = tok(CAT, return_tensors="pt")
+    with torch.no_grad():
+        reference = model(**enc, output_attentions=True).attentions
+    cap = attnviz.capture(model, CAT, tok, layers=[0, 13, 29])
+    for layer in (0, 13, 29):
+        torch.testing.assert_close(cap.attention(layer), reference[layer][0], atol=1e-5, rtol=0)
+    report = cap.validate()
+    assert report.passed and {r["quantity"] for r in report.rows} == {"output", "weights"}
+
+
+def test_minilm_capture_batch_and_validate(minilm):
+    model, tok = minilm
+    caps = attnviz.capture(model, [CAT, "A short one."], tok)
+    assert caps[0].tokens[0] == "[CLS]" and caps[1].n_tokens == 6
+    assert all(c.validate().passed for c in caps)
+    cap = caps[0]
+    w = cap.attention(5, head=11, words=True)
+    it, cat = cap.word_index("it"), cap.word_index("cat")
+    assert w[it, cat] > 0.5
+
+
+def test_embedded_aliases_load_through_capture():
+    cap = attnviz.capture("minilm", "Hello world", layers=[0])
+    assert cap.model["name"] == "minilm" and cap.model["model_type"] == "bert" and sorted(cap.layers) == [0]
