@@ -193,6 +193,18 @@ class Capture:
         weights = weights[0] if head is None else weights[0, 0]
         return self.to_words(weights) if words else weights
 
+    def allowed(self, layer: int, *, causal: bool | None = None) -> Tensor:  # [query_pos, key_pos] bool
+        """Which (query, key) pairs the mask lets through (``causal`` as in :meth:`attention`)."""
+        _, _, _, kwargs = self._sdpa_args(layer, None, causal, True)
+        n = self.n_tokens
+        allowed = build_mask(n, n, causal=kwargs.get("causal", False), window=kwargs.get("window"))
+        allowed = torch.ones(n, n, dtype=torch.bool) if allowed is None else allowed[0, 0].cpu()
+        mask = kwargs.get("mask")
+        if mask is not None:
+            mask = mask[0, 0].cpu()
+            allowed = allowed & (mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2)
+        return allowed
+
     def output(self, layer: int, head: int | None = None) -> Tensor:  # [head, pos, d_head_v] or [pos, d_head_v]
         """A·V recomputed by attnviz's own SDPA with the model's mask and scaling, in float32."""
         q, k, v, kwargs = self._sdpa_args(layer, head, None, True)

@@ -1,0 +1,1 @@
+"""Applications built on the attnviz library (the Dash dashboard lives in apps.dashboard)."""

@@ -1,0 +1,417 @@
+"""The attnviz dashboard: ``create_app(...) -> Dash`` and ``run(...)``.
+
+Per-session state (the capture's key, selections) lives in ``dcc.Store`` in the browser; captures
+live server-side in a :class:`CaptureCache` bounded in bytes, created per app (no module globals).
+The model runs once per (model, text); every other control recomputes only the visible view from
+the cached Q/K/V, and each callback ships just that view's numbers.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
+
+import attnviz
+from attnviz import figures
+from attnviz.cost import cost_tables
+
+from .cache import CaptureCache, capture_key
+from .layout import ID, VIEWS, build_layout
+
+DEFAULT_MODELS = {
+    "smollm2": "SmolLM2-135M-Instruct — Llama-style decoder, GQA (embedded)",
+    "minilm": "all-MiniLM-L6-v2 — BERT encoder (embedded)",
+}
+DEFAULT_TEXT = "我家的小猫很可爱，它很好动。"
+PRONOUNS = {"it", "he", "she", "they", "him", "her", "them", "它", "他", "她", "它们", "他们", "她们"}
+FILE_PREFIX = "file:"
+
+
+def _error_text(err: Exception) -> str:
+    if isinstance(err, attnviz.AttnvizError):
+        return str(err)
+    return f"Something went wrong ({type(err).__name__}): {err}"
+
+
+def default_query(cap: attnviz.Capture) -> int:
+    """The token the lab opens on: the last pronoun of the text (它, it …), else the last word."""
+    words = [w for w in cap.words if w.token_stop > w.token_start and w.char_end > w.char_start]
+    for w in reversed(words):
+        if w.text.lower() in PRONOUNS:
+            return w.token_start
+    return (words[-1] if words else cap.words[-1]).token_start
+
+
+def _table(df: pd.DataFrame, title: str) -> html.Div:
+    return html.Div([
+        html.H4(title),
+        html.Table(
+            [html.Tr([html.Th(c) for c in df.columns])]
+            + [html.Tr([html.Td(str(v)) for v in row]) for row in df.itertuples(index=False)],
+            style={"borderCollapse": "collapse"}, className="cost-table",
+        ),
+    ], style={"marginBottom": "14px"})
+
+
+def create_app(
+    models: dict[str, str] | None = None,
+    *,
+    default_model: str | None = None,
+    capture_file: str | None = None,
+    cache_bytes: int = 1 << 30,
+    max_tokens: int = 1024,
+) -> Dash:
+    """Build the dashboard.
+
+    - ``models``: ``{name: label}`` offered in the page (names go to ``attnviz.load_model``).
+    - ``default_model``: the one selected at start (added to ``models`` if missing).
+    - ``capture_file``: a capture saved with ``Capture.save()``, opened at start.
+    - ``cache_bytes``: bound on the server-side captures (least recently used go first).
+    - ``max_tokens``: longest text the page accepts (keeps the views responsive).
+    """
+    models = dict(models or DEFAULT_MODELS)
+    cache = CaptureCache(cache_bytes)
+    startup_error = ""
+    default_text = DEFAULT_TEXT
+    if default_model is not None and default_model not in models:
+        models = {default_model: default_model, **models}
+    selected = default_model or next(iter(models))
+    if capture_file is not None:
+        value = FILE_PREFIX + str(Path(capture_file).resolve())
+        try:
+            cap = attnviz.load(capture_file)
+            cache.put(capture_key(value, cap.text), cap)
+            models = {value: f"capture file: {Path(capture_file).name} ({cap.model.get('name')})", **models}
+            selected, default_text = value, cap.text
+        except attnviz.AttnvizError as err:
+            startup_error = f"Could not open the capture file: {err}"
+
+    def get_capture(model: str, text: str) -> attnviz.Capture:
+        key = capture_key(model, text)
+        cap = cache.get(key)
+        if cap is not None:
+            return cap
+        if model.startswith(FILE_PREFIX):
+            cap = attnviz.load(model.removeprefix(FILE_PREFIX))
+            if cap.text != text:
+                raise attnviz.InputError(
+                    "a capture file holds one text; pick a model in the list to run another text"
+                )
+        else:
+            _, tokenizer = attnviz.load_model(model)
+            n = len(tokenizer(text)["input_ids"]) if text.strip() else 0
+            if n > max_tokens:
+                raise attnviz.InputTooLongError(
+                    f"The text has {n:,} tokens; this dashboard shows at most {max_tokens:,}. "
+                    "Shorten the text, or capture it in a script (attnviz.capture) and open the file with --capture."
+                )
+            cap = attnviz.capture(model, text)
+        cache.put(key, cap)
+        return cap
+
+    def from_store(store: dict | None) -> attnviz.Capture | None:
+        if not store:
+            return None
+        return get_capture(store["model"], store["text"])
+
+    app = Dash(__name__, title="attnviz", suppress_callback_exceptions=True)
+    app.layout = build_layout(
+        [{"label": label, "value": name} for name, label in models.items()], selected, default_text
+    )
+    graphs = [ID.heatmap, ID.head_view, ID.model_view, ID.lab_graph, ID.validation_map, ID.comparison]
+
+    @app.callback(Output(ID.text, "value"), Input(ID.example, "value"), prevent_initial_call=True)
+    def use_example(example):
+        return example if example else no_update
+
+    @app.callback(
+        Output(ID.store, "data"),
+        Output(ID.message, "children"),
+        Output(ID.status, "children"),
+        Output(ID.layer, "options"),
+        Output(ID.layer, "value"),
+        Output(ID.head, "options"),
+        Output(ID.head, "value"),
+        Output(ID.heads_multi, "options"),
+        Output(ID.heads_multi, "value"),
+        Output(ID.lab_query, "data"),
+        Output(ID.lab_switches, "value"),
+        Input(ID.run, "n_clicks"),
+        State(ID.text, "value"),
+        State(ID.model, "value"),
+        running=[(Output(ID.run, "disabled"), True, False)],
+    )
+    def run_model(_clicks, text, model):
+        if startup_error and not ctx.triggered_id:
+            return (no_update, startup_error) + (no_update,) * 9
+        try:
+            if not isinstance(text, str) or not text.strip():
+                raise attnviz.EmptyTextError("The text is empty: type a sentence or pick an example.")
+            cap = get_capture(model, text)
+        except Exception as err:  # noqa: BLE001 - every failure becomes a message in the page
+            return (no_update, _error_text(err), "") + (no_update,) * 8
+        layers = sorted(cap.layers)
+        heads = list(range(cap.n_heads))
+        store = {"model": model, "text": text, "key": capture_key(model, text)}
+        status = (f"{cap.model.get('name')}: {cap.n_tokens} tokens, {len(cap.words)} words, "
+                  f"{cap.n_layers} layers × {cap.n_heads} heads ({cap.n_kv_heads} KV), {cap.model.get('backend')}")
+        query = default_query(cap)
+        best_layer, best_head = _default_head(cap, query)
+        return (
+            store, "", status,
+            [{"label": f"L{i}", "value": i} for i in layers], best_layer,
+            [{"label": f"H{h}", "value": h} for h in heads], best_head,
+            [{"label": f"H{h} ", "value": h} for h in heads], [best_head],
+            query,
+            ["causal", "scale"] if any(r.causal for r in cap.layers.values()) else ["scale"],
+        )
+
+    @app.callback(*[Output(f"view-{key}", "style") for key, _ in VIEWS], Input(ID.tabs, "value"))
+    def show_view(tab):
+        return [{"display": "block"} if key == tab else {"display": "none"} for key, _ in VIEWS]
+
+    def guarded(tab: str, wanted: str, build, on_error, n_outputs: int = 1):
+        """Build a view only when it is visible; errors become a message, never a frozen view."""
+        if tab != wanted:
+            return (no_update,) * n_outputs if n_outputs > 1 else no_update
+        try:
+            return build()
+        except Exception as err:  # noqa: BLE001
+            return on_error(_error_text(err))
+
+    @app.callback(
+        Output(ID.heatmap, "figure"),
+        Input(ID.store, "data"), Input(ID.layer, "value"), Input(ID.head, "value"),
+        Input(ID.words, "value"), Input(ID.tabs, "value"),
+    )
+    def heatmap(store, layer, head, units, tab):
+        def build():
+            cap = from_store(store)
+            if cap is None or layer is None or head is None:
+                return _message_figure("Run the model to see its attention.")
+            return figures.heatmap(cap, layer, head, words=units == "words")
+        return guarded(tab, "heatmap", build, _message_figure)
+
+    @app.callback(
+        Output(ID.head_view, "figure"),
+        Input(ID.store, "data"), Input(ID.layer, "value"), Input(ID.heads_multi, "value"),
+        Input(ID.words, "value"), Input(ID.head_view, "hoverData"), Input(ID.tabs, "value"),
+    )
+    def head_view(store, layer, heads, units, hover, tab):
+        def build():
+            cap = from_store(store)
+            if cap is None or layer is None:
+                return _message_figure("Run the model to see its attention.")
+            query = None
+            if hover and hover.get("points"):
+                point = hover["points"][0]
+                if point.get("x") == 0 and isinstance(point.get("customdata"), int):
+                    query = point["customdata"]
+            return figures.head_view(cap, layer, heads or [0], words=units == "words", query=query)
+        return guarded(tab, "head", build, _message_figure)
+
+    @app.callback(
+        Output(ID.model_view, "figure"),
+        Input(ID.store, "data"), Input(ID.words, "value"), Input(ID.layer, "value"),
+        Input(ID.head, "value"), Input(ID.tabs, "value"),
+    )
+    def model_view(store, units, layer, head, tab):
+        def build():
+            cap = from_store(store)
+            if cap is None:
+                return _message_figure("Run the model to see its attention.")
+            selected = (layer, head) if layer is not None and head is not None else None
+            return figures.model_view(cap, words=units == "words", selected=selected)
+        return guarded(tab, "model", build, _message_figure)
+
+    @app.callback(
+        Output(ID.layer, "value", allow_duplicate=True),
+        Output(ID.head, "value", allow_duplicate=True),
+        Output(ID.tabs, "value"),
+        Input(ID.model_view, "clickData"),
+        Input(ID.validation_map, "clickData"),
+        prevent_initial_call=True,
+    )
+    def select_head(model_click, validation_click):
+        if ctx.triggered_id == ID.model_view and model_click:
+            layer, head = model_click["points"][0]["customdata"]
+            return layer, head, "heatmap"
+        if ctx.triggered_id == ID.validation_map and validation_click:
+            point = validation_click["points"][0]
+            return point["y"], point["x"], no_update
+        return no_update, no_update, no_update
+
+    @app.callback(
+        Output(ID.lab_tokens, "children"),
+        Input(ID.store, "data"), Input(ID.words, "value"), Input(ID.lab_query, "data"),
+    )
+    def lab_tokens(store, units, query):
+        try:
+            cap = from_store(store)
+        except Exception:  # noqa: BLE001 - the run callback reports it
+            return []
+        if cap is None:
+            return []
+        chips = []
+        if units == "words":
+            items = [(w.token_start, w.text, w.token_start <= (query or 0) < w.token_stop) for w in cap.words]
+        else:
+            items = [(i, label, i == query) for i, label in enumerate(cap.token_labels)]
+        for index, label, chosen in items:
+            chips.append(html.Button(
+                label, id={"type": ID.lab_token, "index": index}, n_clicks=0,
+                className="lab-token selected" if chosen else "lab-token",
+                style={"margin": "2px", "padding": "2px 6px", "border": "1px solid #999", "borderRadius": "4px",
+                       "background": "#d62728" if chosen else "white", "color": "white" if chosen else "black",
+                       "cursor": "pointer"},
+            ))
+        return chips
+
+    @app.callback(
+        Output(ID.lab_query, "data", allow_duplicate=True),
+        Input({"type": ID.lab_token, "index": ALL}, "n_clicks"),
+        prevent_initial_call=True,
+    )
+    def pick_query(clicks):
+        trigger = ctx.triggered_id
+        if not trigger or not any(c for c in clicks if c):
+            return no_update
+        return trigger["index"]
+
+    @app.callback(
+        Output(ID.lab_graph, "figure"),
+        Output(ID.lab_stats, "children"),
+        Input(ID.store, "data"), Input(ID.layer, "value"), Input(ID.head, "value"), Input(ID.words, "value"),
+        Input(ID.lab_query, "data"), Input(ID.lab_switches, "value"), Input(ID.lab_temperature, "value"),
+        Input(ID.tabs, "value"),
+    )
+    def lab(store, layer, head, units, query, switches, log_temperature, tab):
+        def build():
+            cap = from_store(store)
+            if cap is None or layer is None or head is None or query is None:
+                return _message_figure("Run the model, then click a token."), ""
+            words = units == "words"
+            index = next(i for i, w in enumerate(cap.words) if w.token_start <= query < w.token_stop) if words else query
+            switches_ = switches or []
+            temperature = 10 ** (log_temperature or 0)
+            kwargs = dict(words=words, causal="causal" in switches_, scale="scale" in switches_,
+                          temperature=temperature)
+            fig = figures.query_row(cap, layer, head, index, **kwargs)
+            row = cap.attention(layer, head, causal=kwargs["causal"], scale=kwargs["scale"],
+                                temperature=temperature, words=words)[index]
+            stats = figures.row_stats(row)
+            names = figures.labels(cap, words)
+            text = (f"query {names[index]!r} (#{index}) → top weight {stats['top_weight']:.2f} on "
+                    f"{names[stats['top_index']]!r}; entropy {stats['entropy']:.2f} nats "
+                    f"({100 * stats['entropy_share']:.0f}% of the uniform row over {stats['support']} visible "
+                    f"{'words' if words else 'tokens'}); temperature {temperature:.2g}")
+            return fig, text
+        return guarded(tab, "lab", build, lambda m: (_message_figure(m), m), 2)
+
+    @app.callback(
+        Output(ID.validation_summary, "children"),
+        Output(ID.validation_map, "figure"),
+        Output(ID.comparison, "figure"),
+        Input(ID.store, "data"), Input(ID.layer, "value"), Input(ID.head, "value"), Input(ID.tabs, "value"),
+    )
+    def validation(store, layer, head, tab):
+        def build():
+            cap = from_store(store)
+            if cap is None or layer is None or head is None:
+                return "", _message_figure("Run the model first."), _message_figure("")
+            report = cap.validate()
+            quantity = "weights" if any(r["quantity"] == "weights" for r in report.rows) else "output"
+            return str(report), figures.validation_map(report, quantity), figures.comparison(cap, layer, head)
+        return guarded(tab, "validation", build, lambda m: (m, _message_figure(m), _message_figure("")), 3)
+
+    @app.callback(Output(ID.cost, "children"), Input(ID.store, "data"), Input(ID.tabs, "value"))
+    def cost(store, tab):
+        if tab != "cost":
+            return no_update
+        try:
+            cap = from_store(store)
+            if cap is None:
+                return "Run the model first."
+            tables = cost_tables(cap)
+        except Exception as err:  # noqa: BLE001
+            return _error_text(err)
+        n = cap.n_tokens
+        return html.Div([
+            html.P(f"{cap.model.get('name')} on this text: n = {n} tokens, d_model = {cap.model.get('d_model')}, "
+                   f"{cap.n_heads} heads of d_k = {cap.d_head}, {cap.n_layers} layers. attnviz keeps Q, K, V "
+                   f"(O(n·d)) and recomputes A (O(n²)) one head at a time."),
+            _table(tables["shapes"], "Shapes (one layer)"),
+            _table(tables["flops"], "FLOPs (multiply-add = 2)"),
+            _table(tables["memory"], "Memory to store A (float32) — the n² wall"),
+        ])
+
+    @app.callback(*[Output(g, "config") for g in graphs], Input(ID.export_format, "value"))
+    def export_format(fmt):
+        return [{"displaylogo": False, "toImageButtonOptions": {"format": fmt, "filename": f"attnviz-{g}"}}
+                for g in graphs]
+
+    @app.callback(
+        Output(ID.download, "data"),
+        Input(ID.csv_button, "n_clicks"), Input(ID.capture_button, "n_clicks"),
+        State(ID.store, "data"), State(ID.layer, "value"), State(ID.head, "value"), State(ID.words, "value"),
+        prevent_initial_call=True,
+    )
+    def download(_csv, _file, store, layer, head, units):
+        cap = from_store(store)
+        if cap is None:
+            return no_update
+        if ctx.triggered_id == ID.capture_button:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = cap.save(Path(tmp) / "capture.attnviz")
+                return dcc.send_bytes(path.read_bytes(), "capture.attnviz")
+        words = units == "words"
+        names = figures.labels(cap, words)
+        matrix = cap.attention(layer, head, words=words).numpy()
+        df = pd.DataFrame(matrix, index=pd.Index(names, name="query"), columns=names)
+        return dcc.send_data_frame(df.to_csv, f"attention-L{layer}-H{head}-{units}.csv")
+
+    return app
+
+
+def _default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
+    """Open on the head that puts the most weight on one earlier token that is not the first (a sink),
+    the query itself or its neighbour — for a pronoun, usually a coreference head."""
+    best, best_score = (min(cap.layers), 0), -math.inf
+    ignore = {0, query, query - 1, query + 1}
+    keep = [j for j in range(cap.n_tokens) if j not in ignore]
+    if not keep:
+        return best
+    for layer in cap.layers:
+        rows = cap.attention(layer)[:, query, keep]  # [head, key]
+        scores = rows.max(dim=-1).values
+        head = int(scores.argmax())
+        if float(scores[head]) > best_score:
+            best, best_score = (layer, head), float(scores[head])
+    return best
+
+
+def _message_figure(message: str):
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, font=dict(size=15), x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_layout(xaxis=dict(visible=False), yaxis=dict(visible=False), height=200)
+    return fig
+
+
+def run(*, model: str | None = None, capture_file: str | None = None, host: str = "127.0.0.1", port: int = 8050) -> None:
+    """Start the dashboard (debug off), loading the default model first so the page opens ready."""
+    app = create_app(default_model=model, capture_file=capture_file)
+    if capture_file is None:
+        name = model or next(iter(DEFAULT_MODELS))
+        print(f"attnviz: loading {name} …", flush=True)
+        try:
+            attnviz.load_model(name)
+        except attnviz.AttnvizError as err:
+            print(f"attnviz: {err} (the page will say so too)", flush=True)
+    print(f"attnviz dashboard: http://{host}:{port}/", flush=True)
+    app.run(host=host, port=port, debug=False)

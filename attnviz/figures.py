@@ -1,0 +1,316 @@
+"""Plotly figures of a Capture: pure functions, the same in notebooks and in the dashboard.
+
+Every figure takes a :class:`~attnviz.Capture` (or a validation report) and plain selections, and
+returns a ``plotly.graph_objects.Figure``. Layers and heads are 0-based and labelled ``L3·H8``.
+Axes are numeric positions with token (or word) tick labels, so repeated tokens stay distinct.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+
+from .words import group_matrix
+
+if TYPE_CHECKING:
+    from .capture import Capture
+    from .validate import ValidationReport
+
+__all__ = [
+    "comparison",
+    "head_view",
+    "heatmap",
+    "labels",
+    "model_view",
+    "query_row",
+    "row_stats",
+    "validation_map",
+]
+
+HEAD_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#e377c2", "#8c564b",
+                "#bcbd22", "#7f7f7f", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
+MASKED_COLOUR = "#e9e9ee"
+
+
+def labels(cap: Capture, words: bool = False) -> list[str]:
+    """Tick labels: word texts, or token texts (special tokens as themselves)."""
+    return cap.word_labels if words else cap.token_labels
+
+
+def _ticks(names: list[str], max_ticks: int = 64) -> dict:
+    step = max(1, math.ceil(len(names) / max_ticks))
+    idx = list(range(0, len(names), step))
+    return dict(tickmode="array", tickvals=idx, ticktext=[names[i] for i in idx])
+
+
+def _allowed(cap: Capture, layer: int, causal: bool | None, words: bool) -> torch.Tensor:
+    allowed = cap.allowed(layer, causal=causal)
+    if not words:
+        return allowed
+    to_sum = group_matrix(cap.words, cap.n_tokens)
+    return (to_sum @ allowed.float() @ to_sum.T) > 0
+
+
+def heatmap(
+    cap: Capture,
+    layer: int,
+    head: int,
+    *,
+    words: bool = False,
+    causal: bool | None = None,
+    scale: bool | float = True,
+    temperature: float = 1.0,
+) -> go.Figure:
+    """One head's query × key weights; masked cells (the causal triangle) are left empty."""
+    w = cap.attention(layer, head, causal=causal, scale=scale, temperature=temperature, words=words)
+    allowed = _allowed(cap, layer, causal, words)
+    z = torch.where(allowed, w, torch.full_like(w, float("nan"))).numpy().round(5)
+    names = labels(cap, words)
+    n = len(names)
+    hover = [[f"{names[i]} → {names[j]}" for j in range(n)] for i in range(n)] if n <= 256 else None
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(n)),
+            y=list(range(n)),
+            colorscale="Blues",
+            zmin=0,
+            zmax=float(max(w.max(), 1e-6)),
+            customdata=hover,
+            hovertemplate=("%{customdata}<br>" if hover else "query %{y} → key %{x}<br>")
+            + "weight %{z:.4f}<extra></extra>",
+            colorbar=dict(title="weight"),
+        )
+    )
+    unit = "word" if words else "token"
+    fig.update_layout(
+        title=f"L{layer}·H{head} — {unit} × {unit} attention ({_toggles(cap, layer, causal, scale, temperature)})",
+        xaxis=dict(title=f"key ({unit} attended to)", side="top", **_ticks(names)),
+        yaxis=dict(title=f"query ({unit} attending)", autorange="reversed", **_ticks(names)),
+        plot_bgcolor=MASKED_COLOUR,
+        margin=dict(l=90, r=20, t=110, b=20),
+        height=max(420, min(900, 22 * n + 160)),
+    )
+    return fig
+
+
+def _toggles(cap: Capture, layer: int, causal: bool | None, scale: bool | float, temperature: float) -> str:
+    rec = cap.layer(layer)
+    mask = {None: "model's mask" + (f", window {rec.window}" if rec.window else ""),
+            True: "causal", False: "no mask"}[causal]
+    if scale is True:
+        sc = f"×{rec.scaling:.4g}"
+    elif scale is False:
+        sc = "unscaled"
+    else:
+        sc = f"×{float(scale):.4g}"
+    return f"{mask}, {sc}" + (f", T={temperature:g}" if temperature != 1.0 else "")
+
+
+def head_view(
+    cap: Capture,
+    layer: int,
+    heads: list[int] | None = None,
+    *,
+    words: bool = False,
+    query: int | None = None,
+    threshold: float = 0.02,
+) -> go.Figure:
+    """Token-to-token arcs: queries on the left, keys on the right, opacity by weight, a colour a head.
+
+    ``query`` isolates the lines leaving one query position. Weights below ``threshold`` are not drawn.
+    """
+    heads = list(range(cap.n_heads)) if heads is None else list(heads)
+    names = labels(cap, words)
+    n = len(names)
+    fig = go.Figure()
+    levels = [(0.02, 0.1, 0.15), (0.1, 0.3, 0.35), (0.3, 0.6, 0.6), (0.6, 1.01, 0.95)]
+    for head in heads:
+        colour = HEAD_COLOURS[head % len(HEAD_COLOURS)]
+        w = cap.attention(layer, head, words=words)
+        rows = [query] if query is not None else range(n)
+        first = True
+        for lo, hi, alpha in levels:
+            xs: list = []
+            ys: list = []
+            for i in rows:
+                for j in torch.nonzero((w[i] >= max(lo, threshold)) & (w[i] < hi)).flatten().tolist():
+                    xs += [0, 1, None]
+                    ys += [i, j, None]
+            if xs:
+                fig.add_trace(go.Scatter(
+                    x=xs, y=ys, mode="lines", line=dict(color=colour, width=2), opacity=alpha,
+                    name=f"H{head}", legendgroup=f"H{head}", showlegend=first, hoverinfo="skip",
+                ))
+                first = False
+        if first:  # nothing above the threshold: keep the head in the legend anyway
+            fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=colour), name=f"H{head}"))
+    for side, x in (("query", 0), ("key", 1)):
+        fig.add_trace(go.Scatter(
+            x=[x] * n, y=list(range(n)), mode="markers+text", text=names,
+            textposition="middle left" if x == 0 else "middle right",
+            marker=dict(size=9, color=["#000" if (query == i and x == 0) else "#999" for i in range(n)]),
+            customdata=list(range(n)), hovertemplate=f"{side} %{{customdata}}: %{{text}}<extra></extra>",
+            showlegend=False, name=side,
+        ))
+    title = f"L{layer} head view — " + ("all lines" if query is None else f"from {names[query]!r} (#{query})")
+    fig.update_layout(
+        title=title + f"; weights ≥ {threshold:g}",
+        xaxis=dict(visible=False, range=[-0.6, 1.6]),
+        yaxis=dict(visible=False, autorange="reversed"),
+        plot_bgcolor="white",
+        height=max(420, min(2400, 20 * n + 120)),
+        margin=dict(l=10, r=10, t=60, b=10),
+        legend=dict(orientation="h"),
+    )
+    return fig
+
+
+def model_view(
+    cap: Capture, *, words: bool = False, cells: int = 24, selected: tuple[int, int] | None = None
+) -> go.Figure:
+    """All layers × heads as thumbnails in one mosaic (each pattern max-pooled to ``cells``²).
+
+    Hover names the head; a click's ``customdata`` is ``[layer, head]``.
+    """
+    layers = sorted(cap.layers)
+    h = cap.n_heads
+    n = len(labels(cap, words))
+    t = min(n, cells)
+    size_r, size_c = len(layers) * (t + 1) - 1, h * (t + 1) - 1
+    z = torch.full((size_r, size_c), float("nan"))
+    ids = [[None] * size_c for _ in range(size_r)]
+    for r, layer in enumerate(layers):
+        w = cap.attention(layer, words=words)  # [head, n, n]
+        pooled = torch.nn.functional.adaptive_max_pool2d(w[None], (t, t))[0] if n > t else w
+        for head in range(h):
+            z[r * (t + 1): r * (t + 1) + t, head * (t + 1): head * (t + 1) + t] = pooled[head]
+            for i in range(r * (t + 1), r * (t + 1) + t):
+                for j in range(head * (t + 1), head * (t + 1) + t):
+                    ids[i][j] = [layer, head]
+    fig = go.Figure(go.Heatmap(
+        z=z.numpy().round(3), colorscale="Blues", zmin=0, zmax=1, showscale=False,
+        customdata=ids, hovertemplate="L%{customdata[0]}·H%{customdata[1]}<extra></extra>",
+        xgap=0, ygap=0,
+    ))
+    fig.update_layout(
+        title=f"Model view: {len(layers)} layers × {h} heads (click a head to select it)",
+        xaxis=dict(tickmode="array", tickvals=[k * (t + 1) + t / 2 for k in range(h)],
+                   ticktext=[f"H{k}" for k in range(h)], side="top", showgrid=False, zeroline=False),
+        yaxis=dict(tickmode="array", tickvals=[r * (t + 1) + t / 2 for r in range(len(layers))],
+                   ticktext=[f"L{layer}" for layer in layers], autorange="reversed", showgrid=False,
+                   zeroline=False, scaleanchor="x"),
+        plot_bgcolor="white",
+        height=max(400, 40 * len(layers) + 120),
+        margin=dict(l=50, r=10, t=80, b=10),
+    )
+    if selected is not None and selected[0] in layers:
+        r, head = layers.index(selected[0]), selected[1]
+        fig.add_shape(type="rect", x0=head * (t + 1) - 0.5, x1=head * (t + 1) + t - 0.5,
+                      y0=r * (t + 1) - 0.5, y1=r * (t + 1) + t - 0.5, line=dict(color="#d62728", width=3))
+    return fig
+
+
+def row_stats(row: torch.Tensor) -> dict:
+    """Entropy (nats and as a share of the maximum), the top weight and where it goes."""
+    p = row[row > 0]
+    entropy = float(-(p * p.log()).sum()) if len(p) else 0.0
+    support = int((row > 0).sum())
+    top = int(row.argmax())
+    return {
+        "entropy": entropy,
+        "entropy_share": entropy / math.log(support) if support > 1 else 0.0,
+        "top_weight": float(row[top]),
+        "top_index": top,
+        "support": support,
+    }
+
+
+def query_row(
+    cap: Capture,
+    layer: int,
+    head: int,
+    query: int,
+    *,
+    words: bool = False,
+    causal: bool | None = None,
+    scale: bool | float = True,
+    temperature: float = 1.0,
+) -> go.Figure:
+    """The AttentionLab bar chart: one query's row of weights, with entropy and top weight."""
+    names = labels(cap, words)
+    if not 0 <= query < len(names):
+        from .errors import OutOfRangeError
+
+        raise OutOfRangeError(f"query {query} is out of range: 0..{len(names) - 1}")
+    row = cap.attention(layer, head, causal=causal, scale=scale, temperature=temperature, words=words)[query]
+    stats = row_stats(row)
+    colours = ["#d62728" if i == stats["top_index"] else "#1f77b4" for i in range(len(names))]
+    fig = go.Figure(go.Bar(
+        x=list(range(len(names))), y=row.numpy().round(5), marker_color=colours,
+        customdata=names, hovertemplate="%{customdata}: %{y:.4f}<extra></extra>",
+    ))
+    fig.update_layout(
+        title=(f"{names[query]!r} → L{layer}·H{head} ({_toggles(cap, layer, causal, scale, temperature)}): "
+               f"top {stats['top_weight']:.2f} on {names[stats['top_index']]!r}, "
+               f"entropy {stats['entropy']:.2f} nats"),
+        xaxis=dict(**_ticks(names), tickangle=-45),
+        yaxis=dict(title="weight", range=[0, 1.02]),
+        height=380,
+        margin=dict(l=50, r=10, t=60, b=80),
+    )
+    return fig
+
+
+def validation_map(report: ValidationReport, quantity: str = "output") -> go.Figure:
+    """Layer × head map of the max absolute error, the worst head named in the title."""
+    grid = report.error_map(quantity)
+    worst = report.worst(quantity)
+    layers, heads = grid.shape
+    fig = go.Figure(go.Heatmap(
+        z=grid.numpy(), x=list(range(heads)), y=list(range(layers)), colorscale="Reds", zmin=0,
+        zmax=max(float(torch.nan_to_num(grid).max()), report.atol),
+        hovertemplate="L%{y}·H%{x}: max |error| %{z:.2e}<extra></extra>", colorbar=dict(title="max |err|"),
+    ))
+    what = {"output": "recomputed A·V vs the model's attention output", "weights": "recomputed A vs the model's weights"}
+    title = f"{what[quantity]}"
+    if worst is not None:
+        title += f" — worst L{worst['layer']}·H{worst['head']}: {worst['max_abs_error']:.2e}"
+    fig.update_layout(
+        title=title,
+        xaxis=dict(title="head", dtick=1), yaxis=dict(title="layer", autorange="reversed", dtick=1),
+        height=max(320, 22 * layers + 140), margin=dict(l=60, r=10, t=60, b=40),
+    )
+    return fig
+
+
+def comparison(cap: Capture, layer: int, head: int) -> go.Figure:
+    """The model's own numbers, attnviz's recomputation, and their difference, for one head.
+
+    With the model's weights (eager backends) this compares attention matrices; otherwise the
+    attention outputs A·V (``[pos, d_head]``), which every backend returns.
+    """
+    rec = cap.layer(layer)
+    if rec.weights is not None:
+        theirs, ours, what = rec.weights[head].float(), cap.attention(layer, head), "weights A"
+    elif rec.out is not None:
+        theirs, ours, what = rec.out[head].float(), cap.output(layer, head), "output A·V"
+    else:
+        raise ValueError(f"layer {layer} holds neither the model's weights nor its output")
+    diff = (ours - theirs).numpy()
+    fig = make_subplots(rows=1, cols=3, subplot_titles=(f"model's {what}", f"attnviz's {what}", "difference"),
+                        horizontal_spacing=0.06)
+    lim = float(max(abs(diff.min()), abs(diff.max()), 1e-12))
+    for col, (z, scale, kw) in enumerate(
+        ((theirs.numpy(), "Blues", {}), (ours.numpy(), "Blues", {}), (diff, "RdBu", dict(zmin=-lim, zmax=lim))), 1
+    ):
+        fig.add_trace(go.Heatmap(z=z, colorscale=scale, showscale=col == 3,
+                                 hovertemplate="%{y}, %{x}: %{z:.3e}<extra></extra>", **kw), row=1, col=col)
+        fig.update_yaxes(autorange="reversed", row=1, col=col)
+    fig.update_layout(title=f"L{layer}·H{head}: max |difference| {lim:.2e}", height=420,
+                      margin=dict(l=40, r=10, t=80, b=30))
+    return fig
