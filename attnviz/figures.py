@@ -26,6 +26,7 @@ __all__ = [
     "heatmap",
     "labels",
     "model_view",
+    "model_view_cell",
     "query_row",
     "row_stats",
     "validation_map",
@@ -170,17 +171,31 @@ def head_view(
     return fig
 
 
+def _thumb(cap: Capture, words: bool, cells: int) -> int:
+    return min(len(labels(cap, words)), cells)
+
+
+def model_view_cell(cap: Capture, x: float, y: float, *, words: bool = False, cells: int = 24) -> tuple[int, int] | None:
+    """The (layer, head) under the point (x, y) of :func:`model_view`'s mosaic, None on a gap."""
+    t = _thumb(cap, words, cells)
+    row, col = int(round(y)) // (t + 1), int(round(x)) // (t + 1)
+    layers = sorted(cap.layers)
+    if not (0 <= row < len(layers) and 0 <= col < cap.n_heads):
+        return None
+    return layers[row], col
+
+
 def model_view(
     cap: Capture, *, words: bool = False, cells: int = 24, selected: tuple[int, int] | None = None
 ) -> go.Figure:
     """All layers × heads as thumbnails in one mosaic (each pattern max-pooled to ``cells``²).
 
-    Hover names the head; a click's ``customdata`` is ``[layer, head]``.
+    Hover names the head; :func:`model_view_cell` maps a clicked point back to (layer, head).
     """
     layers = sorted(cap.layers)
     h = cap.n_heads
     n = len(labels(cap, words))
-    t = min(n, cells)
+    t = _thumb(cap, words, cells)
     size_r, size_c = len(layers) * (t + 1) - 1, h * (t + 1) - 1
     z = torch.full((size_r, size_c), float("nan"))
     ids = [[None] * size_c for _ in range(size_r)]

@@ -10,7 +10,11 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never reach the hub
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import tqdm  # noqa: E402
+
 import attnviz  # noqa: E402
+
+tqdm.tqdm.monitor_interval = 0  # no monitor thread (the browser tests' server stop would kill it)
 
 FAMILIES = ["bert", "roberta", "gpt2", "llama", "qwen2", "mistral"]
 BACKENDS = ["eager", "sdpa"]

@@ -234,16 +234,22 @@ def create_app(
         Output(ID.tabs, "value"),
         Input(ID.model_view, "clickData"),
         Input(ID.validation_map, "clickData"),
+        State(ID.store, "data"),
+        State(ID.words, "value"),
         prevent_initial_call=True,
     )
-    def select_head(model_click, validation_click):
-        if ctx.triggered_id == ID.model_view and model_click:
-            layer, head = model_click["points"][0]["customdata"]
-            return layer, head, "heatmap"
-        if ctx.triggered_id == ID.validation_map and validation_click:
-            point = validation_click["points"][0]
-            return point["y"], point["x"], no_update
-        return no_update, no_update, no_update
+    def select_head(model_click, validation_click, store, units):
+        click = model_click if ctx.triggered_id == ID.model_view else validation_click
+        point = (click or {}).get("points", [{}])[0]
+        if "x" not in point or "y" not in point:
+            return no_update, no_update, no_update
+        if ctx.triggered_id == ID.validation_map:
+            return int(point["y"]), int(point["x"]), no_update
+        cap = from_store(store)
+        cell = figures.model_view_cell(cap, point["x"], point["y"], words=units == "words") if cap else None
+        if cell is None:
+            return no_update, no_update, no_update
+        return cell[0], cell[1], "heatmap"
 
     @app.callback(
         Output(ID.lab_tokens, "children"),
@@ -368,13 +374,17 @@ def create_app(
             with tempfile.TemporaryDirectory() as tmp:
                 path = cap.save(Path(tmp) / "capture.attnviz")
                 return dcc.send_bytes(path.read_bytes(), "capture.attnviz")
-        words = units == "words"
-        names = figures.labels(cap, words)
-        matrix = cap.attention(layer, head, words=words).numpy()
-        df = pd.DataFrame(matrix, index=pd.Index(names, name="query"), columns=names)
+        df = matrix_frame(cap, layer, head, words=units == "words")
         return dcc.send_data_frame(df.to_csv, f"attention-L{layer}-H{head}-{units}.csv")
 
     return app
+
+
+def matrix_frame(cap: attnviz.Capture, layer: int, head: int, *, words: bool = False) -> pd.DataFrame:
+    """The shown matrix as a table: one row per query, one column per key, labelled."""
+    names = figures.labels(cap, words)
+    matrix = cap.attention(layer, head, words=words).numpy()
+    return pd.DataFrame(matrix, index=pd.Index(names, name="query"), columns=names)
 
 
 def _default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:

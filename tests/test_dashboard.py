@@ -1,0 +1,235 @@
+"""The dashboard in a real browser (Debian's headless Chromium via dash_duo), and its server side."""
+
+import time
+
+import pytest
+import torch
+from selenium.webdriver.common.keys import Keys
+
+import attnviz
+from apps.dashboard import CaptureCache, create_app
+from apps.dashboard.app import default_query, matrix_frame
+from apps.dashboard.cache import capture_bytes, capture_key
+from apps.dashboard.layout import ID
+
+CAT = "The cat sat on the mat because it was tired."
+ZH = "我家的小猫很可爱，它很好动。"
+MODELS = {"minilm": "MiniLM (BERT)", "smollm2": "SmolLM2 (decoder)"}
+
+
+def wait_status(dash_duo, contains: str, timeout: float = 60):
+    dash_duo.wait_for_contains_text(f"#{ID.status}", contains, timeout=timeout)
+
+
+def run_text(dash_duo, text: str, *, expect: str = "tokens"):
+    box = dash_duo.find_element(f"#{ID.text}")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(Keys.DELETE)
+    box.send_keys(text)
+    dash_duo.find_element(f"#{ID.run}").click()
+    if expect:
+        dash_duo.wait_for_text_to_equal(f"#{ID.message}", "", timeout=60)
+        wait_status(dash_duo, expect)
+
+
+def figure_title(dash_duo, graph_id: str) -> str:
+    return dash_duo.find_element(f"#{graph_id} .gtitle").text
+
+
+def open_tab(dash_duo, label: str):
+    for tab in dash_duo.find_elements(".tab"):
+        if tab.text.strip() == label:
+            tab.click()
+            return
+    raise AssertionError(f"no tab {label!r}")
+
+
+def no_console_errors(dash_duo):
+    logs = [entry for entry in dash_duo.get_logs() or [] if entry.get("level") == "SEVERE"]
+    assert logs == [], logs
+
+
+@pytest.fixture
+def app():
+    return create_app(MODELS, default_model="smollm2")
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_opens_on_the_chinese_example_and_types_a_sentence(dash_duo, app):
+    dash_duo.start_server(app)
+    wait_status(dash_duo, "smollm2: 26 tokens, 10 words, 30 layers × 9 heads (3 KV), sdpa")
+    run_text(dash_duo, CAT, expect="smollm2: 11 tokens, 11 words")
+    dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "token × token attention")
+    ticks = [t.text for t in dash_duo.find_elements(f"#{ID.heatmap} .xtick text")]
+    assert ticks == ["The", "cat", "sat", "on", "the", "mat", "because", "it", "was", "tired", "."]
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_pick_layer_and_head_and_switch_to_words(dash_duo, app):
+    dash_duo.start_server(app)
+    wait_status(dash_duo, "26 tokens")
+    dash_duo.select_dcc_dropdown(f"#{ID.layer}", value="L15")
+    dash_duo.select_dcc_dropdown(f"#{ID.head}", value="H3")
+    dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "L15·H3")
+    dash_duo.find_elements(f"#{ID.words} input")[1].click()
+    dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "word × word")
+    ticks = [t.text for t in dash_duo.find_elements(f"#{ID.heatmap} .xtick text")]
+    assert ticks == ["我家", "的", "小猫", "很", "可爱", "，", "它", "很", "好动", "。"]
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_lab_click_token_and_flip_switches(dash_duo, app):
+    dash_duo.start_server(app)
+    wait_status(dash_duo, "26 tokens")
+    dash_duo.find_elements(f"#{ID.words} input")[1].click()  # words: 它 is one chip
+    dash_duo.select_dcc_dropdown(f"#{ID.layer}", value="L15")
+    dash_duo.select_dcc_dropdown(f"#{ID.head}", value="H3")
+    open_tab(dash_duo, "AttentionLab")
+    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "query '它'")
+    stats = dash_duo.find_element(f"#{ID.lab_stats}").text
+    assert "top weight 0.49 on '小猫'" in stats, stats
+    # click another token as the query
+    chips = {c.text: c for c in dash_duo.find_elements(".lab-token")}
+    chips["好动"].click()
+    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "query '好动'")
+    chips = {c.text: c for c in dash_duo.find_elements(".lab-token")}
+    chips["它"].click()
+    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "query '它'")
+    causal_stats = dash_duo.find_element(f"#{ID.lab_stats}").text
+    assert "over 7 visible words" in causal_stats  # 它 sees itself and the six words before it
+    switches = dash_duo.find_elements(f"#{ID.lab_switches} input")
+    switches[0].click()  # causal mask off: 它 now sees the words on its right too
+    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "over 10 visible words")
+    switches[0].click()
+    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "over 7 visible words")
+    before = float(causal_stats.split("entropy ")[1].split(" nats")[0])
+    switches[1].click()  # ÷√d_k off: the row sharpens toward one-hot
+    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "unscaled" if False else "entropy")
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        text = dash_duo.find_element(f"#{ID.lab_stats}").text
+        after = float(text.split("entropy ")[1].split(" nats")[0])
+        if after != before:
+            break
+        time.sleep(0.2)
+    assert after < before, (before, after)
+    assert "unscaled" in figure_title(dash_duo, ID.lab_graph)
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_model_view_click_selects_the_head(dash_duo):
+    dash_duo.start_server(create_app(MODELS, default_model="minilm"))
+    wait_status(dash_duo, "minilm")
+    run_text(dash_duo, CAT, expect="minilm: 13 tokens")
+    open_tab(dash_duo, "Model view")
+    dash_duo.wait_for_contains_text(f"#{ID.model_view} .gtitle", "6 layers × 12 heads")
+    # click the thumbnail of L2·H5: hover it through plotly, then emit plotly's click event, as a
+    # mouse click on the hovered point does (13 tokens → 13×13 thumbnails, one blank line apart)
+    dash_duo.driver.execute_script(
+        "const gd = document.querySelector('#%s .js-plotly-plot');"
+        "Plotly.Fx.hover(gd, {xval: 5 * 14 + 6, yval: 2 * 14 + 6});"
+        "gd.emit('plotly_click', {points: gd._hoverdata, event: {}});" % ID.model_view
+    )
+    dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "L2·H5")
+    assert dash_duo.find_element(f"#{ID.layer}").text.strip().startswith("L2")
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_validation_and_cost_views(dash_duo):
+    dash_duo.start_server(create_app(MODELS, default_model="minilm"))
+    wait_status(dash_duo, "minilm")
+    open_tab(dash_duo, "Recomputed vs model")
+    dash_duo.wait_for_contains_text(f"#{ID.validation_summary}", "attnviz validation PASS: minilm, 6 layers × 12 heads")
+    dash_duo.wait_for_contains_text(f"#{ID.validation_map} .gtitle", "worst L")
+    dash_duo.wait_for_contains_text(f"#{ID.comparison} .gtitle", "max |difference|")
+    open_tab(dash_duo, "Shapes & cost")
+    dash_duo.wait_for_contains_text(f"#{ID.cost}", "QKᵀ")
+    assert "131,072" in dash_duo.find_element(f"#{ID.cost}").text
+    open_tab(dash_duo, "Head view")
+    dash_duo.wait_for_contains_text(f"#{ID.head_view} .gtitle", "head view — all lines")
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_bad_input_shows_a_message_and_the_page_keeps_working(dash_duo):
+    dash_duo.start_server(create_app(MODELS, default_model="minilm", max_tokens=40))
+    wait_status(dash_duo, "minilm")
+    run_text(dash_duo, "   ", expect="")
+    dash_duo.wait_for_contains_text(f"#{ID.message}", "The text is empty")
+    run_text(dash_duo, "word " * 60, expect="")
+    dash_duo.wait_for_contains_text(f"#{ID.message}", "tokens; this dashboard shows at most 40. Shorten the text")
+    run_text(dash_duo, CAT, expect="minilm: 13 tokens")
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+def test_a_model_that_fails_to_load_is_a_message(dash_duo):
+    dash_duo.start_server(create_app({"no-such/model-xyz": "missing"}, default_model="no-such/model-xyz"))
+    dash_duo.wait_for_contains_text(f"#{ID.message}", "could not load model 'no-such/model-xyz'", timeout=30)
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+def test_capture_file_opens_and_a_broken_one_is_a_message(dash_duo, tmp_path, tiny_bert_words):
+    model, tok = tiny_bert_words
+    path = attnviz.capture(model, CAT, tok).save(tmp_path / "cat.attnviz")
+    broken = tmp_path / "broken.attnviz"
+    broken.write_bytes(b"nonsense")
+    dash_duo.start_server(create_app(MODELS, capture_file=str(broken)))
+    dash_duo.wait_for_contains_text(f"#{ID.message}", "Could not open the capture file", timeout=30)
+    dash_duo.server.stop()
+    dash_duo.start_server(create_app(MODELS, capture_file=str(path)))
+    wait_status(dash_duo, "13 tokens, 13 words, 2 layers × 4 heads")
+    assert "capture file: cat.attnviz" in dash_duo.find_element(f"#{ID.model}").text
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_two_browser_sessions_keep_their_own_text(dash_duo):
+    dash_duo.start_server(create_app(MODELS, default_model="minilm"))
+    wait_status(dash_duo, "minilm")
+    run_text(dash_duo, CAT, expect="13 tokens")
+    first = dash_duo.driver.current_window_handle
+    dash_duo.driver.switch_to.new_window("tab")
+    dash_duo.driver.get(dash_duo.server_url)
+    wait_status(dash_duo, "minilm")
+    run_text(dash_duo, "Hello there.", expect="5 tokens")
+    dash_duo.driver.switch_to.window(first)
+    assert "13 tokens" in dash_duo.find_element(f"#{ID.status}").text
+    ticks = [t.text for t in dash_duo.find_elements(f"#{ID.heatmap} .xtick text")]
+    assert "cat" in ticks and "hello" not in [t.lower() for t in ticks]
+
+
+# ---------------------------------------------------------------- server side, no browser
+def test_cache_is_bounded_in_bytes(tiny):
+    model = tiny("gpt2")
+    caps = [attnviz.capture(model, input_ids=torch.randint(3, 100, (1, 20))) for _ in range(3)]
+    size = capture_bytes(caps[0])
+    cache = CaptureCache(max_bytes=2 * size)
+    for i, cap in enumerate(caps):
+        cache.put(f"k{i}", cap)
+    assert len(cache) == 2 and "k0" not in cache and cache.total_bytes <= 2 * size
+    assert cache.get("k1") is caps[1]
+    cache.put("k3", caps[0])  # k1 was used last, so k2 goes
+    assert "k1" in cache and "k2" not in cache
+    assert capture_key("smollm2", "a") != capture_key("minilm", "a")
+
+
+def test_csv_matrix_and_default_query(tiny_bert_words):
+    model, tok = tiny_bert_words
+    cap = attnviz.capture(model, CAT, tok)
+    df = matrix_frame(cap, 1, 2, words=True)
+    assert list(df.columns) == cap.word_labels and df.index.name == "query"
+    assert df.loc["it", "cat"] == pytest.approx(cap.attention(1, 2, words=True)[8, 2].item())
+    assert cap.words[[w.token_start for w in cap.words].index(default_query(cap))].text == "it"

@@ -1,0 +1,128 @@
+"""Figure builders: the numbers in the figure, not only its type."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import attnviz
+from attnviz import figures
+from attnviz.capture import Capture
+from attnviz.cost import cost_tables
+
+TEXT = "The cat sat on the mat because it was tired."
+
+
+@pytest.fixture(scope="module")
+def bert_cap(tiny_bert_words):
+    model, tok = tiny_bert_words
+    return attnviz.capture(model, TEXT, tok)
+
+
+@pytest.fixture(scope="module")
+def decoder_cap():
+    return attnviz.capture(attnviz.tiny_model("llama"), input_ids=torch.arange(3, 13)[None])
+
+
+def test_heatmap_holds_the_weights_and_leaves_the_causal_triangle_empty(decoder_cap):
+    fig = figures.heatmap(decoder_cap, 1, 2)
+    z = np.array(fig.data[0].z, dtype=float)
+    w = decoder_cap.attention(1, 2).numpy()
+    lower = np.tril_indices(10)
+    np.testing.assert_allclose(z[lower], w[lower], atol=1e-5)
+    assert np.isnan(z[np.triu_indices(10, 1)]).all()
+    assert "L1·H2" in fig.layout.title.text and "model's mask" in fig.layout.title.text
+    free = figures.heatmap(decoder_cap, 1, 2, causal=False)
+    assert not np.isnan(np.array(free.data[0].z, dtype=float)).any()
+
+
+def test_heatmap_labels_keep_repeated_tokens_apart(bert_cap):
+    fig = figures.heatmap(bert_cap, 0, 0)
+    assert list(fig.layout.xaxis.ticktext) == bert_cap.token_labels
+    assert bert_cap.token_labels.count("the") == 1 and bert_cap.token_labels.count("The") == 1
+    assert list(fig.layout.xaxis.tickvals) == list(range(bert_cap.n_tokens))
+    words = figures.heatmap(bert_cap, 0, 0, words=True)
+    np.testing.assert_allclose(np.array(words.data[0].z, dtype=float), bert_cap.attention(0, 0, words=True).numpy(), atol=1e-5)
+
+
+def test_head_view_draws_one_line_per_weight_above_threshold(bert_cap):
+    fig = figures.head_view(bert_cap, 1, [0, 3], threshold=0.05)
+    w0 = bert_cap.attention(1, 0)
+    lines = [t for t in fig.data if t.mode == "lines" and t.name == "H0"]
+    n_segments = sum(sum(1 for y in t.y if y is None) for t in lines)
+    assert n_segments == int((w0 >= 0.05).sum())
+    assert {t.line.color for t in fig.data if t.mode == "lines" and t.name == "H3"} == {figures.HEAD_COLOURS[3]}
+    only = figures.head_view(bert_cap, 1, [0], query=8)
+    starts = {y for t in only.data if t.mode == "lines" for y in t.y[0::3]}
+    assert starts == {8}
+    assert "from 'it' (#8)" in only.layout.title.text
+
+
+def test_model_view_mosaic_and_click_ids(decoder_cap):
+    fig = figures.model_view(decoder_cap, cells=24, selected=(1, 2))
+    z = np.array(fig.data[0].z, dtype=float)
+    t = 10  # n < cells: thumbnails are the full patterns
+    assert z.shape == (2 * (t + 1) - 1, 4 * (t + 1) - 1)
+    np.testing.assert_allclose(z[t + 1: 2 * t + 1, 2 * (t + 1): 2 * (t + 1) + t], decoder_cap.attention(1, 2).numpy(), atol=1e-3)
+    assert fig.data[0].customdata[t + 1][2 * (t + 1)] == [1, 2]
+    assert len(fig.layout.shapes) == 1  # the selected head is outlined
+    assert figures.model_view_cell(decoder_cap, 2 * (t + 1) + 3, t + 1 + 9) == (1, 2)
+    assert figures.model_view_cell(decoder_cap, 0, 5 * (t + 1)) is None
+
+
+def test_model_view_pools_long_texts(tiny):
+    cap = attnviz.capture(tiny("gpt2"), input_ids=torch.randint(3, 120, (1, 60)))
+    z = np.array(figures.model_view(cap, cells=12).data[0].z, dtype=float)
+    assert z.shape == (2 * 13 - 1, 4 * 13 - 1)
+    pooled = torch.nn.functional.adaptive_max_pool2d(cap.attention(0)[None], (12, 12))[0]
+    np.testing.assert_allclose(z[:12, :12], pooled[0].numpy(), atol=1e-3)
+
+
+def test_query_row_bars_and_stats(bert_cap):
+    fig = figures.query_row(bert_cap, 1, 2, 8)
+    row = bert_cap.attention(1, 2)[8]
+    np.testing.assert_allclose(np.array(fig.data[0].y), row.numpy(), atol=1e-5)
+    stats = figures.row_stats(row)
+    assert stats["entropy"] == pytest.approx(float(-(row * row.log()).sum()), abs=1e-5)
+    assert f"entropy {stats['entropy']:.2f} nats" in fig.layout.title.text and "'it'" in fig.layout.title.text
+    one_hot = figures.row_stats(torch.tensor([0.0, 1.0, 0.0]))
+    uniform = figures.row_stats(torch.full((4,), 0.25))
+    assert one_hot["entropy"] == 0 and uniform["entropy_share"] == pytest.approx(1.0)
+    assert uniform["entropy"] == pytest.approx(math.log(4))
+
+
+def test_validation_map_and_comparison(bert_cap):
+    report = bert_cap.validate()
+    fig = figures.validation_map(report, "weights")
+    np.testing.assert_allclose(np.array(fig.data[0].z, dtype=float), report.error_map("weights").numpy())
+    worst = report.worst("weights")
+    assert f"worst L{worst['layer']}·H{worst['head']}" in fig.layout.title.text
+    comp = figures.comparison(bert_cap, 1, 3)
+    theirs, ours, diff = (np.array(t.z, dtype=float) for t in comp.data)
+    np.testing.assert_allclose(theirs, bert_cap.layers[1].weights[3].numpy())
+    np.testing.assert_allclose(ours, bert_cap.attention(1, 3).numpy())
+    np.testing.assert_allclose(diff, ours - theirs, atol=1e-7)
+
+
+def test_comparison_uses_outputs_when_the_backend_gave_no_weights(tiny):
+    cap = attnviz.capture(tiny("llama", "sdpa"), input_ids=torch.arange(3, 9)[None])
+    comp = figures.comparison(cap, 0, 1)
+    assert "output A·V" in comp.layout.annotations[0].text
+    assert np.array(comp.data[0].z).shape == (6, 8)
+
+
+def test_cost_tables_reproduce_the_seed_numbers():
+    """The seed's BERT-base example: n = 128 → X has 98,304 elements; n = 512 → QKᵀ ≈ 4.0×10⁸ FLOPs."""
+    meta = {"n_layers": 12, "n_heads": 12, "n_kv_heads": 12, "d_head": 64, "d_model": 768}
+    cap128 = Capture("x", ["t"] * 128, [0] * 128, [(0, 0)] * 128, [], {}, meta)
+    shapes = cost_tables(cap128)["shapes"].set_index("tensor")
+    assert shapes.loc["X", "elements"] == "98,304" and shapes.loc["A", "shape"] == "12 × 128 × 128"
+    cap512 = Capture("x", ["t"] * 512, [0] * 512, [(0, 0)] * 512, [], {}, meta)
+    tables = cost_tables(cap512)
+    flops = tables["flops"].set_index("operation")
+    assert flops.loc["QKᵀ", "one layer"] == "402.65 M"           # 2·12·512²·64
+    assert flops.loc["Q, K, V projection", "one layer"] == "1.81 G"  # 3·2·n·d²
+    memory = tables["memory"]
+    assert memory.iloc[0]["A per head"] == "1.0 MiB"  # n² × 4 B at n = 512, as the seed says
+    assert memory.iloc[2]["vs this text"] == "×65,536"
