@@ -52,7 +52,7 @@ def _table(df: pd.DataFrame, title: str) -> html.Div:
         html.Table(
             [html.Tr([html.Th(c) for c in df.columns])]
             + [html.Tr([html.Td(str(v)) for v in row]) for row in df.itertuples(index=False)],
-            style={"borderCollapse": "collapse"}, className="cost-table",
+            className="cost-table",
         ),
     ], style={"marginBottom": "14px"})
 
@@ -387,16 +387,25 @@ def matrix_frame(cap: attnviz.Capture, layer: int, head: int, *, words: bool = F
     return pd.DataFrame(matrix, index=pd.Index(names, name="query"), columns=names)
 
 
+STOP_WORDS = {
+    "the", "a", "an", "and", "or", "but", "of", "to", "in", "on", "at", "by", "for", "with", "was", "is",
+    "are", "be", "been", "it", "its", "this", "that", "because", "so", "too", "very", "not", "do", "does",
+    "的", "了", "很", "是", "在", "和", "也", "都", "就", "把", "给", "因为", "所以", "但", "我", "你",
+}
+
+
 def _default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
-    """Open on the head that puts the most weight on one earlier token that is not the first (a sink),
-    the query itself or its neighbour — for a pronoun, usually a coreference head."""
+    """Open on the head where the query word puts the most weight on one earlier content word
+    (not the first word, which decoders use as a sink, nor a stop word or punctuation): for a
+    pronoun, usually a coreference head."""
+    q = next(i for i, w in enumerate(cap.words) if w.token_start <= query < w.token_stop)
+    keys = [i for i, w in enumerate(cap.words[:q]) if i > 0 and w.text.lower() not in STOP_WORDS
+            and any(ch.isalnum() for ch in w.text) and w.char_end > w.char_start]
     best, best_score = (min(cap.layers), 0), -math.inf
-    ignore = {0, query, query - 1, query + 1}
-    keep = [j for j in range(cap.n_tokens) if j not in ignore]
-    if not keep:
+    if not keys:
         return best
     for layer in cap.layers:
-        rows = cap.attention(layer)[:, query, keep]  # [head, key]
+        rows = cap.attention(layer, words=True)[:, q, keys]  # [head, candidate word]
         scores = rows.max(dim=-1).values
         head = int(scores.argmax())
         if float(scores[head]) > best_score:
