@@ -332,8 +332,19 @@ def _check_texts(text: Any) -> list[str]:
     return list(texts)
 
 
-def _tokenize(tokenizer, texts: list[str], max_length: int | None, limit: int | None, model_name: str):
+def _bos_id(tokenizer) -> int | None:
+    for name in ("bos_token_id", "eos_token_id"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def _tokenize(
+    tokenizer, texts: list[str], max_length: int | None, limit: int | None, model_name: str, add_bos: bool = False
+):
     """Encode each text alone (no padding), then right-pad ourselves: the tokenizer stays untouched."""
+    bos = _bos_id(tokenizer) if add_bos else None
     encoded = []
     for i, text in enumerate(texts):
         kwargs: dict = {"truncation": max_length is not None}
@@ -346,6 +357,13 @@ def _tokenize(tokenizer, texts: list[str], max_length: int | None, limit: int | 
             enc = tokenizer(text, **kwargs)
             offsets = [(0, 0)] * len(enc["input_ids"])
         ids = list(enc["input_ids"])
+        starts_special = bool(offsets) and offsets[0][0] == offsets[0][1]  # [CLS], <s> …
+        if add_bos and bos is None and not starts_special:
+            raise InputError("add_bos=True but the tokenizer has neither a BOS nor an EOS token to prepend")
+        if bos is not None and not starts_special and (not ids or ids[0] != bos):
+            ids, offsets = [bos] + ids, [(0, 0)] + offsets
+            if max_length is not None and len(ids) > max_length:
+                ids, offsets = ids[:max_length], offsets[:max_length]
         if limit is not None and len(ids) > limit:
             which = "The text" if len(texts) == 1 else f"Text {i}"
             raise InputTooLongError(
@@ -442,6 +460,7 @@ def capture(
     max_length: int | None = None,
     keep_on_device: bool = False,
     attn_implementation: str | None = None,
+    add_bos: bool = False,
     input_ids: Tensor | None = None,
 ) -> Capture | list[Capture]:
     """Run ``model`` once on ``text`` and record Q, K, V and attention of every (or each given) layer.
@@ -455,6 +474,9 @@ def capture(
     - ``layers``: capture only these layers (0-based).
     - ``max_length``: truncate to this many tokens instead of raising :class:`InputTooLongError`.
     - ``keep_on_device``: keep captured tensors on the model's device (default: move to CPU).
+    - ``add_bos``: prepend the tokenizer's BOS token (its EOS if it has no BOS, as GPT-2) when it
+      does not add one itself. Decoders park most attention on the first token (an attention
+      sink); with a BOS there, the sink is not one of the text's words.
 
     The model runs unmodified on whatever backend it has (eager, sdpa, flash…); the taps are gone
     afterwards, also if forward raises.
@@ -496,7 +518,7 @@ def capture(
         texts = _check_texts(text)
         if tokenizer is None:
             raise InputError(f"pass tokenizer= with a model object (e.g. AutoTokenizer.from_pretrained({name!r}))")
-        encoded = _tokenize(tokenizer, texts, max_length, limit, name)
+        encoded = _tokenize(tokenizer, texts, max_length, limit, name, add_bos)
 
     lengths = [len(ids) for ids, _, _ in encoded]
     n = max(lengths)

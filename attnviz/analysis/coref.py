@@ -1,0 +1,375 @@
+"""Coreference: rank heads by how much attention a pronoun gives each candidate antecedent, and
+score every head on probe sets (JSONL: text, pronoun, candidates, gold).
+
+Attention is read at span level: *from* a span averaged over its tokens, *to* a span summed over
+its tokens. Attention sinks — the first token (where decoders park most attention) and special
+tokens ([CLS], [SEP]) — are left out and each query row renormalised over the remaining keys by
+default, as Clark et al. (2019) did; every result says whether that was done.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from ..errors import ArgumentTypeError, InputError
+from .stats import special_positions
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..capture import Capture
+
+__all__ = [
+    "CorefRanking", "Probe", "ProbeResult", "Span", "evaluate_probes", "find_span", "load_probes",
+    "propose_candidates", "rank_heads",
+]
+
+STOP_WORDS = {
+    "the", "a", "an", "and", "or", "but", "of", "to", "in", "on", "at", "by", "for", "with", "was", "is",
+    "are", "be", "been", "it", "its", "this", "that", "because", "so", "too", "very", "not", "do", "does",
+    "doesn't", "didn't", "he", "she", "they", "him", "her", "them", "his", "their", "had", "has", "have",
+    "的", "了", "很", "是", "在", "和", "也", "都", "就", "把", "给", "因为", "所以", "但", "我", "你", "它", "他", "她",
+}
+_CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
+
+
+@dataclass(frozen=True)
+class Span:
+    """A piece of the text and the tokens that cover it."""
+
+    text: str
+    char_start: int
+    char_end: int
+    tokens: tuple[int, ...]
+
+
+def _span(cap: Capture, start: int, end: int) -> Span:
+    tokens = tuple(i for i, (s, e) in enumerate(cap.offsets) if s < end and e > start and e > s)
+    if not tokens:
+        raise InputError(f"no token covers characters {start}..{end} ({cap.text[start:end]!r}) of the text")
+    return Span(cap.text[start:end], start, end, tokens)
+
+
+def find_span(cap: Capture, what: str | int | tuple[int, int] | Span, *, last: bool = False) -> Span:
+    """A span from a word's text (its first occurrence, or ``last``), a word index, or a character range.
+
+    Text is matched against the capture's words first (case-insensitive), then as a substring
+    (whole words only for Latin script; any place for CJK, so 小猫 is found inside 我家的小猫).
+    """
+    if isinstance(what, Span):
+        return what
+    if isinstance(what, bool):
+        raise ArgumentTypeError("a span is a text, a word index or a (start, end) character range")
+    if isinstance(what, int):
+        w = cap.words[cap.word_index(what)]
+        return Span(w.text, w.char_start, w.char_end, tuple(w.tokens))
+    if isinstance(what, tuple) and len(what) == 2:
+        return _span(cap, int(what[0]), int(what[1]))
+    if not isinstance(what, str) or not what.strip():
+        raise ArgumentTypeError(f"a span is a text, a word index or a (start, end) range, got {what!r}")
+    matches = [w for w in cap.words if w.text.lower() == what.lower()]
+    if matches:
+        w = matches[-1] if last else matches[0]
+        return Span(w.text, w.char_start, w.char_end, tuple(w.tokens))
+    pattern = re.escape(what) if _CJK.search(what) else rf"(?<!\w){re.escape(what)}(?!\w)"
+    found = list(re.finditer(pattern, cap.text, flags=re.IGNORECASE))
+    if not found:
+        raise InputError(f"{what!r} is not in the text; its words are {cap.word_labels}")
+    m = found[-1] if last else found[0]
+    return _span(cap, m.start(), m.end())
+
+
+def sink_tokens(cap: Capture) -> list[int]:
+    """The first token and every special token: where heads park attention."""
+    return sorted({0, *special_positions(cap)})
+
+
+def propose_candidates(cap: Capture, pronoun: str | int | Span, *, limit: int = 6) -> list[Span]:
+    """Content words before the pronoun (no stop words, punctuation or special tokens), nearest last."""
+    p = find_span(cap, pronoun, last=True)
+    seen: dict[str, Span] = {}
+    for w in cap.words:
+        if w.char_end > p.char_start or w.char_end <= w.char_start:
+            continue
+        if w.text.lower() in STOP_WORDS or not any(ch.isalnum() for ch in w.text):
+            continue
+        seen.pop(w.text.lower(), None)
+        seen[w.text.lower()] = Span(w.text, w.char_start, w.char_end, tuple(w.tokens))
+    spans = list(seen.values())
+    return spans[-limit:]
+
+
+def span_attention(
+    cap: Capture, layer: int, query: Span, keys: Sequence[Span], *, exclude: Sequence[int] = (), renormalise: bool = True
+) -> Tensor:  # [head, key span]
+    """Attention from ``query`` (averaged over its tokens) to each key span (summed over its tokens)."""
+    a = cap.attention(layer).cpu()[:, list(query.tokens), :]  # [head, query tokens, key_pos]
+    if exclude:
+        a = a.clone()
+        a[..., list(exclude)] = 0.0
+        if renormalise:
+            a = a / a.sum(-1, keepdim=True).clamp_min(1e-12)
+    a = a.mean(1)  # [head, key_pos]
+    return torch.stack([a[:, [t for t in k.tokens if t not in exclude]].sum(-1) for k in keys], dim=-1)
+
+
+@dataclass
+class CorefRanking:
+    """Heads ranked by the attention from a pronoun to candidate antecedents."""
+
+    pronoun: Span
+    candidates: list[Span]
+    table: pd.DataFrame  # layer, head, one column per candidate, preferred, margin; best first
+    excluded: list[str]  # the tokens left out as sinks
+    renormalised: bool
+    model: str = ""
+
+    @property
+    def best(self) -> dict:
+        return self.table.iloc[0].to_dict()
+
+    def for_candidate(self, candidate: str) -> pd.DataFrame:
+        """The heads sorted by the weight they give ``candidate``."""
+        if candidate not in self.table.columns:
+            raise InputError(f"{candidate!r} is not a candidate; candidates are {[c.text for c in self.candidates]}")
+        return self.table.sort_values(candidate, ascending=False, kind="stable").reset_index(drop=True)
+
+    def weight(self, candidate: str, layer: int, head: int) -> float:
+        row = self.table[(self.table.layer == layer) & (self.table.head == head)]
+        return float(row[candidate].iloc[0])
+
+    def how(self) -> str:
+        if not self.excluded:
+            return "raw attention (no token left out)"
+        left = ", ".join(repr(t) for t in self.excluded)
+        return f"leaving out {left}" + (" and renormalising each row" if self.renormalised else " (not renormalised)")
+
+    def __str__(self) -> str:
+        b = self.best
+        names = [c.text for c in self.candidates]
+        votes = self.table.preferred.value_counts()
+        tally = ", ".join(f"{name}: {int(votes.get(name, 0))}" for name in names)
+        return (
+            f"{self.pronoun.text!r} → {' / '.join(names)} over {len(self.table)} heads of {self.model or 'the model'} "
+            f"({self.how()}): best head L{b['layer']}·H{b['head']} puts {b[b['preferred']]:.2f} on "
+            f"{b['preferred']!r}; heads preferring each candidate — {tally}"
+        )
+
+    __repr__ = __str__
+
+
+def rank_heads(
+    cap: Capture,
+    pronoun: str | int | Span,
+    candidates: Iterable[str | int | Span] | None = None,
+    *,
+    exclude_sinks: bool = True,
+    renormalise: bool = True,
+) -> CorefRanking:
+    """Rank every captured head by the attention from ``pronoun`` to each candidate antecedent.
+
+    ``pronoun``/``candidates`` are words, word indices, character ranges or :class:`Span`; the
+    pronoun's *last* occurrence is used, each candidate's first. Without ``candidates`` they are
+    proposed (:func:`propose_candidates`). Heads are sorted by the largest candidate weight.
+    """
+    import pandas as pd
+
+    p = find_span(cap, pronoun, last=True)
+    spans = [find_span(cap, c) for c in candidates] if candidates is not None else propose_candidates(cap, p)
+    if not spans:
+        raise InputError(f"no candidate antecedents for {p.text!r}: pass candidates=[...]")
+    names = _unique([s.text for s in spans])
+    mentioned = set(p.tokens).union(*(s.tokens for s in spans))
+    exclude = [t for t in sink_tokens(cap) if t not in mentioned] if exclude_sinks else []
+    rows = []
+    for layer in sorted(cap.layers):
+        w = span_attention(cap, layer, p, spans, exclude=exclude, renormalise=renormalise)
+        for head in range(w.shape[0]):
+            values = w[head].tolist()
+            order = sorted(range(len(values)), key=lambda i: -values[i])
+            row: dict[str, Any] = {"layer": layer, "head": head}
+            row.update(dict(zip(names, values)))
+            row["preferred"] = names[order[0]]
+            row["margin"] = values[order[0]] - (values[order[1]] if len(order) > 1 else 0.0)
+            rows.append(row)
+    table = pd.DataFrame(rows)
+    table["_top"] = table[names].max(axis=1)
+    table = table.sort_values("_top", ascending=False, kind="stable").drop(columns="_top").reset_index(drop=True)
+    labels = cap.token_labels
+    return CorefRanking(p, spans, table, [labels[t] for t in exclude], renormalise and bool(exclude),
+                        str(cap.model.get("name", "")))
+
+
+def _unique(names: list[str]) -> list[str]:
+    out: list[str] = []
+    for name in names:
+        candidate, k = name, 2
+        while candidate in out:
+            candidate, k = f"{name}#{k}", k + 1
+        out.append(candidate)
+    return out
+
+
+# ---------------------------------------------------------------------- probe sets
+@dataclass(frozen=True)
+class Probe:
+    """One probe: in ``text``, ``pronoun`` refers to ``gold``, one of ``candidates``."""
+
+    text: str
+    pronoun: str
+    candidates: tuple[str, ...]
+    gold: str
+    id: str = ""
+    lang: str = ""
+
+
+PROBE_SETS = {"en": "en.jsonl", "zh": "zh.jsonl"}
+
+
+def load_probes(source: str | Path) -> list[Probe]:
+    """Read a probe set: a shipped name (``"en"``, ``"zh"``) or a JSONL file, one object a line:
+    ``{"text": ..., "pronoun": ..., "candidates": [...], "gold": ...}`` (``id``, ``lang`` optional)."""
+    if str(source) in PROBE_SETS:
+        text = resources.files("attnviz").joinpath("probes", PROBE_SETS[str(source)]).read_text(encoding="utf-8")
+        where = f"the shipped probe set {source!r}"
+    else:
+        path = Path(source)
+        if not path.is_file():
+            raise InputError(f"no probe file at {str(path)!r}; use a JSONL file or one of {', '.join(PROBE_SETS)}")
+        text, where = path.read_text(encoding="utf-8"), str(path)
+    probes = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.lstrip().startswith("//"):
+            continue
+        try:
+            item = json.loads(line)
+            candidates = tuple(item["candidates"])
+            probe = Probe(item["text"], item["pronoun"], candidates, item["gold"],
+                          str(item.get("id", f"{Path(str(source)).stem}-{number}")), item.get("lang", ""))
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise InputError(
+                f"{where}, line {number}: expected {{\"text\", \"pronoun\", \"candidates\", \"gold\"}} as JSON ({err})"
+            ) from err
+        if probe.gold not in probe.candidates or len(candidates) < 2:
+            raise InputError(f"{where}, line {number}: gold {probe.gold!r} must be one of ≥ 2 candidates {list(candidates)}")
+        probes.append(probe)
+    if not probes:
+        raise InputError(f"{where} holds no probes")
+    return probes
+
+
+@dataclass
+class ProbeResult:
+    """Per-head accuracy at picking the gold antecedent, with two baselines."""
+
+    accuracy: pd.DataFrame  # layer, head, accuracy, correct, n
+    per_probe: pd.DataFrame  # id, text, pronoun, gold, nearest, first, best_head_pick, best_head_weight
+    baselines: dict[str, float]  # nearest candidate, first candidate
+    model: str
+    how: str = ""
+    n_layers: int = 0
+    n_heads: int = 0
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def best(self) -> dict:
+        return self.accuracy.sort_values(["accuracy", "layer", "head"], ascending=[False, True, True]).iloc[0].to_dict()
+
+    def accuracy_map(self) -> Tensor:  # [layer, head]
+        grid = torch.full((self.n_layers, self.n_heads), float("nan"))
+        for row in self.accuracy.itertuples():
+            grid[row.layer, row.head] = row.accuracy
+        return grid
+
+    def __str__(self) -> str:
+        b = self.best
+        n = int(b["n"])
+        return (
+            f"{n} probes on {self.model} ({self.how}): best head L{int(b['layer'])}·H{int(b['head'])} picks the gold "
+            f"antecedent {b['accuracy']:.0%} of the time; baselines — nearest candidate "
+            f"{self.baselines['nearest']:.0%}, first candidate {self.baselines['first']:.0%}; "
+            f"{(self.accuracy.accuracy > max(self.baselines.values())).sum()} heads beat both"
+            + (f"; skipped {len(self.skipped)}" if self.skipped else "")
+        )
+
+    __repr__ = __str__
+
+
+def evaluate_probes(
+    model: Any,
+    probes: Sequence[Probe] | str | Path,
+    tokenizer: Any = None,
+    *,
+    progress: bool = True,
+    exclude_sinks: bool = True,
+    renormalise: bool = True,
+    add_bos: bool = True,
+) -> ProbeResult:
+    """Score every head of ``model`` on ``probes``: how often its preferred candidate is the gold one.
+
+    ``model`` is anything :func:`attnviz.capture` takes (a name is loaded once). Each probe runs one
+    forward, with a BOS token prepended (``add_bos``) so that a decoder's attention sink is not the
+    first word — many probes begin with a candidate. A progress bar shows unless ``progress=False``.
+    """
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    from ..capture import capture
+    from ..models import load_model
+
+    if isinstance(probes, (str, Path)):
+        probes = load_probes(probes)
+    if isinstance(model, (str, Path)):
+        name = str(model)
+        model, loaded = load_model(name)
+        tokenizer = tokenizer or loaded
+    else:
+        name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+    correct: dict[tuple[int, int], int] = {}
+    per_probe, skipped = [], []
+    nearest_hits = first_hits = 0
+    shape = (0, 0)
+    how = ("first token and special tokens left out" + (", rows renormalised" if renormalise else "")
+           if exclude_sinks else "raw attention")
+    for probe in tqdm(probes, desc="probes", disable=not progress):
+        cap = capture(model, probe.text, tokenizer, add_bos=add_bos)
+        try:
+            ranking = rank_heads(cap, probe.pronoun, probe.candidates, exclude_sinks=exclude_sinks, renormalise=renormalise)
+        except InputError as err:
+            skipped.append(f"{probe.id}: {err}")
+            continue
+        shape = (cap.n_layers, cap.n_heads)
+        gold = ranking.table.columns[2 + list(probe.candidates).index(probe.gold)]
+        for row in ranking.table.itertuples(index=False):
+            key = (row.layer, row.head)
+            correct[key] = correct.get(key, 0) + int(row.preferred == gold)
+        spans = ranking.candidates
+        before = [s for s in spans if s.char_end <= ranking.pronoun.char_start] or spans
+        nearest = min(before, key=lambda s: abs(ranking.pronoun.char_start - s.char_end)).text
+        first = min(spans, key=lambda s: s.char_start).text
+        nearest_hits += nearest == spans[list(probe.candidates).index(probe.gold)].text
+        first_hits += first == spans[list(probe.candidates).index(probe.gold)].text
+        best = ranking.best
+        per_probe.append({
+            "id": probe.id, "text": probe.text, "pronoun": probe.pronoun, "gold": probe.gold,
+            "nearest": nearest, "first": first, "best_head": f"L{best['layer']}·H{best['head']}",
+            "best_head_pick": best["preferred"], "best_head_weight": best[best["preferred"]],
+        })
+    n = len(per_probe)
+    if n == 0:
+        raise InputError("no probe could be scored: " + "; ".join(skipped))
+    accuracy = pd.DataFrame(
+        [{"layer": layer, "head": head, "accuracy": hits / n, "correct": hits, "n": n}
+         for (layer, head), hits in sorted(correct.items())]
+    )
+    return ProbeResult(accuracy, pd.DataFrame(per_probe), {"nearest": nearest_hits / n, "first": first_hits / n},
+                       name, how, shape[0], shape[1], skipped)

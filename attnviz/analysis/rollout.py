@@ -1,0 +1,51 @@
+"""Attention rollout (Abnar & Zuidema 2020).
+
+Per layer, average the heads, mix in the identity for the residual connection
+(``Â = r·I + (1 - r)·A``, rows renormalised), and multiply through the layers:
+``R_l = Â_l · R_{l-1}``. Row i of ``R_L`` estimates how much of token i's final representation
+flows, through attention alone, from each input token.
+
+What it is not: an attribution of the model's prediction. It ignores the MLPs, the values' norms
+and the output projection, assumes every head matters equally, and for decoders it piles mass on
+early tokens because they are visible to every later one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from ..errors import InputError
+
+if TYPE_CHECKING:
+    from ..capture import Capture
+
+__all__ = ["rollout"]
+
+
+def rollout(cap: Capture, *, residual: float = 0.5, head_fusion: str = "mean") -> Tensor:  # [layer, query_pos, key_pos]
+    """Cumulative rollout after each captured layer (all layers must be captured).
+
+    ``head_fusion``: ``"mean"`` (the paper's), ``"max"`` or ``"min"`` over heads.
+    """
+    layers = sorted(cap.layers)
+    if layers != list(range(cap.n_layers)):
+        raise InputError(f"rollout needs every layer; this capture has {layers} of {cap.n_layers}: capture with layers=None")
+    if not 0.0 <= residual <= 1.0:
+        raise InputError(f"residual must be in [0, 1], got {residual}")
+    fuse = {"mean": lambda a: a.mean(0), "max": lambda a: a.max(0).values, "min": lambda a: a.min(0).values}
+    if head_fusion not in fuse:
+        raise InputError(f"head_fusion must be one of {', '.join(fuse)}, got {head_fusion!r}")
+    n = cap.n_tokens
+    eye = torch.eye(n)
+    result = eye
+    out = []
+    for layer in layers:
+        a = fuse[head_fusion](cap.attention(layer).cpu())
+        a = residual * eye + (1 - residual) * a
+        a = a / a.sum(-1, keepdim=True)
+        result = a @ result
+        out.append(result)
+    return torch.stack(out)

@@ -1,0 +1,173 @@
+"""Head statistics (after Clark et al. 2019, "What does BERT look at?") and pattern detectors.
+
+All numbers are averages of attention *mass* over query positions, so each lies in [0, 1] except
+``distance`` (in tokens) and ``entropy`` (in nats). They are computed from attnviz's recomputed
+weights with the model's own mask, at token level.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from ..errors import ArgumentTypeError, InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..capture import Capture
+
+__all__ = ["DETECTORS", "STATISTICS", "detect_heads", "head_stats", "pattern_matrix"]
+
+STATISTICS = {
+    "first": "mass on the first token ([CLS] in BERT; the attention sink of decoders)",
+    "special": "mass on special tokens after the first ([SEP], </s>); NaN if the text has none",
+    "punctuation": "mass on punctuation tokens",
+    "self": "mass on the query token itself",
+    "previous": "mass on the token just before the query",
+    "next": "mass on the token just after the query (0 under a causal mask)",
+    "distance": "mean |query - key| in tokens, weighted by attention",
+    "entropy": "mean entropy of a query's row, in nats (0 = one key, log n = uniform)",
+}
+
+
+def _is_punct(text: str) -> bool:
+    text = text.strip()
+    return bool(text) and all(unicodedata.category(ch).startswith("P") or unicodedata.category(ch).startswith("S")
+                              for ch in text)
+
+
+def special_positions(cap: Capture) -> list[int]:
+    """Tokens that cover no characters of the text: [CLS], [SEP], <s>… (never position-less words)."""
+    return [i for i, (start, end) in enumerate(cap.offsets) if start == end]
+
+
+def pattern_matrix(cap: Capture, pattern: str) -> Tensor:  # [query_pos, key_pos] bool
+    """Where a named pattern says a head should look.
+
+    - ``previous_token``: key i-1 for query i.
+    - ``duplicate_token``: earlier keys j < i holding the same token as i.
+    - ``induction``: keys j+1 where token j equals token i (j + 1 < i): after "A B … A", look at B.
+    """
+    ids = torch.tensor(cap.token_ids)
+    n = len(ids)
+    i = torch.arange(n)[:, None]
+    j = torch.arange(n)[None, :]
+    same = ids[:, None] == ids[None, :]
+    if pattern == "previous_token":
+        return j == i - 1
+    if pattern == "duplicate_token":
+        return same & (j < i)
+    if pattern == "induction":
+        shifted = torch.zeros(n, n, dtype=torch.bool)
+        shifted[:, 1:] = same[:, :-1]  # key j is induction target if token j-1 == token i
+        return shifted & (j < i)
+    raise InputError(f"unknown pattern {pattern!r}; choose from {', '.join(DETECTORS)} or pass a matrix")
+
+
+DETECTORS = {
+    "previous_token": "attends to the token just before",
+    "duplicate_token": "attends to earlier copies of the current token",
+    "induction": "attends to the token that followed an earlier copy of the current token",
+}
+
+
+def detect_heads(
+    caps: Capture | Sequence[Capture],
+    pattern: str | Tensor | Callable[[Capture], Tensor],
+) -> pd.DataFrame:
+    """Score every head for a pattern: the mean attention mass it puts on the pattern's keys.
+
+    ``pattern`` is a name from :data:`DETECTORS`, a ``[query_pos, key_pos]`` bool/0-1 matrix (one
+    text), or a function ``capture -> matrix``. The score of a head is the attention mass on the
+    pattern's keys, averaged over the query rows where the pattern has at least one key — so 1.0
+    means "always looks exactly there", 0.0 "never". Rows without a target do not count (TransformerLens'
+    ``detect_head`` averages over all rows instead, which caps scores below 1 on short texts).
+    Returns ``layer, head, score, rows`` (rows: how many query rows were scored, over all texts).
+    """
+    import pandas as pd
+
+    caps = [caps] if not isinstance(caps, (list, tuple)) else list(caps)
+    total: dict[tuple[int, int], float] = {}
+    rows_total = 0
+    for cap in caps:
+        if isinstance(pattern, str):
+            mask = pattern_matrix(cap, pattern)
+        elif callable(pattern):
+            mask = pattern(cap)
+        elif isinstance(pattern, Tensor):
+            mask = pattern
+        else:
+            raise ArgumentTypeError(f"pattern must be a name, a matrix or a function, got {type(pattern).__name__}")
+        mask = mask.to(torch.float32).cpu()
+        if mask.shape != (cap.n_tokens, cap.n_tokens):
+            raise InputError(f"pattern is {tuple(mask.shape)} but the text has {cap.n_tokens} tokens: give [n, n]")
+        scored = mask.sum(-1) > 0  # [query]
+        rows_total += int(scored.sum())
+        if not scored.any():
+            continue
+        for layer in sorted(cap.layers):
+            mass = (cap.attention(layer).cpu() * mask).sum(-1)[:, scored]  # [head, scored rows]
+            for head, value in enumerate(mass.sum(-1).tolist()):
+                total[(layer, head)] = total.get((layer, head), 0.0) + value
+    heads = [(layer, head) for cap in caps[:1] for layer in sorted(cap.layers) for head in range(cap.n_heads)]
+    return pd.DataFrame(
+        [{"layer": layer, "head": head, "score": total.get((layer, head), 0.0) / rows_total if rows_total else float("nan"),
+          "rows": rows_total} for layer, head in heads]
+    )
+
+
+def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True) -> pd.DataFrame:
+    """Per layer and head, the statistics of :data:`STATISTICS`, averaged over every query of every text.
+
+    With ``detectors=True`` the :data:`DETECTORS` scores are added as columns.
+    """
+    import pandas as pd
+
+    caps = [caps] if not isinstance(caps, (list, tuple)) else list(caps)
+    if not caps:
+        raise InputError("head_stats needs at least one capture")
+    sums: dict[tuple[int, int], dict[str, float]] = {}
+    counts: dict[str, int] = {}
+    for cap in caps:
+        n = cap.n_tokens
+        special = [p for p in special_positions(cap) if p != 0]
+        punct = [i for i, (s, e) in enumerate(cap.offsets) if e > s and _is_punct(cap.text[s:e])]
+        pos = torch.arange(n, dtype=torch.float32)
+        dist = (pos[:, None] - pos[None, :]).abs()
+        parts_n = {"first": n, "special": n if special else 0, "punctuation": n, "self": n,
+                   "previous": n - 1, "next": n - 1, "distance": n, "entropy": n}
+        for key, value in parts_n.items():
+            counts[key] = counts.get(key, 0) + value
+        for layer in sorted(cap.layers):
+            a = cap.attention(layer).cpu()  # [head, q, k]
+            logs = torch.where(a > 0, a.log(), torch.zeros_like(a))
+            parts = {
+                "first": a[:, :, 0].sum(-1),
+                "special": a[:, :, special].sum(-1).sum(-1) if special else torch.zeros(a.shape[0]),
+                "punctuation": a[:, :, punct].sum(-1).sum(-1) if punct else torch.zeros(a.shape[0]),
+                "self": a.diagonal(dim1=-2, dim2=-1).sum(-1),
+                "previous": a.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1),
+                "next": a.diagonal(offset=1, dim1=-2, dim2=-1).sum(-1),
+                "distance": (a * dist).sum(-1).sum(-1),
+                "entropy": -(a * logs).sum(-1).sum(-1),
+            }
+            for head in range(a.shape[0]):
+                acc = sums.setdefault((layer, head), {})
+                for key, value in parts.items():
+                    acc[key] = acc.get(key, 0.0) + float(value[head])
+    rows = []
+    for (layer, head), acc in sorted(sums.items()):
+        row = {"layer": layer, "head": head}
+        for key in STATISTICS:
+            row[key] = acc[key] / counts[key] if counts.get(key) else float("nan")
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    if detectors:
+        for name in DETECTORS:
+            df[name] = detect_heads(caps, name)["score"].to_numpy()
+    return df

@@ -1,0 +1,38 @@
+"""CUDA paths: half precision, tensors kept on the device, validation recomputed in float32."""
+
+import pytest
+import torch
+
+import attnviz
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("family", ["gpt2", "llama", "mistral", "bert"])
+def test_capture_on_cuda_in_each_dtype(family, dtype):
+    model = attnviz.tiny_model(family, attn_implementation="sdpa").to("cuda", dtype)
+    ids = torch.randint(3, 120, (1, 12))
+    cap = attnviz.capture(model, input_ids=ids)
+    assert cap.q(0).device.type == "cpu" and cap.q(0).dtype == dtype
+    report = cap.validate()
+    assert report.dtype == str(dtype).removeprefix("torch.")
+    assert report.passed, str(report)
+
+
+def test_keep_on_device_keeps_tensors_on_cuda():
+    model = attnviz.tiny_model("llama", attn_implementation="sdpa").to("cuda")
+    cap = attnviz.capture(model, input_ids=torch.randint(3, 120, (2, 12)), keep_on_device=True)
+    assert cap[0].q(0).device.type == "cuda" and cap[0].attention(0).device.type == "cuda"
+    assert cap[0].validate().passed
+    assert cap[0].to("cpu").q(0).device.type == "cpu"
+
+
+def test_eager_half_weights_are_compared_in_float32():
+    model = attnviz.tiny_model("llama", attn_implementation="eager").to("cuda", torch.float16)
+    cap = attnviz.capture(model, input_ids=torch.randint(3, 120, (1, 16)))
+    report = cap.validate()
+    assert {r["quantity"] for r in report.rows} == {"output", "weights"} and report.passed, str(report)
