@@ -144,7 +144,7 @@ class CorefRanking:
         return self.table.sort_values(candidate, ascending=False, kind="stable").reset_index(drop=True)
 
     def weight(self, candidate: str, layer: int, head: int) -> float:
-        row = self.table[(self.table.layer == layer) & (self.table.head == head)]
+        row = self.table[(self.table["layer"] == layer) & (self.table["head"] == head)]
         return float(row[candidate].iloc[0])
 
     def how(self) -> str:

@@ -1,0 +1,203 @@
+"""Analyses checked against independent computations on hand-made attention."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import attnviz
+from attnviz.analysis import (
+    detect_heads, evaluate_probes, head_stats, load_probes, propose_candidates, rank_heads, rollout,
+)
+from attnviz.analysis.plots import coref_bars, head_map, probe_accuracy_map, rollout_figure
+from attnviz.analysis.stats import pattern_matrix
+from attnviz.capture import Capture, LayerRecord
+from attnviz.words import words_from_offsets
+
+
+def hand_capture(token_ids, targets, text=None, layers=1, causal=True):
+    """A capture whose head 0 attends (equally) to ``targets[i]`` for query i — self when empty —
+    and whose head 1 attends uniformly: Q and K are made so that softmax(QKᵀ) is exactly that."""
+    n = len(token_ids)
+    q = torch.zeros(2, n, n)
+    for i in range(n):
+        for j in targets[i] or [i]:
+            q[0, i, j] = 60.0  # exp(-60) ≈ 1e-26: one-hot up to float precision
+    k = torch.eye(n).expand(2, n, n).clone()
+    v = torch.randn(2, n, 4)
+    tokens = text.split(" ") if text else [f"t{t}" for t in token_ids]
+    text = " ".join(tokens)
+    offsets, pos = [], 0
+    for t in tokens:
+        offsets.append((pos, pos + len(t)))
+        pos += len(t) + 1
+    recs = {layer: LayerRecord(f"l{layer}", q, k, v, None, None, 1.0, causal) for layer in range(layers)}
+    meta = {"name": "hand", "n_layers": layers, "n_heads": 2, "n_kv_heads": 2, "d_head": n, "d_model": 2 * n}
+    return Capture(text, tokens, list(token_ids), offsets, words_from_offsets(text, offsets, tokens), recs, meta)
+
+
+def test_previous_token_head_scores_one():
+    n = 8
+    cap = hand_capture(range(10, 10 + n), [[i - 1] if i else [] for i in range(n)])
+    df = detect_heads(cap, "previous_token")
+    assert df.loc[df["head"] == 0, "score"].item() == pytest.approx(1.0, abs=1e-6)
+    # the uniform head puts 1/(i+1) on the previous token of query i (causal): an independent sum
+    expected = np.mean([1 / (i + 1) for i in range(1, n)])
+    assert df.loc[df["head"] == 1, "score"].item() == pytest.approx(expected, abs=1e-6)
+    assert df.rows.iloc[0] == n - 1
+
+
+def test_induction_and_duplicate_patterns():
+    ids = [5, 6, 7, 5, 6, 7]
+    induction = pattern_matrix(hand_capture(ids, [[]] * 6), "induction")
+    expected = torch.zeros(6, 6, dtype=torch.bool)
+    expected[3, 1] = expected[4, 2] = expected[5, 3] = True  # after "5 6 7 5" look at 6, after "… 6" at 7, after "… 7" at 5
+    assert torch.equal(induction, expected)
+    duplicate = pattern_matrix(hand_capture(ids, [[]] * 6), "duplicate_token")
+    assert duplicate.nonzero().tolist() == [[3, 0], [4, 1], [5, 2]]
+    cap = hand_capture(ids, [torch.nonzero(induction[i]).flatten().tolist() for i in range(6)])
+    scores = detect_heads(cap, "induction")
+    assert scores.loc[scores["head"] == 0, "score"].item() == pytest.approx(1.0, abs=1e-6)
+    custom = detect_heads(cap, induction.float())
+    assert custom.score.tolist() == pytest.approx(scores.score.tolist())
+    with pytest.raises(attnviz.InputError, match="unknown pattern 'diagonal'"):
+        detect_heads(cap, "diagonal")
+
+
+def test_head_stats_match_a_direct_computation():
+    n = 6
+    cap = hand_capture(range(n), [[0] if i else [] for i in range(n)], text="a b c , d e")
+    df = head_stats(cap)
+    a = cap.attention(0)  # [head, q, k]
+    for head in range(2):
+        row = df[df["head"] == head].iloc[0]
+        assert row["first"] == pytest.approx(a[head, :, 0].mean().item(), abs=1e-6)
+        assert row["self"] == pytest.approx(np.mean([a[head, i, i].item() for i in range(n)]), abs=1e-6)
+        assert row["previous"] == pytest.approx(np.mean([a[head, i, i - 1].item() for i in range(1, n)]), abs=1e-6)
+        assert row["punctuation"] == pytest.approx(a[head, :, 3].mean().item(), abs=1e-6)
+        dist = np.mean([sum(a[head, i, j].item() * abs(i - j) for j in range(n)) for i in range(n)])
+        assert row["distance"] == pytest.approx(dist, abs=1e-5)
+        ent = np.mean([-sum(p * math.log(p) for p in a[head, i].tolist() if p > 0) for i in range(n)])
+        assert row["entropy"] == pytest.approx(ent, abs=1e-5)
+    first_head = df[df["head"] == 0].iloc[0]
+    assert first_head["first"] == pytest.approx(1.0, abs=1e-6) and first_head["next"] == 0
+    assert math.isnan(first_head["special"])
+
+
+def test_rank_heads_with_sink_left_out_and_renormalised():
+    # tokens: 0 = sink, 1 = cat, 2 = mat, 3 = it; head 0 of "it" puts 1/2 on the sink, 1/4 on cat and mat
+    text = "<s> cat mat it"
+    cap = hand_capture([0, 1, 2, 3], [[], [], [], [0, 0, 1, 2]], text=text)
+    q = cap.layers[0].q.clone()
+    q[0, 3] = torch.tensor([60 + math.log(2), 60.0, 60.0, -60.0])  # weights ∝ 2 : 1 : 1 : 0
+    cap.layers[0].q = q
+    cap.offsets[0] = (0, 0)  # a special token
+    raw = rank_heads(cap, "it", ["cat", "mat"], exclude_sinks=False)
+    assert raw.weight("cat", 0, 0) == pytest.approx(0.25, abs=1e-5)
+    ranked = rank_heads(cap, "it", ["cat", "mat"])
+    assert ranked.weight("cat", 0, 0) == pytest.approx(0.5, abs=1e-5)  # 0.25 / (1 - 0.5)
+    assert ranked.excluded == ["<s>"] and "leaving out '<s>' and renormalising" in str(ranked)
+    assert set(ranked.table.columns) == {"layer", "head", "cat", "mat", "preferred", "margin"}
+
+
+def test_rank_heads_on_a_real_model_names_the_preferred_candidate(tiny_bert_words):
+    model, tok = tiny_bert_words
+    cap = attnviz.capture(model, "The cat sat on the mat because it was tired.", tok)
+    ranking = rank_heads(cap, "it", ["cat", "mat"])
+    row = ranking.table.iloc[0]
+    assert row["preferred"] == ("cat" if row["cat"] > row["mat"] else "mat")
+    assert row["margin"] == pytest.approx(abs(row["cat"] - row["mat"]))
+    assert list(ranking.for_candidate("mat")["mat"]) == sorted(ranking.table["mat"], reverse=True)
+    assert [c.text for c in propose_candidates(cap, "it")] == ["cat", "sat", "mat"]
+    with pytest.raises(attnviz.InputError, match="'dog' is not in the text"):
+        rank_heads(cap, "it", ["dog"])
+
+
+def test_cjk_spans_are_found_inside_words(tiny_bert_words):
+    model, tok = tiny_bert_words
+    cap = attnviz.capture(model, "我家的小猫很可爱，它很好动。", tok)
+    ranking = rank_heads(cap, "它", ["小猫", "我家"])
+    assert ranking.pronoun.text == "它" and [c.text for c in ranking.candidates] == ["小猫", "我家"]
+
+
+def test_rollout_matches_a_direct_product():
+    cap = hand_capture(range(5), [[i - 1] if i else [] for i in range(5)], layers=3)
+    flow = rollout(cap)
+    a = cap.attention(0).mean(0).numpy()
+    step = 0.5 * np.eye(5) + 0.5 * a
+    step = step / step.sum(-1, keepdims=True)
+    np.testing.assert_allclose(flow[-1].numpy(), step @ step @ step, atol=1e-6)
+    np.testing.assert_allclose(flow[-1].sum(-1).numpy(), np.ones(5), atol=1e-6)
+    with pytest.raises(attnviz.InputError, match="rollout needs every layer"):
+        rollout(attnviz.capture(attnviz.tiny_model("gpt2"), input_ids=torch.arange(3, 8)[None], layers=[1]))
+
+
+def test_shipped_probe_sets_are_well_formed():
+    en, zh = load_probes("en"), load_probes("zh")
+    assert len(en) >= 40 and len(zh) >= 20
+    # Winograd pairs: the same candidates, the answer flips
+    pairs = {}
+    for p in en:
+        pairs.setdefault(p.candidates, set()).add(p.gold)
+    assert all(len(golds) == 2 for golds in pairs.values())
+    assert all(p.pronoun in {"它", "他", "她"} for p in zh)
+
+
+def test_bad_probe_files_say_which_line(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "a", "pronoun": "it", "candidates": ["x", "y"], "gold": "z"}\n', encoding="utf-8")
+    with pytest.raises(attnviz.InputError, match=r"bad.jsonl, line 1: gold 'z' must be one of"):
+        load_probes(bad)
+    bad.write_text("not json\n", encoding="utf-8")
+    with pytest.raises(attnviz.InputError, match="line 1: expected"):
+        load_probes(bad)
+
+
+def test_evaluate_probes_counts_correct_heads(tiny_bert_words, tmp_path):
+    model, tok = tiny_bert_words
+    probes = tmp_path / "p.jsonl"
+    probes.write_text(
+        '{"text": "The cat sat on the mat because it was tired.", "pronoun": "it", "candidates": ["cat", "mat"], "gold": "cat"}\n'
+        '{"text": "The dog saw the bird because it was loud.", "pronoun": "it", "candidates": ["dog", "bird"], "gold": "bird"}\n',
+        encoding="utf-8",
+    )
+    result = evaluate_probes(model, str(probes), tok, progress=False)
+    manual = {}
+    for text, gold, cands in (("The cat sat on the mat because it was tired.", "cat", ["cat", "mat"]),
+                              ("The dog saw the bird because it was loud.", "bird", ["dog", "bird"])):
+        r = rank_heads(attnviz.capture(model, text, tok), "it", cands)
+        for row in r.table.itertuples(index=False):
+            manual[(row.layer, row.head)] = manual.get((row.layer, row.head), 0) + (row.preferred == gold)
+    for row in result.accuracy.itertuples(index=False):
+        assert row.correct == manual[(row.layer, row.head)] and row.accuracy == row.correct / 2
+    assert result.baselines == {"nearest": 0.5, "first": 0.5}
+    assert "2 probes on" in str(result)
+    fig = probe_accuracy_map(result)
+    np.testing.assert_allclose(np.array(fig.data[0].z, dtype=float), result.accuracy_map().numpy())
+
+
+def test_analysis_figures_hold_the_numbers(tiny_bert_words):
+    model, tok = tiny_bert_words
+    cap = attnviz.capture(model, "The cat sat on the mat because it was tired.", tok)
+    stats = head_stats(cap)
+    fig = head_map(stats, "previous")
+    assert np.array(fig.data[0].z)[1, 2] == pytest.approx(stats[(stats.layer == 1) & (stats["head"] == 2)].previous.item())
+    ranking = rank_heads(cap, "it", ["cat", "mat"])
+    bars = coref_bars(ranking, top=3)
+    assert [t.name for t in bars.data] == ["cat", "mat"] and list(bars.data[0].y) == pytest.approx(ranking.table.cat.head(3).round(4).tolist())
+    flow = rollout(cap)
+    np.testing.assert_allclose(np.array(rollout_figure(cap, flow).data[0].z, dtype=float), flow[-1].numpy(), atol=1e-5)
+    assert "not an attribution" in rollout_figure(cap, flow, query=8).layout.title.text
+
+
+@pytest.mark.slow
+def test_real_models_coreference_and_probes(smollm2):
+    model, tok = smollm2
+    cap = attnviz.capture(model, "我家的小猫很可爱，它很好动。", tok, add_bos=True)
+    ranking = rank_heads(cap, "它", ["小猫", "我家"])
+    assert ranking.excluded == ["<|im_start|>"]
+    assert ranking.weight("小猫", 15, 3) > 0.5 and ranking.for_candidate("小猫").iloc[0]["小猫"] > 0.55
+    result = evaluate_probes(model, "zh", tok, progress=False)
+    assert len(result.per_probe) == 25 and result.accuracy.accuracy.between(0, 1).all()
+    assert result.baselines["nearest"] == pytest.approx(17 / 25)
