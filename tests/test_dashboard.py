@@ -32,6 +32,28 @@ def run_text(dash_duo, text: str, *, expect: str = "tokens"):
         wait_status(dash_duo, expect)
 
 
+def poll(condition, timeout: float = 15):
+    """Wait until ``condition()`` is true, re-reading the page each time (elements re-render)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            if condition():
+                return
+        except Exception:  # noqa: BLE001 - an element replaced while we read it
+            pass
+        time.sleep(0.2)
+    raise AssertionError("condition not met in time")
+
+
+def choose(dash_duo, selector: str, index: int):
+    """Pick a dcc.Dropdown option by position (scrolled into view first)."""
+    dropdown = dash_duo.find_element(selector)
+    dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", dropdown)
+    dropdown.click()
+    dash_duo.wait_for_element(".dash-dropdown-options")
+    dash_duo.find_elements(".dash-dropdown-option")[index].click()
+
+
 def figure_title(dash_duo, graph_id: str) -> str:
     return dash_duo.find_element(f"#{graph_id} .gtitle").text
 
@@ -233,3 +255,67 @@ def test_csv_matrix_and_default_query(tiny_bert_words):
     assert list(df.columns) == cap.word_labels and df.index.name == "query"
     assert df.loc["it", "cat"] == pytest.approx(cap.attention(1, 2, words=True)[8, 2].item())
     assert cap.words[[w.token_start for w in cap.words].index(default_query(cap))].text == "it"
+
+
+# ---------------------------------------------------------------- analysis views (coreference, statistics, rollout)
+from apps.dashboard.analysis_views import AID  # noqa: E402
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_coreference_view_ranks_heads_and_clicks_change_candidates(dash_duo, app):
+    dash_duo.start_server(app)
+    wait_status(dash_duo, "26 tokens")
+    open_tab(dash_duo, "Coreference")
+    dash_duo.wait_for_contains_text(f"#{AID.coref_headline}", "它 → 小猫", timeout=30)
+    chips = {c.text: c for c in dash_duo.find_elements(".coref-word")}
+    assert "pronoun" in chips["它"].get_attribute("class")
+    assert "candidate" in chips["小猫"].get_attribute("class")
+    headline = dash_duo.find_element(f"#{AID.coref_headline}").text
+    assert "leaving out" in headline and "renormalising" in headline
+    # remove 我家 from the candidates: the headline no longer mentions it
+    assert "candidate" in chips["我家"].get_attribute("class") and "它 → 我家" in headline
+    chips["我家"].click()
+    poll(lambda: "它 → 小猫" in (text := dash_duo.find_element(f"#{AID.coref_headline}").text) and "它 → 我家" not in text)
+    # click the first row of the ranking: that head becomes the selected one
+    first_row = dash_duo.find_elements(f"#{AID.coref_table} td")
+    layer_cell, head_cell = first_row[0].text, first_row[1].text
+    first_row[2].click()
+    open_tab(dash_duo, "Heatmap")
+    dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", f"L{layer_cell}·H{head_cell}")
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_probe_set_runs_from_the_page(dash_duo):
+    dash_duo.start_server(create_app(MODELS, default_model="minilm"))
+    wait_status(dash_duo, "minilm")
+    open_tab(dash_duo, "Coreference")
+    choose(dash_duo, f"#{AID.probe_set}", 1)
+    dash_duo.find_element(f"#{AID.probe_run}").click()
+    dash_duo.wait_for_contains_text(f"#{AID.probe_summary}", "25 probes on minilm", timeout=120)
+    dash_duo.wait_for_contains_text(f"#{AID.probe_map} .gtitle", "baselines: nearest 68%")
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_head_statistics_and_rollout_views(dash_duo):
+    dash_duo.start_server(create_app(MODELS, default_model="minilm"))
+    wait_status(dash_duo, "minilm")
+    open_tab(dash_duo, "Head statistics")
+    dash_duo.wait_for_contains_text(f"#{AID.stats_map} .gtitle", "previous_token: attends to the token just before")
+    headers = [h.text for h in dash_duo.find_elements(f"#{AID.stats_table} th")]
+    for column in ("layer", "head", "first", "special", "punctuation", "entropy", "induction"):
+        assert any(column in h for h in headers), headers
+    choose(dash_duo, f"#{AID.stats_column}", 7)  # entropy
+    dash_duo.wait_for_contains_text(f"#{AID.stats_map} .gtitle", "entropy")
+    cells = dash_duo.find_elements(f"#{AID.stats_table} td")
+    layer_cell, head_cell = cells[0].text, cells[1].text
+    cells[3].click()
+    open_tab(dash_duo, "Heatmap")
+    dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", f"L{layer_cell}·H{head_cell}")
+    open_tab(dash_duo, "Rollout")
+    dash_duo.wait_for_contains_text(f"#{AID.rollout_graph} .gtitle", "not an attribution")
+    no_console_errors(dash_duo)

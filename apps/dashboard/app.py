@@ -17,9 +17,12 @@ from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
 from attnviz import figures
+from attnviz.analysis.coref import STOP_WORDS
 from attnviz.cost import cost_tables
 
+from . import analysis_views
 from .cache import CaptureCache, capture_key
+from .common import error_text, message_figure, word_of
 from .layout import ID, VIEWS, build_layout
 
 DEFAULT_MODELS = {
@@ -29,12 +32,6 @@ DEFAULT_MODELS = {
 DEFAULT_TEXT = "我家的小猫很可爱，它很好动。"
 PRONOUNS = {"it", "he", "she", "they", "him", "her", "them", "它", "他", "她", "它们", "他们", "她们"}
 FILE_PREFIX = "file:"
-
-
-def _error_text(err: Exception) -> str:
-    if isinstance(err, attnviz.AttnvizError):
-        return str(err)
-    return f"Something went wrong ({type(err).__name__}): {err}"
 
 
 def default_query(cap: attnviz.Capture) -> int:
@@ -90,8 +87,8 @@ def create_app(
         except attnviz.AttnvizError as err:
             startup_error = f"Could not open the capture file: {err}"
 
-    def get_capture(model: str, text: str) -> attnviz.Capture:
-        key = capture_key(model, text)
+    def get_capture(model: str, text: str, bos: bool = False) -> attnviz.Capture:
+        key = capture_key(model + ("\x00bos" if bos else ""), text)
         cap = cache.get(key)
         if cap is not None:
             return cap
@@ -109,20 +106,22 @@ def create_app(
                     f"The text has {n:,} tokens; this dashboard shows at most {max_tokens:,}. "
                     "Shorten the text, or capture it in a script (attnviz.capture) and open the file with --capture."
                 )
-            cap = attnviz.capture(model, text)
+            cap = attnviz.capture(model, text, add_bos=bos)
         cache.put(key, cap)
         return cap
 
     def from_store(store: dict | None) -> attnviz.Capture | None:
         if not store:
             return None
-        return get_capture(store["model"], store["text"])
+        return get_capture(store["model"], store["text"], bool(store.get("bos")))
 
     app = Dash(__name__, title="attnviz", suppress_callback_exceptions=True)
     app.layout = build_layout(
         [{"label": label, "value": name} for name, label in models.items()], selected, default_text
     )
     graphs = [ID.heatmap, ID.head_view, ID.model_view, ID.lab_graph, ID.validation_map, ID.comparison]
+
+    analysis_views.register(app, ID, from_store)
 
     @app.callback(Output(ID.text, "value"), Input(ID.example, "value"), prevent_initial_call=True)
     def use_example(example):
@@ -143,20 +142,22 @@ def create_app(
         Input(ID.run, "n_clicks"),
         State(ID.text, "value"),
         State(ID.model, "value"),
+        State(ID.bos, "value"),
         running=[(Output(ID.run, "disabled"), True, False)],
     )
-    def run_model(_clicks, text, model):
+    def run_model(_clicks, text, model, bos_switch):
         if startup_error and not ctx.triggered_id:
             return (no_update, startup_error) + (no_update,) * 9
         try:
             if not isinstance(text, str) or not text.strip():
                 raise attnviz.EmptyTextError("The text is empty: type a sentence or pick an example.")
-            cap = get_capture(model, text)
+            bos = "bos" in (bos_switch or [])
+            cap = get_capture(model, text, bos)
         except Exception as err:  # noqa: BLE001 - every failure becomes a message in the page
-            return (no_update, _error_text(err), "") + (no_update,) * 8
+            return (no_update, error_text(err), "") + (no_update,) * 8
         layers = sorted(cap.layers)
         heads = list(range(cap.n_heads))
-        store = {"model": model, "text": text, "key": capture_key(model, text)}
+        store = {"model": model, "text": text, "bos": bos}
         status = (f"{cap.model.get('name')}: {cap.n_tokens} tokens, {len(cap.words)} words, "
                   f"{cap.n_layers} layers × {cap.n_heads} heads ({cap.n_kv_heads} KV), {cap.model.get('backend')}")
         query = default_query(cap)
@@ -181,7 +182,7 @@ def create_app(
         try:
             return build()
         except Exception as err:  # noqa: BLE001
-            return on_error(_error_text(err))
+            return on_error(error_text(err))
 
     @app.callback(
         Output(ID.heatmap, "figure"),
@@ -192,9 +193,9 @@ def create_app(
         def build():
             cap = from_store(store)
             if cap is None or layer is None or head is None:
-                return _message_figure("Run the model to see its attention.")
+                return message_figure("Run the model to see its attention.")
             return figures.heatmap(cap, layer, head, words=units == "words")
-        return guarded(tab, "heatmap", build, _message_figure)
+        return guarded(tab, "heatmap", build, message_figure)
 
     @app.callback(
         Output(ID.head_view, "figure"),
@@ -205,14 +206,14 @@ def create_app(
         def build():
             cap = from_store(store)
             if cap is None or layer is None:
-                return _message_figure("Run the model to see its attention.")
+                return message_figure("Run the model to see its attention.")
             query = None
             if hover and hover.get("points"):
                 point = hover["points"][0]
                 if point.get("x") == 0 and isinstance(point.get("customdata"), int):
                     query = point["customdata"]
             return figures.head_view(cap, layer, heads or [0], words=units == "words", query=query)
-        return guarded(tab, "head", build, _message_figure)
+        return guarded(tab, "head", build, message_figure)
 
     @app.callback(
         Output(ID.model_view, "figure"),
@@ -223,10 +224,10 @@ def create_app(
         def build():
             cap = from_store(store)
             if cap is None:
-                return _message_figure("Run the model to see its attention.")
+                return message_figure("Run the model to see its attention.")
             selected = (layer, head) if layer is not None and head is not None else None
             return figures.model_view(cap, words=units == "words", selected=selected)
-        return guarded(tab, "model", build, _message_figure)
+        return guarded(tab, "model", build, message_figure)
 
     @app.callback(
         Output(ID.layer, "value", allow_duplicate=True),
@@ -299,9 +300,9 @@ def create_app(
         def build():
             cap = from_store(store)
             if cap is None or layer is None or head is None or query is None:
-                return _message_figure("Run the model, then click a token."), ""
+                return message_figure("Run the model, then click a token."), ""
             words = units == "words"
-            index = next(i for i, w in enumerate(cap.words) if w.token_start <= query < w.token_stop) if words else query
+            index = word_of(cap, query) if words else query
             switches_ = switches or []
             temperature = 10 ** (log_temperature or 0)
             kwargs = dict(words=words, causal="causal" in switches_, scale="scale" in switches_,
@@ -316,7 +317,7 @@ def create_app(
                     f"({100 * stats['entropy_share']:.0f}% of the uniform row over {stats['support']} visible "
                     f"{'words' if words else 'tokens'}); temperature {temperature:.2g}")
             return fig, text
-        return guarded(tab, "lab", build, lambda m: (_message_figure(m), m), 2)
+        return guarded(tab, "lab", build, lambda m: (message_figure(m), m), 2)
 
     @app.callback(
         Output(ID.validation_summary, "children"),
@@ -328,11 +329,11 @@ def create_app(
         def build():
             cap = from_store(store)
             if cap is None or layer is None or head is None:
-                return "", _message_figure("Run the model first."), _message_figure("")
+                return "", message_figure("Run the model first."), message_figure("")
             report = cap.validate()
             quantity = "weights" if any(r["quantity"] == "weights" for r in report.rows) else "output"
             return str(report), figures.validation_map(report, quantity), figures.comparison(cap, layer, head)
-        return guarded(tab, "validation", build, lambda m: (m, _message_figure(m), _message_figure("")), 3)
+        return guarded(tab, "validation", build, lambda m: (m, message_figure(m), message_figure("")), 3)
 
     @app.callback(Output(ID.cost, "children"), Input(ID.store, "data"), Input(ID.tabs, "value"))
     def cost(store, tab):
@@ -344,7 +345,7 @@ def create_app(
                 return "Run the model first."
             tables = cost_tables(cap)
         except Exception as err:  # noqa: BLE001
-            return _error_text(err)
+            return error_text(err)
         n = cap.n_tokens
         return html.Div([
             html.P(f"{cap.model.get('name')} on this text: n = {n} tokens, d_model = {cap.model.get('d_model')}, "
@@ -387,18 +388,11 @@ def matrix_frame(cap: attnviz.Capture, layer: int, head: int, *, words: bool = F
     return pd.DataFrame(matrix, index=pd.Index(names, name="query"), columns=names)
 
 
-STOP_WORDS = {
-    "the", "a", "an", "and", "or", "but", "of", "to", "in", "on", "at", "by", "for", "with", "was", "is",
-    "are", "be", "been", "it", "its", "this", "that", "because", "so", "too", "very", "not", "do", "does",
-    "的", "了", "很", "是", "在", "和", "也", "都", "就", "把", "给", "因为", "所以", "但", "我", "你",
-}
-
-
 def _default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
     """Open on the head where the query word puts the most weight on one earlier content word
     (not the first word, which decoders use as a sink, nor a stop word or punctuation): for a
     pronoun, usually a coreference head."""
-    q = next(i for i, w in enumerate(cap.words) if w.token_start <= query < w.token_stop)
+    q = word_of(cap, query)
     keys = [i for i, w in enumerate(cap.words[:q]) if i > 0 and w.text.lower() not in STOP_WORDS
             and any(ch.isalnum() for ch in w.text) and w.char_end > w.char_start]
     best, best_score = (min(cap.layers), 0), -math.inf
@@ -411,15 +405,6 @@ def _default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
         if float(scores[head]) > best_score:
             best, best_score = (layer, head), float(scores[head])
     return best
-
-
-def _message_figure(message: str):
-    import plotly.graph_objects as go
-
-    fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, font=dict(size=15), x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_layout(xaxis=dict(visible=False), yaxis=dict(visible=False), height=200)
-    return fig
 
 
 def run(*, model: str | None = None, capture_file: str | None = None, host: str = "127.0.0.1", port: int = 8050) -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dash import dcc, html
 
+from . import analysis_views
+
 
 class ID:
     """Component ids, in one place (tests use them too)."""
@@ -12,6 +14,7 @@ class ID:
     text = "text-input"
     example = "example-select"
     run = "run-button"
+    bos = "bos-switch"
     message = "message"
     status = "status"
     store = "capture-store"
@@ -47,6 +50,7 @@ VIEWS = [
     ("lab", "AttentionLab"),
     ("validation", "Recomputed vs model"),
     ("cost", "Shapes & cost"),
+    *analysis_views.VIEWS,
 ]
 
 LONG_EXAMPLE = " ".join([
@@ -86,6 +90,7 @@ def build_layout(model_options: list[dict], default_model: str, default_text: st
         children=[
             dcc.Store(id=ID.store),
             dcc.Store(id=ID.lab_query),
+            dcc.Store(id=analysis_views.AID.coref_selection),
             dcc.Download(id=ID.download),
             html.H2("attnviz — see what attention does", style={"marginBottom": "4px"}),
             html.Div(
@@ -103,6 +108,8 @@ def build_layout(model_options: list[dict], default_model: str, default_text: st
             dcc.Textarea(id=ID.text, value=default_text, style={"width": "100%", "height": "60px", "marginTop": "6px"}),
             html.Div([
                 html.Button("Run model", id=ID.run, n_clicks=0, style={"marginRight": "12px"}),
+                dcc.Checklist(id=ID.bos, value=[], inline=True, style={"display": "inline-block", "marginRight": "12px"},
+                              options=[{"label": " prepend BOS (decoders park their attention sink there)", "value": "bos"}]),
                 dcc.Loading(html.Span(id=ID.status, style={"color": "#555"}), type="dot", style={"display": "inline-block"}),
             ], style={"margin": "6px 0"}),
             html.Div(id=ID.message, role="alert", style={"color": "#b00020", "whiteSpace": "pre-wrap", "margin": "4px 0"}),
@@ -152,5 +159,6 @@ def build_layout(model_options: list[dict], default_model: str, default_text: st
                 dcc.Graph(id=ID.comparison, config=graph_config),
             ]),
             _view("cost", [dcc.Loading(html.Div(id=ID.cost))]),
+            *analysis_views.layout(_view),
         ],
     )

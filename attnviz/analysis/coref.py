@@ -132,6 +132,7 @@ class CorefRanking:
     excluded: list[str]  # the tokens left out as sinks
     renormalised: bool
     model: str = ""
+    notes: list[str] = field(default_factory=list)  # e.g. a candidate that holds a sink token
 
     @property
     def best(self) -> dict:
@@ -162,6 +163,7 @@ class CorefRanking:
             f"{self.pronoun.text!r} → {' / '.join(names)} over {len(self.table)} heads of {self.model or 'the model'} "
             f"({self.how()}): best head L{b['layer']}·H{b['head']} puts {b[b['preferred']]:.2f} on "
             f"{b['preferred']!r}; heads preferring each candidate — {tally}"
+            + "".join(f". Note: {note}" for note in self.notes)
         )
 
     __repr__ = __str__
@@ -188,8 +190,13 @@ def rank_heads(
     if not spans:
         raise InputError(f"no candidate antecedents for {p.text!r}: pass candidates=[...]")
     names = _unique([s.text for s in spans])
-    mentioned = set(p.tokens).union(*(s.tokens for s in spans))
-    exclude = [t for t in sink_tokens(cap) if t not in mentioned] if exclude_sinks else []
+    exclude = [t for t in sink_tokens(cap) if t not in p.tokens] if exclude_sinks else []
+    notes = [
+        f"{s.text!r} holds the sink token {cap.token_labels[t]!r}, left out of its weight"
+        + ("" if set(s.tokens) - set(exclude) else " (so it gets 0)")
+        + "; prepend a BOS (add_bos=True) to keep the sink off the text"
+        for s in spans for t in s.tokens if t in exclude
+    ]
     rows = []
     for layer in sorted(cap.layers):
         w = span_attention(cap, layer, p, spans, exclude=exclude, renormalise=renormalise)
@@ -206,7 +213,7 @@ def rank_heads(
     table = table.sort_values("_top", ascending=False, kind="stable").drop(columns="_top").reset_index(drop=True)
     labels = cap.token_labels
     return CorefRanking(p, spans, table, [labels[t] for t in exclude], renormalise and bool(exclude),
-                        str(cap.model.get("name", "")))
+                        str(cap.model.get("name", "")), notes)
 
 
 def _unique(names: list[str]) -> list[str]:

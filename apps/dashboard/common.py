@@ -1,0 +1,27 @@
+"""Small helpers shared by the dashboard's views."""
+
+from __future__ import annotations
+
+import plotly.graph_objects as go
+
+import attnviz
+
+
+def error_text(err: Exception) -> str:
+    """What the page says when something fails: the library's own message, never a traceback."""
+    if isinstance(err, attnviz.AttnvizError):
+        return str(err)
+    return f"Something went wrong ({type(err).__name__}): {err}"
+
+
+def message_figure(message: str) -> go.Figure:
+    """An empty figure that carries a message instead of a plot."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, font=dict(size=15), x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_layout(xaxis=dict(visible=False), yaxis=dict(visible=False), height=200)
+    return fig
+
+
+def word_of(cap: attnviz.Capture, token: int) -> int:
+    """The index of the word that holds ``token``."""
+    return next(i for i, w in enumerate(cap.words) if w.token_start <= token < w.token_stop)
