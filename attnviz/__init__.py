@@ -9,7 +9,7 @@ Importing attnviz loads no model, patches nothing and does not import dash.
 """
 
 from .attention import scaled_dot_product
-from .capture import Capture, LayerRecord, capture
+from .capture import Capture, LayerRecord
 from .errors import (
     ArgumentTypeError,
     AttnvizError,
@@ -24,6 +24,7 @@ from .errors import (
 )
 from .io import load
 from .models import EMBEDDED_MODELS, load_model, tiny_model
+from .runner import capture
 from .taps import tap
 from .validate import ValidationReport, validate
 from .words import Word

@@ -1,4 +1,4 @@
-"""Command line: ``attnviz capture``, ``attnviz validate``, ``attnviz app``."""
+"""Command line: ``attnviz capture | validate | coref | probes | app``."""
 
 from __future__ import annotations
 
@@ -29,11 +29,12 @@ def _add_model_args(p: argparse.ArgumentParser, *, text_required: bool) -> None:
 
 
 def _capture(args):
-    from .capture import capture
+    from .runner import capture
 
     return capture(
         args.model, args.text, layers=args.layers, device=args.device, dtype=args.dtype,
         attn_implementation=args.attn_implementation, max_length=args.max_length,
+        add_bos=getattr(args, "add_bos", False),
     )
 
 
@@ -73,6 +74,30 @@ def _cmd_validate(args) -> int:
     return 0 if report.passed else 1
 
 
+def _cmd_coref(args) -> int:
+    from .analysis import rank_heads
+
+    args.layers = None
+    cap = _capture(args)
+    candidates = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
+    ranking = rank_heads(cap, args.pronoun, candidates, exclude_sinks=not args.keep_sinks)
+    print(ranking)
+    print(ranking.table.head(args.top).round(3).to_string(index=False))
+    return 0
+
+
+def _cmd_probes(args) -> int:
+    from .analysis import evaluate_probes
+
+    result = evaluate_probes(args.model, args.probes, exclude_sinks=not args.keep_sinks, add_bos=not args.no_bos)
+    print(result)
+    print(result.ranked().head(args.top).round(3).to_string(index=False))
+    if args.csv:
+        result.accuracy.to_csv(args.csv, index=False)
+        print(f"per-head accuracy written to {args.csv}")
+    return 0
+
+
 def _cmd_app(args) -> int:
     try:
         from apps.dashboard import run
@@ -99,6 +124,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--capture", help="validate a saved capture file instead of running a model")
     p.add_argument("--csv", help="write the per layer/head errors to this CSV file")
     p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("coref", help="rank heads by the attention from a pronoun to candidate antecedents")
+    _add_model_args(p, text_required=True)
+    p.add_argument("--pronoun", required=True, help="the pronoun (its last occurrence is used), e.g. it or 它")
+    p.add_argument("--candidates", help="comma-separated candidates (default: proposed from the text)")
+    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token so a decoder's sink is not a word")
+    p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
+    p.add_argument("--top", type=int, default=10, help="how many heads to print")
+    p.set_defaults(func=_cmd_coref)
+
+    p = sub.add_parser("probes", help="score every head on a probe set (en, zh, or a JSONL file)")
+    p.add_argument("model", help="embedded alias, hub name or local folder")
+    p.add_argument("probes", help="en, zh, or a JSONL file of {text, pronoun, candidates, gold}")
+    p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
+    p.add_argument("--no-bos", action="store_true", help="do not prepend a BOS token to each probe")
+    p.add_argument("--top", type=int, default=5, help="how many heads to print")
+    p.add_argument("--csv", help="write the per-head accuracy to this CSV file")
+    p.set_defaults(func=_cmd_probes)
 
     p = sub.add_parser("app", help="start the dashboard (http://127.0.0.1:8050 by default)")
     p.add_argument("--model", default=None, help="model to open with (default: smollm2; any alias, hub name or folder)")

@@ -8,7 +8,13 @@ import torch
 
 import attnviz
 from attnviz.analysis import (
-    detect_heads, evaluate_probes, head_stats, load_probes, propose_candidates, rank_heads, rollout,
+    detect_heads,
+    evaluate_probes,
+    head_stats,
+    load_probes,
+    propose_candidates,
+    rank_heads,
+    rollout,
 )
 from attnviz.analysis.plots import coref_bars, head_map, probe_accuracy_map, rollout_figure
 from attnviz.analysis.stats import pattern_matrix

@@ -4,10 +4,10 @@ import threading
 
 import pytest
 import torch
+from conftest import BACKENDS, FAMILIES
 
 import attnviz
 from attnviz.taps import installed_backends
-from conftest import BACKENDS, FAMILIES
 
 
 @pytest.mark.parametrize("family", FAMILIES)

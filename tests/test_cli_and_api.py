@@ -60,3 +60,16 @@ def test_cli_help_lists_the_commands():
     result = subprocess.run([sys.executable, "-m", "attnviz", "--help"], capture_output=True, text=True, check=True)
     for command in ("capture", "validate", "app"):
         assert command in result.stdout
+
+
+@pytest.mark.slow
+def test_cli_coref_and_probes(tmp_path, capsys):
+    assert main(["coref", "smollm2", "我家的小猫很可爱，它很好动。", "--pronoun", "它", "--candidates", "小猫,我家",
+                 "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("'它' → 小猫 / 我家 over 270 heads of smollm2 (leaving out '我' and renormalising each row)")
+    assert "prepend a BOS" in out
+    assert main(["probes", "minilm", "zh", "--top", "2", "--csv", str(tmp_path / "acc.csv")]) == 0
+    out = capsys.readouterr().out
+    assert "25 probes on minilm" in out and "nearest candidate 68%, first candidate 32%" in out
+    assert (tmp_path / "acc.csv").read_text().startswith("layer,head,accuracy,correct,n")

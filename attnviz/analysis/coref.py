@@ -289,13 +289,17 @@ class ProbeResult:
 
     @property
     def best(self) -> dict:
-        return self.accuracy.sort_values(["accuracy", "layer", "head"], ascending=[False, True, True]).iloc[0].to_dict()
+        return self.ranked().iloc[0].to_dict()
 
     def accuracy_map(self) -> Tensor:  # [layer, head]
         grid = torch.full((self.n_layers, self.n_heads), float("nan"))
         for row in self.accuracy.itertuples():
             grid[row.layer, row.head] = row.accuracy
         return grid
+
+    def ranked(self) -> pd.DataFrame:
+        """Heads by accuracy, best first (ties: lower layer, then lower head)."""
+        return self.accuracy.sort_values(["accuracy", "layer", "head"], ascending=[False, True, True], kind="stable")
 
     def __str__(self) -> str:
         b = self.best
@@ -330,8 +334,8 @@ def evaluate_probes(
     import pandas as pd
     from tqdm.auto import tqdm
 
-    from ..capture import capture
     from ..models import load_model
+    from ..runner import capture
 
     if isinstance(probes, (str, Path)):
         probes = load_probes(probes)
