@@ -32,6 +32,7 @@ def main(port: int = 8077) -> None:
         driver.get(f"http://127.0.0.1:{port}/")
         wait(driver, lambda: "tokens" in driver.find_element("id", ID.status).text, 120)
         shoot(driver, "tab-lab", "lab-zh", extra=lambda: click_words(driver))
+        shoot(driver, "tab-coref", "coref-zh")
         box = driver.find_element("id", ID.text)
         box.send_keys(Keys.CONTROL, "a")
         box.send_keys(Keys.DELETE)
