@@ -15,7 +15,7 @@ from attnviz.analysis.coref import PROBE_SETS
 from attnviz.analysis.plots import coref_bars, head_map, probe_accuracy_map, rollout_figure
 from attnviz.analysis.stats import DETECTORS, STATISTICS
 
-from .common import error_text, message_figure, word_of
+from .common import chip, error_text, message_figure, word_of
 
 
 class AID:
@@ -136,11 +136,7 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         for i, w in enumerate(cap.words):
             role = "pronoun" if i == selection["pronoun"] else "candidate" if i in selection["candidates"] else ""
             colour = {"pronoun": "#d62728", "candidate": "#2ca02c"}.get(role)
-            chips.append(html.Button(
-                w.text, id={"type": AID.coref_word, "index": i}, n_clicks=0, className=f"coref-word {role}".strip(),
-                style={"margin": "2px", "padding": "2px 6px", "border": "1px solid #999", "borderRadius": "4px",
-                       "background": colour or "white", "color": "white" if colour else "black", "cursor": "pointer"},
-            ))
+            chips.append(chip(w.text, {"type": AID.coref_word, "index": i}, f"coref-word {role}".strip(), colour))
         return chips
 
     @app.callback(

@@ -22,7 +22,7 @@ from attnviz.cost import cost_tables
 
 from . import analysis_views
 from .cache import CaptureCache, capture_key
-from .common import error_text, message_figure, word_of
+from .common import chip, error_text, message_figure, word_of
 from .layout import ID, VIEWS, build_layout
 
 DEFAULT_MODELS = {
@@ -269,13 +269,8 @@ def create_app(
         else:
             items = [(i, label, i == query) for i, label in enumerate(cap.token_labels)]
         for index, label, chosen in items:
-            chips.append(html.Button(
-                label, id={"type": ID.lab_token, "index": index}, n_clicks=0,
-                className="lab-token selected" if chosen else "lab-token",
-                style={"margin": "2px", "padding": "2px 6px", "border": "1px solid #999", "borderRadius": "4px",
-                       "background": "#d62728" if chosen else "white", "color": "white" if chosen else "black",
-                       "cursor": "pointer"},
-            ))
+            chips.append(chip(label, {"type": ID.lab_token, "index": index},
+                              "lab-token selected" if chosen else "lab-token", "#d62728" if chosen else None))
         return chips
 
     @app.callback(

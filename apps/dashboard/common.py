@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import plotly.graph_objects as go
+from dash import html
 
 import attnviz
 
@@ -25,3 +26,12 @@ def message_figure(message: str) -> go.Figure:
 def word_of(cap: attnviz.Capture, token: int) -> int:
     """The index of the word that holds ``token``."""
     return next(i for i, w in enumerate(cap.words) if w.token_start <= token < w.token_stop)
+
+
+def chip(label: str, component_id: dict, class_name: str, colour: str | None = None) -> html.Button:
+    """A clickable token/word, filled with ``colour`` when it is selected."""
+    return html.Button(
+        label, id=component_id, n_clicks=0, className=class_name,
+        style={"margin": "2px", "padding": "2px 6px", "border": "1px solid #999", "borderRadius": "4px",
+               "background": colour or "white", "color": "white" if colour else "black", "cursor": "pointer"},
+    )
