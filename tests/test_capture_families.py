@@ -169,3 +169,14 @@ def test_a_plain_forward_in_another_thread_during_capture_is_not_recorded(tiny, 
         t.start()
         t.join()
     assert rec.calls == []
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_half_precision_on_cpu_is_validated_in_float32(ids, dtype, backend):
+    model = attnviz.tiny_model("llama", attn_implementation=backend).to(dtype)
+    cap = attnviz.capture(model, input_ids=ids[:1])
+    assert cap.q(0).dtype == dtype and cap.attention(0).dtype == torch.float32
+    report = cap.validate()
+    assert report.dtype == str(dtype).removeprefix("torch.") and report.atol > 1e-5
+    assert report.passed, str(report)

@@ -319,3 +319,33 @@ def test_head_statistics_and_rollout_views(dash_duo):
     open_tab(dash_duo, "Rollout")
     dash_duo.wait_for_contains_text(f"#{AID.rollout_graph} .gtitle", "not an attribution")
     no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_exports_download_the_shown_matrix_and_the_capture(dash_duo):
+    from pathlib import Path
+
+    import pandas as pd
+
+    dash_duo.start_server(create_app(MODELS, default_model="minilm"))
+    wait_status(dash_duo, "minilm")
+    run_text(dash_duo, CAT, expect="minilm: 13 tokens")
+    dash_duo.select_dcc_dropdown(f"#{ID.layer}", value="L5")
+    dash_duo.select_dcc_dropdown(f"#{ID.head}", value="H11")
+    dash_duo.find_elements(f"#{ID.words} input")[1].click()
+    dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "L5·H11 — word × word")
+    folder = Path(dash_duo.download_path)
+    dash_duo.find_element(f"#{ID.csv_button}").click()
+    poll(lambda: (folder / "attention-L5-H11-words.csv").exists(), timeout=20)
+    df = pd.read_csv(folder / "attention-L5-H11-words.csv", index_col=0)
+    cap = attnviz.capture("minilm", CAT)
+    assert list(df.columns) == cap.word_labels
+    assert df.loc["it", "cat"] == pytest.approx(cap.attention(5, 11, words=True)[8, 2].item(), abs=1e-6)
+    dash_duo.find_element(f"#{ID.capture_button}").click()
+    poll(lambda: (folder / "capture.attnviz").exists() and (folder / "capture.attnviz").stat().st_size > 0, timeout=20)
+    back = attnviz.load(folder / "capture.attnviz")
+    assert back.text == CAT and back.validate().passed
+    dash_duo.find_elements(f"#{ID.export_format} input")[1].click()  # SVG: no error, figures keep working
+    dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "L5·H11")
+    no_console_errors(dash_duo)
