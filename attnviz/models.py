@@ -152,10 +152,11 @@ def load_model(
 
 
 def tiny_model(family: str, *, attn_implementation: str = "sdpa", seed: int = 0, **overrides):
-    """A tiny randomly initialised model of a family (for tests and examples), and its config.
+    """A tiny randomly initialised model of a family (for tests and examples), in eval mode.
 
-    Families: ``bert``, ``roberta``, ``gpt2``, ``llama``, ``qwen2``, ``mistral``. ``overrides`` go
-    to the config (e.g. ``num_key_value_heads=2``, ``sliding_window=4``).
+    Families: ``bert``, ``roberta``, ``gpt2``, ``llama``, ``qwen2``, ``mistral`` (through the
+    AttentionInterface) and ``gpt_neo``, ``xglm``, ``openai-gpt`` (through projection hooks).
+    ``overrides`` go to the config (e.g. ``num_key_value_heads=2``, ``sliding_window=4``).
     """
     import transformers as tf
 
@@ -167,6 +168,11 @@ def tiny_model(family: str, *, attn_implementation: str = "sdpa", seed: int = 0,
         "llama": lambda: tf.LlamaConfig(num_key_value_heads=2, max_position_embeddings=64, **common),
         "qwen2": lambda: tf.Qwen2Config(num_key_value_heads=2, max_position_embeddings=64, **common),
         "mistral": lambda: tf.MistralConfig(num_key_value_heads=2, max_position_embeddings=64, sliding_window=4, **common),
+        "gpt_neo": lambda: tf.GPTNeoConfig(hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64,
+                                           vocab_size=128, attention_types=[[["global", "local"], 1]], window_size=4),
+        "xglm": lambda: tf.XGLMConfig(d_model=32, num_layers=2, attention_heads=4, ffn_dim=64, vocab_size=128,
+                                      max_position_embeddings=64),
+        "openai-gpt": lambda: tf.OpenAIGPTConfig(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=128),
     }
     if family not in configs:
         raise InputError(f"unknown tiny family {family!r}; choose from {', '.join(configs)}")

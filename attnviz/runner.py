@@ -27,7 +27,8 @@ from .errors import (
     UnsupportedModelError,
 )
 from .models import load_model, resolve_dtype
-from .taps import AttentionCall, tap
+from .specs import supported_families
+from .taps import AttentionCall, tap_model
 from .words import words_from_offsets
 
 __all__ = ["capture"]
@@ -262,16 +263,15 @@ def capture(
     if "use_cache" in _forward_parameters(model):
         forward_kwargs["use_cache"] = False
 
-    with torch.no_grad(), tap(model, layers=wanted, to_cpu=not keep_on_device) as recorder:
+    with torch.no_grad(), tap_model(model, layers=wanted, to_cpu=not keep_on_device) as recorder:
         model(**forward_kwargs)
     calls = recorder.calls
     if not calls:
         raise UnsupportedModelError(
-            f"{type(model).__name__} ran no attention through transformers' AttentionInterface "
-            f"(backend {getattr(config, '_attn_implementation', None)!r}), so nothing could be captured. "
-            "attnviz supports models whose attention dispatches through it: BERT, RoBERTa, GPT-2, Llama, "
-            "Qwen2, Mistral, SmolLM2 and most recent families. GPT-2 with reorder_and_upcast_attn under "
-            "eager bypasses it: load with attn_implementation='sdpa'."
+            f"{type(model).__name__} ({getattr(config, 'model_type', '?')}) ran no attention that attnviz "
+            f"could tap (backend {getattr(config, '_attn_implementation', None)!r}), so nothing was captured. "
+            f"attnviz supports {supported_families()}. GPT-2 with reorder_and_upcast_attn under "
+            "eager bypasses the interface: load with attn_implementation='sdpa'."
         )
     first = next(c for c in calls if c.q is not None) if any(c.q is not None for c in calls) else None
     if first is None:

@@ -30,8 +30,9 @@ from typing import Any
 from torch import Tensor, nn
 
 from .errors import UnsupportedModelError
+from .specs import ProjectionSpec, supported_families
 
-__all__ = ["AttentionCall", "Recorder", "tap"]
+__all__ = ["AttentionCall", "Recorder", "tap", "tap_model", "tap_projections"]
 
 _ACTIVE: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("attnviz_recorder", default=None)
 
@@ -71,6 +72,7 @@ class Recorder:
         return id(module) in self._names
 
     def record(self, backend: str, module: nn.Module, args: tuple, kwargs: dict, result: Any) -> None:
+        """Record one call of an attention-interface function (its arguments and its result)."""
         query, key, value, mask = (list(args) + [None] * 4)[:4]
         if mask is None:
             mask = kwargs.get("attention_mask")
@@ -81,22 +83,30 @@ class Recorder:
         is_causal = kwargs.get("is_causal")
         if is_causal is None:
             is_causal = bool(getattr(module, "is_causal", True))
-        window = kwargs.get("sliding_window") or None
+        self.add(module, backend, query, key, value, out, weights=weights, mask=mask, scaling=float(scaling),
+                 causal=is_causal, window=kwargs.get("sliding_window") or None, softcap=kwargs.get("softcap"))
+
+    def add(
+        self, module: nn.Module, backend: str, q: Tensor, k: Tensor, v: Tensor, out: Tensor, *,
+        weights: Any = None, mask: Any = None, scaling: float, causal: bool, window: int | None = None,
+        softcap: float | None = None,
+    ) -> None:
+        """Append one layer's call; tensors of layers not asked for are dropped at once."""
         keep = self.layers is None or len(self.calls) in self.layers
         move = (lambda t: t.detach().to("cpu")) if self.to_cpu else (lambda t: t.detach())
         self.calls.append(
             AttentionCall(
                 name=self._names[id(module)],
-                q=move(query) if keep else None,
-                k=move(key) if keep else None,
-                v=move(value) if keep else None,
+                q=move(q) if keep else None,
+                k=move(k) if keep else None,
+                v=move(v) if keep else None,
                 out=move(out) if keep else None,
                 weights=move(weights) if keep and isinstance(weights, Tensor) else None,
                 mask=move(mask) if keep and isinstance(mask, Tensor) else None,
-                scaling=float(scaling),
-                causal=is_causal,
+                scaling=scaling,
+                causal=causal,
                 window=int(window) if window is not None else None,
-                softcap=kwargs.get("softcap"),
+                softcap=softcap,
                 backend=backend,
             )
         )
@@ -185,11 +195,70 @@ def backends_of(model: nn.Module) -> set[str]:
             names.add(impl)
     if not names:
         raise UnsupportedModelError(
-            f"{type(model).__name__} has no config._attn_implementation: attnviz captures transformers "
-            "models whose attention dispatches through AttentionInterface (BERT, RoBERTa, GPT-2, Llama, "
-            "Qwen2, Mistral, SmolLM2 and most recent families)"
+            f"{type(model).__name__} has no config._attn_implementation: attnviz supports {supported_families()}"
         )
     return {name.removeprefix("paged|") if name != "paged|eager" else name for name in names}
+
+
+def _split_heads(x: Tensor, heads: int) -> Tensor:  # [batch, pos, head·d] -> [batch, head, pos, d]
+    b, n, width = x.shape
+    return x.view(b, n, heads, width // heads).transpose(1, 2)
+
+
+@contextlib.contextmanager
+def tap_projections(
+    model: nn.Module, spec: ProjectionSpec, *, layers: set[int] | None = None, to_cpu: bool = True
+) -> Iterator[Recorder]:
+    """Record Q, K, V and the attention output through forward hooks on the projections.
+
+    For families without the AttentionInterface (see :mod:`attnviz.specs`). The hooks belong to
+    this capture alone, record only in this context, and are removed on exit, also on error.
+    """
+    recorder = Recorder(model, layers=layers, to_cpu=to_cpu)
+    handles = []
+    token = _ACTIVE.set(recorder)
+
+    def mine() -> bool:
+        return _ACTIVE.get() is recorder
+
+    try:
+        for attention in (m for m in model.modules() if type(m).__name__ == spec.module):
+            scratch: dict[str, Tensor] = {}
+
+            def keep_output(name, scratch=scratch):
+                def hook(_module, _args, output):
+                    if mine():
+                        scratch[name] = output
+                return hook
+
+            def finish(_module, args, attention=attention, scratch=scratch):
+                if not mine():
+                    return
+                heads = int(getattr(attention, spec.heads))
+                if spec.fused:
+                    q, k, v = scratch.pop("fused").chunk(3, dim=-1)
+                else:
+                    q, k, v = scratch.pop("q"), scratch.pop("k"), scratch.pop("v")
+                out = args[0]
+                recorder.add(
+                    attention, "projection hooks", _split_heads(q, heads), _split_heads(k, heads),
+                    _split_heads(v, heads), out.view(*out.shape[:2], heads, -1),
+                    scaling=float(spec.scaling(attention)), causal=spec.causal, window=spec.window(attention),
+                )
+
+            parts = {"fused": spec.fused} if spec.fused else {"q": spec.q, "k": spec.k, "v": spec.v}
+            for name, child in parts.items():
+                handles.append(attention.get_submodule(child).register_forward_hook(keep_output(name)))
+            handles.append(attention.get_submodule(spec.out).register_forward_pre_hook(finish))
+        if not handles:
+            raise UnsupportedModelError(
+                f"{type(model).__name__} has no {spec.module} module; attnviz supports {supported_families()}"
+            )
+        yield recorder
+    finally:
+        _ACTIVE.reset(token)
+        for handle in handles:
+            handle.remove()
 
 
 @contextlib.contextmanager
@@ -214,6 +283,17 @@ def tap(model: nn.Module, *, layers: set[int] | None = None, to_cpu: bool = True
         _ACTIVE.reset(token)
         for backend in installed:
             _INSTALLER.release(backend)
+
+
+def tap_model(model: nn.Module, *, layers: set[int] | None = None, to_cpu: bool = True):
+    """The right tap for ``model``: projection hooks for the families in :data:`PROJECTION_SPECS`,
+    the AttentionInterface wrapper for every other."""
+    from .specs import PROJECTION_SPECS
+
+    spec = PROJECTION_SPECS.get(getattr(getattr(model, "config", None), "model_type", ""))
+    if spec is not None:
+        return tap_projections(model, spec, layers=layers, to_cpu=to_cpu)
+    return tap(model, layers=layers, to_cpu=to_cpu)
 
 
 def installed_backends() -> dict[str, int]:

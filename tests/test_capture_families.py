@@ -90,7 +90,7 @@ def test_gpt2_layer_scaling_quirks(ids):
 
 def test_gpt2_reorder_and_upcast_under_eager_is_unsupported(ids):
     model = attnviz.tiny_model("gpt2", attn_implementation="eager", reorder_and_upcast_attn=True)
-    with pytest.raises(attnviz.UnsupportedModelError, match="bypasses it: load with attn_implementation='sdpa'"):
+    with pytest.raises(attnviz.UnsupportedModelError, match="by projection hooks: gpt_neo, xglm, openai-gpt. GPT-2 with reorder_and_upcast_attn under eager bypasses the interface"):
         attnviz.capture(model, input_ids=ids[:1])
     assert installed_backends() == {}
 
@@ -180,3 +180,67 @@ def test_half_precision_on_cpu_is_validated_in_float32(ids, dtype, backend):
     report = cap.validate()
     assert report.dtype == str(dtype).removeprefix("torch.") and report.atol > 1e-5
     assert report.passed, str(report)
+
+
+# ---------------------------------------------------------------- families without the AttentionInterface
+PROJECTION_FAMILIES = ["gpt_neo", "xglm", "openai-gpt"]
+
+
+@pytest.mark.parametrize("family", PROJECTION_FAMILIES)
+def test_projection_hook_families_match_output_attentions(ids, family):
+    model = attnviz.tiny_model(family, attn_implementation="eager")
+    with torch.no_grad():
+        reference = model(input_ids=ids[:1], output_attentions=True).attentions
+    cap = attnviz.capture(model, input_ids=ids[:1])
+    assert cap.model["backend"] == "projection hooks" and cap.n_layers == len(reference)
+    for layer, ref in enumerate(reference):
+        torch.testing.assert_close(cap.attention(layer), ref[0], atol=1e-5, rtol=0)
+    report = cap.validate()
+    assert report.passed and {r["quantity"] for r in report.rows} == {"output"}, str(report)
+
+
+def test_gpt_neo_local_layers_keep_their_window(ids):
+    cap = attnviz.capture(attnviz.tiny_model("gpt_neo", attn_implementation="eager"), input_ids=ids[:1])
+    assert (cap.layers[0].window, cap.layers[1].window) == (None, 4)  # global, then local
+    assert cap.layers[0].scaling == 1.0  # GPT-Neo does not scale its scores
+    w = cap.attention(1, head=0)
+    assert w[9, :6].abs().max() == 0 and w[9, 6:10].sum() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_projection_hooks_are_removed_also_after_an_exception(ids):
+    model = attnviz.tiny_model("xglm", attn_implementation="eager")
+    hooks_before = [(dict(m._forward_hooks), dict(m._forward_pre_hooks)) for m in model.modules()]
+
+    def boom(module, args, output):
+        raise RuntimeError("forward failed")
+
+    handle = model.model.layers[1].register_forward_hook(boom)
+    try:
+        with pytest.raises(RuntimeError, match="forward failed"):
+            attnviz.capture(model, input_ids=ids[:1])
+    finally:
+        handle.remove()
+    assert [(dict(m._forward_hooks), dict(m._forward_pre_hooks)) for m in model.modules()] == hooks_before
+    with torch.no_grad():
+        attnviz.capture(model, input_ids=ids[:1])  # and it still captures afterwards
+
+
+def test_projection_hooks_record_only_their_own_thread(ids):
+    model = attnviz.tiny_model("openai-gpt", attn_implementation="eager")
+    inputs = [torch.randint(3, 120, (1, 5 + i)) for i in range(3)]
+    expected = [attnviz.capture(model, input_ids=x).attention(1) for x in inputs]
+    errors = []
+
+    def worker(i):
+        try:
+            for _ in range(4):
+                assert torch.equal(attnviz.capture(model, input_ids=inputs[i]).attention(1), expected[i])
+        except Exception as err:  # noqa: BLE001
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
