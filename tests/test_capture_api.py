@@ -202,3 +202,15 @@ def test_unsupported_model_names_what_is_supported():
 def test_device_and_dtype_with_a_model_object_are_explained(tiny):
     with pytest.raises(attnviz.InputError, match="the model is in torch.float32 but dtype='float16' was given"):
         attnviz.capture(tiny("gpt2"), input_ids=torch.ones(1, 3, dtype=torch.long), dtype="float16")
+
+
+def test_a_local_folder_loads_through_from_pretrained(tiny_bert_words, tmp_path):
+    model, tok = tiny_bert_words
+    model.save_pretrained(tmp_path / "tiny-bert")
+    tok.save_pretrained(tmp_path / "tiny-bert")
+    cap = attnviz.capture(str(tmp_path / "tiny-bert"), TEXT, layers=[1])
+    assert cap.model["model_type"] == "bert" and cap.tokens[2] == "cat"
+    torch.testing.assert_close(cap.attention(1), attnviz.capture(model, TEXT, tok).attention(1))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(attnviz.ModelNotFoundError, match="could not load a transformers model from the folder"):
+        attnviz.load_model(str(tmp_path / "empty"))
