@@ -83,11 +83,21 @@ class Capture:
 
     @property
     def token_labels(self) -> list[str]:
-        """Readable, unique-per-position labels: the token's text (special tokens as themselves)."""
+        """Readable labels: the token's text (special tokens as themselves). Byte-level pieces of one
+        character (2–3 tokens with the same span, as for 小 in byte-level BPE) get subscripts: 小₁ 小₂."""
+        subscripts = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+        count: dict[tuple[int, int], int] = {}
+        for span in self.offsets:
+            count[span] = count.get(span, 0) + 1
+        seen: dict[tuple[int, int], int] = {}
         labels = []
         for token, (start, end) in zip(self.tokens, self.offsets):
             piece = self.text[start:end].strip() if end > start else token
-            labels.append(piece or token)
+            label = piece or token
+            if end > start and count[(start, end)] > 1:
+                seen[(start, end)] = seen.get((start, end), 0) + 1
+                label += str(seen[(start, end)]).translate(subscripts)
+            labels.append(label)
         return labels
 
     def __repr__(self) -> str:

@@ -67,7 +67,7 @@ def test_cli_coref_and_probes(tmp_path, capsys):
     assert main(["coref", "smollm2", "我家的小猫很可爱，它很好动。", "--pronoun", "它", "--candidates", "小猫,我家",
                  "--top", "3"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("'它' → 小猫 / 我家 over 270 heads of smollm2 (leaving out '我' and renormalising each row)")
+    assert out.startswith("'它' → 小猫 / 我家 over 270 heads of smollm2 (leaving out '我₁' and renormalising each row)")
     assert "prepend a BOS" in out
     assert main(["probes", "minilm", "zh", "--top", "2", "--csv", str(tmp_path / "acc.csv")]) == 0
     out = capsys.readouterr().out

@@ -65,3 +65,9 @@ def test_minilm_capture_batch_and_validate(minilm):
 def test_embedded_aliases_load_through_capture():
     cap = attnviz.capture("minilm", "Hello world", layers=[0])
     assert cap.model["name"] == "minilm" and cap.model["model_type"] == "bert" and sorted(cap.layers) == [0]
+
+
+def test_byte_pieces_get_distinct_labels(smollm2):
+    cap = attnviz.capture(smollm2[0], ZH, smollm2[1], layers=[0])
+    assert cap.token_labels[:5] == ["我₁", "我₂", "家₁", "家₂", "的"]
+    assert len(set(cap.token_labels)) < len(cap.token_labels)  # 很 occurs twice: labels name pieces, not places
