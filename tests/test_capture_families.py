@@ -10,6 +10,47 @@ import attnviz
 from attnviz.taps import installed_backends
 
 
+def hook_snapshot(model):
+    return [(dict(m._forward_hooks), dict(m._forward_pre_hooks)) for m in model.modules()]
+
+
+def capture_with_a_failing_layer(model, layer_module, ids):
+    """Capture while ``layer_module`` raises in forward; the error must come through unchanged."""
+
+    def boom(module, args, output):
+        raise RuntimeError("forward failed")
+
+    handle = layer_module.register_forward_hook(boom)
+    try:
+        with pytest.raises(RuntimeError, match="forward failed"):
+            attnviz.capture(model, input_ids=ids[:1])
+    finally:
+        handle.remove()
+
+
+def capture_concurrently(model, inputs, rounds=5):
+    """Capture each input from its own thread, ``rounds`` times; every result must equal the
+    capture made alone. Returns the errors seen."""
+    expected = [attnviz.capture(model, input_ids=x).attention(1) for x in inputs]
+    errors = []
+    barrier = threading.Barrier(len(inputs))
+
+    def worker(i):
+        try:
+            barrier.wait()
+            for _ in range(rounds):
+                assert torch.equal(attnviz.capture(model, input_ids=inputs[i]).attention(1), expected[i])
+        except Exception as err:  # noqa: BLE001 - reported by the caller
+            errors.append(err)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(len(inputs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_validation_passes_within_1e5(tiny, ids, family, backend):
@@ -119,46 +160,17 @@ def test_no_hook_or_setting_survives_an_exception(tiny, ids):
     model = tiny("bert", "eager")
     mapping_before = dict(ALL_ATTENTION_FUNCTIONS.items())
     impl_before = model.config._attn_implementation
-    hooks_before = [(dict(m._forward_hooks), dict(m._forward_pre_hooks)) for m in model.modules()]
-
-    def boom(module, args, output):
-        raise RuntimeError("forward failed")
-
-    handle = model.encoder.layer[1].register_forward_hook(boom)
-    try:
-        with pytest.raises(RuntimeError, match="forward failed"):
-            attnviz.capture(model, input_ids=ids[:1])
-    finally:
-        handle.remove()
+    hooks_before = hook_snapshot(model)
+    capture_with_a_failing_layer(model, model.encoder.layer[1], ids)
     assert installed_backends() == {}
     assert dict(ALL_ATTENTION_FUNCTIONS.items()) == mapping_before and "eager" not in ALL_ATTENTION_FUNCTIONS
     assert model.config._attn_implementation == impl_before
-    assert [(dict(m._forward_hooks), dict(m._forward_pre_hooks)) for m in model.modules()] == hooks_before
+    assert hook_snapshot(model) == hooks_before
 
 
 def test_concurrent_captures_on_one_model_never_mix(tiny):
     model = tiny("llama")
-    inputs = [torch.randint(3, 120, (1, 6 + i)) for i in range(4)]
-    expected = [attnviz.capture(model, input_ids=x).attention(1) for x in inputs]
-    results, errors = {}, []
-    barrier = threading.Barrier(4)
-
-    def worker(i):
-        try:
-            barrier.wait()
-            for _ in range(5):
-                got = attnviz.capture(model, input_ids=inputs[i]).attention(1)
-                assert torch.equal(got, expected[i])
-            results[i] = True
-        except Exception as err:  # noqa: BLE001 - reported below
-            errors.append(err)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors and len(results) == 4
+    assert capture_concurrently(model, [torch.randint(3, 120, (1, 6 + i)) for i in range(4)]) == []
     assert installed_backends() == {}
 
 
@@ -209,38 +221,14 @@ def test_gpt_neo_local_layers_keep_their_window(ids):
 
 def test_projection_hooks_are_removed_also_after_an_exception(ids):
     model = attnviz.tiny_model("xglm", attn_implementation="eager")
-    hooks_before = [(dict(m._forward_hooks), dict(m._forward_pre_hooks)) for m in model.modules()]
-
-    def boom(module, args, output):
-        raise RuntimeError("forward failed")
-
-    handle = model.model.layers[1].register_forward_hook(boom)
-    try:
-        with pytest.raises(RuntimeError, match="forward failed"):
-            attnviz.capture(model, input_ids=ids[:1])
-    finally:
-        handle.remove()
-    assert [(dict(m._forward_hooks), dict(m._forward_pre_hooks)) for m in model.modules()] == hooks_before
+    hooks_before = hook_snapshot(model)
+    capture_with_a_failing_layer(model, model.model.layers[1], ids)
+    assert hook_snapshot(model) == hooks_before
     with torch.no_grad():
         attnviz.capture(model, input_ids=ids[:1])  # and it still captures afterwards
 
 
-def test_projection_hooks_record_only_their_own_thread(ids):
+def test_projection_hooks_record_only_their_own_thread():
     model = attnviz.tiny_model("openai-gpt", attn_implementation="eager")
-    inputs = [torch.randint(3, 120, (1, 5 + i)) for i in range(3)]
-    expected = [attnviz.capture(model, input_ids=x).attention(1) for x in inputs]
-    errors = []
-
-    def worker(i):
-        try:
-            for _ in range(4):
-                assert torch.equal(attnviz.capture(model, input_ids=inputs[i]).attention(1), expected[i])
-        except Exception as err:  # noqa: BLE001
-            errors.append(err)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
+    assert capture_concurrently(model, [torch.randint(3, 120, (1, 5 + i)) for i in range(3)], rounds=4) == []
+    assert hook_snapshot(model) == hook_snapshot(attnviz.tiny_model("openai-gpt", attn_implementation="eager"))
