@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+import numpy as np
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
@@ -198,15 +199,15 @@ def model_view(
     t = _thumb(cap, words, cells)
     size_r, size_c = len(layers) * (t + 1) - 1, h * (t + 1) - 1
     z = torch.full((size_r, size_c), float("nan"))
-    ids = [[None] * size_c for _ in range(size_r)]
     for r, layer in enumerate(layers):
         w = cap.attention(layer, words=words)  # [head, n, n]
         pooled = torch.nn.functional.adaptive_max_pool2d(w[None], (t, t))[0] if n > t else w
         for head in range(h):
             z[r * (t + 1): r * (t + 1) + t, head * (t + 1): head * (t + 1) + t] = pooled[head]
-            for i in range(r * (t + 1), r * (t + 1) + t):
-                for j in range(head * (t + 1), head * (t + 1) + t):
-                    ids[i][j] = [layer, head]
+    # hover ids: [layer, head] of the thumbnail under each cell (gaps carry the neighbour's, never shown)
+    row_layer = np.array(layers)[np.minimum(np.arange(size_r) // (t + 1), len(layers) - 1)]
+    col_head = np.minimum(np.arange(size_c) // (t + 1), h - 1)
+    ids = np.stack(np.broadcast_arrays(row_layer[:, None], col_head[None, :]), axis=-1)
     fig = go.Figure(go.Heatmap(
         z=z.numpy().round(3), colorscale="Blues", zmin=0, zmax=1, showscale=False,
         customdata=ids, hovertemplate="L%{customdata[0]}·H%{customdata[1]}<extra></extra>",

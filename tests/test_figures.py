@@ -65,7 +65,7 @@ def test_model_view_mosaic_and_click_ids(decoder_cap):
     t = 10  # n < cells: thumbnails are the full patterns
     assert z.shape == (2 * (t + 1) - 1, 4 * (t + 1) - 1)
     np.testing.assert_allclose(z[t + 1: 2 * t + 1, 2 * (t + 1): 2 * (t + 1) + t], decoder_cap.attention(1, 2).numpy(), atol=1e-3)
-    assert fig.data[0].customdata[t + 1][2 * (t + 1)] == [1, 2]
+    assert list(fig.data[0].customdata[t + 1][2 * (t + 1)]) == [1, 2]
     assert len(fig.layout.shapes) == 1  # the selected head is outlined
     assert figures.model_view_cell(decoder_cap, 2 * (t + 1) + 3, t + 1 + 9) == (1, 2)
     assert figures.model_view_cell(decoder_cap, 0, 5 * (t + 1)) is None

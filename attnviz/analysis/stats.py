@@ -89,35 +89,45 @@ def detect_heads(
     ``detect_head`` averages over all rows instead, which caps scores below 1 on short texts).
     Returns ``layer, head, score, rows`` (rows: how many query rows were scored, over all texts).
     """
-    import pandas as pd
-
     caps = [caps] if not isinstance(caps, (list, tuple)) else list(caps)
     total: dict[tuple[int, int], float] = {}
     rows_total = 0
     for cap in caps:
-        if isinstance(pattern, str):
-            mask = pattern_matrix(cap, pattern)
-        elif callable(pattern):
-            mask = pattern(cap)
-        elif isinstance(pattern, Tensor):
-            mask = pattern
-        else:
-            raise ArgumentTypeError(f"pattern must be a name, a matrix or a function, got {type(pattern).__name__}")
-        mask = mask.to(torch.float32).cpu()
-        if mask.shape != (cap.n_tokens, cap.n_tokens):
-            raise InputError(f"pattern is {tuple(mask.shape)} but the text has {cap.n_tokens} tokens: give [n, n]")
-        scored = mask.sum(-1) > 0  # [query]
-        rows_total += int(scored.sum())
-        if not scored.any():
-            continue
+        mask = _pattern(cap, pattern)
+        rows_total += int((mask.sum(-1) > 0).sum())
         for layer in sorted(cap.layers):
-            mass = (cap.attention(layer).cpu() * mask).sum(-1)[:, scored]  # [head, scored rows]
-            for head, value in enumerate(mass.sum(-1).tolist()):
+            for head, value in enumerate(_pattern_mass(cap.attention(layer).cpu(), mask).tolist()):
                 total[(layer, head)] = total.get((layer, head), 0.0) + value
-    heads = [(layer, head) for cap in caps[:1] for layer in sorted(cap.layers) for head in range(cap.n_heads)]
+    return _scores_frame(caps[0], total, rows_total)
+
+
+def _pattern(cap: Capture, pattern: str | Tensor | Callable[[Capture], Tensor]) -> Tensor:  # [q, k] float
+    if isinstance(pattern, str):
+        mask = pattern_matrix(cap, pattern)
+    elif callable(pattern):
+        mask = pattern(cap)
+    elif isinstance(pattern, Tensor):
+        mask = pattern
+    else:
+        raise ArgumentTypeError(f"pattern must be a name, a matrix or a function, got {type(pattern).__name__}")
+    mask = mask.to(torch.float32).cpu()
+    if mask.shape != (cap.n_tokens, cap.n_tokens):
+        raise InputError(f"pattern is {tuple(mask.shape)} but the text has {cap.n_tokens} tokens: give [n, n]")
+    return mask
+
+
+def _pattern_mass(a: Tensor, mask: Tensor) -> Tensor:  # a [head, q, k] -> [head]: mass on targets, summed over scored rows
+    scored = mask.sum(-1) > 0
+    return (a * mask).sum(-1)[:, scored].sum(-1)
+
+
+def _scores_frame(cap: Capture, total: dict, rows_total: int) -> pd.DataFrame:
+    import pandas as pd
+
     return pd.DataFrame(
-        [{"layer": layer, "head": head, "score": total.get((layer, head), 0.0) / rows_total if rows_total else float("nan"),
-          "rows": rows_total} for layer, head in heads]
+        [{"layer": layer, "head": head,
+          "score": total.get((layer, head), 0.0) / rows_total if rows_total else float("nan"), "rows": rows_total}
+         for layer in sorted(cap.layers) for head in range(cap.n_heads)]
     )
 
 
@@ -133,7 +143,11 @@ def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True) -> 
         raise InputError("head_stats needs at least one capture")
     sums: dict[tuple[int, int], dict[str, float]] = {}
     counts: dict[str, int] = {}
+    detector_rows = dict.fromkeys(DETECTORS, 0)
     for cap in caps:
+        masks = {name: pattern_matrix(cap, name).float() for name in DETECTORS} if detectors else {}
+        for name, mask in masks.items():
+            detector_rows[name] += int((mask.sum(-1) > 0).sum())
         n = cap.n_tokens
         special = [p for p in special_positions(cap) if p != 0]
         punct = [i for i, (s, e) in enumerate(cap.offsets) if e > s and _is_punct(cap.text[s:e])]
@@ -156,6 +170,8 @@ def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True) -> 
                 "distance": (a * dist).sum(-1).sum(-1),
                 "entropy": -(a * logs).sum(-1).sum(-1),
             }
+            for name, mask in masks.items():
+                parts[name] = _pattern_mass(a, mask)
             for head in range(a.shape[0]):
                 acc = sums.setdefault((layer, head), {})
                 for key, value in parts.items():
@@ -165,9 +181,7 @@ def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True) -> 
         row = {"layer": layer, "head": head}
         for key in STATISTICS:
             row[key] = acc[key] / counts[key] if counts.get(key) else float("nan")
+        for name in DETECTORS if detectors else ():
+            row[name] = acc[name] / detector_rows[name] if detector_rows[name] else float("nan")
         rows.append(row)
-    df = pd.DataFrame(rows)
-    if detectors:
-        for name in DETECTORS:
-            df[name] = detect_heads(caps, name)["score"].to_numpy()
-    return df
+    return pd.DataFrame(rows)
