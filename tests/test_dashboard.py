@@ -178,6 +178,14 @@ def test_validation_and_cost_views(dash_duo):
     assert "131,072" in dash_duo.find_element(f"#{ID.cost}").text
     open_tab(dash_duo, "Head view")
     dash_duo.wait_for_contains_text(f"#{ID.head_view} .gtitle", "head view — all lines")
+    # hovering a query token on the left isolates its lines (the query markers are the last-but-one trace)
+    dash_duo.driver.execute_script(
+        "const gd = document.querySelector('#%s .js-plotly-plot');"
+        "Plotly.Fx.hover(gd, [{curveNumber: gd.data.length - 2, pointNumber: 2}]);"
+        "gd.emit('plotly_hover', {points: gd._hoverdata, event: {}});" % ID.head_view
+    )
+    dash_duo.wait_for_contains_text(f"#{ID.head_view} .gtitle", "(#2); weights")
+    assert "from '" in figure_title(dash_duo, ID.head_view)
     no_console_errors(dash_duo)
 
 
