@@ -141,6 +141,7 @@ def test_lab_click_token_and_flip_switches(dash_duo, app):
         time.sleep(0.2)
     assert after < before, (before, after)
     assert "unscaled" in figure_title(dash_duo, ID.lab_graph)
+    assert "Without ÷√d_k the scores are 8× larger (d_k = 64)" in dash_duo.find_element(f"#{ID.lab_stats}").text
     no_console_errors(dash_duo)
 
 

@@ -311,7 +311,7 @@ def create_app(
                     f"{names[stats['top_index']]!r}; entropy {stats['entropy']:.2f} nats "
                     f"({100 * stats['entropy_share']:.0f}% of the uniform row over {stats['support']} visible "
                     f"{'words' if words else 'tokens'}); temperature {temperature:.2g}")
-            return fig, text
+            return fig, html.Div([html.Div(text), *_lab_lessons(cap, layer, head, index, words, kwargs)])
         return guarded(tab, "lab", build, lambda m: (message_figure(m), m), 2)
 
     @app.callback(
@@ -374,6 +374,29 @@ def create_app(
         return dcc.send_data_frame(df.to_csv, f"attention-L{layer}-H{head}-{units}.csv")
 
     return app
+
+
+def _lab_lessons(cap: attnviz.Capture, layer: int, head: int, index: int, words: bool, kwargs: dict) -> list:
+    """What the switches teach (the seeds' points), said with this row's own numbers."""
+    lessons = []
+    names = figures.labels(cap, words)
+    rec = cap.layer(layer)
+    if not kwargs["scale"]:
+        scaled = figures.row_stats(cap.attention(layer, head, causal=kwargs["causal"], words=words)[index])
+        lessons.append(
+            f"Without ÷√d_k the scores are {1 / rec.scaling:.3g}× larger (d_k = {cap.d_head}), so the softmax "
+            f"saturates: entropy {scaled['entropy']:.2f} → the one above, top weight {scaled['top_weight']:.2f} "
+            "→ closer to one-hot. That is why the scaling exists."
+        )
+    if rec.causal and not kwargs["causal"]:
+        future = cap.attention(layer, head, causal=False, words=words)[index, index + 1:].sum()
+        lessons.append(
+            f"Without the causal mask {names[index]!r} puts {float(future):.2f} on tokens to its right — "
+            "weights this decoder never computes: it only ever sees the past."
+        )
+    if not rec.causal and kwargs["causal"]:
+        lessons.append("This encoder is bidirectional: the causal mask is not how it was trained.")
+    return [html.Div(lesson, className="lab-lesson", style={"color": "#555", "fontSize": "0.9em"}) for lesson in lessons]
 
 
 def matrix_frame(cap: attnviz.Capture, layer: int, head: int, *, words: bool = False) -> pd.DataFrame:
