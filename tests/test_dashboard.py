@@ -32,6 +32,12 @@ def run_text(dash_duo, text: str, *, expect: str = "tokens"):
         wait_status(dash_duo, expect)
 
 
+def start_minilm(dash_duo, **options):
+    """Serve the dashboard on MiniLM (fast to run) and wait for its first capture."""
+    dash_duo.start_server(create_app(MODELS, default_model="minilm", **options))
+    wait_status(dash_duo, "minilm")
+
+
 def poll(condition, timeout: float = 15):
     """Wait until ``condition()`` is true, re-reading the page each time (elements re-render)."""
     deadline = time.time() + timeout
@@ -148,8 +154,7 @@ def test_lab_click_token_and_flip_switches(dash_duo, app):
 @pytest.mark.browser
 @pytest.mark.slow
 def test_model_view_click_selects_the_head(dash_duo):
-    dash_duo.start_server(create_app(MODELS, default_model="minilm"))
-    wait_status(dash_duo, "minilm")
+    start_minilm(dash_duo)
     run_text(dash_duo, CAT, expect="minilm: 13 tokens")
     open_tab(dash_duo, "Model view")
     dash_duo.wait_for_contains_text(f"#{ID.model_view} .gtitle", "6 layers × 12 heads")
@@ -168,8 +173,7 @@ def test_model_view_click_selects_the_head(dash_duo):
 @pytest.mark.browser
 @pytest.mark.slow
 def test_validation_and_cost_views(dash_duo):
-    dash_duo.start_server(create_app(MODELS, default_model="minilm"))
-    wait_status(dash_duo, "minilm")
+    start_minilm(dash_duo)
     open_tab(dash_duo, "Recomputed vs model")
     dash_duo.wait_for_contains_text(f"#{ID.validation_summary}", "attnviz validation PASS: minilm, 6 layers × 12 heads")
     dash_duo.wait_for_contains_text(f"#{ID.validation_map} .gtitle", "worst L")
@@ -193,8 +197,7 @@ def test_validation_and_cost_views(dash_duo):
 @pytest.mark.browser
 @pytest.mark.slow
 def test_bad_input_shows_a_message_and_the_page_keeps_working(dash_duo):
-    dash_duo.start_server(create_app(MODELS, default_model="minilm", max_tokens=40))
-    wait_status(dash_duo, "minilm")
+    start_minilm(dash_duo, max_tokens=40)
     run_text(dash_duo, "   ", expect="")
     dash_duo.wait_for_contains_text(f"#{ID.message}", "The text is empty")
     run_text(dash_duo, "word " * 60, expect="")
@@ -228,8 +231,7 @@ def test_capture_file_opens_and_a_broken_one_is_a_message(dash_duo, tmp_path, ti
 @pytest.mark.browser
 @pytest.mark.slow
 def test_two_browser_sessions_keep_their_own_text(dash_duo):
-    dash_duo.start_server(create_app(MODELS, default_model="minilm"))
-    wait_status(dash_duo, "minilm")
+    start_minilm(dash_duo)
     run_text(dash_duo, CAT, expect="13 tokens")
     first = dash_duo.driver.current_window_handle
     dash_duo.driver.switch_to.new_window("tab")
@@ -298,8 +300,7 @@ def test_coreference_view_ranks_heads_and_clicks_change_candidates(dash_duo, app
 @pytest.mark.browser
 @pytest.mark.slow
 def test_probe_set_runs_from_the_page(dash_duo):
-    dash_duo.start_server(create_app(MODELS, default_model="minilm"))
-    wait_status(dash_duo, "minilm")
+    start_minilm(dash_duo)
     open_tab(dash_duo, "Coreference")
     choose(dash_duo, f"#{AID.probe_set}", 1)
     dash_duo.find_element(f"#{AID.probe_run}").click()
@@ -311,8 +312,7 @@ def test_probe_set_runs_from_the_page(dash_duo):
 @pytest.mark.browser
 @pytest.mark.slow
 def test_head_statistics_and_rollout_views(dash_duo):
-    dash_duo.start_server(create_app(MODELS, default_model="minilm"))
-    wait_status(dash_duo, "minilm")
+    start_minilm(dash_duo)
     open_tab(dash_duo, "Head statistics")
     dash_duo.wait_for_contains_text(f"#{AID.stats_map} .gtitle", "previous_token: attends to the token just before")
     headers = [h.text for h in dash_duo.find_elements(f"#{AID.stats_table} th")]
@@ -337,8 +337,7 @@ def test_exports_download_the_shown_matrix_and_the_capture(dash_duo):
 
     import pandas as pd
 
-    dash_duo.start_server(create_app(MODELS, default_model="minilm"))
-    wait_status(dash_duo, "minilm")
+    start_minilm(dash_duo)
     run_text(dash_duo, CAT, expect="minilm: 13 tokens")
     dash_duo.select_dcc_dropdown(f"#{ID.layer}", value="L5")
     dash_duo.select_dcc_dropdown(f"#{ID.head}", value="H11")
