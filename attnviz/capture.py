@@ -264,7 +264,7 @@ class Capture:
         n = len(labels)
         frames = []
         for lay in layers:
-            w = self.attention(lay, words=words)  # [head, q, k]
+            w = self.attention(lay, words=words).cpu()  # [head, q, k]
             heads = range(self.n_heads) if head is None else [head]
             self._check_head(head)
             for h in heads:

@@ -68,7 +68,7 @@ def heatmap(
     temperature: float = 1.0,
 ) -> go.Figure:
     """One head's query × key weights; masked cells (the causal triangle) are left empty."""
-    w = cap.attention(layer, head, causal=causal, scale=scale, temperature=temperature, words=words)
+    w = cap.attention(layer, head, causal=causal, scale=scale, temperature=temperature, words=words).cpu()
     allowed = _allowed(cap, layer, causal, words)
     z = torch.where(allowed, w, torch.full_like(w, float("nan"))).numpy().round(5)
     names = labels(cap, words)
@@ -133,7 +133,7 @@ def head_view(
     levels = [(0.02, 0.1, 0.15), (0.1, 0.3, 0.35), (0.3, 0.6, 0.6), (0.6, 1.01, 0.95)]
     for head in heads:
         colour = HEAD_COLOURS[head % len(HEAD_COLOURS)]
-        w = cap.attention(layer, head, words=words)
+        w = cap.attention(layer, head, words=words).cpu()
         rows = [query] if query is not None else range(n)
         first = True
         for lo, hi, alpha in levels:
@@ -200,7 +200,7 @@ def model_view(
     size_r, size_c = len(layers) * (t + 1) - 1, h * (t + 1) - 1
     z = torch.full((size_r, size_c), float("nan"))
     for r, layer in enumerate(layers):
-        w = cap.attention(layer, words=words)  # [head, n, n]
+        w = cap.attention(layer, words=words).cpu()  # [head, n, n]
         pooled = torch.nn.functional.adaptive_max_pool2d(w[None], (t, t))[0] if n > t else w
         for head in range(h):
             z[r * (t + 1): r * (t + 1) + t, head * (t + 1): head * (t + 1) + t] = pooled[head]
@@ -263,7 +263,7 @@ def query_row(
         from .errors import OutOfRangeError
 
         raise OutOfRangeError(f"query {query} is out of range: 0..{len(names) - 1}")
-    row = cap.attention(layer, head, causal=causal, scale=scale, temperature=temperature, words=words)[query]
+    row = cap.attention(layer, head, causal=causal, scale=scale, temperature=temperature, words=words)[query].cpu()
     stats = row_stats(row)
     colours = ["#d62728" if i == stats["top_index"] else "#1f77b4" for i in range(len(names))]
     fig = go.Figure(go.Bar(
@@ -312,9 +312,9 @@ def comparison(cap: Capture, layer: int, head: int) -> go.Figure:
     """
     rec = cap.layer(layer)
     if rec.weights is not None:
-        theirs, ours, what = rec.weights[head].float(), cap.attention(layer, head), "weights A"
+        theirs, ours, what = rec.weights[head].float().cpu(), cap.attention(layer, head).cpu(), "weights A"
     elif rec.out is not None:
-        theirs, ours, what = rec.out[head].float(), cap.output(layer, head), "output A·V"
+        theirs, ours, what = rec.out[head].float().cpu(), cap.output(layer, head).cpu(), "output A·V"
     else:
         raise ValueError(f"layer {layer} holds neither the model's weights nor its output")
     diff = (ours - theirs).numpy()

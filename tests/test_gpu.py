@@ -29,6 +29,10 @@ def test_keep_on_device_keeps_tensors_on_cuda():
     assert cap[0].q(0).device.type == "cuda" and cap[0].attention(0).device.type == "cuda"
     assert cap[0].validate().passed
     assert cap[0].to("cpu").q(0).device.type == "cpu"
+    from attnviz import figures
+
+    assert figures.heatmap(cap[0], 0, 1).data[0].z is not None  # figures take device captures too
+    assert len(cap[0].to_pandas(layer=0, head=1)) == 12 * 12
 
 
 def test_eager_half_weights_are_compared_in_float32():
