@@ -308,11 +308,16 @@ class ProbeResult:
             f"{n} probes on {self.model} ({self.how}): best head L{int(b['layer'])}·H{int(b['head'])} picks the gold "
             f"antecedent {b['accuracy']:.0%} of the time; baselines — nearest candidate "
             f"{self.baselines['nearest']:.0%}, first candidate {self.baselines['first']:.0%}; "
-            f"{(self.accuracy.accuracy > max(self.baselines.values())).sum()} heads beat both"
+            + _count((self.accuracy.accuracy > max(self.baselines.values())).sum(), "head beats", "heads beat")
+            + " both"
             + (f"; skipped {len(self.skipped)}" if self.skipped else "")
         )
 
     __repr__ = __str__
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
 
 
 def evaluate_probes(
