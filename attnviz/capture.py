@@ -100,6 +100,18 @@ class Capture:
             labels.append(label)
         return labels
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of tensor storage the capture holds (shared storages counted once)."""
+        seen: set[int] = set()
+        total = 0
+        for rec in self.layers.values():
+            for t in (rec.q, rec.k, rec.v, rec.out, rec.weights, rec.mask):
+                if t is not None and t.untyped_storage().data_ptr() not in seen:
+                    seen.add(t.untyped_storage().data_ptr())
+                    total += t.untyped_storage().nbytes()
+        return total
+
     def __repr__(self) -> str:
         return (
             f"Capture({self.model.get('name', '?')!r}, {self.n_tokens} tokens, {len(self.words)} words, "
@@ -260,13 +272,13 @@ class Capture:
         import pandas as pd
 
         layers = sorted(self.layers) if layer is None else [layer]
+        self._check_head(head)
         labels = self.word_labels if words else self.tokens
         n = len(labels)
         frames = []
         for lay in layers:
             w = self.attention(lay, words=words).cpu()  # [head, q, k]
             heads = range(self.n_heads) if head is None else [head]
-            self._check_head(head)
             for h in heads:
                 frames.append(
                     pd.DataFrame(

@@ -77,7 +77,6 @@ def _cmd_validate(args) -> int:
 def _cmd_coref(args) -> int:
     from .analysis import rank_heads
 
-    args.layers = None
     cap = _capture(args)
     candidates = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
     ranking = rank_heads(cap, args.pronoun, candidates, exclude_sinks=not args.keep_sinks)

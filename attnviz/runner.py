@@ -105,13 +105,6 @@ def _tokenize(
     return encoded
 
 
-def _allowed_from(mask: Tensor, b: int, idx: Tensor) -> Tensor:  # [pos, pos]
-    m = mask[b if mask.shape[0] > 1 else 0, 0][idx][:, idx]
-    if m.dtype == torch.bool:
-        return m
-    return m > torch.finfo(m.dtype).min / 2 if m.is_floating_point() else m.bool()
-
-
 def _layer_mask(call: AttentionCall, b: int, idx: Tensor, cache: dict) -> tuple[bool, int | None, Tensor | None]:
     """(causal, window, custom mask) describing the mask the kernel applied to item ``b``."""
     n = len(idx)
@@ -124,7 +117,7 @@ def _layer_mask(call: AttentionCall, b: int, idx: Tensor, cache: dict) -> tuple[
         if additive or call.mask.shape[1] > 1:  # a bias (ALiBi-like) or per-head mask: keep it as given
             cache[key] = (False, None, raw)
         else:
-            allowed = _allowed_from(call.mask, b, idx)
+            allowed = raw > torch.finfo(raw.dtype).min / 2 if raw.is_floating_point() else raw.bool()
             causal = not bool(torch.triu(allowed, diagonal=1).any())
             window = call.window if causal else None
             structural = build_mask(n, n, causal=causal, window=window, device=allowed.device)

@@ -71,15 +71,7 @@ def memory_child(family: str, mode: str, n: int) -> None:
     base = _status("VmRSS:")
     result = run_once(mode, model, ids)
     peak = _status("VmHWM:")
-    kept = 0
-    if mode == "attnviz":
-        seen = set()
-        for rec in result.layers.values():
-            for t in (rec.q, rec.k, rec.v, rec.out):
-                key = t.untyped_storage().data_ptr()
-                if key not in seen:
-                    seen.add(key)
-                    kept += t.untyped_storage().nbytes()
+    kept = result.nbytes if mode == "attnviz" else 0
     print(json.dumps({"extra": (peak - base) * 1024, "kept": kept}))
 
 

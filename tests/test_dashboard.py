@@ -9,7 +9,7 @@ from selenium.webdriver.common.keys import Keys
 import attnviz
 from apps.dashboard import CaptureCache, create_app
 from apps.dashboard.app import default_query, matrix_frame
-from apps.dashboard.cache import capture_bytes, capture_key
+from apps.dashboard.cache import capture_key
 from apps.dashboard.layout import ID
 
 CAT = "The cat sat on the mat because it was tired."
@@ -248,7 +248,7 @@ def test_two_browser_sessions_keep_their_own_text(dash_duo):
 def test_cache_is_bounded_in_bytes(tiny):
     model = tiny("gpt2")
     caps = [attnviz.capture(model, input_ids=torch.randint(3, 100, (1, 20))) for _ in range(3)]
-    size = capture_bytes(caps[0])
+    size = caps[0].nbytes
     cache = CaptureCache(max_bytes=2 * size)
     for i, cap in enumerate(caps):
         cache.put(f"k{i}", cap)

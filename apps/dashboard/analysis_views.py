@@ -102,9 +102,6 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
     probe_results: OrderedDict = OrderedDict()  # (model, probe set, sinks) -> result, per app
     probe_lock = threading.Lock()
 
-    def visible(tab, key):
-        return tab == key
-
     @app.callback(
         Output(AID.coref_selection, "data"),
         Input(ids.store, "data"), Input(ids.lab_query, "data"),
@@ -168,7 +165,7 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         Input(ids.tabs, "value"),
     )
     def coreference(store, selection, sinks, tab):
-        if not visible(tab, "coref"):
+        if tab != "coref":
             return (no_update,) * 5
         try:
             cap = from_store(store)
@@ -231,7 +228,7 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         Input(ids.store, "data"), Input(AID.stats_column, "value"), Input(ids.tabs, "value"),
     )
     def statistics(store, column, tab):
-        if not visible(tab, "stats"):
+        if tab != "stats":
             return (no_update,) * 3
         try:
             cap = from_store(store)
@@ -269,7 +266,7 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         Input(ids.tabs, "value"),
     )
     def rollout_view(store, mode, query, tab):
-        if not visible(tab, "rollout"):
+        if tab != "rollout":
             return no_update
         try:
             cap = from_store(store)

@@ -14,16 +14,6 @@ def capture_key(model: str, text: str) -> str:
     return hashlib.sha256(f"{model}\x00{text}".encode()).hexdigest()[:24]
 
 
-def capture_bytes(cap: Capture) -> int:
-    seen, total = set(), 0
-    for rec in cap.layers.values():
-        for t in (rec.q, rec.k, rec.v, rec.out, rec.weights, rec.mask):
-            if t is not None and t.untyped_storage().data_ptr() not in seen:
-                seen.add(t.untyped_storage().data_ptr())
-                total += t.untyped_storage().nbytes()
-    return total
-
-
 class CaptureCache:
     """Least-recently-used captures, at most ``max_bytes`` of tensors in all (one always fits)."""
 
@@ -41,7 +31,7 @@ class CaptureCache:
             return item[0]
 
     def put(self, key: str, cap: Capture) -> None:
-        size = capture_bytes(cap)
+        size = cap.nbytes
         with self._lock:
             self._items.pop(key, None)
             self._items[key] = (cap, size)
