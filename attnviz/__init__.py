@@ -9,7 +9,7 @@ Importing attnviz loads no model, patches nothing and does not import dash.
 """
 
 from .attention import scaled_dot_product
-from .capture import Capture, LayerRecord
+from .capture import Capture, LayerRecord, TokenSequence
 from .errors import (
     ArgumentTypeError,
     AttnvizError,
@@ -21,9 +21,11 @@ from .errors import (
     ModelNotFoundError,
     OutOfRangeError,
     UnsupportedModelError,
+    ValidationError,
 )
 from .io import load
-from .models import EMBEDDED_MODELS, load_model, tiny_model
+from .models import EMBEDDED_MODELS, load_model, tiny_families, tiny_model
+from .probing import evaluate_probes
 from .runner import capture
 from .taps import tap
 from .validate import ValidationReport, validate
@@ -44,14 +46,18 @@ __all__ = [
     "ModelInTrainingModeError",
     "ModelNotFoundError",
     "OutOfRangeError",
+    "TokenSequence",
     "UnsupportedModelError",
+    "ValidationError",
     "ValidationReport",
     "Word",
     "capture",
+    "evaluate_probes",
     "load",
     "load_model",
     "scaled_dot_product",
     "tap",
+    "tiny_families",
     "tiny_model",
     "validate",
 ]

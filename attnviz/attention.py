@@ -1,18 +1,24 @@
-"""attnviz's own scaled-dot-product attention: ``softmax(Q·Kᵀ·scale + M)·V``.
+"""attnviz's own scaled-dot-product attention: ``softmax(Q·Kᵀ·scale + bias + M)·V``.
 
 Every attention map attnviz shows is recomputed here, from the Q, K and V the model's attention
-kernel received. The function reads like the formula; model quirks (GPT-2's per-layer scaling,
-sliding windows, soft-capping) arrive as arguments, never as model-specific branches.
+kernel received. The function reads like the formula; model quirks arrive as arguments, never as
+model-specific branches: GPT-2's per-layer scaling (``scale``), T5's relative position bias and
+ALiBi (``bias``), sliding windows (``window``), Gemma-2's soft-capping (``softcap``) and gpt-oss's
+learned sinks (``sinks``: one extra logit per head in the softmax's denominator).
+
+:func:`attention_output` computes the same A·V in query chunks, batched over heads, without ever
+holding a layer's whole n×n matrix; validation runs through it.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterator
 
 import torch
 from torch import Tensor
 
-__all__ = ["build_mask", "scaled_dot_product"]
+__all__ = ["attention_output", "build_mask", "scaled_dot_product"]
 
 
 def build_mask(
@@ -22,18 +28,25 @@ def build_mask(
     causal: bool,
     window: int | None = None,
     key_padding: Tensor | None = None,  # [batch, key_pos] bool, True = a real token
+    query_positions: Tensor | None = None,  # [query_pos] absolute position of each query
+    key_positions: Tensor | None = None,  # [key_pos] absolute position of each key
     device: torch.device | str | None = None,
 ) -> Tensor | None:  # [batch or 1, 1, query_pos, key_pos] bool, True = may attend; None = all allowed
     """The boolean "may attend" mask for a causal flag, a sliding window and key padding.
 
-    Causal masking aligns the last query with the last key (query i sees keys ≤ i + key_len -
-    query_len), as a decoder with a cache does. ``window`` keeps keys with ``i - j < window``.
+    Positions default to a prefill: keys ``0..key_len-1`` and queries aligned with the *last* keys
+    (query i is at position ``i + key_len - query_len``), as a decoder with a cache does. Give
+    ``query_positions`` / ``key_positions`` for any other rows or columns (a chunk, a sample).
+    Causal keeps keys ``j ≤ i``; ``window`` keeps ``i - j < window``.
     """
     if not causal and window is None and key_padding is None:
         return None
-    offset = key_len - query_len
-    i = torch.arange(query_len, device=device)[:, None] + offset
-    j = torch.arange(key_len, device=device)[None, :]
+    if query_positions is None:
+        query_positions = torch.arange(query_len, device=device) + (key_len - query_len)
+    if key_positions is None:
+        key_positions = torch.arange(key_len, device=device)
+    i = query_positions.to(device)[:, None]
+    j = key_positions.to(device)[None, :]
     allowed = torch.ones(query_len, key_len, dtype=torch.bool, device=device)
     if causal:
         allowed &= j <= i
@@ -45,6 +58,11 @@ def build_mask(
     return allowed
 
 
+def _grouped(x: Tensor, groups: int) -> Tensor:  # [batch, head, q, ·] -> [batch, kv_head, groups·q, ·]
+    b, h, n, d = x.shape
+    return x.reshape(b, h // groups, groups * n, d)
+
+
 def scaled_dot_product(
     q: Tensor,  # [batch, head, query_pos, d_head]
     k: Tensor,  # [batch, kv_head, key_pos, d_head]
@@ -52,22 +70,29 @@ def scaled_dot_product(
     *,
     scale: float | None = None,
     causal: bool = False,
-    mask: Tensor | None = None,
+    mask: Tensor | None = None,  # bool (True = may attend) or additive, broadcastable to [batch, head, q, k]
+    bias: Tensor | None = None,  # additive, broadcastable to [batch, head, q, k]
     window: int | None = None,
+    sinks: Tensor | None = None,  # [head]: one extra logit per head in the softmax denominator
     temperature: float = 1.0,
     softcap: float | None = None,
+    query_positions: Tensor | None = None,  # [query_pos]
+    key_positions: Tensor | None = None,  # [key_pos]
     dtype: torch.dtype | None = torch.float32,
 ) -> tuple[Tensor, Tensor]:  # out [batch, head, query_pos, d_head_v], weights [batch, head, query_pos, key_pos]
     """Scaled dot-product attention, returning the output and the attention weights.
 
+    The logits are ``s = softcap(Q·Kᵀ·scale) + bias``, divided by ``temperature``, then masked
+    (``mask``, ``causal``, ``window``) and normalised by a softmax over the keys — plus, with
+    ``sinks``, one more logit per head that takes its share of the softmax and is then dropped, so
+    those rows sum to less than 1 (the sink's share is the rest).
+
     - ``scale``: the factor on Q·Kᵀ; ``None`` means ``1/√d_head``. Pass ``1.0`` to switch scaling off.
-    - ``causal``: query i sees only keys ≤ i (aligned at the end when key_pos > query_pos).
-    - ``mask``: bool (True = may attend) or additive float, broadcastable to
-      ``[batch, head, query_pos, key_pos]``; combined with ``causal`` and ``window``.
+    - ``causal``: query i sees only keys ≤ i (aligned at the end when key_pos > query_pos, or as
+      ``query_positions`` / ``key_positions`` say).
     - ``window``: sliding-window size (query i sees keys with ``i - j < window``).
-    - ``temperature``: scores are divided by it before the softmax (1.0 = the model's own).
-    - ``softcap``: ``tanh(s / softcap) · softcap`` on the scaled scores (Gemma-2 style).
-    - GQA: query head h uses key/value head ``h // (head / kv_head)``, as ``repeat_kv`` does.
+    - GQA: query head h uses key/value head ``h // (head / kv_head)``, as ``repeat_kv`` does — read
+      through a reshape, never copied.
     - ``dtype``: the precision of the computation (fp32 by default); ``None`` keeps q's dtype.
 
     A query row with every key masked gets all-zero weights (not NaN).
@@ -80,24 +105,27 @@ def scaled_dot_product(
     n_head, n_kv = q.shape[1], k.shape[1]
     if n_head % n_kv:
         raise ValueError(f"{n_head} query heads cannot share {n_kv} key/value heads evenly")
-    if temperature <= 0:
+    if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if dtype is not None:
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
+    batch, _, n_q, _ = q.shape
+    n_k = k.shape[-2]
     groups = n_head // n_kv
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
 
-    scores = (q @ k.transpose(-2, -1)) * scale  # [batch, head, query_pos, key_pos]
+    scores = (_grouped(q, groups) @ k.transpose(-2, -1)).view(max(batch, k.shape[0]), n_head, n_q, n_k)
+    scores = scores * scale
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
+    if bias is not None:
+        scores = scores + bias.to(scores.dtype)
     if temperature != 1.0:
         scores = scores / temperature
 
-    allowed = build_mask(q.shape[-2], k.shape[-2], causal=causal, window=window, device=q.device)
+    allowed = build_mask(n_q, n_k, causal=causal, window=window, query_positions=query_positions,
+                         key_positions=key_positions, device=q.device)
     if mask is not None:
         if mask.dtype == torch.bool:
             allowed = mask if allowed is None else allowed & mask
@@ -106,6 +134,74 @@ def scaled_dot_product(
     if allowed is not None:
         scores = scores.masked_fill(~allowed, float("-inf"))
 
-    weights = torch.softmax(scores, dim=-1)
+    if sinks is not None:
+        sink = (sinks.to(scores) / temperature).view(1, n_head, 1, 1).expand(scores.shape[0], n_head, n_q, 1)
+        weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
+    else:
+        weights = torch.softmax(scores, dim=-1)
     weights = torch.nan_to_num(weights, nan=0.0)  # rows with every key masked
-    return weights @ v, weights
+    out = (_grouped(weights, groups) @ v).view(weights.shape[0], n_head, n_q, v.shape[-1])
+    return out, weights
+
+
+def query_chunks(n_query: int, n_key: int, n_head: int, *, budget: int = 1 << 25) -> Iterator[tuple[int, int]]:
+    """``(start, stop)`` row ranges so that one chunk's scores stay near ``budget`` elements."""
+    rows = max(1, min(n_query, budget // max(1, n_head * n_key)))
+    for start in range(0, n_query, rows):
+        yield start, min(n_query, start + rows)
+
+
+def attention_output(
+    q: Tensor,  # [head, query_pos, d_head]
+    k: Tensor,  # [kv_head, key_pos, d_head]
+    v: Tensor,  # [kv_head, key_pos, d_head_v]
+    *,
+    rows: Tensor | None = None,  # [r] the query rows to compute (default: all)
+    scale: float,
+    causal: bool,
+    window: int | None = None,
+    mask: Tensor | Callable[[Tensor, slice], Tensor] | None = None,  # [head or 1, query_pos, key_pos]
+    bias: Tensor | Callable[[Tensor, slice], Tensor] | None = None,  # [head or 1, query_pos, key_pos]
+    sinks: Tensor | None = None,
+    softcap: float | None = None,
+    all_keys: bool = False,
+    budget: int = 1 << 25,
+) -> Iterator[tuple[Tensor, slice, Tensor, Tensor]]:  # per chunk: rows [r], keys, out [head, r, d_v], weights [head, r, keys]
+    """A·V (and the weights) for the given query rows, in chunks, all heads at once, in float32.
+
+    ``mask`` and ``bias`` are tensors or functions ``(rows, keys) -> [head or 1, r, k]`` that give
+    just the chunk's part. When the mask is the causal (and window) structure, each chunk computes
+    only the keys its rows may see — the upper triangle is never computed — unless ``all_keys``.
+    Memory stays near ``budget`` floats per chunk whatever the length. Queries align with the
+    keys as in a prefill.
+    """
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    offset = n_k - n_q
+    rows = torch.arange(n_q) if rows is None else rows.cpu()
+    for start, stop in query_chunks(len(rows), n_k, q.shape[0], budget=budget):
+        r = rows[start:stop]
+        positions = r + offset
+        lo, hi = 0, n_k
+        if mask is None and causal and not all_keys:
+            hi = int(positions.max()) + 1
+            if window is not None:
+                lo = max(0, int(positions.min()) - window + 1)
+        keys = slice(lo, hi)
+        rd = r.to(q.device)
+        out, weights = scaled_dot_product(
+            q[None, :, rd], k[None, :, keys], v[None, :, keys], scale=scale, causal=causal, window=window,
+            mask=_part(mask, rd, keys), bias=_part(bias, rd, keys), sinks=sinks, softcap=softcap,
+            query_positions=positions.to(q.device), key_positions=torch.arange(lo, hi, device=q.device),
+        )
+        yield r, keys, out[0], weights[0]
+
+
+def _part(t: Tensor | Callable[[Tensor, slice], Tensor] | None, rows: Tensor, keys: slice) -> Tensor | None:
+    """The chunk ``[1, head or 1, r, k]`` of a mask or bias given whole or as a function."""
+    if t is None:
+        return None
+    if callable(t) and not isinstance(t, Tensor):
+        return t(rows, keys)[None]
+    t = t if t.dim() == 3 else t[None]
+    t = t if t.shape[-2] == 1 else t.index_select(-2, rows.to(t.device))
+    return t[..., keys][None]

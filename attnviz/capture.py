@@ -1,9 +1,13 @@
 """The Capture data model: one text's recorded attention (``attnviz.capture()`` makes it).
 
-A :class:`Capture` is one text: its tokens and words, and per captured layer the Q, K, V the
-attention kernel received (O(n·d)), the kernel's own output and — when the backend produced
-them — its own weights, with the scaling and mask it used. Attention maps (O(n²) per head) are
-recomputed on demand by :func:`attnviz.attention.scaled_dot_product`. It holds no model.
+A :class:`Capture` is one input: its tokens and words (and, for encoder-decoder models, the
+decoder's tokens too), and per attention — keyed by *part* (``"encoder"``, ``"decoder"``,
+``"cross"``) and layer — the Q, K, V the kernel received (O(n·d)), the kernel's own output, the
+scaling, mask, position bias and sinks it used. Attention maps (O(n²) per head) are recomputed on
+demand by :func:`attnviz.attention.scaled_dot_product`. It holds no model.
+
+Which tokens a part reads: encoder → source × source, decoder → target × target, cross →
+target (queries) × source (keys). A one-stack model has one part, over its one text.
 """
 
 from __future__ import annotations
@@ -16,11 +20,7 @@ import torch
 from torch import Tensor
 
 from .attention import build_mask, scaled_dot_product
-from .errors import (
-    ArgumentTypeError,
-    InputError,
-    OutOfRangeError,
-)
+from .errors import ArgumentTypeError, InputError, OutOfRangeError
 from .words import Word, group_matrix
 
 if TYPE_CHECKING:
@@ -28,58 +28,25 @@ if TYPE_CHECKING:
 
     from .validate import ValidationReport
 
-__all__ = ["Capture", "LayerRecord"]
+__all__ = ["PARTS", "Capture", "LayerRecord", "TokenSequence"]
+
+PARTS = ("encoder", "decoder", "cross")
+_TENSORS = ("q", "k", "v", "out", "weights", "mask", "bias", "relative_bias", "sinks", "weight_error", "weight_scale")
 
 
 @dataclass
-class LayerRecord:
-    """What one attention layer's kernel saw and produced, for one text."""
-
-    name: str  # the module's name in the model, e.g. "model.layers.3.self_attn"
-    q: Tensor  # [head, pos, d_head], after RoPE
-    k: Tensor  # [kv_head, pos, d_head], after RoPE, before GQA expansion
-    v: Tensor  # [kv_head, pos, d_head_v]
-    out: Tensor | None  # [head, pos, d_head_v], the model's own attention output (A·V)
-    weights: Tensor | None  # [head, pos, pos], the model's own weights (eager backends)
-    scaling: float  # the factor on Q·Kᵀ the model used
-    causal: bool
-    window: int | None = None  # sliding window, when the model used one
-    softcap: float | None = None
-    mask: Tensor | None = None  # [pos, pos] bool / additive, only when causal+window do not describe it
-
-
-@dataclass
-class Capture:
-    """One text's attention, as recorded from one forward of one model."""
+class TokenSequence:
+    """The tokens one stack of the model read: text, pieces, ids, character spans, words."""
 
     text: str
-    tokens: list[str]  # the tokenizer's pieces, e.g. ['The', 'Ġcat', ...]
+    tokens: list[str]
     token_ids: list[int]
-    offsets: list[tuple[int, int]]  # character span of each token in ``text``
+    offsets: list[tuple[int, int]]  # character span of each token in ``text``; (0, 0) for special tokens
     words: list[Word]
-    layers: dict[int, LayerRecord]
-    model: dict[str, Any] = field(default_factory=dict)  # name, model_type, backend, dtype, n_layers, …
 
-    # ------------------------------------------------------------------ basic facts
     @property
     def n_tokens(self) -> int:
         return len(self.tokens)
-
-    @property
-    def n_layers(self) -> int:
-        return int(self.model["n_layers"])
-
-    @property
-    def n_heads(self) -> int:
-        return int(self.model["n_heads"])
-
-    @property
-    def n_kv_heads(self) -> int:
-        return int(self.model["n_kv_heads"])
-
-    @property
-    def d_head(self) -> int:
-        return int(self.model["d_head"])
 
     @property
     def token_labels(self) -> list[str]:
@@ -101,152 +68,12 @@ class Capture:
         return labels
 
     @property
-    def nbytes(self) -> int:
-        """Bytes of tensor storage the capture holds (shared storages counted once)."""
-        seen: set[int] = set()
-        total = 0
-        for rec in self.layers.values():
-            for t in (rec.q, rec.k, rec.v, rec.out, rec.weights, rec.mask):
-                if t is not None and t.untyped_storage().data_ptr() not in seen:
-                    seen.add(t.untyped_storage().data_ptr())
-                    total += t.untyped_storage().nbytes()
-        return total
-
-    def __repr__(self) -> str:
-        return (
-            f"Capture({self.model.get('name', '?')!r}, {self.n_tokens} tokens, {len(self.words)} words, "
-            f"layers {sorted(self.layers)[:3]}{'…' if len(self.layers) > 3 else ''} of {self.n_layers}, "
-            f"{self.n_heads} heads ({self.n_kv_heads} kv), backend {self.model.get('backend')})"
-        )
-
-    # ------------------------------------------------------------------ access
-    def layer(self, layer: int) -> LayerRecord:
-        if not isinstance(layer, int) or isinstance(layer, bool):
-            raise ArgumentTypeError(f"layer must be an int, got {type(layer).__name__}")
-        if layer not in self.layers:
-            if 0 <= layer < self.n_layers:
-                raise OutOfRangeError(
-                    f"layer {layer} was not captured (captured: {sorted(self.layers)}); capture again with layers=None or including {layer}"
-                )
-            raise OutOfRangeError(f"layer {layer} is out of range: this model has layers 0..{self.n_layers - 1}")
-        return self.layers[layer]
-
-    def _check_head(self, head: int | None) -> None:
-        if head is None:
-            return
-        if not isinstance(head, int) or isinstance(head, bool):
-            raise ArgumentTypeError(f"head must be an int or None, got {type(head).__name__}")
-        if not 0 <= head < self.n_heads:
-            raise OutOfRangeError(f"head {head} is out of range: this model has heads 0..{self.n_heads - 1}")
-
-    def q(self, layer: int) -> Tensor:  # [head, pos, d_head]
-        return self.layer(layer).q
-
-    def k(self, layer: int) -> Tensor:  # [kv_head, pos, d_head]
-        return self.layer(layer).k
-
-    def v(self, layer: int) -> Tensor:  # [kv_head, pos, d_head_v]
-        return self.layer(layer).v
-
-    def kv_head_of(self, head: int) -> int:
-        """The key/value head a query head reads (GQA groups consecutive query heads)."""
-        return head // (self.n_heads // self.n_kv_heads)
-
-    # ------------------------------------------------------------------ recomputation
-    def _sdpa_args(self, layer: int, head: int | None, causal: bool | None, scale: bool | float):
-        rec = self.layer(layer)
-        self._check_head(head)
-        if head is None:
-            q, k, v = rec.q, rec.k, rec.v
-        else:
-            kv = self.kv_head_of(head)
-            q, k, v = rec.q[head : head + 1], rec.k[kv : kv + 1], rec.v[kv : kv + 1]
-        if scale is True:
-            factor = rec.scaling
-        elif scale is False:
-            factor = 1.0
-        elif isinstance(scale, (int, float)):
-            factor = float(scale)
-        else:
-            raise ArgumentTypeError(f"scale must be True (the model's), False (none) or a number, got {scale!r}")
-        if causal is None:  # exactly the model's own mask
-            kwargs = dict(causal=rec.causal, window=rec.window, mask=rec.mask)
-        elif causal is True:
-            kwargs = dict(causal=True, window=rec.window if rec.causal else None)
-        elif causal is False:
-            kwargs = dict(causal=False)
-        else:
-            raise ArgumentTypeError(f"causal must be None (the model's), True or False, got {causal!r}")
-        if kwargs.get("mask") is not None:
-            kwargs["mask"] = kwargs["mask"][None, None]
-        return q[None], k[None], v[None], dict(scale=factor, softcap=rec.softcap, **kwargs)
-
-    def attention(
-        self,
-        layer: int,
-        head: int | None = None,
-        *,
-        causal: bool | None = None,
-        scale: bool | float = True,
-        temperature: float = 1.0,
-        words: bool = False,
-    ) -> Tensor:  # [head, query_pos, key_pos], or [query_pos, key_pos] for one head
-        """Attention weights recomputed by attnviz's own SDPA, in float32.
-
-        - ``causal``: ``None`` uses the model's own mask; ``True`` forces the causal mask (the seeds'
-          switch), ``False`` lets every token see every token.
-        - ``scale``: ``True`` is the model's own factor (1/√d_k, or GPT-2's per-layer one), ``False``
-          switches scaling off (the row collapses toward one-hot), a number sets it.
-        - ``temperature``: scores are divided by it before the softmax.
-        - ``words``: merge tokens into words — attention *to* a word summed over its tokens, *from*
-          a word averaged over its tokens — giving ``[word, word]``.
-        """
-        if not isinstance(temperature, (int, float)) or temperature <= 0:
-            raise InputError(f"temperature must be a number > 0, got {temperature!r}")
-        q, k, v, kwargs = self._sdpa_args(layer, head, causal, scale)
-        _, weights = scaled_dot_product(q, k, v, temperature=float(temperature), **kwargs)
-        weights = weights[0] if head is None else weights[0, 0]
-        return self.to_words(weights) if words else weights
-
-    def allowed(self, layer: int, *, causal: bool | None = None) -> Tensor:  # [query_pos, key_pos] bool
-        """Which (query, key) pairs the mask lets through (``causal`` as in :meth:`attention`)."""
-        _, _, _, kwargs = self._sdpa_args(layer, None, causal, True)
-        n = self.n_tokens
-        allowed = build_mask(n, n, causal=kwargs.get("causal", False), window=kwargs.get("window"))
-        allowed = torch.ones(n, n, dtype=torch.bool) if allowed is None else allowed[0, 0].cpu()
-        mask = kwargs.get("mask")
-        if mask is not None:
-            mask = mask[0, 0].cpu()
-            allowed = allowed & (mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2)
-        return allowed
-
-    def output(self, layer: int, head: int | None = None) -> Tensor:  # [head, pos, d_head_v] or [pos, d_head_v]
-        """A·V recomputed by attnviz's own SDPA with the model's mask and scaling, in float32."""
-        q, k, v, kwargs = self._sdpa_args(layer, head, None, True)
-        out, _ = scaled_dot_product(q, k, v, **kwargs)
-        return out[0] if head is None else out[0, 0]
-
-    def scores(self, layer: int, head: int | None = None, *, scale: bool | float = True) -> Tensor:
-        """Pre-softmax scores Q·Kᵀ·scale (no mask), float32: ``[head, q, k]`` or ``[q, k]``."""
-        q, k, _, kwargs = self._sdpa_args(layer, head, None, scale)
-        groups = q.shape[1] // k.shape[1]
-        k = k.repeat_interleave(groups, dim=1)
-        s = (q.float() @ k.float().transpose(-2, -1)) * kwargs["scale"]
-        return s[0] if head is None else s[0, 0]
-
-    def to_words(self, weights: Tensor) -> Tensor:  # [..., query_pos, key_pos] -> [..., word, word]
-        """Merge a token × token matrix into word × word (to a word summed, from a word averaged)."""
-        to_sum = group_matrix(self.words, self.n_tokens).to(weights)
-        from_mean = group_matrix(self.words, self.n_tokens, mean=True).to(weights)
-        return from_mean @ weights @ to_sum.T
-
-    @property
     def word_labels(self) -> list[str]:
         return [w.text for w in self.words]
 
     def word_index(self, word: str | int) -> int:
         """Index of a word given by its text (first occurrence) or its index."""
-        if isinstance(word, int):
+        if isinstance(word, int) and not isinstance(word, bool):
             if not 0 <= word < len(self.words):
                 raise OutOfRangeError(f"word {word} is out of range: this text has words 0..{len(self.words) - 1}")
             return word
@@ -255,44 +82,402 @@ class Capture:
                 return i
         raise InputError(f"no word {word!r} in this text; its words are {self.word_labels}")
 
+
+@dataclass
+class LayerRecord:
+    """What one attention layer's kernel saw and produced, for one input."""
+
+    name: str  # the module's name in the model, e.g. "model.layers.3.self_attn"
+    q: Tensor  # [head, query_pos, d_head], after RoPE
+    k: Tensor  # [kv_head, key_pos, d_head], after RoPE, before GQA expansion
+    v: Tensor  # [kv_head, key_pos, d_head_v]
+    out: Tensor | None  # [head, query_pos, d_head_v], the model's own attention output (A·V)
+    weights: Tensor | None  # [head, query_pos, key_pos], the model's own weights (eager, keep_weights=True)
+    scaling: float  # the factor on Q·Kᵀ the model used
+    causal: bool
+    window: int | None = None  # sliding window, when the model used one
+    softcap: float | None = None
+    mask: Tensor | None = None  # [query_pos, key_pos] or [head, q, k]: bool / additive, only when causal+window do not describe it
+    bias: Tensor | None = None  # [head or 1, query_pos or 1, key_pos] added to the scores (ALiBi, position bias)
+    relative_bias: Tensor | None = None  # [head, query_pos + key_pos - 1]: bias[h, i, j] = relative_bias[h, j - i + query_pos - 1]
+    sinks: Tensor | None = None  # [head] learned sink logits: one more entry in each row's softmax
+    weight_error: Tensor | None = None  # [head] max |recomputed - model's weights|, measured while capturing
+    weight_scale: Tensor | None = None  # [head] max |model's weights|
+
+    @property
+    def n_queries(self) -> int:
+        return self.q.shape[-2]
+
+    @property
+    def n_keys(self) -> int:
+        return self.k.shape[-2]
+
+    def bias_part(self, rows: Tensor | None = None, keys: slice = slice(None)) -> Tensor | None:  # [head or 1, r, k]
+        """The additive score bias for these query rows and keys (dense), or None."""
+        if self.relative_bias is not None:
+            n_q = self.n_queries
+            i = torch.arange(n_q) if rows is None else rows.cpu()
+            j = torch.arange(self.n_keys)[keys]
+            index = (j[None, :] - i[:, None] + n_q - 1).to(self.relative_bias.device)
+            return self.relative_bias[:, index]
+        if self.bias is None:
+            return None
+        b = self.bias if rows is None or self.bias.shape[-2] == 1 else self.bias.index_select(-2, rows.to(self.bias.device))
+        return b[..., keys]
+
+    def mask_part(self, rows: Tensor | None = None, keys: slice = slice(None)) -> Tensor | None:  # [head or 1, r, k]
+        if self.mask is None:
+            return None
+        m = self.mask if self.mask.dim() == 3 else self.mask[None]
+        m = m if rows is None else m.index_select(-2, rows.to(m.device))
+        return m[..., keys]
+
+
+@dataclass
+class Capture:
+    """One input's attention, as recorded from one forward of one model."""
+
+    text: str  # the (source) text
+    tokens: list[str]  # the tokenizer's pieces, e.g. ['The', 'Ġcat', ...]
+    token_ids: list[int]
+    offsets: list[tuple[int, int]]  # character span of each token in ``text``
+    words: list[Word]
+    records: dict[tuple[str, int], LayerRecord]  # (part, layer) -> what that attention's kernel saw
+    model: dict[str, Any] = field(default_factory=dict)  # name, model_type, backend, dtype, parts: {part: sizes}, …
+    target: TokenSequence | None = None  # the decoder's input tokens (encoder-decoder models)
+
+    # ------------------------------------------------------------------ parts and sequences
+    @property
+    def parts(self) -> tuple[str, ...]:
+        """The attentions this capture holds, e.g. ``("encoder", "decoder", "cross")``; ``("decoder",)`` for GPT-2."""
+        present = {part for part, _ in self.records} | set(self.model.get("parts", {}))
+        return tuple(p for p in PARTS if p in present)
+
+    def _part(self, part: str | None) -> str:
+        parts = self.parts
+        if part is None:
+            if len(parts) == 1:
+                return parts[0]
+            raise InputError(f"this capture has the parts {', '.join(parts)}; say which with part=…")
+        if part not in parts:
+            raise InputError(f"no part {part!r} in this capture; its parts are {', '.join(parts)}")
+        return part
+
+    @property
+    def source(self) -> TokenSequence:
+        """The text the model read (the encoder's, for an encoder-decoder model)."""
+        return TokenSequence(self.text, self.tokens, self.token_ids, self.offsets, self.words)
+
+    def sequences(self, part: str | None = None) -> tuple[TokenSequence, TokenSequence]:
+        """(query tokens, key tokens) of a part: cross attention reads target × source."""
+        part = self._part(part)
+        if self.target is None or part == "encoder":
+            return self.source, self.source
+        if part == "decoder":
+            return self.target, self.target
+        return self.target, self.source
+
+    def select(self, part: str | None = None) -> Capture:
+        """This capture narrowed to one self-attention part, over that part's own tokens.
+
+        The analyses (head statistics, coreference, rollout) work on one sequence attending to
+        itself: the encoder over the source, or the decoder over the target. A one-part capture is
+        returned as it is.
+        """
+        part = self._part(part)
+        if len(self.parts) == 1:
+            return self
+        if part == "cross":
+            raise InputError("cross-attention reads the target over the source; choose the encoder or the decoder part")
+        seq, _ = self.sequences(part)
+        return Capture(
+            text=seq.text, tokens=seq.tokens, token_ids=seq.token_ids, offsets=seq.offsets, words=seq.words,
+            records={key: rec for key, rec in self.records.items() if key[0] == part},
+            model={**self.model, "parts": {part: self.model["parts"][part]}},
+        )
+
+    @property
+    def target_text(self) -> str | None:
+        return None if self.target is None else self.target.text
+
+    @property
+    def target_tokens(self) -> list[str] | None:
+        return None if self.target is None else self.target.tokens
+
+    @property
+    def target_words(self) -> list[Word] | None:
+        return None if self.target is None else self.target.words
+
+    # ------------------------------------------------------------------ sizes
+    def info(self, part: str | None = None) -> dict[str, int]:
+        """Sizes of a part: n_layers, n_heads, n_kv_heads, d_head."""
+        return dict(self.model["parts"][self._part(part)])
+
+    def _common(self, key: str) -> int:
+        values = {info[key] for info in self.model["parts"].values()}
+        if len(values) == 1:
+            return int(values.pop())
+        raise InputError(
+            f"the parts of this capture differ in {key} ("
+            + ", ".join(f"{p} {info[key]}" for p, info in self.model["parts"].items())
+            + "); use cap.info(part)"
+        )
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def n_layers(self) -> int:
+        """Layers per part (the largest, when an encoder and a decoder differ)."""
+        return max(int(info["n_layers"]) for info in self.model["parts"].values())
+
+    @property
+    def n_heads(self) -> int:
+        return self._common("n_heads")
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self._common("n_kv_heads")
+
+    @property
+    def d_head(self) -> int:
+        return self._common("d_head")
+
+    @property
+    def token_labels(self) -> list[str]:
+        return self.source.token_labels
+
+    @property
+    def word_labels(self) -> list[str]:
+        return [w.text for w in self.words]
+
+    def word_index(self, word: str | int) -> int:
+        return self.source.word_index(word)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of tensor storage the capture holds (shared storages counted once)."""
+        seen: set[int] = set()
+        total = 0
+        for rec in self.records.values():
+            for name in _TENSORS:
+                t = getattr(rec, name)
+                if t is not None and t.untyped_storage().data_ptr() not in seen:
+                    seen.add(t.untyped_storage().data_ptr())
+                    total += t.untyped_storage().nbytes()
+        return total
+
+    def __repr__(self) -> str:
+        layers = ", ".join(f"{p} {len(self.layer_indices(p))}/{self.info(p)['n_layers']}" for p in self.parts)
+        heads = ", ".join(sorted({f"{i['n_heads']} heads ({i['n_kv_heads']} kv)" for i in self.model["parts"].values()}))
+        target = f", target {len(self.target.tokens)} tokens" if self.target is not None else ""
+        return (
+            f"Capture({self.model.get('name', '?')!r}, {self.n_tokens} tokens, {len(self.words)} words{target}, "
+            f"layers: {layers}; {heads}, backend {self.model.get('backend')})"
+        )
+
+    # ------------------------------------------------------------------ access
+    def layer_indices(self, part: str | None = None) -> list[int]:
+        """The captured layers of a part, in order."""
+        part = self._part(part)
+        return sorted(layer for p, layer in self.records if p == part)
+
+    def layer(self, layer: int, part: str | None = None) -> LayerRecord:
+        if not isinstance(layer, int) or isinstance(layer, bool):
+            raise ArgumentTypeError(f"layer must be an int, got {type(layer).__name__}")
+        part = self._part(part)
+        if (part, layer) not in self.records:
+            n = self.info(part)["n_layers"]
+            where = f" ({part})" if len(self.parts) > 1 else ""
+            if 0 <= layer < n:
+                raise OutOfRangeError(
+                    f"layer {layer}{where} was not captured (captured: {self.layer_indices(part)}); "
+                    f"capture again with layers=None or including {layer}"
+                )
+            raise OutOfRangeError(f"layer {layer} is out of range: this model has layers 0..{n - 1}{where}")
+        return self.records[(part, layer)]
+
+    def _check_head(self, head: int | None, part: str | None = None) -> None:
+        if head is None:
+            return
+        if not isinstance(head, int) or isinstance(head, bool):
+            raise ArgumentTypeError(f"head must be an int or None, got {type(head).__name__}")
+        n = self.info(part)["n_heads"]
+        if not 0 <= head < n:
+            raise OutOfRangeError(f"head {head} is out of range: this model has heads 0..{n - 1}")
+
+    def q(self, layer: int, part: str | None = None) -> Tensor:  # [head, query_pos, d_head]
+        return self.layer(layer, part).q
+
+    def k(self, layer: int, part: str | None = None) -> Tensor:  # [kv_head, key_pos, d_head]
+        return self.layer(layer, part).k
+
+    def v(self, layer: int, part: str | None = None) -> Tensor:  # [kv_head, key_pos, d_head_v]
+        return self.layer(layer, part).v
+
+    def kv_head_of(self, head: int, part: str | None = None) -> int:
+        """The key/value head a query head reads (GQA groups consecutive query heads)."""
+        info = self.info(part)
+        return head // (info["n_heads"] // info["n_kv_heads"])
+
+    # ------------------------------------------------------------------ recomputation
+    def _sdpa_args(self, layer: int, head: int | None, causal: bool | None, scale: bool | float, part: str | None):
+        part = self._part(part)
+        rec = self.layer(layer, part)
+        self._check_head(head, part)
+        bias = rec.bias_part()
+        sinks = rec.sinks
+        if head is None:
+            q, k, v = rec.q, rec.k, rec.v
+        else:
+            kv = self.kv_head_of(head, part)
+            q, k, v = rec.q[head : head + 1], rec.k[kv : kv + 1], rec.v[kv : kv + 1]
+            if bias is not None and bias.shape[0] > 1:
+                bias = bias[head : head + 1]
+            sinks = None if sinks is None else sinks[head : head + 1]
+        if scale is True:
+            factor = rec.scaling
+        elif scale is False:
+            factor = 1.0
+        elif isinstance(scale, (int, float)):
+            factor = float(scale)
+        else:
+            raise ArgumentTypeError(f"scale must be True (the model's), False (none) or a number, got {scale!r}")
+        mask = rec.mask_part()
+        if mask is not None and head is not None and mask.shape[0] > 1:
+            mask = mask[head : head + 1]
+        if causal is None:  # exactly the model's own mask
+            kwargs = dict(causal=rec.causal, window=rec.window, mask=None if mask is None else mask[None])
+        elif causal is True:
+            kwargs = dict(causal=True, window=rec.window if rec.causal else None)
+        elif causal is False:
+            kwargs = dict(causal=False)
+        else:
+            raise ArgumentTypeError(f"causal must be None (the model's), True or False, got {causal!r}")
+        return q[None], k[None], v[None], dict(
+            scale=factor, softcap=rec.softcap, bias=None if bias is None else bias[None], sinks=sinks, **kwargs
+        )
+
+    def attention(
+        self,
+        layer: int,
+        head: int | None = None,
+        *,
+        part: str | None = None,
+        causal: bool | None = None,
+        scale: bool | float = True,
+        temperature: float = 1.0,
+        words: bool = False,
+    ) -> Tensor:  # [head, query_pos, key_pos], or [query_pos, key_pos] for one head
+        """Attention weights recomputed by attnviz's own SDPA, in float32.
+
+        - ``part``: ``"encoder"``, ``"decoder"`` or ``"cross"``; may be left out when the capture has
+          one part. Cross-attention is ``[target_pos, source_pos]``.
+        - ``causal``: ``None`` uses the model's own mask; ``True`` forces the causal mask (the seeds'
+          switch), ``False`` lets every token see every token.
+        - ``scale``: ``True`` is the model's own factor (1/√d_k, or GPT-2's per-layer one), ``False``
+          switches scaling off (the row collapses toward one-hot), a number sets it.
+        - ``temperature``: scores are divided by it before the softmax.
+        - ``words``: merge tokens into words — attention *to* a word summed over its tokens, *from*
+          a word averaged over its tokens — giving ``[word, word]``.
+
+        Position biases (T5, ALiBi) are part of the scores; with learned sinks (gpt-oss) each row
+        sums to less than 1, the rest being the sink's share (:meth:`sink_share`).
+        """
+        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
+            raise InputError(f"temperature must be a number > 0, got {temperature!r}")
+        q, k, v, kwargs = self._sdpa_args(layer, head, causal, scale, part)
+        _, weights = scaled_dot_product(q, k, v, temperature=float(temperature), **kwargs)
+        weights = weights[0] if head is None else weights[0, 0]
+        return self.to_words(weights, part) if words else weights
+
+    def sink_share(self, layer: int, head: int | None = None, *, part: str | None = None) -> Tensor | None:
+        """The share of each query row that a learned sink takes (``1 - row sum``), or None without sinks."""
+        if self.layer(layer, part).sinks is None:
+            return None
+        return 1.0 - self.attention(layer, head, part=part).sum(-1)
+
+    def allowed(self, layer: int, *, part: str | None = None, causal: bool | None = None) -> Tensor:  # [query_pos, key_pos] bool
+        """Which (query, key) pairs the mask lets through (``causal`` as in :meth:`attention`)."""
+        _, _, _, kwargs = self._sdpa_args(layer, None, causal, True, part)
+        rec = self.layer(layer, part)
+        n_q, n_k = rec.n_queries, rec.n_keys
+        allowed = build_mask(n_q, n_k, causal=kwargs.get("causal", False), window=kwargs.get("window"))
+        allowed = torch.ones(n_q, n_k, dtype=torch.bool) if allowed is None else allowed[0, 0].cpu()
+        mask = kwargs.get("mask")
+        if mask is not None:
+            mask = mask[0].cpu()
+            mask = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+            allowed = allowed & mask.all(0)
+        return allowed
+
+    def output(self, layer: int, head: int | None = None, *, part: str | None = None) -> Tensor:  # [head, pos, d_head_v] or [pos, d_head_v]
+        """A·V recomputed by attnviz's own SDPA with the model's mask, bias and scaling, in float32."""
+        q, k, v, kwargs = self._sdpa_args(layer, head, None, True, part)
+        out, _ = scaled_dot_product(q, k, v, **kwargs)
+        return out[0] if head is None else out[0, 0]
+
+    def scores(self, layer: int, head: int | None = None, *, part: str | None = None, scale: bool | float = True) -> Tensor:
+        """Pre-softmax scores Q·Kᵀ·scale + bias (no mask), float32: ``[head, q, k]`` or ``[q, k]``."""
+        q, k, _, kwargs = self._sdpa_args(layer, head, None, scale, part)
+        groups = q.shape[1] // k.shape[1]
+        k = k.repeat_interleave(groups, dim=1)
+        s = (q.float() @ k.float().transpose(-2, -1)) * kwargs["scale"]
+        if kwargs["softcap"] is not None:
+            s = torch.tanh(s / kwargs["softcap"]) * kwargs["softcap"]
+        if kwargs["bias"] is not None:
+            s = s + kwargs["bias"].float()
+        return s[0] if head is None else s[0, 0]
+
+    def to_words(self, weights: Tensor, part: str | None = None) -> Tensor:  # [..., query_pos, key_pos] -> [..., word, word]
+        """Merge a token × token matrix into word × word (to a word summed, from a word averaged)."""
+        queries, keys = self.sequences(part)
+        to_sum = group_matrix(keys.words, keys.n_tokens).to(weights)
+        from_mean = group_matrix(queries.words, queries.n_tokens, mean=True).to(weights)
+        return from_mean @ weights @ to_sum.T
+
     # ------------------------------------------------------------------ outputs
     def validate(self, **kwargs) -> ValidationReport:
-        """Recomputed weights and outputs against the model's own, per layer and head."""
+        """Recomputed outputs (and weights) against the model's own, per part, layer and head."""
         from .validate import validate
 
         return validate(self, **kwargs)
 
-    def to_pandas(self, layer: int | None = None, head: int | None = None, *, words: bool = False) -> pd.DataFrame:
-        """A tidy table: layer, head, query_pos, key_pos, query_token, key_token, weight.
+    def to_pandas(
+        self, layer: int | None = None, head: int | None = None, *, part: str | None = None, words: bool = False
+    ) -> pd.DataFrame:
+        """A tidy table: part, layer, head, query_pos, key_pos, query_token, key_token, weight.
 
         ``layer``/``head`` ``None`` means all captured layers / all heads (that computes every
-        pattern asked for). With ``words=True`` positions and tokens are words.
-        Masked pairs (weight exactly 0 by the mask) are kept, so every table is n × n per head.
+        pattern asked for); ``part`` ``None`` means every part. With ``words=True`` positions and
+        tokens are words. Masked pairs (weight exactly 0 by the mask) are kept, so every table is
+        queries × keys per head.
         """
         import pandas as pd
 
-        layers = sorted(self.layers) if layer is None else [layer]
-        self._check_head(head)
-        labels = self.word_labels if words else self.tokens
-        n = len(labels)
+        parts = self.parts if part is None else (self._part(part),)
         frames = []
-        for lay in layers:
-            w = self.attention(lay, words=words).cpu()  # [head, q, k]
-            heads = range(self.n_heads) if head is None else [head]
-            for h in heads:
-                frames.append(
-                    pd.DataFrame(
-                        {
-                            "layer": lay,
-                            "head": h,
-                            "query_pos": torch.arange(n).repeat_interleave(n).numpy(),
-                            "key_pos": torch.arange(n).repeat(n).numpy(),
-                            "query_token": [labels[i] for i in range(n) for _ in range(n)],
-                            "key_token": labels * n,
-                            "weight": w[h].reshape(-1).numpy(),
-                        }
-                    )
-                )
+        for p in parts:
+            queries, keys = self.sequences(p)
+            q_labels = queries.word_labels if words else queries.tokens
+            k_labels = keys.word_labels if words else keys.tokens
+            n_q, n_k = len(q_labels), len(k_labels)
+            if head is not None:
+                self._check_head(head, p)
+            for lay in self.layer_indices(p) if layer is None else [layer]:
+                w = self.attention(lay, part=p, words=words).cpu()  # [head, q, k]
+                for h in range(w.shape[0]) if head is None else [head]:
+                    frames.append(pd.DataFrame({
+                        "part": p,
+                        "layer": lay,
+                        "head": h,
+                        "query_pos": torch.arange(n_q).repeat_interleave(n_k).numpy(),
+                        "key_pos": torch.arange(n_k).repeat(n_q).numpy(),
+                        "query_token": [q_labels[i] for i in range(n_q) for _ in range(n_k)],
+                        "key_token": k_labels * n_q,
+                        "weight": w[h].reshape(-1).numpy(),
+                    }))
         return pd.concat(frames, ignore_index=True)
 
     def save(self, path: str | Path) -> Path:
@@ -303,15 +488,8 @@ class Capture:
 
     def to(self, device: str | torch.device) -> Capture:
         """A copy with every tensor on ``device``."""
-        layers = {
-            i: replace(
-                r,
-                **{
-                    name: getattr(r, name).to(device)
-                    for name in ("q", "k", "v", "out", "weights", "mask")
-                    if getattr(r, name) is not None
-                },
-            )
-            for i, r in self.layers.items()
+        records = {
+            key: replace(r, **{name: getattr(r, name).to(device) for name in _TENSORS if getattr(r, name) is not None})
+            for key, r in self.records.items()
         }
-        return replace(self, layers=layers)
+        return replace(self, records=records)

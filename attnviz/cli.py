@@ -43,7 +43,7 @@ def _cmd_capture(args) -> int:
     print(cap)
     print("words:", " | ".join(cap.word_labels))
     if args.query is not None:
-        layer = args.layer if args.layer is not None else min(cap.layers)
+        layer = args.layer if args.layer is not None else min(cap.layer_indices())
         q = cap.word_index(args.query)
         weights = cap.attention(layer, words=True)[:, q]  # [head, word]
         print(f"attention from {cap.words[q].text!r} in layer {layer}, per head (word level, top 3):")
@@ -86,7 +86,7 @@ def _cmd_coref(args) -> int:
 
 
 def _cmd_probes(args) -> int:
-    from .analysis import evaluate_probes
+    from .probing import evaluate_probes
 
     result = evaluate_probes(args.model, args.probes, exclude_sinks=not args.keep_sinks, add_bos=not args.no_bos)
     print(result)

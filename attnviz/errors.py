@@ -10,10 +10,13 @@ Every error is an :class:`AttnvizError` and says what was wrong and what to do::
     │   ├── EmptyTextError
     │   └── InputTooLongError
     ├── OutOfRangeError          a layer, head or batch index that does not exist (also an IndexError)
-    └── CaptureFileError         a file that is not a readable attnviz capture
+    ├── CaptureFileError         a file that is not a readable attnviz capture
+    └── ValidationError          the recomputation does not reproduce the model (carries the report and the capture)
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 
 class AttnvizError(Exception):
@@ -54,3 +57,16 @@ class OutOfRangeError(AttnvizError, IndexError):
 
 class CaptureFileError(AttnvizError):
     """A file that is not a readable attnviz capture."""
+
+
+class ValidationError(AttnvizError):
+    """The recomputation does not reproduce what the model's kernel computed.
+
+    Carries the validation report (``.report``) and the capture(s) (``.capture``), so nothing
+    recorded is lost: inspect them, or capture again with ``check="off"``.
+    """
+
+    def __init__(self, message: str, report: Any = None, capture: Any = None):
+        super().__init__(message)
+        self.report = report
+        self.capture = capture

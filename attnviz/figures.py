@@ -38,9 +38,18 @@ HEAD_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf"
 MASKED_COLOUR = "#e9e9ee"
 
 
-def labels(cap: Capture, words: bool = False) -> list[str]:
-    """Tick labels: word texts, or token texts (special tokens as themselves)."""
-    return cap.word_labels if words else cap.token_labels
+def labels(cap: Capture, words: bool = False, part: str | None = None, axis: str = "query") -> list[str]:
+    """Tick labels of a part's queries or keys: word texts, or token texts (special tokens as themselves).
+
+    Cross-attention's queries are the target's tokens and its keys the source's."""
+    queries, keys = cap.sequences(part)
+    seq = queries if axis == "query" else keys
+    return seq.word_labels if words else seq.token_labels
+
+
+def _part_label(cap: Capture, part: str | None) -> str:
+    """"decoder " before L3·H8 when a capture has several parts, else nothing."""
+    return f"{cap._part(part)} " if len(cap.parts) > 1 else ""
 
 
 def _ticks(names: list[str], max_ticks: int = 64) -> dict:
@@ -49,12 +58,14 @@ def _ticks(names: list[str], max_ticks: int = 64) -> dict:
     return dict(tickmode="array", tickvals=idx, ticktext=[names[i] for i in idx])
 
 
-def _allowed(cap: Capture, layer: int, causal: bool | None, words: bool) -> torch.Tensor:
-    allowed = cap.allowed(layer, causal=causal)
+def _allowed(cap: Capture, layer: int, causal: bool | None, words: bool, part: str | None = None) -> torch.Tensor:
+    allowed = cap.allowed(layer, causal=causal, part=part)
     if not words:
         return allowed
-    to_sum = group_matrix(cap.words, cap.n_tokens)
-    return (to_sum @ allowed.float() @ to_sum.T) > 0
+    queries, keys = cap.sequences(part)
+    from_q = group_matrix(queries.words, queries.n_tokens)
+    to_k = group_matrix(keys.words, keys.n_tokens)
+    return (from_q @ allowed.float() @ to_k.T) > 0
 
 
 def heatmap(
@@ -66,19 +77,23 @@ def heatmap(
     causal: bool | None = None,
     scale: bool | float = True,
     temperature: float = 1.0,
+    part: str | None = None,
 ) -> go.Figure:
-    """One head's query × key weights; masked cells (the causal triangle) are left empty."""
-    w = cap.attention(layer, head, causal=causal, scale=scale, temperature=temperature, words=words).cpu()
-    allowed = _allowed(cap, layer, causal, words)
+    """One head's query × key weights; masked cells (the causal triangle) are left empty.
+
+    Cross-attention is drawn target (queries, rows) × source (keys, columns)."""
+    w = cap.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature, words=words).cpu()
+    allowed = _allowed(cap, layer, causal, words, part)
     z = torch.where(allowed, w, torch.full_like(w, float("nan"))).numpy().round(5)
-    names = labels(cap, words)
-    n = len(names)
-    hover = [[f"{names[i]} → {names[j]}" for j in range(n)] for i in range(n)] if n <= 256 else None
+    q_names, k_names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
+    n_q, n_k = len(q_names), len(k_names)
+    hover = ([[f"{q_names[i]} → {k_names[j]}" for j in range(n_k)] for i in range(n_q)]
+             if n_q * n_k <= 256 * 256 else None)
     fig = go.Figure(
         go.Heatmap(
             z=z,
-            x=list(range(n)),
-            y=list(range(n)),
+            x=list(range(n_k)),
+            y=list(range(n_q)),
             colorscale="Blues",
             zmin=0,
             zmax=float(max(w.max(), 1e-6)),
@@ -89,19 +104,23 @@ def heatmap(
         )
     )
     unit = "word" if words else "token"
+    cross = cap._part(part) == "cross"
+    key_side, query_side = ("source ", "target ") if cross else ("", "")
     fig.update_layout(
-        title=f"L{layer}·H{head} — {unit} × {unit} attention ({_toggles(cap, layer, causal, scale, temperature)})",
-        xaxis=dict(title=f"key ({unit} attended to)", side="top", **_ticks(names)),
-        yaxis=dict(title=f"query ({unit} attending)", autorange="reversed", **_ticks(names)),
+        title=(f"{_part_label(cap, part)}L{layer}·H{head} — {query_side}{unit} × {key_side}{unit} attention "
+               f"({_toggles(cap, layer, causal, scale, temperature, part)})"),
+        xaxis=dict(title=f"key ({key_side}{unit} attended to)", side="top", **_ticks(k_names)),
+        yaxis=dict(title=f"query ({query_side}{unit} attending)", autorange="reversed", **_ticks(q_names)),
         plot_bgcolor=MASKED_COLOUR,
         margin=dict(l=90, r=20, t=110, b=20),
-        height=max(420, min(900, 22 * n + 160)),
+        height=max(420, min(900, 22 * n_q + 160)),
     )
     return fig
 
 
-def _toggles(cap: Capture, layer: int, causal: bool | None, scale: bool | float, temperature: float) -> str:
-    rec = cap.layer(layer)
+def _toggles(cap: Capture, layer: int, causal: bool | None, scale: bool | float, temperature: float,
+             part: str | None = None) -> str:
+    rec = cap.layer(layer, part)
     mask = {None: "model's mask" + (f", window {rec.window}" if rec.window else ""),
             True: "causal", False: "no mask"}[causal]
     if scale is True:
@@ -110,7 +129,9 @@ def _toggles(cap: Capture, layer: int, causal: bool | None, scale: bool | float,
         sc = "unscaled"
     else:
         sc = f"×{float(scale):.4g}"
-    return f"{mask}, {sc}" + (f", T={temperature:g}" if temperature != 1.0 else "")
+    extra = ", + position bias" if rec.bias is not None or rec.relative_bias is not None else ""
+    extra += ", + sinks" if rec.sinks is not None else ""
+    return f"{mask}, {sc}{extra}" + (f", T={temperature:g}" if temperature != 1.0 else "")
 
 
 def head_view(
@@ -121,19 +142,20 @@ def head_view(
     words: bool = False,
     query: int | None = None,
     threshold: float = 0.02,
+    part: str | None = None,
 ) -> go.Figure:
     """Token-to-token arcs: queries on the left, keys on the right, opacity by weight, a colour a head.
 
     ``query`` isolates the lines leaving one query position. Weights below ``threshold`` are not drawn.
     """
-    heads = list(range(cap.n_heads)) if heads is None else list(heads)
-    names = labels(cap, words)
-    n = len(names)
+    heads = list(range(cap.info(part)["n_heads"])) if heads is None else list(heads)
+    q_names, k_names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
+    n = len(q_names)
     fig = go.Figure()
     levels = [(0.02, 0.1, 0.15), (0.1, 0.3, 0.35), (0.3, 0.6, 0.6), (0.6, 1.01, 0.95)]
     for head in heads:
         colour = HEAD_COLOURS[head % len(HEAD_COLOURS)]
-        w = cap.attention(layer, head, words=words).cpu()
+        w = cap.attention(layer, head, part=part, words=words).cpu()
         rows = [query] if query is not None else range(n)
         first = True
         for lo, hi, alpha in levels:
@@ -151,62 +173,66 @@ def head_view(
                 first = False
         if first:  # nothing above the threshold: keep the head in the legend anyway
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=colour), name=f"H{head}"))
-    for side, x in (("query", 0), ("key", 1)):
+    for side, x, names in (("query", 0, q_names), ("key", 1, k_names)):
         fig.add_trace(go.Scatter(
-            x=[x] * n, y=list(range(n)), mode="markers+text", text=names,
+            x=[x] * len(names), y=list(range(len(names))), mode="markers+text", text=names,
             textposition="middle left" if x == 0 else "middle right",
-            marker=dict(size=9, color=["#000" if (query == i and x == 0) else "#999" for i in range(n)]),
-            customdata=list(range(n)), hovertemplate=f"{side} %{{customdata}}: %{{text}}<extra></extra>",
+            marker=dict(size=9, color=["#000" if (query == i and x == 0) else "#999" for i in range(len(names))]),
+            customdata=list(range(len(names))), hovertemplate=f"{side} %{{customdata}}: %{{text}}<extra></extra>",
             showlegend=False, name=side,
         ))
-    title = f"L{layer} head view — " + ("all lines" if query is None else f"from {names[query]!r} (#{query})")
+    title = f"{_part_label(cap, part)}L{layer} head view — " + (
+        "all lines" if query is None else f"from {q_names[query]!r} (#{query})")
     fig.update_layout(
         title=title + f"; weights ≥ {threshold:g}",
         xaxis=dict(visible=False, range=[-0.6, 1.6]),
         yaxis=dict(visible=False, autorange="reversed"),
         plot_bgcolor="white",
-        height=max(420, min(2400, 20 * n + 120)),
+        height=max(420, min(2400, 20 * max(n, len(k_names)) + 120)),
         margin=dict(l=10, r=10, t=60, b=10),
         legend=dict(orientation="h"),
     )
     return fig
 
 
-def _thumb(cap: Capture, words: bool, cells: int) -> int:
-    return min(len(labels(cap, words)), cells)
+def _thumb(cap: Capture, words: bool, cells: int, part: str | None = None) -> tuple[int, int]:
+    return (min(len(labels(cap, words, part, "query")), cells), min(len(labels(cap, words, part, "key")), cells))
 
 
-def model_view_cell(cap: Capture, x: float, y: float, *, words: bool = False, cells: int = 24) -> tuple[int, int] | None:
+def model_view_cell(
+    cap: Capture, x: float, y: float, *, words: bool = False, cells: int = 24, part: str | None = None
+) -> tuple[int, int] | None:
     """The (layer, head) under the point (x, y) of :func:`model_view`'s mosaic, None on a gap."""
-    t = _thumb(cap, words, cells)
-    row, col = int(round(y)) // (t + 1), int(round(x)) // (t + 1)
-    layers = sorted(cap.layers)
-    if not (0 <= row < len(layers) and 0 <= col < cap.n_heads):
+    t_q, t_k = _thumb(cap, words, cells, part)
+    row, col = int(round(y)) // (t_q + 1), int(round(x)) // (t_k + 1)
+    layers = cap.layer_indices(part)
+    if not (0 <= row < len(layers) and 0 <= col < cap.info(part)["n_heads"]):
         return None
     return layers[row], col
 
 
 def model_view(
-    cap: Capture, *, words: bool = False, cells: int = 24, selected: tuple[int, int] | None = None
+    cap: Capture, *, words: bool = False, cells: int = 24, selected: tuple[int, int] | None = None,
+    part: str | None = None,
 ) -> go.Figure:
     """All layers × heads as thumbnails in one mosaic (each pattern max-pooled to ``cells``²).
 
     Hover names the head; :func:`model_view_cell` maps a clicked point back to (layer, head).
     """
-    layers = sorted(cap.layers)
-    h = cap.n_heads
-    n = len(labels(cap, words))
-    t = _thumb(cap, words, cells)
-    size_r, size_c = len(layers) * (t + 1) - 1, h * (t + 1) - 1
+    layers = cap.layer_indices(part)
+    h = cap.info(part)["n_heads"]
+    n_q, n_k = len(labels(cap, words, part, "query")), len(labels(cap, words, part, "key"))
+    t_q, t_k = _thumb(cap, words, cells, part)
+    size_r, size_c = len(layers) * (t_q + 1) - 1, h * (t_k + 1) - 1
     z = torch.full((size_r, size_c), float("nan"))
     for r, layer in enumerate(layers):
-        w = cap.attention(layer, words=words).cpu()  # [head, n, n]
-        pooled = torch.nn.functional.adaptive_max_pool2d(w[None], (t, t))[0] if n > t else w
+        w = cap.attention(layer, part=part, words=words).cpu()  # [head, q, k]
+        pooled = torch.nn.functional.adaptive_max_pool2d(w[None], (t_q, t_k))[0] if (n_q > t_q or n_k > t_k) else w
         for head in range(h):
-            z[r * (t + 1): r * (t + 1) + t, head * (t + 1): head * (t + 1) + t] = pooled[head]
+            z[r * (t_q + 1): r * (t_q + 1) + t_q, head * (t_k + 1): head * (t_k + 1) + t_k] = pooled[head]
     # hover ids: [layer, head] of the thumbnail under each cell (gaps carry the neighbour's, never shown)
-    row_layer = np.array(layers)[np.minimum(np.arange(size_r) // (t + 1), len(layers) - 1)]
-    col_head = np.minimum(np.arange(size_c) // (t + 1), h - 1)
+    row_layer = np.array(layers)[np.minimum(np.arange(size_r) // (t_q + 1), len(layers) - 1)]
+    col_head = np.minimum(np.arange(size_c) // (t_k + 1), h - 1)
     ids = np.stack(np.broadcast_arrays(row_layer[:, None], col_head[None, :]), axis=-1)
     fig = go.Figure(go.Heatmap(
         z=z.numpy().round(3), colorscale="Blues", zmin=0, zmax=1, showscale=False,
@@ -214,10 +240,11 @@ def model_view(
         xgap=0, ygap=0,
     ))
     fig.update_layout(
-        title=f"Model view: {len(layers)} layers × {h} heads (click a head to select it)",
-        xaxis=dict(tickmode="array", tickvals=[k * (t + 1) + t / 2 for k in range(h)],
+        title=f"Model view{': ' + cap._part(part) if len(cap.parts) > 1 else ''}: {len(layers)} layers × {h} heads "
+              "(click a head to select it)",
+        xaxis=dict(tickmode="array", tickvals=[k * (t_k + 1) + t_k / 2 for k in range(h)],
                    ticktext=[f"H{k}" for k in range(h)], side="top", showgrid=False, zeroline=False),
-        yaxis=dict(tickmode="array", tickvals=[r * (t + 1) + t / 2 for r in range(len(layers))],
+        yaxis=dict(tickmode="array", tickvals=[r * (t_q + 1) + t_q / 2 for r in range(len(layers))],
                    ticktext=[f"L{layer}" for layer in layers], autorange="reversed", showgrid=False,
                    zeroline=False, scaleanchor="x"),
         plot_bgcolor="white",
@@ -226,8 +253,8 @@ def model_view(
     )
     if selected is not None and selected[0] in layers:
         r, head = layers.index(selected[0]), selected[1]
-        fig.add_shape(type="rect", x0=head * (t + 1) - 0.5, x1=head * (t + 1) + t - 0.5,
-                      y0=r * (t + 1) - 0.5, y1=r * (t + 1) + t - 0.5, line=dict(color="#d62728", width=3))
+        fig.add_shape(type="rect", x0=head * (t_k + 1) - 0.5, x1=head * (t_k + 1) + t_k - 0.5,
+                      y0=r * (t_q + 1) - 0.5, y1=r * (t_q + 1) + t_q - 0.5, line=dict(color="#d62728", width=3))
     return fig
 
 
@@ -256,14 +283,16 @@ def query_row(
     causal: bool | None = None,
     scale: bool | float = True,
     temperature: float = 1.0,
+    part: str | None = None,
 ) -> go.Figure:
     """The AttentionLab bar chart: one query's row of weights, with entropy and top weight."""
-    names = labels(cap, words)
-    if not 0 <= query < len(names):
+    q_names, names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
+    if not 0 <= query < len(q_names):
         from .errors import OutOfRangeError
 
-        raise OutOfRangeError(f"query {query} is out of range: 0..{len(names) - 1}")
-    row = cap.attention(layer, head, causal=causal, scale=scale, temperature=temperature, words=words)[query].cpu()
+        raise OutOfRangeError(f"query {query} is out of range: 0..{len(q_names) - 1}")
+    row = cap.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature,
+                        words=words)[query].cpu()
     stats = row_stats(row)
     colours = ["#d62728" if i == stats["top_index"] else "#1f77b4" for i in range(len(names))]
     fig = go.Figure(go.Bar(
@@ -271,7 +300,8 @@ def query_row(
         customdata=names, hovertemplate="%{customdata}: %{y:.4f}<extra></extra>",
     ))
     fig.update_layout(
-        title=(f"{names[query]!r} → L{layer}·H{head} ({_toggles(cap, layer, causal, scale, temperature)}): "
+        title=(f"{q_names[query]!r} → {_part_label(cap, part)}L{layer}·H{head} "
+               f"({_toggles(cap, layer, causal, scale, temperature, part)}): "
                f"top {stats['top_weight']:.2f} on {names[stats['top_index']]!r}, "
                f"entropy {stats['entropy']:.2f} nats"),
         xaxis=dict(**_ticks(names), tickangle=-45),
@@ -282,10 +312,12 @@ def query_row(
     return fig
 
 
-def validation_map(report: ValidationReport, quantity: str = "output") -> go.Figure:
-    """Layer × head map of the max absolute error, the worst head named in the title."""
-    grid = report.error_map(quantity)
-    worst = report.worst(quantity)
+def validation_map(report: ValidationReport, quantity: str = "output", part: str | None = None) -> go.Figure:
+    """Layer × head map of the max absolute error of one part, the worst head named in the title."""
+    part = part if part is not None else (report.parts[0] if report.parts else None)
+    grid = report.error_map(quantity, part)
+    rows = [r for r in report.rows if r["part"] == part and r["quantity"] == quantity]
+    worst = max(rows, key=lambda r: r["max_abs_error"] / r["tolerance"], default=None)
     layers, heads = grid.shape
     fig = go.Figure(go.Heatmap(
         z=grid.numpy(), x=list(range(heads)), y=list(range(layers)), colorscale="Reds", zmin=0,
@@ -293,7 +325,7 @@ def validation_map(report: ValidationReport, quantity: str = "output") -> go.Fig
         hovertemplate="L%{y}·H%{x}: max |error| %{z:.2e}<extra></extra>", colorbar=dict(title="max |err|"),
     ))
     what = {"output": "recomputed A·V vs the model's attention output", "weights": "recomputed A vs the model's weights"}
-    title = f"{what[quantity]}"
+    title = f"{what[quantity]}" + (f" ({part})" if len(report.parts) > 1 else "")
     if worst is not None:
         title += f" — worst L{worst['layer']}·H{worst['head']}: {worst['max_abs_error']:.2e}"
     fig.update_layout(
@@ -304,17 +336,18 @@ def validation_map(report: ValidationReport, quantity: str = "output") -> go.Fig
     return fig
 
 
-def comparison(cap: Capture, layer: int, head: int) -> go.Figure:
+def comparison(cap: Capture, layer: int, head: int, *, part: str | None = None) -> go.Figure:
     """The model's own numbers, attnviz's recomputation, and their difference, for one head.
 
-    With the model's weights (eager backends) this compares attention matrices; otherwise the
-    attention outputs A·V (``[pos, d_head]``), which every backend returns.
+    With the model's weights (eager backends, captured with ``keep_weights=True``) this compares
+    attention matrices; otherwise the attention outputs A·V (``[pos, d_head]``), which every
+    backend returns.
     """
-    rec = cap.layer(layer)
+    rec = cap.layer(layer, part)
     if rec.weights is not None:
-        theirs, ours, what = rec.weights[head].float().cpu(), cap.attention(layer, head).cpu(), "weights A"
+        theirs, ours, what = rec.weights[head].float().cpu(), cap.attention(layer, head, part=part).cpu(), "weights A"
     elif rec.out is not None:
-        theirs, ours, what = rec.out[head].float().cpu(), cap.output(layer, head).cpu(), "output A·V"
+        theirs, ours, what = rec.out[head].float().cpu(), cap.output(layer, head, part=part).cpu(), "output A·V"
     else:
         raise ValueError(f"layer {layer} holds neither the model's weights nor its output")
     diff = (ours - theirs).numpy()
@@ -327,6 +360,6 @@ def comparison(cap: Capture, layer: int, head: int) -> go.Figure:
         fig.add_trace(go.Heatmap(z=z, colorscale=scale, showscale=col == 3,
                                  hovertemplate="%{y}, %{x}: %{z:.3e}<extra></extra>", **kw), row=1, col=col)
         fig.update_yaxes(autorange="reversed", row=1, col=col)
-    fig.update_layout(title=f"L{layer}·H{head}: max |difference| {lim:.2e}", height=420,
+    fig.update_layout(title=f"{_part_label(cap, part)}L{layer}·H{head}: max |difference| {lim:.2e}", height=420,
                       margin=dict(l=40, r=10, t=80, b=30))
     return fig

@@ -1,52 +1,84 @@
-"""Saving and loading captures: one safetensors file, JSON metadata in its header, never pickle."""
+"""Saving and loading captures: one safetensors file, JSON metadata in its header, never pickle.
+
+Format version 2 keys each record by part and layer (``records.decoder.3.q``) and stores the
+decoder's tokens of encoder-decoder captures; version-1 files (one part, ``layers.3.q``) still load.
+Tensors shared between records (T5's one position bias for all layers) are written once.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from .capture import Capture, LayerRecord
+from .capture import _TENSORS, Capture, LayerRecord, TokenSequence
 from .errors import CaptureFileError
 from .words import Word
 
 __all__ = ["load", "save"]
 
 FORMAT = "attnviz-capture"
-VERSION = 1
-_TENSORS = ("q", "k", "v", "out", "weights", "mask")
+VERSION = 2
 _FIELDS = ("name", "scaling", "causal", "window", "softcap")
 
 
+def _sequence_meta(seq: TokenSequence) -> dict:
+    return {
+        "text": seq.text,
+        "tokens": seq.tokens,
+        "token_ids": seq.token_ids,
+        "offsets": [list(o) for o in seq.offsets],
+        "words": [[w.text, w.char_start, w.char_end, w.token_start, w.token_stop] for w in seq.words],
+    }
+
+
+def _sequence(meta: dict) -> TokenSequence:
+    return TokenSequence(
+        meta["text"], list(meta["tokens"]), list(meta["token_ids"]), [tuple(o) for o in meta["offsets"]],
+        [Word(*w) for w in meta["words"]],
+    )
+
+
 def save(cap: Capture, path: str | Path) -> Path:
-    """Write ``cap`` to ``path`` (safetensors; text, tokens, words and model facts as JSON metadata)."""
+    """Write ``cap`` to ``path`` (safetensors; texts, tokens, words and model facts as JSON metadata)."""
     from safetensors.torch import save_file
 
     path = Path(path)
+    if not path.parent.is_dir():
+        raise CaptureFileError(f"cannot save to {str(path)!r}: the folder {str(path.parent)!r} does not exist")
     tensors = {}
-    layers_meta = {}
-    for i, rec in cap.layers.items():
-        layers_meta[str(i)] = {name: getattr(rec, name) for name in _FIELDS}
+    records_meta = {}
+    written: dict[int, str] = {}  # id of a tensor -> the key it was written under
+    for (part, layer), rec in cap.records.items():
+        fields = {name: getattr(rec, name) for name in _FIELDS}
+        shared = {}
         for name in _TENSORS:
             t = getattr(rec, name)
-            if t is not None:
-                tensors[f"layers.{i}.{name}"] = t.detach().to("cpu").contiguous().clone()
+            if t is None:
+                continue
+            if id(t) in written:
+                shared[name] = written[id(t)]
+                continue
+            key = f"records.{part}.{layer}.{name}"
+            tensors[key] = t.detach().to("cpu").contiguous().clone()
+            written[id(t)] = key
+        records_meta[f"{part}.{layer}"] = {**fields, "shared": shared}
     meta = {
         "format": FORMAT,
         "version": VERSION,
-        "text": cap.text,
-        "tokens": cap.tokens,
-        "token_ids": cap.token_ids,
-        "offsets": [list(o) for o in cap.offsets],
-        "words": [[w.text, w.char_start, w.char_end, w.token_start, w.token_stop] for w in cap.words],
+        **_sequence_meta(cap.source),
+        "target": None if cap.target is None else _sequence_meta(cap.target),
         "model": cap.model,
-        "layers": layers_meta,
+        "records": records_meta,
     }
-    save_file(tensors, str(path), metadata={"attnviz": json.dumps(meta, ensure_ascii=False)})
+    try:
+        save_file(tensors, str(path), metadata={"attnviz": json.dumps(meta, ensure_ascii=False)})
+    except OSError as err:
+        raise CaptureFileError(f"cannot write {str(path)!r}: {err}") from err
     return path
 
 
 def load(path: str | Path) -> Capture:
-    """Read a capture written by :meth:`Capture.save`."""
+    """Read a capture written by :meth:`Capture.save` (any format version up to this one)."""
     from safetensors import SafetensorError
     from safetensors.torch import safe_open
 
@@ -67,19 +99,12 @@ def load(path: str | Path) -> Capture:
             raise CaptureFileError(
                 f"{str(path)!r} was written by a newer attnviz (format version {meta['version']}); upgrade attnviz"
             )
-        layers = {}
-        for key, fields in meta["layers"].items():
-            i = int(key)
-            parts = {name: tensors.get(f"layers.{i}.{name}") for name in _TENSORS}
-            layers[i] = LayerRecord(**fields, **parts)
+        records = _records_v2(meta, tensors) if meta["version"] >= 2 else _records_v1(meta, tensors)
+        source = _sequence(meta)
         return Capture(
-            text=meta["text"],
-            tokens=list(meta["tokens"]),
-            token_ids=list(meta["token_ids"]),
-            offsets=[tuple(o) for o in meta["offsets"]],
-            words=[Word(*w) for w in meta["words"]],
-            layers=layers,
-            model=meta["model"],
+            text=source.text, tokens=source.tokens, token_ids=source.token_ids, offsets=source.offsets,
+            words=source.words, records=records, model=meta["model"],
+            target=None if meta.get("target") is None else _sequence(meta["target"]),
         )
     except CaptureFileError:
         raise
@@ -88,3 +113,25 @@ def load(path: str | Path) -> Capture:
             f"{str(path)!r} is a safetensors file but not an attnviz capture (missing or broken metadata: {err})"
         ) from err
 
+
+def _records_v2(meta: dict, tensors: dict) -> dict[tuple[str, int], LayerRecord]:
+    records = {}
+    for key, fields in meta["records"].items():
+        part, layer = key.rsplit(".", 1)
+        fields = dict(fields)
+        shared = fields.pop("shared", {})
+        values = {name: tensors.get(shared.get(name, f"records.{key}.{name}")) for name in _TENSORS}
+        records[(part, int(layer))] = LayerRecord(**fields, **values)
+    return records
+
+
+def _records_v1(meta: dict, tensors: dict) -> dict[tuple[str, int], LayerRecord]:
+    """Format 1: one part, named by whether its layers were causal; sizes moved into ``parts``."""
+    records = {}
+    for key, fields in meta["layers"].items():
+        values = {name: tensors.get(f"layers.{key}.{name}") for name in ("q", "k", "v", "out", "weights", "mask")}
+        records[int(key)] = LayerRecord(**fields, **values)
+    part = "decoder" if any(r.causal for r in records.values()) else "encoder"
+    model = meta["model"]
+    model.setdefault("parts", {part: {name: model[name] for name in ("n_layers", "n_heads", "n_kv_heads", "d_head")}})
+    return {(part, layer): rec for layer, rec in records.items()}

@@ -21,8 +21,9 @@ import torch
 from torch import nn
 
 from .errors import ArgumentTypeError, InputError, ModelNotFoundError
+from .specs import model_class_name
 
-__all__ = ["EMBEDDED_MODELS", "load_model", "tiny_model"]
+__all__ = ["EMBEDDED_MODELS", "load_model", "tiny_families", "tiny_model"]
 
 
 @dataclass(frozen=True)
@@ -85,14 +86,9 @@ def _embedded_source(alias: str) -> tuple[Path, dict]:
 
 
 def _model_class(config):
-    from transformers import AutoModel, AutoModelForCausalLM
+    import transformers
 
-    architectures = getattr(config, "architectures", None) or []
-    if any(a.endswith("ForCausalLM") or a.endswith("LMHeadModel") for a in architectures):
-        return AutoModelForCausalLM
-    if getattr(config, "model_type", "") in {"llama", "qwen2", "qwen3", "mistral", "gpt2", "phi3", "gemma2"}:
-        return AutoModelForCausalLM
-    return AutoModel
+    return getattr(transformers, model_class_name(config))
 
 
 _LOCK = threading.Lock()
@@ -151,36 +147,77 @@ def load_model(
         return _load_cached(str(name), dev, resolve_dtype(dtype), attn_implementation)
 
 
-def tiny_model(family: str, *, attn_implementation: str = "sdpa", seed: int = 0, **overrides):
-    """A tiny randomly initialised model of a family (for tests and examples), in eval mode.
-
-    Families: ``bert``, ``roberta``, ``gpt2``, ``llama``, ``qwen2``, ``mistral`` (through the
-    AttentionInterface) and ``gpt_neo``, ``xglm``, ``openai-gpt`` (through projection hooks).
-    ``overrides`` go to the config (e.g. ``num_key_value_heads=2``, ``sliding_window=4``).
-    """
+def _tiny_configs() -> dict:
     import transformers as tf
 
     common = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=128)
-    configs = {
+    seq2seq = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                   encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=128, max_position_embeddings=64)
+    t5 = dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, vocab_size=128, decoder_start_token_id=0,
+              relative_attention_num_buckets=8, relative_attention_max_distance=16)
+    return {
         "bert": lambda: tf.BertConfig(max_position_embeddings=64, **common),
         "roberta": lambda: tf.RobertaConfig(max_position_embeddings=66, pad_token_id=1, **common),
-        "gpt2": lambda: tf.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=128),
+        "gpt2": lambda: tf.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=128,
+                                      bos_token_id=0, eos_token_id=0),
         "llama": lambda: tf.LlamaConfig(num_key_value_heads=2, max_position_embeddings=64, **common),
         "qwen2": lambda: tf.Qwen2Config(num_key_value_heads=2, max_position_embeddings=64, **common),
         "mistral": lambda: tf.MistralConfig(num_key_value_heads=2, max_position_embeddings=64, sliding_window=4, **common),
+        "gpt_oss": lambda: tf.GptOssConfig(num_key_value_heads=2, head_dim=8, num_local_experts=2,
+                                           num_experts_per_tok=1, sliding_window=4, **common),
+        "bart": lambda: tf.BartConfig(**seq2seq),
+        "marian": lambda: tf.MarianConfig(**seq2seq, decoder_start_token_id=0, pad_token_id=0),
+        "t5": lambda: tf.T5Config(**t5),
+        "mt5": lambda: tf.MT5Config(**t5),
+        "umt5": lambda: tf.UMT5Config(**t5),
+        "longt5": lambda: tf.LongT5Config(**t5, local_radius=2),
         "gpt_neo": lambda: tf.GPTNeoConfig(hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64,
-                                           vocab_size=128, attention_types=[[["global", "local"], 1]], window_size=4),
+                                           vocab_size=128, attention_types=[[["global", "local"], 1]], window_size=4,
+                                           bos_token_id=0, eos_token_id=0),
         "xglm": lambda: tf.XGLMConfig(d_model=32, num_layers=2, attention_heads=4, ffn_dim=64, vocab_size=128,
                                       max_position_embeddings=64),
         "openai-gpt": lambda: tf.OpenAIGPTConfig(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=128),
+        "bloom": lambda: tf.BloomConfig(hidden_size=32, n_layer=2, n_head=4, vocab_size=128),
+        "mpt": lambda: tf.MptConfig(d_model=32, n_layers=2, n_heads=4, expansion_ratio=2, max_seq_len=64, vocab_size=128),
+        "falcon_alibi": lambda: tf.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
+                                                alibi=True, multi_query=False, new_decoder_architecture=False,
+                                                parallel_attn=False, bias=True),
+        "falcon": lambda: tf.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, vocab_size=128),
+        "albert": lambda: tf.AlbertConfig(embedding_size=16, **common),
     }
+
+
+def tiny_families() -> list[str]:
+    """The families :func:`tiny_model` builds."""
+    return list(_tiny_configs())
+
+
+def tiny_model(family: str, *, attn_implementation: str = "sdpa", seed: int = 0, **overrides):
+    """A tiny randomly initialised model of a family (for tests and examples), in eval mode.
+
+    Families (see :func:`tiny_families`): ``bert``, ``roberta``, ``gpt2``, ``llama``, ``qwen2``,
+    ``mistral``, ``gpt_oss`` and the encoder-decoders ``bart``, ``marian``, ``t5``, ``mt5``,
+    ``umt5`` (through the AttentionInterface); ``gpt_neo``, ``xglm``, ``openai-gpt``, ``bloom``,
+    ``mpt``, ``falcon_alibi`` (through projection hooks); and ``falcon``, ``longt5``, ``albert``,
+    which attnviz refuses. ``overrides`` go to the config (e.g. ``num_key_value_heads=2``).
+    Encoder-decoders come with their LM head (``…ForConditionalGeneration``), decoders as causal
+    LMs, BERT and RoBERTa as bare encoders.
+    """
+    import transformers as tf
+
+    configs = _tiny_configs()
     if family not in configs:
         raise InputError(f"unknown tiny family {family!r}; choose from {', '.join(configs)}")
     config = configs[family]()
     for key, value in overrides.items():
         setattr(config, key, value)
     torch.manual_seed(seed)
-    model_cls = tf.AutoModel if family in {"bert", "roberta"} else tf.AutoModelForCausalLM
+    if family in {"bert", "roberta", "albert"}:
+        model_cls = tf.AutoModel
+    elif config.is_encoder_decoder:
+        model_cls = tf.AutoModelForSeq2SeqLM
+    else:
+        model_cls = tf.AutoModelForCausalLM
     model = model_cls.from_config(config, attn_implementation=attn_implementation)
     model.eval()
     return model

@@ -1,8 +1,10 @@
 """``capture()``: run a model once on a text and turn what the taps recorded into Captures.
 
-Tokenization (each text alone, right-padded here so the tokenizer is never reconfigured), the
-forward under :func:`attnviz.taps.tap`, and the per-text trimming of padded batches, with the
-model's mask described as causal flag + sliding window (or kept whole when it is neither).
+Tokenization (each text alone, right-padded here so the tokenizer is never reconfigured; the
+target of an encoder-decoder model shifted right as the model does with labels), the forward
+under :func:`attnviz.taps.tap_model`, the per-text cut of padded batches (each Capture owns only
+its own rows), the model's mask described as causal flag + sliding window (kept whole when it is
+neither), and the self-check every capture runs before it is returned.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from .attention import build_mask
-from .capture import Capture, LayerRecord
+from .capture import PARTS, Capture, LayerRecord, TokenSequence
 from .errors import (
     ArgumentTypeError,
     EmptyTextError,
@@ -27,38 +29,41 @@ from .errors import (
     UnsupportedModelError,
 )
 from .models import load_model, resolve_dtype
-from .specs import supported_families
+from .specs import RESERVED_POSITIONS, refusal, supported_families
 from .taps import AttentionCall, tap_model
-from .words import words_from_offsets
+from .validate import SAMPLE_ROWS, ValidationError, validate
+from .words import offsets_from_tokens, words_from_offsets
 
 __all__ = ["capture"]
+
+CHECKS = ("sample", "full", "off")
+Encoded = tuple[list[int], list[tuple[int, int]], list[str]]  # ids, offsets, tokens
 
 
 def _max_positions(config) -> int | None:
     for name in ("max_position_embeddings", "n_positions", "max_seq_len"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
-            return value - 2 if getattr(config, "model_type", "") in {"roberta", "xlm-roberta"} else value
+            return value - RESERVED_POSITIONS.get(getattr(config, "model_type", ""), 0)
     return None
 
 
 def _n_layers(config) -> int | None:
-    for name in ("num_hidden_layers", "n_layer", "num_layers"):
-        value = getattr(config, name, None)
-        if isinstance(value, int):
-            return value
-    return None
+    counts = [getattr(config, name, None) for name in (
+        "num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers", "num_decoder_layers")]
+    counts = [c for c in counts if isinstance(c, int)]
+    return max(counts) if counts else None
 
 
-def _check_texts(text: Any) -> list[str]:
+def _check_texts(text: Any, what: str = "text") -> list[str]:
     texts = [text] if isinstance(text, str) else text
     if not isinstance(texts, (list, tuple)) or not texts:
-        raise ArgumentTypeError(f"text must be a string or a non-empty list of strings, got {type(text).__name__}")
+        raise ArgumentTypeError(f"{what} must be a string or a non-empty list of strings, got {type(text).__name__}")
     for i, t in enumerate(texts):
         if not isinstance(t, str):
-            raise ArgumentTypeError(f"text[{i}] must be a string, got {type(t).__name__}")
+            raise ArgumentTypeError(f"{what}[{i}] must be a string, got {type(t).__name__}")
         if not t.strip():
-            where = "the text" if isinstance(text, str) else f"text[{i}]"
+            where = f"the {what}" if isinstance(text, str) else f"{what}[{i}]"
             raise EmptyTextError(f"{where} is empty or only whitespace; give at least one word")
     return list(texts)
 
@@ -71,9 +76,54 @@ def _bos_id(tokenizer) -> int | None:
     return None
 
 
+def _encode(tokenizer, text: str, kwargs: dict, *, target: bool = False) -> tuple[list[int], list[tuple[int, int]]]:
+    """Token ids and character offsets; offsets rebuilt from the tokens when the tokenizer has none.
+    A ``target`` is encoded as labels are (``text_target``: Marian's target vocabulary…)."""
+    text_arg = {"text_target" if target else "text": text}
+    try:
+        enc = tokenizer(**text_arg, return_offsets_mapping=True, **kwargs)
+        return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+    except (NotImplementedError, KeyError, TypeError, ValueError):  # slow (Python) tokenizers have no offsets
+        pass
+    enc = tokenizer(**text_arg, **kwargs)
+    ids = list(enc["input_ids"])
+    offsets = offsets_from_tokens(text, _surfaces(tokenizer, ids))
+    if offsets is None:
+        raise InputError(
+            f"{type(tokenizer).__name__} gives no character offsets and attnviz could not find its tokens "
+            "in the text; use the model's fast tokenizer (AutoTokenizer.from_pretrained(name, use_fast=True))"
+        )
+    return ids, offsets
+
+
+def _surfaces(tokenizer, ids: list[int]) -> list[str | None]:
+    """Each token's text for :func:`offsets_from_tokens`: None for special tokens, "" for a byte
+    piece completed by the next one."""
+    special = set(getattr(tokenizer, "all_special_ids", [])) - {getattr(tokenizer, "unk_token_id", None)}
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    out: list[str | None] = []
+    pending: list[str] = []
+    for i, token in zip(ids, tokens):
+        if i in special:
+            out.extend([""] * len(pending))
+            pending = []
+            out.append(None)
+            continue
+        pending.append(token)
+        text = tokenizer.convert_tokens_to_string(pending)
+        if "\ufffd" in text and len(pending) < 4:  # an incomplete UTF-8 character: wait for its last byte
+            continue
+        out.extend([""] * (len(pending) - 1))
+        out.append(text.removeprefix("##"))
+        pending = []
+    out.extend([""] * len(pending))
+    return out
+
+
 def _tokenize(
-    tokenizer, texts: list[str], max_length: int | None, limit: int | None, model_name: str, add_bos: bool = False
-):
+    tokenizer, texts: list[str], max_length: int | None, limit: int | None, model_name: str, add_bos: bool = False,
+    what: str = "text",
+) -> list[Encoded]:
     """Encode each text alone (no padding), then right-pad ourselves: the tokenizer stays untouched."""
     bos = _bos_id(tokenizer) if add_bos else None
     encoded = []
@@ -81,13 +131,7 @@ def _tokenize(
         kwargs: dict = {"truncation": max_length is not None}
         if max_length is not None:
             kwargs["max_length"] = max_length
-        try:
-            enc = tokenizer(text, return_offsets_mapping=True, **kwargs)
-            offsets = [tuple(o) for o in enc["offset_mapping"]]
-        except NotImplementedError:  # slow (Python) tokenizers have no offsets
-            enc = tokenizer(text, **kwargs)
-            offsets = [(0, 0)] * len(enc["input_ids"])
-        ids = list(enc["input_ids"])
+        ids, offsets = _encode(tokenizer, text, kwargs, target=what == "target")
         starts_special = bool(offsets) and offsets[0][0] == offsets[0][1]  # [CLS], <s> …
         if add_bos and bos is None and not starts_special:
             raise InputError("add_bos=True but the tokenizer has neither a BOS nor an EOS token to prepend")
@@ -96,88 +140,209 @@ def _tokenize(
             if max_length is not None and len(ids) > max_length:
                 ids, offsets = ids[:max_length], offsets[:max_length]
         if limit is not None and len(ids) > limit:
-            which = "The text" if len(texts) == 1 else f"Text {i}"
+            which = f"The {what}" if len(texts) == 1 else f"{what.capitalize()} {i}"
             raise InputTooLongError(
                 f"{which} has {len(ids):,} tokens; {model_name} accepts at most {limit:,}. "
-                f"Shorten the text or pass max_length={limit} to truncate."
+                f"Shorten the {what} or pass max_length={limit} to truncate."
             )
         encoded.append((ids, offsets, tokenizer.convert_ids_to_tokens(ids)))
     return encoded
 
 
-def _layer_mask(call: AttentionCall, b: int, idx: Tensor, cache: dict) -> tuple[bool, int | None, Tensor | None]:
-    """(causal, window, custom mask) describing the mask the kernel applied to item ``b``."""
-    n = len(idx)
-    if call.mask is None:
-        return call.causal and n > 1, call.window, None
-    key = (id(call.mask), call.window)
-    if key not in cache:
-        raw = call.mask[b if call.mask.shape[0] > 1 else 0, 0][idx][:, idx]
-        additive = raw.is_floating_point() and bool(((raw != 0) & (raw > torch.finfo(raw.dtype).min / 2)).any())
-        if additive or call.mask.shape[1] > 1:  # a bias (ALiBi-like) or per-head mask: keep it as given
-            cache[key] = (False, None, raw)
-        else:
-            allowed = raw > torch.finfo(raw.dtype).min / 2 if raw.is_floating_point() else raw.bool()
-            causal = not bool(torch.triu(allowed, diagonal=1).any())
+def _shift_right(model: nn.Module, labels: list[int]) -> list[int]:
+    """The decoder input the model builds from ``labels`` (its start token, then labels[:-1])."""
+    prepare = getattr(model, "prepare_decoder_input_ids_from_labels", None)
+    if prepare is not None:
+        return prepare(labels=torch.tensor([labels])).view(-1).tolist()
+    start = _decoder_start(model)
+    return [start] + labels[:-1]
+
+
+def _decoder_start(model: nn.Module) -> int:
+    config = model.config
+    for source in (getattr(model, "generation_config", None), config, getattr(config, "decoder", None)):
+        value = getattr(source, "decoder_start_token_id", None)
+        if isinstance(value, int):
+            return value
+    pad = getattr(config, "pad_token_id", None)
+    if isinstance(pad, int):
+        return pad
+    raise InputError(f"{type(model).__name__} names no decoder_start_token_id; pass decoder_input_ids yourself")
+
+
+def _ids_rows(ids: Tensor, what: str) -> list[Encoded]:
+    if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.is_floating_point():
+        raise ArgumentTypeError(f"{what} must be a [batch, pos] integer tensor")
+    return [(row.tolist(), _spaced_offsets([str(t) for t in row.tolist()]), [str(t) for t in row.tolist()]) for row in ids]
+
+
+def _spaced_offsets(tokens: list[str]) -> list[tuple[int, int]]:
+    offsets, pos = [], 0
+    for t in tokens:
+        offsets.append((pos, pos + len(t)))
+        pos += len(t) + 1
+    return offsets
+
+
+def _padded(encoded: list[Encoded], device) -> tuple[Tensor, Tensor]:
+    n = max(len(ids) for ids, _, _ in encoded)
+    ids = torch.zeros(len(encoded), n, dtype=torch.long)
+    mask = torch.zeros(len(encoded), n, dtype=torch.long)
+    for b, (row, _, _) in enumerate(encoded):
+        ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[b, : len(row)] = 1
+    return ids.to(device), mask.to(device)
+
+
+# ---------------------------------------------------------------- from calls to records
+def _describe_mask(call: AttentionCall, mask: Tensor | None, n_q: int, n_k: int) -> tuple[bool, int | None, Tensor | None]:
+    """(causal, window, custom mask or None) for one item's mask cut to its ``n_q × n_k`` tokens."""
+    structure = build_mask(n_q, n_k, causal=call.causal, window=call.window)
+    if mask is None:
+        return call.causal and n_q > 1, call.window, None
+    if mask.is_floating_point():
+        blocked = mask <= torch.finfo(mask.dtype).min / 2
+        if bool((mask.masked_fill(blocked, 0) != 0).any()):  # carries a bias (ALiBi folded into the mask)
+            kept = mask if structure is None else mask.masked_fill(~structure[0], float("-inf"))
+            return False, None, kept.clone()
+        allowed = ~blocked
+    else:
+        allowed = mask.bool()
+    allowed = allowed.expand(-1, n_q, n_k)
+    if structure is not None:
+        allowed = allowed & structure[0]
+    if allowed.shape[0] > 1 and bool((allowed == allowed[:1]).all()):
+        allowed = allowed[:1]
+    if allowed.shape[0] == 1:
+        flat = allowed[0]
+        for causal in (True, False):
             window = call.window if causal else None
-            structural = build_mask(n, n, causal=causal, window=window, device=allowed.device)
-            matches = structural is None and bool(allowed.all()) or (
-                structural is not None and torch.equal(structural[0, 0], allowed)
-            )
-            if matches:
-                cache[key] = (causal, window, None)
-            elif causal and call.window is None and (w := _fits_window(allowed)) is not None:
-                cache[key] = (True, w, None)
-            else:
-                cache[key] = (causal, window, allowed)
-    return cache[key]
+            candidate = build_mask(n_q, n_k, causal=causal, window=window, device=flat.device)
+            if (candidate is None and bool(flat.all())) or (candidate is not None and torch.equal(candidate[0, 0], flat)):
+                return causal and n_q > 1, window, None
+        if window_size := _fits_window(flat):
+            return True, window_size, None
+        return False, None, flat.clone()
+    return False, None, allowed.clone()
 
 
 def _fits_window(allowed: Tensor) -> int | None:
     """The sliding window a causal mask implements, if it is one."""
-    n = allowed.shape[-1]
+    n_q, n_k = allowed.shape
     w = int(allowed.sum(-1).max())
-    structural = build_mask(n, n, causal=True, window=w, device=allowed.device)
-    return w if structural is not None and torch.equal(structural[0, 0], allowed) else None
+    structure = build_mask(n_q, n_k, causal=True, window=w, device=allowed.device)
+    return w if structure is not None and torch.equal(structure[0, 0], allowed) else None
 
 
-def _records(calls: list[AttentionCall], b: int, idx: Tensor, full: bool) -> dict[int, LayerRecord]:
-    cache: dict = {}
-    layers = {}
-    for i, call in enumerate(calls):
+def _compact_bias(bias: Tensor) -> tuple[Tensor | None, Tensor | None]:  # (dense, relative)
+    """A bias that depends only on ``key - query`` (T5's buckets) is kept as one row per head."""
+    heads, n_q, n_k = bias.shape
+    if n_q == 1 or heads == 0:
+        return bias.clone(), None
+    relative = torch.cat([bias[:, :, 0].flip(-1), bias[:, 0, 1:]], dim=-1)  # offsets -(n_q-1) .. n_k-1
+    index = torch.arange(n_k)[None, :] - torch.arange(n_q)[:, None] + n_q - 1
+    if torch.equal(relative[:, index.to(relative.device)], bias):
+        return None, relative.clone()
+    return bias.clone(), None
+
+
+def _owned(t: Tensor | None) -> Tensor | None:
+    """A tensor with storage of its own (a cut of a batch must not keep the batch alive)."""
+    if t is None:
+        return None
+    return t if t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size() else t.contiguous().clone()
+
+
+def _records(calls: list[AttentionCall], b: int, lengths: dict[str, tuple[int, int]]) -> dict[tuple[str, int], LayerRecord]:
+    masks: dict = {}
+    biases: dict = {}
+    records = {}
+    for call in calls:
         if call.q is None:
             continue
-
-        def take(t: Tensor, pos_dim: int) -> Tensor:
-            t = t[b]
-            return t if full else t.index_select(pos_dim, idx.to(t.device))
-
-        causal, window, mask = _layer_mask(call, b, idx, cache)
-        weights = None
-        if call.weights is not None:
-            weights = take(call.weights, 1)
-            weights = weights if full else weights.index_select(2, idx.to(weights.device))
-        layers[i] = LayerRecord(
+        n_q, n_k = lengths[call.part]
+        item = call.item(b)
+        mask = item["mask"]
+        key = (id(call.mask), id(call.key_padding), b, call.causal, call.window, n_q, n_k)
+        if key not in masks:
+            cut = None if mask is None else mask[..., : n_q if mask.shape[-2] > 1 else 1, :n_k]
+            masks[key] = _describe_mask(call, cut, n_q, n_k)
+        causal, window, custom = masks[key]
+        bias = relative = None
+        if item["bias"] is not None:
+            bkey = (id(call.bias), b, n_q, n_k)
+            if bkey not in biases:
+                raw = item["bias"][..., : n_q if item["bias"].shape[-2] > 1 else 1, :n_k]
+                biases[bkey] = _compact_bias(raw) if raw.shape[-2] > 1 else (raw.clone(), None)
+            bias, relative = biases[bkey]
+        weights = None if call.weights is None else _owned(call.weights[b, :, :n_q, :n_k])
+        records[(call.part, call.layer)] = LayerRecord(
             name=call.name,
-            q=take(call.q, 1),
-            k=take(call.k, 1),
-            v=take(call.v, 1),
-            out=take(call.out, 0).transpose(0, 1),
+            q=_owned(item["q"][:, :n_q]),
+            k=_owned(item["k"][:, :n_k]),
+            v=_owned(item["v"][:, :n_k]),
+            out=_owned(item["out"][:, :n_q]),
             weights=weights,
             scaling=call.scaling,
             causal=causal,
             window=window,
             softcap=call.softcap,
-            mask=mask,
+            mask=custom,
+            bias=bias,
+            relative_bias=relative,
+            sinks=None if call.sinks is None else call.sinks.float().clone(),
+            weight_error=None if call.weight_error is None else call.weight_error[b].clone(),
+            weight_scale=None if call.weight_scale is None else call.weight_scale[b].clone(),
         )
-    return layers
+    return records
 
 
+def _check_calls(model: nn.Module, calls: list[AttentionCall], encoder_decoder: bool) -> None:
+    """Refuse what would show an incomplete or mislabelled picture."""
+    family = f"{type(model).__name__} ({getattr(model.config, 'model_type', '?')})"
+    if not calls:
+        raise UnsupportedModelError(
+            f"{family} ran no attention that attnviz could tap (backend "
+            f"{getattr(model.config, '_attn_implementation', None)!r}), so nothing was captured. "
+            f"attnviz supports {supported_families()}. GPT-2 with reorder_and_upcast_attn under "
+            "eager bypasses the interface: load with attn_implementation='sdpa'."
+        )
+    seen: dict[tuple[str, int], str] = {}
+    for call in calls:
+        key = (call.part, call.layer)
+        if key in seen:
+            what = "ran its attention twice" if seen[key] == call.name else f"and {seen[key]} both sit at"
+            raise UnsupportedModelError(
+                f"{family}: {call.name} {what} {call.part} layer {call.layer} in one forward (shared or "
+                "nested attention modules, as ALBERT has); attnviz keys each layer by the module that ran it "
+                "and will not guess which is which"
+            )
+        seen[key] = call.name
+    if encoder_decoder:
+        missing = [p for p in PARTS if p not in {c.part for c in calls}]
+        if missing:
+            raise UnsupportedModelError(
+                f"{family}: the {' and '.join(missing)} attention did not go through transformers' "
+                "AttentionInterface, so a capture would show only part of the model"
+            )
+
+
+def _sizes(calls: list[AttentionCall]) -> dict[str, dict[str, int]]:
+    parts: dict[str, dict[str, int]] = {}
+    for part in PARTS:
+        mine = [c for c in calls if c.part == part]
+        if mine:
+            parts[part] = {"n_layers": max(c.layer for c in mine) + 1, **mine[0].sizes}
+    return parts
+
+
+# ---------------------------------------------------------------- capture()
 def capture(
     model: str | Path | nn.Module,
     text: str | Sequence[str] | None = None,
     tokenizer: Any = None,
     *,
+    target: str | Sequence[str] | None = None,
     layers: Iterable[int] | None = None,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
@@ -186,8 +351,11 @@ def capture(
     attn_implementation: str | None = None,
     add_bos: bool = False,
     input_ids: Tensor | None = None,
+    decoder_input_ids: Tensor | None = None,
+    check: str = "sample",
+    keep_weights: bool = False,
 ) -> Capture | list[Capture]:
-    """Run ``model`` once on ``text`` and record Q, K, V and attention of every (or each given) layer.
+    """Run ``model`` once and record Q, K, V and attention of every (or each given) layer and part.
 
     - ``model``: an embedded alias (``"smollm2"``, ``"minilm"``), a hub name, a local folder, or a
       transformers model object (then pass its ``tokenizer``). Names are loaded in eval mode, on
@@ -195,16 +363,27 @@ def capture(
     - ``text``: a string gives a :class:`Capture`; a list gives a list (one batched, padded forward;
       each capture holds only its own tokens). ``input_ids`` (``[batch, pos]``) replaces text and
       tokenizer for models without one.
-    - ``layers``: capture only these layers (0-based).
+    - ``target`` (encoder-decoder models): the decoder's text, teacher-forced as the model's forward
+      does with labels (shifted right behind the decoder start token). Without it the decoder gets
+      its start token only. ``decoder_input_ids`` gives the decoder's ids exactly instead.
+    - ``layers``: capture only these layers (0-based, in every part).
     - ``max_length``: truncate to this many tokens instead of raising :class:`InputTooLongError`.
     - ``keep_on_device``: keep captured tensors on the model's device (default: move to CPU).
     - ``add_bos``: prepend the tokenizer's BOS token (its EOS if it has no BOS, as GPT-2) when it
       does not add one itself. Decoders park most attention on the first token (an attention
       sink); with a BOS there, the sink is not one of the text's words.
+    - ``check``: ``"sample"`` (default) recomputes the first, the last and 32 more query rows of every
+      layer and head and compares them with the kernel's own output; ``"full"`` compares every row;
+      ``"off"`` skips it. A mismatch raises :class:`ValidationError` carrying the report and the
+      capture.
+    - ``keep_weights``: keep the n×n weights an eager backend returns (default: compare them with
+      the recomputation while capturing and keep only the errors).
 
-    The model runs unmodified on whatever backend it has (eager, sdpa, flash…); the taps are gone
-    afterwards, also if forward raises.
+    The model runs unmodified on whatever backend it has (eager, sdpa, flash, flex…); the taps are
+    gone afterwards, also if forward raises.
     """
+    if check not in CHECKS:
+        raise InputError(f"check must be one of {', '.join(CHECKS)}, got {check!r}")
     name = None
     if isinstance(model, (str, Path)):
         name = str(model)
@@ -213,9 +392,7 @@ def capture(
     elif isinstance(model, nn.Module):
         _check_model_placement(model, device, dtype, attn_implementation)
     else:
-        raise ArgumentTypeError(
-            f"model must be a name, a path or a transformers model, got {type(model).__name__}"
-        )
+        raise ArgumentTypeError(f"model must be a name, a path or a transformers model, got {type(model).__name__}")
     if model.training:
         raise ModelInTrainingModeError(
             f"{type(model).__name__} is in training mode: dropout would make every capture different. "
@@ -223,17 +400,18 @@ def capture(
         )
     config = model.config
     name = name or getattr(config, "_name_or_path", "") or type(model).__name__
-    n_layers = _n_layers(config)
-    wanted = _check_layers(layers, n_layers)
+    reason = refusal(config)
+    if reason:
+        raise UnsupportedModelError(f"{reason}. attnviz supports {supported_families()}")
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    wanted = _check_layers(layers, _n_layers(config))
     limit = _max_positions(config)
 
     if input_ids is not None:
         if text is not None:
             raise InputError("pass either text or input_ids, not both")
-        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2:
-            raise ArgumentTypeError("input_ids must be a [batch, pos] integer tensor")
         texts = None
-        encoded = [(row.tolist(), [(0, 0)] * len(row), [str(t) for t in row.tolist()]) for row in input_ids]
+        encoded = _ids_rows(input_ids, "input_ids")
         if limit is not None and input_ids.shape[1] > limit:
             raise InputTooLongError(f"input_ids has {input_ids.shape[1]:,} tokens; {name} accepts at most {limit:,}")
     else:
@@ -242,73 +420,108 @@ def capture(
         texts = _check_texts(text)
         if tokenizer is None:
             raise InputError(f"pass tokenizer= with a model object (e.g. AutoTokenizer.from_pretrained({name!r}))")
+        if not callable(tokenizer):
+            raise ArgumentTypeError(f"tokenizer must be a transformers tokenizer, got {type(tokenizer).__name__}")
         encoded = _tokenize(tokenizer, texts, max_length, limit, name, add_bos)
 
-    lengths = [len(ids) for ids, _, _ in encoded]
-    n = max(lengths)
-    ids = torch.zeros(len(encoded), n, dtype=torch.long)
-    attention_mask = torch.zeros(len(encoded), n, dtype=torch.long)
-    for b, (row, _, _) in enumerate(encoded):
-        ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-        attention_mask[b, : len(row)] = 1
+    targets, decoded = _decoder_inputs(model, tokenizer, encoded, target, decoder_input_ids, encoder_decoder,
+                                       max_length, limit, name)
     model_device = next(model.parameters()).device
-    forward_kwargs = {"input_ids": ids.to(model_device), "attention_mask": attention_mask.to(model_device)}
+    ids, attention_mask = _padded(encoded, model_device)
+    forward_kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": attention_mask}
+    lengths = {"encoder": [len(e[0]) for e in encoded], "decoder": [len(e[0]) for e in encoded]}
+    if encoder_decoder:
+        dec_ids, dec_mask = _padded(decoded, model_device)
+        forward_kwargs.update(decoder_input_ids=dec_ids, decoder_attention_mask=dec_mask)
+        lengths.update(decoder=[len(d[0]) for d in decoded], cross=[len(d[0]) for d in decoded])
     if "use_cache" in _forward_parameters(model):
         forward_kwargs["use_cache"] = False
 
-    with torch.no_grad(), tap_model(model, layers=wanted, to_cpu=not keep_on_device) as recorder:
+    with torch.no_grad(), tap_model(model, layers=wanted, to_cpu=not keep_on_device, keep_weights=keep_weights,
+                                    lengths=lengths) as recorder:
         model(**forward_kwargs)
     calls = recorder.calls
-    if not calls:
-        raise UnsupportedModelError(
-            f"{type(model).__name__} ({getattr(config, 'model_type', '?')}) ran no attention that attnviz "
-            f"could tap (backend {getattr(config, '_attn_implementation', None)!r}), so nothing was captured. "
-            f"attnviz supports {supported_families()}. GPT-2 with reorder_and_upcast_attn under "
-            "eager bypasses the interface: load with attn_implementation='sdpa'."
-        )
-    first = next(c for c in calls if c.q is not None) if any(c.q is not None for c in calls) else None
-    if first is None:
+    _check_calls(model, calls, encoder_decoder)
+    kept = [c for c in calls if c.q is not None]
+    if not kept:
         raise OutOfRangeError(f"none of layers {sorted(wanted or [])} ran; this model has {len(calls)} attention layers")
     meta = {
         "name": name,
         "model_type": getattr(config, "model_type", None),
         "class": type(model).__name__,
-        "backend": first.backend,
-        "dtype": str(first.q.dtype).removeprefix("torch."),
+        "backend": kept[0].backend,
+        "dtype": str(kept[0].q.dtype).removeprefix("torch."),
         "device": str(model_device),
-        "n_layers": len(calls),
-        "n_heads": first.q.shape[1],
-        "n_kv_heads": first.k.shape[1],
-        "d_head": first.q.shape[-1],
-        "d_model": getattr(config, "hidden_size", None) or getattr(config, "n_embd", None),
+        "encoder_decoder": encoder_decoder,
+        "parts": _sizes(calls),
+        "d_model": getattr(config, "hidden_size", None) or getattr(config, "n_embd", None) or getattr(config, "d_model", None),
         "max_positions": limit,
+        "check": check,
     }
     captures = []
     for b, (row, offsets, tokens) in enumerate(encoded):
-        idx = torch.arange(len(row))
         the_text = texts[b] if texts is not None else " ".join(tokens)
-        if texts is None:
-            offsets = _offsets_of(tokens)
-        captures.append(
-            Capture(
-                text=the_text,
-                tokens=list(tokens),
-                token_ids=list(row),
-                offsets=list(offsets),
-                words=words_from_offsets(the_text, offsets, tokens),
-                layers=_records(calls, b, idx, full=len(row) == n),
-                model=dict(meta),
-            )
-        )
+        n_src = len(row)
+        n_tgt = len(decoded[b][0]) if encoder_decoder else n_src
+        cut = {"encoder": (n_src, n_src), "decoder": (n_tgt, n_tgt), "cross": (n_tgt, n_src)}
+        target_seq = None
+        if encoder_decoder:
+            t_ids, t_offsets, t_tokens = decoded[b]
+            t_text = targets[b] if targets is not None else " ".join(t_tokens)
+            target_seq = TokenSequence(t_text, list(t_tokens), list(t_ids), list(t_offsets),
+                                       words_from_offsets(t_text, t_offsets, t_tokens))
+        captures.append(Capture(
+            text=the_text, tokens=list(tokens), token_ids=list(row), offsets=list(offsets),
+            words=words_from_offsets(the_text, offsets, tokens), records=_records(kept, b, cut), model=dict(meta),
+            target=target_seq,
+        ))
+    if check != "off":
+        _self_check(captures, check)
     return captures[0] if isinstance(text, str) or (texts is None and len(captures) == 1) else captures
 
 
-def _offsets_of(tokens: list[str]) -> list[tuple[int, int]]:
-    offsets, pos = [], 0
-    for t in tokens:
-        offsets.append((pos, pos + len(t)))
-        pos += len(t) + 1
-    return offsets
+def _decoder_inputs(model, tokenizer, encoded, target, decoder_input_ids, encoder_decoder, max_length, limit, name):
+    """(target texts or None, the decoder's encoded inputs per item) for an encoder-decoder model."""
+    if not encoder_decoder:
+        if target is not None or decoder_input_ids is not None:
+            raise InputError(f"{name} is not an encoder-decoder model: it reads one text; leave out target= "
+                             "and decoder_input_ids=")
+        return None, []
+    if target is not None and decoder_input_ids is not None:
+        raise InputError("pass either target or decoder_input_ids, not both")
+    if decoder_input_ids is not None:
+        decoded = _ids_rows(decoder_input_ids, "decoder_input_ids")
+        if len(decoded) != len(encoded):
+            raise InputError(f"decoder_input_ids has {len(decoded)} rows for {len(encoded)} inputs")
+        return None, decoded
+    if target is None:
+        start = _decoder_start(model)
+        token = tokenizer.convert_ids_to_tokens([start])[0] if tokenizer is not None else str(start)
+        return None, [([start], [(0, 0)], [token]) for _ in encoded]
+    targets = _check_texts(target, "target")
+    if len(targets) != len(encoded):
+        raise InputError(f"{len(targets)} targets for {len(encoded)} texts; give one target per text")
+    if tokenizer is None:
+        raise InputError("a target needs the tokenizer; pass tokenizer= (or decoder_input_ids=)")
+    decoded = []
+    for labels, offsets, _ in _tokenize(tokenizer, targets, max_length, limit, name, what="target"):
+        shifted = _shift_right(model, labels)
+        shifted_offsets = [(0, 0)] + offsets[: len(shifted) - 1]
+        decoded.append((shifted, shifted_offsets, tokenizer.convert_ids_to_tokens(shifted)))
+    return targets, decoded
+
+
+def _self_check(captures: list[Capture], check: str) -> None:
+    for i, cap in enumerate(captures):
+        report = validate(cap, rows=SAMPLE_ROWS if check == "sample" else None)
+        cap.model["check_error"] = max((r["max_abs_error"] / r["tolerance"] for r in report.rows), default=0.0)
+        if not report.passed:
+            which = "" if len(captures) == 1 else f" (text {i})"
+            raise ValidationError(
+                f"attnviz could not reproduce what the model computed{which}, so it will not show these maps: "
+                f"{report}. The capture is on this error (.capture, .report); please report the model.",
+                report, captures[0] if len(captures) == 1 else captures,
+            )
 
 
 def _forward_parameters(model: nn.Module) -> set[str]:
@@ -318,7 +531,7 @@ def _forward_parameters(model: nn.Module) -> set[str]:
 def _check_layers(layers: Iterable[int] | None, n_layers: int | None) -> set[int] | None:
     if layers is None:
         return None
-    if isinstance(layers, int):
+    if isinstance(layers, int) and not isinstance(layers, bool):
         layers = [layers]
     try:
         wanted = set(layers)

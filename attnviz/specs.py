@@ -1,37 +1,145 @@
-"""Architecture facts, as data, for families whose attention does not dispatch through
-transformers' AttentionInterface. For those, attnviz taps the projection modules instead: forward
-hooks on the query/key/value projections (or one fused projection) record Q, K, V, and a forward
-pre-hook on the output projection records the attention output (heads concatenated) — the model's
-own A·V, which validation compares with the recomputation, so a wrong spec cannot go unnoticed.
+"""Architecture facts, as data: everything attnviz knows about particular model families.
 
-Families that do dispatch through the interface (BERT, RoBERTa, GPT-2, Llama, Qwen2, Mistral,
-SmolLM2 and most recent ones) need no spec at all.
+Most families need nothing here: their attention modules call transformers' AttentionInterface,
+and the taps read Q, K, V, the mask, the scaling and every other argument of that call. What is
+here:
+
+- where a recorded call sits: which path components name an encoder-decoder model's stacks and
+  its cross-attention (:data:`CROSS_ATTENTION_NAMES`), see :func:`locate`;
+- which arguments of an attention call change nothing attnviz computes (:data:`INERT_ARGUMENTS`)
+  and which it reproduces (:data:`INTERPRETED_ARGUMENTS`) — anything else refuses the capture;
+- families whose attention is computed inline, tapped through forward hooks on their projections
+  (:data:`PROJECTION_SPECS`): where q/k/v live, fused layouts, the scaling, ALiBi biases, masks;
+- which ``AutoModel*`` class loads a name, and each family's position limit quirks;
+- :data:`FAMILIES`: what is supported, reproduced against the model's own eager attention by the
+  tests, or refused — the README's table is generated from it (and a test keeps them equal).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from torch import nn
+from torch import Tensor, nn
 
-__all__ = ["PROJECTION_SPECS", "ProjectionSpec", "supported_families"]
+__all__ = [
+    "CROSS_ATTENTION_NAMES", "FAMILIES", "INERT_ARGUMENTS", "INTERPRETED_ARGUMENTS", "PROJECTION_SPECS",
+    "Family", "ProjectionSpec", "locate", "refusal", "supported_families", "support_table",
+]
+
+# ---------------------------------------------------------------- where a call sits
+#: path components that mark a cross-attention module (decoder queries over encoder keys)
+CROSS_ATTENTION_NAMES = frozenset({
+    "encoder_attn",  # BART, mBART, Marian, Pegasus, M2M100, Whisper, NLLB-MoE …
+    "EncDecAttention",  # T5, mT5, UMT5, LongT5, Switch
+    "crossattention",  # BERT / RoBERTa as decoders with add_cross_attention
+    "cross_attn", "cross_attention",
+})
+STACKS = ("encoder", "decoder")
+_INDEX = re.compile(r"^\d+$")
+
+
+def locate(name: str, *, encoder_decoder: bool, causal: bool, layer_idx: int | None = None) -> tuple[str, int]:
+    """``(part, layer)`` of the attention module at ``name`` (its path in the model).
+
+    Encoder-decoder models: the part is the stack named in the path (``encoder`` / ``decoder``),
+    or ``cross`` for a cross-attention module in the decoder. One-stack models: ``decoder`` when
+    the attention is causal, ``encoder`` otherwise. The layer is the first index in the path after
+    the stack (``model.decoder.layers.3.encoder_attn`` → 3), else the module's ``layer_idx``, else 0.
+    """
+    parts = name.split(".")
+    start = 0
+    part = "decoder" if causal else "encoder"
+    if encoder_decoder:
+        stack = next((i for i, p in enumerate(parts) if p in STACKS), None)
+        if stack is not None:
+            start = stack + 1
+            part = parts[stack]
+        if part == "decoder" and any(p in CROSS_ATTENTION_NAMES for p in parts[start:]):
+            part = "cross"
+    layer = next((int(p) for p in parts[start:] if _INDEX.match(p)), None)
+    if layer is None:
+        layer = layer_idx if isinstance(layer_idx, int) else 0
+    return part, layer
+
+
+# ---------------------------------------------------------------- arguments of an attention call
+#: keyword arguments that reach attention functions but change nothing in the attention maths
+INERT_ARGUMENTS = frozenset({
+    "dropout",  # checked separately: must be 0 (the model is in eval mode)
+    "use_cache", "output_attentions", "output_hidden_states", "return_dict", "output_router_logits",
+    "cache_position", "past_key_values", "cache", "layer_idx", "encoder_hidden_states",
+    "position_ids",  # RoPE is already in q and k; packed sequences would come with cu_seq_lens_*
+    "token_type_ids", "target_dtype",
+})
+# Anything else that is not None/False — head_mask, cu_seq_lens_q/k (packed sequences), an
+# unknown tensor — refuses the capture.
+#: keyword arguments attnviz reproduces (recorded into the call, used by its own SDPA)
+INTERPRETED_ARGUMENTS = frozenset({
+    "scaling", "is_causal", "sliding_window", "softcap",
+    "position_bias",  # T5 family: relative position bias, added to the scores
+    "s_aux",  # gpt-oss: one learned sink logit per head
+})
+
+
+# ---------------------------------------------------------------- families computed inline
+def _module_inputs_view(name: str, reshape: Callable[[nn.Module, Tensor, int], Tensor]) -> Callable:
+    def get(module: nn.Module, inputs: dict[str, Any], batch: int) -> Tensor | None:
+        value = inputs.get(name)
+        return None if value is None else reshape(module, value, batch)
+    return get
 
 
 @dataclass(frozen=True)
 class ProjectionSpec:
-    """Where one family's attention lives and how it scores."""
+    """Where one family's inline attention lives and how it scores.
+
+    The taps record the output of the q/k/v projections (or one fused projection, split by
+    ``layout``), the input of the output projection (the model's own A·V, heads concatenated),
+    and the attention module's own inputs (``mask`` and ``bias`` read them by name).
+    """
 
     module: str  # class name of the attention module
     q: str | None = "q_proj"  # child projections (None when fused)
     k: str | None = "k_proj"
     v: str | None = "v_proj"
-    fused: str | None = None  # one child producing [q | k | v] concatenated on the last dimension
+    fused: str | None = None  # one child producing q, k and v
+    layout: str = "concat"  # fused: "concat" [q | k | v]; "interleaved" [head, 3, d]; "multi_query" [head + 2, d]
     out: str = "out_proj"  # the output projection; its input is the attention output
-    heads: str = "num_heads"  # attribute holding the number of heads
+    heads: str = "num_heads"  # attribute holding the number of query heads
     scaling: Callable[[nn.Module], float] = lambda m: m.head_dim ** -0.5
     causal: bool = True
     window: Callable[[nn.Module], int | None] = lambda m: None
+    clip: Callable[[nn.Module], float | None] = lambda m: None  # q/k/v clamped to ±clip after the projection
+    bias: Callable[[nn.Module, dict, int], Tensor | None] = lambda m, inputs, batch: None  # [b|1, head, q|1, k]
+    mask: str | None = None  # the module input holding its mask (None: only the causal structure)
+    mask_true_means_masked: bool = False  # a bool mask where True *blocks* (MPT)
+    refuse: Callable[[Any], str | None] = lambda config: None  # why a config of this family is not supported
+
+
+def _alibi_per_item(module: nn.Module, alibi: Tensor, batch: int) -> Tensor:  # [b·h, 1, k] or [b, h, 1, k] -> [b, h, 1, k]
+    return alibi.reshape(batch, module.num_heads, 1, -1)
+
+
+def _mpt_bias(module: nn.Module, bias: Tensor, batch: int) -> Tensor:  # [h, 1, max_len] -> [1, h, 1, max_len]
+    return bias[None]
+
+
+def _falcon_refusal(config) -> str | None:
+    if not getattr(config, "alibi", False):
+        return ("Falcon with rotary embeddings computes attention inline and rotates q/k inside the module; "
+                "attnviz supports Falcon with alibi=True")
+    if getattr(config, "new_decoder_architecture", False):
+        return "Falcon's new_decoder_architecture with ALiBi is not supported"
+    return None
+
+
+def _bloom_refusal(config) -> str | None:
+    if getattr(config, "pretraining_tp", 1) > 1 and getattr(config, "slow_but_exact", False):
+        return "Bloom with pretraining_tp > 1 and slow_but_exact=True bypasses its output projection"
+    return None
 
 
 PROJECTION_SPECS: dict[str, ProjectionSpec] = {
@@ -48,13 +156,132 @@ PROJECTION_SPECS: dict[str, ProjectionSpec] = {
         "Attention", q=None, k=None, v=None, fused="c_attn", out="c_proj", heads="n_head",
         scaling=lambda m: (m.split_size // m.n_head) ** -0.5 if m.scale else 1.0,
     ),
+    # Bloom: fused [head, 3, d]; ALiBi passed in as `alibi` [b·h, 1, k]; scores = alibi + qkᵀ/√d
+    "bloom": ProjectionSpec(
+        "BloomAttention", q=None, k=None, v=None, fused="query_key_value", layout="interleaved", out="dense",
+        scaling=lambda m: m.inv_norm_factor, bias=_module_inputs_view("alibi", _alibi_per_item),
+        mask="attention_mask", refuse=_bloom_refusal,
+    ),
+    # MPT: fused [q | k | v], optionally clamped; ALiBi as `position_bias` [h, 1, max_len]; bool mask True = blocked
+    "mpt": ProjectionSpec(
+        "MptAttention", q=None, k=None, v=None, fused="Wqkv", heads="n_heads",
+        scaling=lambda m: m.softmax_scale, clip=lambda m: m.clip_qkv,
+        bias=_module_inputs_view("position_bias", _mpt_bias), mask="attention_mask", mask_true_means_masked=True,
+    ),
+    # Falcon (alibi=True, e.g. falcon-rw): fused [head, 3, d] (or multi-query [head + 2, d]); its
+    # eager path adds alibi·inv_norm to the scores, and the mask it receives carries ALiBi as well
+    "falcon": ProjectionSpec(
+        "FalconAttention", q=None, k=None, v=None, fused="query_key_value", layout="interleaved", out="dense",
+        scaling=lambda m: m.inv_norm_factor, mask="attention_mask", refuse=_falcon_refusal,
+        bias=lambda m, inputs, batch: (
+            None if inputs.get("alibi") is None or m.config._attn_implementation == "sdpa"
+            else _alibi_per_item(m, inputs["alibi"], batch) * m.inv_norm_factor
+        ),
+    ),
 }
 
-INTERFACE_FAMILIES = ("bert", "roberta", "gpt2", "llama", "qwen2", "mistral", "smollm2 (llama)")
+
+def fused_layout(spec: ProjectionSpec, module: nn.Module) -> str:
+    if spec.layout == "interleaved" and getattr(module, "multi_query", False):
+        return "multi_query"
+    return spec.layout
+
+
+# ---------------------------------------------------------------- loading
+#: model types whose hub configs may lack `architectures` but that are causal language models
+CAUSAL_LM_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral", "gpt2", "phi3", "gemma2", "bloom", "mpt", "falcon"})
+#: positions a family reserves from max_position_embeddings (RoBERTa's padding offset)
+RESERVED_POSITIONS = {"roberta": 2, "xlm-roberta": 2, "camembert": 2}
+
+
+def model_class_name(config) -> str:
+    """``AutoModelForCausalLM`` / ``AutoModelForSeq2SeqLM`` / ``AutoModel`` for a config."""
+    architectures = getattr(config, "architectures", None) or []
+    if getattr(config, "is_encoder_decoder", False) or any(a.endswith("ForConditionalGeneration") for a in architectures):
+        return "AutoModelForSeq2SeqLM"
+    if any(a.endswith("ForCausalLM") or a.endswith("LMHeadModel") for a in architectures):
+        return "AutoModelForCausalLM"
+    if getattr(config, "model_type", "") in CAUSAL_LM_TYPES:
+        return "AutoModelForCausalLM"
+    return "AutoModel"
+
+
+# ---------------------------------------------------------------- what is supported
+@dataclass(frozen=True)
+class Family:
+    """One row of the support table."""
+
+    name: str
+    how: str  # "interface" | "projection hooks" | "refused"
+    parts: str  # which attentions a capture holds
+    position: str  # how positions enter attention
+    tiny: str | None = None  # the tiny_model family the tests compare with the model's own eager attention
+    note: str = ""
+    backends: tuple[str, ...] = field(default=("eager", "sdpa"))
+    model_types: tuple[str, ...] = ()  # for refused families: the config model types refused before running
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("BERT", "interface", "encoder", "learned absolute", "bert"),
+    Family("RoBERTa", "interface", "encoder", "learned absolute", "roberta"),
+    Family("GPT-2", "interface", "decoder", "learned absolute", "gpt2", "fused c_attn; per-layer scaling"),
+    Family("Llama / SmolLM2", "interface", "decoder", "RoPE, GQA", "llama"),
+    Family("Qwen2", "interface", "decoder", "RoPE, GQA", "qwen2"),
+    Family("Mistral", "interface", "decoder", "RoPE, GQA, sliding window", "mistral"),
+    Family("gpt-oss", "interface", "decoder", "RoPE, GQA, learned sinks", "gpt_oss",
+           "the sink's share of each row is shown", ("eager",)),
+    Family("BART", "interface", "encoder, decoder, cross", "learned absolute", "bart"),
+    Family("Marian", "interface", "encoder, decoder, cross", "sinusoidal", "marian"),
+    Family("T5", "interface", "encoder, decoder, cross", "relative position bias", "t5"),
+    Family("mT5", "interface", "encoder, decoder, cross", "relative position bias", "mt5"),
+    Family("UMT5", "interface", "encoder, decoder, cross", "relative position bias per layer", "umt5"),
+    Family("GPT-Neo", "projection hooks", "decoder", "learned absolute, local windows", "gpt_neo", "unscaled scores", ("eager",)),
+    Family("XGLM", "projection hooks", "decoder", "sinusoidal", "xglm", "", ("eager",)),
+    Family("GPT-1", "projection hooks", "decoder", "learned absolute", "openai-gpt", "", ("eager",)),
+    Family("Bloom", "projection hooks", "decoder", "ALiBi", "bloom", "", ("eager",)),
+    Family("MPT", "projection hooks", "decoder", "ALiBi", "mpt", "", ("eager",)),
+    Family("Falcon (alibi=True)", "projection hooks", "decoder", "ALiBi", "falcon_alibi",
+           "its sdpa path adds ALiBi once where eager adds it twice; each backend's own numbers are shown", ("eager",)),
+    Family("Falcon (rotary)", "refused", "—", "RoPE inside the module", None,
+           "computes attention inline and rotates q/k after the projections"),
+    Family("LongT5", "refused", "—", "local / transient-global blocks", None,
+           "the encoder's blocked attention does not go through the interface", model_types=("longt5",)),
+    Family("DeBERTa-v2", "refused", "—", "disentangled relative attention", None, "computes attention inline",
+           model_types=("deberta-v2", "deberta")),
+    Family("ALBERT", "refused", "—", "learned absolute", None, "one attention module runs for every layer",
+           model_types=("albert",)),
+)
+
+
+def refusal(config) -> str | None:
+    """Why attnviz refuses a model of this config before running it, or None."""
+    model_type = getattr(config, "model_type", "")
+    for family in FAMILIES:
+        if family.how == "refused" and model_type in family.model_types:
+            return f"{family.name}: {family.note}"
+    spec = PROJECTION_SPECS.get(model_type)
+    return spec.refuse(config) if spec is not None else None
+
+
+def support_table() -> str:
+    """The README's support table (markdown), generated from :data:`FAMILIES`."""
+    lines = [
+        "| family | how attnviz taps it | parts | positions | checked against its own eager attention |",
+        "|---|---|---|---|---|",
+    ]
+    for f in FAMILIES:
+        if f.how == "refused":
+            checked = f"refused with `UnsupportedModelError`: {f.note}"
+        else:
+            checked = f"yes, {' and '.join(f.backends)}" + (f" ({f.note})" if f.note else "")
+        lines.append(f"| {f.name} | {f.how} | {f.parts} | {f.position} | {checked} |")
+    return "\n".join(lines)
 
 
 def supported_families() -> str:
+    tapped = [f.name for f in FAMILIES if f.how == "interface"]
+    hooked = [f.name for f in FAMILIES if f.how == "projection hooks"]
     return (
         "any model whose attention dispatches through transformers' AttentionInterface (tested: "
-        + ", ".join(INTERFACE_FAMILIES) + "), and by projection hooks: " + ", ".join(PROJECTION_SPECS)
+        + ", ".join(tapped) + "), and by projection hooks: " + ", ".join(hooked)
     )

@@ -1,134 +1,334 @@
 """Taps: record what each attention kernel of an unmodified model receives and returns.
 
 transformers' attention modules call
-``ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, eager_attention_forward)``
-with Q and K *as the kernel sees them* (after RoPE, before GQA expansion), V, the mask, the
-scaling and the backend's own kwargs (sliding window, soft-cap, causal flag). For the duration of
-a capture, :func:`tap` puts a recording wrapper in front of the model's backend through the
-mapping's documented ``__setitem__`` (the same slot ``AttentionInterface.register`` fills); the
-wrapper calls the very function that would have run (eager, sdpa, flash, flex, or a registered
-custom one), records its inputs and result, and hands the result back unchanged. The model's
-config is never touched, so the backend is not switched, and the previous mapping is restored
-in ``finally`` — also when forward raises.
+``ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, default)(module, q, k, v,
+mask, scaling=…, **kwargs)`` with Q and K *as the kernel sees them* (after RoPE, before GQA
+expansion), V, the mask, the scaling and the backend's own arguments (sliding window, soft-cap,
+causal flag, T5's ``position_bias``, gpt-oss's sinks ``s_aux``). For the duration of a capture,
+:func:`tap` puts a recording wrapper in front of the model's backend through the mapping's
+documented ``__setitem__`` (the slot ``AttentionInterface.register`` fills). The wrapper calls
+exactly the function the caller would have got — the mapped backend, or for ``"eager"`` the
+``default`` the calling code passed to ``get_interface`` (read from that call site) — records its
+inputs and result, and hands the result back unchanged. The model's config is never touched, so
+the backend is not switched; the previous mapping is restored in ``finally``, also when forward
+raises.
 
-Several threads may capture at once, also on the same model: the wrapper is installed once
-(reference-counted) and records only into the :class:`Recorder` active in the *calling* context
-(a ``ContextVar``), for modules of that recorder's model; every other call passes straight
-through.
+Each recorded call is keyed by the module that made it: its path in the model gives the part
+(``encoder`` / ``decoder`` / ``cross``) and the layer (:func:`attnviz.specs.locate`), never the
+call order. An argument the recorder does not understand refuses the capture
+(:class:`UnsupportedModelError`), so a map is never silently missing a term.
+
+Several captures may run at once — other threads, other models, nested ``with tap(a): with
+tap(b):`` blocks. The wrapper is installed once per backend (reference-counted) and records into
+every :class:`Recorder` active in the *calling* context (a ``ContextVar``) that owns the module;
+every other call passes straight through to the function it would have run anyway.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import dis
+import inspect
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import CodeType, FrameType
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from .errors import UnsupportedModelError
-from .specs import ProjectionSpec, supported_families
+from .specs import (
+    INERT_ARGUMENTS,
+    INTERPRETED_ARGUMENTS,
+    PROJECTION_SPECS,
+    ProjectionSpec,
+    fused_layout,
+    locate,
+    supported_families,
+)
 
-__all__ = ["AttentionCall", "Recorder", "tap", "tap_model", "tap_projections"]
+__all__ = ["AttentionCall", "Recorder", "installed_backends", "tap", "tap_model", "tap_projections"]
 
-_ACTIVE: contextvars.ContextVar[Recorder | None] = contextvars.ContextVar("attnviz_recorder", default=None)
+_ACTIVE: contextvars.ContextVar[tuple[Recorder, ...]] = contextvars.ContextVar("attnviz_recorders", default=())
 
 
 @dataclass
 class AttentionCall:
-    """One call of an attention kernel, as recorded (tensors may be on the model's device)."""
+    """One call of an attention kernel, as recorded (tensors may be on the model's device).
+
+    The mask is normalised: ``mask`` is a 4-D bool ("may attend") or additive tensor, or None;
+    ``key_padding`` marks real keys when the kernel got a 2-D padding mask (flash); ``causal`` is
+    the causal structure the kernel applied on top of them.
+    """
 
     name: str  # the attention module's qualified name in the model
+    part: str  # "encoder", "decoder" or "cross"
+    layer: int
     q: Tensor | None  # [batch, head, query_pos, d_head]; None when the layer was not asked for
     k: Tensor | None  # [batch, kv_head, key_pos, d_head]
     v: Tensor | None  # [batch, kv_head, key_pos, d_head_v]
     out: Tensor | None  # [batch, query_pos, head, d_head_v], the kernel's own output
-    weights: Tensor | None  # [batch, head, query_pos, key_pos] when the backend returned them
-    mask: Tensor | None  # the mask the kernel received (bool, additive float, or None)
+    weights: Tensor | None  # [batch, head, query_pos, key_pos] when the backend returned them (and they are kept)
+    mask: Tensor | None  # [batch|1, head|1, query_pos, key_pos] bool (True = may attend) or additive
+    key_padding: Tensor | None  # [batch, key_pos] bool, True = a real key
+    bias: Tensor | None  # [batch|1, head|1, query_pos|1, key_pos] added to the scores (T5, ALiBi)
+    sinks: Tensor | None  # [head] learned sink logits (gpt-oss)
     scaling: float
-    causal: bool  # the causal flag the kernel applies when it receives no mask
+    causal: bool  # the causal structure the kernel applied besides ``mask``
     window: int | None
     softcap: float | None
     backend: str
+    weight_error: Tensor | None = None  # [batch, head] max |recomputed - model's weights| (weights dropped)
+    weight_scale: Tensor | None = None  # [batch, head] max |model's weights|
+    sizes: dict[str, int] = field(default_factory=dict)  # n_heads, n_kv_heads, d_head (also when not kept)
+
+    def item(self, b: int) -> dict[str, Any]:
+        """Batch item ``b`` of this call: q/k/v/out as ``[head, pos, d]`` views, its mask (with the
+        key padding folded in) as ``[head or 1, query_pos, key_pos]`` and its bias likewise."""
+
+        def pick(t: Tensor | None) -> Tensor | None:
+            return None if t is None else t[b if t.shape[0] > 1 else 0]
+
+        mask = pick(self.mask)
+        if self.key_padding is not None:
+            padding = self.key_padding[b][None, None, :]
+            if mask is None:
+                mask = padding
+            elif mask.dtype == torch.bool:
+                mask = mask & padding
+            else:
+                mask = mask.masked_fill(~padding, torch.finfo(mask.dtype).min)
+        return dict(
+            q=self.q[b], k=self.k[b], v=self.v[b], out=None if self.out is None else self.out[b].transpose(0, 1),
+            mask=mask, bias=pick(self.bias), sinks=self.sinks, scale=self.scaling, causal=self.causal,
+            window=self.window, softcap=self.softcap,
+        )
 
 
 @dataclass
 class Recorder:
-    """Collects the attention calls of one forward of one model."""
+    """Collects the attention calls of one forward of one model (see :func:`tap`)."""
 
     model: nn.Module
     layers: set[int] | None = None  # None = every layer
     to_cpu: bool = True
+    keep_weights: bool = True  # False: compare the backend's weights at once and keep only the errors
+    lengths: dict[str, list[int]] | None = None  # per part: real query rows per batch item (right padding)
     calls: list[AttentionCall] = field(default_factory=list)
     _names: dict[int, str] = field(default_factory=dict)
+    _encoder_decoder: bool = False
+    _dense: dict[int, Tensor] = field(default_factory=dict)  # flex BlockMasks already made dense
 
     def __post_init__(self) -> None:
         self._names = {id(m): name for name, m in self.model.named_modules()}
+        self._encoder_decoder = bool(getattr(getattr(self.model, "config", None), "is_encoder_decoder", False))
 
     def owns(self, module: nn.Module) -> bool:
         return id(module) in self._names
 
     def record(self, backend: str, module: nn.Module, args: tuple, kwargs: dict, result: Any) -> None:
         """Record one call of an attention-interface function (its arguments and its result)."""
+        family = type(module).__name__
+        if len(args) > 4:
+            raise UnsupportedModelError(
+                f"{family} passes {len(args) - 4} positional argument(s) after the mask to its attention "
+                "function; attnviz cannot tell what they do, so it will not show a possibly wrong map"
+            )
         query, key, value, mask = (list(args) + [None] * 4)[:4]
         if mask is None:
             mask = kwargs.get("attention_mask")
+        _check_arguments(family, kwargs, module)
         out, weights = result if isinstance(result, tuple) else (result, None)
         scaling = kwargs.get("scaling")
         if scaling is None:
             scaling = query.shape[-1] ** -0.5
         is_causal = kwargs.get("is_causal")
         if is_causal is None:
-            is_causal = bool(getattr(module, "is_causal", True))
-        self.add(module, backend, query, key, value, out, weights=weights, mask=mask, scaling=float(scaling),
-                 causal=is_causal, window=kwargs.get("sliding_window") or None, softcap=kwargs.get("softcap"))
+            is_causal = bool(getattr(module, "is_causal", False))
+        window = kwargs.get("sliding_window") or None
+        mask, key_padding = self._normalise_mask(family, mask, query, key)
+        # The mask decides when there is one; without one eager attends everywhere while sdpa and
+        # flash apply the causal flag (sdpa only for more than one query).
+        causal = bool(is_causal) and backend != "eager" and not (mask is not None and key_padding is None)
+        if backend.startswith("sdpa") and query.shape[-2] == 1:
+            causal = False
+        if mask is not None and window is not None and backend.startswith(("eager", "sdpa")):
+            window = None  # eager and sdpa get the window inside the 4-D mask
+        sinks = kwargs.get("s_aux")
+        self.add(
+            module, backend, query, key, value, out, weights=weights, mask=mask, key_padding=key_padding,
+            bias=kwargs.get("position_bias"), sinks=sinks, scaling=float(scaling), causal=causal,
+            window=window, softcap=kwargs.get("softcap"),
+        )
+
+    def _normalise_mask(self, family: str, mask: Any, query: Tensor, key: Tensor) -> tuple[Tensor | None, Tensor | None]:
+        """(4-D mask or None, 2-D key padding or None) for every mask form the interface passes."""
+        if mask is None or isinstance(mask, Tensor) and mask.dim() == 4:
+            return mask, None
+        if isinstance(mask, Tensor) and mask.dim() == 2:  # flash: [batch, key_pos], 1 = a real token
+            if mask.shape[-1] != key.shape[-2]:
+                raise UnsupportedModelError(
+                    f"{family} passed a 2-D mask over {mask.shape[-1]} keys for {key.shape[-2]} keys; "
+                    "attnviz cannot align it"
+                )
+            return None, mask.bool()
+        if type(mask).__name__ == "BlockMask":  # flex attention
+            cached = self._dense.get(id(mask))
+            if cached is None:
+                cached = self._dense[id(mask)] = _dense_block_mask(mask, query, key)
+            return cached, None
+        raise UnsupportedModelError(
+            f"{family} passed a {type(mask).__name__} mask "
+            f"{tuple(mask.shape) if isinstance(mask, Tensor) else ''} that attnviz cannot read; "
+            "load the model with attn_implementation='sdpa' or 'eager'"
+        )
+
+    def where(self, module: nn.Module, causal: bool) -> tuple[str, int]:
+        return locate(self._names[id(module)], encoder_decoder=self._encoder_decoder, causal=causal,
+                      layer_idx=getattr(module, "layer_idx", None))
 
     def add(
         self, module: nn.Module, backend: str, q: Tensor, k: Tensor, v: Tensor, out: Tensor, *,
-        weights: Any = None, mask: Any = None, scaling: float, causal: bool, window: int | None = None,
-        softcap: float | None = None,
+        weights: Any = None, mask: Tensor | None = None, key_padding: Tensor | None = None,
+        bias: Tensor | None = None, sinks: Tensor | None = None, scaling: float, causal: bool,
+        window: int | None = None, softcap: float | None = None,
     ) -> None:
         """Append one layer's call; tensors of layers not asked for are dropped at once."""
-        keep = self.layers is None or len(self.calls) in self.layers
-        move = (lambda t: t.detach().to("cpu")) if self.to_cpu else (lambda t: t.detach())
-        self.calls.append(
-            AttentionCall(
-                name=self._names[id(module)],
-                q=move(q) if keep else None,
-                k=move(k) if keep else None,
-                v=move(v) if keep else None,
-                out=move(out) if keep else None,
-                weights=move(weights) if keep and isinstance(weights, Tensor) else None,
-                mask=move(mask) if keep and isinstance(mask, Tensor) else None,
-                scaling=scaling,
-                causal=causal,
-                window=int(window) if window is not None else None,
-                softcap=softcap,
-                backend=backend,
-            )
+        looks_causal = getattr(module, "is_causal", None)
+        if looks_causal is None:
+            looks_causal = causal or (mask is not None and _is_causal_structure(mask))
+        part, layer = self.where(module, bool(looks_causal))
+        keep = self.layers is None or layer in self.layers
+
+        def move(t):
+            return t.detach().to("cpu") if self.to_cpu else t.detach()
+
+        if bias is not None and not bias.any():
+            bias = None  # T5's cross-attention passes zeros
+        call = AttentionCall(
+            name=self._names[id(module)], part=part, layer=layer,
+            q=None, k=None, v=None, out=None, weights=None, mask=None, key_padding=None, bias=None, sinks=None,
+            scaling=scaling, causal=causal, window=int(window) if window is not None else None,
+            softcap=softcap, backend=backend,
+            sizes={"n_heads": q.shape[1], "n_kv_heads": k.shape[1], "d_head": q.shape[-1]},
         )
+        if keep:
+            call.q, call.k, call.v, call.out = q.detach(), k.detach(), v.detach(), out.detach()
+            call.mask, call.key_padding = mask, key_padding
+            call.bias = bias.detach() if isinstance(bias, Tensor) else None
+            call.sinks = sinks.detach() if isinstance(sinks, Tensor) else None
+            if isinstance(weights, Tensor):
+                if self.keep_weights:
+                    call.weights = weights.detach()
+                else:
+                    from .validate import weight_errors
+
+                    lengths = None if self.lengths is None else self.lengths.get(part)
+                    call.weight_error, call.weight_scale = weight_errors(call, weights.detach(), lengths)
+                    call.weights = None
+            for name in ("q", "k", "v", "out", "weights", "mask", "key_padding", "bias", "sinks", "weight_error", "weight_scale"):
+                value = getattr(call, name)
+                if isinstance(value, Tensor):
+                    setattr(call, name, move(value))
+        self.calls.append(call)
 
 
-def _attention_interface():
-    try:
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    except ImportError as err:  # pragma: no cover - transformers is a hard dependency
+def _is_causal_structure(mask: Tensor) -> bool:
+    """Whether a 4-D mask blocks every key after its query (the last query aligned with the last key)."""
+    allowed = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    allowed = allowed[0, 0]
+    q, k = allowed.shape
+    return q > 1 and not bool(torch.triu(allowed, diagonal=1 + k - q).any())
+
+
+def _check_arguments(family: str, kwargs: dict, module: nn.Module) -> None:
+    for name, value in kwargs.items():
+        if name in INTERPRETED_ARGUMENTS or name in INERT_ARGUMENTS or value is None or value is False:
+            continue
         raise UnsupportedModelError(
-            "attnviz needs transformers ≥ 4.48 (the AttentionInterface); install it with pip install -U transformers"
+            f"{family} passes {name}={_describe(value)} to its attention function; attnviz does not know "
+            f"how {name!r} changes the attention, so it will not show a possibly wrong map. "
+            f"attnviz supports {supported_families()}"
+        )
+    if kwargs.get("dropout") and module.training:
+        raise UnsupportedModelError(f"{family} applies attention dropout; call model.eval() first")
+
+
+def _describe(value: Any) -> str:
+    return f"<tensor {tuple(value.shape)}>" if isinstance(value, Tensor) else repr(value)[:40]
+
+
+def _dense_block_mask(block_mask: Any, query: Tensor, key: Tensor) -> Tensor:  # [batch, 1, q, k] bool
+    """A flex-attention BlockMask as the dense "may attend" mask its ``mask_mod`` describes."""
+    n_q, n_k = query.shape[-2], key.shape[-2]
+    batch = query.shape[0]
+    device = query.device
+    b = torch.arange(batch, device=device)[:, None, None, None]
+    q = torch.arange(n_q, device=device)[None, None, :, None]
+    k = torch.arange(n_k, device=device)[None, None, None, :]
+    try:
+        heads = [block_mask.mask_mod(b, torch.full_like(b, h), q, k) for h in (0, query.shape[1] - 1)]
+    except Exception as err:  # noqa: BLE001 - any failure means we cannot read this mask
+        raise UnsupportedModelError(
+            f"could not evaluate the flex-attention mask function ({type(err).__name__}: {err}); "
+            "load the model with attn_implementation='sdpa' or 'eager'"
         ) from err
-    return ALL_ATTENTION_FUNCTIONS
+    dense = heads[0].expand(batch, 1, n_q, n_k)
+    if not torch.equal(dense, heads[1].expand(batch, 1, n_q, n_k)):
+        raise UnsupportedModelError("the flex-attention mask differs between heads; attnviz reads one mask per layer")
+    return dense.contiguous()
+
+
+# ---------------------------------------------------------------- the function the caller would have run
+_DEFAULTS: dict[CodeType, list[tuple[int, str, str]]] = {}
+
+
+def _defaults_in(code: CodeType) -> list[tuple[int, str, str]]:
+    """(offset, kind, name) of the ``default`` argument of every ``get_interface(…)`` call in ``code``."""
+    found = []
+    after = None
+    last: tuple[str, str] | None = None
+    for ins in dis.get_instructions(code):
+        if ins.argval == "get_interface" and ins.opname in {"LOAD_ATTR", "LOAD_METHOD"}:
+            after, last = ins.offset, None
+        elif after is not None:
+            if ins.opname in {"LOAD_GLOBAL", "LOAD_NAME"}:
+                last = ("global", ins.argval)
+            elif ins.opname in {"LOAD_DEREF", "LOAD_FAST", "LOAD_FAST_BORROW"}:
+                last = ("local", ins.argval)
+            elif ins.opname.startswith(("CALL", "PRECALL")):
+                if last is not None:
+                    found.append((ins.offset, *last))
+                after = None
+    return found
+
+
+def _caller_default(frame: FrameType | None) -> Callable | None:
+    """The ``default`` the calling frame passed to its last ``get_interface`` call, or None."""
+    if frame is None:
+        return None
+    code = frame.f_code
+    if code not in _DEFAULTS:
+        _DEFAULTS[code] = _defaults_in(code)
+    before = [d for d in _DEFAULTS[code] if d[0] <= frame.f_lasti]
+    if not before:
+        return None
+    _, kind, name = before[-1]
+    fn = frame.f_globals.get(name) if kind == "global" else frame.f_locals.get(name)
+    return fn if callable(fn) else None
 
 
 def _module_eager(module: nn.Module) -> Callable:
-    """The eager attention function the module's own modeling file defines (its default)."""
+    """The eager function of the module's own modeling file (only when the call site is unreadable)."""
     fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
     if fn is None:
         raise UnsupportedModelError(
-            f"{type(module).__name__} runs eager attention but its modeling file defines no "
-            "eager_attention_forward; load the model with attn_implementation='sdpa'"
+            f"{type(module).__name__} runs eager attention through a call attnviz cannot read; "
+            "load the model with attn_implementation='sdpa'"
         )
     return fn
 
@@ -143,12 +343,13 @@ class _Installer:
 
     def _wrapper(self, backend: str, original: Callable | None) -> Callable:
         def attnviz_tap(module, *args, **kwargs):
-            fn = original if original is not None else _module_eager(module)
-            recorder = _ACTIVE.get()
-            if recorder is None or not recorder.owns(module):
-                return fn(module, *args, **kwargs)
+            fn = original
+            if fn is None:  # "eager": the caller's own default, as get_interface would have returned it
+                fn = _caller_default(sys._getframe(1)) or _module_eager(module)
+            recorders = [r for r in _ACTIVE.get() if r.owns(module)]
             result = fn(module, *args, **kwargs)
-            recorder.record(backend, module, args, kwargs, result)
+            for recorder in recorders:
+                recorder.record(backend, module, args, kwargs, result)
             return result
 
         attnviz_tap.__wrapped__ = original
@@ -182,6 +383,16 @@ class _Installer:
                     del interface[backend]
 
 
+def _attention_interface():
+    try:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+    except ImportError as err:  # pragma: no cover - transformers is a hard dependency
+        raise UnsupportedModelError(
+            "attnviz needs transformers ≥ 4.48 (the AttentionInterface); install it with pip install -U transformers"
+        ) from err
+    return ALL_ATTENTION_FUNCTIONS
+
+
 _INSTALLER = _Installer()
 
 
@@ -200,100 +411,155 @@ def backends_of(model: nn.Module) -> set[str]:
     return {name.removeprefix("paged|") if name != "paged|eager" else name for name in names}
 
 
+@contextlib.contextmanager
+def _active(recorder: Recorder) -> Iterator[None]:
+    token = _ACTIVE.set(_ACTIVE.get() + (recorder,))
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+@contextlib.contextmanager
+def tap(
+    model: nn.Module, *, layers: set[int] | None = None, to_cpu: bool = True, keep_weights: bool = True,
+    lengths: dict[str, list[int]] | None = None,
+) -> Iterator[Recorder]:
+    """Record every attention call of ``model`` made inside the ``with`` block, in this context.
+
+    >>> with tap(model) as rec:
+    ...     model(**inputs)
+    >>> rec.calls[0].part, rec.calls[0].layer, rec.calls[0].q.shape   # [batch, head, query_pos, d_head]
+
+    Taps nest (an inner tap on another model, or the same one, records too). The wrappers are
+    removed on exit, also when the block raises; the model is not modified.
+    """
+    recorder = Recorder(model, layers=layers, to_cpu=to_cpu, keep_weights=keep_weights, lengths=lengths)
+    installed: list[str] = []
+    with _active(recorder):
+        try:
+            for backend in sorted(backends_of(model)):
+                _INSTALLER.acquire(backend)
+                installed.append(backend)
+            yield recorder
+        finally:
+            for backend in installed:
+                _INSTALLER.release(backend)
+
+
+# ---------------------------------------------------------------- families computed inline
 def _split_heads(x: Tensor, heads: int) -> Tensor:  # [batch, pos, head·d] -> [batch, head, pos, d]
     b, n, width = x.shape
     return x.view(b, n, heads, width // heads).transpose(1, 2)
 
 
+def _split_fused(fused: Tensor, layout: str, heads: int) -> tuple[Tensor, Tensor, Tensor]:
+    b, n, width = fused.shape
+    if layout == "concat":
+        q, k, v = fused.chunk(3, dim=-1)
+        return _split_heads(q, heads), _split_heads(k, heads), _split_heads(v, heads)
+    if layout == "interleaved":  # [batch, pos, head, 3, d]
+        x = fused.view(b, n, heads, 3, width // (3 * heads))
+        return tuple(x[..., i, :].transpose(1, 2) for i in range(3))  # type: ignore[return-value]
+    if layout == "multi_query":  # [batch, pos, head + 2, d]: the query heads, one key head, one value head
+        x = fused.view(b, n, heads + 2, width // (heads + 2))
+        return x[:, :, :-2].transpose(1, 2), x[:, :, -2:-1].transpose(1, 2), x[:, :, -1:].transpose(1, 2)
+    raise UnsupportedModelError(f"unknown fused q/k/v layout {layout!r}")
+
+
 @contextlib.contextmanager
 def tap_projections(
-    model: nn.Module, spec: ProjectionSpec, *, layers: set[int] | None = None, to_cpu: bool = True
+    model: nn.Module, spec: ProjectionSpec, *, layers: set[int] | None = None, to_cpu: bool = True,
+    keep_weights: bool = True, lengths: dict[str, list[int]] | None = None,
 ) -> Iterator[Recorder]:
     """Record Q, K, V and the attention output through forward hooks on the projections.
 
-    For families without the AttentionInterface (see :mod:`attnviz.specs`). The hooks belong to
-    this capture alone, record only in this context, and are removed on exit, also on error.
+    For families that compute attention inline (see :data:`attnviz.specs.PROJECTION_SPECS`): a
+    pre-hook on the attention module keeps its inputs (ALiBi, mask), hooks on the q/k/v (or
+    fused) projection keep their outputs, and a pre-hook on the output projection takes the
+    model's own A·V and records the call. The hooks belong to this capture alone, record only in
+    its context, and are removed on exit, also on error.
     """
-    recorder = Recorder(model, layers=layers, to_cpu=to_cpu)
+    reason = spec.refuse(model.config)
+    if reason:
+        raise UnsupportedModelError(f"{reason}. attnviz supports {supported_families()}")
+    recorder = Recorder(model, layers=layers, to_cpu=to_cpu, keep_weights=keep_weights, lengths=lengths)
     handles = []
-    token = _ACTIVE.set(recorder)
 
     def mine() -> bool:
-        return _ACTIVE.get() is recorder
+        return recorder in _ACTIVE.get()
 
-    try:
-        for attention in (m for m in model.modules() if type(m).__name__ == spec.module):
-            scratch: dict[str, Tensor] = {}
+    with _active(recorder):
+        try:
+            for attention in (m for m in model.modules() if type(m).__name__ == spec.module):
+                scratch: dict[str, Any] = {}
+                signature = inspect.signature(attention.forward)
 
-            def keep_output(name, scratch=scratch):
-                def hook(_module, _args, output):
+                def keep_inputs(module, args, kwargs, scratch=scratch, signature=signature):
                     if mine():
-                        scratch[name] = output
-                return hook
+                        scratch["inputs"] = signature.bind_partial(*args, **kwargs).arguments
 
-            def finish(_module, args, attention=attention, scratch=scratch):
-                if not mine():
-                    return
-                heads = int(getattr(attention, spec.heads))
-                if spec.fused:
-                    q, k, v = scratch.pop("fused").chunk(3, dim=-1)
-                else:
-                    q, k, v = scratch.pop("q"), scratch.pop("k"), scratch.pop("v")
-                out = args[0]
-                recorder.add(
-                    attention, "projection hooks", _split_heads(q, heads), _split_heads(k, heads),
-                    _split_heads(v, heads), out.view(*out.shape[:2], heads, -1),
-                    scaling=float(spec.scaling(attention)), causal=spec.causal, window=spec.window(attention),
+                def keep_output(name, scratch=scratch):
+                    def hook(_module, _args, output):
+                        if mine():
+                            scratch[name] = output
+                    return hook
+
+                def finish(_module, args, attention=attention, scratch=scratch):
+                    if mine():
+                        _record_projection(recorder, spec, attention, scratch, args[0])
+
+                handles.append(attention.register_forward_pre_hook(keep_inputs, with_kwargs=True))
+                parts = {"fused": spec.fused} if spec.fused else {"q": spec.q, "k": spec.k, "v": spec.v}
+                for name, child in parts.items():
+                    handles.append(attention.get_submodule(child).register_forward_hook(keep_output(name)))
+                handles.append(attention.get_submodule(spec.out).register_forward_pre_hook(finish))
+            if not handles:
+                raise UnsupportedModelError(
+                    f"{type(model).__name__} has no {spec.module} module; attnviz supports {supported_families()}"
                 )
-
-            parts = {"fused": spec.fused} if spec.fused else {"q": spec.q, "k": spec.k, "v": spec.v}
-            for name, child in parts.items():
-                handles.append(attention.get_submodule(child).register_forward_hook(keep_output(name)))
-            handles.append(attention.get_submodule(spec.out).register_forward_pre_hook(finish))
-        if not handles:
-            raise UnsupportedModelError(
-                f"{type(model).__name__} has no {spec.module} module; attnviz supports {supported_families()}"
-            )
-        yield recorder
-    finally:
-        _ACTIVE.reset(token)
-        for handle in handles:
-            handle.remove()
+            yield recorder
+        finally:
+            for handle in handles:
+                handle.remove()
 
 
-@contextlib.contextmanager
-def tap(model: nn.Module, *, layers: set[int] | None = None, to_cpu: bool = True) -> Iterator[Recorder]:
-    """Record every attention call of ``model`` made inside the ``with`` block, in this context.
+def _record_projection(recorder: Recorder, spec: ProjectionSpec, attention: nn.Module, scratch: dict, out: Tensor) -> None:
+    heads = int(getattr(attention, spec.heads))
+    if spec.fused:
+        q, k, v = _split_fused(scratch.pop("fused"), fused_layout(spec, attention), heads)
+    else:
+        q, k, v = (_split_heads(scratch.pop(name), heads) for name in ("q", "k", "v"))
+    clip = spec.clip(attention)
+    if clip:
+        q, k, v = (t.clamp(min=-clip, max=clip) for t in (q, k, v))
+    inputs = scratch.pop("inputs", {})
+    batch = q.shape[0]
+    bias = spec.bias(attention, inputs, batch)
+    if bias is not None:
+        bias = bias[..., -q.shape[-2]:, :] if bias.shape[-2] > 1 else bias
+        bias = bias[..., -k.shape[-2]:]
+    mask = inputs.get(spec.mask) if spec.mask else None
+    if isinstance(mask, Tensor):
+        if mask.dtype == torch.bool and spec.mask_true_means_masked:
+            mask = ~mask
+    else:
+        mask = None
+    recorder.add(
+        attention, "projection hooks", q, k, v, out.view(*out.shape[:2], heads, -1), mask=mask, bias=bias,
+        scaling=float(spec.scaling(attention)), causal=spec.causal and mask is None, window=spec.window(attention),
+    )
 
-    >>> with tap(model) as rec:
-    ...     model(**inputs)
-    >>> rec.calls[0].q.shape   # [batch, head, query_pos, d_head]
 
-    The wrappers are removed on exit, also when the block raises; the model is not modified.
-    """
-    recorder = Recorder(model, layers=layers, to_cpu=to_cpu)
-    installed: list[str] = []
-    token = _ACTIVE.set(recorder)
-    try:
-        for backend in sorted(backends_of(model)):
-            _INSTALLER.acquire(backend)
-            installed.append(backend)
-        yield recorder
-    finally:
-        _ACTIVE.reset(token)
-        for backend in installed:
-            _INSTALLER.release(backend)
-
-
-def tap_model(model: nn.Module, *, layers: set[int] | None = None, to_cpu: bool = True):
+def tap_model(model: nn.Module, *, layers: set[int] | None = None, to_cpu: bool = True, keep_weights: bool = True,
+              lengths: dict[str, list[int]] | None = None):
     """The right tap for ``model``: projection hooks for the families in :data:`PROJECTION_SPECS`,
     the AttentionInterface wrapper for every other."""
-    from .specs import PROJECTION_SPECS
-
     spec = PROJECTION_SPECS.get(getattr(getattr(model, "config", None), "model_type", ""))
+    kwargs = dict(layers=layers, to_cpu=to_cpu, keep_weights=keep_weights, lengths=lengths)
     if spec is not None:
-        return tap_projections(model, spec, layers=layers, to_cpu=to_cpu)
-    return tap(model, layers=layers, to_cpu=to_cpu)
+        return tap_projections(model, spec, **kwargs)
+    return tap(model, **kwargs)
 
 
 def installed_backends() -> dict[str, int]:

@@ -13,13 +13,14 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-__all__ = ["Word", "group_matrix", "segment", "words_from_offsets"]
+__all__ = ["Word", "group_matrix", "offsets_from_tokens", "segment", "words_from_offsets"]
 
 _CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 _PATTERN = re.compile(rf"[{_CJK}]+|[^\W{_CJK}_]+(?:['’][^\W{_CJK}_]+)*|[^\s]", re.UNICODE)
@@ -108,3 +109,63 @@ def group_matrix(words: Sequence[Word], n_tokens: int, *, mean: bool = False) ->
     for i, w in enumerate(words):
         g[i, w.token_start : w.token_stop] = 1.0 / (w.token_stop - w.token_start) if mean else 1.0
     return g
+
+
+def _fold(ch: str) -> str:
+    """A character as uncased, accent-free tokenizers see it (é → e, Ä → a)."""
+    return "".join(c for c in unicodedata.normalize("NFD", ch.lower()) if not unicodedata.combining(c))
+
+
+def offsets_from_tokens(text: str, pieces: Sequence[str | None]) -> list[tuple[int, int]] | None:
+    """Character spans of tokens found in ``text`` in order, for tokenizers without offset mapping.
+
+    ``pieces`` holds each token's surface text: ``None`` for a special token (span ``(0, 0)``),
+    ``""`` for a piece that belongs to the next one (byte-level pieces of one character share its
+    span). Matching ignores case and accents, as uncased tokenizers do. A piece that cannot be
+    found ([UNK], a normalised character) takes the text between its found neighbours. Returns
+    None when fewer than half of the pieces are found.
+    """
+    folded: list[str] = []
+    owner: list[int] = []  # folded char -> original char index
+    for i, ch in enumerate(text):
+        f = _fold(ch) or ch
+        folded.extend(f)
+        owner.extend([i] * len(f))
+    hay = "".join(folded)
+    spans: list[tuple[int, int] | None] = []  # None: not found (yet)
+    cursor = found = wanted = 0
+    for piece in pieces:
+        needle = _fold(piece.strip()) if piece else ""
+        if not needle:
+            spans.append((0, 0) if piece is None or not piece.strip() and piece != "" else None)
+            continue
+        wanted += 1
+        at = hay.find(needle, cursor)
+        if at < 0:
+            spans.append(None)
+            continue
+        found += 1
+        spans.append((owner[at], owner[at + len(needle) - 1] + 1))
+        cursor = at + len(needle)
+    if wanted and found * 2 < wanted:
+        return None
+    out: list[tuple[int, int]] = [(0, 0)] * len(pieces)
+    prev_end = 0
+    for i, span in enumerate(spans):
+        if pieces[i] == "":
+            continue  # takes the next piece's span below
+        if span is None:  # between the found neighbours, without surrounding spaces
+            nxt = next((s for s in spans[i + 1:] if s is not None and s[1] > s[0]), None)
+            start, end = prev_end, nxt[0] if nxt is not None else len(text)
+            while start < end and text[start].isspace():
+                start += 1
+            while end > start and text[end - 1].isspace():
+                end -= 1
+            span = (start, end)
+        out[i] = span
+        if span[1] > span[0]:
+            prev_end = span[1]
+    for i in range(len(out) - 2, -1, -1):
+        if pieces[i] == "":
+            out[i] = out[i + 1]
+    return out

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import attnviz
+from attnviz import evaluate_probes
 from attnviz.analysis import (
     detect_heads,
-    evaluate_probes,
     head_stats,
     load_probes,
     propose_candidates,
@@ -38,8 +38,10 @@ def hand_capture(token_ids, targets, text=None, layers=1, causal=True):
     for t in tokens:
         offsets.append((pos, pos + len(t)))
         pos += len(t) + 1
-    recs = {layer: LayerRecord(f"l{layer}", q, k, v, None, None, 1.0, causal) for layer in range(layers)}
-    meta = {"name": "hand", "n_layers": layers, "n_heads": 2, "n_kv_heads": 2, "d_head": n, "d_model": 2 * n}
+    part = "decoder" if causal else "encoder"
+    recs = {(part, layer): LayerRecord(f"l{layer}", q, k, v, None, None, 1.0, causal) for layer in range(layers)}
+    meta = {"name": "hand", "parts": {part: {"n_layers": layers, "n_heads": 2, "n_kv_heads": 2, "d_head": n}},
+            "d_model": 2 * n}
     return Capture(text, tokens, list(token_ids), offsets, words_from_offsets(text, offsets, tokens), recs, meta)
 
 
@@ -95,9 +97,9 @@ def test_rank_heads_with_sink_left_out_and_renormalised():
     # tokens: 0 = sink, 1 = cat, 2 = mat, 3 = it; head 0 of "it" puts 1/2 on the sink, 1/4 on cat and mat
     text = "<s> cat mat it"
     cap = hand_capture([0, 1, 2, 3], [[], [], [], [0, 0, 1, 2]], text=text)
-    q = cap.layers[0].q.clone()
+    q = cap.layer(0).q.clone()
     q[0, 3] = torch.tensor([60 + math.log(2), 60.0, 60.0, -60.0])  # weights ∝ 2 : 1 : 1 : 0
-    cap.layers[0].q = q
+    cap.layer(0).q = q
     cap.offsets[0] = (0, 0)  # a special token
     raw = rank_heads(cap, "it", ["cat", "mat"], exclude_sinks=False)
     assert raw.weight("cat", 0, 0) == pytest.approx(0.25, abs=1e-5)

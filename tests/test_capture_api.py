@@ -76,7 +76,8 @@ def test_text_batch_is_padded_and_each_capture_trimmed(tiny_bert_words):
 
 def test_to_pandas_is_tidy(cap):
     df = cap.to_pandas(layer=1, head=2)
-    assert list(df.columns) == ["layer", "head", "query_pos", "key_pos", "query_token", "key_token", "weight"]
+    assert list(df.columns) == ["part", "layer", "head", "query_pos", "key_pos", "query_token", "key_token", "weight"]
+    assert set(df.part) == {"encoder"}
     assert len(df) == cap.n_tokens ** 2
     row = df[(df.query_pos == 8) & (df.key_pos == 2)].iloc[0]
     assert (row.query_token, row.key_token) == ("it", "cat")
@@ -91,10 +92,10 @@ def test_save_load_round_trip_is_exact(cap, tmp_path):
     back = attnviz.load(path)
     assert back.text == cap.text and back.tokens == cap.tokens and back.words == cap.words
     assert back.offsets == cap.offsets and back.model == cap.model
-    for i, rec in cap.layers.items():
-        for name in ("q", "k", "v", "out", "weights"):
-            assert torch.equal(getattr(back.layers[i], name), getattr(rec, name))
-        assert (back.layers[i].scaling, back.layers[i].causal) == (rec.scaling, rec.causal)
+    for key, rec in cap.records.items():
+        for name in ("q", "k", "v", "out", "weight_error", "weight_scale"):
+            assert torch.equal(getattr(back.records[key], name), getattr(rec, name))
+        assert (back.records[key].scaling, back.records[key].causal) == (rec.scaling, rec.causal)
     assert torch.equal(back.attention(1), cap.attention(1))
     assert str(back.validate()) == str(cap.validate())
 
@@ -126,7 +127,7 @@ def test_validation_detects_a_wrong_recomputation(cap):
     """A report that cannot fail proves nothing: corrupt the recorded scaling and it must fail."""
     from dataclasses import replace
 
-    broken = replace(cap, layers={i: replace(r, scaling=r.scaling * 1.5) for i, r in cap.layers.items()})
+    broken = replace(cap, records={key: replace(r, scaling=r.scaling * 1.5) for key, r in cap.records.items()})
     report = broken.validate()
     assert not report.passed and "FAIL" in str(report) and "heads over tolerance" in str(report)
 

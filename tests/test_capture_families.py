@@ -97,7 +97,7 @@ def test_input_ids_rows_are_taken_as_given():
     a = torch.tensor([[5, 6, 7, 8, 9, 10]])
     b = torch.tensor([[5, 6, 7]])
     alone = attnviz.capture(model, input_ids=b)
-    assert alone.n_tokens == 3 and alone.layers[0].mask is None and alone.layers[0].causal
+    assert alone.n_tokens == 3 and alone.layer(0).mask is None and alone.layer(0).causal
     both = attnviz.capture(model, input_ids=torch.cat([a, torch.tensor([[5, 6, 7, 0, 0, 0]])]))
     assert both[1].n_tokens == 6  # input_ids rows are taken as given (no mask to trim by)
     assert both[0].validate().passed
@@ -112,7 +112,7 @@ def test_gqa_shapes(tiny, ids):
 
 def test_mistral_sliding_window_is_captured(tiny, ids):
     cap = attnviz.capture(tiny("mistral", "eager"), input_ids=ids[:1])
-    assert cap.layers[0].window == 4 and cap.layers[0].causal
+    assert cap.layer(0).window == 4 and cap.layer(0).causal
     w = cap.attention(0, head=0)
     assert w[8, :5].abs().max() == 0 and w[8, 5:9].sum() == pytest.approx(1.0, abs=1e-5)
     assert cap.validate().passed
@@ -121,24 +121,24 @@ def test_mistral_sliding_window_is_captured(tiny, ids):
 def test_gpt2_layer_scaling_quirks(ids):
     model = attnviz.tiny_model("gpt2", attn_implementation="eager", scale_attn_by_inverse_layer_idx=True)
     cap = attnviz.capture(model, input_ids=ids[:1])
-    assert cap.layers[0].scaling == pytest.approx(8 ** -0.5)
-    assert cap.layers[1].scaling == pytest.approx(8 ** -0.5 / 2)
+    assert cap.layer(0).scaling == pytest.approx(8 ** -0.5)
+    assert cap.layer(1).scaling == pytest.approx(8 ** -0.5 / 2)
     assert cap.validate().passed
     unscaled = attnviz.tiny_model("gpt2", attn_implementation="sdpa", scale_attn_weights=False)
     cap = attnviz.capture(unscaled, input_ids=ids[:1])
-    assert cap.layers[0].scaling == 1.0 and cap.validate().passed
+    assert cap.layer(0).scaling == 1.0 and cap.validate().passed
 
 
 def test_gpt2_reorder_and_upcast_under_eager_is_unsupported(ids):
     model = attnviz.tiny_model("gpt2", attn_implementation="eager", reorder_and_upcast_attn=True)
-    with pytest.raises(attnviz.UnsupportedModelError, match="by projection hooks: gpt_neo, xglm, openai-gpt. GPT-2 with reorder_and_upcast_attn under eager bypasses the interface"):
+    with pytest.raises(attnviz.UnsupportedModelError, match="ran no attention that attnviz could tap .* GPT-2 with reorder_and_upcast_attn under eager bypasses the interface"):
         attnviz.capture(model, input_ids=ids[:1])
     assert installed_backends() == {}
 
 
 def test_layers_subset_records_only_those(tiny, ids):
     cap = attnviz.capture(tiny("gpt2"), input_ids=ids[:1], layers=[1])
-    assert sorted(cap.layers) == [1] and cap.n_layers == 2
+    assert cap.layer_indices() == [1] and cap.n_layers == 2
     with pytest.raises(attnviz.OutOfRangeError, match=r"layer 0 was not captured \(captured: \[1\]\)"):
         cap.attention(0)
 
@@ -213,8 +213,8 @@ def test_projection_hook_families_match_output_attentions(ids, family):
 
 def test_gpt_neo_local_layers_keep_their_window(ids):
     cap = attnviz.capture(attnviz.tiny_model("gpt_neo", attn_implementation="eager"), input_ids=ids[:1])
-    assert (cap.layers[0].window, cap.layers[1].window) == (None, 4)  # global, then local
-    assert cap.layers[0].scaling == 1.0  # GPT-Neo does not scale its scores
+    assert (cap.layer(0).window, cap.layer(1).window) == (None, 4)  # global, then local
+    assert cap.layer(0).scaling == 1.0  # GPT-Neo does not scale its scores
     w = cap.attention(1, head=0)
     assert w[9, :6].abs().max() == 0 and w[9, 6:10].sum() == pytest.approx(1.0, abs=1e-5)
 

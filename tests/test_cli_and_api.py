@@ -46,7 +46,7 @@ def test_cli_capture_query_save_and_validate(tmp_path, capsys):
     assert main(["validate", "--capture", str(out), "--csv", str(tmp_path / "errors.csv")]) == 0
     printed = capsys.readouterr().out
     assert printed.startswith("attnviz validation PASS: minilm, 6 layers × 12 heads")
-    assert (tmp_path / "errors.csv").read_text().startswith("layer,head,quantity,max_abs_error")
+    assert (tmp_path / "errors.csv").read_text().startswith("part,layer,head,quantity,rows,max_abs_error")
 
 
 def test_cli_errors_are_messages_not_tracebacks(tmp_path, capsys):

@@ -17,7 +17,7 @@ TEXT = "The cat sat on the mat because it was tired."
 @pytest.fixture(scope="module")
 def bert_cap(tiny_bert_words):
     model, tok = tiny_bert_words
-    return attnviz.capture(model, TEXT, tok)
+    return attnviz.capture(model, TEXT, tok, keep_weights=True)
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_validation_map_and_comparison(bert_cap):
     assert f"worst L{worst['layer']}·H{worst['head']}" in fig.layout.title.text
     comp = figures.comparison(bert_cap, 1, 3)
     theirs, ours, diff = (np.array(t.z, dtype=float) for t in comp.data)
-    np.testing.assert_allclose(theirs, bert_cap.layers[1].weights[3].numpy())
+    np.testing.assert_allclose(theirs, bert_cap.layer(1).weights[3].numpy())
     np.testing.assert_allclose(ours, bert_cap.attention(1, 3).numpy())
     np.testing.assert_allclose(diff, ours - theirs, atol=1e-7)
 
@@ -114,7 +114,7 @@ def test_comparison_uses_outputs_when_the_backend_gave_no_weights(tiny):
 
 def test_cost_tables_reproduce_the_seed_numbers():
     """The seed's BERT-base example: n = 128 → X has 98,304 elements; n = 512 → QKᵀ ≈ 4.0×10⁸ FLOPs."""
-    meta = {"n_layers": 12, "n_heads": 12, "n_kv_heads": 12, "d_head": 64, "d_model": 768}
+    meta = {"parts": {"encoder": {"n_layers": 12, "n_heads": 12, "n_kv_heads": 12, "d_head": 64}}, "d_model": 768}
     cap128 = Capture("x", ["t"] * 128, [0] * 128, [(0, 0)] * 128, [], {}, meta)
     shapes = cost_tables(cap128)["shapes"].set_index("tensor")
     assert shapes.loc["X", "elements"] == "98,304" and shapes.loc["A", "shape"] == "12 × 128 × 128"

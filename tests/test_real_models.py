@@ -33,7 +33,7 @@ def test_smollm2_chinese_words_and_coreference(smollm2):
     assert cap.word_labels == ["我家", "的", "小猫", "很", "可爱", "，", "它", "很", "好动", "。"]
     assert len(cap.tokens) > len(cap.words)  # byte-level pieces joined into words
     it, kitten = cap.word_index("它"), cap.word_index("小猫")
-    to_kitten = torch.stack([cap.attention(layer, words=True)[:, it, kitten] for layer in cap.layers])
+    to_kitten = torch.stack([cap.attention(layer, words=True)[:, it, kitten] for layer in cap.layer_indices()])
     best = divmod(int(to_kitten.argmax()), cap.n_heads)
     assert to_kitten.max() > 0.4, best
     assert cap.validate().passed
@@ -64,7 +64,7 @@ def test_minilm_capture_batch_and_validate(minilm):
 
 def test_embedded_aliases_load_through_capture():
     cap = attnviz.capture("minilm", "Hello world", layers=[0])
-    assert cap.model["name"] == "minilm" and cap.model["model_type"] == "bert" and sorted(cap.layers) == [0]
+    assert cap.model["name"] == "minilm" and cap.model["model_type"] == "bert" and cap.layer_indices() == [0]
 
 
 def test_byte_pieces_get_distinct_labels(smollm2):

@@ -10,7 +10,8 @@ from dash import ALL, Dash, Input, Output, State, ctx, dash_table, dcc, html, no
 
 import attnviz
 from attnviz import figures
-from attnviz.analysis import evaluate_probes, head_stats, propose_candidates, rank_heads, rollout
+from attnviz import evaluate_probes
+from attnviz.analysis import head_stats, propose_candidates, rank_heads, rollout
 from attnviz.analysis.coref import PROBE_SETS
 from attnviz.analysis.plots import coref_bars, head_map, probe_accuracy_map, rollout_figure
 from attnviz.analysis.stats import DETECTORS, STATISTICS

@@ -155,7 +155,7 @@ def create_app(
             cap = get_capture(model, text, bos)
         except Exception as err:  # noqa: BLE001 - every failure becomes a message in the page
             return (no_update, error_text(err), "") + (no_update,) * 8
-        layers = sorted(cap.layers)
+        layers = cap.layer_indices()
         heads = list(range(cap.n_heads))
         store = {"model": model, "text": text, "bos": bos}
         status = (f"{cap.model.get('name')}: {cap.n_tokens} tokens, {len(cap.words)} words, "
@@ -168,7 +168,7 @@ def create_app(
             [{"label": f"H{h}", "value": h} for h in heads], best_head,
             [{"label": f"H{h} ", "value": h} for h in heads], [best_head],
             query,
-            ["causal", "scale"] if any(r.causal for r in cap.layers.values()) else ["scale"],
+            ["causal", "scale"] if any(r.causal for r in cap.records.values()) else ["scale"],
         )
 
     @app.callback(*[Output(f"view-{key}", "style") for key, _ in VIEWS], Input(ID.tabs, "value"))
@@ -413,10 +413,10 @@ def _default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
     q = word_of(cap, query)
     keys = [i for i, w in enumerate(cap.words[:q]) if i > 0 and w.text.lower() not in STOP_WORDS
             and any(ch.isalnum() for ch in w.text) and w.char_end > w.char_start]
-    best, best_score = (min(cap.layers), 0), -math.inf
+    best, best_score = (min(cap.layer_indices()), 0), -math.inf
     if not keys:
         return best
-    for layer in cap.layers:
+    for layer in cap.layer_indices():
         rows = cap.attention(layer, words=True)[:, q, keys]  # [head, candidate word]
         scores = rows.max(dim=-1).values
         head = int(scores.argmax())

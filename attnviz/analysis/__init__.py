@@ -1,7 +1,8 @@
 """Analyses over captures (never over models): head statistics, pattern detectors, coreference
-rankings and probe sets, attention rollout."""
+rankings and probe sets, attention rollout. Running a probe set through a model is
+:func:`attnviz.evaluate_probes` (in :mod:`attnviz.probing`, beside the runner)."""
 
-from .coref import CorefRanking, Probe, ProbeResult, evaluate_probes, load_probes, propose_candidates, rank_heads
+from .coref import CorefRanking, Probe, ProbeResult, load_probes, propose_candidates, rank_heads
 from .rollout import rollout
 from .stats import DETECTORS, detect_heads, head_stats
 
@@ -11,7 +12,6 @@ __all__ = [
     "Probe",
     "ProbeResult",
     "detect_heads",
-    "evaluate_probes",
     "head_stats",
     "load_probes",
     "propose_candidates",

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from ..capture import Capture
 
 __all__ = [
-    "CorefRanking", "Probe", "ProbeResult", "Span", "evaluate_probes", "find_span", "load_probes",
+    "CorefRanking", "Probe", "ProbeResult", "Span", "find_span", "load_probes",
     "propose_candidates", "rank_heads",
 ]
 
@@ -176,15 +176,18 @@ def rank_heads(
     *,
     exclude_sinks: bool = True,
     renormalise: bool = True,
+    part: str | None = None,
 ) -> CorefRanking:
     """Rank every captured head by the attention from ``pronoun`` to each candidate antecedent.
 
     ``pronoun``/``candidates`` are words, word indices, character ranges or :class:`Span`; the
     pronoun's *last* occurrence is used, each candidate's first. Without ``candidates`` they are
     proposed (:func:`propose_candidates`). Heads are sorted by the largest candidate weight.
+    ``part`` picks the encoder or the decoder of an encoder-decoder capture.
     """
     import pandas as pd
 
+    cap = cap.select(part)
     p = find_span(cap, pronoun, last=True)
     spans = [find_span(cap, c) for c in candidates] if candidates is not None else propose_candidates(cap, p)
     if not spans:
@@ -198,7 +201,7 @@ def rank_heads(
         for s in spans for t in s.tokens if t in exclude
     ]
     rows = []
-    for layer in sorted(cap.layers):
+    for layer in cap.layer_indices():
         w = span_attention(cap, layer, p, spans, exclude=exclude, renormalise=renormalise)
         for head in range(w.shape[0]):
             values = w[head].tolist()
@@ -318,74 +321,3 @@ class ProbeResult:
 
 def _count(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
-
-
-def evaluate_probes(
-    model: Any,
-    probes: Sequence[Probe] | str | Path,
-    tokenizer: Any = None,
-    *,
-    progress: bool = True,
-    exclude_sinks: bool = True,
-    renormalise: bool = True,
-    add_bos: bool = True,
-) -> ProbeResult:
-    """Score every head of ``model`` on ``probes``: how often its preferred candidate is the gold one.
-
-    ``model`` is anything :func:`attnviz.capture` takes (a name is loaded once). Each probe runs one
-    forward, with a BOS token prepended (``add_bos``) so that a decoder's attention sink is not the
-    first word — many probes begin with a candidate. A progress bar shows unless ``progress=False``.
-    """
-    import pandas as pd
-    from tqdm.auto import tqdm
-
-    from ..models import load_model
-    from ..runner import capture
-
-    if isinstance(probes, (str, Path)):
-        probes = load_probes(probes)
-    if isinstance(model, (str, Path)):
-        name = str(model)
-        model, loaded = load_model(name)
-        tokenizer = tokenizer or loaded
-    else:
-        name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
-    correct: dict[tuple[int, int], int] = {}
-    per_probe, skipped = [], []
-    nearest_hits = first_hits = 0
-    shape = (0, 0)
-    how = ("first token and special tokens left out" + (", rows renormalised" if renormalise else "")
-           if exclude_sinks else "raw attention")
-    for probe in tqdm(probes, desc="probes", disable=not progress):
-        cap = capture(model, probe.text, tokenizer, add_bos=add_bos)
-        try:
-            ranking = rank_heads(cap, probe.pronoun, probe.candidates, exclude_sinks=exclude_sinks, renormalise=renormalise)
-        except InputError as err:
-            skipped.append(f"{probe.id}: {err}")
-            continue
-        shape = (cap.n_layers, cap.n_heads)
-        gold = ranking.table.columns[2 + list(probe.candidates).index(probe.gold)]
-        for row in ranking.table.itertuples(index=False):
-            key = (row.layer, row.head)
-            correct[key] = correct.get(key, 0) + int(row.preferred == gold)
-        spans = ranking.candidates
-        before = [s for s in spans if s.char_end <= ranking.pronoun.char_start] or spans
-        nearest = min(before, key=lambda s: abs(ranking.pronoun.char_start - s.char_end)).text
-        first = min(spans, key=lambda s: s.char_start).text
-        nearest_hits += nearest == spans[list(probe.candidates).index(probe.gold)].text
-        first_hits += first == spans[list(probe.candidates).index(probe.gold)].text
-        best = ranking.best
-        per_probe.append({
-            "id": probe.id, "text": probe.text, "pronoun": probe.pronoun, "gold": probe.gold,
-            "nearest": nearest, "first": first, "best_head": f"L{best['layer']}·H{best['head']}",
-            "best_head_pick": best["preferred"], "best_head_weight": best[best["preferred"]],
-        })
-    n = len(per_probe)
-    if n == 0:
-        raise InputError("no probe could be scored: " + "; ".join(skipped))
-    accuracy = pd.DataFrame(
-        [{"layer": layer, "head": head, "accuracy": hits / n, "correct": hits, "n": n}
-         for (layer, head), hits in sorted(correct.items())]
-    )
-    return ProbeResult(accuracy, pd.DataFrame(per_probe), {"nearest": nearest_hits / n, "first": first_hits / n},
-                       name, how, shape[0], shape[1], skipped)

@@ -25,12 +25,16 @@ if TYPE_CHECKING:
 __all__ = ["rollout"]
 
 
-def rollout(cap: Capture, *, residual: float = 0.5, head_fusion: str = "mean") -> Tensor:  # [layer, query_pos, key_pos]
+def rollout(
+    cap: Capture, *, residual: float = 0.5, head_fusion: str = "mean", part: str | None = None,
+) -> Tensor:  # [layer, query_pos, key_pos]
     """Cumulative rollout after each captured layer (all layers must be captured).
 
-    ``head_fusion``: ``"mean"`` (the paper's), ``"max"`` or ``"min"`` over heads.
+    ``head_fusion``: ``"mean"`` (the paper's), ``"max"`` or ``"min"`` over heads. ``part`` picks the
+    encoder or the decoder of an encoder-decoder capture (its self-attention only).
     """
-    layers = sorted(cap.layers)
+    cap = cap.select(part)
+    layers = cap.layer_indices()
     if layers != list(range(cap.n_layers)):
         raise InputError(f"rollout needs every layer; this capture has {layers} of {cap.n_layers}: capture with layers=None")
     if not 0.0 <= residual <= 1.0:

@@ -79,6 +79,8 @@ DETECTORS = {
 def detect_heads(
     caps: Capture | Sequence[Capture],
     pattern: str | Tensor | Callable[[Capture], Tensor],
+    *,
+    part: str | None = None,
 ) -> pd.DataFrame:
     """Score every head for a pattern: the mean attention mass it puts on the pattern's keys.
 
@@ -88,14 +90,15 @@ def detect_heads(
     means "always looks exactly there", 0.0 "never". Rows without a target do not count (TransformerLens'
     ``detect_head`` averages over all rows instead, which caps scores below 1 on short texts).
     Returns ``layer, head, score, rows`` (rows: how many query rows were scored, over all texts).
+    ``part`` picks the encoder or the decoder of an encoder-decoder capture.
     """
-    caps = [caps] if not isinstance(caps, (list, tuple)) else list(caps)
+    caps = [c.select(part) for c in ([caps] if not isinstance(caps, (list, tuple)) else caps)]
     total: dict[tuple[int, int], float] = {}
     rows_total = 0
     for cap in caps:
         mask = _pattern(cap, pattern)
         rows_total += int((mask.sum(-1) > 0).sum())
-        for layer in sorted(cap.layers):
+        for layer in cap.layer_indices():
             for head, value in enumerate(_pattern_mass(cap.attention(layer).cpu(), mask).tolist()):
                 total[(layer, head)] = total.get((layer, head), 0.0) + value
     return _scores_frame(caps[0], total, rows_total)
@@ -127,18 +130,19 @@ def _scores_frame(cap: Capture, total: dict, rows_total: int) -> pd.DataFrame:
     return pd.DataFrame(
         [{"layer": layer, "head": head,
           "score": total.get((layer, head), 0.0) / rows_total if rows_total else float("nan"), "rows": rows_total}
-         for layer in sorted(cap.layers) for head in range(cap.n_heads)]
+         for layer in cap.layer_indices() for head in range(cap.n_heads)]
     )
 
 
-def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True) -> pd.DataFrame:
+def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True, part: str | None = None) -> pd.DataFrame:
     """Per layer and head, the statistics of :data:`STATISTICS`, averaged over every query of every text.
 
-    With ``detectors=True`` the :data:`DETECTORS` scores are added as columns.
+    With ``detectors=True`` the :data:`DETECTORS` scores are added as columns. ``part`` picks the
+    encoder or the decoder of an encoder-decoder capture.
     """
     import pandas as pd
 
-    caps = [caps] if not isinstance(caps, (list, tuple)) else list(caps)
+    caps = [c.select(part) for c in ([caps] if not isinstance(caps, (list, tuple)) else caps)]
     if not caps:
         raise InputError("head_stats needs at least one capture")
     sums: dict[tuple[int, int], dict[str, float]] = {}
@@ -157,7 +161,7 @@ def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True) -> 
                    "previous": n - 1, "next": n - 1, "distance": n, "entropy": n}
         for key, value in parts_n.items():
             counts[key] = counts.get(key, 0) + value
-        for layer in sorted(cap.layers):
+        for layer in cap.layer_indices():
             a = cap.attention(layer).cpu()  # [head, q, k]
             logs = torch.where(a > 0, a.log(), torch.zeros_like(a))
             parts = {

@@ -1,0 +1,92 @@
+"""Probe sets run through a model: every head scored on Winograd-style coreference probes.
+
+This runs models (one capture per probe), so it sits beside :mod:`attnviz.runner`; the scoring of
+one capture is :func:`attnviz.analysis.rank_heads`, which never touches a model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .analysis.coref import Probe, ProbeResult, load_probes, rank_heads
+from .errors import InputError
+from .models import load_model
+from .runner import capture
+
+__all__ = ["evaluate_probes"]
+
+
+def evaluate_probes(
+    model: Any,
+    probes: Sequence[Probe] | str | Path,
+    tokenizer: Any = None,
+    *,
+    progress: bool = True,
+    exclude_sinks: bool = True,
+    renormalise: bool = True,
+    add_bos: bool = True,
+    part: str | None = None,
+) -> ProbeResult:
+    """Score every head of ``model`` on ``probes``: how often its preferred candidate is the gold one.
+
+    ``model`` is anything :func:`attnviz.capture` takes (a name is loaded once). Each probe runs one
+    forward, with a BOS token prepended (``add_bos``) so that a decoder's attention sink is not the
+    first word — many probes begin with a candidate. A progress bar shows unless ``progress=False``.
+    ``part`` picks the encoder or the decoder of an encoder-decoder model (the probe text is then the
+    source, or the target).
+    """
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    if isinstance(probes, (str, Path)):
+        probes = load_probes(probes)
+    if isinstance(model, (str, Path)):
+        name = str(model)
+        model, loaded = load_model(name)
+        tokenizer = tokenizer or loaded
+    else:
+        name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+    correct: dict[tuple[int, int], int] = {}
+    per_probe, skipped = [], []
+    nearest_hits = first_hits = 0
+    shape = (0, 0)
+    how = ("first token and special tokens left out" + (", rows renormalised" if renormalise else "")
+           if exclude_sinks else "raw attention")
+    for probe in tqdm(probes, desc="probes", disable=not progress):
+        if part == "decoder":
+            cap = capture(model, probe.text, tokenizer, target=probe.text, add_bos=add_bos).select("decoder")
+        else:
+            cap = capture(model, probe.text, tokenizer, add_bos=add_bos).select(part)
+        try:
+            ranking = rank_heads(cap, probe.pronoun, probe.candidates, exclude_sinks=exclude_sinks, renormalise=renormalise)
+        except InputError as err:
+            skipped.append(f"{probe.id}: {err}")
+            continue
+        shape = (cap.n_layers, cap.n_heads)
+        gold = ranking.table.columns[2 + list(probe.candidates).index(probe.gold)]
+        for row in ranking.table.itertuples(index=False):
+            key = (row.layer, row.head)
+            correct[key] = correct.get(key, 0) + int(row.preferred == gold)
+        spans = ranking.candidates
+        before = [s for s in spans if s.char_end <= ranking.pronoun.char_start] or spans
+        nearest = min(before, key=lambda s: abs(ranking.pronoun.char_start - s.char_end)).text
+        first = min(spans, key=lambda s: s.char_start).text
+        nearest_hits += nearest == spans[list(probe.candidates).index(probe.gold)].text
+        first_hits += first == spans[list(probe.candidates).index(probe.gold)].text
+        best = ranking.best
+        per_probe.append({
+            "id": probe.id, "text": probe.text, "pronoun": probe.pronoun, "gold": probe.gold,
+            "nearest": nearest, "first": first, "best_head": f"L{best['layer']}·H{best['head']}",
+            "best_head_pick": best["preferred"], "best_head_weight": best[best["preferred"]],
+        })
+    n = len(per_probe)
+    if n == 0:
+        raise InputError("no probe could be scored: " + "; ".join(skipped))
+    accuracy = pd.DataFrame(
+        [{"layer": layer, "head": head, "accuracy": hits / n, "correct": hits, "n": n}
+         for (layer, head), hits in sorted(correct.items())]
+    )
+    return ProbeResult(accuracy, pd.DataFrame(per_probe), {"nearest": nearest_hits / n, "first": first_hits / n},
+                       name, how, shape[0], shape[1], skipped)
