@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .errors import AttnvizError
+from .errors import AttnvizError, ValidationError
 
 __all__ = ["main"]
 
@@ -17,7 +17,7 @@ def _layers(value: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--layers takes comma-separated integers like 0,3,5, got {value!r}") from err
 
 
-def _add_model_args(p: argparse.ArgumentParser, *, text_required: bool) -> None:
+def _add_model_args(p: argparse.ArgumentParser, *, text_required: bool, check: bool = True) -> None:
     p.add_argument("model", nargs=None if text_required else "?",
                    help="embedded alias (smollm2, minilm), hub name, or local folder")
     p.add_argument("text", nargs=None if text_required else "?", help="the text to run the model on")
@@ -26,6 +26,11 @@ def _add_model_args(p: argparse.ArgumentParser, *, text_required: bool) -> None:
     p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16")
     p.add_argument("--attn-implementation", default=None, help="eager, sdpa, flash_attention_2 … (default: the model's)")
     p.add_argument("--max-length", type=int, default=None, help="truncate the text to this many tokens")
+    p.add_argument("--target", default=None,
+                   help="encoder-decoder models: the decoder's text, teacher-forced (default: its start token only)")
+    if check:
+        p.add_argument("--check", choices=["sample", "full", "off"], default="sample",
+                       help="compare a sample of rows (default), every row, or none with the kernel's own output")
 
 
 def _capture(args):
@@ -34,7 +39,7 @@ def _capture(args):
     return capture(
         args.model, args.text, layers=args.layers, device=args.device, dtype=args.dtype,
         attn_implementation=args.attn_implementation, max_length=args.max_length,
-        add_bos=getattr(args, "add_bos", False),
+        add_bos=getattr(args, "add_bos", False), target=args.target, check=getattr(args, "check", "off"),
     )
 
 
@@ -42,14 +47,19 @@ def _cmd_capture(args) -> int:
     cap = _capture(args)
     print(cap)
     print("words:", " | ".join(cap.word_labels))
+    if cap.target is not None:
+        print("target words:", " | ".join(cap.target.word_labels))
     if args.query is not None:
-        layer = args.layer if args.layer is not None else min(cap.layer_indices())
-        q = cap.word_index(args.query)
-        weights = cap.attention(layer, words=True)[:, q]  # [head, word]
-        print(f"attention from {cap.words[q].text!r} in layer {layer}, per head (word level, top 3):")
-        for head in range(cap.n_heads):
+        part = cap._part(args.part) if args.part or len(cap.parts) == 1 else "encoder"
+        layer = args.layer if args.layer is not None else min(cap.layer_indices(part))
+        queries, keys = cap.sequences(part)
+        q = queries.word_index(args.query)
+        weights = cap.attention(layer, part=part, words=True)[:, q]  # [head, word]
+        where = f" ({part})" if len(cap.parts) > 1 else ""
+        print(f"attention from {queries.words[q].text!r} in layer {layer}{where}, per head (word level, top 3):")
+        for head in range(weights.shape[0]):
             top = weights[head].topk(min(3, weights.shape[-1]))
-            pairs = ", ".join(f"{cap.words[i].text}={v:.2f}" for v, i in zip(top.values.tolist(), top.indices.tolist()))
+            pairs = ", ".join(f"{keys.words[i].text}={v:.2f}" for v, i in zip(top.values.tolist(), top.indices.tolist()))
             print(f"  H{head}: {pairs}")
     if args.output:
         path = cap.save(args.output)
@@ -79,7 +89,7 @@ def _cmd_coref(args) -> int:
 
     cap = _capture(args)
     candidates = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
-    ranking = rank_heads(cap, args.pronoun, candidates, exclude_sinks=not args.keep_sinks)
+    ranking = rank_heads(cap, args.pronoun, candidates, exclude_sinks=not args.keep_sinks, part=args.part)
     print(ranking)
     print(ranking.table.head(args.top).round(3).to_string(index=False))
     return 0
@@ -116,10 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="save the capture to this file (.attnviz, safetensors)")
     p.add_argument("--query", help="print, per head, where this word's attention goes (word level)")
     p.add_argument("--layer", type=int, default=None, help="the layer for --query (default: the first captured)")
+    p.add_argument("--part", choices=["encoder", "decoder", "cross"], default=None,
+                   help="encoder-decoder models: the attention --query reads (default: encoder)")
     p.set_defaults(func=_cmd_capture)
 
     p = sub.add_parser("validate", help="compare attnviz's recomputation with the model's own attention (exit 1 on failure)")
-    _add_model_args(p, text_required=False)
+    _add_model_args(p, text_required=False, check=False)
     p.add_argument("--capture", help="validate a saved capture file instead of running a model")
     p.add_argument("--csv", help="write the per layer/head errors to this CSV file")
     p.set_defaults(func=_cmd_validate)
@@ -131,6 +143,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--add-bos", action="store_true", help="prepend a BOS token so a decoder's sink is not a word")
     p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
     p.add_argument("--top", type=int, default=10, help="how many heads to print")
+    p.add_argument("--part", choices=["encoder", "decoder"], default=None,
+                   help="encoder-decoder models: rank the encoder's (source) or the decoder's (target) heads")
     p.set_defaults(func=_cmd_coref)
 
     p = sub.add_parser("probes", help="score every head on a probe set (en, zh, or a JSONL file)")
@@ -155,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except ValidationError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     except AttnvizError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -253,6 +253,11 @@ def _owned(t: Tensor | None) -> Tensor | None:
     return t if t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size() else t.contiguous().clone()
 
 
+def _same(t: Tensor | None) -> tuple | None:
+    """What makes two recorded tensors the same one (the recorder hands out new views of it)."""
+    return None if t is None else (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
+
+
 def _records(calls: list[AttentionCall], b: int, lengths: dict[str, tuple[int, int]]) -> dict[tuple[str, int], LayerRecord]:
     masks: dict = {}
     biases: dict = {}
@@ -263,14 +268,14 @@ def _records(calls: list[AttentionCall], b: int, lengths: dict[str, tuple[int, i
         n_q, n_k = lengths[call.part]
         item = call.item(b)
         mask = item["mask"]
-        key = (id(call.mask), id(call.key_padding), b, call.causal, call.window, n_q, n_k)
+        key = (_same(call.mask), _same(call.key_padding), b, call.causal, call.window, n_q, n_k)
         if key not in masks:
             cut = None if mask is None else mask[..., : n_q if mask.shape[-2] > 1 else 1, :n_k]
             masks[key] = _describe_mask(call, cut, n_q, n_k)
         causal, window, custom = masks[key]
         bias = relative = None
         if item["bias"] is not None:
-            bkey = (id(call.bias), b, n_q, n_k)
+            bkey = (_same(call.bias), b, n_q, n_k)
             if bkey not in biases:
                 raw = item["bias"][..., : n_q if item["bias"].shape[-2] > 1 else 1, :n_k]
                 biases[bkey] = _compact_bias(raw) if raw.shape[-2] > 1 else (raw.clone(), None)

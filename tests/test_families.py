@@ -1,0 +1,163 @@
+"""Every family in the support table, captured and compared with its own eager attention.
+
+The README's table is generated from ``attnviz.specs.FAMILIES``; these tests are what makes each
+row true: a family marked as supported is built (tiny, random weights), captured on each backend
+the table names, and every part and layer is compared with the eager model's own
+``output_attentions`` (``encoder_attentions``, ``decoder_attentions``, ``cross_attentions``).
+"""
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+import attnviz
+from attnviz.specs import FAMILIES, support_table
+
+SUPPORTED = [(f.tiny, backend) for f in FAMILIES if f.how != "refused" for backend in f.backends]
+REFUSED = {"falcon": "Falcon with rotary embeddings", "longt5": "LongT5: the encoder's blocked attention",
+           "albert": "ALBERT: one attention module runs for every layer"}
+
+
+class IdsTokenizer:
+    """A tokenizer whose words are token ids ("5 17 3"), with offsets: capture()'s real text path
+    (its own padding, its target shift), on exact ids."""
+
+    bos_token_id = eos_token_id = None
+    all_special_ids: list = []
+
+    def __call__(self, text=None, text_target=None, return_offsets_mapping=False, **kwargs):
+        text = text if text is not None else text_target
+        ids, offsets, pos = [], [], 0
+        for piece in text.split(" "):
+            ids.append(int(piece))
+            offsets.append((pos, pos + len(piece)))
+            pos += len(piece) + 1
+        return {"input_ids": ids, "offset_mapping": offsets} if return_offsets_mapping else {"input_ids": ids}
+
+    def convert_ids_to_tokens(self, ids):
+        return [str(i) for i in ids]
+
+
+def texts(lengths, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [" ".join(str(i) for i in torch.randint(3, 120, (n,), generator=g).tolist()) for n in lengths]
+
+
+def padded(rows):
+    ids = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, row in enumerate(rows):
+        ids[b, : len(row)] = torch.tensor(row)
+        mask[b, : len(row)] = 1
+    return ids, mask
+
+
+def reference(family, caps) -> dict[str, tuple]:
+    """The eager model's own attentions on the captures' ids, padded and masked."""
+    eager = attnviz.tiny_model(family, attn_implementation="eager")
+    ids, mask = padded([c.token_ids for c in caps])
+    kwargs = {"input_ids": ids, "attention_mask": mask}
+    if eager.config.is_encoder_decoder:
+        dec, dec_mask = padded([c.target.token_ids for c in caps])
+        kwargs.update(decoder_input_ids=dec, decoder_attention_mask=dec_mask)
+    with torch.no_grad():
+        out = eager(**kwargs, output_attentions=True)
+    if eager.config.is_encoder_decoder:
+        return {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+    return {"encoder" if family in {"bert", "roberta"} else "decoder": out.attentions}
+
+
+@pytest.mark.parametrize("family,backend", SUPPORTED)
+def test_every_part_matches_its_own_eager_attention_in_a_padded_batch(family, backend):
+    """One batched, padded forward; each capture holds only its text (parts, layers, lengths), owns
+    its rows, and equals the eager model's weights on the real tokens — a test that fails when the
+    padding, the part labels or the target shift go wrong."""
+    model = attnviz.tiny_model(family, attn_implementation=backend)
+    tok = IdsTokenizer()
+    sources = texts([11, 8], seed=1)
+    targets = texts([7, 5], seed=2) if model.config.is_encoder_decoder else None
+    caps = attnviz.capture(model, sources, tok, target=targets)
+    expected = reference(family, caps)
+    for b, cap in enumerate(caps):
+        assert cap.parts == tuple(expected), cap.parts
+        n_src = cap.n_tokens
+        n_tgt = len(cap.target_tokens) if cap.target is not None else n_src
+        assert n_src == [11, 8][b] and n_tgt == ([7, 5][b] if targets else n_src)
+        for part, refs in expected.items():
+            assert cap.layer_indices(part) == list(range(len(refs)))
+            n_q = n_tgt if part in ("decoder", "cross") else n_src
+            n_k = n_tgt if part == "decoder" else n_src
+            for layer, ref in enumerate(refs):
+                ours = cap.attention(layer, part=part)
+                assert ours.shape == (ref.shape[1], n_q, n_k)
+                torch.testing.assert_close(ours, ref[b, :, :n_q, :n_k], atol=2e-6, rtol=0)
+        report = cap.validate()
+        assert report.passed and report.parts == list(expected), str(report)
+    alone = attnviz.capture(model, sources[1], tok, target=targets[1] if targets else None)
+    assert caps[1].nbytes == alone.nbytes  # a cut of the batch keeps no part of the batch alive
+    for part in alone.parts:
+        torch.testing.assert_close(caps[1].attention(0, part=part), alone.attention(0, part=part), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("family", ["bloom", "mpt", "falcon_alibi", "t5", "umt5", "gpt_oss"])
+def test_position_biases_and_sinks_are_needed_and_checked(family):
+    """Leave the bias (or the sinks) out of the recomputation and validation fails: the term matters,
+    and a capture that lost it could not pass its own check."""
+    cap = attnviz.capture(attnviz.tiny_model(family, attn_implementation="eager"), **_src_only(family))
+    part = "encoder" if "encoder" in cap.parts else "decoder"
+    rec = cap.layer(0, part)
+    assert rec.bias is not None or rec.relative_bias is not None or rec.sinks is not None
+    stripped = replace(cap, records={key: replace(r, bias=None, relative_bias=None, sinks=None)
+                                     for key, r in cap.records.items()})
+    assert cap.validate().passed and not stripped.validate().passed
+
+
+def _src_only(family):
+    ids = torch.randint(3, 120, (1, 12), generator=torch.Generator().manual_seed(2))
+    kwargs = {"input_ids": ids}
+    if family in {"t5", "umt5"}:
+        kwargs["decoder_input_ids"] = ids[:, :6]
+    return kwargs
+
+
+def test_t5_relative_bias_is_stored_once_per_stack_as_one_row_per_head():
+    model = attnviz.tiny_model("t5", attn_implementation="sdpa")
+    cap = attnviz.capture(model, input_ids=torch.randint(3, 120, (1, 40)), decoder_input_ids=torch.arange(3, 23)[None])
+    enc = [cap.layer(layer, "encoder") for layer in range(2)]
+    assert enc[0].relative_bias.shape == (4, 79) and enc[0].bias is None  # [head, 2n - 1], not [head, n, n]
+    assert enc[1].relative_bias is enc[0].relative_bias  # T5 passes layer 0's bias to every layer
+    assert cap.layer(0, "cross").relative_bias is None and cap.layer(0, "cross").bias is None  # zeros dropped
+    dense = enc[0].bias_part()
+    i, j = 5, 17
+    assert dense[2, i, j] == enc[0].relative_bias[2, j - i + 39]
+
+
+def test_gpt_oss_sinks_take_a_share_of_each_row():
+    model = attnviz.tiny_model("gpt_oss", attn_implementation="eager")
+    cap = attnviz.capture(model, input_ids=torch.randint(3, 120, (1, 9)))
+    share = cap.sink_share(0, 2)
+    row_sums = cap.attention(0, 2).sum(-1)
+    assert share.shape == (9,) and bool((share > 0).all())
+    torch.testing.assert_close(share + row_sums, torch.ones(9))
+    assert cap.sink_share(0, 2, part="decoder") is not None
+    assert attnviz.capture(attnviz.tiny_model("llama"), input_ids=torch.arange(3, 9)[None]).sink_share(0) is None
+
+
+@pytest.mark.parametrize("family,needle", REFUSED.items())
+def test_families_attnviz_cannot_reproduce_are_refused_before_running(family, needle):
+    model = attnviz.tiny_model(family, attn_implementation="eager")
+    kwargs = {"input_ids": torch.arange(3, 9)[None]}
+    if model.config.is_encoder_decoder:
+        kwargs["decoder_input_ids"] = torch.arange(3, 6)[None]
+    with pytest.raises(attnviz.UnsupportedModelError, match=needle):
+        attnviz.capture(model, **kwargs)
+
+
+def test_the_readme_support_table_is_the_one_the_tests_check():
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert support_table() in readme
+    tested = {f.tiny for f in FAMILIES if f.how != "refused"}
+    assert tested == {family for family, _ in SUPPORTED}
+    assert all(f.tiny in attnviz.tiny_families() for f in FAMILIES if f.tiny)
