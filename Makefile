@@ -40,6 +40,7 @@ test-fast: setup
 
 bench: setup
 	$(PY) bench/capture_overhead.py --long 4096
+	$(PY) bench/validation_cost.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -115,36 +115,60 @@ def scaled_dot_product(
     n_k = k.shape[-2]
     groups = n_head // n_kv
 
-    scores = (_grouped(q, groups) @ k.transpose(-2, -1)).view(max(batch, k.shape[0]), n_head, n_q, n_k)
-    scores = scores * scale
+    rows = max(batch, k.shape[0])
+    q3 = _grouped(q, groups).expand(rows, -1, -1, -1).reshape(rows * n_kv, groups * n_q, q.shape[-1])
+    k3 = k.expand(rows, -1, -1, -1).reshape(rows * n_kv, n_k, k.shape[-1])
+    # Q·Kᵀ·scale in one GEMM (the scale applied inside it), all heads of a key/value group at once
+    scores = torch.baddbmm(q3.new_zeros(1, 1, 1), q3, k3.transpose(1, 2), beta=0, alpha=scale)
+    scores = scores.view(rows, n_head, n_q, n_k)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if bias is not None:
-        scores = scores + bias.to(scores.dtype)
+        scores += bias.to(scores.dtype)
     if temperature != 1.0:
-        scores = scores / temperature
-
-    allowed = build_mask(n_q, n_k, causal=causal, window=window, query_positions=query_positions,
-                         key_positions=key_positions, device=q.device)
+        scores /= temperature
     if mask is not None:
         if mask.dtype == torch.bool:
-            allowed = mask if allowed is None else allowed & mask
+            scores.masked_fill_(~mask, float("-inf"))
         else:
-            scores = scores + mask.to(scores.dtype)
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
+            scores += mask.to(scores.dtype)
+    if causal or window is not None:
+        _mask_structure(scores, query_positions, key_positions, causal=causal, window=window)
 
     if sinks is not None:
         sink = (sinks.to(scores) / temperature).view(1, n_head, 1, 1).expand(scores.shape[0], n_head, n_q, 1)
         weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
     else:
         weights = torch.softmax(scores, dim=-1)
-    weights = torch.nan_to_num(weights, nan=0.0)  # rows with every key masked
-    out = (_grouped(weights, groups) @ v).view(weights.shape[0], n_head, n_q, v.shape[-1])
-    return out, weights
+    if mask is not None or window is not None or (causal and n_q > n_k):
+        weights = weights.nan_to_num_(nan=0.0)  # rows with every key masked
+    out = torch.bmm(weights.reshape(rows * n_kv, groups * n_q, n_k), v.expand(rows, -1, -1, -1).reshape(rows * n_kv, n_k, -1))
+    return out.view(rows, n_head, n_q, v.shape[-1]), weights
 
 
-def query_chunks(n_query: int, n_key: int, n_head: int, *, budget: int = 1 << 25) -> Iterator[tuple[int, int]]:
+def _mask_structure(
+    scores: Tensor, query_positions: Tensor | None, key_positions: Tensor | None, *, causal: bool, window: int | None
+) -> None:
+    """Set the causal / sliding-window blocked scores to -inf, in place, touching only the key
+    columns that some query row blocks (for a chunk of rows, the diagonal band)."""
+    n_q, n_k = scores.shape[-2:]
+    qpos = torch.arange(n_q) + (n_k - n_q) if query_positions is None else query_positions.cpu()
+    kpos = torch.arange(n_k) if key_positions is None else key_positions.cpu()
+    blocked_somewhere = torch.zeros(n_k, dtype=torch.bool)
+    if causal:
+        blocked_somewhere |= kpos > qpos.min()
+    if window is not None:
+        blocked_somewhere |= kpos <= qpos.max() - window
+    columns = torch.nonzero(blocked_somewhere).flatten()
+    if len(columns) == 0:
+        return
+    lo, hi = int(columns.min()), int(columns.max()) + 1
+    allowed = build_mask(n_q, hi - lo, causal=causal, window=window, query_positions=qpos,
+                         key_positions=kpos[lo:hi], device=scores.device)
+    scores[..., lo:hi].masked_fill_(~allowed, float("-inf"))
+
+
+def query_chunks(n_query: int, n_key: int, n_head: int, *, budget: int = 1 << 21) -> Iterator[tuple[int, int]]:
     """``(start, stop)`` row ranges so that one chunk's scores stay near ``budget`` elements."""
     rows = max(1, min(n_query, budget // max(1, n_head * n_key)))
     for start in range(0, n_query, rows):
@@ -165,7 +189,7 @@ def attention_output(
     sinks: Tensor | None = None,
     softcap: float | None = None,
     all_keys: bool = False,
-    budget: int = 1 << 25,
+    budget: int = 1 << 21,
 ) -> Iterator[tuple[Tensor, slice, Tensor, Tensor]]:  # per chunk: rows [r], keys, out [head, r, d_v], weights [head, r, keys]
     """A·V (and the weights) for the given query rows, in chunks, all heads at once, in float32.
 

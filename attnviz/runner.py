@@ -246,11 +246,14 @@ def _compact_bias(bias: Tensor) -> tuple[Tensor | None, Tensor | None]:  # (dens
     return bias.clone(), None
 
 
-def _owned(t: Tensor | None) -> Tensor | None:
-    """A tensor with storage of its own (a cut of a batch must not keep the batch alive)."""
-    if t is None:
-        return None
-    return t if t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size() else t.contiguous().clone()
+def _owned(t: Tensor | None, batched: bool = True) -> Tensor | None:
+    """A tensor with storage of its own (a cut of a batch must not keep the batch alive). A batch of
+    one is its own: its views (GPT-2's q/k/v of one fused projection) stay views, copied never."""
+    if t is None or not batched:
+        return t
+    if not t.is_contiguous():
+        return t.contiguous()  # a new storage of its own size
+    return t if t.untyped_storage().nbytes() == t.numel() * t.element_size() else t.clone()
 
 
 def _same(t: Tensor | None) -> tuple | None:
@@ -258,7 +261,9 @@ def _same(t: Tensor | None) -> tuple | None:
     return None if t is None else (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype)
 
 
-def _records(calls: list[AttentionCall], b: int, lengths: dict[str, tuple[int, int]]) -> dict[tuple[str, int], LayerRecord]:
+def _records(
+    calls: list[AttentionCall], b: int, lengths: dict[str, tuple[int, int]], batched: bool
+) -> dict[tuple[str, int], LayerRecord]:
     masks: dict = {}
     biases: dict = {}
     records = {}
@@ -280,13 +285,13 @@ def _records(calls: list[AttentionCall], b: int, lengths: dict[str, tuple[int, i
                 raw = item["bias"][..., : n_q if item["bias"].shape[-2] > 1 else 1, :n_k]
                 biases[bkey] = _compact_bias(raw) if raw.shape[-2] > 1 else (raw.clone(), None)
             bias, relative = biases[bkey]
-        weights = None if call.weights is None else _owned(call.weights[b, :, :n_q, :n_k])
+        weights = None if call.weights is None else _owned(call.weights[b, :, :n_q, :n_k], batched)
         records[(call.part, call.layer)] = LayerRecord(
             name=call.name,
-            q=_owned(item["q"][:, :n_q]),
-            k=_owned(item["k"][:, :n_k]),
-            v=_owned(item["v"][:, :n_k]),
-            out=_owned(item["out"][:, :n_q]),
+            q=_owned(item["q"][:, :n_q], batched),
+            k=_owned(item["k"][:, :n_k], batched),
+            v=_owned(item["v"][:, :n_k], batched),
+            out=_owned(item["out"][:, :n_q], batched),
             weights=weights,
             scaling=call.scaling,
             causal=causal,
@@ -477,7 +482,7 @@ def capture(
                                        words_from_offsets(t_text, t_offsets, t_tokens))
         captures.append(Capture(
             text=the_text, tokens=list(tokens), token_ids=list(row), offsets=list(offsets),
-            words=words_from_offsets(the_text, offsets, tokens), records=_records(kept, b, cut), model=dict(meta),
+            words=words_from_offsets(the_text, offsets, tokens), records=_records(kept, b, cut, len(encoded) > 1), model=dict(meta),
             target=target_seq,
         ))
     if check != "off":

@@ -357,3 +357,47 @@ def test_exports_download_the_shown_matrix_and_the_capture(dash_duo):
     dash_duo.find_elements(f"#{ID.export_format} input")[1].click()  # SVG: no error, figures keep working
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "L5·H11")
     no_console_errors(dash_duo)
+
+
+@pytest.fixture(scope="module")
+def bart_folder(tmp_path_factory, bert_tokenizer):
+    """A tiny random BART that reads MiniLM's vocabulary, saved as a model folder (an encoder-decoder
+    the page loads like any hub name)."""
+    folder = tmp_path_factory.mktemp("models") / "tiny-bart"
+    model = attnviz.tiny_model("bart", vocab_size=bert_tokenizer.vocab_size, pad_token_id=0, decoder_start_token_id=102)
+    model.save_pretrained(folder)
+    bert_tokenizer.save_pretrained(folder)
+    return str(folder)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_encoder_decoder_target_box_and_part_selector(dash_duo, bart_folder):
+    dash_duo.start_server(create_app({bart_folder: "tiny BART", **MODELS}, default_model="minilm"))
+    wait_status(dash_duo, "minilm")
+    assert not dash_duo.find_element(f"#{ID.target_box}").is_displayed()  # MiniLM reads one text
+    assert not dash_duo.find_element(f"#{ID.part_box}").is_displayed()
+    choose(dash_duo, f"#{ID.model}", 0)
+    dash_duo.wait_for_style_to_equal(f"#{ID.target_box}", "display", "block")
+    dash_duo.find_element(f"#{ID.target}").send_keys("Le chat était fatigué.")
+    run_text(dash_duo, CAT, expect="target 8 tokens")
+    status = dash_duo.find_element(f"#{ID.status}").text
+    assert "13 tokens" in status and "encoder 2 layers × 4 heads" in status and "cross 2 layers" in status
+    assert dash_duo.find_element(f"#{ID.part_box}").is_displayed()
+    dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "encoder L")
+    choose(dash_duo, f"#{ID.part}", 2)  # cross (target × source)
+    dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "target token × source token attention")
+    poll(lambda: [t.text for t in dash_duo.find_elements(f"#{ID.heatmap} .ytick text")][:4] == ["[SEP]", "[CLS]", "Le", "chat"])
+    assert [t.text for t in dash_duo.find_elements(f"#{ID.heatmap} .xtick text")][:3] == ["[CLS]", "The", "cat"]
+    open_tab(dash_duo, "AttentionLab")  # the lab's query chips are the target's tokens now
+    poll(lambda: "chat" in [c.text for c in dash_duo.find_elements(".lab-token")])
+    {c.text: c for c in dash_duo.find_elements(".lab-token")}["chat"].click()
+    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "query 'chat'")
+    open_tab(dash_duo, "Recomputed vs model")
+    dash_duo.wait_for_contains_text(f"#{ID.validation_summary}", "attnviz validation PASS")
+    dash_duo.wait_for_contains_text(f"#{ID.validation_map} .gtitle", "(cross)")
+    open_tab(dash_duo, "Coreference")  # reads one text attending to itself: says so for cross
+    dash_duo.wait_for_contains_text("#coref-headline", "choose the encoder or the decoder part")
+    choose(dash_duo, f"#{ID.part}", 1)  # decoder: the coreference view works on the target
+    dash_duo.wait_for_contains_text("#coref-headline", "→")
+    no_console_errors(dash_duo)

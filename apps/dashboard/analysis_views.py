@@ -99,33 +99,34 @@ def layout(view: Callable) -> list:
 
 
 def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) -> None:
-    """Callbacks of the analysis views. ``ids`` is the main layout's ID class."""
+    """Callbacks of the analysis views. ``ids`` is the main layout's ID class; ``from_store(store,
+    part)`` gives the capture narrowed to the chosen self-attention part (encoder or decoder)."""
     probe_results: OrderedDict = OrderedDict()  # (model, probe set, sinks) -> result, per app
     probe_lock = threading.Lock()
 
     @app.callback(
         Output(AID.coref_selection, "data"),
-        Input(ids.store, "data"), Input(ids.lab_query, "data"),
+        Input(ids.store, "data"), Input(ids.lab_query, "data"), Input(ids.part, "value"),
     )
-    def default_selection(store, query):
+    def default_selection(store, query, part):
         try:
-            cap = from_store(store)
-        except Exception:  # noqa: BLE001 - the run callback reports it
+            cap = from_store(store, part)
+        except Exception:  # noqa: BLE001 - the run callback (or the view) reports it
             return None
         if cap is None or query is None:
             return None
-        pronoun = word_of(cap, query)
+        pronoun = word_of(cap, min(query, cap.n_tokens - 1))
         spans = propose_candidates(cap, pronoun)
         candidates = sorted({word_of(cap, s.tokens[0]) for s in spans})
         return {"pronoun": pronoun, "candidates": candidates}
 
     @app.callback(
         Output(AID.coref_words, "children"),
-        Input(ids.store, "data"), Input(AID.coref_selection, "data"),
+        Input(ids.store, "data"), Input(AID.coref_selection, "data"), Input(ids.part, "value"),
     )
-    def coref_words(store, selection):
+    def coref_words(store, selection, part):
         try:
-            cap = from_store(store)
+            cap = from_store(store, part)
         except Exception:  # noqa: BLE001
             return []
         if cap is None or not selection:
@@ -163,13 +164,13 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         Output(AID.coref_table, "columns"),
         Output(AID.coref_heatmap, "figure"),
         Input(ids.store, "data"), Input(AID.coref_selection, "data"), Input(AID.coref_sinks, "value"),
-        Input(ids.tabs, "value"),
+        Input(ids.tabs, "value"), Input(ids.part, "value"),
     )
-    def coreference(store, selection, sinks, tab):
+    def coreference(store, selection, sinks, tab, part):
         if tab != "coref":
             return (no_update,) * 5
         try:
-            cap = from_store(store)
+            cap = from_store(store, part)
             if cap is None or not selection:
                 return "Run the model first.", message_figure(""), [], [], message_figure("")
             if not selection["candidates"]:
@@ -199,21 +200,23 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         Output(AID.probe_map, "figure"),
         Input(AID.probe_run, "n_clicks"),
         State(ids.store, "data"), State(AID.probe_set, "value"), State(AID.coref_sinks, "value"),
+        State(ids.part, "value"),
         prevent_initial_call=True,
         running=[(Output(AID.probe_run, "disabled"), True, False)],
     )
-    def run_probes(_clicks, store, probe_set, sinks):
+    def run_probes(_clicks, store, probe_set, sinks, part):
         if not store or probe_set not in PROBE_SETS:
             return "Run the model first.", message_figure("")
         model = store["model"]
         if model.startswith("file:"):
             return "Probe sets need a model; pick one in the model list.", message_figure("")
-        key = (model, probe_set, "sinks" in (sinks or []))
         try:
+            part = part if from_store(store, part).model.get("encoder_decoder") else None  # refuses "cross"
+            key = (model, probe_set, "sinks" in (sinks or []), part)
             with probe_lock:
                 result = probe_results.get(key)
             if result is None:
-                result = evaluate_probes(model, probe_set, progress=False, exclude_sinks=key[2])
+                result = evaluate_probes(model, probe_set, progress=False, exclude_sinks=key[2], part=part)
                 with probe_lock:
                     probe_results[key] = result
                     while len(probe_results) > probe_cache_size:
@@ -226,13 +229,13 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         Output(AID.stats_table, "data"),
         Output(AID.stats_table, "columns"),
         Output(AID.stats_map, "figure"),
-        Input(ids.store, "data"), Input(AID.stats_column, "value"), Input(ids.tabs, "value"),
+        Input(ids.store, "data"), Input(AID.stats_column, "value"), Input(ids.tabs, "value"), Input(ids.part, "value"),
     )
-    def statistics(store, column, tab):
+    def statistics(store, column, tab, part):
         if tab != "stats":
             return (no_update,) * 3
         try:
-            cap = from_store(store)
+            cap = from_store(store, part)
             if cap is None:
                 return [], [], message_figure("Run the model first.")
             df = head_stats(cap)
@@ -264,16 +267,17 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
     @app.callback(
         Output(AID.rollout_graph, "figure"),
         Input(ids.store, "data"), Input(AID.rollout_mode, "value"), Input(ids.lab_query, "data"),
-        Input(ids.tabs, "value"),
+        Input(ids.tabs, "value"), Input(ids.part, "value"),
     )
-    def rollout_view(store, mode, query, tab):
+    def rollout_view(store, mode, query, tab, part):
         if tab != "rollout":
             return no_update
         try:
-            cap = from_store(store)
+            cap = from_store(store, part)
             if cap is None:
                 return message_figure("Run the model first.")
             flow = rollout(cap)
+            query = None if query is None else min(query, cap.n_tokens - 1)
             return rollout_figure(cap, flow, query=query if mode == "query" else None)
         except attnviz.AttnvizError as err:
             return message_figure(error_text(err))

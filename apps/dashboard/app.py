@@ -32,6 +32,18 @@ DEFAULT_MODELS = {
 DEFAULT_TEXT = "我家的小猫很可爱，它很好动。"
 PRONOUNS = {"it", "he", "she", "they", "him", "her", "them", "它", "他", "她", "它们", "他们", "她们"}
 FILE_PREFIX = "file:"
+PART_LABELS = {"encoder": "encoder (source × source)", "decoder": "decoder (target × target)",
+               "cross": "cross (target × source)"}
+
+
+def is_encoder_decoder(model: str) -> bool:
+    """Whether the page should offer a target text for this model (False when it cannot tell)."""
+    if model.startswith(FILE_PREFIX) or model in attnviz.EMBEDDED_MODELS:
+        return False
+    try:
+        return bool(attnviz.load_model(model)[0].config.is_encoder_decoder)
+    except attnviz.AttnvizError:
+        return False
 
 
 def default_query(cap: attnviz.Capture) -> int:
@@ -87,8 +99,8 @@ def create_app(
         except attnviz.AttnvizError as err:
             startup_error = f"Could not open the capture file: {err}"
 
-    def get_capture(model: str, text: str, bos: bool = False) -> attnviz.Capture:
-        key = capture_key(model + ("\x00bos" if bos else ""), text)
+    def get_capture(model: str, text: str, bos: bool = False, target: str | None = None) -> attnviz.Capture:
+        key = capture_key(model + ("\x00bos" if bos else "") + (f"\x00target\x00{target}" if target else ""), text)
         cap = cache.get(key)
         if cap is not None:
             return cap
@@ -99,21 +111,28 @@ def create_app(
                     "a capture file holds one text; pick a model in the list to run another text"
                 )
         else:
-            _, tokenizer = attnviz.load_model(model)
-            n = len(tokenizer(text)["input_ids"]) if text.strip() else 0
-            if n > max_tokens:
-                raise attnviz.InputTooLongError(
-                    f"The text has {n:,} tokens; this dashboard shows at most {max_tokens:,}. "
-                    "Shorten the text, or capture it in a script (attnviz.capture) and open the file with --capture."
-                )
-            cap = attnviz.capture(model, text, add_bos=bos)
+            loaded, tokenizer = attnviz.load_model(model)
+            target = target if loaded.config.is_encoder_decoder else None
+            for what, piece in (("text", text), ("target", target or "")):
+                n = len(tokenizer(piece)["input_ids"]) if piece.strip() else 0
+                if n > max_tokens:
+                    raise attnviz.InputTooLongError(
+                        f"The {what} has {n:,} tokens; this dashboard shows at most {max_tokens:,}. Shorten the "
+                        f"{what}, or capture it in a script (attnviz.capture) and open the file with --capture."
+                    )
+            cap = attnviz.capture(model, text, add_bos=bos, target=target)
         cache.put(key, cap)
         return cap
 
     def from_store(store: dict | None) -> attnviz.Capture | None:
         if not store:
             return None
-        return get_capture(store["model"], store["text"], bool(store.get("bos")))
+        return get_capture(store["model"], store["text"], bool(store.get("bos")), store.get("target"))
+
+    def self_part(store: dict | None, part: str | None) -> attnviz.Capture | None:
+        """The capture narrowed to one self-attention part (what the analyses read)."""
+        cap = from_store(store)
+        return None if cap is None else cap.select(part if len(cap.parts) > 1 else None)
 
     app = Dash(__name__, title="attnviz", suppress_callback_exceptions=True)
     app.layout = build_layout(
@@ -121,7 +140,11 @@ def create_app(
     )
     graphs = [ID.heatmap, ID.head_view, ID.model_view, ID.lab_graph, ID.validation_map, ID.comparison]
 
-    analysis_views.register(app, ID, from_store)
+    analysis_views.register(app, ID, self_part)
+
+    @app.callback(Output(ID.target_box, "style"), Input(ID.model, "value"))
+    def show_target(model):
+        return {"display": "block"} if model and is_encoder_decoder(model) else {"display": "none"}
 
     @app.callback(Output(ID.text, "value"), Input(ID.example, "value"), prevent_initial_call=True)
     def use_example(example):
@@ -139,36 +162,77 @@ def create_app(
         Output(ID.heads_multi, "value"),
         Output(ID.lab_query, "data"),
         Output(ID.lab_switches, "value"),
+        Output(ID.part, "options"),
+        Output(ID.part, "value"),
+        Output(ID.part_box, "style"),
         Input(ID.run, "n_clicks"),
         State(ID.text, "value"),
         State(ID.model, "value"),
         State(ID.bos, "value"),
+        State(ID.target, "value"),
         running=[(Output(ID.run, "disabled"), True, False)],
     )
-    def run_model(_clicks, text, model, bos_switch):
+    def run_model(_clicks, text, model, bos_switch, target):
         if startup_error and not ctx.triggered_id:
-            return (no_update, startup_error) + (no_update,) * 9
+            return (no_update, startup_error) + (no_update,) * 12
         try:
             if not isinstance(text, str) or not text.strip():
                 raise attnviz.EmptyTextError("The text is empty: type a sentence or pick an example.")
             bos = "bos" in (bos_switch or [])
-            cap = get_capture(model, text, bos)
+            target = target.strip() if isinstance(target, str) and target.strip() else None
+            cap = get_capture(model, text, bos, target)
         except Exception as err:  # noqa: BLE001 - every failure becomes a message in the page
-            return (no_update, error_text(err), "") + (no_update,) * 8
-        layers = cap.layer_indices()
-        heads = list(range(cap.n_heads))
-        store = {"model": model, "text": text, "bos": bos}
-        status = (f"{cap.model.get('name')}: {cap.n_tokens} tokens, {len(cap.words)} words, "
-                  f"{cap.n_layers} layers × {cap.n_heads} heads ({cap.n_kv_heads} KV), {cap.model.get('backend')}")
-        query = default_query(cap)
-        best_layer, best_head = _default_head(cap, query)
+            return (no_update, error_text(err), "") + (no_update,) * 11
+        part = cap.parts[0]  # the encoder of an encoder-decoder: the text the user typed
+        layers = cap.layer_indices(part)
+        heads = list(range(cap.info(part)["n_heads"]))
+        store = {"model": model, "text": text, "bos": bos, "target": target if cap.target is not None else None}
+        status = f"{cap.model.get('name')}: {cap.n_tokens} tokens, {len(cap.words)} words"
+        if cap.target is not None:
+            status += f", target {len(cap.target.tokens)} tokens"
+        status += ", " + ", ".join(f"{p} {i['n_layers']} layers × {i['n_heads']} heads ({i['n_kv_heads']} KV)"
+                                   if len(cap.parts) > 1 else f"{i['n_layers']} layers × {i['n_heads']} heads "
+                                   f"({i['n_kv_heads']} KV)" for p, i in cap.model["parts"].items())
+        status += f", {cap.model.get('backend')}"
+        view = cap.select(part)
+        query = default_query(view)
+        best_layer, best_head = _default_head(view, query)
         return (
             store, "", status,
             [{"label": f"L{i}", "value": i} for i in layers], best_layer,
             [{"label": f"H{h}", "value": h} for h in heads], best_head,
             [{"label": f"H{h} ", "value": h} for h in heads], [best_head],
             query,
-            ["causal", "scale"] if any(r.causal for r in cap.records.values()) else ["scale"],
+            ["causal", "scale"] if any(r.causal for r in view.records.values()) else ["scale"],
+            [{"label": PART_LABELS[p], "value": p} for p in cap.parts], part,
+            {"display": "none"} if len(cap.parts) == 1 else {"display": "inline-block", "marginRight": "18px",
+                                                             "verticalAlign": "top"},
+        )
+
+    @app.callback(
+        Output(ID.layer, "options", allow_duplicate=True),
+        Output(ID.layer, "value", allow_duplicate=True),
+        Output(ID.head, "options", allow_duplicate=True),
+        Output(ID.head, "value", allow_duplicate=True),
+        Output(ID.heads_multi, "options", allow_duplicate=True),
+        Output(ID.heads_multi, "value", allow_duplicate=True),
+        Input(ID.part, "value"),
+        State(ID.store, "data"), State(ID.layer, "value"), State(ID.head, "value"), State(ID.heads_multi, "value"),
+        prevent_initial_call=True,
+    )
+    def choose_part(part, store, layer, head, heads):
+        try:
+            cap = from_store(store)
+        except Exception:  # noqa: BLE001 - the run callback reports it
+            cap = None
+        if cap is None or part not in cap.parts:
+            return (no_update,) * 6
+        layers, n_heads = cap.layer_indices(part), cap.info(part)["n_heads"]
+        head = head if head is not None and head < n_heads else 0
+        return (
+            [{"label": f"L{i}", "value": i} for i in layers], layer if layer in layers else layers[0],
+            [{"label": f"H{h}", "value": h} for h in range(n_heads)], head,
+            [{"label": f"H{h} ", "value": h} for h in range(n_heads)], [h for h in (heads or [head]) if h < n_heads] or [head],
         )
 
     @app.callback(*[Output(f"view-{key}", "style") for key, _ in VIEWS], Input(ID.tabs, "value"))
@@ -187,22 +251,22 @@ def create_app(
     @app.callback(
         Output(ID.heatmap, "figure"),
         Input(ID.store, "data"), Input(ID.layer, "value"), Input(ID.head, "value"),
-        Input(ID.words, "value"), Input(ID.tabs, "value"),
+        Input(ID.words, "value"), Input(ID.tabs, "value"), Input(ID.part, "value"),
     )
-    def heatmap(store, layer, head, units, tab):
+    def heatmap(store, layer, head, units, tab, part):
         def build():
             cap = from_store(store)
             if cap is None or layer is None or head is None:
                 return message_figure("Run the model to see its attention.")
-            return figures.heatmap(cap, layer, head, words=units == "words")
+            return figures.heatmap(cap, layer, head, words=units == "words", part=part)
         return guarded(tab, "heatmap", build, message_figure)
 
     @app.callback(
         Output(ID.head_view, "figure"),
         Input(ID.store, "data"), Input(ID.layer, "value"), Input(ID.heads_multi, "value"),
-        Input(ID.words, "value"), Input(ID.head_view, "hoverData"), Input(ID.tabs, "value"),
+        Input(ID.words, "value"), Input(ID.head_view, "hoverData"), Input(ID.tabs, "value"), Input(ID.part, "value"),
     )
-    def head_view(store, layer, heads, units, hover, tab):
+    def head_view(store, layer, heads, units, hover, tab, part):
         def build():
             cap = from_store(store)
             if cap is None or layer is None:
@@ -212,21 +276,21 @@ def create_app(
                 point = hover["points"][0]
                 if point.get("x") == 0 and isinstance(point.get("customdata"), int):
                     query = point["customdata"]
-            return figures.head_view(cap, layer, heads or [0], words=units == "words", query=query)
+            return figures.head_view(cap, layer, heads or [0], words=units == "words", query=query, part=part)
         return guarded(tab, "head", build, message_figure)
 
     @app.callback(
         Output(ID.model_view, "figure"),
         Input(ID.store, "data"), Input(ID.words, "value"), Input(ID.layer, "value"),
-        Input(ID.head, "value"), Input(ID.tabs, "value"),
+        Input(ID.head, "value"), Input(ID.tabs, "value"), Input(ID.part, "value"),
     )
-    def model_view(store, units, layer, head, tab):
+    def model_view(store, units, layer, head, tab, part):
         def build():
             cap = from_store(store)
             if cap is None:
                 return message_figure("Run the model to see its attention.")
             selected = (layer, head) if layer is not None and head is not None else None
-            return figures.model_view(cap, words=units == "words", selected=selected)
+            return figures.model_view(cap, words=units == "words", selected=selected, part=part)
         return guarded(tab, "model", build, message_figure)
 
     @app.callback(
@@ -237,9 +301,10 @@ def create_app(
         Input(ID.validation_map, "clickData"),
         State(ID.store, "data"),
         State(ID.words, "value"),
+        State(ID.part, "value"),
         prevent_initial_call=True,
     )
-    def select_head(model_click, validation_click, store, units):
+    def select_head(model_click, validation_click, store, units, part):
         click = model_click if ctx.triggered_id == ID.model_view else validation_click
         point = (click or {}).get("points", [{}])[0]
         if "x" not in point or "y" not in point:
@@ -247,27 +312,28 @@ def create_app(
         if ctx.triggered_id == ID.validation_map:
             return int(point["y"]), int(point["x"]), no_update
         cap = from_store(store)
-        cell = figures.model_view_cell(cap, point["x"], point["y"], words=units == "words") if cap else None
+        cell = figures.model_view_cell(cap, point["x"], point["y"], words=units == "words", part=part) if cap else None
         if cell is None:
             return no_update, no_update, no_update
         return cell[0], cell[1], "heatmap"
 
     @app.callback(
         Output(ID.lab_tokens, "children"),
-        Input(ID.store, "data"), Input(ID.words, "value"), Input(ID.lab_query, "data"),
+        Input(ID.store, "data"), Input(ID.words, "value"), Input(ID.lab_query, "data"), Input(ID.part, "value"),
     )
-    def lab_tokens(store, units, query):
+    def lab_tokens(store, units, query, part):
         try:
             cap = from_store(store)
+            queries, _ = cap.sequences(part if cap is not None and len(cap.parts) > 1 else None) if cap else (None, None)
         except Exception:  # noqa: BLE001 - the run callback reports it
             return []
         if cap is None:
             return []
         chips = []
         if units == "words":
-            items = [(w.token_start, w.text, w.token_start <= (query or 0) < w.token_stop) for w in cap.words]
+            items = [(w.token_start, w.text, w.token_start <= (query or 0) < w.token_stop) for w in queries.words]
         else:
-            items = [(i, label, i == query) for i, label in enumerate(cap.token_labels)]
+            items = [(i, label, i == query) for i, label in enumerate(queries.token_labels)]
         for index, label, chosen in items:
             chips.append(chip(label, {"type": ID.lab_token, "index": index},
                               "lab-token selected" if chosen else "lab-token", "#d62728" if chosen else None))
@@ -289,25 +355,27 @@ def create_app(
         Output(ID.lab_stats, "children"),
         Input(ID.store, "data"), Input(ID.layer, "value"), Input(ID.head, "value"), Input(ID.words, "value"),
         Input(ID.lab_query, "data"), Input(ID.lab_switches, "value"), Input(ID.lab_temperature, "value"),
-        Input(ID.tabs, "value"),
+        Input(ID.tabs, "value"), Input(ID.part, "value"),
     )
-    def lab(store, layer, head, units, query, switches, log_temperature, tab):
+    def lab(store, layer, head, units, query, switches, log_temperature, tab, part):
         def build():
             cap = from_store(store)
             if cap is None or layer is None or head is None or query is None:
                 return message_figure("Run the model, then click a token."), ""
             words = units == "words"
-            index = word_of(cap, query) if words else query
+            queries, _ = cap.sequences(part if len(cap.parts) > 1 else None)
+            token = min(query, queries.n_tokens - 1)  # the query store may hold another part's position
+            index = word_of(queries, token) if words else token
             switches_ = switches or []
             temperature = 10 ** (log_temperature or 0)
             kwargs = dict(words=words, causal="causal" in switches_, scale="scale" in switches_,
-                          temperature=temperature)
+                          temperature=temperature, part=part)
             fig = figures.query_row(cap, layer, head, index, **kwargs)
             row = cap.attention(layer, head, causal=kwargs["causal"], scale=kwargs["scale"],
-                                temperature=temperature, words=words)[index]
+                                temperature=temperature, words=words, part=part)[index]
             stats = figures.row_stats(row)
-            names = figures.labels(cap, words)
-            text = (f"query {names[index]!r} (#{index}) → top weight {stats['top_weight']:.2f} on "
+            q_names, names = figures.labels(cap, words, part, "query"), figures.labels(cap, words, part, "key")
+            text = (f"query {q_names[index]!r} (#{index}) → top weight {stats['top_weight']:.2f} on "
                     f"{names[stats['top_index']]!r}; entropy {stats['entropy']:.2f} nats "
                     f"({100 * stats['entropy_share']:.0f}% of the uniform row over {stats['support']} visible "
                     f"{'words' if words else 'tokens'}); temperature {temperature:.2g}")
@@ -319,23 +387,26 @@ def create_app(
         Output(ID.validation_map, "figure"),
         Output(ID.comparison, "figure"),
         Input(ID.store, "data"), Input(ID.layer, "value"), Input(ID.head, "value"), Input(ID.tabs, "value"),
+        Input(ID.part, "value"),
     )
-    def validation(store, layer, head, tab):
+    def validation(store, layer, head, tab, part):
         def build():
             cap = from_store(store)
             if cap is None or layer is None or head is None:
                 return "", message_figure("Run the model first."), message_figure("")
             report = cap.validate()
+            part_ = cap._part(part if len(cap.parts) > 1 else None)
             quantity = "weights" if any(r["quantity"] == "weights" for r in report.rows) else "output"
-            return str(report), figures.validation_map(report, quantity), figures.comparison(cap, layer, head)
+            return (str(report), figures.validation_map(report, quantity, part_),
+                    figures.comparison(cap, layer, head, part=part_))
         return guarded(tab, "validation", build, lambda m: (m, message_figure(m), message_figure("")), 3)
 
-    @app.callback(Output(ID.cost, "children"), Input(ID.store, "data"), Input(ID.tabs, "value"))
-    def cost(store, tab):
+    @app.callback(Output(ID.cost, "children"), Input(ID.store, "data"), Input(ID.tabs, "value"), Input(ID.part, "value"))
+    def cost(store, tab, part):
         if tab != "cost":
             return no_update
         try:
-            cap = from_store(store)
+            cap = self_part(store, part)
             if cap is None:
                 return "Run the model first."
             tables = cost_tables(cap)
@@ -360,9 +431,10 @@ def create_app(
         Output(ID.download, "data"),
         Input(ID.csv_button, "n_clicks"), Input(ID.capture_button, "n_clicks"),
         State(ID.store, "data"), State(ID.layer, "value"), State(ID.head, "value"), State(ID.words, "value"),
+        State(ID.part, "value"),
         prevent_initial_call=True,
     )
-    def download(_csv, _file, store, layer, head, units):
+    def download(_csv, _file, store, layer, head, units, part):
         cap = from_store(store)
         if cap is None:
             return no_update
@@ -370,8 +442,9 @@ def create_app(
             with tempfile.TemporaryDirectory() as tmp:
                 path = cap.save(Path(tmp) / "capture.attnviz")
                 return dcc.send_bytes(path.read_bytes(), "capture.attnviz")
-        df = matrix_frame(cap, layer, head, words=units == "words")
-        return dcc.send_data_frame(df.to_csv, f"attention-L{layer}-H{head}-{units}.csv")
+        part = part if len(cap.parts) > 1 else None
+        df = matrix_frame(cap, layer, head, words=units == "words", part=part)
+        return dcc.send_data_frame(df.to_csv, f"attention-{part + '-' if part else ''}L{layer}-H{head}-{units}.csv")
 
     return app
 
@@ -379,17 +452,18 @@ def create_app(
 def _lab_lessons(cap: attnviz.Capture, layer: int, head: int, index: int, words: bool, kwargs: dict) -> list:
     """What the switches teach (the seeds' points), said with this row's own numbers."""
     lessons = []
-    names = figures.labels(cap, words)
-    rec = cap.layer(layer)
+    part = kwargs.get("part")
+    names = figures.labels(cap, words, part, "key")
+    rec = cap.layer(layer, part)
     if not kwargs["scale"]:
-        scaled = figures.row_stats(cap.attention(layer, head, causal=kwargs["causal"], words=words)[index])
+        scaled = figures.row_stats(cap.attention(layer, head, part=part, causal=kwargs["causal"], words=words)[index])
         lessons.append(
-            f"Without ÷√d_k the scores are {1 / rec.scaling:.3g}× larger (d_k = {cap.d_head}), so the softmax "
+            f"Without ÷√d_k the scores are {1 / rec.scaling:.3g}× larger (d_k = {cap.info(part)['d_head']}), so the softmax "
             f"saturates: entropy {scaled['entropy']:.2f} → the one above, top weight {scaled['top_weight']:.2f} "
             "→ closer to one-hot. That is why the scaling exists."
         )
     if rec.causal and not kwargs["causal"]:
-        future = cap.attention(layer, head, causal=False, words=words)[index, index + 1:].sum()
+        future = cap.attention(layer, head, part=part, causal=False, words=words)[index, index + 1:].sum()
         lessons.append(
             f"Without the causal mask {names[index]!r} puts {float(future):.2f} on tokens to its right — "
             "weights this decoder never computes: it only ever sees the past."
@@ -399,11 +473,11 @@ def _lab_lessons(cap: attnviz.Capture, layer: int, head: int, index: int, words:
     return [html.Div(lesson, className="lab-lesson", style={"color": "#555", "fontSize": "0.9em"}) for lesson in lessons]
 
 
-def matrix_frame(cap: attnviz.Capture, layer: int, head: int, *, words: bool = False) -> pd.DataFrame:
+def matrix_frame(cap: attnviz.Capture, layer: int, head: int, *, words: bool = False, part: str | None = None) -> pd.DataFrame:
     """The shown matrix as a table: one row per query, one column per key, labelled."""
-    names = figures.labels(cap, words)
-    matrix = cap.attention(layer, head, words=words).numpy()
-    return pd.DataFrame(matrix, index=pd.Index(names, name="query"), columns=names)
+    matrix = cap.attention(layer, head, words=words, part=part).numpy()
+    return pd.DataFrame(matrix, index=pd.Index(figures.labels(cap, words, part, "query"), name="query"),
+                        columns=figures.labels(cap, words, part, "key"))
 
 
 def _default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:

@@ -23,8 +23,8 @@ def message_figure(message: str) -> go.Figure:
     return fig
 
 
-def word_of(cap: attnviz.Capture, token: int) -> int:
-    """The index of the word that holds ``token``."""
+def word_of(cap: attnviz.Capture | attnviz.TokenSequence, token: int) -> int:
+    """The index of the word that holds ``token`` (in a capture's text, or in one token sequence)."""
     return next(i for i, w in enumerate(cap.words) if w.token_start <= token < w.token_stop)
 
 

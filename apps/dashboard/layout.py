@@ -18,6 +18,10 @@ class ID:
     message = "message"
     status = "status"
     store = "capture-store"
+    part = "part-select"
+    part_box = "part-box"
+    target = "target-input"
+    target_box = "target-box"
     layer = "layer-select"
     head = "head-select"
     words = "word-level"
@@ -106,6 +110,10 @@ def build_layout(model_options: list[dict], default_model: str, default_text: st
                     placeholder="pick an example sentence…", style={"width": "420px"})], style=_CONTROL),
             ]),
             dcc.Textarea(id=ID.text, value=default_text, style={"width": "100%", "height": "60px", "marginTop": "6px"}),
+            html.Div(id=ID.target_box, style={"display": "none"}, children=[
+                html.Label("Target — the decoder's text, teacher-forced (empty: the decoder reads its start token only)"),
+                dcc.Textarea(id=ID.target, value="", style={"width": "100%", "height": "40px"}),
+            ]),
             html.Div([
                 html.Button("Run model", id=ID.run, n_clicks=0, style={"marginRight": "12px"}),
                 dcc.Checklist(id=ID.bos, value=[], inline=True, style={"display": "inline-block", "marginRight": "12px"},
@@ -114,6 +122,9 @@ def build_layout(model_options: list[dict], default_model: str, default_text: st
             ], style={"margin": "6px 0"}),
             html.Div(id=ID.message, role="alert", style={"color": "#b00020", "whiteSpace": "pre-wrap", "margin": "4px 0"}),
             html.Div([
+                html.Div([html.Label("Part"), dcc.Dropdown(id=ID.part, clearable=False, style={"width": "230px"})],
+                         id=ID.part_box, style={**_CONTROL, "display": "none"},
+                         title="encoder: source × source; decoder: target × target (causal); cross: target × source"),
                 html.Div([html.Label("Layer (0-based)"), dcc.Dropdown(id=ID.layer, clearable=False, style={"width": "110px"})],
                          style=_CONTROL),
                 html.Div([html.Label("Head (0-based)"), dcc.Dropdown(id=ID.head, clearable=False, style={"width": "110px"})],
