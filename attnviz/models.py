@@ -184,6 +184,7 @@ def _tiny_configs() -> dict:
                                                 parallel_attn=False, bias=True),
         "falcon": lambda: tf.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, vocab_size=128),
         "albert": lambda: tf.AlbertConfig(embedding_size=16, **common),
+        "deberta_v2": lambda: tf.DebertaV2Config(max_position_embeddings=64, **common),
     }
 
 
@@ -199,7 +200,7 @@ def tiny_model(family: str, *, attn_implementation: str = "sdpa", seed: int = 0,
     ``mistral``, ``gpt_oss`` and the encoder-decoders ``bart``, ``marian``, ``t5``, ``mt5``,
     ``umt5`` (through the AttentionInterface); ``gpt_neo``, ``xglm``, ``openai-gpt``, ``bloom``,
     ``mpt``, ``falcon_alibi`` (through projection hooks); and ``falcon``, ``longt5``, ``albert``,
-    which attnviz refuses. ``overrides`` go to the config (e.g. ``num_key_value_heads=2``).
+    ``deberta_v2``, which attnviz refuses. ``overrides`` go to the config (e.g. ``num_key_value_heads=2``).
     Encoder-decoders come with their LM head (``…ForConditionalGeneration``), decoders as causal
     LMs, BERT and RoBERTa as bare encoders.
     """
@@ -212,7 +213,7 @@ def tiny_model(family: str, *, attn_implementation: str = "sdpa", seed: int = 0,
     for key, value in overrides.items():
         setattr(config, key, value)
     torch.manual_seed(seed)
-    if family in {"bert", "roberta", "albert"}:
+    if family in {"bert", "roberta", "albert", "deberta_v2"}:
         model_cls = tf.AutoModel
     elif config.is_encoder_decoder:
         model_cls = tf.AutoModelForSeq2SeqLM

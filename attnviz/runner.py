@@ -197,7 +197,8 @@ def _padded(encoded: list[Encoded], device) -> tuple[Tensor, Tensor]:
 # ---------------------------------------------------------------- from calls to records
 def _describe_mask(call: AttentionCall, mask: Tensor | None, n_q: int, n_k: int) -> tuple[bool, int | None, Tensor | None]:
     """(causal, window, custom mask or None) for one item's mask cut to its ``n_q × n_k`` tokens."""
-    structure = build_mask(n_q, n_k, causal=call.causal, window=call.window)
+    structure = build_mask(n_q, n_k, causal=call.causal, window=call.window,
+                           device=None if mask is None else mask.device)
     if mask is None:
         return call.causal and n_q > 1, call.window, None
     if mask.is_floating_point():

@@ -17,7 +17,8 @@ from attnviz.specs import FAMILIES, support_table
 
 SUPPORTED = [(f.tiny, backend) for f in FAMILIES if f.how != "refused" for backend in f.backends]
 REFUSED = {"falcon": "Falcon with rotary embeddings", "longt5": "LongT5: the encoder's blocked attention",
-           "albert": "ALBERT: one attention module runs for every layer"}
+           "albert": "ALBERT: one attention module runs for every layer",
+           "deberta_v2": "DeBERTa-v2: computes attention inline"}
 
 
 class IdsTokenizer:
@@ -161,3 +162,15 @@ def test_the_readme_support_table_is_the_one_the_tests_check():
     tested = {f.tiny for f in FAMILIES if f.how != "refused"}
     assert tested == {family for family, _ in SUPPORTED}
     assert all(f.tiny in attnviz.tiny_families() for f in FAMILIES if f.tiny)
+
+
+def test_falcon_on_sdpa_shows_its_own_kernels_numbers():
+    """Falcon's sdpa path adds ALiBi once (inside the mask) where its eager path adds it twice:
+    attnviz reproduces each backend's own computation, checked against that kernel's output."""
+    ids = torch.randint(3, 120, (1, 10), generator=torch.Generator().manual_seed(5))
+    sdpa = attnviz.capture(attnviz.tiny_model("falcon_alibi", attn_implementation="sdpa"), input_ids=ids)
+    eager = attnviz.capture(attnviz.tiny_model("falcon_alibi", attn_implementation="eager"), input_ids=ids)
+    assert sdpa.validate().passed and eager.validate().passed
+    assert sdpa.layer(0).mask is not None and sdpa.layer(0).bias is None  # ALiBi folded into the mask
+    assert eager.layer(0).bias is not None
+    assert (sdpa.attention(0) - eager.attention(0)).abs().max() > 1e-3  # the two paths differ in transformers
