@@ -137,7 +137,7 @@ def test_lab_click_token_and_flip_switches(dash_duo, app):
     dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "over 7 visible words")
     before = float(causal_stats.split("entropy ")[1].split(" nats")[0])
     switches[1].click()  # ÷√d_k off: the row sharpens toward one-hot
-    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "unscaled" if False else "entropy")
+    dash_duo.wait_for_contains_text(f"#{ID.lab_graph} .gtitle", "unscaled")
     deadline = time.time() + 20
     while time.time() < deadline:
         text = dash_duo.find_element(f"#{ID.lab_stats}").text
