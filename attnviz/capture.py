@@ -21,7 +21,7 @@ from torch import Tensor
 
 from .attention import build_mask, scaled_dot_product
 from .errors import ArgumentTypeError, InputError, OutOfRangeError
-from .words import Word, group_matrix
+from .words import TokenSequence, Word, group_matrix
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,55 +32,6 @@ __all__ = ["PARTS", "Capture", "LayerRecord", "TokenSequence"]
 
 PARTS = ("encoder", "decoder", "cross")
 _TENSORS = ("q", "k", "v", "out", "weights", "mask", "bias", "relative_bias", "sinks", "weight_error", "weight_scale")
-
-
-@dataclass
-class TokenSequence:
-    """The tokens one stack of the model read: text, pieces, ids, character spans, words."""
-
-    text: str
-    tokens: list[str]
-    token_ids: list[int]
-    offsets: list[tuple[int, int]]  # character span of each token in ``text``; (0, 0) for special tokens
-    words: list[Word]
-
-    @property
-    def n_tokens(self) -> int:
-        return len(self.tokens)
-
-    @property
-    def token_labels(self) -> list[str]:
-        """Readable labels: the token's text (special tokens as themselves). Byte-level pieces of one
-        character (2–3 tokens with the same span, as for 小 in byte-level BPE) get subscripts: 小₁ 小₂."""
-        subscripts = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
-        count: dict[tuple[int, int], int] = {}
-        for span in self.offsets:
-            count[span] = count.get(span, 0) + 1
-        seen: dict[tuple[int, int], int] = {}
-        labels = []
-        for token, (start, end) in zip(self.tokens, self.offsets):
-            piece = self.text[start:end].strip() if end > start else token
-            label = piece or token
-            if end > start and count[(start, end)] > 1:
-                seen[(start, end)] = seen.get((start, end), 0) + 1
-                label += str(seen[(start, end)]).translate(subscripts)
-            labels.append(label)
-        return labels
-
-    @property
-    def word_labels(self) -> list[str]:
-        return [w.text for w in self.words]
-
-    def word_index(self, word: str | int) -> int:
-        """Index of a word given by its text (first occurrence) or its index."""
-        if isinstance(word, int) and not isinstance(word, bool):
-            if not 0 <= word < len(self.words):
-                raise OutOfRangeError(f"word {word} is out of range: this text has words 0..{len(self.words) - 1}")
-            return word
-        for i, w in enumerate(self.words):
-            if w.text == word:
-                return i
-        raise InputError(f"no word {word!r} in this text; its words are {self.word_labels}")
 
 
 @dataclass

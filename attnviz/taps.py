@@ -22,38 +22,33 @@ Several captures may run at once — other threads, other models, nested ``with 
 tap(b):`` blocks. The wrapper is installed once per backend (reference-counted) and records into
 every :class:`Recorder` active in the *calling* context (a ``ContextVar``) that owns the module;
 every other call passes straight through to the function it would have run anyway.
+
+The wrapper and its installation live in :mod:`attnviz.interface`; the hooks for families that
+compute attention inline in :mod:`attnviz.hooks`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import dis
-import inspect
-import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from types import CodeType, FrameType
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from .errors import UnsupportedModelError
+from .interface import _ACTIVE, _INSTALLER, backends_of, installed_backends
 from .specs import (
     INERT_ARGUMENTS,
     INTERPRETED_ARGUMENTS,
     PROJECTION_SPECS,
-    ProjectionSpec,
-    fused_layout,
     locate,
     supported_families,
 )
 
-__all__ = ["AttentionCall", "Recorder", "installed_backends", "tap", "tap_model", "tap_projections"]
+__all__ = ["AttentionCall", "Recorder", "installed_backends", "tap", "tap_model"]
 
-_ACTIVE: contextvars.ContextVar[tuple[Recorder, ...]] = contextvars.ContextVar("attnviz_recorders", default=())
 
 
 @dataclass
@@ -283,134 +278,6 @@ def _dense_block_mask(block_mask: Any, query: Tensor, key: Tensor) -> Tensor:  #
     return dense.contiguous()
 
 
-# ---------------------------------------------------------------- the function the caller would have run
-_DEFAULTS: dict[CodeType, list[tuple[int, str, str]]] = {}
-
-
-def _defaults_in(code: CodeType) -> list[tuple[int, str, str]]:
-    """(offset, kind, name) of the ``default`` argument of every ``get_interface(…)`` call in ``code``."""
-    found = []
-    after = None
-    last: tuple[str, str] | None = None
-    for ins in dis.get_instructions(code):
-        if ins.argval == "get_interface" and ins.opname in {"LOAD_ATTR", "LOAD_METHOD"}:
-            after, last = ins.offset, None
-        elif after is not None:
-            if ins.opname in {"LOAD_GLOBAL", "LOAD_NAME"}:
-                last = ("global", ins.argval)
-            elif ins.opname in {"LOAD_DEREF", "LOAD_FAST", "LOAD_FAST_BORROW"}:
-                last = ("local", ins.argval)
-            elif ins.opname.startswith(("CALL", "PRECALL")):
-                if last is not None:
-                    found.append((ins.offset, *last))
-                after = None
-    return found
-
-
-def _caller_default(frame: FrameType | None) -> Callable | None:
-    """The ``default`` the calling frame passed to its last ``get_interface`` call, or None."""
-    if frame is None:
-        return None
-    code = frame.f_code
-    if code not in _DEFAULTS:
-        _DEFAULTS[code] = _defaults_in(code)
-    before = [d for d in _DEFAULTS[code] if d[0] <= frame.f_lasti]
-    if not before:
-        return None
-    _, kind, name = before[-1]
-    fn = frame.f_globals.get(name) if kind == "global" else frame.f_locals.get(name)
-    return fn if callable(fn) else None
-
-
-def _module_eager(module: nn.Module) -> Callable:
-    """The eager function of the module's own modeling file (only when the call site is unreadable)."""
-    fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
-    if fn is None:
-        raise UnsupportedModelError(
-            f"{type(module).__name__} runs eager attention through a call attnviz cannot read; "
-            "load the model with attn_implementation='sdpa'"
-        )
-    return fn
-
-
-class _Installer:
-    """Reference-counted wrappers in the attention mapping, one per backend name."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._count: dict[str, int] = {}
-        self._saved: dict[str, tuple[bool, Any]] = {}  # backend -> (had a local override, it)
-
-    def _wrapper(self, backend: str, original: Callable | None) -> Callable:
-        def attnviz_tap(module, *args, **kwargs):
-            fn = original
-            if fn is None:  # "eager": the caller's own default, as get_interface would have returned it
-                fn = _caller_default(sys._getframe(1)) or _module_eager(module)
-            recorders = [r for r in _ACTIVE.get() if r.owns(module)]
-            result = fn(module, *args, **kwargs)
-            for recorder in recorders:
-                recorder.record(backend, module, args, kwargs, result)
-            return result
-
-        attnviz_tap.__wrapped__ = original
-        return attnviz_tap
-
-    def acquire(self, backend: str) -> None:
-        interface = _attention_interface()
-        with self._lock:
-            if self._count.get(backend, 0) == 0:
-                local = getattr(interface, "_local_mapping", {})
-                had_local = backend in local
-                self._saved[backend] = (had_local, local.get(backend))
-                original = interface[backend] if backend in interface else None
-                if original is None and backend != "eager":
-                    raise UnsupportedModelError(
-                        f"attention backend {backend!r} is not registered in transformers' AttentionInterface"
-                    )
-                interface[backend] = self._wrapper(backend, original)
-            self._count[backend] = self._count.get(backend, 0) + 1
-
-    def release(self, backend: str) -> None:
-        interface = _attention_interface()
-        with self._lock:
-            self._count[backend] -= 1
-            if self._count[backend] == 0:
-                del self._count[backend]
-                had_local, previous = self._saved.pop(backend)
-                if had_local:
-                    interface[backend] = previous
-                else:
-                    del interface[backend]
-
-
-def _attention_interface():
-    try:
-        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    except ImportError as err:  # pragma: no cover - transformers is a hard dependency
-        raise UnsupportedModelError(
-            "attnviz needs transformers ≥ 4.48 (the AttentionInterface); install it with pip install -U transformers"
-        ) from err
-    return ALL_ATTENTION_FUNCTIONS
-
-
-_INSTALLER = _Installer()
-
-
-def backends_of(model: nn.Module) -> set[str]:
-    """The attention implementations the model's (sub-)configs name."""
-    names = set()
-    for module in model.modules():
-        config = getattr(module, "config", None)
-        impl = getattr(config, "_attn_implementation", None)
-        if isinstance(impl, str):
-            names.add(impl)
-    if not names:
-        raise UnsupportedModelError(
-            f"{type(model).__name__} has no config._attn_implementation: attnviz supports {supported_families()}"
-        )
-    return {name.removeprefix("paged|") if name != "paged|eager" else name for name in names}
-
-
 @contextlib.contextmanager
 def _active(recorder: Recorder) -> Iterator[None]:
     token = _ACTIVE.set(_ACTIVE.get() + (recorder,))
@@ -447,121 +314,14 @@ def tap(
                 _INSTALLER.release(backend)
 
 
-# ---------------------------------------------------------------- families computed inline
-def _split_heads(x: Tensor, heads: int) -> Tensor:  # [batch, pos, head·d] -> [batch, head, pos, d]
-    b, n, width = x.shape
-    return x.view(b, n, heads, width // heads).transpose(1, 2)
-
-
-def _split_fused(fused: Tensor, layout: str, heads: int) -> tuple[Tensor, Tensor, Tensor]:
-    b, n, width = fused.shape
-    if layout == "concat":
-        q, k, v = fused.chunk(3, dim=-1)
-        return _split_heads(q, heads), _split_heads(k, heads), _split_heads(v, heads)
-    if layout == "interleaved":  # [batch, pos, head, 3, d]
-        x = fused.view(b, n, heads, 3, width // (3 * heads))
-        return tuple(x[..., i, :].transpose(1, 2) for i in range(3))  # type: ignore[return-value]
-    if layout == "multi_query":  # [batch, pos, head + 2, d]: the query heads, one key head, one value head
-        x = fused.view(b, n, heads + 2, width // (heads + 2))
-        return x[:, :, :-2].transpose(1, 2), x[:, :, -2:-1].transpose(1, 2), x[:, :, -1:].transpose(1, 2)
-    raise UnsupportedModelError(f"unknown fused q/k/v layout {layout!r}")
-
-
-@contextlib.contextmanager
-def tap_projections(
-    model: nn.Module, spec: ProjectionSpec, *, layers: set[int] | None = None, to_cpu: bool = True,
-    keep_weights: bool = True, lengths: dict[str, list[int]] | None = None,
-) -> Iterator[Recorder]:
-    """Record Q, K, V and the attention output through forward hooks on the projections.
-
-    For families that compute attention inline (see :data:`attnviz.specs.PROJECTION_SPECS`): a
-    pre-hook on the attention module keeps its inputs (ALiBi, mask), hooks on the q/k/v (or
-    fused) projection keep their outputs, and a pre-hook on the output projection takes the
-    model's own A·V and records the call. The hooks belong to this capture alone, record only in
-    its context, and are removed on exit, also on error.
-    """
-    reason = spec.refuse(model.config)
-    if reason:
-        raise UnsupportedModelError(f"{reason}. attnviz supports {supported_families()}")
-    recorder = Recorder(model, layers=layers, to_cpu=to_cpu, keep_weights=keep_weights, lengths=lengths)
-    handles = []
-
-    def mine() -> bool:
-        return recorder in _ACTIVE.get()
-
-    with _active(recorder):
-        try:
-            for attention in (m for m in model.modules() if type(m).__name__ == spec.module):
-                scratch: dict[str, Any] = {}
-                signature = inspect.signature(attention.forward)
-
-                def keep_inputs(module, args, kwargs, scratch=scratch, signature=signature):
-                    if mine():
-                        scratch["inputs"] = signature.bind_partial(*args, **kwargs).arguments
-
-                def keep_output(name, scratch=scratch):
-                    def hook(_module, _args, output):
-                        if mine():
-                            scratch[name] = output
-                    return hook
-
-                def finish(_module, args, attention=attention, scratch=scratch):
-                    if mine():
-                        _record_projection(recorder, spec, attention, scratch, args[0])
-
-                handles.append(attention.register_forward_pre_hook(keep_inputs, with_kwargs=True))
-                parts = {"fused": spec.fused} if spec.fused else {"q": spec.q, "k": spec.k, "v": spec.v}
-                for name, child in parts.items():
-                    handles.append(attention.get_submodule(child).register_forward_hook(keep_output(name)))
-                handles.append(attention.get_submodule(spec.out).register_forward_pre_hook(finish))
-            if not handles:
-                raise UnsupportedModelError(
-                    f"{type(model).__name__} has no {spec.module} module; attnviz supports {supported_families()}"
-                )
-            yield recorder
-        finally:
-            for handle in handles:
-                handle.remove()
-
-
-def _record_projection(recorder: Recorder, spec: ProjectionSpec, attention: nn.Module, scratch: dict, out: Tensor) -> None:
-    heads = int(getattr(attention, spec.heads))
-    if spec.fused:
-        q, k, v = _split_fused(scratch.pop("fused"), fused_layout(spec, attention), heads)
-    else:
-        q, k, v = (_split_heads(scratch.pop(name), heads) for name in ("q", "k", "v"))
-    clip = spec.clip(attention)
-    if clip:
-        q, k, v = (t.clamp(min=-clip, max=clip) for t in (q, k, v))
-    inputs = scratch.pop("inputs", {})
-    batch = q.shape[0]
-    bias = spec.bias(attention, inputs, batch)
-    if bias is not None:
-        bias = bias[..., -q.shape[-2]:, :] if bias.shape[-2] > 1 else bias
-        bias = bias[..., -k.shape[-2]:]
-    mask = inputs.get(spec.mask) if spec.mask else None
-    if isinstance(mask, Tensor):
-        if mask.dtype == torch.bool and spec.mask_true_means_masked:
-            mask = ~mask
-    else:
-        mask = None
-    recorder.add(
-        attention, "projection hooks", q, k, v, out.view(*out.shape[:2], heads, -1), mask=mask, bias=bias,
-        scaling=float(spec.scaling(attention)), causal=spec.causal and mask is None, window=spec.window(attention),
-    )
-
-
 def tap_model(model: nn.Module, *, layers: set[int] | None = None, to_cpu: bool = True, keep_weights: bool = True,
               lengths: dict[str, list[int]] | None = None):
     """The right tap for ``model``: projection hooks for the families in :data:`PROJECTION_SPECS`,
     the AttentionInterface wrapper for every other."""
+    from .hooks import tap_projections
+
     spec = PROJECTION_SPECS.get(getattr(getattr(model, "config", None), "model_type", ""))
     kwargs = dict(layers=layers, to_cpu=to_cpu, keep_weights=keep_weights, lengths=lengths)
     if spec is not None:
         return tap_projections(model, spec, **kwargs)
     return tap(model, **kwargs)
-
-
-def installed_backends() -> dict[str, int]:
-    """Backends currently wrapped, with how many captures hold each (for tests and debugging)."""
-    return dict(_INSTALLER._count)

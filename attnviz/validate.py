@@ -177,7 +177,7 @@ def weight_errors(call: AttentionCall, weights: Tensor, lengths: list[int] | Non
         item = call.item(b)
         n = lengths[b] if lengths is not None else item["q"].shape[-2]
         mask = item["mask"]
-        for r, keys, _, ours in attention_output(
+        for r, _keys, _, ours in attention_output(
             item["q"], item["k"], item["v"], rows=torch.arange(n), scale=item["scale"], causal=item["causal"],
             window=item["window"], mask=mask, bias=item["bias"], sinks=item["sinks"], softcap=item["softcap"],
             all_keys=True,

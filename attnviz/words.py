@@ -20,7 +20,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["Word", "group_matrix", "offsets_from_tokens", "segment", "words_from_offsets"]
+from .errors import InputError, OutOfRangeError
+
+__all__ = ["TokenSequence", "Word", "group_matrix", "offsets_from_tokens", "segment", "words_from_offsets"]
 
 _CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 _PATTERN = re.compile(rf"[{_CJK}]+|[^\W{_CJK}_]+(?:['’][^\W{_CJK}_]+)*|[^\s]", re.UNICODE)
@@ -39,6 +41,55 @@ class Word:
     @property
     def tokens(self) -> range:
         return range(self.token_start, self.token_stop)
+
+
+@dataclass
+class TokenSequence:
+    """The tokens one stack of the model read: text, pieces, ids, character spans, words."""
+
+    text: str
+    tokens: list[str]
+    token_ids: list[int]
+    offsets: list[tuple[int, int]]  # character span of each token in ``text``; (0, 0) for special tokens
+    words: list[Word]
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def token_labels(self) -> list[str]:
+        """Readable labels: the token's text (special tokens as themselves). Byte-level pieces of one
+        character (2–3 tokens with the same span, as for 小 in byte-level BPE) get subscripts: 小₁ 小₂."""
+        subscripts = str.maketrans("0123456789", "₀₁₂₃₄₅₆₇₈₉")
+        count: dict[tuple[int, int], int] = {}
+        for span in self.offsets:
+            count[span] = count.get(span, 0) + 1
+        seen: dict[tuple[int, int], int] = {}
+        labels = []
+        for token, (start, end) in zip(self.tokens, self.offsets):
+            piece = self.text[start:end].strip() if end > start else token
+            label = piece or token
+            if end > start and count[(start, end)] > 1:
+                seen[(start, end)] = seen.get((start, end), 0) + 1
+                label += str(seen[(start, end)]).translate(subscripts)
+            labels.append(label)
+        return labels
+
+    @property
+    def word_labels(self) -> list[str]:
+        return [w.text for w in self.words]
+
+    def word_index(self, word: str | int) -> int:
+        """Index of a word given by its text (first occurrence) or its index."""
+        if isinstance(word, int) and not isinstance(word, bool):
+            if not 0 <= word < len(self.words):
+                raise OutOfRangeError(f"word {word} is out of range: this text has words 0..{len(self.words) - 1}")
+            return word
+        for i, w in enumerate(self.words):
+            if w.text == word:
+                return i
+        raise InputError(f"no word {word!r} in this text; its words are {self.word_labels}")
 
 
 @functools.lru_cache(maxsize=1)

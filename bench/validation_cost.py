@@ -45,9 +45,9 @@ def gpt2_part(sizes: list[int], repeats: int) -> None:
     for n in sizes:
         ids = torch.randint(0, model.config.vocab_size, (1, n))
         modes = {
-            "plain": lambda: model(input_ids=ids, use_cache=False),
-            "off": lambda: attnviz.capture(model, input_ids=ids, check="off"),
-            "sample": lambda: attnviz.capture(model, input_ids=ids),
+            "plain": lambda ids=ids: model(input_ids=ids, use_cache=False),
+            "off": lambda ids=ids: attnviz.capture(model, input_ids=ids, check="off"),
+            "sample": lambda ids=ids: attnviz.capture(model, input_ids=ids),
         }
         times: dict[str, list[float]] = {m: [] for m in modes}
         with torch.no_grad():

@@ -16,7 +16,12 @@ from attnviz.analysis import (
     rank_heads,
     rollout,
 )
-from attnviz.analysis.plots import coref_bars, head_map, probe_accuracy_map, rollout_figure
+from attnviz.analysis.plots import (
+    coref_bars,
+    head_map,
+    probe_accuracy_map,
+    rollout_figure,
+)
 from attnviz.analysis.stats import pattern_matrix
 from attnviz.capture import Capture, LayerRecord
 from attnviz.words import words_from_offsets

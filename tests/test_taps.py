@@ -7,7 +7,11 @@ import pytest
 import torch
 from torch import nn
 from transformers import AttentionInterface
-from transformers.masking_utils import AttentionMaskInterface, flash_attention_mask, flex_attention_mask
+from transformers.masking_utils import (
+    AttentionMaskInterface,
+    flash_attention_mask,
+    flex_attention_mask,
+)
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import attnviz

@@ -9,11 +9,15 @@ from collections.abc import Callable
 from dash import ALL, Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
 import attnviz
-from attnviz import figures
-from attnviz import evaluate_probes
+from attnviz import evaluate_probes, figures
 from attnviz.analysis import head_stats, propose_candidates, rank_heads, rollout
 from attnviz.analysis.coref import PROBE_SETS
-from attnviz.analysis.plots import coref_bars, head_map, probe_accuracy_map, rollout_figure
+from attnviz.analysis.plots import (
+    coref_bars,
+    head_map,
+    probe_accuracy_map,
+    rollout_figure,
+)
 from attnviz.analysis.stats import DETECTORS, STATISTICS
 
 from .common import chip, error_text, message_figure, word_of

@@ -2,7 +2,14 @@
 rankings and probe sets, attention rollout. Running a probe set through a model is
 :func:`attnviz.evaluate_probes` (in :mod:`attnviz.probing`, beside the runner)."""
 
-from .coref import CorefRanking, Probe, ProbeResult, load_probes, propose_candidates, rank_heads
+from .coref import (
+    CorefRanking,
+    Probe,
+    ProbeResult,
+    load_probes,
+    propose_candidates,
+    rank_heads,
+)
 from .rollout import rollout
 from .stats import DETECTORS, detect_heads, head_stats
 
