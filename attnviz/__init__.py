@@ -33,6 +33,16 @@ from .words import Word
 
 __version__ = "0.1.0"
 
+_SUBMODULES = ("analysis", "cost", "figures")  # imported on first use: they bring pandas and plotly
+
+
+def __getattr__(name: str):
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
+
 __all__ = [
     "ArgumentTypeError",
     "AttnvizError",

@@ -109,7 +109,8 @@ class Capture:
         if part is None:
             if len(parts) == 1:
                 return parts[0]
-            raise InputError(f"this capture has the parts {', '.join(parts)}; say which with part=…")
+            raise InputError(f"this capture has the parts {', '.join(parts)}; say which with part=… "
+                             "(--part on the command line)")
         if part not in parts:
             raise InputError(f"no part {part!r} in this capture; its parts are {', '.join(parts)}")
         return part
@@ -301,6 +302,9 @@ class Capture:
         if causal is None:  # exactly the model's own mask
             kwargs = dict(causal=rec.causal, window=rec.window, mask=None if mask is None else mask[None])
         elif causal is True:
+            if part == "cross":
+                raise InputError("cross-attention has no causal mask: each target token reads the whole source; "
+                                 "leave causal=None (or False)")
             kwargs = dict(causal=True, window=rec.window if rec.causal else None)
         elif causal is False:
             kwargs = dict(causal=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .errors import AttnvizError, ValidationError
+from .errors import AttnvizError, InputError, ValidationError
 
 __all__ = ["main"]
 
@@ -33,6 +33,13 @@ def _add_model_args(p: argparse.ArgumentParser, *, text_required: bool, check: b
                        help="compare a sample of rows (default), every row, or none with the kernel's own output")
 
 
+def _writable(path: str) -> None:
+    from pathlib import Path
+
+    if not Path(path).parent.is_dir():
+        raise InputError(f"cannot write {path!r}: the folder {str(Path(path).parent)!r} does not exist")
+
+
 def _capture(args):
     from .runner import capture
 
@@ -44,6 +51,8 @@ def _capture(args):
 
 
 def _cmd_capture(args) -> int:
+    if args.output:
+        _writable(args.output)
     cap = _capture(args)
     print(cap)
     print("words:", " | ".join(cap.word_labels))
@@ -53,6 +62,9 @@ def _cmd_capture(args) -> int:
         part = cap._part(args.part) if args.part or len(cap.parts) == 1 else "encoder"
         layer = args.layer if args.layer is not None else min(cap.layer_indices(part))
         queries, keys = cap.sequences(part)
+        if part in ("decoder", "cross") and args.query not in queries.word_labels:
+            raise InputError(f"no word {args.query!r} in the target {queries.word_labels}: {part} attention's queries "
+                             "are the decoder's tokens, so give the target text with --target")
         q = queries.word_index(args.query)
         weights = cap.attention(layer, part=part, words=True)[:, q]  # [head, word]
         where = f" ({part})" if len(cap.parts) > 1 else ""
@@ -68,13 +80,15 @@ def _cmd_capture(args) -> int:
 
 
 def _cmd_validate(args) -> int:
+    if args.csv:
+        _writable(args.csv)
     if args.capture:
         from .io import load
 
         cap = load(args.capture)
     else:
         if not args.model or not args.text:
-            raise SystemExit("attnviz validate: give MODEL TEXT, or --capture FILE")
+            raise InputError("attnviz validate: give MODEL TEXT, or --capture FILE")
         cap = _capture(args)
     report = cap.validate()
     print(report)
@@ -96,6 +110,8 @@ def _cmd_coref(args) -> int:
 
 
 def _cmd_probes(args) -> int:
+    if args.csv:
+        _writable(args.csv)
     from .probing import evaluate_probes
 
     result = evaluate_probes(args.model, args.probes, exclude_sinks=not args.keep_sinks, add_bos=not args.no_bos)
@@ -173,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except AttnvizError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:  # a file that cannot be read or written
         print(f"error: {err}", file=sys.stderr)
         return 2
 

@@ -15,6 +15,7 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
+from .errors import InputError, OutOfRangeError
 from .words import group_matrix
 
 if TYPE_CHECKING:
@@ -151,6 +152,8 @@ def head_view(
     heads = list(range(cap.info(part)["n_heads"])) if heads is None else list(heads)
     q_names, k_names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
     n = len(q_names)
+    if query is not None and not 0 <= query < n:
+        raise OutOfRangeError(f"query {query} is out of range: 0..{n - 1}")
     fig = go.Figure()
     levels = [(0.02, 0.1, 0.15), (0.1, 0.3, 0.35), (0.3, 0.6, 0.6), (0.6, 1.01, 0.95)]
     for head in heads:
@@ -288,8 +291,6 @@ def query_row(
     """The AttentionLab bar chart: one query's row of weights, with entropy and top weight."""
     q_names, names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
     if not 0 <= query < len(q_names):
-        from .errors import OutOfRangeError
-
         raise OutOfRangeError(f"query {query} is out of range: 0..{len(q_names) - 1}")
     row = cap.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature,
                         words=words)[query].cpu()
@@ -344,12 +345,13 @@ def comparison(cap: Capture, layer: int, head: int, *, part: str | None = None) 
     backend returns.
     """
     rec = cap.layer(layer, part)
+    cap._check_head(head, part)
     if rec.weights is not None:
         theirs, ours, what = rec.weights[head].float().cpu(), cap.attention(layer, head, part=part).cpu(), "weights A"
     elif rec.out is not None:
         theirs, ours, what = rec.out[head].float().cpu(), cap.output(layer, head, part=part).cpu(), "output A·V"
     else:
-        raise ValueError(f"layer {layer} holds neither the model's weights nor its output")
+        raise InputError(f"layer {layer} holds neither the model's weights nor its output: nothing to compare")
     diff = (ours - theirs).numpy()
     fig = make_subplots(rows=1, cols=3, subplot_titles=(f"model's {what}", f"attnviz's {what}", "difference"),
                         horizontal_spacing=0.06)

@@ -46,7 +46,7 @@ def _split_fused(fused: Tensor, layout: str, heads: int) -> tuple[Tensor, Tensor
 @contextlib.contextmanager
 def tap_projections(
     model: nn.Module, spec: ProjectionSpec, *, layers: set[int] | None = None, to_cpu: bool = True,
-    keep_weights: bool = True, lengths: dict[str, list[int]] | None = None,
+    weight_mode: str = "keep", lengths: dict[str, list[int]] | None = None,
 ) -> Iterator[Recorder]:
     """Record Q, K, V and the attention output through forward hooks on the projections.
 
@@ -59,7 +59,7 @@ def tap_projections(
     reason = spec.refuse(model.config)
     if reason:
         raise UnsupportedModelError(f"{reason}. attnviz supports {supported_families()}")
-    recorder = Recorder(model, layers=layers, to_cpu=to_cpu, keep_weights=keep_weights, lengths=lengths)
+    recorder = Recorder(model, layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)
     handles = []
 
     def mine() -> bool:
@@ -124,4 +124,5 @@ def _record_projection(recorder: Recorder, spec: ProjectionSpec, attention: nn.M
     recorder.add(
         attention, "projection hooks", q, k, v, out.view(*out.shape[:2], heads, -1), mask=mask, bias=bias,
         scaling=float(spec.scaling(attention)), causal=spec.causal and mask is None, window=spec.window(attention),
+        designed_causal=spec.causal,
     )

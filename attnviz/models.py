@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import ArgumentTypeError, InputError, ModelNotFoundError
+from .errors import ArgumentTypeError, InputError, ModelNotFoundError, UnsupportedModelError
 from .specs import model_class_name
 
 __all__ = ["EMBEDDED_MODELS", "load_model", "tiny_families", "tiny_model"]
@@ -113,6 +113,11 @@ def _load_cached(name: str, device: str | None, dtype: torch.dtype | None, attn_
         if attn_implementation is not None:
             load_kwargs["attn_implementation"] = attn_implementation
         model = _model_class(config).from_pretrained(source, **load_kwargs)
+    except ImportError as err:  # a backend whose package is missing (flash_attention_2 without flash-attn …)
+        raise InputError(
+            f"could not load {name!r} with attn_implementation={attn_implementation!r}: {err}. Leave it out to "
+            "use the model's default backend (attnviz captures every backend)"
+        ) from err
     except (OSError, ValueError) as err:
         if Path(name).exists():
             raise ModelNotFoundError(f"could not load a transformers model from the folder {name!r}: {err}") from err
@@ -142,7 +147,15 @@ def load_model(
     """
     if not isinstance(name, (str, Path)):
         raise ArgumentTypeError(f"model name must be a string or path, got {type(name).__name__}")
-    dev = str(torch.device(device)) if device is not None else None
+    try:
+        dev = str(torch.device(device)) if device is not None else None
+    except (RuntimeError, TypeError) as err:
+        raise InputError(f"device={device!r} is not a device torch knows ({err}); use cpu, cuda or cuda:1 …") from err
+    if dev is not None and dev.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError(
+            f"device={device!r} but CUDA is not available here (this torch build is CPU-only, or no GPU is "
+            "visible); leave the device out to run on the CPU"
+        )
     with _LOCK:
         return _load_cached(str(name), dev, resolve_dtype(dtype), attn_implementation)
 
@@ -193,7 +206,7 @@ def tiny_families() -> list[str]:
     return list(_tiny_configs())
 
 
-def tiny_model(family: str, *, attn_implementation: str = "sdpa", seed: int = 0, **overrides):
+def tiny_model(family: str, *, attn_implementation: str | None = None, seed: int = 0, **overrides):
     """A tiny randomly initialised model of a family (for tests and examples), in eval mode.
 
     Families (see :func:`tiny_families`): ``bert``, ``roberta``, ``gpt2``, ``llama``, ``qwen2``,
@@ -202,7 +215,8 @@ def tiny_model(family: str, *, attn_implementation: str = "sdpa", seed: int = 0,
     ``mpt``, ``falcon_alibi`` (through projection hooks); and ``falcon``, ``longt5``, ``albert``,
     ``deberta_v2``, which attnviz refuses. ``overrides`` go to the config (e.g. ``num_key_value_heads=2``).
     Encoder-decoders come with their LM head (``…ForConditionalGeneration``), decoders as causal
-    LMs, BERT and RoBERTa as bare encoders.
+    LMs, BERT and RoBERTa as bare encoders. ``attn_implementation`` ``None`` takes sdpa where the
+    family has it, else eager.
     """
     import transformers as tf
 
@@ -219,6 +233,15 @@ def tiny_model(family: str, *, attn_implementation: str = "sdpa", seed: int = 0,
         model_cls = tf.AutoModelForSeq2SeqLM
     else:
         model_cls = tf.AutoModelForCausalLM
-    model = model_cls.from_config(config, attn_implementation=attn_implementation)
+    try:
+        model = model_cls.from_config(config, attn_implementation=attn_implementation or "sdpa")
+    except (ValueError, ImportError) as err:
+        if attn_implementation is not None:
+            raise UnsupportedModelError(
+                f"transformers cannot build {family} with attn_implementation={attn_implementation!r} "
+                f"({err}); leave it None for the family's default, or try 'eager'"
+            ) from err
+        torch.manual_seed(seed)
+        model = model_cls.from_config(config, attn_implementation="eager")
     model.eval()
     return model

@@ -111,8 +111,8 @@ def _surfaces(tokenizer, ids: list[int]) -> list[str | None]:
             continue
         pending.append(token)
         text = tokenizer.convert_tokens_to_string(pending)
-        if "\ufffd" in text and len(pending) < 4:  # an incomplete UTF-8 character: wait for its last byte
-            continue
+        if ("\ufffd" in text or text == "") and len(pending) < 4:  # an incomplete UTF-8 character (shown as
+            continue                                               # "\ufffd", or dropped): wait for its last byte
         out.extend([""] * (len(pending) - 1))
         out.append(text.removeprefix("##"))
         pending = []
@@ -132,6 +132,11 @@ def _tokenize(
         if max_length is not None:
             kwargs["max_length"] = max_length
         ids, offsets = _encode(tokenizer, text, kwargs, target=what == "target")
+        if max_length is not None and len(ids) > max_length:
+            raise InputError(
+                f"max_length={max_length} is shorter than the {len(ids)} tokens the tokenizer keeps for the "
+                f"{what} (its special tokens cannot be cut); give max_length ≥ {len(ids)}"
+            )
         starts_special = bool(offsets) and offsets[0][0] == offsets[0][1]  # [CLS], <s> …
         if add_bos and bos is None and not starts_special:
             raise InputError("add_bos=True but the tokenizer has neither a BOS nor an EOS token to prepend")
@@ -151,10 +156,10 @@ def _tokenize(
 
 def _shift_right(model: nn.Module, labels: list[int]) -> list[int]:
     """The decoder input the model builds from ``labels`` (its start token, then labels[:-1])."""
+    start = _decoder_start(model)  # a clear error first, where the model's own shift would fail
     prepare = getattr(model, "prepare_decoder_input_ids_from_labels", None)
     if prepare is not None:
         return prepare(labels=torch.tensor([labels])).view(-1).tolist()
-    start = _decoder_start(model)
     return [start] + labels[:-1]
 
 
@@ -164,15 +169,17 @@ def _decoder_start(model: nn.Module) -> int:
         value = getattr(source, "decoder_start_token_id", None)
         if isinstance(value, int):
             return value
-    pad = getattr(config, "pad_token_id", None)
-    if isinstance(pad, int):
-        return pad
-    raise InputError(f"{type(model).__name__} names no decoder_start_token_id; pass decoder_input_ids yourself")
+    raise InputError(
+        f"{type(model).__name__} names no decoder_start_token_id, so attnviz cannot tell what its decoder "
+        "reads first; set model.config.decoder_start_token_id, or pass decoder_input_ids= yourself"
+    )
 
 
 def _ids_rows(ids: Tensor, what: str) -> list[Encoded]:
     if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.is_floating_point():
         raise ArgumentTypeError(f"{what} must be a [batch, pos] integer tensor")
+    if ids.shape[0] == 0 or ids.shape[1] == 0:
+        raise EmptyTextError(f"{what} has shape {tuple(ids.shape)}: give at least one token")
     return [(row.tolist(), _spaced_offsets([str(t) for t in row.tolist()]), [str(t) for t in row.tolist()]) for row in ids]
 
 
@@ -235,13 +242,15 @@ def capture(
       ``"off"`` skips it. A mismatch raises :class:`ValidationError` carrying the report and the
       capture.
     - ``keep_weights``: keep the n×n weights an eager backend returns (default: compare them with
-      the recomputation while capturing and keep only the errors).
+      the recomputation while capturing and keep only the errors; with ``check="off"``, drop them).
 
     The model runs unmodified on whatever backend it has (eager, sdpa, flash, flex…); the taps are
     gone afterwards, also if forward raises.
     """
     if check not in CHECKS:
         raise InputError(f"check must be one of {', '.join(CHECKS)}, got {check!r}")
+    if max_length is not None and (not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1):
+        raise InputError(f"max_length must be a whole number ≥ 1, got {max_length!r}")
     name = None
     if isinstance(model, (str, Path)):
         name = str(model)
@@ -277,13 +286,17 @@ def capture(
             raise InputError("give a text to capture (or input_ids)")
         texts = _check_texts(text)
         if tokenizer is None:
-            raise InputError(f"pass tokenizer= with a model object (e.g. AutoTokenizer.from_pretrained({name!r}))")
+            source = getattr(config, "_name_or_path", "") or "the model's name or folder"
+            raise InputError(f"pass tokenizer= with a model object (e.g. AutoTokenizer.from_pretrained({source!r}))")
         if not callable(tokenizer):
             raise ArgumentTypeError(f"tokenizer must be a transformers tokenizer, got {type(tokenizer).__name__}")
         encoded = _tokenize(tokenizer, texts, max_length, limit, name, add_bos)
 
     targets, decoded = _decoder_inputs(model, tokenizer, encoded, target, decoder_input_ids, encoder_decoder,
                                        max_length, limit, name)
+    _check_vocabulary(model, encoded, "input_ids")
+    if encoder_decoder:
+        _check_vocabulary(model.get_decoder() if hasattr(model, "get_decoder") else model, decoded, "decoder input")
     model_device = next(model.parameters()).device
     ids, attention_mask = _padded(encoded, model_device)
     forward_kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": attention_mask}
@@ -295,7 +308,8 @@ def capture(
     if "use_cache" in _forward_parameters(model):
         forward_kwargs["use_cache"] = False
 
-    with torch.no_grad(), tap_model(model, layers=wanted, to_cpu=not keep_on_device, keep_weights=keep_weights,
+    weight_mode = "keep" if keep_weights else "drop" if check == "off" else "compare"
+    with torch.no_grad(), tap_model(model, layers=wanted, to_cpu=not keep_on_device, weight_mode=weight_mode,
                                     lengths=lengths) as recorder:
         model(**forward_kwargs)
     calls = recorder.calls
@@ -369,6 +383,21 @@ def _decoder_inputs(model, tokenizer, encoded, target, decoder_input_ids, encode
     return targets, decoded
 
 
+def _check_vocabulary(model: nn.Module, encoded: list[Encoded], what: str) -> None:
+    """Ids the embedding has no row for fail deep inside the model: say so here."""
+    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    size = getattr(embeddings, "num_embeddings", None)
+    if not isinstance(size, int):
+        return
+    for ids, _, _ in encoded:
+        bad = [i for i in ids if not 0 <= i < size]
+        if bad:
+            raise InputError(
+                f"{what} holds the id {bad[0]}, outside this model's vocabulary of {size:,}; use the model's "
+                "own tokenizer (or ids below the vocabulary size)"
+            )
+
+
 def _self_check(captures: list[Capture], check: str) -> None:
     for i, cap in enumerate(captures):
         report = validate(cap, rows=SAMPLE_ROWS if check == "sample" else None)
@@ -395,6 +424,8 @@ def _check_layers(layers: Iterable[int] | None, n_layers: int | None) -> set[int
         wanted = set(layers)
     except TypeError as err:
         raise ArgumentTypeError(f"layers must be a list of ints or None, got {type(layers).__name__}") from err
+    if not wanted:
+        raise InputError("layers=[] would capture nothing; leave layers=None to capture every layer")
     for layer in wanted:
         if not isinstance(layer, int) or isinstance(layer, bool):
             raise ArgumentTypeError(f"layers must be ints, got {layer!r}")

@@ -111,7 +111,7 @@ class Recorder:
     model: nn.Module
     layers: set[int] | None = None  # None = every layer
     to_cpu: bool = True
-    keep_weights: bool = True  # False: compare the backend's weights at once and keep only the errors
+    weight_mode: str = "keep"  # backend's weights: "keep" them, "compare" at once and keep only the errors, or "drop"
     lengths: dict[str, list[int]] | None = None  # per part: real query rows per batch item (right padding)
     calls: list[AttentionCall] = field(default_factory=list)
     _names: dict[int, str] = field(default_factory=dict)
@@ -190,10 +190,15 @@ class Recorder:
         self, module: nn.Module, backend: str, q: Tensor, k: Tensor, v: Tensor, out: Tensor, *,
         weights: Any = None, mask: Tensor | None = None, key_padding: Tensor | None = None,
         bias: Tensor | None = None, sinks: Tensor | None = None, scaling: float, causal: bool,
-        window: int | None = None, softcap: float | None = None,
+        window: int | None = None, softcap: float | None = None, designed_causal: bool | None = None,
     ) -> None:
-        """Append one layer's call; tensors of layers not asked for are dropped at once."""
+        """Append one layer's call; tensors of layers not asked for are dropped at once.
+
+        ``designed_causal`` says whether the attention is causal by design (when the module has no
+        ``is_causal``): it names the part of a one-stack model even for a single token."""
         looks_causal = getattr(module, "is_causal", None)
+        if looks_causal is None:
+            looks_causal = designed_causal
         if looks_causal is None:
             looks_causal = causal or (mask is not None and _is_causal_structure(mask))
         part, layer = self.where(module, bool(looks_causal))
@@ -216,8 +221,8 @@ class Recorder:
             call.mask, call.key_padding = mask, key_padding
             call.bias = bias.detach() if isinstance(bias, Tensor) else None
             call.sinks = sinks.detach() if isinstance(sinks, Tensor) else None
-            if isinstance(weights, Tensor):
-                if self.keep_weights:
+            if isinstance(weights, Tensor) and self.weight_mode != "drop":
+                if self.weight_mode == "keep":
                     call.weights = weights.detach()
                 else:
                     from .validate import weight_errors
@@ -289,7 +294,7 @@ def _active(recorder: Recorder) -> Iterator[None]:
 
 @contextlib.contextmanager
 def tap(
-    model: nn.Module, *, layers: set[int] | None = None, to_cpu: bool = True, keep_weights: bool = True,
+    model: nn.Module, *, layers: set[int] | None = None, to_cpu: bool = True, weight_mode: str = "keep",
     lengths: dict[str, list[int]] | None = None,
 ) -> Iterator[Recorder]:
     """Record every attention call of ``model`` made inside the ``with`` block, in this context.
@@ -301,7 +306,7 @@ def tap(
     Taps nest (an inner tap on another model, or the same one, records too). The wrappers are
     removed on exit, also when the block raises; the model is not modified.
     """
-    recorder = Recorder(model, layers=layers, to_cpu=to_cpu, keep_weights=keep_weights, lengths=lengths)
+    recorder = Recorder(model, layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)
     installed: list[str] = []
     with _active(recorder):
         try:
@@ -314,14 +319,14 @@ def tap(
                 _INSTALLER.release(backend)
 
 
-def tap_model(model: nn.Module, *, layers: set[int] | None = None, to_cpu: bool = True, keep_weights: bool = True,
+def tap_model(model: nn.Module, *, layers: set[int] | None = None, to_cpu: bool = True, weight_mode: str = "keep",
               lengths: dict[str, list[int]] | None = None):
     """The right tap for ``model``: projection hooks for the families in :data:`PROJECTION_SPECS`,
     the AttentionInterface wrapper for every other."""
     from .hooks import tap_projections
 
     spec = PROJECTION_SPECS.get(getattr(getattr(model, "config", None), "model_type", ""))
-    kwargs = dict(layers=layers, to_cpu=to_cpu, keep_weights=keep_weights, lengths=lengths)
+    kwargs = dict(layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)
     if spec is not None:
         return tap_projections(model, spec, **kwargs)
     return tap(model, **kwargs)

@@ -116,6 +116,8 @@ class ValidationReport:
             )
         if not any(r["quantity"] == "weights" for r in self.rows):
             found.append(
+                "weights: this family computes attention inline, so only its A·V output can be compared"
+                if self.backend == "projection hooks" else
                 f"weights: not produced by the {self.backend} backend "
                 "(load with attn_implementation='eager' to compare them too)"
             )

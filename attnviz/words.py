@@ -167,6 +167,9 @@ def _fold(ch: str) -> str:
     return "".join(c for c in unicodedata.normalize("NFD", ch.lower()) if not unicodedata.combining(c))
 
 
+_SPACE = re.compile(r"\s")
+
+
 def offsets_from_tokens(text: str, pieces: Sequence[str | None]) -> list[tuple[int, int]] | None:
     """Character spans of tokens found in ``text`` in order, for tokenizers without offset mapping.
 
@@ -187,8 +190,16 @@ def offsets_from_tokens(text: str, pieces: Sequence[str | None]) -> list[tuple[i
     cursor = found = wanted = 0
     for piece in pieces:
         needle = _fold(piece.strip()) if piece else ""
-        if not needle:
-            spans.append((0, 0) if piece is None or not piece.strip() and piece != "" else None)
+        if piece is None:
+            spans.append((0, 0))
+            continue
+        if piece == "":
+            spans.append(None)  # takes the next piece's span below
+            continue
+        if not needle:  # a whitespace token (ByT5's bytes, "\n" pieces): the next white space
+            space = _SPACE.search(hay, cursor)
+            spans.append((owner[space.start()], owner[space.start()] + 1) if space else (0, 0))
+            cursor = space.end() if space else cursor
             continue
         wanted += 1
         at = hay.find(needle, cursor)
