@@ -20,7 +20,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import ArgumentTypeError, InputError, ModelNotFoundError, UnsupportedModelError
+from .errors import (
+    ArgumentTypeError,
+    InputError,
+    ModelNotFoundError,
+    UnsupportedModelError,
+)
 from .specs import model_class_name
 
 __all__ = ["EMBEDDED_MODELS", "load_model", "tiny_families", "tiny_model"]
