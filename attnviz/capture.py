@@ -435,6 +435,25 @@ class Capture:
                     }))
         return pd.concat(frames, ignore_index=True)
 
+    def to_bertviz(self, *, words: bool = False) -> dict[str, Any]:
+        """Keyword arguments for ``bertviz.head_view(**cap.to_bertviz())`` / ``model_view`` (see
+        :func:`attnviz.interop.to_bertviz`)."""
+        from .interop import to_bertviz
+
+        return to_bertviz(self, words=words)
+
+    def to_circuitsvis(self, layer: int, *, part: str | None = None, words: bool = False) -> dict[str, Any]:
+        """Keyword arguments for ``circuitsvis.attention.attention_patterns(**cap.to_circuitsvis(3))``
+        (see :func:`attnviz.interop.to_circuitsvis`)."""
+        from .interop import to_circuitsvis
+
+        return to_circuitsvis(self, layer, part=part, words=words)
+
+    def _repr_html_(self) -> str:
+        from .html import capture_html
+
+        return capture_html(self)
+
     def save(self, path: str | Path) -> Path:
         """Write the capture as one safetensors file with JSON metadata (no pickle)."""
         from .io import save

@@ -1,4 +1,7 @@
-"""Command line: ``attnviz capture | validate | coref | probes | app``."""
+"""Command line: ``attnviz capture | validate | coref | probes | export | app``.
+
+Exit status: 0 on success, 1 when validation fails (a head over tolerance, or a capture's own
+check), 2 for usage and input errors — each error one line on stderr."""
 
 from __future__ import annotations
 
@@ -123,9 +126,42 @@ def _cmd_probes(args) -> int:
     return 0
 
 
+EXPORT_VIEWS = ("heatmap", "head", "model", "validation")
+
+
+def _cmd_export(args) -> int:
+    from . import figures
+    from .io import load
+
+    _writable(args.output)
+    views = [v.strip() for v in args.views.split(",") if v.strip()]
+    unknown = [v for v in views if v not in EXPORT_VIEWS]
+    if unknown or not views:
+        raise InputError(f"--views takes a comma-separated list of {', '.join(EXPORT_VIEWS)}; got {args.views!r}")
+    if args.capture:
+        cap = load(args.capture)
+    elif args.model and args.text:
+        cap = _capture(args)
+    else:
+        raise InputError("attnviz export: give MODEL TEXT, or --capture FILE")
+    part = args.part if args.part or len(cap.parts) == 1 else cap.parts[0]
+    layer = args.layer if args.layer is not None else cap.layer_indices(part)[0]
+    build = {
+        "heatmap": lambda: [figures.heatmap(cap, layer, args.head, words=args.words, part=part)],
+        "head": lambda: [figures.head_view(cap, layer, words=args.words, part=part)],
+        "model": lambda: [figures.model_view(cap, words=args.words, part=part, selected=(layer, args.head))],
+        "validation": lambda: [figures.validation_map(cap.validate(), part=cap._part(part)),
+                               figures.comparison(cap, layer, args.head, part=part)],
+    }
+    figs = [fig for view in views for fig in build[view]()]
+    figures.to_html(figs, args.output, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}")
+    print(f"{len(figs)} figure(s) written to {args.output} (self-contained: opens offline)")
+    return 0
+
+
 def _cmd_app(args) -> int:
     try:
-        from apps.dashboard import run
+        from attnviz.dashboard import run
     except ImportError as err:
         print(f"error: the dashboard needs dash ({err}); install with: pip install 'attnviz[app]'", file=sys.stderr)
         return 2
@@ -134,7 +170,10 @@ def _cmd_app(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(prog="attnviz", description="See what attention does in Hugging Face models.")
+    parser.add_argument("--version", action="version", version=f"attnviz {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("capture", help="run a model on a text and record its attention")
@@ -171,6 +210,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=5, help="how many heads to print")
     p.add_argument("--csv", help="write the per-head accuracy to this CSV file")
     p.set_defaults(func=_cmd_probes)
+
+    p = sub.add_parser("export", help="write figures as one self-contained HTML file that opens offline")
+    _add_model_args(p, text_required=False)
+    p.add_argument("--capture", help="export from a saved capture file instead of running a model")
+    p.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    p.add_argument("--views", default="heatmap,head,model",
+                   help=f"comma-separated, from {', '.join(EXPORT_VIEWS)} (default: heatmap,head,model)")
+    p.add_argument("--layer", type=int, default=None, help="the layer (default: the first captured)")
+    p.add_argument("--head", type=int, default=0, help="the head (default: 0)")
+    p.add_argument("--part", choices=["encoder", "decoder", "cross"], default=None,
+                   help="encoder-decoder models: which attention (default: encoder)")
+    p.add_argument("--words", action="store_true", help="merge tokens into words")
+    p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("app", help="start the dashboard (http://127.0.0.1:8050 by default)")
     p.add_argument("--model", default=None, help="model to open with (default: smollm2; any alias, hub name or folder)")

@@ -8,6 +8,8 @@ Axes are numeric positions with token (or word) tick labels, so repeated tokens 
 from __future__ import annotations
 
 import math
+from html import escape
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "comparison",
+    "to_html",
     "head_view",
     "heatmap",
     "labels",
@@ -365,3 +368,25 @@ def comparison(cap: Capture, layer: int, head: int, *, part: str | None = None) 
     fig.update_layout(title=f"{_part_label(cap, part)}L{layer}·H{head}: max |difference| {lim:.2e}", height=420,
                       margin=dict(l=40, r=10, t=80, b=30))
     return fig
+
+
+def to_html(figures: go.Figure | list[go.Figure], path: str | Path | None = None, *, title: str = "attnviz") -> str:
+    """One self-contained HTML page holding the figures: plotly.js inlined once, no CDN, no server —
+    it opens offline, in any browser, years from now. Written to ``path`` when given; returned."""
+    import plotly.offline
+
+    figs = [figures] if isinstance(figures, go.Figure) else list(figures)
+    if not figs or not all(isinstance(f, go.Figure) for f in figs):
+        raise InputError("to_html takes a plotly Figure or a list of them")
+    divs = "\n".join(f.to_html(full_html=False, include_plotlyjs=False) for f in figs)
+    page = (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>'
+        f'<body style="font-family:system-ui,sans-serif"><h3>{escape(title)}</h3>\n{divs}\n</body></html>\n'
+    )
+    if path is not None:
+        path = Path(path)
+        if not path.parent.is_dir():
+            raise InputError(f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist")
+        path.write_text(page, encoding="utf-8")
+    return page

@@ -11,11 +11,30 @@ from pathlib import Path
 from typing import Any
 
 from .analysis.coref import Probe, ProbeResult, load_probes, rank_heads
-from .errors import InputError
+from .errors import ArgumentTypeError, InputError
 from .models import load_model
 from .runner import capture
 
 __all__ = ["evaluate_probes"]
+
+
+def _probe_list(probes: Any) -> list[Probe]:
+    """A shipped set's name, a JSONL path, or a list of :class:`Probe` / dicts."""
+    if isinstance(probes, (str, Path)):
+        return load_probes(probes)
+    if not isinstance(probes, (list, tuple)) or not probes:
+        raise ArgumentTypeError(
+            f"probes must be a probe set's name (en, zh), a JSONL file, or a non-empty list of probes; got {probes!r}"
+        )
+    out, problems = [], []
+    for i, item in enumerate(probes):
+        try:
+            out.append(item if isinstance(item, Probe) else Probe.from_dict(item, f"probe-{i}"))
+        except InputError as err:
+            problems.append(f"probes[{i}]: {err}")
+    if problems:
+        raise InputError(f"{len(problems)} bad probe(s), nothing was scored — " + "; ".join(problems))
+    return out
 
 
 def evaluate_probes(
@@ -40,8 +59,7 @@ def evaluate_probes(
     import pandas as pd
     from tqdm.auto import tqdm
 
-    if isinstance(probes, (str, Path)):
-        probes = load_probes(probes)
+    probes = _probe_list(probes)
     if isinstance(model, (str, Path)):
         name = str(model)
         model, loaded = load_model(name)

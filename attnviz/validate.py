@@ -129,6 +129,11 @@ class ValidationReport:
 
     __repr__ = __str__
 
+    def _repr_html_(self) -> str:
+        from .html import report_html
+
+        return report_html(self)
+
 
 def sample_rows(n: int, count: int = SAMPLE_ROWS) -> Tensor:  # [≤ count + 2] query rows
     """The first and the last row and ``count`` more spread evenly between them."""

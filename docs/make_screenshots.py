@@ -15,8 +15,8 @@ from selenium.webdriver.common.keys import Keys
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from apps.dashboard import create_app  # noqa: E402
-from apps.dashboard.layout import ID, LONG_EXAMPLE, VIEWS  # noqa: E402
+from attnviz.dashboard import create_app  # noqa: E402
+from attnviz.dashboard.layout import ID, LONG_EXAMPLE, VIEWS  # noqa: E402
 
 OUT = Path(__file__).parent
 

@@ -7,10 +7,10 @@ import torch
 from selenium.webdriver.common.keys import Keys
 
 import attnviz
-from apps.dashboard import CaptureCache, create_app
-from apps.dashboard.app import default_query, matrix_frame
-from apps.dashboard.cache import capture_key
-from apps.dashboard.layout import ID
+from attnviz.dashboard import CaptureCache, create_app
+from attnviz.dashboard.app import default_query, matrix_frame
+from attnviz.dashboard.cache import capture_key
+from attnviz.dashboard.layout import ID
 
 CAT = "The cat sat on the mat because it was tired."
 ZH = "我家的小猫很可爱，它很好动。"
@@ -269,7 +269,7 @@ def test_csv_matrix_and_default_query(tiny_bert_words):
 
 
 # ---------------------------------------------------------------- analysis views (coreference, statistics, rollout)
-from apps.dashboard.analysis_views import AID  # noqa: E402
+from attnviz.dashboard.analysis_views import AID  # noqa: E402
 
 
 @pytest.mark.browser
@@ -354,6 +354,13 @@ def test_exports_download_the_shown_matrix_and_the_capture(dash_duo):
     poll(lambda: (folder / "capture.attnviz").exists() and (folder / "capture.attnviz").stat().st_size > 0, timeout=20)
     back = attnviz.load(folder / "capture.attnviz")
     assert back.text == CAT and back.validate().passed
+    open_tab(dash_duo, "Model view")  # the shown view as one self-contained HTML page
+    dash_duo.find_element(f"#{ID.html_button}").click()
+    page = folder / "attnviz-model-L5-H11.html"
+    poll(lambda: page.exists() and page.stat().st_size > 3_000_000, timeout=30)
+    html = page.read_text()
+    assert "Model view: 6 layers \\u00d7 12 heads" in html and "<script src=" not in html
+    open_tab(dash_duo, "Heatmap")
     dash_duo.find_elements(f"#{ID.export_format} input")[1].click()  # SVG: no error, figures keep working
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "L5·H11")
     no_console_errors(dash_duo)

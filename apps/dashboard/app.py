@@ -429,22 +429,32 @@ def create_app(
 
     @app.callback(
         Output(ID.download, "data"),
-        Input(ID.csv_button, "n_clicks"), Input(ID.capture_button, "n_clicks"),
+        Output(ID.message, "children", allow_duplicate=True),
+        Input(ID.csv_button, "n_clicks"), Input(ID.capture_button, "n_clicks"), Input(ID.html_button, "n_clicks"),
         State(ID.store, "data"), State(ID.layer, "value"), State(ID.head, "value"), State(ID.words, "value"),
-        State(ID.part, "value"),
+        State(ID.part, "value"), State(ID.tabs, "value"), State(ID.heads_multi, "value"), State(ID.lab_query, "data"),
         prevent_initial_call=True,
     )
-    def download(_csv, _file, store, layer, head, units, part):
-        cap = from_store(store)
-        if cap is None:
-            return no_update
-        if ctx.triggered_id == ID.capture_button:
-            with tempfile.TemporaryDirectory() as tmp:
-                path = cap.save(Path(tmp) / "capture.attnviz")
-                return dcc.send_bytes(path.read_bytes(), "capture.attnviz")
-        part = part if len(cap.parts) > 1 else None
-        df = matrix_frame(cap, layer, head, words=units == "words", part=part)
-        return dcc.send_data_frame(df.to_csv, f"attention-{part + '-' if part else ''}L{layer}-H{head}-{units}.csv")
+    def download(_csv, _file, _html, store, layer, head, units, part, tab, heads, query):
+        try:
+            cap = from_store(store)
+            if cap is None or layer is None or head is None:
+                return no_update, "Run the model first."
+            part = part if len(cap.parts) > 1 else None
+            words = units == "words"
+            if ctx.triggered_id == ID.capture_button:
+                with tempfile.TemporaryDirectory() as tmp:
+                    path = cap.save(Path(tmp) / "capture.attnviz")
+                    return dcc.send_bytes(path.read_bytes(), "capture.attnviz"), ""
+            if ctx.triggered_id == ID.html_button:
+                figs = view_figures(cap, tab, layer, head, words=words, part=part, heads=heads, query=query)
+                name = f"attnviz-{tab}-{part + '-' if part else ''}L{layer}-H{head}.html"
+                page = figures.to_html(figs, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}")
+                return dcc.send_string(page, name), ""
+            df = matrix_frame(cap, layer, head, words=words, part=part)
+            return dcc.send_data_frame(df.to_csv, f"attention-{part + '-' if part else ''}L{layer}-H{head}-{units}.csv"), ""
+        except Exception as err:  # noqa: BLE001 - a message in the page, never a traceback
+            return no_update, error_text(err)
 
     return app
 
@@ -471,6 +481,22 @@ def _lab_lessons(cap: attnviz.Capture, layer: int, head: int, index: int, words:
     if not rec.causal and kwargs["causal"]:
         lessons.append("This encoder is bidirectional: the causal mask is not how it was trained.")
     return [html.Div(lesson, className="lab-lesson", style={"color": "#555", "fontSize": "0.9em"}) for lesson in lessons]
+
+
+def view_figures(cap: attnviz.Capture, tab: str, layer: int, head: int, *, words: bool, part: str | None,
+                 heads: list[int] | None = None, query: int | None = None) -> list:
+    """The figures of a view, for the self-contained HTML export (tables' views give the heatmap)."""
+    if tab == "head":
+        return [figures.head_view(cap, layer, heads or [head], words=words, part=part)]
+    if tab == "model":
+        return [figures.model_view(cap, words=words, part=part, selected=(layer, head))]
+    if tab == "lab" and query is not None:
+        queries, _ = cap.sequences(part)
+        token = min(query, queries.n_tokens - 1)
+        return [figures.query_row(cap, layer, head, word_of(queries, token) if words else token, words=words, part=part)]
+    if tab == "validation":
+        return [figures.validation_map(cap.validate(), part=cap._part(part)), figures.comparison(cap, layer, head, part=part)]
+    return [figures.heatmap(cap, layer, head, words=words, part=part)]
 
 
 def matrix_frame(cap: attnviz.Capture, layer: int, head: int, *, words: bool = False, part: str | None = None) -> pd.DataFrame:

@@ -29,6 +29,7 @@ class ID:
     export_format = "export-format"
     csv_button = "csv-button"
     capture_button = "capture-file-button"
+    html_button = "html-file-button"
     download = "download"
     heatmap = "heatmap-graph"
     heads_multi = "head-view-heads"
@@ -137,7 +138,9 @@ def build_layout(model_options: list[dict], default_model: str, default_text: st
                     id=ID.export_format, value="png", inline=True,
                     options=[{"label": " PNG ", "value": "png"}, {"label": " SVG", "value": "svg"}])], style=_CONTROL),
                 html.Div([html.Button("CSV of the shown matrix", id=ID.csv_button, n_clicks=0),
-                          html.Button("Capture file", id=ID.capture_button, n_clicks=0, style={"marginLeft": "6px"})],
+                          html.Button("Capture file", id=ID.capture_button, n_clicks=0, style={"marginLeft": "6px"}),
+                          html.Button("HTML file (offline)", id=ID.html_button, n_clicks=0, style={"marginLeft": "6px"},
+                                      title="this view's figures as one self-contained HTML page")],
                          style={**_CONTROL, "paddingTop": "18px"}),
             ], style={"margin": "8px 0"}),
             dcc.Tabs(id=ID.tabs, value="heatmap", children=[dcc.Tab(label=label, value=key) for key, label in VIEWS]),

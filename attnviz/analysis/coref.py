@@ -168,6 +168,11 @@ class CorefRanking:
 
     __repr__ = __str__
 
+    def _repr_html_(self) -> str:
+        from ..html import ranking_html
+
+        return ranking_html(self)
+
 
 def rank_heads(
     cap: Capture,
@@ -192,6 +197,13 @@ def rank_heads(
     spans = [find_span(cap, c) for c in candidates] if candidates is not None else propose_candidates(cap, p)
     if not spans:
         raise InputError(f"no candidate antecedents for {p.text!r}: pass candidates=[...]")
+    if any(r.causal for r in cap.records.values()):
+        unseen = [s.text for s in spans if s.tokens[0] > max(p.tokens)]
+        if unseen:
+            raise InputError(
+                f"{', '.join(map(repr, unseen))} come(s) after {p.text!r}: in a causal decoder the pronoun cannot "
+                "attend to a later word, so its weight would be 0 by construction; leave it out"
+            )
     names = _unique([s.text for s in spans])
     exclude = [t for t in sink_tokens(cap) if t not in p.tokens] if exclude_sinks else []
     notes = [
@@ -241,6 +253,33 @@ class Probe:
     id: str = ""
     lang: str = ""
 
+    def __post_init__(self) -> None:
+        for name in ("text", "pronoun", "gold"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
+                raise InputError(f"probe {self.id or self.text!r}: {name} must be a non-empty string, got {getattr(self, name)!r}")
+        if isinstance(self.candidates, str) or not all(isinstance(c, str) for c in self.candidates):
+            raise InputError(f"probe {self.id or self.text!r}: candidates must be a list of strings, got {self.candidates!r}")
+        object.__setattr__(self, "candidates", tuple(self.candidates))
+        if len(self.candidates) < 2:
+            raise InputError(f"probe {self.id or self.text!r}: needs at least 2 candidates, got {list(self.candidates)}")
+        if self.gold not in self.candidates:
+            raise InputError(f"probe {self.id or self.text!r}: gold {self.gold!r} is not one of the candidates "
+                             f"{list(self.candidates)}")
+
+    @classmethod
+    def from_dict(cls, item: Any, default_id: str = "") -> Probe:
+        """A probe from ``{"text", "pronoun", "candidates", "gold"}`` (``id`` and ``lang`` optional)."""
+        if not isinstance(item, dict):
+            raise InputError(f"a probe is a dict with text, pronoun, candidates and gold; got {type(item).__name__}")
+        missing = [k for k in ("text", "pronoun", "candidates", "gold") if k not in item]
+        if missing:
+            raise InputError(f"a probe needs {', '.join(missing)}; got keys {sorted(item)}")
+        candidates = item["candidates"]
+        if not isinstance(candidates, (list, tuple)):
+            raise InputError(f"candidates must be a list of strings, got {candidates!r}")
+        return cls(item["text"], item["pronoun"], tuple(candidates), item["gold"],
+                   str(item.get("id", default_id)), str(item.get("lang", "")))
+
 
 PROBE_SETS = {"en": "en.jsonl", "zh": "zh.jsonl"}
 
@@ -256,22 +295,18 @@ def load_probes(source: str | Path) -> list[Probe]:
         if not path.is_file():
             raise InputError(f"no probe file at {str(path)!r}; use a JSONL file or one of {', '.join(PROBE_SETS)}")
         text, where = path.read_text(encoding="utf-8"), str(path)
-    probes = []
+    probes, problems = [], []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.lstrip().startswith("//"):
             continue
         try:
-            item = json.loads(line)
-            candidates = tuple(item["candidates"])
-            probe = Probe(item["text"], item["pronoun"], candidates, item["gold"],
-                          str(item.get("id", f"{Path(str(source)).stem}-{number}")), item.get("lang", ""))
-        except (json.JSONDecodeError, KeyError, TypeError) as err:
-            raise InputError(
-                f"{where}, line {number}: expected {{\"text\", \"pronoun\", \"candidates\", \"gold\"}} as JSON ({err})"
-            ) from err
-        if probe.gold not in probe.candidates or len(candidates) < 2:
-            raise InputError(f"{where}, line {number}: gold {probe.gold!r} must be one of ≥ 2 candidates {list(candidates)}")
-        probes.append(probe)
+            probes.append(Probe.from_dict(json.loads(line), f"{Path(str(source)).stem}-{number}"))
+        except json.JSONDecodeError as err:
+            problems.append(f"line {number}: not JSON ({err.msg})")
+        except InputError as err:
+            problems.append(f"line {number}: {err}")
+    if problems:
+        raise InputError(f"{where}: {len(problems)} bad line(s), nothing was scored — " + "; ".join(problems))
     if not probes:
         raise InputError(f"{where} holds no probes")
     return probes
@@ -317,6 +352,11 @@ class ProbeResult:
         )
 
     __repr__ = __str__
+
+    def _repr_html_(self) -> str:
+        from ..html import probes_html
+
+        return probes_html(self)
 
 
 def _count(n: int, one: str, many: str) -> str:

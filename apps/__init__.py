@@ -1,1 +1,0 @@
-"""Applications built on the attnviz library (the Dash dashboard lives in apps.dashboard)."""

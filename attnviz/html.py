@@ -1,0 +1,99 @@
+"""Compact HTML for notebooks: what Jupyter shows for a Capture, a validation report, a coreference
+ranking and a probe-set result (their ``_repr_html_``). Every text is escaped; no script, no CDN."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from html import escape
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .analysis.coref import CorefRanking, ProbeResult
+    from .capture import Capture
+    from .validate import ValidationReport
+
+__all__ = ["capture_html", "probes_html", "ranking_html", "report_html"]
+
+_BOX = "font-family:system-ui,sans-serif;font-size:13px;line-height:1.45;max-width:960px"
+_CELL = "padding:1px 8px;text-align:left;border-bottom:1px solid #e5e5e5"
+_CHIP = "display:inline-block;margin:1px;padding:0 4px;border:1px solid #ccc;border-radius:3px;background:#f7f7f9"
+MAX_CHIPS = 60
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    head = "".join(f'<th style="{_CELL}">{escape(str(h))}</th>' for h in header)
+    body = "".join(
+        "<tr>" + "".join(f'<td style="{_CELL}">{escape(_fmt(v))}</td>' for v in row) + "</tr>" for row in rows
+    )
+    return f'<table style="border-collapse:collapse;margin:4px 0"><tr>{head}</tr>{body}</table>'
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 1e-3 and value != 0 else f"{value:.3f}".rstrip("0").rstrip(".")
+    return str(value)
+
+
+def _chips(labels: Sequence[str], title: str) -> str:
+    shown = "".join(f'<span style="{_CHIP}">{escape(label)}</span>' for label in labels[:MAX_CHIPS])
+    more = f" … and {len(labels) - MAX_CHIPS} more" if len(labels) > MAX_CHIPS else ""
+    return f"<div><b>{escape(title)}</b> ({len(labels)}): {shown}{escape(more)}</div>"
+
+
+def _verdict(passed: bool) -> str:
+    colour = "#1a7f37" if passed else "#b00020"
+    return f'<b style="color:{colour}">{"PASS" if passed else "FAIL"}</b>'
+
+
+def capture_html(cap: Capture) -> str:
+    model = cap.model
+    parts = _table(
+        ["part", "reads", "layers captured", "heads (kv)", "d_head"],
+        [(p, "{} × {}".format(*(len(s.tokens) for s in cap.sequences(p))),
+          f"{len(cap.layer_indices(p))} of {info['n_layers']}", f"{info['n_heads']} ({info['n_kv_heads']})",
+          info["d_head"]) for p, info in model.get("parts", {}).items()],
+    )
+    check = model.get("check", "off")
+    checked = ("" if check == "off" or "check_error" not in model else
+               f" · self-check ({check}): {_verdict(model['check_error'] <= 1)}, worst error "
+               f"{model['check_error']:.2g}× its tolerance")
+    target = _chips(cap.target.token_labels, "target tokens") if cap.target is not None else ""
+    return (
+        f'<div style="{_BOX}"><b>attnviz Capture</b> · {escape(str(model.get("name")))} · '
+        f'{escape(str(model.get("backend")))} · {escape(str(model.get("dtype")))} · {cap.nbytes / 2**20:.1f} MiB kept'
+        f"{checked}{parts}{_chips(cap.token_labels, 'tokens')}{target}</div>"
+    )
+
+
+def report_html(report: ValidationReport, worst: int = 5) -> str:
+    df = report.to_pandas()
+    if df.empty:
+        return f'<div style="{_BOX}">{escape(str(report))}</div>'
+    df = df.assign(share=df.max_abs_error / df.tolerance).sort_values("share", ascending=False).head(worst)
+    rows = [(r.part, r.layer, r.head, r.quantity, r.rows, r.max_abs_error, r.tolerance, "yes" if r.passed else "NO")
+            for r in df.itertuples(index=False)]
+    scope = "a sample of rows" if report.sample else "every row"
+    return (
+        f'<div style="{_BOX}"><b>attnviz validation</b> {_verdict(report.passed)} · {escape(report.model)} · '
+        f"{escape(report.dtype)} on {escape(report.backend)} · {scope} · tolerance {report.atol:g} + "
+        f"{report.rtol:g}·max|model|<div>{escape(str(report).split(' — ', 1)[-1])}</div>"
+        f"<div>the {len(rows)} heads closest to their tolerance:</div>"
+        + _table(["part", "layer", "head", "quantity", "rows", "max |error|", "tolerance", "passed"], rows)
+        + "</div>"
+    )
+
+
+def _frame(df: pd.DataFrame, top: int) -> str:
+    return _table(list(df.columns), df.head(top).itertuples(index=False))
+
+
+def ranking_html(ranking: CorefRanking, top: int = 10) -> str:
+    return (f'<div style="{_BOX}"><b>attnviz coreference</b><div>{escape(str(ranking))}</div>'
+            f"{_frame(ranking.table.round(3), top)}</div>")
+
+
+def probes_html(result: ProbeResult, top: int = 10) -> str:
+    return (f'<div style="{_BOX}"><b>attnviz probe set</b><div>{escape(str(result))}</div>'
+            f"{_frame(result.ranked().round(3), top)}</div>")
