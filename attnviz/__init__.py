@@ -43,6 +43,7 @@ def __getattr__(name: str):
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
 
+
 __all__ = [
     "ArgumentTypeError",
     "AttnvizError",

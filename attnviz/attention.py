@@ -142,7 +142,9 @@ def scaled_dot_product(
         weights = torch.softmax(scores, dim=-1)
     if mask is not None or window is not None or (causal and n_q > n_k):
         weights = weights.nan_to_num_(nan=0.0)  # rows with every key masked
-    out = torch.bmm(weights.reshape(rows * n_kv, groups * n_q, n_k), v.expand(rows, -1, -1, -1).reshape(rows * n_kv, n_k, -1))
+    out = torch.bmm(
+        weights.reshape(rows * n_kv, groups * n_q, n_k), v.expand(rows, -1, -1, -1).reshape(rows * n_kv, n_k, -1)
+    )
     return out.view(rows, n_head, n_q, v.shape[-1]), weights
 
 
@@ -163,8 +165,16 @@ def _mask_structure(
     if len(columns) == 0:
         return
     lo, hi = int(columns.min()), int(columns.max()) + 1
-    allowed = build_mask(n_q, hi - lo, causal=causal, window=window, query_positions=qpos,
-                         key_positions=kpos[lo:hi], device=scores.device)
+    allowed = build_mask(
+        n_q,
+        hi - lo,
+        causal=causal,
+        window=window,
+        query_positions=qpos,
+        key_positions=kpos[lo:hi],
+        device=scores.device,
+    )
+    assert allowed is not None  # causal or window: there is a structure
     scores[..., lo:hi].masked_fill_(~allowed, float("-inf"))
 
 
@@ -184,13 +194,15 @@ def attention_output(
     scale: float,
     causal: bool,
     window: int | None = None,
-    mask: Tensor | Callable[[Tensor, slice], Tensor] | None = None,  # [head or 1, query_pos, key_pos]
-    bias: Tensor | Callable[[Tensor, slice], Tensor] | None = None,  # [head or 1, query_pos, key_pos]
+    mask: Tensor | Callable[[Tensor, slice], Tensor | None] | None = None,  # [head or 1, query_pos, key_pos]
+    bias: Tensor | Callable[[Tensor, slice], Tensor | None] | None = None,  # [head or 1, query_pos, key_pos]
     sinks: Tensor | None = None,
     softcap: float | None = None,
     all_keys: bool = False,
     budget: int = 1 << 21,
-) -> Iterator[tuple[Tensor, slice, Tensor, Tensor]]:  # per chunk: rows [r], keys, out [head, r, d_v], weights [head, r, keys]
+) -> Iterator[
+    tuple[Tensor, slice, Tensor, Tensor]
+]:  # per chunk: rows [r], keys, out [head, r, d_v], weights [head, r, keys]
     """A·V (and the weights) for the given query rows, in chunks, all heads at once, in float32.
 
     ``mask`` and ``bias`` are tensors or functions ``(rows, keys) -> [head or 1, r, k]`` that give
@@ -213,19 +225,29 @@ def attention_output(
         keys = slice(lo, hi)
         rd = r.to(q.device)
         out, weights = scaled_dot_product(
-            q[None, :, rd], k[None, :, keys], v[None, :, keys], scale=scale, causal=causal, window=window,
-            mask=_part(mask, rd, keys), bias=_part(bias, rd, keys), sinks=sinks, softcap=softcap,
-            query_positions=positions.to(q.device), key_positions=torch.arange(lo, hi, device=q.device),
+            q[None, :, rd],
+            k[None, :, keys],
+            v[None, :, keys],
+            scale=scale,
+            causal=causal,
+            window=window,
+            mask=_part(mask, rd, keys),
+            bias=_part(bias, rd, keys),
+            sinks=sinks,
+            softcap=softcap,
+            query_positions=positions.to(q.device),
+            key_positions=torch.arange(lo, hi, device=q.device),
         )
         yield r, keys, out[0], weights[0]
 
 
-def _part(t: Tensor | Callable[[Tensor, slice], Tensor] | None, rows: Tensor, keys: slice) -> Tensor | None:
+def _part(t: Tensor | Callable[[Tensor, slice], Tensor | None] | None, rows: Tensor, keys: slice) -> Tensor | None:
     """The chunk ``[1, head or 1, r, k]`` of a mask or bias given whole or as a function."""
     if t is None:
         return None
     if callable(t) and not isinstance(t, Tensor):
-        return t(rows, keys)[None]
+        part = t(rows, keys)
+        return None if part is None else part[None]
     t = t if t.dim() == 3 else t[None]
     t = t if t.shape[-2] == 1 else t.index_select(-2, rows.to(t.device))
     return t[..., keys][None]

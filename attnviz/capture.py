@@ -48,9 +48,13 @@ class LayerRecord:
     causal: bool
     window: int | None = None  # sliding window, when the model used one
     softcap: float | None = None
-    mask: Tensor | None = None  # [query_pos, key_pos] or [head, q, k]: bool / additive, only when causal+window do not describe it
+    mask: Tensor | None = (
+        None  # [query_pos, key_pos] or [head, q, k]: bool / additive, only when causal+window do not describe it
+    )
     bias: Tensor | None = None  # [head or 1, query_pos or 1, key_pos] added to the scores (ALiBi, position bias)
-    relative_bias: Tensor | None = None  # [head, query_pos + key_pos - 1]: bias[h, i, j] = relative_bias[h, j - i + query_pos - 1]
+    relative_bias: Tensor | None = (
+        None  # [head, query_pos + key_pos - 1]: bias[h, i, j] = relative_bias[h, j - i + query_pos - 1]
+    )
     sinks: Tensor | None = None  # [head] learned sink logits: one more entry in each row's softmax
     weight_error: Tensor | None = None  # [head] max |recomputed - model's weights|, measured while capturing
     weight_scale: Tensor | None = None  # [head] max |model's weights|
@@ -73,7 +77,11 @@ class LayerRecord:
             return self.relative_bias[:, index]
         if self.bias is None:
             return None
-        b = self.bias if rows is None or self.bias.shape[-2] == 1 else self.bias.index_select(-2, rows.to(self.bias.device))
+        b = (
+            self.bias
+            if rows is None or self.bias.shape[-2] == 1
+            else self.bias.index_select(-2, rows.to(self.bias.device))
+        )
         return b[..., keys]
 
     def mask_part(self, rows: Tensor | None = None, keys: slice = slice(None)) -> Tensor | None:  # [head or 1, r, k]
@@ -109,8 +117,9 @@ class Capture:
         if part is None:
             if len(parts) == 1:
                 return parts[0]
-            raise InputError(f"this capture has the parts {', '.join(parts)}; say which with part=… "
-                             "(--part on the command line)")
+            raise InputError(
+                f"this capture has the parts {', '.join(parts)}; say which with part=… (--part on the command line)"
+            )
         if part not in parts:
             raise InputError(f"no part {part!r} in this capture; its parts are {', '.join(parts)}")
         return part
@@ -143,7 +152,11 @@ class Capture:
             raise InputError("cross-attention reads the target over the source; choose the encoder or the decoder part")
         seq, _ = self.sequences(part)
         return Capture(
-            text=seq.text, tokens=seq.tokens, token_ids=seq.token_ids, offsets=seq.offsets, words=seq.words,
+            text=seq.text,
+            tokens=seq.tokens,
+            token_ids=seq.token_ids,
+            offsets=seq.offsets,
+            words=seq.words,
             records={key: rec for key, rec in self.records.items() if key[0] == part},
             model={**self.model, "parts": {part: self.model["parts"][part]}},
         )
@@ -222,7 +235,9 @@ class Capture:
 
     def __repr__(self) -> str:
         layers = ", ".join(f"{p} {len(self.layer_indices(p))}/{self.info(p)['n_layers']}" for p in self.parts)
-        heads = ", ".join(sorted({f"{i['n_heads']} heads ({i['n_kv_heads']} kv)" for i in self.model["parts"].values()}))
+        heads = ", ".join(
+            sorted({f"{i['n_heads']} heads ({i['n_kv_heads']} kv)" for i in self.model["parts"].values()})
+        )
         target = f", target {len(self.target.tokens)} tokens" if self.target is not None else ""
         return (
             f"Capture({self.model.get('name', '?')!r}, {self.n_tokens} tokens, {len(self.words)} words{target}, "
@@ -303,15 +318,20 @@ class Capture:
             kwargs = dict(causal=rec.causal, window=rec.window, mask=None if mask is None else mask[None])
         elif causal is True:
             if part == "cross":
-                raise InputError("cross-attention has no causal mask: each target token reads the whole source; "
-                                 "leave causal=None (or False)")
+                raise InputError(
+                    "cross-attention has no causal mask: each target token reads the whole source; "
+                    "leave causal=None (or False)"
+                )
             kwargs = dict(causal=True, window=rec.window if rec.causal else None)
         elif causal is False:
             kwargs = dict(causal=False)
         else:
             raise ArgumentTypeError(f"causal must be None (the model's), True or False, got {causal!r}")
-        return q[None], k[None], v[None], dict(
-            scale=factor, softcap=rec.softcap, bias=None if bias is None else bias[None], sinks=sinks, **kwargs
+        return (
+            q[None],
+            k[None],
+            v[None],
+            dict(scale=factor, softcap=rec.softcap, bias=None if bias is None else bias[None], sinks=sinks, **kwargs),
         )
 
     def attention(
@@ -353,7 +373,9 @@ class Capture:
             return None
         return 1.0 - self.attention(layer, head, part=part).sum(-1)
 
-    def allowed(self, layer: int, *, part: str | None = None, causal: bool | None = None) -> Tensor:  # [query_pos, key_pos] bool
+    def allowed(
+        self, layer: int, *, part: str | None = None, causal: bool | None = None
+    ) -> Tensor:  # [query_pos, key_pos] bool
         """Which (query, key) pairs the mask lets through (``causal`` as in :meth:`attention`)."""
         _, _, _, kwargs = self._sdpa_args(layer, None, causal, True, part)
         rec = self.layer(layer, part)
@@ -367,13 +389,17 @@ class Capture:
             allowed = allowed & mask.all(0)
         return allowed
 
-    def output(self, layer: int, head: int | None = None, *, part: str | None = None) -> Tensor:  # [head, pos, d_head_v] or [pos, d_head_v]
+    def output(
+        self, layer: int, head: int | None = None, *, part: str | None = None
+    ) -> Tensor:  # [head, pos, d_head_v] or [pos, d_head_v]
         """A·V recomputed by attnviz's own SDPA with the model's mask, bias and scaling, in float32."""
         q, k, v, kwargs = self._sdpa_args(layer, head, None, True, part)
         out, _ = scaled_dot_product(q, k, v, **kwargs)
         return out[0] if head is None else out[0, 0]
 
-    def scores(self, layer: int, head: int | None = None, *, part: str | None = None, scale: bool | float = True) -> Tensor:
+    def scores(
+        self, layer: int, head: int | None = None, *, part: str | None = None, scale: bool | float = True
+    ) -> Tensor:
         """Pre-softmax scores Q·Kᵀ·scale + bias (no mask), float32: ``[head, q, k]`` or ``[q, k]``."""
         q, k, _, kwargs = self._sdpa_args(layer, head, None, scale, part)
         groups = q.shape[1] // k.shape[1]
@@ -385,7 +411,9 @@ class Capture:
             s = s + kwargs["bias"].float()
         return s[0] if head is None else s[0, 0]
 
-    def to_words(self, weights: Tensor, part: str | None = None) -> Tensor:  # [..., query_pos, key_pos] -> [..., word, word]
+    def to_words(
+        self, weights: Tensor, part: str | None = None
+    ) -> Tensor:  # [..., query_pos, key_pos] -> [..., word, word]
         """Merge a token × token matrix into word × word (to a word summed, from a word averaged)."""
         queries, keys = self.sequences(part)
         to_sum = group_matrix(keys.words, keys.n_tokens).to(weights)
@@ -423,16 +451,20 @@ class Capture:
             for lay in self.layer_indices(p) if layer is None else [layer]:
                 w = self.attention(lay, part=p, words=words).cpu()  # [head, q, k]
                 for h in range(w.shape[0]) if head is None else [head]:
-                    frames.append(pd.DataFrame({
-                        "part": p,
-                        "layer": lay,
-                        "head": h,
-                        "query_pos": torch.arange(n_q).repeat_interleave(n_k).numpy(),
-                        "key_pos": torch.arange(n_k).repeat(n_q).numpy(),
-                        "query_token": [q_labels[i] for i in range(n_q) for _ in range(n_k)],
-                        "key_token": k_labels * n_q,
-                        "weight": w[h].reshape(-1).numpy(),
-                    }))
+                    frames.append(
+                        pd.DataFrame(
+                            {
+                                "part": p,
+                                "layer": lay,
+                                "head": h,
+                                "query_pos": torch.arange(n_q).repeat_interleave(n_k).numpy(),
+                                "key_pos": torch.arange(n_k).repeat(n_q).numpy(),
+                                "query_token": [q_labels[i] for i in range(n_q) for _ in range(n_k)],
+                                "key_token": k_labels * n_q,
+                                "weight": w[h].reshape(-1).numpy(),
+                            }
+                        )
+                    )
         return pd.concat(frames, ignore_index=True)
 
     def to_bertviz(self, *, words: bool = False) -> dict[str, Any]:

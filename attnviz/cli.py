@@ -21,19 +21,31 @@ def _layers(value: str) -> list[int]:
 
 
 def _add_model_args(p: argparse.ArgumentParser, *, text_required: bool, check: bool = True) -> None:
-    p.add_argument("model", nargs=None if text_required else "?",
-                   help="embedded alias (smollm2, minilm), hub name, or local folder")
+    p.add_argument(
+        "model",
+        nargs=None if text_required else "?",
+        help="embedded alias (smollm2, minilm), hub name, or local folder",
+    )
     p.add_argument("text", nargs=None if text_required else "?", help="the text to run the model on")
     p.add_argument("--layers", type=_layers, default=None, help="capture only these layers, e.g. 0,3,5 (0-based)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: where the model loads)")
     p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16")
-    p.add_argument("--attn-implementation", default=None, help="eager, sdpa, flash_attention_2 … (default: the model's)")
+    p.add_argument(
+        "--attn-implementation", default=None, help="eager, sdpa, flash_attention_2 … (default: the model's)"
+    )
     p.add_argument("--max-length", type=int, default=None, help="truncate the text to this many tokens")
-    p.add_argument("--target", default=None,
-                   help="encoder-decoder models: the decoder's text, teacher-forced (default: its start token only)")
+    p.add_argument(
+        "--target",
+        default=None,
+        help="encoder-decoder models: the decoder's text, teacher-forced (default: its start token only)",
+    )
     if check:
-        p.add_argument("--check", choices=["sample", "full", "off"], default="sample",
-                       help="compare a sample of rows (default), every row, or none with the kernel's own output")
+        p.add_argument(
+            "--check",
+            choices=["sample", "full", "off"],
+            default="sample",
+            help="compare a sample of rows (default), every row, or none with the kernel's own output",
+        )
 
 
 def _writable(path: str) -> None:
@@ -47,9 +59,16 @@ def _capture(args):
     from .runner import capture
 
     return capture(
-        args.model, args.text, layers=args.layers, device=args.device, dtype=args.dtype,
-        attn_implementation=args.attn_implementation, max_length=args.max_length,
-        add_bos=getattr(args, "add_bos", False), target=args.target, check=getattr(args, "check", "off"),
+        args.model,
+        args.text,
+        layers=args.layers,
+        device=args.device,
+        dtype=args.dtype,
+        attn_implementation=args.attn_implementation,
+        max_length=args.max_length,
+        add_bos=getattr(args, "add_bos", False),
+        target=args.target,
+        check=getattr(args, "check", "off"),
     )
 
 
@@ -66,15 +85,19 @@ def _cmd_capture(args) -> int:
         layer = args.layer if args.layer is not None else min(cap.layer_indices(part))
         queries, keys = cap.sequences(part)
         if part in ("decoder", "cross") and args.query not in queries.word_labels:
-            raise InputError(f"no word {args.query!r} in the target {queries.word_labels}: {part} attention's queries "
-                             "are the decoder's tokens, so give the target text with --target")
+            raise InputError(
+                f"no word {args.query!r} in the target {queries.word_labels}: {part} attention's queries "
+                "are the decoder's tokens, so give the target text with --target"
+            )
         q = queries.word_index(args.query)
         weights = cap.attention(layer, part=part, words=True)[:, q]  # [head, word]
         where = f" ({part})" if len(cap.parts) > 1 else ""
         print(f"attention from {queries.words[q].text!r} in layer {layer}{where}, per head (word level, top 3):")
         for head in range(weights.shape[0]):
             top = weights[head].topk(min(3, weights.shape[-1]))
-            pairs = ", ".join(f"{keys.words[i].text}={v:.2f}" for v, i in zip(top.values.tolist(), top.indices.tolist()))
+            pairs = ", ".join(
+                f"{keys.words[i].text}={v:.2f}" for v, i in zip(top.values.tolist(), top.indices.tolist())
+            )
             print(f"  H{head}: {pairs}")
     if args.output:
         path = cap.save(args.output)
@@ -150,8 +173,10 @@ def _cmd_export(args) -> int:
         "heatmap": lambda: [figures.heatmap(cap, layer, args.head, words=args.words, part=part)],
         "head": lambda: [figures.head_view(cap, layer, words=args.words, part=part)],
         "model": lambda: [figures.model_view(cap, words=args.words, part=part, selected=(layer, args.head))],
-        "validation": lambda: [figures.validation_map(cap.validate(), part=cap._part(part)),
-                               figures.comparison(cap, layer, args.head, part=part)],
+        "validation": lambda: [
+            figures.validation_map(cap.validate(), part=cap._part(part)),
+            figures.comparison(cap, layer, args.head, part=part),
+        ],
     }
     figs = [fig for view in views for fig in build[view]()]
     figures.to_html(figs, args.output, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}")
@@ -181,11 +206,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", help="save the capture to this file (.attnviz, safetensors)")
     p.add_argument("--query", help="print, per head, where this word's attention goes (word level)")
     p.add_argument("--layer", type=int, default=None, help="the layer for --query (default: the first captured)")
-    p.add_argument("--part", choices=["encoder", "decoder", "cross"], default=None,
-                   help="encoder-decoder models: the attention --query reads (default: encoder)")
+    p.add_argument(
+        "--part",
+        choices=["encoder", "decoder", "cross"],
+        default=None,
+        help="encoder-decoder models: the attention --query reads (default: encoder)",
+    )
     p.set_defaults(func=_cmd_capture)
 
-    p = sub.add_parser("validate", help="compare attnviz's recomputation with the model's own attention (exit 1 on failure)")
+    p = sub.add_parser(
+        "validate", help="compare attnviz's recomputation with the model's own attention (exit 1 on failure)"
+    )
     _add_model_args(p, text_required=False, check=False)
     p.add_argument("--capture", help="validate a saved capture file instead of running a model")
     p.add_argument("--csv", help="write the per layer/head errors to this CSV file")
@@ -198,8 +229,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--add-bos", action="store_true", help="prepend a BOS token so a decoder's sink is not a word")
     p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
     p.add_argument("--top", type=int, default=10, help="how many heads to print")
-    p.add_argument("--part", choices=["encoder", "decoder"], default=None,
-                   help="encoder-decoder models: rank the encoder's (source) or the decoder's (target) heads")
+    p.add_argument(
+        "--part",
+        choices=["encoder", "decoder"],
+        default=None,
+        help="encoder-decoder models: rank the encoder's (source) or the decoder's (target) heads",
+    )
     p.set_defaults(func=_cmd_coref)
 
     p = sub.add_parser("probes", help="score every head on a probe set (en, zh, or a JSONL file)")
@@ -215,12 +250,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_model_args(p, text_required=False)
     p.add_argument("--capture", help="export from a saved capture file instead of running a model")
     p.add_argument("-o", "--output", required=True, help="the HTML file to write")
-    p.add_argument("--views", default="heatmap,head,model",
-                   help=f"comma-separated, from {', '.join(EXPORT_VIEWS)} (default: heatmap,head,model)")
+    p.add_argument(
+        "--views",
+        default="heatmap,head,model",
+        help=f"comma-separated, from {', '.join(EXPORT_VIEWS)} (default: heatmap,head,model)",
+    )
     p.add_argument("--layer", type=int, default=None, help="the layer (default: the first captured)")
     p.add_argument("--head", type=int, default=0, help="the head (default: 0)")
-    p.add_argument("--part", choices=["encoder", "decoder", "cross"], default=None,
-                   help="encoder-decoder models: which attention (default: encoder)")
+    p.add_argument(
+        "--part",
+        choices=["encoder", "decoder", "cross"],
+        default=None,
+        help="encoder-decoder models: which attention (default: encoder)",
+    )
     p.add_argument("--words", action="store_true", help="merge tokens into words")
     p.set_defaults(func=_cmd_export)
 

@@ -55,8 +55,9 @@ def cost_tables(cap: Capture, *, bytes_per_weight: int = 4) -> dict[str, pd.Data
         count = 1
         for s in shape:
             count *= s
-        shape_rows.append({"tensor": name, "meaning": meaning, "shape": " × ".join(map(str, shape)),
-                           "elements": f"{count:,}"})
+        shape_rows.append(
+            {"tensor": name, "meaning": meaning, "shape": " × ".join(map(str, shape)), "elements": f"{count:,}"}
+        )
 
     proj = 2 * n * d_model * (h + 2 * kv) * dk
     qk = 2 * h * n * n * dk
@@ -74,11 +75,13 @@ def cost_tables(cap: Capture, *, bytes_per_weight: int = 4) -> dict[str, pd.Data
     memory = []
     for tokens in (n, 4096, 131072):
         a = tokens * tokens * bytes_per_weight
-        memory.append({
-            "tokens": f"{tokens:,}" + (" (this text)" if tokens == n else ""),
-            "A per head": human_bytes(a),
-            "A per layer": human_bytes(a * h),
-            "A for the model": human_bytes(a * h * L),
-            "vs this text": f"×{(tokens / n) ** 2:,.0f}" if tokens != n else "×1",
-        })
+        memory.append(
+            {
+                "tokens": f"{tokens:,}" + (" (this text)" if tokens == n else ""),
+                "A per head": human_bytes(a),
+                "A per layer": human_bytes(a * h),
+                "A for the model": human_bytes(a * h * L),
+                "vs this text": f"×{(tokens / n) ** 2:,.0f}" if tokens != n else "×1",
+            }
+        )
     return {"shapes": pd.DataFrame(shape_rows), "flops": flops, "memory": pd.DataFrame(memory)}

@@ -37,8 +37,24 @@ __all__ = [
     "validation_map",
 ]
 
-HEAD_COLOURS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#e377c2", "#8c564b",
-                "#bcbd22", "#7f7f7f", "#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"]
+HEAD_COLOURS = [
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#9467bd",
+    "#ff7f0e",
+    "#17becf",
+    "#e377c2",
+    "#8c564b",
+    "#bcbd22",
+    "#7f7f7f",
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#843c39",
+    "#7b4173",
+    "#3182bd",
+]
 MASKED_COLOUR = "#e9e9ee"
 
 
@@ -52,7 +68,7 @@ def labels(cap: Capture, words: bool = False, part: str | None = None, axis: str
 
 
 def _part_label(cap: Capture, part: str | None) -> str:
-    """"decoder " before L3·H8 when a capture has several parts, else nothing."""
+    """ "decoder " before L3·H8 when a capture has several parts, else nothing."""
     return f"{cap._part(part)} " if len(cap.parts) > 1 else ""
 
 
@@ -91,8 +107,9 @@ def heatmap(
     z = torch.where(allowed, w, torch.full_like(w, float("nan"))).numpy().round(5)
     q_names, k_names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
     n_q, n_k = len(q_names), len(k_names)
-    hover = ([[f"{q_names[i]} → {k_names[j]}" for j in range(n_k)] for i in range(n_q)]
-             if n_q * n_k <= 256 * 256 else None)
+    hover = (
+        [[f"{q_names[i]} → {k_names[j]}" for j in range(n_k)] for i in range(n_q)] if n_q * n_k <= 256 * 256 else None
+    )
     fig = go.Figure(
         go.Heatmap(
             z=z,
@@ -100,7 +117,7 @@ def heatmap(
             y=list(range(n_q)),
             colorscale="Blues",
             zmin=0,
-            zmax=float(max(w.max(), 1e-6)),
+            zmax=max(float(w.max()), 1e-6),
             customdata=hover,
             hovertemplate=("%{customdata}<br>" if hover else "query %{y} → key %{x}<br>")
             + "weight %{z:.4f}<extra></extra>",
@@ -111,8 +128,10 @@ def heatmap(
     cross = cap._part(part) == "cross"
     key_side, query_side = ("source ", "target ") if cross else ("", "")
     fig.update_layout(
-        title=(f"{_part_label(cap, part)}L{layer}·H{head} — {query_side}{unit} × {key_side}{unit} attention "
-               f"({_toggles(cap, layer, causal, scale, temperature, part)})"),
+        title=(
+            f"{_part_label(cap, part)}L{layer}·H{head} — {query_side}{unit} × {key_side}{unit} attention "
+            f"({_toggles(cap, layer, causal, scale, temperature, part)})"
+        ),
         xaxis=dict(title=f"key ({key_side}{unit} attended to)", side="top", **_ticks(k_names)),
         yaxis=dict(title=f"query ({query_side}{unit} attending)", autorange="reversed", **_ticks(q_names)),
         plot_bgcolor=MASKED_COLOUR,
@@ -122,11 +141,13 @@ def heatmap(
     return fig
 
 
-def _toggles(cap: Capture, layer: int, causal: bool | None, scale: bool | float, temperature: float,
-             part: str | None = None) -> str:
+def _toggles(
+    cap: Capture, layer: int, causal: bool | None, scale: bool | float, temperature: float, part: str | None = None
+) -> str:
     rec = cap.layer(layer, part)
-    mask = {None: "model's mask" + (f", window {rec.window}" if rec.window else ""),
-            True: "causal", False: "no mask"}[causal]
+    mask = {None: "model's mask" + (f", window {rec.window}" if rec.window else ""), True: "causal", False: "no mask"}[
+        causal
+    ]
     if scale is True:
         sc = f"×{rec.scaling:.4g}"
     elif scale is False:
@@ -172,23 +193,40 @@ def head_view(
                     xs += [0, 1, None]
                     ys += [i, j, None]
             if xs:
-                fig.add_trace(go.Scatter(
-                    x=xs, y=ys, mode="lines", line=dict(color=colour, width=2), opacity=alpha,
-                    name=f"H{head}", legendgroup=f"H{head}", showlegend=first, hoverinfo="skip",
-                ))
+                fig.add_trace(
+                    go.Scatter(
+                        x=xs,
+                        y=ys,
+                        mode="lines",
+                        line=dict(color=colour, width=2),
+                        opacity=alpha,
+                        name=f"H{head}",
+                        legendgroup=f"H{head}",
+                        showlegend=first,
+                        hoverinfo="skip",
+                    )
+                )
                 first = False
         if first:  # nothing above the threshold: keep the head in the legend anyway
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=colour), name=f"H{head}"))
     for side, x, names in (("query", 0, q_names), ("key", 1, k_names)):
-        fig.add_trace(go.Scatter(
-            x=[x] * len(names), y=list(range(len(names))), mode="markers+text", text=names,
-            textposition="middle left" if x == 0 else "middle right",
-            marker=dict(size=9, color=["#000" if (query == i and x == 0) else "#999" for i in range(len(names))]),
-            customdata=list(range(len(names))), hovertemplate=f"{side} %{{customdata}}: %{{text}}<extra></extra>",
-            showlegend=False, name=side,
-        ))
+        fig.add_trace(
+            go.Scatter(
+                x=[x] * len(names),
+                y=list(range(len(names))),
+                mode="markers+text",
+                text=names,
+                textposition="middle left" if x == 0 else "middle right",
+                marker=dict(size=9, color=["#000" if (query == i and x == 0) else "#999" for i in range(len(names))]),
+                customdata=list(range(len(names))),
+                hovertemplate=f"{side} %{{customdata}}: %{{text}}<extra></extra>",
+                showlegend=False,
+                name=side,
+            )
+        )
     title = f"{_part_label(cap, part)}L{layer} head view — " + (
-        "all lines" if query is None else f"from {q_names[query]!r} (#{query})")
+        "all lines" if query is None else f"from {q_names[query]!r} (#{query})"
+    )
     fig.update_layout(
         title=title + f"; weights ≥ {threshold:g}",
         xaxis=dict(visible=False, range=[-0.6, 1.6]),
@@ -218,7 +256,11 @@ def model_view_cell(
 
 
 def model_view(
-    cap: Capture, *, words: bool = False, cells: int = 24, selected: tuple[int, int] | None = None,
+    cap: Capture,
+    *,
+    words: bool = False,
+    cells: int = 24,
+    selected: tuple[int, int] | None = None,
     part: str | None = None,
 ) -> go.Figure:
     """All layers × heads as thumbnails in one mosaic (each pattern max-pooled to ``cells``²).
@@ -235,32 +277,58 @@ def model_view(
         w = cap.attention(layer, part=part, words=words).cpu()  # [head, q, k]
         pooled = torch.nn.functional.adaptive_max_pool2d(w[None], (t_q, t_k))[0] if (n_q > t_q or n_k > t_k) else w
         for head in range(h):
-            z[r * (t_q + 1): r * (t_q + 1) + t_q, head * (t_k + 1): head * (t_k + 1) + t_k] = pooled[head]
+            z[r * (t_q + 1) : r * (t_q + 1) + t_q, head * (t_k + 1) : head * (t_k + 1) + t_k] = pooled[head]
     # hover ids: [layer, head] of the thumbnail under each cell (gaps carry the neighbour's, never shown)
     row_layer = np.array(layers)[np.minimum(np.arange(size_r) // (t_q + 1), len(layers) - 1)]
     col_head = np.minimum(np.arange(size_c) // (t_k + 1), h - 1)
     ids = np.stack(np.broadcast_arrays(row_layer[:, None], col_head[None, :]), axis=-1)
-    fig = go.Figure(go.Heatmap(
-        z=z.numpy().round(3), colorscale="Blues", zmin=0, zmax=1, showscale=False,
-        customdata=ids, hovertemplate="L%{customdata[0]}·H%{customdata[1]}<extra></extra>",
-        xgap=0, ygap=0,
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=z.numpy().round(3),
+            colorscale="Blues",
+            zmin=0,
+            zmax=1,
+            showscale=False,
+            customdata=ids,
+            hovertemplate="L%{customdata[0]}·H%{customdata[1]}<extra></extra>",
+            xgap=0,
+            ygap=0,
+        )
+    )
     fig.update_layout(
         title=f"Model view{': ' + cap._part(part) if len(cap.parts) > 1 else ''}: {len(layers)} layers × {h} heads "
-              "(click a head to select it)",
-        xaxis=dict(tickmode="array", tickvals=[k * (t_k + 1) + t_k / 2 for k in range(h)],
-                   ticktext=[f"H{k}" for k in range(h)], side="top", showgrid=False, zeroline=False),
-        yaxis=dict(tickmode="array", tickvals=[r * (t_q + 1) + t_q / 2 for r in range(len(layers))],
-                   ticktext=[f"L{layer}" for layer in layers], autorange="reversed", showgrid=False,
-                   zeroline=False, scaleanchor="x"),
+        "(click a head to select it)",
+        xaxis=dict(
+            tickmode="array",
+            tickvals=[k * (t_k + 1) + t_k / 2 for k in range(h)],
+            ticktext=[f"H{k}" for k in range(h)],
+            side="top",
+            showgrid=False,
+            zeroline=False,
+        ),
+        yaxis=dict(
+            tickmode="array",
+            tickvals=[r * (t_q + 1) + t_q / 2 for r in range(len(layers))],
+            ticktext=[f"L{layer}" for layer in layers],
+            autorange="reversed",
+            showgrid=False,
+            zeroline=False,
+            scaleanchor="x",
+        ),
         plot_bgcolor="white",
         height=max(400, 40 * len(layers) + 120),
         margin=dict(l=50, r=10, t=80, b=10),
     )
     if selected is not None and selected[0] in layers:
         r, head = layers.index(selected[0]), selected[1]
-        fig.add_shape(type="rect", x0=head * (t_k + 1) - 0.5, x1=head * (t_k + 1) + t_k - 0.5,
-                      y0=r * (t_q + 1) - 0.5, y1=r * (t_q + 1) + t_q - 0.5, line=dict(color="#d62728", width=3))
+        fig.add_shape(
+            type="rect",
+            x0=head * (t_k + 1) - 0.5,
+            x1=head * (t_k + 1) + t_k - 0.5,
+            y0=r * (t_q + 1) - 0.5,
+            y1=r * (t_q + 1) + t_q - 0.5,
+            line=dict(color="#d62728", width=3),
+        )
     return fig
 
 
@@ -295,19 +363,27 @@ def query_row(
     q_names, names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
     if not 0 <= query < len(q_names):
         raise OutOfRangeError(f"query {query} is out of range: 0..{len(q_names) - 1}")
-    row = cap.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature,
-                        words=words)[query].cpu()
+    row = cap.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature, words=words)[
+        query
+    ].cpu()
     stats = row_stats(row)
     colours = ["#d62728" if i == stats["top_index"] else "#1f77b4" for i in range(len(names))]
-    fig = go.Figure(go.Bar(
-        x=list(range(len(names))), y=row.numpy().round(5), marker_color=colours,
-        customdata=names, hovertemplate="%{customdata}: %{y:.4f}<extra></extra>",
-    ))
+    fig = go.Figure(
+        go.Bar(
+            x=list(range(len(names))),
+            y=row.numpy().round(5),
+            marker_color=colours,
+            customdata=names,
+            hovertemplate="%{customdata}: %{y:.4f}<extra></extra>",
+        )
+    )
     fig.update_layout(
-        title=(f"{q_names[query]!r} → {_part_label(cap, part)}L{layer}·H{head} "
-               f"({_toggles(cap, layer, causal, scale, temperature, part)}): "
-               f"top {stats['top_weight']:.2f} on {names[stats['top_index']]!r}, "
-               f"entropy {stats['entropy']:.2f} nats"),
+        title=(
+            f"{q_names[query]!r} → {_part_label(cap, part)}L{layer}·H{head} "
+            f"({_toggles(cap, layer, causal, scale, temperature, part)}): "
+            f"top {stats['top_weight']:.2f} on {names[stats['top_index']]!r}, "
+            f"entropy {stats['entropy']:.2f} nats"
+        ),
         xaxis=dict(**_ticks(names), tickangle=-45),
         yaxis=dict(title="weight", range=[0, 1.02]),
         height=380,
@@ -323,19 +399,31 @@ def validation_map(report: ValidationReport, quantity: str = "output", part: str
     rows = [r for r in report.rows if r["part"] == part and r["quantity"] == quantity]
     worst = max(rows, key=lambda r: r["max_abs_error"] / r["tolerance"], default=None)
     layers, heads = grid.shape
-    fig = go.Figure(go.Heatmap(
-        z=grid.numpy(), x=list(range(heads)), y=list(range(layers)), colorscale="Reds", zmin=0,
-        zmax=max(float(torch.nan_to_num(grid).max()), report.atol),
-        hovertemplate="L%{y}·H%{x}: max |error| %{z:.2e}<extra></extra>", colorbar=dict(title="max |err|"),
-    ))
-    what = {"output": "recomputed A·V vs the model's attention output", "weights": "recomputed A vs the model's weights"}
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.numpy(),
+            x=list(range(heads)),
+            y=list(range(layers)),
+            colorscale="Reds",
+            zmin=0,
+            zmax=max(float(torch.nan_to_num(grid).max()), report.atol),
+            hovertemplate="L%{y}·H%{x}: max |error| %{z:.2e}<extra></extra>",
+            colorbar=dict(title="max |err|"),
+        )
+    )
+    what = {
+        "output": "recomputed A·V vs the model's attention output",
+        "weights": "recomputed A vs the model's weights",
+    }
     title = f"{what[quantity]}" + (f" ({part})" if len(report.parts) > 1 else "")
     if worst is not None:
         title += f" — worst L{worst['layer']}·H{worst['head']}: {worst['max_abs_error']:.2e}"
     fig.update_layout(
         title=title,
-        xaxis=dict(title="head", dtick=1), yaxis=dict(title="layer", autorange="reversed", dtick=1),
-        height=max(320, 22 * layers + 140), margin=dict(l=60, r=10, t=60, b=40),
+        xaxis=dict(title="head", dtick=1),
+        yaxis=dict(title="layer", autorange="reversed", dtick=1),
+        height=max(320, 22 * layers + 140),
+        margin=dict(l=60, r=10, t=60, b=40),
     )
     return fig
 
@@ -356,17 +444,26 @@ def comparison(cap: Capture, layer: int, head: int, *, part: str | None = None) 
     else:
         raise InputError(f"layer {layer} holds neither the model's weights nor its output: nothing to compare")
     diff = (ours - theirs).numpy()
-    fig = make_subplots(rows=1, cols=3, subplot_titles=(f"model's {what}", f"attnviz's {what}", "difference"),
-                        horizontal_spacing=0.06)
+    fig = make_subplots(
+        rows=1, cols=3, subplot_titles=(f"model's {what}", f"attnviz's {what}", "difference"), horizontal_spacing=0.06
+    )
     lim = float(max(abs(diff.min()), abs(diff.max()), 1e-12))
     for col, (z, scale, kw) in enumerate(
         ((theirs.numpy(), "Blues", {}), (ours.numpy(), "Blues", {}), (diff, "RdBu", dict(zmin=-lim, zmax=lim))), 1
     ):
-        fig.add_trace(go.Heatmap(z=z, colorscale=scale, showscale=col == 3,
-                                 hovertemplate="%{y}, %{x}: %{z:.3e}<extra></extra>", **kw), row=1, col=col)
+        fig.add_trace(
+            go.Heatmap(
+                z=z, colorscale=scale, showscale=col == 3, hovertemplate="%{y}, %{x}: %{z:.3e}<extra></extra>", **kw
+            ),
+            row=1,
+            col=col,
+        )
         fig.update_yaxes(autorange="reversed", row=1, col=col)
-    fig.update_layout(title=f"{_part_label(cap, part)}L{layer}·H{head}: max |difference| {lim:.2e}", height=420,
-                      margin=dict(l=40, r=10, t=80, b=30))
+    fig.update_layout(
+        title=f"{_part_label(cap, part)}L{layer}·H{head}: max |difference| {lim:.2e}",
+        height=420,
+        margin=dict(l=40, r=10, t=80, b=30),
+    )
     return fig
 
 

@@ -45,8 +45,13 @@ def _split_fused(fused: Tensor, layout: str, heads: int) -> tuple[Tensor, Tensor
 
 @contextlib.contextmanager
 def tap_projections(
-    model: nn.Module, spec: ProjectionSpec, *, layers: set[int] | None = None, to_cpu: bool = True,
-    weight_mode: str = "keep", lengths: dict[str, list[int]] | None = None,
+    model: nn.Module,
+    spec: ProjectionSpec,
+    *,
+    layers: set[int] | None = None,
+    to_cpu: bool = True,
+    weight_mode: str = "keep",
+    lengths: dict[str, list[int]] | None = None,
 ) -> Iterator[Recorder]:
     """Record Q, K, V and the attention output through forward hooks on the projections.
 
@@ -79,6 +84,7 @@ def tap_projections(
                     def hook(_module, _args, output):
                         if mine():
                             scratch[name] = output
+
                     return hook
 
                 def finish(_module, args, attention=attention, scratch=scratch):
@@ -88,6 +94,7 @@ def tap_projections(
                 handles.append(attention.register_forward_pre_hook(keep_inputs, with_kwargs=True))
                 parts = {"fused": spec.fused} if spec.fused else {"q": spec.q, "k": spec.k, "v": spec.v}
                 for name, child in parts.items():
+                    assert child is not None, f"{spec.module}: a spec names q, k and v, or one fused projection"
                     handles.append(attention.get_submodule(child).register_forward_hook(keep_output(name)))
                 handles.append(attention.get_submodule(spec.out).register_forward_pre_hook(finish))
             if not handles:
@@ -100,7 +107,9 @@ def tap_projections(
                 handle.remove()
 
 
-def _record_projection(recorder: Recorder, spec: ProjectionSpec, attention: nn.Module, scratch: dict, out: Tensor) -> None:
+def _record_projection(
+    recorder: Recorder, spec: ProjectionSpec, attention: nn.Module, scratch: dict, out: Tensor
+) -> None:
     heads = int(getattr(attention, spec.heads))
     if spec.fused:
         q, k, v = _split_fused(scratch.pop("fused"), fused_layout(spec, attention), heads)
@@ -113,8 +122,8 @@ def _record_projection(recorder: Recorder, spec: ProjectionSpec, attention: nn.M
     batch = q.shape[0]
     bias = spec.bias(attention, inputs, batch)
     if bias is not None:
-        bias = bias[..., -q.shape[-2]:, :] if bias.shape[-2] > 1 else bias
-        bias = bias[..., -k.shape[-2]:]
+        bias = bias[..., -q.shape[-2] :, :] if bias.shape[-2] > 1 else bias
+        bias = bias[..., -k.shape[-2] :]
     mask = inputs.get(spec.mask) if spec.mask else None
     if isinstance(mask, Tensor):
         if mask.dtype == torch.bool and spec.mask_true_means_masked:
@@ -122,7 +131,16 @@ def _record_projection(recorder: Recorder, spec: ProjectionSpec, attention: nn.M
     else:
         mask = None
     recorder.add(
-        attention, "projection hooks", q, k, v, out.view(*out.shape[:2], heads, -1), mask=mask, bias=bias,
-        scaling=float(spec.scaling(attention)), causal=spec.causal and mask is None, window=spec.window(attention),
+        attention,
+        "projection hooks",
+        q,
+        k,
+        v,
+        out.view(*out.shape[:2], heads, -1),
+        mask=mask,
+        bias=bias,
+        scaling=float(spec.scaling(attention)),
+        causal=spec.causal and mask is None,
+        window=spec.window(attention),
         designed_causal=spec.causal,
     )

@@ -51,18 +51,28 @@ def capture_html(cap: Capture) -> str:
     model = cap.model
     parts = _table(
         ["part", "reads", "layers captured", "heads (kv)", "d_head"],
-        [(p, "{} × {}".format(*(len(s.tokens) for s in cap.sequences(p))),
-          f"{len(cap.layer_indices(p))} of {info['n_layers']}", f"{info['n_heads']} ({info['n_kv_heads']})",
-          info["d_head"]) for p, info in model.get("parts", {}).items()],
+        [
+            (
+                p,
+                "{} × {}".format(*(len(s.tokens) for s in cap.sequences(p))),
+                f"{len(cap.layer_indices(p))} of {info['n_layers']}",
+                f"{info['n_heads']} ({info['n_kv_heads']})",
+                info["d_head"],
+            )
+            for p, info in model.get("parts", {}).items()
+        ],
     )
     check = model.get("check", "off")
-    checked = ("" if check == "off" or "check_error" not in model else
-               f" · self-check ({check}): {_verdict(model['check_error'] <= 1)}, worst error "
-               f"{model['check_error']:.2g}× its tolerance")
+    checked = (
+        ""
+        if check == "off" or "check_error" not in model
+        else f" · self-check ({check}): {_verdict(model['check_error'] <= 1)}, worst error "
+        f"{model['check_error']:.2g}× its tolerance"
+    )
     target = _chips(cap.target.token_labels, "target tokens") if cap.target is not None else ""
     return (
         f'<div style="{_BOX}"><b>attnviz Capture</b> · {escape(str(model.get("name")))} · '
-        f'{escape(str(model.get("backend")))} · {escape(str(model.get("dtype")))} · {cap.nbytes / 2**20:.1f} MiB kept'
+        f"{escape(str(model.get('backend')))} · {escape(str(model.get('dtype')))} · {cap.nbytes / 2**20:.1f} MiB kept"
         f"{checked}{parts}{_chips(cap.token_labels, 'tokens')}{target}</div>"
     )
 
@@ -72,8 +82,10 @@ def report_html(report: ValidationReport, worst: int = 5) -> str:
     if df.empty:
         return f'<div style="{_BOX}">{escape(str(report))}</div>'
     df = df.assign(share=df.max_abs_error / df.tolerance).sort_values("share", ascending=False).head(worst)
-    rows = [(r.part, r.layer, r.head, r.quantity, r.rows, r.max_abs_error, r.tolerance, "yes" if r.passed else "NO")
-            for r in df.itertuples(index=False)]
+    rows = [
+        (r.part, r.layer, r.head, r.quantity, r.rows, r.max_abs_error, r.tolerance, "yes" if r.passed else "NO")
+        for r in df.itertuples(index=False)
+    ]
     scope = "a sample of rows" if report.sample else "every row"
     return (
         f'<div style="{_BOX}"><b>attnviz validation</b> {_verdict(report.passed)} · {escape(report.model)} · '
@@ -90,10 +102,14 @@ def _frame(df: pd.DataFrame, top: int) -> str:
 
 
 def ranking_html(ranking: CorefRanking, top: int = 10) -> str:
-    return (f'<div style="{_BOX}"><b>attnviz coreference</b><div>{escape(str(ranking))}</div>'
-            f"{_frame(ranking.table.round(3), top)}</div>")
+    return (
+        f'<div style="{_BOX}"><b>attnviz coreference</b><div>{escape(str(ranking))}</div>'
+        f"{_frame(ranking.table.round(3), top)}</div>"
+    )
 
 
 def probes_html(result: ProbeResult, top: int = 10) -> str:
-    return (f'<div style="{_BOX}"><b>attnviz probe set</b><div>{escape(str(result))}</div>'
-            f"{_frame(result.ranked().round(3), top)}</div>")
+    return (
+        f'<div style="{_BOX}"><b>attnviz probe set</b><div>{escape(str(result))}</div>'
+        f"{_frame(result.ranked().round(3), top)}</div>"
+    )

@@ -100,7 +100,6 @@ class _Installer:
                 recorder.record(backend, module, args, kwargs, result)
             return result
 
-        attnviz_tap.__wrapped__ = original
         return attnviz_tap
 
     def acquire(self, backend: str) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from .capture import _TENSORS, Capture, LayerRecord, TokenSequence
 from .errors import CaptureFileError
@@ -33,7 +34,10 @@ def _sequence_meta(seq: TokenSequence) -> dict:
 
 def _sequence(meta: dict) -> TokenSequence:
     return TokenSequence(
-        meta["text"], list(meta["tokens"]), list(meta["token_ids"]), [tuple(o) for o in meta["offsets"]],
+        meta["text"],
+        list(meta["tokens"]),
+        list(meta["token_ids"]),
+        [tuple(o) for o in meta["offsets"]],
         [Word(*w) for w in meta["words"]],
     )
 
@@ -102,8 +106,13 @@ def load(path: str | Path) -> Capture:
         records = _records_v2(meta, tensors) if meta["version"] >= 2 else _records_v1(meta, tensors)
         source = _sequence(meta)
         return Capture(
-            text=source.text, tokens=source.tokens, token_ids=source.token_ids, offsets=source.offsets,
-            words=source.words, records=records, model=meta["model"],
+            text=source.text,
+            tokens=source.tokens,
+            token_ids=source.token_ids,
+            offsets=source.offsets,
+            words=source.words,
+            records=records,
+            model=meta["model"],
             target=None if meta.get("target") is None else _sequence(meta["target"]),
         )
     except CaptureFileError:
@@ -120,7 +129,7 @@ def _records_v2(meta: dict, tensors: dict) -> dict[tuple[str, int], LayerRecord]
         part, layer = key.rsplit(".", 1)
         fields = dict(fields)
         shared = fields.pop("shared", {})
-        values = {name: tensors.get(shared.get(name, f"records.{key}.{name}")) for name in _TENSORS}
+        values: dict[str, Any] = {name: tensors.get(shared.get(name, f"records.{key}.{name}")) for name in _TENSORS}
         records[(part, int(layer))] = LayerRecord(**fields, **values)
     return records
 
@@ -129,7 +138,9 @@ def _records_v1(meta: dict, tensors: dict) -> dict[tuple[str, int], LayerRecord]
     """Format 1: one part, named by whether its layers were causal; sizes moved into ``parts``."""
     records = {}
     for key, fields in meta["layers"].items():
-        values = {name: tensors.get(f"layers.{key}.{name}") for name in ("q", "k", "v", "out", "weights", "mask")}
+        values: dict[str, Any] = {
+            name: tensors.get(f"layers.{key}.{name}") for name in ("q", "k", "v", "out", "weights", "mask")
+        }
         records[int(key)] = LayerRecord(**fields, **values)
     part = "decoder" if any(r.causal for r in records.values()) else "encoder"
     model = meta["model"]

@@ -16,6 +16,7 @@ import importlib.util
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -52,8 +53,13 @@ EMBEDDED_MODELS: dict[str, _Embedded] = {
 }
 
 _DTYPES = {
-    "float32": torch.float32, "fp32": torch.float32, "float16": torch.float16, "fp16": torch.float16,
-    "half": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
 }
 
 
@@ -104,11 +110,10 @@ def _load_cached(name: str, device: str | None, dtype: torch.dtype | None, attn_
     from transformers import AutoConfig, AutoTokenizer
 
     kwargs: dict = {}
+    source = name
     if name in EMBEDDED_MODELS:
-        source, kwargs = _embedded_source(name)
-        source = str(source)
-    else:
-        source = name
+        folder, kwargs = _embedded_source(name)
+        source = str(folder)
     try:
         config = AutoConfig.from_pretrained(source, **kwargs)
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
@@ -168,38 +173,81 @@ def load_model(
 def _tiny_configs() -> dict:
     import transformers as tf
 
-    common = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=128)
-    seq2seq = dict(d_model=32, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
-                   encoder_ffn_dim=64, decoder_ffn_dim=64, vocab_size=128, max_position_embeddings=64)
-    t5 = dict(d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, vocab_size=128, decoder_start_token_id=0,
-              relative_attention_num_buckets=8, relative_attention_max_distance=16)
+    common: dict[str, Any] = dict(
+        hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=128
+    )
+    seq2seq: dict[str, Any] = dict(
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        vocab_size=128,
+        max_position_embeddings=64,
+    )
+    t5: dict[str, Any] = dict(
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_heads=4,
+        vocab_size=128,
+        decoder_start_token_id=0,
+        relative_attention_num_buckets=8,
+        relative_attention_max_distance=16,
+    )
     return {
         "bert": lambda: tf.BertConfig(max_position_embeddings=64, **common),
         "roberta": lambda: tf.RobertaConfig(max_position_embeddings=66, pad_token_id=1, **common),
-        "gpt2": lambda: tf.GPT2Config(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=128,
-                                      bos_token_id=0, eos_token_id=0),
+        "gpt2": lambda: tf.GPT2Config(
+            n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=128, bos_token_id=0, eos_token_id=0
+        ),
         "llama": lambda: tf.LlamaConfig(num_key_value_heads=2, max_position_embeddings=64, **common),
         "qwen2": lambda: tf.Qwen2Config(num_key_value_heads=2, max_position_embeddings=64, **common),
-        "mistral": lambda: tf.MistralConfig(num_key_value_heads=2, max_position_embeddings=64, sliding_window=4, **common),
-        "gpt_oss": lambda: tf.GptOssConfig(num_key_value_heads=2, head_dim=8, num_local_experts=2,
-                                           num_experts_per_tok=1, sliding_window=4, **common),
+        "mistral": lambda: tf.MistralConfig(
+            num_key_value_heads=2, max_position_embeddings=64, sliding_window=4, **common
+        ),
+        "gpt_oss": lambda: tf.GptOssConfig(
+            num_key_value_heads=2, head_dim=8, num_local_experts=2, num_experts_per_tok=1, sliding_window=4, **common
+        ),
         "bart": lambda: tf.BartConfig(**seq2seq),
         "marian": lambda: tf.MarianConfig(**seq2seq, decoder_start_token_id=0, pad_token_id=0),
         "t5": lambda: tf.T5Config(**t5),
         "mt5": lambda: tf.MT5Config(**t5),
         "umt5": lambda: tf.UMT5Config(**t5),
         "longt5": lambda: tf.LongT5Config(**t5, local_radius=2),
-        "gpt_neo": lambda: tf.GPTNeoConfig(hidden_size=32, num_layers=2, num_heads=4, max_position_embeddings=64,
-                                           vocab_size=128, attention_types=[[["global", "local"], 1]], window_size=4,
-                                           bos_token_id=0, eos_token_id=0),
-        "xglm": lambda: tf.XGLMConfig(d_model=32, num_layers=2, attention_heads=4, ffn_dim=64, vocab_size=128,
-                                      max_position_embeddings=64),
+        "gpt_neo": lambda: tf.GPTNeoConfig(
+            hidden_size=32,
+            num_layers=2,
+            num_heads=4,
+            max_position_embeddings=64,
+            vocab_size=128,
+            attention_types=[[["global", "local"], 1]],
+            window_size=4,
+            bos_token_id=0,
+            eos_token_id=0,
+        ),
+        "xglm": lambda: tf.XGLMConfig(
+            d_model=32, num_layers=2, attention_heads=4, ffn_dim=64, vocab_size=128, max_position_embeddings=64
+        ),
         "openai-gpt": lambda: tf.OpenAIGPTConfig(n_embd=32, n_layer=2, n_head=4, n_positions=64, vocab_size=128),
         "bloom": lambda: tf.BloomConfig(hidden_size=32, n_layer=2, n_head=4, vocab_size=128),
-        "mpt": lambda: tf.MptConfig(d_model=32, n_layers=2, n_heads=4, expansion_ratio=2, max_seq_len=64, vocab_size=128),
-        "falcon_alibi": lambda: tf.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, vocab_size=128,
-                                                alibi=True, multi_query=False, new_decoder_architecture=False,
-                                                parallel_attn=False, bias=True),
+        "mpt": lambda: tf.MptConfig(
+            d_model=32, n_layers=2, n_heads=4, expansion_ratio=2, max_seq_len=64, vocab_size=128
+        ),
+        "falcon_alibi": lambda: tf.FalconConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            vocab_size=128,
+            alibi=True,
+            multi_query=False,
+            new_decoder_architecture=False,
+            parallel_attn=False,
+            bias=True,
+        ),
         "falcon": lambda: tf.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, vocab_size=128),
         "albert": lambda: tf.AlbertConfig(embedding_size=16, **common),
         "deberta_v2": lambda: tf.DebertaV2Config(max_position_embeddings=64, **common),
@@ -232,6 +280,7 @@ def tiny_model(family: str, *, attn_implementation: str | None = None, seed: int
     for key, value in overrides.items():
         setattr(config, key, value)
     torch.manual_seed(seed)
+    model_cls: Any
     if family in {"bert", "roberta", "albert", "deberta_v2"}:
         model_cls = tf.AutoModel
     elif config.is_encoder_decoder:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from .analysis.coref import Probe, ProbeResult, load_probes, rank_heads
+from .capture import Capture
 from .errors import ArgumentTypeError, InputError
 from .models import load_model
 from .runner import capture
@@ -70,15 +71,20 @@ def evaluate_probes(
     per_probe, skipped = [], []
     nearest_hits = first_hits = 0
     shape = (0, 0)
-    how = ("first token and special tokens left out" + (", rows renormalised" if renormalise else "")
-           if exclude_sinks else "raw attention")
+    how = (
+        "first token and special tokens left out" + (", rows renormalised" if renormalise else "")
+        if exclude_sinks
+        else "raw attention"
+    )
     for probe in tqdm(probes, desc="probes", disable=not progress):
-        if part == "decoder":
-            cap = capture(model, probe.text, tokenizer, target=probe.text, add_bos=add_bos).select("decoder")
-        else:
-            cap = capture(model, probe.text, tokenizer, add_bos=add_bos).select(part)
+        target = probe.text if part == "decoder" else None
+        captured = capture(model, probe.text, tokenizer, target=target, add_bos=add_bos)
+        assert isinstance(captured, Capture)  # one text, one capture
+        cap = captured.select(part)
         try:
-            ranking = rank_heads(cap, probe.pronoun, probe.candidates, exclude_sinks=exclude_sinks, renormalise=renormalise)
+            ranking = rank_heads(
+                cap, probe.pronoun, probe.candidates, exclude_sinks=exclude_sinks, renormalise=renormalise
+            )
         except InputError as err:
             skipped.append(f"{probe.id}: {err}")
             continue
@@ -94,17 +100,35 @@ def evaluate_probes(
         nearest_hits += nearest == spans[list(probe.candidates).index(probe.gold)].text
         first_hits += first == spans[list(probe.candidates).index(probe.gold)].text
         best = ranking.best
-        per_probe.append({
-            "id": probe.id, "text": probe.text, "pronoun": probe.pronoun, "gold": probe.gold,
-            "nearest": nearest, "first": first, "best_head": f"L{best['layer']}·H{best['head']}",
-            "best_head_pick": best["preferred"], "best_head_weight": best[best["preferred"]],
-        })
+        per_probe.append(
+            {
+                "id": probe.id,
+                "text": probe.text,
+                "pronoun": probe.pronoun,
+                "gold": probe.gold,
+                "nearest": nearest,
+                "first": first,
+                "best_head": f"L{best['layer']}·H{best['head']}",
+                "best_head_pick": best["preferred"],
+                "best_head_weight": best[best["preferred"]],
+            }
+        )
     n = len(per_probe)
     if n == 0:
         raise InputError("no probe could be scored: " + "; ".join(skipped))
     accuracy = pd.DataFrame(
-        [{"layer": layer, "head": head, "accuracy": hits / n, "correct": hits, "n": n}
-         for (layer, head), hits in sorted(correct.items())]
+        [
+            {"layer": layer, "head": head, "accuracy": hits / n, "correct": hits, "n": n}
+            for (layer, head), hits in sorted(correct.items())
+        ]
     )
-    return ProbeResult(accuracy, pd.DataFrame(per_probe), {"nearest": nearest_hits / n, "first": first_hits / n},
-                       name, how, shape[0], shape[1], skipped)
+    return ProbeResult(
+        accuracy,
+        pd.DataFrame(per_probe),
+        {"nearest": nearest_hits / n, "first": first_hits / n},
+        name,
+        how,
+        shape[0],
+        shape[1],
+        skipped,
+    )

@@ -20,10 +20,13 @@ from .taps import AttentionCall
 __all__ = ["build_records", "check_calls", "part_sizes"]
 
 
-def _describe_mask(call: AttentionCall, mask: Tensor | None, n_q: int, n_k: int) -> tuple[bool, int | None, Tensor | None]:
+def _describe_mask(
+    call: AttentionCall, mask: Tensor | None, n_q: int, n_k: int
+) -> tuple[bool, int | None, Tensor | None]:
     """(causal, window, custom mask or None) for one item's mask cut to its ``n_q × n_k`` tokens."""
-    structure = build_mask(n_q, n_k, causal=call.causal, window=call.window,
-                           device=None if mask is None else mask.device)
+    structure = build_mask(
+        n_q, n_k, causal=call.causal, window=call.window, device=None if mask is None else mask.device
+    )
     if mask is None:
         return call.causal and n_q > 1, call.window, None
     if mask.is_floating_point():
@@ -44,7 +47,9 @@ def _describe_mask(call: AttentionCall, mask: Tensor | None, n_q: int, n_k: int)
         for causal in (True, False):
             window = call.window if causal else None
             candidate = build_mask(n_q, n_k, causal=causal, window=window, device=flat.device)
-            if (candidate is None and bool(flat.all())) or (candidate is not None and torch.equal(candidate[0, 0], flat)):
+            if (candidate is None and bool(flat.all())) or (
+                candidate is not None and torch.equal(candidate[0, 0], flat)
+            ):
                 return causal and n_q > 1, window, None
         if window_size := _fits_window(flat):
             return True, window_size, None
@@ -72,10 +77,10 @@ def _compact_bias(bias: Tensor) -> tuple[Tensor | None, Tensor | None]:  # (dens
     return bias.clone(), None
 
 
-def _owned(t: Tensor | None, batched: bool = True) -> Tensor | None:
+def _owned(t: Tensor, batched: bool = True) -> Tensor:
     """A tensor with storage of its own (a cut of a batch must not keep the batch alive). A batch of
     one is its own: its views (GPT-2's q/k/v of one fused projection) stay views, copied never."""
-    if t is None or not batched:
+    if not batched:
         return t
     if not t.is_contiguous():
         return t.contiguous()  # a new storage of its own size

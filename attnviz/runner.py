@@ -49,10 +49,19 @@ def _max_positions(config) -> int | None:
 
 
 def _n_layers(config) -> int | None:
-    counts = [getattr(config, name, None) for name in (
-        "num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers", "num_decoder_layers")]
-    counts = [c for c in counts if isinstance(c, int)]
-    return max(counts) if counts else None
+    counts = [
+        getattr(config, name, None)
+        for name in (
+            "num_hidden_layers",
+            "n_layer",
+            "num_layers",
+            "encoder_layers",
+            "decoder_layers",
+            "num_decoder_layers",
+        )
+    ]
+    found = [c for c in counts if isinstance(c, int)]
+    return max(found) if found else None
 
 
 def _check_texts(text: Any, what: str = "text") -> list[str]:
@@ -112,7 +121,7 @@ def _surfaces(tokenizer, ids: list[int]) -> list[str | None]:
         pending.append(token)
         text = tokenizer.convert_tokens_to_string(pending)
         if ("\ufffd" in text or text == "") and len(pending) < 4:  # an incomplete UTF-8 character (shown as
-            continue                                               # "\ufffd", or dropped): wait for its last byte
+            continue  # "\ufffd", or dropped): wait for its last byte
         out.extend([""] * (len(pending) - 1))
         out.append(text.removeprefix("##"))
         pending = []
@@ -121,7 +130,12 @@ def _surfaces(tokenizer, ids: list[int]) -> list[str | None]:
 
 
 def _tokenize(
-    tokenizer, texts: list[str], max_length: int | None, limit: int | None, model_name: str, add_bos: bool = False,
+    tokenizer,
+    texts: list[str],
+    max_length: int | None,
+    limit: int | None,
+    model_name: str,
+    add_bos: bool = False,
     what: str = "text",
 ) -> list[Encoded]:
     """Encode each text alone (no padding), then right-pad ourselves: the tokenizer stays untouched."""
@@ -180,7 +194,9 @@ def _ids_rows(ids: Tensor, what: str) -> list[Encoded]:
         raise ArgumentTypeError(f"{what} must be a [batch, pos] integer tensor")
     if ids.shape[0] == 0 or ids.shape[1] == 0:
         raise EmptyTextError(f"{what} has shape {tuple(ids.shape)}: give at least one token")
-    return [(row.tolist(), _spaced_offsets([str(t) for t in row.tolist()]), [str(t) for t in row.tolist()]) for row in ids]
+    return [
+        (row.tolist(), _spaced_offsets([str(t) for t in row.tolist()]), [str(t) for t in row.tolist()]) for row in ids
+    ]
 
 
 def _spaced_offsets(tokens: list[str]) -> list[tuple[int, int]]:
@@ -292,11 +308,13 @@ def capture(
             raise ArgumentTypeError(f"tokenizer must be a transformers tokenizer, got {type(tokenizer).__name__}")
         encoded = _tokenize(tokenizer, texts, max_length, limit, name, add_bos)
 
-    targets, decoded = _decoder_inputs(model, tokenizer, encoded, target, decoder_input_ids, encoder_decoder,
-                                       max_length, limit, name)
+    targets, decoded = _decoder_inputs(
+        model, tokenizer, encoded, target, decoder_input_ids, encoder_decoder, max_length, limit, name
+    )
     _check_vocabulary(model, encoded, "input_ids")
     if encoder_decoder:
-        _check_vocabulary(model.get_decoder() if hasattr(model, "get_decoder") else model, decoded, "decoder input")
+        get_decoder: Any = getattr(model, "get_decoder", None)
+        _check_vocabulary(get_decoder() if get_decoder is not None else model, decoded, "decoder input")
     model_device = next(model.parameters()).device
     ids, attention_mask = _padded(encoded, model_device)
     forward_kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": attention_mask}
@@ -309,14 +327,20 @@ def capture(
         forward_kwargs["use_cache"] = False
 
     weight_mode = "keep" if keep_weights else "drop" if check == "off" else "compare"
-    with torch.no_grad(), tap_model(model, layers=wanted, to_cpu=not keep_on_device, weight_mode=weight_mode,
-                                    lengths=lengths) as recorder:
+    with (
+        torch.no_grad(),
+        tap_model(
+            model, layers=wanted, to_cpu=not keep_on_device, weight_mode=weight_mode, lengths=lengths
+        ) as recorder,
+    ):
         model(**forward_kwargs)
     calls = recorder.calls
     check_calls(model, calls, encoder_decoder)
     kept = [c for c in calls if c.q is not None]
     if not kept:
-        raise OutOfRangeError(f"none of layers {sorted(wanted or [])} ran; this model has {len(calls)} attention layers")
+        raise OutOfRangeError(
+            f"none of layers {sorted(wanted or [])} ran; this model has {len(calls)} attention layers"
+        )
     meta = {
         "name": name,
         "model_type": getattr(config, "model_type", None),
@@ -326,7 +350,9 @@ def capture(
         "device": str(model_device),
         "encoder_decoder": encoder_decoder,
         "parts": part_sizes(calls),
-        "d_model": getattr(config, "hidden_size", None) or getattr(config, "n_embd", None) or getattr(config, "d_model", None),
+        "d_model": getattr(config, "hidden_size", None)
+        or getattr(config, "n_embd", None)
+        or getattr(config, "d_model", None),
         "max_positions": limit,
         "check": check,
     }
@@ -340,13 +366,21 @@ def capture(
         if encoder_decoder:
             t_ids, t_offsets, t_tokens = decoded[b]
             t_text = targets[b] if targets is not None else " ".join(t_tokens)
-            target_seq = TokenSequence(t_text, list(t_tokens), list(t_ids), list(t_offsets),
-                                       words_from_offsets(t_text, t_offsets, t_tokens))
-        captures.append(Capture(
-            text=the_text, tokens=list(tokens), token_ids=list(row), offsets=list(offsets),
-            words=words_from_offsets(the_text, offsets, tokens), records=build_records(kept, b, cut, len(encoded) > 1), model=dict(meta),
-            target=target_seq,
-        ))
+            target_seq = TokenSequence(
+                t_text, list(t_tokens), list(t_ids), list(t_offsets), words_from_offsets(t_text, t_offsets, t_tokens)
+            )
+        captures.append(
+            Capture(
+                text=the_text,
+                tokens=list(tokens),
+                token_ids=list(row),
+                offsets=list(offsets),
+                words=words_from_offsets(the_text, offsets, tokens),
+                records=build_records(kept, b, cut, len(encoded) > 1),
+                model=dict(meta),
+                target=target_seq,
+            )
+        )
     if check != "off":
         _self_check(captures, check)
     return captures[0] if isinstance(text, str) or (texts is None and len(captures) == 1) else captures
@@ -356,8 +390,9 @@ def _decoder_inputs(model, tokenizer, encoded, target, decoder_input_ids, encode
     """(target texts or None, the decoder's encoded inputs per item) for an encoder-decoder model."""
     if not encoder_decoder:
         if target is not None or decoder_input_ids is not None:
-            raise InputError(f"{name} is not an encoder-decoder model: it reads one text; leave out target= "
-                             "and decoder_input_ids=")
+            raise InputError(
+                f"{name} is not an encoder-decoder model: it reads one text; leave out target= and decoder_input_ids="
+            )
         return None, []
     if target is not None and decoder_input_ids is not None:
         raise InputError("pass either target or decoder_input_ids, not both")
@@ -385,7 +420,8 @@ def _decoder_inputs(model, tokenizer, encoded, target, decoder_input_ids, encode
 
 def _check_vocabulary(model: nn.Module, encoded: list[Encoded], what: str) -> None:
     """Ids the embedding has no row for fail deep inside the model: say so here."""
-    embeddings = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    get_embeddings: Any = getattr(model, "get_input_embeddings", None)
+    embeddings = get_embeddings() if get_embeddings is not None else None
     size = getattr(embeddings, "num_embeddings", None)
     if not isinstance(size, int):
         return
@@ -407,7 +443,8 @@ def _self_check(captures: list[Capture], check: str) -> None:
             raise ValidationError(
                 f"attnviz could not reproduce what the model computed{which}, so it will not show these maps: "
                 f"{report}. The capture is on this error (.capture, .report); please report the model.",
-                report, captures[0] if len(captures) == 1 else captures,
+                report,
+                captures[0] if len(captures) == 1 else captures,
             )
 
 

@@ -25,18 +25,30 @@ from typing import Any
 from torch import Tensor, nn
 
 __all__ = [
-    "CROSS_ATTENTION_NAMES", "FAMILIES", "INERT_ARGUMENTS", "INTERPRETED_ARGUMENTS", "PROJECTION_SPECS",
-    "Family", "ProjectionSpec", "locate", "refusal", "supported_families", "support_table",
+    "CROSS_ATTENTION_NAMES",
+    "FAMILIES",
+    "INERT_ARGUMENTS",
+    "INTERPRETED_ARGUMENTS",
+    "PROJECTION_SPECS",
+    "Family",
+    "ProjectionSpec",
+    "locate",
+    "refusal",
+    "supported_families",
+    "support_table",
 ]
 
 # ---------------------------------------------------------------- where a call sits
 #: path components that mark a cross-attention module (decoder queries over encoder keys)
-CROSS_ATTENTION_NAMES = frozenset({
-    "encoder_attn",  # BART, mBART, Marian, Pegasus, M2M100, Whisper, NLLB-MoE …
-    "EncDecAttention",  # T5, mT5, UMT5, LongT5, Switch
-    "crossattention",  # BERT / RoBERTa as decoders with add_cross_attention
-    "cross_attn", "cross_attention",
-})
+CROSS_ATTENTION_NAMES = frozenset(
+    {
+        "encoder_attn",  # BART, mBART, Marian, Pegasus, M2M100, Whisper, NLLB-MoE …
+        "EncDecAttention",  # T5, mT5, UMT5, LongT5, Switch
+        "crossattention",  # BERT / RoBERTa as decoders with add_cross_attention
+        "cross_attn",
+        "cross_attention",
+    }
+)
 STACKS = ("encoder", "decoder")
 _INDEX = re.compile(r"^\d+$")
 
@@ -67,28 +79,45 @@ def locate(name: str, *, encoder_decoder: bool, causal: bool, layer_idx: int | N
 
 # ---------------------------------------------------------------- arguments of an attention call
 #: keyword arguments that reach attention functions but change nothing in the attention maths
-INERT_ARGUMENTS = frozenset({
-    "dropout",  # checked separately: must be 0 (the model is in eval mode)
-    "use_cache", "output_attentions", "output_hidden_states", "return_dict", "output_router_logits",
-    "cache_position", "past_key_values", "cache", "layer_idx", "encoder_hidden_states",
-    "position_ids",  # RoPE is already in q and k; packed sequences would come with cu_seq_lens_*
-    "token_type_ids", "target_dtype",
-})
+INERT_ARGUMENTS = frozenset(
+    {
+        "dropout",  # checked separately: must be 0 (the model is in eval mode)
+        "use_cache",
+        "output_attentions",
+        "output_hidden_states",
+        "return_dict",
+        "output_router_logits",
+        "cache_position",
+        "past_key_values",
+        "cache",
+        "layer_idx",
+        "encoder_hidden_states",
+        "position_ids",  # RoPE is already in q and k; packed sequences would come with cu_seq_lens_*
+        "token_type_ids",
+        "target_dtype",
+    }
+)
 # Anything else that is not None/False — head_mask, cu_seq_lens_q/k (packed sequences), an
 # unknown tensor — refuses the capture.
 #: keyword arguments attnviz reproduces (recorded into the call, used by its own SDPA)
-INTERPRETED_ARGUMENTS = frozenset({
-    "scaling", "is_causal", "sliding_window", "softcap",
-    "position_bias",  # T5 family: relative position bias, added to the scores
-    "s_aux",  # gpt-oss: one learned sink logit per head
-})
+INTERPRETED_ARGUMENTS = frozenset(
+    {
+        "scaling",
+        "is_causal",
+        "sliding_window",
+        "softcap",
+        "position_bias",  # T5 family: relative position bias, added to the scores
+        "s_aux",  # gpt-oss: one learned sink logit per head
+    }
+)
 
 
 # ---------------------------------------------------------------- families computed inline
-def _module_inputs_view(name: str, reshape: Callable[[nn.Module, Tensor, int], Tensor]) -> Callable:
-    def get(module: nn.Module, inputs: dict[str, Any], batch: int) -> Tensor | None:
+def _module_inputs_view(name: str, reshape: Callable[[Any, Tensor, int], Tensor]) -> Callable:
+    def get(module: Any, inputs: dict[str, Any], batch: int) -> Tensor | None:
         value = inputs.get(name)
         return None if value is None else reshape(module, value, batch)
+
     return get
 
 
@@ -109,28 +138,30 @@ class ProjectionSpec:
     layout: str = "concat"  # fused: "concat" [q | k | v]; "interleaved" [head, 3, d]; "multi_query" [head + 2, d]
     out: str = "out_proj"  # the output projection; its input is the attention output
     heads: str = "num_heads"  # attribute holding the number of query heads
-    scaling: Callable[[nn.Module], float] = lambda m: m.head_dim ** -0.5
+    scaling: Callable[[Any], float] = lambda m: m.head_dim**-0.5
     causal: bool = True
-    window: Callable[[nn.Module], int | None] = lambda m: None
-    clip: Callable[[nn.Module], float | None] = lambda m: None  # q/k/v clamped to ±clip after the projection
-    bias: Callable[[nn.Module, dict, int], Tensor | None] = lambda m, inputs, batch: None  # [b|1, head, q|1, k]
+    window: Callable[[Any], int | None] = lambda m: None
+    clip: Callable[[Any], float | None] = lambda m: None  # q/k/v clamped to ±clip after the projection
+    bias: Callable[[Any, dict, int], Tensor | None] = lambda m, inputs, batch: None  # [b|1, head, q|1, k]
     mask: str | None = None  # the module input holding its mask (None: only the causal structure)
     mask_true_means_masked: bool = False  # a bool mask where True *blocks* (MPT)
     refuse: Callable[[Any], str | None] = lambda config: None  # why a config of this family is not supported
 
 
-def _alibi_per_item(module: nn.Module, alibi: Tensor, batch: int) -> Tensor:  # [b·h, 1, k] or [b, h, 1, k] -> [b, h, 1, k]
+def _alibi_per_item(module: Any, alibi: Tensor, batch: int) -> Tensor:  # [b·h, 1, k] or [b, h, 1, k] -> [b, h, 1, k]
     return alibi.reshape(batch, module.num_heads, 1, -1)
 
 
-def _mpt_bias(module: nn.Module, bias: Tensor, batch: int) -> Tensor:  # [h, 1, max_len] -> [1, h, 1, max_len]
+def _mpt_bias(module: Any, bias: Tensor, batch: int) -> Tensor:  # [h, 1, max_len] -> [1, h, 1, max_len]
     return bias[None]
 
 
 def _falcon_refusal(config) -> str | None:
     if not getattr(config, "alibi", False):
-        return ("Falcon with rotary embeddings computes attention inline and rotates q/k inside the module; "
-                "attnviz supports Falcon with alibi=True")
+        return (
+            "Falcon with rotary embeddings computes attention inline and rotates q/k inside the module; "
+            "attnviz supports Falcon with alibi=True"
+        )
     if getattr(config, "new_decoder_architecture", False):
         return "Falcon's new_decoder_architecture with ALiBi is not supported"
     return None
@@ -153,28 +184,59 @@ PROJECTION_SPECS: dict[str, ProjectionSpec] = {
     "xglm": ProjectionSpec("XGLMAttention", scaling=lambda m: m.scaling),
     # GPT-1: a fused Conv1D c_attn, split three ways; ÷√d only when the module's `scale` is set
     "openai-gpt": ProjectionSpec(
-        "Attention", q=None, k=None, v=None, fused="c_attn", out="c_proj", heads="n_head",
+        "Attention",
+        q=None,
+        k=None,
+        v=None,
+        fused="c_attn",
+        out="c_proj",
+        heads="n_head",
         scaling=lambda m: (m.split_size // m.n_head) ** -0.5 if m.scale else 1.0,
     ),
     # Bloom: fused [head, 3, d]; ALiBi passed in as `alibi` [b·h, 1, k]; scores = alibi + qkᵀ/√d
     "bloom": ProjectionSpec(
-        "BloomAttention", q=None, k=None, v=None, fused="query_key_value", layout="interleaved", out="dense",
-        scaling=lambda m: m.inv_norm_factor, bias=_module_inputs_view("alibi", _alibi_per_item),
-        mask="attention_mask", refuse=_bloom_refusal,
+        "BloomAttention",
+        q=None,
+        k=None,
+        v=None,
+        fused="query_key_value",
+        layout="interleaved",
+        out="dense",
+        scaling=lambda m: m.inv_norm_factor,
+        bias=_module_inputs_view("alibi", _alibi_per_item),
+        mask="attention_mask",
+        refuse=_bloom_refusal,
     ),
     # MPT: fused [q | k | v], optionally clamped; ALiBi as `position_bias` [h, 1, max_len]; bool mask True = blocked
     "mpt": ProjectionSpec(
-        "MptAttention", q=None, k=None, v=None, fused="Wqkv", heads="n_heads",
-        scaling=lambda m: m.softmax_scale, clip=lambda m: m.clip_qkv,
-        bias=_module_inputs_view("position_bias", _mpt_bias), mask="attention_mask", mask_true_means_masked=True,
+        "MptAttention",
+        q=None,
+        k=None,
+        v=None,
+        fused="Wqkv",
+        heads="n_heads",
+        scaling=lambda m: m.softmax_scale,
+        clip=lambda m: m.clip_qkv,
+        bias=_module_inputs_view("position_bias", _mpt_bias),
+        mask="attention_mask",
+        mask_true_means_masked=True,
     ),
     # Falcon (alibi=True, e.g. falcon-rw): fused [head, 3, d] (or multi-query [head + 2, d]); its
     # eager path adds alibi·inv_norm to the scores, and the mask it receives carries ALiBi as well
     "falcon": ProjectionSpec(
-        "FalconAttention", q=None, k=None, v=None, fused="query_key_value", layout="interleaved", out="dense",
-        scaling=lambda m: m.inv_norm_factor, mask="attention_mask", refuse=_falcon_refusal,
+        "FalconAttention",
+        q=None,
+        k=None,
+        v=None,
+        fused="query_key_value",
+        layout="interleaved",
+        out="dense",
+        scaling=lambda m: m.inv_norm_factor,
+        mask="attention_mask",
+        refuse=_falcon_refusal,
         bias=lambda m, inputs, batch: (
-            None if inputs.get("alibi") is None or m.config._attn_implementation == "sdpa"
+            None
+            if inputs.get("alibi") is None or m.config._attn_implementation == "sdpa"
             else _alibi_per_item(m, inputs["alibi"], batch) * m.inv_norm_factor
         ),
     ),
@@ -197,7 +259,9 @@ RESERVED_POSITIONS = {"roberta": 2, "xlm-roberta": 2, "camembert": 2}
 def model_class_name(config) -> str:
     """``AutoModelForCausalLM`` / ``AutoModelForSeq2SeqLM`` / ``AutoModel`` for a config."""
     architectures = getattr(config, "architectures", None) or []
-    if getattr(config, "is_encoder_decoder", False) or any(a.endswith("ForConditionalGeneration") for a in architectures):
+    if getattr(config, "is_encoder_decoder", False) or any(
+        a.endswith("ForConditionalGeneration") for a in architectures
+    ):
         return "AutoModelForSeq2SeqLM"
     if any(a.endswith("ForCausalLM") or a.endswith("LMHeadModel") for a in architectures):
         return "AutoModelForCausalLM"
@@ -228,28 +292,77 @@ FAMILIES: tuple[Family, ...] = (
     Family("Llama / SmolLM2", "interface", "decoder", "RoPE, GQA", "llama"),
     Family("Qwen2", "interface", "decoder", "RoPE, GQA", "qwen2"),
     Family("Mistral", "interface", "decoder", "RoPE, GQA, sliding window", "mistral"),
-    Family("gpt-oss", "interface", "decoder", "RoPE, GQA, learned sinks", "gpt_oss",
-           "the sink's share of each row is shown", ("eager",)),
+    Family(
+        "gpt-oss",
+        "interface",
+        "decoder",
+        "RoPE, GQA, learned sinks",
+        "gpt_oss",
+        "the sink's share of each row is shown",
+        ("eager",),
+    ),
     Family("BART", "interface", "encoder, decoder, cross", "learned absolute", "bart"),
     Family("Marian", "interface", "encoder, decoder, cross", "sinusoidal", "marian"),
     Family("T5", "interface", "encoder, decoder, cross", "relative position bias", "t5"),
     Family("mT5", "interface", "encoder, decoder, cross", "relative position bias", "mt5"),
     Family("UMT5", "interface", "encoder, decoder, cross", "relative position bias per layer", "umt5"),
-    Family("GPT-Neo", "projection hooks", "decoder", "learned absolute, local windows", "gpt_neo", "unscaled scores", ("eager",)),
+    Family(
+        "GPT-Neo",
+        "projection hooks",
+        "decoder",
+        "learned absolute, local windows",
+        "gpt_neo",
+        "unscaled scores",
+        ("eager",),
+    ),
     Family("XGLM", "projection hooks", "decoder", "sinusoidal", "xglm", "", ("eager",)),
     Family("GPT-1", "projection hooks", "decoder", "learned absolute", "openai-gpt", "", ("eager",)),
     Family("Bloom", "projection hooks", "decoder", "ALiBi", "bloom", "", ("eager",)),
     Family("MPT", "projection hooks", "decoder", "ALiBi", "mpt", "", ("eager",)),
-    Family("Falcon (alibi=True)", "projection hooks", "decoder", "ALiBi", "falcon_alibi",
-           "its sdpa path adds ALiBi once where eager adds it twice; each backend's own numbers are shown", ("eager",)),
-    Family("Falcon (rotary)", "refused", "—", "RoPE inside the module", None,
-           "computes attention inline and rotates q/k after the projections"),
-    Family("LongT5", "refused", "—", "local / transient-global blocks", None,
-           "the encoder's blocked attention does not go through the interface", model_types=("longt5",)),
-    Family("DeBERTa-v2", "refused", "—", "disentangled relative attention", None, "computes attention inline",
-           model_types=("deberta-v2", "deberta")),
-    Family("ALBERT", "refused", "—", "learned absolute", None, "one attention module runs for every layer",
-           model_types=("albert",)),
+    Family(
+        "Falcon (alibi=True)",
+        "projection hooks",
+        "decoder",
+        "ALiBi",
+        "falcon_alibi",
+        "its sdpa path adds ALiBi once where eager adds it twice; each backend's own numbers are shown",
+        ("eager",),
+    ),
+    Family(
+        "Falcon (rotary)",
+        "refused",
+        "—",
+        "RoPE inside the module",
+        None,
+        "computes attention inline and rotates q/k after the projections",
+    ),
+    Family(
+        "LongT5",
+        "refused",
+        "—",
+        "local / transient-global blocks",
+        None,
+        "the encoder's blocked attention does not go through the interface",
+        model_types=("longt5",),
+    ),
+    Family(
+        "DeBERTa-v2",
+        "refused",
+        "—",
+        "disentangled relative attention",
+        None,
+        "computes attention inline",
+        model_types=("deberta-v2", "deberta"),
+    ),
+    Family(
+        "ALBERT",
+        "refused",
+        "—",
+        "learned absolute",
+        None,
+        "one attention module runs for every layer",
+        model_types=("albert",),
+    ),
 )
 
 
@@ -283,5 +396,7 @@ def supported_families() -> str:
     hooked = [f.name for f in FAMILIES if f.how == "projection hooks"]
     return (
         "any model whose attention dispatches through transformers' AttentionInterface (tested: "
-        + ", ".join(tapped) + "), and by projection hooks: " + ", ".join(hooked)
+        + ", ".join(tapped)
+        + "), and by projection hooks: "
+        + ", ".join(hooked)
     )

@@ -50,7 +50,6 @@ from .specs import (
 __all__ = ["AttentionCall", "Recorder", "installed_backends", "tap", "tap_model"]
 
 
-
 @dataclass
 class AttentionCall:
     """One call of an attention kernel, as recorded (tensors may be on the model's device).
@@ -97,10 +96,19 @@ class AttentionCall:
                 mask = mask & padding
             else:
                 mask = mask.masked_fill(~padding, torch.finfo(mask.dtype).min)
+        assert self.q is not None and self.k is not None and self.v is not None, "a layer that was not kept"
         return dict(
-            q=self.q[b], k=self.k[b], v=self.v[b], out=None if self.out is None else self.out[b].transpose(0, 1),
-            mask=mask, bias=pick(self.bias), sinks=self.sinks, scale=self.scaling, causal=self.causal,
-            window=self.window, softcap=self.softcap,
+            q=self.q[b],
+            k=self.k[b],
+            v=self.v[b],
+            out=None if self.out is None else self.out[b].transpose(0, 1),
+            mask=mask,
+            bias=pick(self.bias),
+            sinks=self.sinks,
+            scale=self.scaling,
+            causal=self.causal,
+            window=self.window,
+            softcap=self.softcap,
         )
 
 
@@ -155,12 +163,26 @@ class Recorder:
             window = None  # eager and sdpa get the window inside the 4-D mask
         sinks = kwargs.get("s_aux")
         self.add(
-            module, backend, query, key, value, out, weights=weights, mask=mask, key_padding=key_padding,
-            bias=kwargs.get("position_bias"), sinks=sinks, scaling=float(scaling), causal=causal,
-            window=window, softcap=kwargs.get("softcap"),
+            module,
+            backend,
+            query,
+            key,
+            value,
+            out,
+            weights=weights,
+            mask=mask,
+            key_padding=key_padding,
+            bias=kwargs.get("position_bias"),
+            sinks=sinks,
+            scaling=float(scaling),
+            causal=causal,
+            window=window,
+            softcap=kwargs.get("softcap"),
         )
 
-    def _normalise_mask(self, family: str, mask: Any, query: Tensor, key: Tensor) -> tuple[Tensor | None, Tensor | None]:
+    def _normalise_mask(
+        self, family: str, mask: Any, query: Tensor, key: Tensor
+    ) -> tuple[Tensor | None, Tensor | None]:
         """(4-D mask or None, 2-D key padding or None) for every mask form the interface passes."""
         if mask is None or isinstance(mask, Tensor) and mask.dim() == 4:
             return mask, None
@@ -183,14 +205,32 @@ class Recorder:
         )
 
     def where(self, module: nn.Module, causal: bool) -> tuple[str, int]:
-        return locate(self._names[id(module)], encoder_decoder=self._encoder_decoder, causal=causal,
-                      layer_idx=getattr(module, "layer_idx", None))
+        return locate(
+            self._names[id(module)],
+            encoder_decoder=self._encoder_decoder,
+            causal=causal,
+            layer_idx=getattr(module, "layer_idx", None),
+        )
 
     def add(
-        self, module: nn.Module, backend: str, q: Tensor, k: Tensor, v: Tensor, out: Tensor, *,
-        weights: Any = None, mask: Tensor | None = None, key_padding: Tensor | None = None,
-        bias: Tensor | None = None, sinks: Tensor | None = None, scaling: float, causal: bool,
-        window: int | None = None, softcap: float | None = None, designed_causal: bool | None = None,
+        self,
+        module: nn.Module,
+        backend: str,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        out: Tensor,
+        *,
+        weights: Any = None,
+        mask: Tensor | None = None,
+        key_padding: Tensor | None = None,
+        bias: Tensor | None = None,
+        sinks: Tensor | None = None,
+        scaling: float,
+        causal: bool,
+        window: int | None = None,
+        softcap: float | None = None,
+        designed_causal: bool | None = None,
     ) -> None:
         """Append one layer's call; tensors of layers not asked for are dropped at once.
 
@@ -210,10 +250,23 @@ class Recorder:
         if bias is not None and not bias.any():
             bias = None  # T5's cross-attention passes zeros
         call = AttentionCall(
-            name=self._names[id(module)], part=part, layer=layer,
-            q=None, k=None, v=None, out=None, weights=None, mask=None, key_padding=None, bias=None, sinks=None,
-            scaling=scaling, causal=causal, window=int(window) if window is not None else None,
-            softcap=softcap, backend=backend,
+            name=self._names[id(module)],
+            part=part,
+            layer=layer,
+            q=None,
+            k=None,
+            v=None,
+            out=None,
+            weights=None,
+            mask=None,
+            key_padding=None,
+            bias=None,
+            sinks=None,
+            scaling=scaling,
+            causal=causal,
+            window=int(window) if window is not None else None,
+            softcap=softcap,
+            backend=backend,
             sizes={"n_heads": q.shape[1], "n_kv_heads": k.shape[1], "d_head": q.shape[-1]},
         )
         if keep:
@@ -230,7 +283,19 @@ class Recorder:
                     lengths = None if self.lengths is None else self.lengths.get(part)
                     call.weight_error, call.weight_scale = weight_errors(call, weights.detach(), lengths)
                     call.weights = None
-            for name in ("q", "k", "v", "out", "weights", "mask", "key_padding", "bias", "sinks", "weight_error", "weight_scale"):
+            for name in (
+                "q",
+                "k",
+                "v",
+                "out",
+                "weights",
+                "mask",
+                "key_padding",
+                "bias",
+                "sinks",
+                "weight_error",
+                "weight_scale",
+            ):
                 value = getattr(call, name)
                 if isinstance(value, Tensor):
                     setattr(call, name, move(value))
@@ -294,7 +359,11 @@ def _active(recorder: Recorder) -> Iterator[None]:
 
 @contextlib.contextmanager
 def tap(
-    model: nn.Module, *, layers: set[int] | None = None, to_cpu: bool = True, weight_mode: str = "keep",
+    model: nn.Module,
+    *,
+    layers: set[int] | None = None,
+    to_cpu: bool = True,
+    weight_mode: str = "keep",
     lengths: dict[str, list[int]] | None = None,
 ) -> Iterator[Recorder]:
     """Record every attention call of ``model`` made inside the ``with`` block, in this context.
@@ -319,14 +388,19 @@ def tap(
                 _INSTALLER.release(backend)
 
 
-def tap_model(model: nn.Module, *, layers: set[int] | None = None, to_cpu: bool = True, weight_mode: str = "keep",
-              lengths: dict[str, list[int]] | None = None):
+def tap_model(
+    model: nn.Module,
+    *,
+    layers: set[int] | None = None,
+    to_cpu: bool = True,
+    weight_mode: str = "keep",
+    lengths: dict[str, list[int]] | None = None,
+):
     """The right tap for ``model``: projection hooks for the families in :data:`PROJECTION_SPECS`,
     the AttentionInterface wrapper for every other."""
     from .hooks import tap_projections
 
     spec = PROJECTION_SPECS.get(getattr(getattr(model, "config", None), "model_type", ""))
-    kwargs = dict(layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)
     if spec is not None:
-        return tap_projections(model, spec, **kwargs)
-    return tap(model, **kwargs)
+        return tap_projections(model, spec, layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)
+    return tap(model, layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)

@@ -82,7 +82,9 @@ class ValidationReport:
     def parts(self) -> list[str]:
         return list(dict.fromkeys(r["part"] for r in self.rows))
 
-    def error_map(self, quantity: str = "output", part: str | None = None) -> torch.Tensor:  # [layer, head], NaN where not compared
+    def error_map(
+        self, quantity: str = "output", part: str | None = None
+    ) -> torch.Tensor:  # [layer, head], NaN where not compared
         part = part if part is not None else (self.parts[0] if self.parts else None)
         rows = [r for r in self.rows if r["part"] == part]
         layers = max((r["layer"] for r in rows), default=-1) + 1
@@ -102,9 +104,15 @@ class ValidationReport:
         if len(parts) == 1:
             shape = f"{len({r['layer'] for r in self.rows})} layers × {heads} heads"
         else:
-            shape = ", ".join(f"{p} {len({r['layer'] for r in self.rows if r['part'] == p})}" for p in parts) + f" layers × {heads} heads"
+            shape = (
+                ", ".join(f"{p} {len({r['layer'] for r in self.rows if r['part'] == p})}" for p in parts)
+                + f" layers × {heads} heads"
+            )
         found = []
-        for quantity, what in (("output", "A·V vs the model's attention output"), ("weights", "A vs the model's weights")):
+        for quantity, what in (
+            ("output", "A·V vs the model's attention output"),
+            ("weights", "A vs the model's weights"),
+        ):
             w = self.worst(quantity)
             if w is None:
                 continue
@@ -117,8 +125,8 @@ class ValidationReport:
         if not any(r["quantity"] == "weights" for r in self.rows):
             found.append(
                 "weights: this family computes attention inline, so only its A·V output can be compared"
-                if self.backend == "projection hooks" else
-                f"weights: not produced by the {self.backend} backend "
+                if self.backend == "projection hooks"
+                else f"weights: not produced by the {self.backend} backend "
                 "(load with attn_implementation='eager' to compare them too)"
             )
         scope = f" (sample of {max(r['rows'] for r in self.rows)} query rows per layer)" if self.sample else ""
@@ -137,7 +145,9 @@ class ValidationReport:
 
 def sample_rows(n: int, count: int = SAMPLE_ROWS) -> Tensor:  # [≤ count + 2] query rows
     """The first and the last row and ``count`` more spread evenly between them."""
-    return torch.unique(torch.linspace(0, n - 1, count + 2).round().long()) if n > 0 else torch.zeros(0, dtype=torch.long)
+    return (
+        torch.unique(torch.linspace(0, n - 1, count + 2).round().long()) if n > 0 else torch.zeros(0, dtype=torch.long)
+    )
 
 
 def _head_max(x: Tensor) -> Tensor:  # [head, ...] -> [head]
@@ -154,23 +164,34 @@ def record_errors(rec: LayerRecord, rows: Tensor | None = None) -> dict[str, tup
     if not errors:
         return {}
     chunks = attention_output(
-        rec.q, rec.k, rec.v, rows=rows, scale=rec.scaling, causal=rec.causal, window=rec.window,
+        rec.q,
+        rec.k,
+        rec.v,
+        rows=rows,
+        scale=rec.scaling,
+        causal=rec.causal,
+        window=rec.window,
         mask=rec.mask_part if rec.mask is not None else None,
         bias=rec.bias_part if rec.bias is not None or rec.relative_bias is not None else None,
-        sinks=rec.sinks, softcap=rec.softcap, all_keys=compare_weights,
+        sinks=rec.sinks,
+        softcap=rec.softcap,
+        all_keys=compare_weights,
     )
     for r, keys, out, weights in chunks:
         pairs = []
         if rec.out is not None:
             pairs.append(("output", out, rec.out[:, r.to(rec.out.device)]))
-        if compare_weights:
+        if rec.weights is not None:
             pairs.append(("weights", weights, rec.weights[:, r.to(rec.weights.device)][..., keys]))
         for quantity, ours, theirs in pairs:
             theirs = theirs.to(ours.device, torch.float32)
             err, scale = errors[quantity]
-            errors[quantity] = (torch.maximum(err, _head_max(ours - theirs).cpu()), torch.maximum(scale, _head_max(theirs).cpu()))
-    if rec.weights is None and rec.weight_error is not None:  # measured over every row while capturing
-        errors["weights"] = (rec.weight_error.float().cpu(), rec.weight_scale.float().cpu())
+            errors[quantity] = (
+                torch.maximum(err, _head_max(ours - theirs).cpu()),
+                torch.maximum(scale, _head_max(theirs).cpu()),
+            )
+    if rec.weights is None and rec.weight_error is not None and rec.weight_scale is not None:
+        errors["weights"] = (rec.weight_error.float().cpu(), rec.weight_scale.float().cpu())  # measured while capturing
     return errors
 
 
@@ -185,8 +206,17 @@ def weight_errors(call: AttentionCall, weights: Tensor, lengths: list[int] | Non
         n = lengths[b] if lengths is not None else item["q"].shape[-2]
         mask = item["mask"]
         for r, _keys, _, ours in attention_output(
-            item["q"], item["k"], item["v"], rows=torch.arange(n), scale=item["scale"], causal=item["causal"],
-            window=item["window"], mask=mask, bias=item["bias"], sinks=item["sinks"], softcap=item["softcap"],
+            item["q"],
+            item["k"],
+            item["v"],
+            rows=torch.arange(n),
+            scale=item["scale"],
+            causal=item["causal"],
+            window=item["window"],
+            mask=mask,
+            bias=item["bias"],
+            sinks=item["sinks"],
+            softcap=item["softcap"],
             all_keys=True,
         ):
             theirs = weights[b][:, r.to(weights.device)].to(ours.device, torch.float32)
@@ -196,7 +226,11 @@ def weight_errors(call: AttentionCall, weights: Tensor, lengths: list[int] | Non
 
 
 def validate(
-    cap: Capture, *, atol: float | None = None, rtol: float | None = None, rows: Tensor | int | None = None,
+    cap: Capture,
+    *,
+    atol: float | None = None,
+    rtol: float | None = None,
+    rows: Tensor | int | None = None,
 ) -> ValidationReport:
     """Compare the recomputation with the model's own output (and weights), per part, layer and head.
 
@@ -214,17 +248,25 @@ def validate(
         for quantity, (errors, scales) in record_errors(rec, chosen).items():
             for head, (err, scale) in enumerate(zip(errors.tolist(), scales.tolist())):
                 tol = atol + rtol * scale
-                report_rows.append({
-                    "part": part,
-                    "layer": layer,
-                    "head": head,
-                    "quantity": quantity,
-                    "rows": n_rows if quantity == "output" or rec.weights is not None else rec.n_queries,
-                    "max_abs_error": err,
-                    "rel_error": err / scale if scale > 0 else err,
-                    "tolerance": tol,
-                    "passed": err <= tol,
-                })
+                report_rows.append(
+                    {
+                        "part": part,
+                        "layer": layer,
+                        "head": head,
+                        "quantity": quantity,
+                        "rows": n_rows if quantity == "output" or rec.weights is not None else rec.n_queries,
+                        "max_abs_error": err,
+                        "rel_error": err / scale if scale > 0 else err,
+                        "tolerance": tol,
+                        "passed": err <= tol,
+                    }
+                )
     return ValidationReport(
-        report_rows, str(cap.model.get("name")), str(cap.model.get("backend")), dtype, atol, rtol, sample=rows is not None,
+        report_rows,
+        str(cap.model.get("name")),
+        str(cap.model.get("backend")),
+        dtype,
+        atol,
+        rtol,
+        sample=rows is not None,
     )

@@ -118,9 +118,7 @@ def segment(text: str) -> list[tuple[int, int]]:
     return spans
 
 
-def words_from_offsets(
-    text: str, offsets: Sequence[tuple[int, int]], tokens: Sequence[str]
-) -> list[Word]:
+def words_from_offsets(text: str, offsets: Sequence[tuple[int, int]], tokens: Sequence[str]) -> list[Word]:
     """Group tokens (with character ``offsets``) into words of ``text``; see the module docstring."""
     spans = segment(text)
     word_of_char = [-1] * (len(text) + 1)
@@ -142,11 +140,11 @@ def words_from_offsets(
             words.append(Word(tokens[t] if start == end else text[start:end], start, end, t, t + 1))
             t += 1
             continue
-        lo, hi = touched[t]
+        lo, hi = touched[t]  # type: ignore[misc]  # not None: checked above
         stop = t + 1
         # extend while the next token touches a word already in this group, or bridges into it
-        while stop < len(tokens) and touched[stop] is not None and touched[stop][0] <= hi:
-            hi = max(hi, touched[stop][1])
+        while stop < len(tokens) and (nxt := touched[stop]) is not None and nxt[0] <= hi:
+            hi = max(hi, nxt[1])
             stop += 1
         char_start, char_end = spans[lo][0], spans[hi][1]
         words.append(Word(text[char_start:char_end], char_start, char_end, t, stop))
@@ -217,7 +215,7 @@ def offsets_from_tokens(text: str, pieces: Sequence[str | None]) -> list[tuple[i
         if pieces[i] == "":
             continue  # takes the next piece's span below
         if span is None:  # between the found neighbours, without surrounding spaces
-            nxt = next((s for s in spans[i + 1:] if s is not None and s[1] > s[0]), None)
+            nxt = next((s for s in spans[i + 1 :] if s is not None and s[1] > s[0]), None)
             start, end = prev_end, nxt[0] if nxt is not None else len(text)
             while start < end and text[start].isspace():
                 start += 1

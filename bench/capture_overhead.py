@@ -78,7 +78,9 @@ def memory_child(family: str, mode: str, n: int) -> None:
 def measure_memory(family: str, mode: str, n: int) -> dict:
     out = subprocess.run(
         [sys.executable, __file__, "--memory-child", family, mode, str(n)],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -94,10 +96,14 @@ def gpt2_table(sizes: list[int], repeats: int) -> None:
     models["attnviz"] = models["plain"]
     cfg = models["plain"].config
     L, h, d = cfg.n_layer, cfg.n_head, cfg.n_embd
-    print(f"GPT-2 small (GPT2Config(): {L} layers × {h} heads, d_model {d}), CPU, {torch.get_num_threads()} threads, "
-          f"median of {repeats} interleaved repeats")
-    print(f"{'n':>5} {'plain s':>8} {'attnviz×':>9} {'eager+oa×':>10} | {'extra peak MB: plain':>21} {'attnviz':>8} "
-          f"{'eager+oa':>9} | {'kept MB':>8} {'q/k/v MB':>8} {'L·h·n² MB':>10}")
+    print(
+        f"GPT-2 small (GPT2Config(): {L} layers × {h} heads, d_model {d}), CPU, {torch.get_num_threads()} threads, "
+        f"median of {repeats} interleaved repeats"
+    )
+    print(
+        f"{'n':>5} {'plain s':>8} {'attnviz×':>9} {'eager+oa×':>10} | {'extra peak MB: plain':>21} {'attnviz':>8} "
+        f"{'eager+oa':>9} | {'kept MB':>8} {'q/k/v MB':>8} {'L·h·n² MB':>10}"
+    )
     for n in sizes:
         ids = torch.randint(0, cfg.vocab_size, (1, n))
         times: dict[str, list[float]] = {m: [] for m in models}
@@ -111,9 +117,11 @@ def gpt2_table(sizes: list[int], repeats: int) -> None:
         med = {m: statistics.median(v) for m, v in times.items()}
         mem = {m: measure_memory("gpt2", m, n) for m in ("plain", "attnviz", "eager+oa")}
         qkv = 3 * L * n * d * 4
-        print(f"{n:>5} {med['plain']:8.3f} {med['attnviz'] / med['plain']:9.2f} {med['eager+oa'] / med['plain']:10.2f} | "
-              f"{mb(mem['plain']['extra']):>21} {mb(mem['attnviz']['extra'])} {mb(mem['eager+oa']['extra']):>9} | "
-              f"{mb(mem['attnviz']['kept'])} {mb(qkv)} {mb(L * h * n * n * 4):>10}")
+        print(
+            f"{n:>5} {med['plain']:8.3f} {med['attnviz'] / med['plain']:9.2f} {med['eager+oa'] / med['plain']:10.2f} | "
+            f"{mb(mem['plain']['extra']):>21} {mb(mem['attnviz']['extra'])} {mb(mem['eager+oa']['extra']):>9} | "
+            f"{mb(mem['attnviz']['kept'])} {mb(qkv)} {mb(L * h * n * n * 4):>10}"
+        )
     n = sizes[-1]
     cap = attnviz.capture(models["plain"], input_ids=torch.randint(0, cfg.vocab_size, (1, n)))
     ts = []
@@ -137,12 +145,19 @@ def long_run(n: int) -> None:
         times[mode] = time.perf_counter() - t0
     mem = {m: measure_memory("smollm2", m, n) for m in ("plain", "attnviz")}
     cfg = model.config
-    L, h, kv, dh = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.hidden_size // cfg.num_attention_heads
+    L, h, kv, dh = (
+        cfg.num_hidden_layers,
+        cfg.num_attention_heads,
+        cfg.num_key_value_heads,
+        cfg.hidden_size // cfg.num_attention_heads,
+    )
     qkv = L * n * dh * (h + 2 * kv) * 4
-    print(f"SmolLM2-135M at n = {n} (sdpa, CPU): plain {times['plain']:.1f} s, capture ×{times['attnviz'] / times['plain']:.2f}; "
-          f"extra peak MB plain {mb(mem['plain']['extra']).strip()}, attnviz {mb(mem['attnviz']['extra']).strip()}; "
-          f"kept {mb(mem['attnviz']['kept']).strip()} MB (q/k/v {mb(qkv).strip()} MB) where every pattern would be "
-          f"{L * h * n * n * 4 / 2**30:.1f} GiB")
+    print(
+        f"SmolLM2-135M at n = {n} (sdpa, CPU): plain {times['plain']:.1f} s, capture ×{times['attnviz'] / times['plain']:.2f}; "
+        f"extra peak MB plain {mb(mem['plain']['extra']).strip()}, attnviz {mb(mem['attnviz']['extra']).strip()}; "
+        f"kept {mb(mem['attnviz']['kept']).strip()} MB (q/k/v {mb(qkv).strip()} MB) where every pattern would be "
+        f"{L * h * n * n * 4 / 2**30:.1f} GiB"
+    )
     cap = attnviz.capture(model, input_ids=ids[:, :n])
     t0 = time.perf_counter()
     cap.attention(15, head=3)

@@ -41,7 +41,9 @@ def gpt2_part(sizes: list[int], repeats: int) -> None:
     torch.set_num_threads(1)
     model = gpt2()
     print(f"GPT-2 small, sdpa, 1 thread, CPU time, median of {repeats} paired alternating repeats")
-    print(f"{'n':>5} {'forward s':>10} {'capture (check off) ×':>22} {'capture (sample check) ×':>25} {'check / forward':>16}")
+    print(
+        f"{'n':>5} {'forward s':>10} {'capture (check off) ×':>22} {'capture (sample check) ×':>25} {'check / forward':>16}"
+    )
     for n in sizes:
         ids = torch.randint(0, model.config.vocab_size, (1, n))
         modes = {
@@ -58,8 +60,10 @@ def gpt2_part(sizes: list[int], repeats: int) -> None:
                     times[mode].append(cpu_seconds(fn))
         med = {m: statistics.median(v) for m, v in times.items()}
         check = statistics.median(s - o for s, o in zip(times["sample"], times["off"])) / med["plain"]
-        print(f"{n:>5} {med['plain']:10.3f} {med['off'] / med['plain']:22.3f} {med['sample'] / med['plain']:25.3f} "
-              f"{check:15.1%}")
+        print(
+            f"{n:>5} {med['plain']:10.3f} {med['off'] / med['plain']:22.3f} {med['sample'] / med['plain']:25.3f} "
+            f"{check:15.1%}"
+        )
     torch.set_num_threads(threads)
 
 
@@ -78,9 +82,11 @@ def smollm2_part(n: int) -> None:
     t0 = time.perf_counter()
     cap.validate(rows=32)
     sample = time.perf_counter() - t0
-    print(f"SmolLM2-135M at n = {n} ({torch.get_num_threads()} threads): forward {forward:.1f} s; full validate() "
-          f"{full:.1f} s = ×{full / forward:.2f} of the forward; sample check {sample:.2f} s; "
-          f"{'PASS' if report.passed else 'FAIL'}, worst output error {report.worst('output')['max_abs_error']:.1e}")
+    print(
+        f"SmolLM2-135M at n = {n} ({torch.get_num_threads()} threads): forward {forward:.1f} s; full validate() "
+        f"{full:.1f} s = ×{full / forward:.2f} of the forward; sample check {sample:.2f} s; "
+        f"{'PASS' if report.passed else 'FAIL'}, worst output error {report.worst('output')['max_abs_error']:.1e}"
+    )
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Regenerate the README's screenshots: every dashboard view on the ~500-token example.
 
-    .venv/bin/python docs/make_screenshots.py   # needs Debian's chromium + chromium-driver
+.venv/bin/python docs/make_screenshots.py   # needs Debian's chromium + chromium-driver
 """
 
 from __future__ import annotations
@@ -38,8 +38,14 @@ def main(port: int = 8077) -> None:
         box.send_keys(Keys.DELETE)
         box.send_keys(LONG_EXAMPLE)
         driver.find_element("id", ID.run).click()
-        wait(driver, lambda: "smollm2: 5" in driver.find_element("id", ID.status).text
-             or "smollm2: 4" in driver.find_element("id", ID.status).text, 180)
+        wait(
+            driver,
+            lambda: (
+                "smollm2: 5" in driver.find_element("id", ID.status).text
+                or "smollm2: 4" in driver.find_element("id", ID.status).text
+            ),
+            180,
+        )
         print(driver.find_element("id", ID.status).text)
         for key, _ in VIEWS:
             shoot(driver, f"tab-{key}", f"view-{key}")

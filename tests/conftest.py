@@ -17,6 +17,26 @@ import attnviz  # noqa: E402
 tqdm.tqdm.monitor_interval = 0  # no monitor thread (the browser tests' server stop would kill it)
 
 FAMILIES = ["bert", "roberta", "gpt2", "llama", "qwen2", "mistral"]
+
+
+def pytest_configure(config):
+    """Browser tests run in Debian's headless Chromium through Dash's pytest plugin (dash[testing]):
+    its options are set here, where the plugin is present, not globally — without the plugin the rest
+    of the suite still runs and the browser tests are skipped with the reason."""
+    if hasattr(config.option, "webdriver"):
+        config.option.webdriver = config.option.webdriver or "Chrome"
+        config.option.headless = True
+
+
+def pytest_collection_modifyitems(config, items):
+    if hasattr(config.option, "webdriver"):
+        return
+    skip = pytest.mark.skip(reason="needs Dash's pytest plugin: pip install 'attnviz[dev]' (dash[testing])")
+    for item in items:
+        if "browser" in item.keywords:
+            item.add_marker(skip)
+
+
 BACKENDS = ["eager", "sdpa"]
 
 

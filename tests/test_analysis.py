@@ -45,8 +45,11 @@ def hand_capture(token_ids, targets, text=None, layers=1, causal=True):
         pos += len(t) + 1
     part = "decoder" if causal else "encoder"
     recs = {(part, layer): LayerRecord(f"l{layer}", q, k, v, None, None, 1.0, causal) for layer in range(layers)}
-    meta = {"name": "hand", "parts": {part: {"n_layers": layers, "n_heads": 2, "n_kv_heads": 2, "d_head": n}},
-            "d_model": 2 * n}
+    meta = {
+        "name": "hand",
+        "parts": {part: {"n_layers": layers, "n_heads": 2, "n_kv_heads": 2, "d_head": n}},
+        "d_model": 2 * n,
+    }
     return Capture(text, tokens, list(token_ids), offsets, words_from_offsets(text, offsets, tokens), recs, meta)
 
 
@@ -65,7 +68,9 @@ def test_induction_and_duplicate_patterns():
     ids = [5, 6, 7, 5, 6, 7]
     induction = pattern_matrix(hand_capture(ids, [[]] * 6), "induction")
     expected = torch.zeros(6, 6, dtype=torch.bool)
-    expected[3, 1] = expected[4, 2] = expected[5, 3] = True  # after "5 6 7 5" look at 6, after "… 6" at 7, after "… 7" at 5
+    expected[3, 1] = expected[4, 2] = expected[5, 3] = (
+        True  # after "5 6 7 5" look at 6, after "… 6" at 7, after "… 7" at 5
+    )
     assert torch.equal(induction, expected)
     duplicate = pattern_matrix(hand_capture(ids, [[]] * 6), "duplicate_token")
     assert duplicate.nonzero().tolist() == [[3, 0], [4, 1], [5, 2]]
@@ -157,14 +162,58 @@ def test_shipped_probe_sets_are_well_formed():
     assert all(p.pronoun in {"它", "他", "她"} for p in zh)
 
 
-def test_bad_probe_files_say_which_line(tmp_path):
+def test_bad_probe_files_report_every_bad_line_at_once(tmp_path):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text('{"text": "a", "pronoun": "it", "candidates": ["x", "y"], "gold": "z"}\n', encoding="utf-8")
-    with pytest.raises(attnviz.InputError, match=r"bad.jsonl, line 1: gold 'z' must be one of"):
+    good = '{"text": "a b it", "pronoun": "it", "candidates": ["a", "b"], "gold": "a"}'
+    bad.write_text(
+        '{"text": "a", "pronoun": "it", "candidates": ["x", "y"], "gold": "z"}\n'
+        f"{good}\nnot json\n"
+        '{"text": "a b it", "pronoun": "it", "candidates": ["a"], "gold": "a"}\n'
+        '{"text": "a b it", "pronoun": "it", "gold": "a"}\n',
+        encoding="utf-8",
+    )
+    with pytest.raises(attnviz.InputError) as err:
         load_probes(bad)
-    bad.write_text("not json\n", encoding="utf-8")
-    with pytest.raises(attnviz.InputError, match="line 1: expected"):
-        load_probes(bad)
+    message = str(err.value)
+    assert message.startswith(f"{bad}: 4 bad line(s), nothing was scored — line 1: ")
+    assert "gold 'z' is not one of the candidates ['x', 'y']" in message and "line 3: not JSON" in message
+    assert (
+        "line 4: probe 'bad-4': needs at least 2 candidates" in message
+        and "line 5: a probe needs candidates" in message
+    )
+    bad.write_text(good + "\n", encoding="utf-8")
+    assert len(load_probes(bad)) == 1
+
+
+def test_probes_given_as_objects_are_checked_too(tiny_bert_words):
+    from attnviz.analysis import Probe
+
+    model, tok = tiny_bert_words
+    with pytest.raises(attnviz.InputError, match=r"probe 'The cat\.': gold 'dog' is not one of the candidates"):
+        Probe("The cat.", "it", ("cat", "mat"), "dog")
+    with pytest.raises(attnviz.ArgumentTypeError, match="probes must be a probe set's name .* got 42"):
+        evaluate_probes(model, 42, tok)
+    with pytest.raises(
+        attnviz.InputError, match=r"1 bad probe\(s\), nothing was scored — probes\[1\]: a probe needs gold"
+    ):
+        evaluate_probes(
+            model,
+            [
+                {"text": "a b it", "pronoun": "it", "candidates": ["a", "b"], "gold": "a"},
+                {"text": "a b it", "pronoun": "it", "candidates": ["a", "b"]},
+            ],
+            tok,
+        )
+
+
+def test_a_candidate_after_the_pronoun_in_a_decoder_is_refused():
+    cap = hand_capture(range(10, 16), [[]] * 6, text="the cat saw it a dog")
+    with pytest.raises(
+        attnviz.InputError, match="'dog' come\\(s\\) after 'it': in a causal decoder the pronoun cannot"
+    ):
+        rank_heads(cap, "it", ["cat", "dog"])
+    encoder = hand_capture(range(10, 16), [[]] * 6, text="the cat saw it a dog", causal=False)
+    assert rank_heads(encoder, "it", ["cat", "dog"]).table.shape[0] == 2
 
 
 def test_evaluate_probes_counts_correct_heads(tiny_bert_words, tmp_path):
@@ -177,8 +226,10 @@ def test_evaluate_probes_counts_correct_heads(tiny_bert_words, tmp_path):
     )
     result = evaluate_probes(model, str(probes), tok, progress=False)
     manual = {}
-    for text, gold, cands in (("The cat sat on the mat because it was tired.", "cat", ["cat", "mat"]),
-                              ("The dog saw the bird because it was loud.", "bird", ["dog", "bird"])):
+    for text, gold, cands in (
+        ("The cat sat on the mat because it was tired.", "cat", ["cat", "mat"]),
+        ("The dog saw the bird because it was loud.", "bird", ["dog", "bird"]),
+    ):
         r = rank_heads(attnviz.capture(model, text, tok), "it", cands)
         for row in r.table.itertuples(index=False):
             manual[(row.layer, row.head)] = manual.get((row.layer, row.head), 0) + (row.preferred == gold)
@@ -195,10 +246,14 @@ def test_analysis_figures_hold_the_numbers(tiny_bert_words):
     cap = attnviz.capture(model, "The cat sat on the mat because it was tired.", tok)
     stats = head_stats(cap)
     fig = head_map(stats, "previous")
-    assert np.array(fig.data[0].z)[1, 2] == pytest.approx(stats[(stats.layer == 1) & (stats["head"] == 2)].previous.item())
+    assert np.array(fig.data[0].z)[1, 2] == pytest.approx(
+        stats[(stats.layer == 1) & (stats["head"] == 2)].previous.item()
+    )
     ranking = rank_heads(cap, "it", ["cat", "mat"])
     bars = coref_bars(ranking, top=3)
-    assert [t.name for t in bars.data] == ["cat", "mat"] and list(bars.data[0].y) == pytest.approx(ranking.table.cat.head(3).round(4).tolist())
+    assert [t.name for t in bars.data] == ["cat", "mat"] and list(bars.data[0].y) == pytest.approx(
+        ranking.table.cat.head(3).round(4).tolist()
+    )
     flow = rollout(cap)
     np.testing.assert_allclose(np.array(rollout_figure(cap, flow).data[0].z, dtype=float), flow[-1].numpy(), atol=1e-5)
     assert "not an attribution" in rollout_figure(cap, flow, query=8).layout.title.text

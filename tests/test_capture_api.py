@@ -17,7 +17,21 @@ def cap(tiny_bert_words):
 def test_tokens_offsets_and_words(cap):
     assert cap.tokens[:3] == ["[CLS]", "the", "cat"] and cap.tokens[-1] == "[SEP]"
     assert cap.offsets[2] == (4, 7) and cap.text[4:7] == "cat"
-    assert cap.word_labels == ["[CLS]", "The", "cat", "sat", "on", "the", "mat", "because", "it", "was", "tired", ".", "[SEP]"]
+    assert cap.word_labels == [
+        "[CLS]",
+        "The",
+        "cat",
+        "sat",
+        "on",
+        "the",
+        "mat",
+        "because",
+        "it",
+        "was",
+        "tired",
+        ".",
+        "[SEP]",
+    ]
 
 
 def test_wordpiece_pieces_join_into_one_word(tiny_bert_words):
@@ -60,9 +74,9 @@ def test_toggles_of_the_seed(tiny):
     hot = cap.attention(0, head=0, temperature=100.0)
     assert entropy(hot) > entropy(causal)
     q, k = cap.q(0)[0], cap.k(0)[0]
-    expected = torch.softmax((q @ k.T / 8 ** 0.5).masked_fill(torch.ones(10, 10).triu(1).bool(), float("-inf")), -1)
+    expected = torch.softmax((q @ k.T / 8**0.5).masked_fill(torch.ones(10, 10).triu(1).bool(), float("-inf")), -1)
     torch.testing.assert_close(causal, expected)
-    torch.testing.assert_close(cap.scores(0, 0), q @ k.T / 8 ** 0.5)
+    torch.testing.assert_close(cap.scores(0, 0), q @ k.T / 8**0.5)
 
 
 def test_text_batch_is_padded_and_each_capture_trimmed(tiny_bert_words):
@@ -78,7 +92,7 @@ def test_to_pandas_is_tidy(cap):
     df = cap.to_pandas(layer=1, head=2)
     assert list(df.columns) == ["part", "layer", "head", "query_pos", "key_pos", "query_token", "key_token", "weight"]
     assert set(df.part) == {"encoder"}
-    assert len(df) == cap.n_tokens ** 2
+    assert len(df) == cap.n_tokens**2
     row = df[(df.query_pos == 8) & (df.key_pos == 2)].iloc[0]
     assert (row.query_token, row.key_token) == ("it", "cat")
     assert row.weight == pytest.approx(cap.attention(1, head=2)[8, 2].item())
@@ -155,9 +169,13 @@ def test_too_long_text_says_both_numbers_and_offers_truncation(tiny_bert_words):
 
 def test_wrong_types_layers_and_heads(tiny_bert_words, cap):
     model, tok = tiny_bert_words
-    with pytest.raises(attnviz.ArgumentTypeError, match="text must be a string or a non-empty list of strings, got int"):
+    with pytest.raises(
+        attnviz.ArgumentTypeError, match="text must be a string or a non-empty list of strings, got int"
+    ):
         attnviz.capture(model, 42, tok)
-    with pytest.raises(attnviz.ArgumentTypeError, match="model must be a name, a path or a transformers model, got int"):
+    with pytest.raises(
+        attnviz.ArgumentTypeError, match="model must be a name, a path or a transformers model, got int"
+    ):
         attnviz.capture(3, "hi")
     with pytest.raises(attnviz.OutOfRangeError, match=r"layer 7 is out of range: this model has layers 0\.\.1"):
         attnviz.capture(model, TEXT, tok, layers=[7])
@@ -186,7 +204,9 @@ def test_training_mode_is_refused(tiny_bert_words):
 
 
 def test_unknown_model_name_says_what_to_do():
-    with pytest.raises(attnviz.ModelNotFoundError, match="could not load model 'no-such/model-xyz': it is not an embedded alias"):
+    with pytest.raises(
+        attnviz.ModelNotFoundError, match="could not load model 'no-such/model-xyz': it is not an embedded alias"
+    ):
         attnviz.capture("no-such/model-xyz", "hello")
 
 

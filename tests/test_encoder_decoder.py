@@ -14,8 +14,13 @@ TARGET = "Le chat était assis parce qu'il était fatigué."
 @pytest.fixture(scope="module")
 def bart(bert_tokenizer):
     """A tiny random BART that reads MiniLM's WordPiece vocabulary: real text, real shifts."""
-    model = attnviz.tiny_model("bart", attn_implementation="sdpa", vocab_size=bert_tokenizer.vocab_size,
-                               pad_token_id=0, decoder_start_token_id=102)
+    model = attnviz.tiny_model(
+        "bart",
+        attn_implementation="sdpa",
+        vocab_size=bert_tokenizer.vocab_size,
+        pad_token_id=0,
+        decoder_start_token_id=102,
+    )
     return model, bert_tokenizer
 
 
@@ -31,12 +36,16 @@ def test_target_is_shifted_right_as_the_model_does_with_labels(bart, cap):
     assert cap.target.token_ids == [102] + labels[:-1]  # decoder start, then the labels but the last
     assert cap.target_tokens[:4] == ["[SEP]", "[CLS]", "le", "chat"]
     assert cap.target.word_labels[:4] == ["[SEP]", "[CLS]", "Le", "chat"] and cap.target_text == TARGET
-    eager = attnviz.tiny_model("bart", attn_implementation="eager", vocab_size=tok.vocab_size, pad_token_id=0,
-                               decoder_start_token_id=102)
+    eager = attnviz.tiny_model(
+        "bart", attn_implementation="eager", vocab_size=tok.vocab_size, pad_token_id=0, decoder_start_token_id=102
+    )
     with torch.no_grad():
         out = eager(input_ids=torch.tensor([cap.token_ids]), labels=torch.tensor([labels]), output_attentions=True)
-    for part, refs in (("encoder", out.encoder_attentions), ("decoder", out.decoder_attentions),
-                       ("cross", out.cross_attentions)):
+    for part, refs in (
+        ("encoder", out.encoder_attentions),
+        ("decoder", out.decoder_attentions),
+        ("cross", out.cross_attentions),
+    ):
         for layer, ref in enumerate(refs):
             torch.testing.assert_close(cap.attention(layer, part=part), ref[0], atol=2e-6, rtol=0)
 
@@ -49,7 +58,9 @@ def test_parts_shapes_and_labels(cap):
     assert decoder.shape == (4, n_tgt, n_tgt) and torch.triu(decoder, 1).abs().max() == 0  # causal
     assert cap.q(0, part="cross").shape == (4, n_tgt, 8) and cap.k(0, part="cross").shape == (4, n_src, 8)
     assert cap.sequences("cross") == (cap.target, cap.source)
-    with pytest.raises(attnviz.InputError, match=r"this capture has the parts encoder, decoder, cross; say which with part="):
+    with pytest.raises(
+        attnviz.InputError, match=r"this capture has the parts encoder, decoder, cross; say which with part="
+    ):
         cap.attention(0)
     with pytest.raises(attnviz.InputError, match="no part 'middle' in this capture"):
         cap.attention(0, part="middle")
@@ -121,13 +132,22 @@ def test_files_of_format_1_still_load(tmp_path):
     from safetensors.torch import save_file
 
     q = torch.randn(2, 3, 4)
-    meta = {"format": "attnviz-capture", "version": 1, "text": "a b c", "tokens": ["a", "b", "c"],
-            "token_ids": [1, 2, 3], "offsets": [[0, 1], [2, 3], [4, 5]],
-            "words": [["a", 0, 1, 0, 1], ["b", 2, 3, 1, 2], ["c", 4, 5, 2, 3]],
-            "model": {"name": "old", "n_layers": 1, "n_heads": 2, "n_kv_heads": 2, "d_head": 4, "backend": "sdpa"},
-            "layers": {"0": {"name": "h.0.attn", "scaling": 0.5, "causal": True, "window": None, "softcap": None}}}
-    save_file({"layers.0.q": q, "layers.0.k": q.clone(), "layers.0.v": q.clone()}, str(tmp_path / "old.attnviz"),
-              metadata={"attnviz": json.dumps(meta)})
+    meta = {
+        "format": "attnviz-capture",
+        "version": 1,
+        "text": "a b c",
+        "tokens": ["a", "b", "c"],
+        "token_ids": [1, 2, 3],
+        "offsets": [[0, 1], [2, 3], [4, 5]],
+        "words": [["a", 0, 1, 0, 1], ["b", 2, 3, 1, 2], ["c", 4, 5, 2, 3]],
+        "model": {"name": "old", "n_layers": 1, "n_heads": 2, "n_kv_heads": 2, "d_head": 4, "backend": "sdpa"},
+        "layers": {"0": {"name": "h.0.attn", "scaling": 0.5, "causal": True, "window": None, "softcap": None}},
+    }
+    save_file(
+        {"layers.0.q": q, "layers.0.k": q.clone(), "layers.0.v": q.clone()},
+        str(tmp_path / "old.attnviz"),
+        metadata={"attnviz": json.dumps(meta)},
+    )
     old = attnviz.load(tmp_path / "old.attnviz")
     assert old.parts == ("decoder",) and old.n_heads == 2
     assert old.attention(0, 1).shape == (3, 3) and old.attention(0, 1)[0, 1] == 0
@@ -139,8 +159,26 @@ def test_cli_target_part_and_exit_codes(bart, tmp_path, capsys):
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     out = tmp_path / "bart.attnviz"
-    assert main(["capture", str(folder), SOURCE, "--target", TARGET, "--query", "chat", "--part", "cross",
-                 "--layer", "1", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "capture",
+                str(folder),
+                SOURCE,
+                "--target",
+                TARGET,
+                "--query",
+                "chat",
+                "--part",
+                "cross",
+                "--layer",
+                "1",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "target words: [SEP] | [CLS] | Le | chat" in printed
     assert "attention from 'chat' in layer 1 (cross), per head" in printed and "H3: " in printed

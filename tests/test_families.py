@@ -16,9 +16,12 @@ import attnviz
 from attnviz.specs import FAMILIES, support_table
 
 SUPPORTED = [(f.tiny, backend) for f in FAMILIES if f.how != "refused" for backend in f.backends]
-REFUSED = {"falcon": "Falcon with rotary embeddings", "longt5": "LongT5: the encoder's blocked attention",
-           "albert": "ALBERT: one attention module runs for every layer",
-           "deberta_v2": "DeBERTa-v2: computes attention inline"}
+REFUSED = {
+    "falcon": "Falcon with rotary embeddings",
+    "longt5": "LongT5: the encoder's blocked attention",
+    "albert": "ALBERT: one attention module runs for every layer",
+    "deberta_v2": "DeBERTa-v2: computes attention inline",
+}
 
 
 class IdsTokenizer:
@@ -110,8 +113,9 @@ def test_position_biases_and_sinks_are_needed_and_checked(family):
     part = "encoder" if "encoder" in cap.parts else "decoder"
     rec = cap.layer(0, part)
     assert rec.bias is not None or rec.relative_bias is not None or rec.sinks is not None
-    stripped = replace(cap, records={key: replace(r, bias=None, relative_bias=None, sinks=None)
-                                     for key, r in cap.records.items()})
+    stripped = replace(
+        cap, records={key: replace(r, bias=None, relative_bias=None, sinks=None) for key, r in cap.records.items()}
+    )
     assert cap.validate().passed and not stripped.validate().passed
 
 

@@ -43,7 +43,9 @@ def test_heatmap_labels_keep_repeated_tokens_apart(bert_cap):
     assert bert_cap.token_labels.count("the") == 1 and bert_cap.token_labels.count("The") == 1
     assert list(fig.layout.xaxis.tickvals) == list(range(bert_cap.n_tokens))
     words = figures.heatmap(bert_cap, 0, 0, words=True)
-    np.testing.assert_allclose(np.array(words.data[0].z, dtype=float), bert_cap.attention(0, 0, words=True).numpy(), atol=1e-5)
+    np.testing.assert_allclose(
+        np.array(words.data[0].z, dtype=float), bert_cap.attention(0, 0, words=True).numpy(), atol=1e-5
+    )
 
 
 def test_head_view_draws_one_line_per_weight_above_threshold(bert_cap):
@@ -64,7 +66,9 @@ def test_model_view_mosaic_and_click_ids(decoder_cap):
     z = np.array(fig.data[0].z, dtype=float)
     t = 10  # n < cells: thumbnails are the full patterns
     assert z.shape == (2 * (t + 1) - 1, 4 * (t + 1) - 1)
-    np.testing.assert_allclose(z[t + 1: 2 * t + 1, 2 * (t + 1): 2 * (t + 1) + t], decoder_cap.attention(1, 2).numpy(), atol=1e-3)
+    np.testing.assert_allclose(
+        z[t + 1 : 2 * t + 1, 2 * (t + 1) : 2 * (t + 1) + t], decoder_cap.attention(1, 2).numpy(), atol=1e-3
+    )
     assert list(fig.data[0].customdata[t + 1][2 * (t + 1)]) == [1, 2]
     assert len(fig.layout.shapes) == 1  # the selected head is outlined
     assert figures.model_view_cell(decoder_cap, 2 * (t + 1) + 3, t + 1 + 9) == (1, 2)
@@ -121,7 +125,7 @@ def test_cost_tables_reproduce_the_seed_numbers():
     cap512 = Capture("x", ["t"] * 512, [0] * 512, [(0, 0)] * 512, [], {}, meta)
     tables = cost_tables(cap512)
     flops = tables["flops"].set_index("operation")
-    assert flops.loc["QKᵀ", "one layer"] == "402.65 M"           # 2·12·512²·64
+    assert flops.loc["QKᵀ", "one layer"] == "402.65 M"  # 2·12·512²·64
     assert flops.loc["Q, K, V projection", "one layer"] == "1.81 G"  # 3·2·n·d²
     memory = tables["memory"]
     assert memory.iloc[0]["A per head"] == "1.0 MiB"  # n² × 4 B at n = 512, as the seed says

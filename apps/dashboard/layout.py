@@ -58,18 +58,25 @@ VIEWS = [
     *analysis_views.VIEWS,
 ]
 
-LONG_EXAMPLE = " ".join([
-    "Attention lets every token look at every other token in one step.",
-    "Each position asks a question with its query vector, every position answers with its key,",
-    "and the answers are mixed by the values, weighted by how well query and key agree.",
-    "The weights of one row always sum to one, which is why a head that stares at the first token",
-    "is not ignoring the sentence but parking its attention somewhere harmless.",
-    "Decoders add a causal mask so that no token can see the future, and the upper triangle of",
-    "every map stays empty. Dividing the scores by the square root of the key size keeps the",
-    "softmax from collapsing into a single spike when the vectors are long.",
-]) + " " + " ".join(
-    f"In paragraph {i}, the cat chased the mouse because it was hungry, and the mouse hid in the box"
-    " because it was small." for i in range(1, 13)
+LONG_EXAMPLE = (
+    " ".join(
+        [
+            "Attention lets every token look at every other token in one step.",
+            "Each position asks a question with its query vector, every position answers with its key,",
+            "and the answers are mixed by the values, weighted by how well query and key agree.",
+            "The weights of one row always sum to one, which is why a head that stares at the first token",
+            "is not ignoring the sentence but parking its attention somewhere harmless.",
+            "Decoders add a causal mask so that no token can see the future, and the upper triangle of",
+            "every map stays empty. Dividing the scores by the square root of the key size keeps the",
+            "softmax from collapsing into a single spike when the vectors are long.",
+        ]
+    )
+    + " "
+    + " ".join(
+        f"In paragraph {i}, the cat chased the mouse because it was hungry, and the mouse hid in the box"
+        " because it was small."
+        for i in range(1, 13)
+    )
 )
 
 EXAMPLES = {
@@ -103,75 +110,192 @@ def build_layout(model_options: list[dict], default_model: str, default_text: st
                 "softmax(QKᵀ/√d_k + M)·V and checked against the model's own numbers.",
                 style={"color": "#555", "marginBottom": "10px"},
             ),
-            html.Div([
-                html.Div([html.Label("Model"), dcc.Dropdown(id=ID.model, options=model_options, value=default_model,
-                                                              clearable=False, style={"width": "300px"})], style=_CONTROL),
-                html.Div([html.Label("Example"), dcc.Dropdown(
-                    id=ID.example, options=[{"label": v, "value": k} for k, v in EXAMPLES.items()],
-                    placeholder="pick an example sentence…", style={"width": "420px"})], style=_CONTROL),
-            ]),
+            html.Div(
+                [
+                    html.Div(
+                        [
+                            html.Label("Model"),
+                            dcc.Dropdown(
+                                id=ID.model,
+                                options=model_options,
+                                value=default_model,
+                                clearable=False,
+                                style={"width": "300px"},
+                            ),
+                        ],
+                        style=_CONTROL,
+                    ),
+                    html.Div(
+                        [
+                            html.Label("Example"),
+                            dcc.Dropdown(
+                                id=ID.example,
+                                options=[{"label": v, "value": k} for k, v in EXAMPLES.items()],
+                                placeholder="pick an example sentence…",
+                                style={"width": "420px"},
+                            ),
+                        ],
+                        style=_CONTROL,
+                    ),
+                ]
+            ),
             dcc.Textarea(id=ID.text, value=default_text, style={"width": "100%", "height": "60px", "marginTop": "6px"}),
-            html.Div(id=ID.target_box, style={"display": "none"}, children=[
-                html.Label("Target — the decoder's text, teacher-forced (empty: the decoder reads its start token only)"),
-                dcc.Textarea(id=ID.target, value="", style={"width": "100%", "height": "40px"}),
-            ]),
-            html.Div([
-                html.Button("Run model", id=ID.run, n_clicks=0, style={"marginRight": "12px"}),
-                dcc.Checklist(id=ID.bos, value=[], inline=True, style={"display": "inline-block", "marginRight": "12px"},
-                              options=[{"label": " prepend BOS (decoders park their attention sink there)", "value": "bos"}]),
-                dcc.Loading(html.Span(id=ID.status, style={"color": "#555"}), type="dot", style={"display": "inline-block"}),
-            ], style={"margin": "6px 0"}),
-            html.Div(id=ID.message, role="alert", style={"color": "#b00020", "whiteSpace": "pre-wrap", "margin": "4px 0"}),
-            html.Div([
-                html.Div([html.Label("Part"), dcc.Dropdown(id=ID.part, clearable=False, style={"width": "230px"})],
-                         id=ID.part_box, style={**_CONTROL, "display": "none"},
-                         title="encoder: source × source; decoder: target × target (causal); cross: target × source"),
-                html.Div([html.Label("Layer (0-based)"), dcc.Dropdown(id=ID.layer, clearable=False, style={"width": "110px"})],
-                         style=_CONTROL),
-                html.Div([html.Label("Head (0-based)"), dcc.Dropdown(id=ID.head, clearable=False, style={"width": "110px"})],
-                         style=_CONTROL),
-                html.Div([html.Label("Units"), dcc.RadioItems(
-                    id=ID.words, value="tokens", inline=True,
-                    options=[{"label": " tokens ", "value": "tokens"}, {"label": " words", "value": "words"}])],
-                    style=_CONTROL, title="words: attention to a word is summed over its pieces, from a word averaged"),
-                html.Div([html.Label("Export figures as"), dcc.RadioItems(
-                    id=ID.export_format, value="png", inline=True,
-                    options=[{"label": " PNG ", "value": "png"}, {"label": " SVG", "value": "svg"}])], style=_CONTROL),
-                html.Div([html.Button("CSV of the shown matrix", id=ID.csv_button, n_clicks=0),
-                          html.Button("Capture file", id=ID.capture_button, n_clicks=0, style={"marginLeft": "6px"}),
-                          html.Button("HTML file (offline)", id=ID.html_button, n_clicks=0, style={"marginLeft": "6px"},
-                                      title="this view's figures as one self-contained HTML page")],
-                         style={**_CONTROL, "paddingTop": "18px"}),
-            ], style={"margin": "8px 0"}),
+            html.Div(
+                id=ID.target_box,
+                style={"display": "none"},
+                children=[
+                    html.Label(
+                        "Target — the decoder's text, teacher-forced (empty: the decoder reads its start token only)"
+                    ),
+                    dcc.Textarea(id=ID.target, value="", style={"width": "100%", "height": "40px"}),
+                ],
+            ),
+            html.Div(
+                [
+                    html.Button("Run model", id=ID.run, n_clicks=0, style={"marginRight": "12px"}),
+                    dcc.Checklist(
+                        id=ID.bos,
+                        value=[],
+                        inline=True,
+                        style={"display": "inline-block", "marginRight": "12px"},
+                        options=[{"label": " prepend BOS (decoders park their attention sink there)", "value": "bos"}],
+                    ),
+                    dcc.Loading(
+                        html.Span(id=ID.status, style={"color": "#555"}), type="dot", style={"display": "inline-block"}
+                    ),
+                ],
+                style={"margin": "6px 0"},
+            ),
+            html.Div(
+                id=ID.message, role="alert", style={"color": "#b00020", "whiteSpace": "pre-wrap", "margin": "4px 0"}
+            ),
+            html.Div(
+                [
+                    html.Div(
+                        [html.Label("Part"), dcc.Dropdown(id=ID.part, clearable=False, style={"width": "230px"})],
+                        id=ID.part_box,
+                        style={**_CONTROL, "display": "none"},
+                        title="encoder: source × source; decoder: target × target (causal); cross: target × source",
+                    ),
+                    html.Div(
+                        [
+                            html.Label("Layer (0-based)"),
+                            dcc.Dropdown(id=ID.layer, clearable=False, style={"width": "110px"}),
+                        ],
+                        style=_CONTROL,
+                    ),
+                    html.Div(
+                        [
+                            html.Label("Head (0-based)"),
+                            dcc.Dropdown(id=ID.head, clearable=False, style={"width": "110px"}),
+                        ],
+                        style=_CONTROL,
+                    ),
+                    html.Div(
+                        [
+                            html.Label("Units"),
+                            dcc.RadioItems(
+                                id=ID.words,
+                                value="tokens",
+                                inline=True,
+                                options=[
+                                    {"label": " tokens ", "value": "tokens"},
+                                    {"label": " words", "value": "words"},
+                                ],
+                            ),
+                        ],
+                        style=_CONTROL,
+                        title="words: attention to a word is summed over its pieces, from a word averaged",
+                    ),
+                    html.Div(
+                        [
+                            html.Label("Export figures as"),
+                            dcc.RadioItems(
+                                id=ID.export_format,
+                                value="png",
+                                inline=True,
+                                options=[{"label": " PNG ", "value": "png"}, {"label": " SVG", "value": "svg"}],
+                            ),
+                        ],
+                        style=_CONTROL,
+                    ),
+                    html.Div(
+                        [
+                            html.Button("CSV of the shown matrix", id=ID.csv_button, n_clicks=0),
+                            html.Button("Capture file", id=ID.capture_button, n_clicks=0, style={"marginLeft": "6px"}),
+                            html.Button(
+                                "HTML file (offline)",
+                                id=ID.html_button,
+                                n_clicks=0,
+                                style={"marginLeft": "6px"},
+                                title="this view's figures as one self-contained HTML page",
+                            ),
+                        ],
+                        style={**_CONTROL, "paddingTop": "18px"},
+                    ),
+                ],
+                style={"margin": "8px 0"},
+            ),
             dcc.Tabs(id=ID.tabs, value="heatmap", children=[dcc.Tab(label=label, value=key) for key, label in VIEWS]),
             _view("heatmap", [dcc.Loading(dcc.Graph(id=ID.heatmap, config=graph_config))]),
-            _view("head", [
-                html.Div([html.Label("Heads to overlay "), dcc.Checklist(id=ID.heads_multi, inline=True)]),
-                html.Div("Hover a query token on the left to isolate its lines.", style={"color": "#555"}),
-                dcc.Loading(dcc.Graph(id=ID.head_view, config=graph_config, clear_on_unhover=True)),
-            ]),
+            _view(
+                "head",
+                [
+                    html.Div([html.Label("Heads to overlay "), dcc.Checklist(id=ID.heads_multi, inline=True)]),
+                    html.Div("Hover a query token on the left to isolate its lines.", style={"color": "#555"}),
+                    dcc.Loading(dcc.Graph(id=ID.head_view, config=graph_config, clear_on_unhover=True)),
+                ],
+            ),
             _view("model", [dcc.Loading(dcc.Graph(id=ID.model_view, config=graph_config))]),
-            _view("lab", [
-                html.P("Click a token to make it the query, and see its row of weights. Switch the causal mask "
-                       "and the ÷√d_k scaling, or change the temperature: the row is recomputed with attnviz's "
-                       "own SDPA from this model's real Q and K."),
-                html.Div(id=ID.lab_tokens, style={"lineHeight": "2.1em", "margin": "6px 0"}),
-                html.Div([
-                    dcc.Checklist(id=ID.lab_switches, inline=True, value=["causal", "scale"], options=[
-                        {"label": " causal mask (see only the left) ", "value": "causal"},
-                        {"label": " ÷√d_k scaling", "value": "scale"}], style=_CONTROL),
-                    html.Div([html.Label("temperature (log scale)"), dcc.Slider(
-                        id=ID.lab_temperature, min=-1, max=1, step=0.05, value=0,
-                        marks={-1: "0.1", -0.5: "0.32", 0: "1", 0.5: "3.2", 1: "10"})], style={**_CONTROL, "width": "360px"}),
-                ]),
-                html.Div(id=ID.lab_stats, style={"fontSize": "1.1em", "margin": "6px 0"}),
-                dcc.Graph(id=ID.lab_graph, config=graph_config),
-            ]),
-            _view("validation", [
-                html.Div(id=ID.validation_summary, style={"margin": "8px 0", "fontFamily": "monospace"}),
-                dcc.Loading(dcc.Graph(id=ID.validation_map, config=graph_config)),
-                dcc.Graph(id=ID.comparison, config=graph_config),
-            ]),
+            _view(
+                "lab",
+                [
+                    html.P(
+                        "Click a token to make it the query, and see its row of weights. Switch the causal mask "
+                        "and the ÷√d_k scaling, or change the temperature: the row is recomputed with attnviz's "
+                        "own SDPA from this model's real Q and K."
+                    ),
+                    html.Div(id=ID.lab_tokens, style={"lineHeight": "2.1em", "margin": "6px 0"}),
+                    html.Div(
+                        [
+                            dcc.Checklist(
+                                id=ID.lab_switches,
+                                inline=True,
+                                value=["causal", "scale"],
+                                options=[
+                                    {"label": " causal mask (see only the left) ", "value": "causal"},
+                                    {"label": " ÷√d_k scaling", "value": "scale"},
+                                ],
+                                style=_CONTROL,
+                            ),
+                            html.Div(
+                                [
+                                    html.Label("temperature (log scale)"),
+                                    dcc.Slider(
+                                        id=ID.lab_temperature,
+                                        min=-1,
+                                        max=1,
+                                        step=0.05,
+                                        value=0,
+                                        marks={-1: "0.1", -0.5: "0.32", 0: "1", 0.5: "3.2", 1: "10"},
+                                    ),
+                                ],
+                                style={**_CONTROL, "width": "360px"},
+                            ),
+                        ]
+                    ),
+                    html.Div(id=ID.lab_stats, style={"fontSize": "1.1em", "margin": "6px 0"}),
+                    dcc.Graph(id=ID.lab_graph, config=graph_config),
+                ],
+            ),
+            _view(
+                "validation",
+                [
+                    html.Div(id=ID.validation_summary, style={"margin": "8px 0", "fontFamily": "monospace"}),
+                    dcc.Loading(dcc.Graph(id=ID.validation_map, config=graph_config)),
+                    dcc.Graph(id=ID.comparison, config=graph_config),
+                ],
+            ),
             _view("cost", [dcc.Loading(html.Div(id=ID.cost))]),
             *analysis_views.layout(_view),
         ],

@@ -29,15 +29,79 @@ if TYPE_CHECKING:
     from ..capture import Capture
 
 __all__ = [
-    "CorefRanking", "Probe", "ProbeResult", "Span", "find_span", "load_probes",
-    "propose_candidates", "rank_heads",
+    "CorefRanking",
+    "Probe",
+    "ProbeResult",
+    "Span",
+    "find_span",
+    "load_probes",
+    "propose_candidates",
+    "rank_heads",
 ]
 
 STOP_WORDS = {
-    "the", "a", "an", "and", "or", "but", "of", "to", "in", "on", "at", "by", "for", "with", "was", "is",
-    "are", "be", "been", "it", "its", "this", "that", "because", "so", "too", "very", "not", "do", "does",
-    "doesn't", "didn't", "he", "she", "they", "him", "her", "them", "his", "their", "had", "has", "have",
-    "的", "了", "很", "是", "在", "和", "也", "都", "就", "把", "给", "因为", "所以", "但", "我", "你", "它", "他", "她",
+    "the",
+    "a",
+    "an",
+    "and",
+    "or",
+    "but",
+    "of",
+    "to",
+    "in",
+    "on",
+    "at",
+    "by",
+    "for",
+    "with",
+    "was",
+    "is",
+    "are",
+    "be",
+    "been",
+    "it",
+    "its",
+    "this",
+    "that",
+    "because",
+    "so",
+    "too",
+    "very",
+    "not",
+    "do",
+    "does",
+    "doesn't",
+    "didn't",
+    "he",
+    "she",
+    "they",
+    "him",
+    "her",
+    "them",
+    "his",
+    "their",
+    "had",
+    "has",
+    "have",
+    "的",
+    "了",
+    "很",
+    "是",
+    "在",
+    "和",
+    "也",
+    "都",
+    "就",
+    "把",
+    "给",
+    "因为",
+    "所以",
+    "但",
+    "我",
+    "你",
+    "它",
+    "他",
+    "她",
 }
 _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff]")
 
@@ -109,7 +173,13 @@ def propose_candidates(cap: Capture, pronoun: str | int | Span, *, limit: int = 
 
 
 def span_attention(
-    cap: Capture, layer: int, query: Span, keys: Sequence[Span], *, exclude: Sequence[int] = (), renormalise: bool = True
+    cap: Capture,
+    layer: int,
+    query: Span,
+    keys: Sequence[Span],
+    *,
+    exclude: Sequence[int] = (),
+    renormalise: bool = True,
 ) -> Tensor:  # [head, key span]
     """Attention from ``query`` (averaged over its tokens) to each key span (summed over its tokens)."""
     a = cap.attention(layer).cpu()[:, list(query.tokens), :]  # [head, query tokens, key_pos]
@@ -210,7 +280,9 @@ def rank_heads(
         f"{s.text!r} holds the sink token {cap.token_labels[t]!r}, left out of its weight"
         + ("" if set(s.tokens) - set(exclude) else " (so it gets 0)")
         + "; prepend a BOS (add_bos=True) to keep the sink off the text"
-        for s in spans for t in s.tokens if t in exclude
+        for s in spans
+        for t in s.tokens
+        if t in exclude
     ]
     rows = []
     for layer in cap.layer_indices():
@@ -227,8 +299,15 @@ def rank_heads(
     table["_top"] = table[names].max(axis=1)
     table = table.sort_values("_top", ascending=False, kind="stable").drop(columns="_top").reset_index(drop=True)
     labels = cap.token_labels
-    return CorefRanking(p, spans, table, [labels[t] for t in exclude], renormalise and bool(exclude),
-                        str(cap.model.get("name", "")), notes)
+    return CorefRanking(
+        p,
+        spans,
+        table,
+        [labels[t] for t in exclude],
+        renormalise and bool(exclude),
+        str(cap.model.get("name", "")),
+        notes,
+    )
 
 
 def _unique(names: list[str]) -> list[str]:
@@ -256,15 +335,23 @@ class Probe:
     def __post_init__(self) -> None:
         for name in ("text", "pronoun", "gold"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
-                raise InputError(f"probe {self.id or self.text!r}: {name} must be a non-empty string, got {getattr(self, name)!r}")
+                raise InputError(
+                    f"probe {self.id or self.text!r}: {name} must be a non-empty string, got {getattr(self, name)!r}"
+                )
         if isinstance(self.candidates, str) or not all(isinstance(c, str) for c in self.candidates):
-            raise InputError(f"probe {self.id or self.text!r}: candidates must be a list of strings, got {self.candidates!r}")
+            raise InputError(
+                f"probe {self.id or self.text!r}: candidates must be a list of strings, got {self.candidates!r}"
+            )
         object.__setattr__(self, "candidates", tuple(self.candidates))
         if len(self.candidates) < 2:
-            raise InputError(f"probe {self.id or self.text!r}: needs at least 2 candidates, got {list(self.candidates)}")
+            raise InputError(
+                f"probe {self.id or self.text!r}: needs at least 2 candidates, got {list(self.candidates)}"
+            )
         if self.gold not in self.candidates:
-            raise InputError(f"probe {self.id or self.text!r}: gold {self.gold!r} is not one of the candidates "
-                             f"{list(self.candidates)}")
+            raise InputError(
+                f"probe {self.id or self.text!r}: gold {self.gold!r} is not one of the candidates "
+                f"{list(self.candidates)}"
+            )
 
     @classmethod
     def from_dict(cls, item: Any, default_id: str = "") -> Probe:
@@ -277,8 +364,14 @@ class Probe:
         candidates = item["candidates"]
         if not isinstance(candidates, (list, tuple)):
             raise InputError(f"candidates must be a list of strings, got {candidates!r}")
-        return cls(item["text"], item["pronoun"], tuple(candidates), item["gold"],
-                   str(item.get("id", default_id)), str(item.get("lang", "")))
+        return cls(
+            item["text"],
+            item["pronoun"],
+            tuple(candidates),
+            item["gold"],
+            str(item.get("id", default_id)),
+            str(item.get("lang", "")),
+        )
 
 
 PROBE_SETS = {"en": "en.jsonl", "zh": "zh.jsonl"}

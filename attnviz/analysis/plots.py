@@ -28,14 +28,22 @@ def head_map(table: pd.DataFrame, column: str, *, title: str | None = None, colo
     for row in table.itertuples(index=False):
         grid[row.layer, row.head] = float(getattr(row, column))
     meaning = STATISTICS.get(column) or DETECTORS.get(column) or column
-    fig = go.Figure(go.Heatmap(
-        z=grid.numpy(), x=list(range(heads)), y=list(range(layers)), colorscale=colorscale,
-        hovertemplate="L%{y}·H%{x}: %{z:.3f}<extra></extra>", colorbar=dict(title=column),
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.numpy(),
+            x=list(range(heads)),
+            y=list(range(layers)),
+            colorscale=colorscale,
+            hovertemplate="L%{y}·H%{x}: %{z:.3f}<extra></extra>",
+            colorbar=dict(title=column),
+        )
+    )
     fig.update_layout(
         title=title or f"{column}: {meaning}",
-        xaxis=dict(title="head", dtick=1), yaxis=dict(title="layer", autorange="reversed", dtick=1),
-        height=max(320, 22 * layers + 140), margin=dict(l=60, r=10, t=60, b=40),
+        xaxis=dict(title="head", dtick=1),
+        yaxis=dict(title="layer", autorange="reversed", dtick=1),
+        height=max(320, 22 * layers + 140),
+        margin=dict(l=60, r=10, t=60, b=40),
     )
     return fig
 
@@ -44,16 +52,27 @@ def probe_accuracy_map(result: ProbeResult) -> go.Figure:
     """Layer × head accuracy at picking the gold antecedent, with the baselines in the title."""
     grid = result.accuracy_map()
     best = result.best
-    fig = go.Figure(go.Heatmap(
-        z=grid.numpy(), colorscale="RdBu", zmin=0, zmax=1, zmid=max(result.baselines.values()),
-        hovertemplate="L%{y}·H%{x}: %{z:.0%}<extra></extra>", colorbar=dict(title="accuracy", tickformat=".0%"),
-    ))
+    fig = go.Figure(
+        go.Heatmap(
+            z=grid.numpy(),
+            colorscale="RdBu",
+            zmin=0,
+            zmax=1,
+            zmid=max(result.baselines.values()),
+            hovertemplate="L%{y}·H%{x}: %{z:.0%}<extra></extra>",
+            colorbar=dict(title="accuracy", tickformat=".0%"),
+        )
+    )
     fig.update_layout(
-        title=(f"{int(best['n'])} probes: best L{int(best['layer'])}·H{int(best['head'])} {best['accuracy']:.0%} — "
-               f"baselines: nearest {result.baselines['nearest']:.0%}, first {result.baselines['first']:.0%} "
-               "(red beats both)"),
-        xaxis=dict(title="head", dtick=1), yaxis=dict(title="layer", autorange="reversed", dtick=1),
-        height=max(320, 22 * grid.shape[0] + 140), margin=dict(l=60, r=10, t=60, b=40),
+        title=(
+            f"{int(best['n'])} probes: best L{int(best['layer'])}·H{int(best['head'])} {best['accuracy']:.0%} — "
+            f"baselines: nearest {result.baselines['nearest']:.0%}, first {result.baselines['first']:.0%} "
+            "(red beats both)"
+        ),
+        xaxis=dict(title="head", dtick=1),
+        yaxis=dict(title="layer", autorange="reversed", dtick=1),
+        height=max(320, 22 * grid.shape[0] + 140),
+        margin=dict(l=60, r=10, t=60, b=40),
     )
     return fig
 
@@ -63,11 +82,18 @@ def coref_bars(ranking: CorefRanking, *, top: int = 10) -> go.Figure:
     table = ranking.table.head(top)
     names = [c for c in table.columns if c not in {"layer", "head", "preferred", "margin"}]
     x = [f"L{r.layer}·H{r.head}" for r in table.itertuples(index=False)]
-    fig = go.Figure([go.Bar(name=name, x=x, y=table[name].round(4), hovertemplate=f"{name}: %{{y:.3f}}<extra></extra>")
-                     for name in names])
+    fig = go.Figure(
+        [
+            go.Bar(name=name, x=x, y=table[name].round(4), hovertemplate=f"{name}: %{{y:.3f}}<extra></extra>")
+            for name in names
+        ]
+    )
     fig.update_layout(
-        barmode="group", title=f"{ranking.pronoun.text!r} → candidates, top {len(table)} heads ({ranking.how()})",
-        yaxis=dict(title="attention", range=[0, 1]), height=360, margin=dict(l=50, r=10, t=60, b=40),
+        barmode="group",
+        title=f"{ranking.pronoun.text!r} → candidates, top {len(table)} heads ({ranking.how()})",
+        yaxis=dict(title="attention", range=[0, 1]),
+        height=360,
+        margin=dict(l=50, r=10, t=60, b=40),
     )
     return fig
 
@@ -78,18 +104,34 @@ def rollout_figure(cap: Capture, flow: torch.Tensor, *, query: int | None = None
     last = flow[-1]
     caption = "attention rollout (heads averaged, residual mixed in, multiplied through layers) — a flow estimate, not an attribution"
     if query is None:
-        fig = go.Figure(go.Heatmap(z=last.numpy().round(5), colorscale="Greens",
-                                   hovertemplate="query %{y} ← key %{x}: %{z:.4f}<extra></extra>"))
+        fig = go.Figure(
+            go.Heatmap(
+                z=last.numpy().round(5),
+                colorscale="Greens",
+                hovertemplate="query %{y} ← key %{x}: %{z:.4f}<extra></extra>",
+            )
+        )
         fig.update_layout(
             xaxis=dict(tickmode="array", tickvals=list(range(len(names))), ticktext=names, side="top"),
             yaxis=dict(tickmode="array", tickvals=list(range(len(names))), ticktext=names, autorange="reversed"),
         )
     else:
-        fig = go.Figure(go.Bar(x=list(range(len(names))), y=last[query].numpy().round(5), customdata=names,
-                               hovertemplate="%{customdata}: %{y:.4f}<extra></extra>"))
-        fig.update_layout(xaxis=dict(tickmode="array", tickvals=list(range(len(names))), ticktext=names),
-                          yaxis=dict(title="share of the flow"))
+        fig = go.Figure(
+            go.Bar(
+                x=list(range(len(names))),
+                y=last[query].numpy().round(5),
+                customdata=names,
+                hovertemplate="%{customdata}: %{y:.4f}<extra></extra>",
+            )
+        )
+        fig.update_layout(
+            xaxis=dict(tickmode="array", tickvals=list(range(len(names))), ticktext=names),
+            yaxis=dict(title="share of the flow"),
+        )
         caption = f"{names[query]!r}: " + caption
-    fig.update_layout(title=dict(text=caption, font=dict(size=13)), height=max(360, min(900, 18 * len(names) + 160)),
-                      margin=dict(l=80, r=10, t=90, b=40))
+    fig.update_layout(
+        title=dict(text=caption, font=dict(size=13)),
+        height=max(360, min(900, 18 * len(names) + 160)),
+        margin=dict(l=80, r=10, t=90, b=40),
+    )
     return fig

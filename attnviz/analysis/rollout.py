@@ -26,7 +26,11 @@ __all__ = ["rollout"]
 
 
 def rollout(
-    cap: Capture, *, residual: float = 0.5, head_fusion: str = "mean", part: str | None = None,
+    cap: Capture,
+    *,
+    residual: float = 0.5,
+    head_fusion: str = "mean",
+    part: str | None = None,
 ) -> Tensor:  # [layer, query_pos, key_pos]
     """Cumulative rollout after each captured layer (all layers must be captured).
 
@@ -36,7 +40,9 @@ def rollout(
     cap = cap.select(part)
     layers = cap.layer_indices()
     if layers != list(range(cap.n_layers)):
-        raise InputError(f"rollout needs every layer; this capture has {layers} of {cap.n_layers}: capture with layers=None")
+        raise InputError(
+            f"rollout needs every layer; this capture has {layers} of {cap.n_layers}: capture with layers=None"
+        )
     if not 0.0 <= residual <= 1.0:
         raise InputError(f"residual must be in [0, 1], got {residual}")
     fuse = {"mean": lambda a: a.mean(0), "max": lambda a: a.max(0).values, "min": lambda a: a.min(0).values}

@@ -37,8 +37,9 @@ STATISTICS = {
 
 def _is_punct(text: str) -> bool:
     text = text.strip()
-    return bool(text) and all(unicodedata.category(ch).startswith("P") or unicodedata.category(ch).startswith("S")
-                              for ch in text)
+    return bool(text) and all(
+        unicodedata.category(ch).startswith("P") or unicodedata.category(ch).startswith("S") for ch in text
+    )
 
 
 def special_positions(cap: Capture) -> list[int]:
@@ -92,7 +93,7 @@ def detect_heads(
     Returns ``layer, head, score, rows`` (rows: how many query rows were scored, over all texts).
     ``part`` picks the encoder or the decoder of an encoder-decoder capture.
     """
-    caps = [c.select(part) for c in ([caps] if not isinstance(caps, (list, tuple)) else caps)]
+    caps = _selected(caps, part)
     total: dict[tuple[int, int], float] = {}
     rows_total = 0
     for cap in caps:
@@ -102,6 +103,12 @@ def detect_heads(
             for head, value in enumerate(_pattern_mass(cap.attention(layer).cpu(), mask).tolist()):
                 total[(layer, head)] = total.get((layer, head), 0.0) + value
     return _scores_frame(caps[0], total, rows_total)
+
+
+def _selected(caps: Capture | Sequence[Capture], part: str | None) -> list[Capture]:
+    """One capture or several, each narrowed to the self-attention part the analysis reads."""
+    items: Sequence[Capture] = caps if isinstance(caps, (list, tuple)) else [caps]  # type: ignore[list-item]
+    return [c.select(part) for c in items]
 
 
 def _pattern(cap: Capture, pattern: str | Tensor | Callable[[Capture], Tensor]) -> Tensor:  # [q, k] float
@@ -119,7 +126,9 @@ def _pattern(cap: Capture, pattern: str | Tensor | Callable[[Capture], Tensor]) 
     return mask
 
 
-def _pattern_mass(a: Tensor, mask: Tensor) -> Tensor:  # a [head, q, k] -> [head]: mass on targets, summed over scored rows
+def _pattern_mass(
+    a: Tensor, mask: Tensor
+) -> Tensor:  # a [head, q, k] -> [head]: mass on targets, summed over scored rows
     scored = mask.sum(-1) > 0
     return (a * mask).sum(-1)[:, scored].sum(-1)
 
@@ -128,9 +137,16 @@ def _scores_frame(cap: Capture, total: dict, rows_total: int) -> pd.DataFrame:
     import pandas as pd
 
     return pd.DataFrame(
-        [{"layer": layer, "head": head,
-          "score": total.get((layer, head), 0.0) / rows_total if rows_total else float("nan"), "rows": rows_total}
-         for layer in cap.layer_indices() for head in range(cap.n_heads)]
+        [
+            {
+                "layer": layer,
+                "head": head,
+                "score": total.get((layer, head), 0.0) / rows_total if rows_total else float("nan"),
+                "rows": rows_total,
+            }
+            for layer in cap.layer_indices()
+            for head in range(cap.n_heads)
+        ]
     )
 
 
@@ -142,7 +158,7 @@ def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True, par
     """
     import pandas as pd
 
-    caps = [c.select(part) for c in ([caps] if not isinstance(caps, (list, tuple)) else caps)]
+    caps = _selected(caps, part)
     if not caps:
         raise InputError("head_stats needs at least one capture")
     sums: dict[tuple[int, int], dict[str, float]] = {}
@@ -157,14 +173,22 @@ def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True, par
         punct = [i for i, (s, e) in enumerate(cap.offsets) if e > s and _is_punct(cap.text[s:e])]
         pos = torch.arange(n, dtype=torch.float32)
         dist = (pos[:, None] - pos[None, :]).abs()
-        parts_n = {"first": n, "special": n if special else 0, "punctuation": n, "self": n,
-                   "previous": n - 1, "next": n - 1, "distance": n, "entropy": n}
+        parts_n = {
+            "first": n,
+            "special": n if special else 0,
+            "punctuation": n,
+            "self": n,
+            "previous": n - 1,
+            "next": n - 1,
+            "distance": n,
+            "entropy": n,
+        }
         for key, value in parts_n.items():
             counts[key] = counts.get(key, 0) + value
         for layer in cap.layer_indices():
             a = cap.attention(layer).cpu()  # [head, q, k]
             logs = torch.where(a > 0, a.log(), torch.zeros_like(a))
-            parts = {
+            parts: dict[str, Tensor] = {
                 "first": a[:, :, 0].sum(-1),
                 "special": a[:, :, special].sum(-1).sum(-1) if special else torch.zeros(a.shape[0]),
                 "punctuation": a[:, :, punct].sum(-1).sum(-1) if punct else torch.zeros(a.shape[0]),
@@ -178,11 +202,11 @@ def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True, par
                 parts[name] = _pattern_mass(a, mask)
             for head in range(a.shape[0]):
                 acc = sums.setdefault((layer, head), {})
-                for key, value in parts.items():
-                    acc[key] = acc.get(key, 0.0) + float(value[head])
+                for key, per_head in parts.items():
+                    acc[key] = acc.get(key, 0.0) + float(per_head[head])
     rows = []
     for (layer, head), acc in sorted(sums.items()):
-        row = {"layer": layer, "head": head}
+        row: dict[str, float] = {"layer": layer, "head": head}
         for key in STATISTICS:
             row[key] = acc[key] / counts[key] if counts.get(key) else float("nan")
         for name in DETECTORS if detectors else ():
