@@ -129,3 +129,24 @@ def test_cli_usage_and_input_errors_exit_2_in_one_line(tmp_path, capsys, tiny_be
         err = capsys.readouterr().err
         assert err.startswith("error: ") and message in err and err.count("\n") == 1, (argv, err)
     assert main(["capture", str(folder), "The cat."]) == 0
+
+
+def test_more_library_inputs_that_used_to_surface_raw(tiny_bert_words):
+    model, tok = tiny_bert_words
+    cap = attnviz.capture(model, "The cat sat.", tok)
+    with pytest.raises(attnviz.InputError, match="temperature must be a number > 0, got nan"):
+        cap.attention(0, temperature=float("nan"))
+    with pytest.raises(attnviz.ArgumentTypeError, match="tokenizer must be a transformers tokenizer, got str"):
+        attnviz.capture(model, "The cat sat.", "bert-base-uncased")
+
+
+def test_cli_exit_1_means_validation_failed(tiny_bert_words, tmp_path, capsys):
+    from dataclasses import replace
+
+    model, tok = tiny_bert_words
+    cap = attnviz.capture(model, "The cat sat on the mat.", tok)
+    tampered = replace(cap, records={key: replace(r, scaling=r.scaling * 2) for key, r in cap.records.items()})
+    path = tampered.save(tmp_path / "tampered.attnviz")
+    assert main(["validate", "--capture", str(path)]) == 1
+    assert "attnviz validation FAIL" in capsys.readouterr().out
+    assert main(["validate", "--capture", str(cap.save(tmp_path / "fine.attnviz"))]) == 0
