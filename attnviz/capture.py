@@ -151,15 +151,19 @@ class Capture:
         if part == "cross":
             raise InputError("cross-attention reads the target over the source; choose the encoder or the decoder part")
         seq, _ = self.sequences(part)
-        return Capture(
-            text=seq.text,
-            tokens=seq.tokens,
-            token_ids=seq.token_ids,
-            offsets=seq.offsets,
-            words=seq.words,
-            records={key: rec for key, rec in self.records.items() if key[0] == part},
-            model={**self.model, "parts": {part: self.model["parts"][part]}},
-        )
+        records = {key: rec for key, rec in self.records.items() if key[0] == part}
+        return Capture.of(seq, records, {**self.model, "parts": {part: self.model["parts"][part]}})
+
+    @classmethod
+    def of(
+        cls,
+        source: TokenSequence,
+        records: dict[tuple[str, int], LayerRecord],
+        model: dict[str, Any],
+        target: TokenSequence | None = None,
+    ) -> Capture:
+        """A capture of ``source`` (and, for an encoder-decoder, the decoder's ``target``) tokens."""
+        return cls(source.text, source.tokens, source.token_ids, source.offsets, source.words, records, model, target)
 
     @property
     def target_text(self) -> str | None:

@@ -104,16 +104,11 @@ def load(path: str | Path) -> Capture:
                 f"{str(path)!r} was written by a newer attnviz (format version {meta['version']}); upgrade attnviz"
             )
         records = _records_v2(meta, tensors) if meta["version"] >= 2 else _records_v1(meta, tensors)
-        source = _sequence(meta)
-        return Capture(
-            text=source.text,
-            tokens=source.tokens,
-            token_ids=source.token_ids,
-            offsets=source.offsets,
-            words=source.words,
-            records=records,
-            model=meta["model"],
-            target=None if meta.get("target") is None else _sequence(meta["target"]),
+        return Capture.of(
+            _sequence(meta),
+            records,
+            meta["model"],
+            None if meta.get("target") is None else _sequence(meta["target"]),
         )
     except CaptureFileError:
         raise

@@ -369,18 +369,10 @@ def capture(
             target_seq = TokenSequence(
                 t_text, list(t_tokens), list(t_ids), list(t_offsets), words_from_offsets(t_text, t_offsets, t_tokens)
             )
-        captures.append(
-            Capture(
-                text=the_text,
-                tokens=list(tokens),
-                token_ids=list(row),
-                offsets=list(offsets),
-                words=words_from_offsets(the_text, offsets, tokens),
-                records=build_records(kept, b, cut, len(encoded) > 1),
-                model=dict(meta),
-                target=target_seq,
-            )
+        source = TokenSequence(
+            the_text, list(tokens), list(row), list(offsets), words_from_offsets(the_text, offsets, tokens)
         )
+        captures.append(Capture.of(source, build_records(kept, b, cut, len(encoded) > 1), dict(meta), target_seq))
     if check != "off":
         _self_check(captures, check)
     return captures[0] if isinstance(text, str) or (texts is None and len(captures) == 1) else captures
