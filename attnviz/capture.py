@@ -21,6 +21,8 @@ from torch import Tensor
 
 from .attention import build_mask, scaled_dot_product
 from .errors import ArgumentTypeError, InputError, OutOfRangeError
+from .records import LayerRecord
+from .specs import PARTS
 from .words import TokenSequence, Word, group_matrix
 
 if TYPE_CHECKING:
@@ -30,66 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PARTS", "Capture", "LayerRecord", "TokenSequence"]
 
-PARTS = ("encoder", "decoder", "cross")
 _TENSORS = ("q", "k", "v", "out", "weights", "mask", "bias", "relative_bias", "sinks", "weight_error", "weight_scale")
-
-
-@dataclass
-class LayerRecord:
-    """What one attention layer's kernel saw and produced, for one input."""
-
-    name: str  # the module's name in the model, e.g. "model.layers.3.self_attn"
-    q: Tensor  # [head, query_pos, d_head], after RoPE
-    k: Tensor  # [kv_head, key_pos, d_head], after RoPE, before GQA expansion
-    v: Tensor  # [kv_head, key_pos, d_head_v]
-    out: Tensor | None  # [head, query_pos, d_head_v], the model's own attention output (A·V)
-    weights: Tensor | None  # [head, query_pos, key_pos], the model's own weights (eager, keep_weights=True)
-    scaling: float  # the factor on Q·Kᵀ the model used
-    causal: bool
-    window: int | None = None  # sliding window, when the model used one
-    softcap: float | None = None
-    mask: Tensor | None = (
-        None  # [query_pos, key_pos] or [head, q, k]: bool / additive, only when causal+window do not describe it
-    )
-    bias: Tensor | None = None  # [head or 1, query_pos or 1, key_pos] added to the scores (ALiBi, position bias)
-    relative_bias: Tensor | None = (
-        None  # [head, query_pos + key_pos - 1]: bias[h, i, j] = relative_bias[h, j - i + query_pos - 1]
-    )
-    sinks: Tensor | None = None  # [head] learned sink logits: one more entry in each row's softmax
-    weight_error: Tensor | None = None  # [head] max |recomputed - model's weights|, measured while capturing
-    weight_scale: Tensor | None = None  # [head] max |model's weights|
-
-    @property
-    def n_queries(self) -> int:
-        return self.q.shape[-2]
-
-    @property
-    def n_keys(self) -> int:
-        return self.k.shape[-2]
-
-    def bias_part(self, rows: Tensor | None = None, keys: slice = slice(None)) -> Tensor | None:  # [head or 1, r, k]
-        """The additive score bias for these query rows and keys (dense), or None."""
-        if self.relative_bias is not None:
-            n_q = self.n_queries
-            i = torch.arange(n_q) if rows is None else rows.cpu()
-            j = torch.arange(self.n_keys)[keys]
-            index = (j[None, :] - i[:, None] + n_q - 1).to(self.relative_bias.device)
-            return self.relative_bias[:, index]
-        if self.bias is None:
-            return None
-        b = (
-            self.bias
-            if rows is None or self.bias.shape[-2] == 1
-            else self.bias.index_select(-2, rows.to(self.bias.device))
-        )
-        return b[..., keys]
-
-    def mask_part(self, rows: Tensor | None = None, keys: slice = slice(None)) -> Tensor | None:  # [head or 1, r, k]
-        if self.mask is None:
-            return None
-        m = self.mask if self.mask.dim() == 3 else self.mask[None]
-        m = m if rows is None else m.index_select(-2, rows.to(m.device))
-        return m[..., keys]
 
 
 @dataclass

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 __all__ = [
     "CROSS_ATTENTION_NAMES",
+    "PARTS",
     "FAMILIES",
     "INERT_ARGUMENTS",
     "INTERPRETED_ARGUMENTS",
@@ -39,6 +40,7 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------- where a call sits
+PARTS = ("encoder", "decoder", "cross")  # the attentions a capture can hold, in this order
 #: path components that mark a cross-attention module (decoder queries over encoder keys)
 CROSS_ATTENTION_NAMES = frozenset(
     {

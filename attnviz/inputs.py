@@ -1,0 +1,219 @@
+"""From texts and ids to the model's inputs: tokenization (each text alone, right-padded here so the
+tokenizer is never reconfigured; offsets rebuilt for tokenizers without them), the target of an
+encoder-decoder shifted right as the model does with labels, and the checks that turn ids a model
+cannot read into clear errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .errors import ArgumentTypeError, EmptyTextError, InputError, InputTooLongError
+from .words import offsets_from_tokens
+
+__all__ = ["Encoded", "check_texts", "check_vocabulary", "decoder_inputs", "ids_rows", "padded", "tokenize"]
+
+Encoded = tuple[list[int], list[tuple[int, int]], list[str]]  # ids, offsets, tokens
+
+
+def check_texts(text: Any, what: str = "text") -> list[str]:
+    texts = [text] if isinstance(text, str) else text
+    if not isinstance(texts, (list, tuple)) or not texts:
+        raise ArgumentTypeError(f"{what} must be a string or a non-empty list of strings, got {type(text).__name__}")
+    for i, t in enumerate(texts):
+        if not isinstance(t, str):
+            raise ArgumentTypeError(f"{what}[{i}] must be a string, got {type(t).__name__}")
+        if not t.strip():
+            where = f"the {what}" if isinstance(text, str) else f"{what}[{i}]"
+            raise EmptyTextError(f"{where} is empty or only whitespace; give at least one word")
+    return list(texts)
+
+
+def bos_id(tokenizer) -> int | None:
+    for name in ("bos_token_id", "eos_token_id"):
+        value = getattr(tokenizer, name, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def encode(tokenizer, text: str, kwargs: dict, *, target: bool = False) -> tuple[list[int], list[tuple[int, int]]]:
+    """Token ids and character offsets; offsets rebuilt from the tokens when the tokenizer has none.
+    A ``target`` is encoded as labels are (``text_target``: Marian's target vocabulary…)."""
+    text_arg = {"text_target" if target else "text": text}
+    try:
+        enc = tokenizer(**text_arg, return_offsets_mapping=True, **kwargs)
+        return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+    except (NotImplementedError, KeyError, TypeError, ValueError):  # slow (Python) tokenizers have no offsets
+        pass
+    enc = tokenizer(**text_arg, **kwargs)
+    ids = list(enc["input_ids"])
+    offsets = offsets_from_tokens(text, surfaces(tokenizer, ids))
+    if offsets is None:
+        raise InputError(
+            f"{type(tokenizer).__name__} gives no character offsets and attnviz could not find its tokens "
+            "in the text; use the model's fast tokenizer (AutoTokenizer.from_pretrained(name, use_fast=True))"
+        )
+    return ids, offsets
+
+
+def surfaces(tokenizer, ids: list[int]) -> list[str | None]:
+    """Each token's text for :func:`offsets_from_tokens`: None for special tokens, "" for a byte
+    piece completed by the next one."""
+    special = set(getattr(tokenizer, "all_special_ids", [])) - {getattr(tokenizer, "unk_token_id", None)}
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    out: list[str | None] = []
+    pending: list[str] = []
+    for i, token in zip(ids, tokens):
+        if i in special:
+            out.extend([""] * len(pending))
+            pending = []
+            out.append(None)
+            continue
+        pending.append(token)
+        text = tokenizer.convert_tokens_to_string(pending)
+        if ("\ufffd" in text or text == "") and len(pending) < 4:  # an incomplete UTF-8 character (shown as
+            continue  # "\ufffd", or dropped): wait for its last byte
+        out.extend([""] * (len(pending) - 1))
+        out.append(text.removeprefix("##"))
+        pending = []
+    out.extend([""] * len(pending))
+    return out
+
+
+def tokenize(
+    tokenizer,
+    texts: list[str],
+    max_length: int | None,
+    limit: int | None,
+    model_name: str,
+    add_bos: bool = False,
+    what: str = "text",
+) -> list[Encoded]:
+    """Encode each text alone (no padding), then right-pad ourselves: the tokenizer stays untouched."""
+    bos = bos_id(tokenizer) if add_bos else None
+    encoded = []
+    for i, text in enumerate(texts):
+        kwargs: dict = {"truncation": max_length is not None}
+        if max_length is not None:
+            kwargs["max_length"] = max_length
+        ids, offsets = encode(tokenizer, text, kwargs, target=what == "target")
+        if max_length is not None and len(ids) > max_length:
+            raise InputError(
+                f"max_length={max_length} is shorter than the {len(ids)} tokens the tokenizer keeps for the "
+                f"{what} (its special tokens cannot be cut); give max_length ≥ {len(ids)}"
+            )
+        starts_special = bool(offsets) and offsets[0][0] == offsets[0][1]  # [CLS], <s> …
+        if add_bos and bos is None and not starts_special:
+            raise InputError("add_bos=True but the tokenizer has neither a BOS nor an EOS token to prepend")
+        if bos is not None and not starts_special and (not ids or ids[0] != bos):
+            ids, offsets = [bos] + ids, [(0, 0)] + offsets
+            if max_length is not None and len(ids) > max_length:
+                ids, offsets = ids[:max_length], offsets[:max_length]
+        if limit is not None and len(ids) > limit:
+            which = f"The {what}" if len(texts) == 1 else f"{what.capitalize()} {i}"
+            raise InputTooLongError(
+                f"{which} has {len(ids):,} tokens; {model_name} accepts at most {limit:,}. "
+                f"Shorten the {what} or pass max_length={limit} to truncate."
+            )
+        encoded.append((ids, offsets, tokenizer.convert_ids_to_tokens(ids)))
+    return encoded
+
+
+def shift_right(model: nn.Module, labels: list[int]) -> list[int]:
+    """The decoder input the model builds from ``labels`` (its start token, then labels[:-1])."""
+    start = decoder_start(model)  # a clear error first, where the model's own shift would fail
+    prepare = getattr(model, "prepare_decoder_input_ids_from_labels", None)
+    if prepare is not None:
+        return prepare(labels=torch.tensor([labels])).view(-1).tolist()
+    return [start] + labels[:-1]
+
+
+def decoder_start(model: nn.Module) -> int:
+    config = model.config
+    for source in (getattr(model, "generation_config", None), config, getattr(config, "decoder", None)):
+        value = getattr(source, "decoder_start_token_id", None)
+        if isinstance(value, int):
+            return value
+    raise InputError(
+        f"{type(model).__name__} names no decoder_start_token_id, so attnviz cannot tell what its decoder "
+        "reads first; set model.config.decoder_start_token_id, or pass decoder_input_ids= yourself"
+    )
+
+
+def ids_rows(ids: Tensor, what: str) -> list[Encoded]:
+    if not isinstance(ids, Tensor) or ids.dim() != 2 or ids.is_floating_point():
+        raise ArgumentTypeError(f"{what} must be a [batch, pos] integer tensor")
+    if ids.shape[0] == 0 or ids.shape[1] == 0:
+        raise EmptyTextError(f"{what} has shape {tuple(ids.shape)}: give at least one token")
+    return [
+        (row.tolist(), spaced_offsets([str(t) for t in row.tolist()]), [str(t) for t in row.tolist()]) for row in ids
+    ]
+
+
+def spaced_offsets(tokens: list[str]) -> list[tuple[int, int]]:
+    offsets, pos = [], 0
+    for t in tokens:
+        offsets.append((pos, pos + len(t)))
+        pos += len(t) + 1
+    return offsets
+
+
+def padded(encoded: list[Encoded], device) -> tuple[Tensor, Tensor]:
+    n = max(len(ids) for ids, _, _ in encoded)
+    ids = torch.zeros(len(encoded), n, dtype=torch.long)
+    mask = torch.zeros(len(encoded), n, dtype=torch.long)
+    for b, (row, _, _) in enumerate(encoded):
+        ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+        mask[b, : len(row)] = 1
+    return ids.to(device), mask.to(device)
+
+
+def decoder_inputs(model, tokenizer, encoded, target, decoder_input_ids, encoder_decoder, max_length, limit, name):
+    """(target texts or None, the decoder's encoded inputs per item) for an encoder-decoder model."""
+    if not encoder_decoder:
+        if target is not None or decoder_input_ids is not None:
+            raise InputError(
+                f"{name} is not an encoder-decoder model: it reads one text; leave out target= and decoder_input_ids="
+            )
+        return None, []
+    if target is not None and decoder_input_ids is not None:
+        raise InputError("pass either target or decoder_input_ids, not both")
+    if decoder_input_ids is not None:
+        decoded = ids_rows(decoder_input_ids, "decoder_input_ids")
+        if len(decoded) != len(encoded):
+            raise InputError(f"decoder_input_ids has {len(decoded)} rows for {len(encoded)} inputs")
+        return None, decoded
+    if target is None:
+        start = decoder_start(model)
+        token = tokenizer.convert_ids_to_tokens([start])[0] if tokenizer is not None else str(start)
+        return None, [([start], [(0, 0)], [token]) for _ in encoded]
+    targets = check_texts(target, "target")
+    if len(targets) != len(encoded):
+        raise InputError(f"{len(targets)} targets for {len(encoded)} texts; give one target per text")
+    if tokenizer is None:
+        raise InputError("a target needs the tokenizer; pass tokenizer= (or decoder_input_ids=)")
+    decoded = []
+    for labels, offsets, _ in tokenize(tokenizer, targets, max_length, limit, name, what="target"):
+        shifted = shift_right(model, labels)
+        shifted_offsets = [(0, 0)] + offsets[: len(shifted) - 1]
+        decoded.append((shifted, shifted_offsets, tokenizer.convert_ids_to_tokens(shifted)))
+    return targets, decoded
+
+
+def check_vocabulary(model: nn.Module, encoded: list[Encoded], what: str) -> None:
+    """Ids the embedding has no row for fail deep inside the model: say so here."""
+    get_embeddings: Any = getattr(model, "get_input_embeddings", None)
+    embeddings = get_embeddings() if get_embeddings is not None else None
+    size = getattr(embeddings, "num_embeddings", None)
+    if not isinstance(size, int):
+        return
+    for ids, _, _ in encoded:
+        bad = [i for i in ids if not 0 <= i < size]
+        if bad:
+            raise InputError(
+                f"{what} holds the id {bad[0]}, outside this model's vocabulary of {size:,}; use the model's "
+                "own tokenizer (or ids below the vocabulary size)"
+            )
