@@ -62,20 +62,23 @@ class AttentionCall:
     name: str  # the attention module's qualified name in the model
     part: str  # "encoder", "decoder" or "cross"
     layer: int
-    q: Tensor | None  # [batch, head, query_pos, d_head]; None when the layer was not asked for
-    k: Tensor | None  # [batch, kv_head, key_pos, d_head]
-    v: Tensor | None  # [batch, kv_head, key_pos, d_head_v]
-    out: Tensor | None  # [batch, query_pos, head, d_head_v], the kernel's own output
-    weights: Tensor | None  # [batch, head, query_pos, key_pos] when the backend returned them (and they are kept)
-    mask: Tensor | None  # [batch|1, head|1, query_pos, key_pos] bool (True = may attend) or additive
-    key_padding: Tensor | None  # [batch, key_pos] bool, True = a real key
-    bias: Tensor | None  # [batch|1, head|1, query_pos|1, key_pos] added to the scores (T5, ALiBi)
-    sinks: Tensor | None  # [head] learned sink logits (gpt-oss)
     scaling: float
     causal: bool  # the causal structure the kernel applied besides ``mask``
     window: int | None
     softcap: float | None
     backend: str
+    # the tensors: None when the layer was not asked for (or the kernel gave no such thing)
+    q: Tensor | None = None  # [batch, head, query_pos, d_head]
+    k: Tensor | None = None  # [batch, kv_head, key_pos, d_head]
+    v: Tensor | None = None  # [batch, kv_head, key_pos, d_head_v]
+    out: Tensor | None = None  # [batch, query_pos, head, d_head_v], the kernel's own output
+    weights: Tensor | None = (
+        None  # [batch, head, query_pos, key_pos] when the backend returned them (and they are kept)
+    )
+    mask: Tensor | None = None  # [batch|1, head|1, query_pos, key_pos] bool (True = may attend) or additive
+    key_padding: Tensor | None = None  # [batch, key_pos] bool, True = a real key
+    bias: Tensor | None = None  # [batch|1, head|1, query_pos|1, key_pos] added to the scores (T5, ALiBi)
+    sinks: Tensor | None = None  # [head] learned sink logits (gpt-oss)
     weight_error: Tensor | None = None  # [batch, head] max |recomputed - model's weights| (weights dropped)
     weight_scale: Tensor | None = None  # [batch, head] max |model's weights|
     sizes: dict[str, int] = field(default_factory=dict)  # n_heads, n_kv_heads, d_head (also when not kept)
@@ -110,6 +113,21 @@ class AttentionCall:
             window=self.window,
             softcap=self.softcap,
         )
+
+
+_CALL_TENSORS = (
+    "q",
+    "k",
+    "v",
+    "out",
+    "weights",
+    "mask",
+    "key_padding",
+    "bias",
+    "sinks",
+    "weight_error",
+    "weight_scale",
+)
 
 
 @dataclass
@@ -253,15 +271,6 @@ class Recorder:
             name=self._names[id(module)],
             part=part,
             layer=layer,
-            q=None,
-            k=None,
-            v=None,
-            out=None,
-            weights=None,
-            mask=None,
-            key_padding=None,
-            bias=None,
-            sinks=None,
             scaling=scaling,
             causal=causal,
             window=int(window) if window is not None else None,
@@ -274,28 +283,14 @@ class Recorder:
             call.mask, call.key_padding = mask, key_padding
             call.bias = bias.detach() if isinstance(bias, Tensor) else None
             call.sinks = sinks.detach() if isinstance(sinks, Tensor) else None
-            if isinstance(weights, Tensor) and self.weight_mode != "drop":
-                if self.weight_mode == "keep":
-                    call.weights = weights.detach()
-                else:
-                    from .validate import weight_errors
+            if isinstance(weights, Tensor) and self.weight_mode == "keep":
+                call.weights = weights.detach()
+            elif isinstance(weights, Tensor) and self.weight_mode == "compare":
+                from .validate import weight_errors
 
-                    lengths = None if self.lengths is None else self.lengths.get(part)
-                    call.weight_error, call.weight_scale = weight_errors(call, weights.detach(), lengths)
-                    call.weights = None
-            for name in (
-                "q",
-                "k",
-                "v",
-                "out",
-                "weights",
-                "mask",
-                "key_padding",
-                "bias",
-                "sinks",
-                "weight_error",
-                "weight_scale",
-            ):
+                lengths = None if self.lengths is None else self.lengths.get(part)
+                call.weight_error, call.weight_scale = weight_errors(call, weights.detach(), lengths)
+            for name in _CALL_TENSORS:
                 value = getattr(call, name)
                 if isinstance(value, Tensor):
                     setattr(call, name, move(value))
