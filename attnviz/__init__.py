@@ -23,6 +23,7 @@ from .errors import (
     UnsupportedModelError,
     ValidationError,
 )
+from .generation import Generation, GenerationStep, generate
 from .io import load
 from .models import EMBEDDED_MODELS, load_model, tiny_families, tiny_model
 from .probing import evaluate_probes
@@ -63,6 +64,9 @@ __all__ = [
     "ValidationReport",
     "Word",
     "capture",
+    "generate",
+    "Generation",
+    "GenerationStep",
     "evaluate_probes",
     "load",
     "load_model",

@@ -30,7 +30,7 @@ from .inputs import check_texts, check_vocabulary, decoder_inputs, ids_rows, pad
 from .models import load_model, resolve_dtype
 from .records import build_records, check_calls, part_sizes
 from .specs import RESERVED_POSITIONS, refusal, supported_families
-from .taps import tap_model
+from .taps import AttentionCall, tap_model
 from .validate import SAMPLE_ROWS, ValidationError, validate
 from .words import words_from_offsets
 
@@ -39,7 +39,7 @@ __all__ = ["capture"]
 CHECKS = ("sample", "full", "off")
 
 
-def _max_positions(config) -> int | None:
+def max_positions(config) -> int | None:
     for name in ("max_position_embeddings", "n_positions", "max_seq_len"):
         value = getattr(config, name, None)
         if isinstance(value, int) and value > 0:
@@ -47,7 +47,7 @@ def _max_positions(config) -> int | None:
     return None
 
 
-def _n_layers(config) -> int | None:
+def n_layers(config) -> int | None:
     counts = [
         getattr(config, name, None)
         for name in (
@@ -113,28 +113,11 @@ def capture(
         raise InputError(f"check must be one of {', '.join(CHECKS)}, got {check!r}")
     if max_length is not None and (not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1):
         raise InputError(f"max_length must be a whole number ≥ 1, got {max_length!r}")
-    name = None
-    if isinstance(model, (str, Path)):
-        name = str(model)
-        model, loaded_tokenizer = load_model(name, device=device, dtype=dtype, attn_implementation=attn_implementation)
-        tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
-    elif isinstance(model, nn.Module):
-        _check_model_placement(model, device, dtype, attn_implementation)
-    else:
-        raise ArgumentTypeError(f"model must be a name, a path or a transformers model, got {type(model).__name__}")
-    if model.training:
-        raise ModelInTrainingModeError(
-            f"{type(model).__name__} is in training mode: dropout would make every capture different. "
-            "Call model.eval() first."
-        )
+    model, tokenizer, name = resolve_model(model, tokenizer, device, dtype, attn_implementation)
     config = model.config
-    name = name or getattr(config, "_name_or_path", "") or type(model).__name__
-    reason = refusal(config)
-    if reason:
-        raise UnsupportedModelError(f"{reason}. attnviz supports {supported_families()}")
     encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
-    wanted = _check_layers(layers, _n_layers(config))
-    limit = _max_positions(config)
+    wanted = check_layers(layers, n_layers(config))
+    limit = max_positions(config)
 
     if input_ids is not None:
         if text is not None:
@@ -187,21 +170,7 @@ def capture(
         raise OutOfRangeError(
             f"none of layers {sorted(wanted or [])} ran; this model has {len(calls)} attention layers"
         )
-    meta = {
-        "name": name,
-        "model_type": getattr(config, "model_type", None),
-        "class": type(model).__name__,
-        "backend": kept[0].backend,
-        "dtype": str(kept[0].q.dtype).removeprefix("torch."),
-        "device": str(model_device),
-        "encoder_decoder": encoder_decoder,
-        "parts": part_sizes(calls),
-        "d_model": getattr(config, "hidden_size", None)
-        or getattr(config, "n_embd", None)
-        or getattr(config, "d_model", None),
-        "max_positions": limit,
-        "check": check,
-    }
+    meta = capture_meta(model, name, kept[0], part_sizes(calls), limit, check)
     captures = []
     for b, (row, offsets, tokens) in enumerate(encoded):
         the_text = texts[b] if texts is not None else " ".join(tokens)
@@ -220,13 +189,61 @@ def capture(
         )
         captures.append(Capture.of(source, build_records(kept, b, cut, len(encoded) > 1), dict(meta), target_seq))
     if check != "off":
-        _self_check(captures, check)
+        self_check(captures, check)
     return captures[0] if isinstance(text, str) or (texts is None and len(captures) == 1) else captures
 
 
-def _self_check(captures: list[Capture], check: str) -> None:
+def resolve_model(
+    model: str | Path | nn.Module, tokenizer: Any, device, dtype, attn_implementation
+) -> tuple[nn.Module, Any, str]:
+    """(model in eval mode, tokenizer, name): a name is loaded; a model object is checked."""
+    name = None
+    if isinstance(model, (str, Path)):
+        name = str(model)
+        model, loaded_tokenizer = load_model(name, device=device, dtype=dtype, attn_implementation=attn_implementation)
+        tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
+    elif isinstance(model, nn.Module):
+        _check_model_placement(model, device, dtype, attn_implementation)
+    else:
+        raise ArgumentTypeError(f"model must be a name, a path or a transformers model, got {type(model).__name__}")
+    if model.training:
+        raise ModelInTrainingModeError(
+            f"{type(model).__name__} is in training mode: dropout would make every capture different. "
+            "Call model.eval() first."
+        )
+    config = model.config
+    name = name or getattr(config, "_name_or_path", "") or type(model).__name__
+    reason = refusal(config)
+    if reason:
+        raise UnsupportedModelError(f"{reason}. attnviz supports {supported_families()}")
+    return model, tokenizer, name
+
+
+def capture_meta(model: nn.Module, name: str, first: AttentionCall, parts: dict, limit: int | None, check: str) -> dict:
+    """What a capture records about the model that made it (``Capture.model``)."""
+    config = model.config
+    assert first.q is not None
+    return {
+        "name": name,
+        "model_type": getattr(config, "model_type", None),
+        "class": type(model).__name__,
+        "backend": first.backend,
+        "dtype": str(first.q.dtype).removeprefix("torch."),
+        "device": str(next(model.parameters()).device),
+        "encoder_decoder": bool(getattr(config, "is_encoder_decoder", False)),
+        "parts": parts,
+        "d_model": getattr(config, "hidden_size", None)
+        or getattr(config, "n_embd", None)
+        or getattr(config, "d_model", None),
+        "max_positions": limit,
+        "check": check,
+    }
+
+
+def self_check(captures: list[Capture], check: str, rows: dict[str, Tensor] | None = None) -> None:
+    """Validate each capture (``rows``: per part, else a sample or all); raise :class:`ValidationError` on a mismatch."""
     for i, cap in enumerate(captures):
-        report = validate(cap, rows=SAMPLE_ROWS if check == "sample" else None)
+        report = validate(cap, rows=rows if rows is not None else SAMPLE_ROWS if check == "sample" else None)
         cap.model["check_error"] = max((r["max_abs_error"] / r["tolerance"] for r in report.rows), default=0.0)
         if not report.passed:
             which = "" if len(captures) == 1 else f" (text {i})"
@@ -242,7 +259,7 @@ def _forward_parameters(model: nn.Module) -> set[str]:
     return set(inspect.signature(model.forward).parameters)
 
 
-def _check_layers(layers: Iterable[int] | None, n_layers: int | None) -> set[int] | None:
+def check_layers(layers: Iterable[int] | None, n_layers: int | None) -> set[int] | None:
     if layers is None:
         return None
     if isinstance(layers, int) and not isinstance(layers, bool):

@@ -82,6 +82,7 @@ class AttentionCall:
     weight_error: Tensor | None = None  # [batch, head] max |recomputed - model's weights| (weights dropped)
     weight_scale: Tensor | None = None  # [batch, head] max |model's weights|
     sizes: dict[str, int] = field(default_factory=dict)  # n_heads, n_kv_heads, d_head (also when not kept)
+    sliding_window: int | None = None  # the window the module asked for, also when its mask carries it
 
     def item(self, b: int) -> dict[str, Any]:
         """Batch item ``b`` of this call: q/k/v/out as ``[head, pos, d]`` views, its mask (with the
@@ -196,6 +197,7 @@ class Recorder:
             causal=causal,
             window=window,
             softcap=kwargs.get("softcap"),
+            sliding_window=kwargs.get("sliding_window") or None,
         )
 
     def _normalise_mask(
@@ -249,6 +251,7 @@ class Recorder:
         window: int | None = None,
         softcap: float | None = None,
         designed_causal: bool | None = None,
+        sliding_window: int | None = None,
     ) -> None:
         """Append one layer's call; tensors of layers not asked for are dropped at once.
 
@@ -262,9 +265,6 @@ class Recorder:
         part, layer = self.where(module, bool(looks_causal))
         keep = self.layers is None or layer in self.layers
 
-        def move(t):
-            return t.detach().to("cpu") if self.to_cpu else t.detach()
-
         if bias is not None and not bias.any():
             bias = None  # T5's cross-attention passes zeros
         call = AttentionCall(
@@ -277,6 +277,7 @@ class Recorder:
             softcap=softcap,
             backend=backend,
             sizes={"n_heads": q.shape[1], "n_kv_heads": k.shape[1], "d_head": q.shape[-1]},
+            sliding_window=int(sliding_window or window or 0) or None,
         )
         if keep:
             call.q, call.k, call.v, call.out = q.detach(), k.detach(), v.detach(), out.detach()
@@ -290,10 +291,17 @@ class Recorder:
 
                 lengths = None if self.lengths is None else self.lengths.get(part)
                 call.weight_error, call.weight_scale = weight_errors(call, weights.detach(), lengths)
+            self.keep(call)
+        else:
+            self.calls.append(call)
+
+    def keep(self, call: AttentionCall) -> None:
+        """Store a call of a layer that was asked for (moved to the CPU unless ``to_cpu`` is off)."""
+        if self.to_cpu:
             for name in _CALL_TENSORS:
                 value = getattr(call, name)
                 if isinstance(value, Tensor):
-                    setattr(call, name, move(value))
+                    setattr(call, name, value.to("cpu"))
         self.calls.append(call)
 
 
@@ -360,6 +368,7 @@ def tap(
     to_cpu: bool = True,
     weight_mode: str = "keep",
     lengths: dict[str, list[int]] | None = None,
+    recorder_class: type[Recorder] = Recorder,
 ) -> Iterator[Recorder]:
     """Record every attention call of ``model`` made inside the ``with`` block, in this context.
 
@@ -370,7 +379,7 @@ def tap(
     Taps nest (an inner tap on another model, or the same one, records too). The wrappers are
     removed on exit, also when the block raises; the model is not modified.
     """
-    recorder = Recorder(model, layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)
+    recorder = recorder_class(model, layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)
     installed: list[str] = []
     with _active(recorder):
         try:

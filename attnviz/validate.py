@@ -230,12 +230,13 @@ def validate(
     *,
     atol: float | None = None,
     rtol: float | None = None,
-    rows: Tensor | int | None = None,
+    rows: Tensor | int | dict[str, Tensor] | None = None,
 ) -> ValidationReport:
     """Compare the recomputation with the model's own output (and weights), per part, layer and head.
 
     ``rows``: ``None`` compares every query row; an int compares that many rows spread over the
-    text (plus the first and the last); a tensor compares those rows.
+    text (plus the first and the last); a tensor compares those rows; ``{part: rows}`` chooses
+    rows per part (a generation's self-check: a sample of the prompt and every generated row).
     """
     dtype = cap.model.get("dtype", "float32")
     default_atol, default_rtol = TOLERANCES.get(dtype, TOLERANCES["float32"])
@@ -243,7 +244,8 @@ def validate(
     rtol = default_rtol if rtol is None else rtol
     report_rows = []
     for (part, layer), rec in sorted(cap.records.items(), key=lambda kv: (cap.parts.index(kv[0][0]), kv[0][1])):
-        chosen = sample_rows(rec.n_queries, rows) if isinstance(rows, int) else rows
+        chosen = rows.get(part) if isinstance(rows, dict) else rows
+        chosen = sample_rows(rec.n_queries, chosen) if isinstance(chosen, int) else chosen
         n_rows = rec.n_queries if chosen is None else len(chosen)
         for quantity, (errors, scales) in record_errors(rec, chosen).items():
             for head, (err, scale) in enumerate(zip(errors.tolist(), scales.tolist())):
