@@ -1,4 +1,4 @@
-"""Command line: ``attnviz capture | validate | coref | probes | export | app``.
+"""Command line: ``attnviz capture | generate | validate | coref | probes | export | app``.
 
 Exit status: 0 on success, 1 when validation fails (a head over tolerance, or a capture's own
 check), 2 for usage and input errors — each error one line on stderr."""
@@ -102,6 +102,46 @@ def _cmd_capture(args) -> int:
     if args.output:
         path = cap.save(args.output)
         print(f"saved to {path}")
+    return 0
+
+
+def _cmd_generate(args) -> int:
+    from .generation import generate
+
+    if args.output:
+        _writable(args.output)
+    sampling = {}
+    if args.sample:
+        sampling = {"do_sample": True, "temperature": args.temperature, "top_p": args.top_p}
+    elif args.temperature is not None or args.top_p is not None:
+        raise InputError("--temperature and --top-p apply to sampling: add --sample")
+    gen = generate(
+        args.model,
+        args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        layers=args.layers,
+        device=args.device,
+        dtype=args.dtype,
+        attn_implementation=args.attn_implementation,
+        add_bos=args.add_bos,
+        check=args.check,
+        seed=args.seed,
+        **{k: v for k, v in sampling.items() if v is not None},
+    )
+    print(args.prompt + gen.text if not gen.capture.model.get("encoder_decoder") else gen.text)
+    stopped = "the model ended the text" if gen.info["stopped"] == "eos" else "max_new_tokens reached"
+    checked = "" if args.check == "off" else f"; every generated row checked against its step ({args.check})"
+    print(f"{len(gen)} new tokens after {gen.prompt_length} ({stopped}){checked}", file=sys.stderr)
+    if args.steps:
+        layer = args.layer if args.layer is not None else max(gen.capture.layer_indices("decoder"))
+        print(f"what each new token attended to most (layer {layer}, mean over heads):")
+        for i in range(len(gen)):
+            step = gen.step(i)
+            top = ", ".join(f"{t}@{p}={w:.2f}" for p, t, w in step.top(3, layer=layer))
+            print(f"  {i:>4} {step.token!r:>14}  {top}")
+    if args.output:
+        path = gen.save(args.output)
+        print(f"saved to {path} (open it with: attnviz app --capture {path})", file=sys.stderr)
     return 0
 
 
@@ -213,6 +253,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="encoder-decoder models: the attention --query reads (default: encoder)",
     )
     p.set_defaults(func=_cmd_capture)
+
+    p = sub.add_parser("generate", help="continue a text with the model and record every step's attention")
+    p.add_argument("model", help="embedded alias (smollm2), hub name, or local folder of a model that generates")
+    p.add_argument("prompt", help="the text to continue (encoder-decoder models: the source)")
+    p.add_argument("--max-new-tokens", type=int, default=20, help="how many tokens to generate (default: 20)")
+    p.add_argument("--sample", action="store_true", help="sample instead of the greedy choice")
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (with --sample)")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold (with --sample)")
+    p.add_argument("--seed", type=int, default=None, help="seed for a repeatable sample")
+    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token so a decoder's sink is not a word")
+    p.add_argument("--layers", type=_layers, default=None, help="capture only these layers, e.g. 0,3,5 (0-based)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: where the model loads)")
+    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16")
+    p.add_argument(
+        "--attn-implementation", default=None, help="eager, sdpa, flash_attention_2 … (default: the model's)"
+    )
+    p.add_argument(
+        "--check",
+        choices=["sample", "full", "off"],
+        default="sample",
+        help="compare every generated row and a sample of the prompt's (default), every row, or none",
+    )
+    p.add_argument("--steps", action="store_true", help="print what each new token attended to most")
+    p.add_argument("--layer", type=int, default=None, help="the layer for --steps (default: the last captured)")
+    p.add_argument("-o", "--output", help="save the generation's capture to this file (opens in attnviz app)")
+    p.set_defaults(func=_cmd_generate)
 
     p = sub.add_parser(
         "validate", help="compare attnviz's recomputation with the model's own attention (exit 1 on failure)"

@@ -461,7 +461,7 @@ def generate(
         except (TypeError, ValueError) as err:
             raise InputError(f"{type(lm).__name__}.generate refused these settings: {err}") from err
         sequence = out.sequences
-        cache = getattr(out, "past_key_values", None)
+        cache = out.get("cache") if "cache" in out else out.get("past_key_values")
         if cache is None:
             raise UnsupportedModelError(
                 f"{type(lm).__name__}.generate returned no KV cache; attnviz records cached generation"
@@ -469,14 +469,9 @@ def generate(
         # the last new token has not been read yet: one more cached step gives its row
         last = sequence[:, -1:]
         if encoder_decoder:
-            lm(**model_inputs, decoder_input_ids=last, past_key_values=cache, use_cache=True)
+            lm(**model_inputs, decoder_input_ids=last, **{_cache_argument(lm): cache}, use_cache=True)
         else:
-            lm(
-                input_ids=last,
-                attention_mask=torch.ones_like(sequence),
-                past_key_values=cache,
-                use_cache=True,
-            )
+            lm(input_ids=last, attention_mask=torch.ones_like(sequence), **{_cache_argument(lm): cache}, use_cache=True)
     calls = recorder.assembled()
     if not calls:
         raise UnsupportedModelError(f"{type(lm).__name__} ran no attention that attnviz could tap while generating")
@@ -552,7 +547,7 @@ def _check_generate_kwargs(model: Any, kwargs: dict[str, Any]) -> None:
 def _static_cache(model: Any, kwargs: dict[str, Any], size: int, encoder_decoder: bool) -> None:
     """A static cache one position longer than generate would make it: the last new token is read too."""
     wanted = kwargs.get("cache_implementation") or getattr(model.generation_config, "cache_implementation", None)
-    if wanted != "static" or "past_key_values" in kwargs:
+    if wanted != "static" or "past_key_values" in kwargs or "cache" in kwargs:
         return
     if encoder_decoder:
         raise InputError(
@@ -562,7 +557,12 @@ def _static_cache(model: Any, kwargs: dict[str, Any], size: int, encoder_decoder
     from transformers import StaticCache
 
     kwargs.pop("cache_implementation", None)
-    kwargs["past_key_values"] = StaticCache(config=model.config, max_cache_len=size)
+    kwargs[_cache_argument(model)] = StaticCache(config=model.config, max_cache_len=size)
+
+
+def _cache_argument(model: Any) -> str:
+    """The name forward takes the KV cache by (``cache`` in transformers 5, ``past_key_values`` before)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def _eos_ids(model: Any) -> set[int]:

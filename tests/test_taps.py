@@ -203,7 +203,8 @@ def custom_backends():
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "bert", "bart"])
 def test_flash_and_flex_mask_forms_are_normalised(custom_backends, family):
-    from test_families import IdsTokenizer, padded, reference, texts
+    from conftest import IdsTokenizer
+    from test_families import padded, reference, texts
 
     tok = IdsTokenizer()
     sources = texts([11, 7], seed=3)
