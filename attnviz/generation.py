@@ -37,6 +37,8 @@ from .words import offsets_from_tokens, words_from_offsets
 
 __all__ = ["Generation", "GenerationStep", "StepRecorder", "generate"]
 
+_TENSOR_FIELDS = ("q", "k", "v", "out", "weights", "mask", "key_padding", "bias")
+
 # generate() arguments attnviz decides itself, or that would record something else than one sequence
 _OWN = {"max_new_tokens", "return_dict_in_generate", "input_ids", "inputs", "encoder_outputs", "attention_mask"}
 _REFUSED = {
@@ -131,10 +133,11 @@ class _Stream:
         if not self.bias:
             return None
         n, heads = self.n, self.bias[0][2].shape[0]
-        dense = torch.full((heads, n, n_keys), float("nan"))
+        device = self.bias[0][2].device
+        dense = torch.full((heads, n, n_keys), float("nan"), device=device)
         for first_query, keys, values in self.bias:
-            dense[:, first_query : first_query + values.shape[1], keys] = values
-        needed = torch.ones(n, n_keys, dtype=torch.bool)
+            dense[:, first_query : first_query + values.shape[1], keys.to(device)] = values
+        needed = torch.ones(n, n_keys, dtype=torch.bool, device=device)
         if self.first.part != "cross":
             needed = torch.tril(needed)
         if bool(dense.isnan().any(0)[needed].any()):
@@ -168,8 +171,10 @@ class StepRecorder(Recorder):
             self.encoder_calls.append(call)
             self.streams[key] = _Stream(call, steps=[call.q.shape[-2]])
             return
-        self.calls.append(AttentionCall(**{**call.__dict__, **dict.fromkeys(("q", "k", "v", "out", "mask"))}))
-        stream = self.streams.setdefault(key, _Stream(call))
+        stream = self.streams.get(key)
+        if stream is None:
+            stream = self.streams[key] = _Stream(call)
+            self.calls.append(AttentionCall(**{**call.__dict__, **dict.fromkeys(_TENSOR_FIELDS)}))  # sizes only
 
         def move(t: Tensor) -> Tensor:
             return t.to("cpu") if self.to_cpu else t

@@ -40,3 +40,23 @@ def test_eager_half_weights_are_compared_in_float32():
     cap = attnviz.capture(model, input_ids=torch.randint(3, 120, (1, 16)))
     report = cap.validate()
     assert {r["quantity"] for r in report.rows} == {"output", "weights"} and report.passed, str(report)
+
+
+@pytest.mark.parametrize(
+    "family,kwargs", [("llama", {}), ("mistral", {}), ("t5", {}), ("llama", {"cache_implementation": "static"})]
+)
+@pytest.mark.parametrize("keep_on_device", [False, True])
+def test_generation_on_cuda_equals_the_cpu_generation(family, kwargs, keep_on_device):
+    from conftest import IdsTokenizer
+
+    prompt = "11 5 7 9 13 21 34 55 89"
+    on_cpu = attnviz.generate(attnviz.tiny_model(family), prompt, IdsTokenizer(), max_new_tokens=6, **kwargs)
+    model = attnviz.tiny_model(family).to("cuda")
+    gen = attnviz.generate(model, prompt, IdsTokenizer(), max_new_tokens=6, keep_on_device=keep_on_device, **kwargs)
+    assert gen.new_token_ids == on_cpu.new_token_ids
+    assert gen.capture.q(0, part="decoder").device.type == ("cuda" if keep_on_device else "cpu")
+    assert gen.capture.validate().passed
+    for part in gen.capture.parts:
+        torch.testing.assert_close(
+            gen.capture.attention(1, part=part).cpu(), on_cpu.capture.attention(1, part=part), atol=1e-4, rtol=0
+        )
