@@ -83,6 +83,7 @@ class AttentionCall:
     weight_scale: Tensor | None = None  # [batch, head] max |model's weights|
     sizes: dict[str, int] = field(default_factory=dict)  # n_heads, n_kv_heads, d_head (also when not kept)
     sliding_window: int | None = None  # the window the module asked for, also when its mask carries it
+    step: int = 0  # how many earlier calls this module made in this tap (a generation's step)
 
     def item(self, b: int) -> dict[str, Any]:
         """Batch item ``b`` of this call: q/k/v/out as ``[head, pos, d]`` views, its mask (with the
@@ -144,6 +145,7 @@ class Recorder:
     _names: dict[int, str] = field(default_factory=dict)
     _encoder_decoder: bool = False
     _dense: dict[int, Tensor] = field(default_factory=dict)  # flex BlockMasks already made dense
+    _steps: dict[int, int] = field(default_factory=dict)  # calls so far per module
 
     def __post_init__(self) -> None:
         self._names = {id(m): name for name, m in self.model.named_modules()}
@@ -278,7 +280,9 @@ class Recorder:
             backend=backend,
             sizes={"n_heads": q.shape[1], "n_kv_heads": k.shape[1], "d_head": q.shape[-1]},
             sliding_window=int(sliding_window or window or 0) or None,
+            step=self._steps.get(id(module), 0),
         )
+        self._steps[id(module)] = call.step + 1
         if keep:
             call.q, call.k, call.v, call.out = q.detach(), k.detach(), v.detach(), out.detach()
             call.mask, call.key_padding = mask, key_padding

@@ -241,3 +241,13 @@ def test_cli_generate_prints_the_continuation_and_saves_a_generation(tmp_path, c
     assert main(["generate", "smollm2", "The cat", "--max-new-tokens", "0"]) == 2
     assert main(["generate", "smollm2", "The cat", "--temperature", "0.5"]) == 2
     assert "--sample" in capsys.readouterr().err
+
+
+def test_a_plain_tap_around_generate_numbers_each_modules_steps():
+    """attnviz.tap() stays the low-level view: every call, each with its module's layer and step."""
+    model = attnviz.tiny_model("llama")
+    with torch.no_grad(), attnviz.tap(model, layers={1}) as rec:
+        model.generate(torch.tensor([[5, 6, 7, 8, 9]]), max_new_tokens=3, pad_token_id=0)
+    kept = [c for c in rec.calls if c.q is not None]
+    assert [(c.layer, c.step, c.q.shape[-2]) for c in kept] == [(1, 0, 5), (1, 1, 1), (1, 2, 1)]
+    assert [(c.layer, c.step) for c in rec.calls if c.q is None] == [(0, 0), (0, 1), (0, 2)]
