@@ -1,0 +1,140 @@
+"""Long texts on a screen: one head's map pooled to what a screen shows, and a window of it at full resolution.
+
+At 8,192 tokens one head's map has 67 million cells — more than a browser draws or a response
+should carry. :func:`overview` pools it into at most ``size × size`` blocks of whole tokens (``max``
+shows where any strong cell is, ``mean`` where the mass is), computed in chunks of query rows so
+the n×n map never exists whole; :func:`window` recomputes just the rows a zoom shows, at full
+resolution. Both use the model's own mask, bias, sinks and scaling, as :meth:`Capture.attention` does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from .attention import attention_output
+from .errors import ArgumentTypeError, InputError, OutOfRangeError
+
+if TYPE_CHECKING:
+    from .capture import Capture
+
+__all__ = ["MODES", "Overview", "block_edges", "overview", "window"]
+
+MODES = ("max", "mean")
+
+
+@dataclass
+class Overview:
+    """A head's map pooled into blocks: ``values[i, j]`` covers queries ``row_edges[i]:row_edges[i+1]``
+    and keys ``col_edges[j]:col_edges[j+1]``."""
+
+    values: Tensor  # [row blocks, column blocks], float32
+    row_edges: list[int]
+    col_edges: list[int]
+    mode: str
+
+    @property
+    def block(self) -> tuple[int, int]:
+        """Tokens per block (rows, columns); (1, 1) when nothing is pooled."""
+        return self.row_edges[1] - self.row_edges[0], self.col_edges[1] - self.col_edges[0]
+
+
+def block_edges(n: int, size: int) -> list[int]:
+    """Edges of at most ``size`` blocks of equal whole-token width covering ``0..n``."""
+    width = -(-n // size)
+    return list(range(0, n, width)) + [n]
+
+
+def _one_head(cap: Capture, layer: int, head: int, part: str | None):
+    part = cap._part(part)
+    rec = cap.layer(layer, part)
+    cap._check_head(head, part)
+    kv = cap.kv_head_of(head, part)
+
+    def pick(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t[head : head + 1] if t.shape[0] > 1 else t
+
+    def mask(rows: Tensor, keys: slice) -> Tensor | None:
+        return pick(rec.mask_part(rows, keys))
+
+    def bias(rows: Tensor, keys: slice) -> Tensor | None:
+        return pick(rec.bias_part(rows, keys))
+
+    return rec, dict(
+        q=rec.q[head : head + 1],
+        k=rec.k[kv : kv + 1],
+        v=rec.v[kv : kv + 1],
+        scale=rec.scaling,
+        causal=rec.causal,
+        window=rec.window,
+        mask=mask if rec.mask is not None else None,
+        bias=bias if rec.bias is not None or rec.relative_bias is not None else None,
+        sinks=None if rec.sinks is None else rec.sinks[head : head + 1],
+        softcap=rec.softcap,
+    )
+
+
+def overview(
+    cap: Capture, layer: int, head: int, *, part: str | None = None, size: int = 512, mode: str = "max"
+) -> Overview:
+    """One head's map pooled into at most ``size × size`` blocks (``mode`` ``"max"`` or ``"mean"``).
+
+    Masked cells count as 0 in a mean. Memory stays at one chunk of rows whatever the length."""
+    if mode not in MODES:
+        raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        raise InputError(f"size must be a whole number ≥ 1, got {size!r}")
+    rec, args = _one_head(cap, layer, head, part)
+    n_q, n_k = rec.n_queries, rec.n_keys
+    rows, cols = block_edges(n_q, size), block_edges(n_k, size)
+    width_r, width_c = rows[1] - rows[0], cols[1] - cols[0]
+    n_r, n_c = len(rows) - 1, len(cols) - 1
+    device = rec.q.device
+    pooled = torch.zeros(n_r, n_c, device=device)
+    q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
+    for r, _keys, _, weights in attention_output(q, k, v, all_keys=True, **args):
+        w = weights[0].float()  # [chunk rows, keys]
+        pad = n_c * width_c - n_k
+        if pad:
+            w = torch.nn.functional.pad(w, (0, pad))
+        w = w.view(len(r), n_c, width_c)
+        w = w.amax(-1) if mode == "max" else w.sum(-1)
+        index = (r // width_r).to(device)
+        if mode == "max":
+            pooled.scatter_reduce_(0, index[:, None].expand_as(w), w, reduce="amax", include_self=True)
+        else:
+            pooled.index_add_(0, index, w)
+    if mode == "mean":
+        counts = torch.tensor([b - a for a, b in zip(rows, rows[1:])], device=device, dtype=torch.float32)[:, None]
+        counts = counts * torch.tensor([b - a for a, b in zip(cols, cols[1:])], device=device, dtype=torch.float32)
+        pooled = pooled / counts
+    return Overview(pooled.cpu(), rows, cols, mode)
+
+
+def window(
+    cap: Capture,
+    layer: int,
+    head: int,
+    rows: tuple[int, int],
+    keys: tuple[int, int],
+    *,
+    part: str | None = None,
+) -> Tensor:  # [rows, keys]
+    """The head's exact weights for queries ``rows[0]:rows[1]`` and keys ``keys[0]:keys[1]``,
+    computing only those rows."""
+    rec, args = _one_head(cap, layer, head, part)
+    spans = {"rows": (rows, rec.n_queries), "keys": (keys, rec.n_keys)}
+    for what, (span, n) in spans.items():
+        if not isinstance(span, (tuple, list)) or len(span) != 2 or not all(isinstance(x, int) for x in span):
+            raise ArgumentTypeError(f"{what} must be a (start, stop) pair of ints, got {span!r}")
+        if not 0 <= span[0] < span[1] <= n:
+            raise OutOfRangeError(f"{what} {tuple(span)} is outside 0..{n} (start < stop)")
+    q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
+    chunks = [
+        weights[0][:, keys[0] : keys[1]]
+        for _, _, _, weights in attention_output(q, k, v, rows=torch.arange(*rows), all_keys=True, **args)
+    ]
+    return torch.cat(chunks).float()

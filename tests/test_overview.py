@@ -1,0 +1,55 @@
+"""Long texts: a head's map pooled to the screen, and a zoom window at full resolution."""
+
+import pytest
+import torch
+
+import attnviz
+from attnviz.overview import block_edges, overview, window
+
+
+def _pool(full: torch.Tensor, rows, cols, mode):
+    out = torch.zeros(len(rows) - 1, len(cols) - 1)
+    for i, (a, b) in enumerate(zip(rows, rows[1:])):
+        for j, (c, d) in enumerate(zip(cols, cols[1:])):
+            block = full[a:b, c:d]
+            out[i, j] = block.max() if mode == "max" else block.mean()
+    return out
+
+
+@pytest.mark.parametrize("family", ["llama", "mistral", "gpt_oss", "t5"])
+@pytest.mark.parametrize("mode", ["max", "mean"])
+def test_overview_is_the_pooled_map_and_a_window_is_the_map_there(family, mode):
+    model = attnviz.tiny_model(family, attn_implementation="eager")
+    ids = torch.randint(3, 120, (1, 61), generator=torch.Generator().manual_seed(0))
+    kwargs = {"decoder_input_ids": ids[:, :23]} if model.config.is_encoder_decoder else {}
+    cap = attnviz.capture(model, input_ids=ids, **kwargs)
+    for part in cap.parts:
+        full = cap.attention(1, 2, part=part)  # [query, key]
+        ov = overview(cap, 1, 2, part=part, size=8, mode=mode)
+        assert ov.row_edges == block_edges(full.shape[0], 8) and ov.col_edges == block_edges(full.shape[1], 8)
+        assert ov.values.shape == (len(ov.row_edges) - 1, len(ov.col_edges) - 1)
+        torch.testing.assert_close(ov.values, _pool(full, ov.row_edges, ov.col_edges, mode), atol=1e-6, rtol=0)
+        n_q, n_k = full.shape
+        zoom = window(cap, 1, 2, (n_q // 3, n_q - 2), (1, n_k // 2), part=part)
+        torch.testing.assert_close(zoom, full[n_q // 3 : n_q - 2, 1 : n_k // 2], atol=1e-6, rtol=0)
+
+
+def test_block_edges_cover_every_token_once():
+    assert block_edges(10, 512) == list(range(11))
+    assert block_edges(8192, 512) == list(range(0, 8193, 16))
+    edges = block_edges(1000, 512)
+    assert edges[0] == 0 and edges[-1] == 1000 and len(edges) - 1 <= 512
+
+
+def test_overview_and_window_errors():
+    cap = attnviz.capture(attnviz.tiny_model("gpt2"), input_ids=torch.randint(3, 120, (1, 20)))
+    with pytest.raises(attnviz.InputError, match="mode"):
+        overview(cap, 0, 0, mode="median")
+    with pytest.raises(attnviz.InputError, match="size"):
+        overview(cap, 0, 0, size=0)
+    with pytest.raises(attnviz.OutOfRangeError, match="rows"):
+        window(cap, 0, 0, (5, 30), (0, 4))
+    with pytest.raises(attnviz.ArgumentTypeError, match="keys"):
+        window(cap, 0, 0, (0, 4), "all")
+    with pytest.raises(attnviz.OutOfRangeError, match="head"):
+        overview(cap, 0, 9)
