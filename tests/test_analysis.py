@@ -116,7 +116,35 @@ def test_rank_heads_with_sink_left_out_and_renormalised():
     ranked = rank_heads(cap, "it", ["cat", "mat"])
     assert ranked.weight("cat", 0, 0) == pytest.approx(0.5, abs=1e-5)  # 0.25 / (1 - 0.5)
     assert ranked.excluded == ["<s>"] and "leaving out '<s>' and renormalising" in str(ranked)
-    assert set(ranked.table.columns) == {"layer", "head", "cat", "mat", "preferred", "margin"}
+    assert set(ranked.table.columns) == {
+        "layer",
+        "head",
+        "cat",
+        "mat",
+        "preferred",
+        "margin",
+        "cat from others",
+        "mat from others",
+    }
+
+
+def test_rank_heads_tells_a_pronoun_specific_head_from_a_habit():
+    """Head 0: "it" looks at "cat", every other token at itself — specific. Head 1 spreads each row
+    evenly — whatever "it" gives "cat", the other tokens after "cat" give it too (independently summed)."""
+    text = "the cat sat on it"
+    cap = hand_capture(range(5), [[], [], [], [], [1]], text=text)
+    ranked = rank_heads(cap, "it", ["cat", "the"], exclude_sinks=False)
+    specific = ranked.specific("cat")
+    top = specific.iloc[0]
+    assert (top["layer"], top["head"]) == (0, 0)
+    assert top["cat"] == pytest.approx(1.0, abs=1e-6) and top["cat from others"] == pytest.approx(0.0, abs=1e-6)
+    # head 1, causal and uniform: query i gives 1/(i+1) to cat; the others after cat are "sat" (2), "on" (3)
+    habit = specific[specific["head"] == 1].iloc[0]
+    assert habit["cat from others"] == pytest.approx((1 / 3 + 1 / 4) / 2, abs=1e-6)
+    assert habit["cat"] == pytest.approx(1 / 5, abs=1e-6) and habit["lift"] < 0
+    assert "the same head gives it 0.00 from the text's other tokens" in str(ranked)
+    with pytest.raises(attnviz.InputError, match="not a candidate"):
+        ranked.specific("dog")
 
 
 def test_rank_heads_on_a_real_model_names_the_preferred_candidate(tiny_bert_words):
@@ -251,9 +279,9 @@ def test_analysis_figures_hold_the_numbers(tiny_bert_words):
     )
     ranking = rank_heads(cap, "it", ["cat", "mat"])
     bars = coref_bars(ranking, top=3)
-    assert [t.name for t in bars.data] == ["cat", "mat"] and list(bars.data[0].y) == pytest.approx(
-        ranking.table.cat.head(3).round(4).tolist()
-    )
+    assert [t.name for t in bars.data] == ["cat", "cat, from the other tokens", "mat", "mat, from the other tokens"]
+    assert list(bars.data[1].y) == pytest.approx(ranking.table["cat from others"].head(3).round(4).tolist())
+    assert list(bars.data[0].y) == pytest.approx(ranking.table.cat.head(3).round(4).tolist())
     flow = rollout(cap)
     np.testing.assert_allclose(np.array(rollout_figure(cap, flow).data[0].z, dtype=float), flow[-1].numpy(), atol=1e-5)
     assert "not an attribution" in rollout_figure(cap, flow, query=8).layout.title.text

@@ -172,6 +172,20 @@ def propose_candidates(cap: Capture, pronoun: str | int | Span, *, limit: int = 
     return spans[-limit:]
 
 
+def _rows(cap: Capture, layer: int, exclude: Sequence[int], renormalise: bool) -> Tensor:  # [head, query, key]
+    a = cap.attention(layer).cpu()
+    if exclude:
+        a = a.clone()
+        a[..., list(exclude)] = 0.0
+        if renormalise:
+            a = a / a.sum(-1, keepdim=True).clamp_min(1e-12)
+    return a
+
+
+def _to_spans(a: Tensor, keys: Sequence[Span], exclude: Sequence[int]) -> Tensor:  # [..., key span]
+    return torch.stack([a[..., [t for t in k.tokens if t not in exclude]].sum(-1) for k in keys], dim=-1)
+
+
 def span_attention(
     cap: Capture,
     layer: int,
@@ -182,14 +196,24 @@ def span_attention(
     renormalise: bool = True,
 ) -> Tensor:  # [head, key span]
     """Attention from ``query`` (averaged over its tokens) to each key span (summed over its tokens)."""
-    a = cap.attention(layer).cpu()[:, list(query.tokens), :]  # [head, query tokens, key_pos]
-    if exclude:
-        a = a.clone()
-        a[..., list(exclude)] = 0.0
-        if renormalise:
-            a = a / a.sum(-1, keepdim=True).clamp_min(1e-12)
-    a = a.mean(1)  # [head, key_pos]
-    return torch.stack([a[:, [t for t in k.tokens if t not in exclude]].sum(-1) for k in keys], dim=-1)
+    a = _rows(cap, layer, exclude, renormalise)[:, list(query.tokens), :].mean(1)  # [head, key_pos]
+    return _to_spans(a, keys, exclude)
+
+
+def _from_others(
+    a: Tensor, pronoun: Span, keys: Sequence[Span], exclude: Sequence[int], causal: bool
+) -> Tensor:  # [head, key span]
+    """What the same head gives each key span from the text's other tokens (mean over them): the
+    tokens that are neither the pronoun, nor the span, nor a sink, and (causal) come after the span."""
+    per_query = _to_spans(a, keys, exclude)  # [head, query, key span]
+    n = a.shape[1]
+    out = torch.full((a.shape[0], len(keys)), float("nan"))
+    for j, k in enumerate(keys):
+        skip = set(pronoun.tokens) | set(k.tokens) | set(exclude)
+        others = [i for i in range(n) if i not in skip and (not causal or i > max(k.tokens))]
+        if others:
+            out[:, j] = per_query[:, others, j].mean(1)
+    return out
 
 
 @dataclass
@@ -198,7 +222,9 @@ class CorefRanking:
 
     pronoun: Span
     candidates: list[Span]
-    table: pd.DataFrame  # layer, head, one column per candidate, preferred, margin; best first
+    table: (
+        pd.DataFrame
+    )  # layer, head, one column per candidate, preferred, margin, "<candidate> from others"; best first
     excluded: list[str]  # the tokens left out as sinks
     renormalised: bool
     model: str = ""
@@ -207,6 +233,12 @@ class CorefRanking:
     @property
     def best(self) -> dict:
         return self.table.iloc[0].to_dict()
+
+    @property
+    def names(self) -> list[str]:
+        """The candidates as the table's columns name them (made unique)."""
+        columns = list(self.table.columns)
+        return columns[columns.index("head") + 1 : columns.index("preferred")]
 
     def for_candidate(self, candidate: str) -> pd.DataFrame:
         """The heads sorted by the weight they give ``candidate``."""
@@ -232,9 +264,24 @@ class CorefRanking:
         return (
             f"{self.pronoun.text!r} → {' / '.join(names)} over {len(self.table)} heads of {self.model or 'the model'} "
             f"({self.how()}): best head L{b['layer']}·H{b['head']} puts {b[b['preferred']]:.2f} on "
-            f"{b['preferred']!r}; heads preferring each candidate — {tally}"
+            f"{b['preferred']!r}{self._others(b)}; heads preferring each candidate — {tally}"
             + "".join(f". Note: {note}" for note in self.notes)
         )
+
+    def _others(self, row: dict) -> str:
+        value = row.get(f"{row['preferred']} from others")
+        if value is None or value != value:  # no other token could attend to it
+            return ""
+        return f" (the same head gives it {value:.2f} from the text's other tokens)"
+
+    def specific(self, candidate: str) -> pd.DataFrame:
+        """The heads by how much more the pronoun gives ``candidate`` than the text's other tokens give
+        it in the same head (``lift``): attention specific to the pronoun, not a habit of the head."""
+        if candidate not in self.table.columns:
+            raise InputError(f"{candidate!r} is not a candidate; candidates are {[c.text for c in self.candidates]}")
+        t = self.table[["layer", "head", candidate, f"{candidate} from others"]].copy()
+        t["lift"] = t[candidate] - t[f"{candidate} from others"]
+        return t.sort_values("lift", ascending=False, kind="stable").reset_index(drop=True)
 
     __repr__ = __str__
 
@@ -284,9 +331,12 @@ def rank_heads(
         for t in s.tokens
         if t in exclude
     ]
+    causal = any(r.causal for r in cap.records.values())
     rows = []
     for layer in cap.layer_indices():
-        w = span_attention(cap, layer, p, spans, exclude=exclude, renormalise=renormalise)
+        a = _rows(cap, layer, exclude, renormalise)
+        w = _to_spans(a[:, list(p.tokens), :].mean(1), spans, exclude)  # [head, candidate]
+        others = _from_others(a, p, spans, exclude, causal)
         for head in range(w.shape[0]):
             values = w[head].tolist()
             order = sorted(range(len(values)), key=lambda i: -values[i])
@@ -294,6 +344,7 @@ def rank_heads(
             row.update(dict(zip(names, values)))
             row["preferred"] = names[order[0]]
             row["margin"] = values[order[0]] - (values[order[1]] if len(order) > 1 else 0.0)
+            row.update({f"{name} from others": v for name, v in zip(names, others[head].tolist())})
             rows.append(row)
     table = pd.DataFrame(rows)
     table["_top"] = table[names].max(axis=1)

@@ -77,17 +77,41 @@ def probe_accuracy_map(result: ProbeResult) -> go.Figure:
     return fig
 
 
+_COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+
+
 def coref_bars(ranking: CorefRanking, *, top: int = 10) -> go.Figure:
-    """The top heads' attention from the pronoun to each candidate, as grouped bars."""
+    """The top heads' attention from the pronoun to each candidate, as grouped bars, each beside
+    (hatched) what the same head gives that candidate from the text's other tokens."""
     table = ranking.table.head(top)
-    names = [c for c in table.columns if c not in {"layer", "head", "preferred", "margin"}]
+    names = ranking.names
     x = [f"L{r.layer}·H{r.head}" for r in table.itertuples(index=False)]
-    fig = go.Figure(
-        [
-            go.Bar(name=name, x=x, y=table[name].round(4), hovertemplate=f"{name}: %{{y:.3f}}<extra></extra>")
-            for name in names
-        ]
-    )
+    bars = []
+    for i, name in enumerate(names):
+        colour = _COLOURS[i % len(_COLOURS)]
+        bars.append(
+            go.Bar(
+                name=name,
+                x=x,
+                y=table[name].round(4),
+                marker_color=colour,
+                hovertemplate=f"{ranking.pronoun.text} → {name}: %{{y:.3f}}<extra></extra>",
+            )
+        )
+        others = f"{name} from others"
+        if others in table.columns:
+            bars.append(
+                go.Bar(
+                    name=f"{name}, from the other tokens",
+                    x=x,
+                    y=table[others].round(4),
+                    marker=dict(
+                        color="white", line=dict(color=colour, width=1.5), pattern=dict(shape="/", fgcolor=colour)
+                    ),
+                    hovertemplate=f"other tokens → {name}: %{{y:.3f}} (mean)<extra></extra>",
+                )
+            )
+    fig = go.Figure(bars)
     fig.update_layout(
         barmode="group",
         title=f"{ranking.pronoun.text!r} → candidates, top {len(table)} heads ({ranking.how()})",
