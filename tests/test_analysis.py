@@ -297,3 +297,19 @@ def test_real_models_coreference_and_probes(smollm2):
     result = evaluate_probes(model, "zh", tok, progress=False)
     assert len(result.per_probe) == 25 and result.accuracy.accuracy.between(0, 1).all()
     assert result.baselines["nearest"] == pytest.approx(17 / 25)
+
+
+def test_rollout_figure_at_length_thins_labels_and_keeps_the_sink_off_the_colour_scale():
+    model = attnviz.tiny_model("llama", max_position_embeddings=512)
+    cap = attnviz.capture(model, input_ids=torch.randint(3, 120, (1, 300), generator=torch.Generator().manual_seed(1)))
+    flow = rollout(cap)
+    fig = rollout_figure(cap, flow)
+    heat = fig.data[0]
+    assert len(fig.layout.xaxis.tickvals) <= 60 and len(heat.x) == 300 and heat.x[7].startswith("7:")
+    last = flow[-1]
+    outside = last[:, 1:].flatten()
+    assert heat.zmax == pytest.approx(float(torch.quantile(outside, 0.99)), rel=1e-5)
+    assert heat.zmax < float(last[:, 0].max())  # the sink column is off the scale, not the scale itself
+    assert "99th percentile" in fig.layout.title.text and f"('{cap.token_labels[0]}')" in fig.layout.title.text
+    bars = rollout_figure(cap, flow, query=299)
+    assert len(bars.layout.xaxis.tickvals) <= 60 and list(bars.data[0].y) == pytest.approx(last[299].numpy(), abs=1e-5)

@@ -122,40 +122,70 @@ def coref_bars(ranking: CorefRanking, *, top: int = 10) -> go.Figure:
     return fig
 
 
-def rollout_figure(cap: Capture, flow: torch.Tensor, *, query: int | None = None) -> go.Figure:
-    """The final layer's rollout as a heatmap, or one query's row as bars (``flow`` from :func:`rollout`)."""
-    names = labels(cap)
+MAX_TICKS = 60  # axis labels a figure shows; every token is named on hover
+
+
+def thinned_ticks(names: list[str], max_ticks: int = MAX_TICKS) -> dict:
+    """Axis settings that label at most ``max_ticks`` evenly spaced tokens of a categorical axis."""
+    step = -(-len(names) // max_ticks)
+    return dict(tickmode="array", tickvals=names[::step], ticktext=[n.split(":", 1)[1] for n in names[::step]])
+
+
+def rollout_figure(
+    cap: Capture, flow: torch.Tensor, *, query: int | None = None, percentile: float = 99.0
+) -> go.Figure:
+    """The final layer's rollout as a heatmap, or one query's row as bars (``flow`` from :func:`rollout`).
+
+    The heatmap's colour scale ends at the ``percentile`` of the cells outside the sink columns (the
+    first and special tokens, which take most of the flow in decoders), so the rest of the map is
+    not drawn in one pale shade; the figure's title says where it ends. Axes label at most
+    :data:`MAX_TICKS` tokens; hover names the query and key of every cell."""
+    from .coref import sink_tokens
+
+    names = [f"{i}:{name}" for i, name in enumerate(labels(cap))]  # unique categories: hover names the token
     last = flow[-1]
     caption = "attention rollout (heads averaged, residual mixed in, multiplied through layers) — a flow estimate, not an attribution"
     if query is None:
+        sinks = set(sink_tokens(cap))
+        kept = [j for j in range(last.shape[1]) if j not in sinks]
+        values = last[:, kept].flatten() if kept else last.flatten()
+        if values.numel() > 1_000_000:
+            values = values[torch.randperm(values.numel(), generator=torch.Generator().manual_seed(0))[:1_000_000]]
+        top = float(torch.quantile(values.float(), percentile / 100)) if values.numel() else 1.0
+        top = top if top > 0 else float(last.max())
         fig = go.Figure(
             go.Heatmap(
                 z=last.numpy().round(5),
+                x=names,
+                y=names,
+                zmin=0,
+                zmax=top,
                 colorscale="Greens",
                 hovertemplate="query %{y} ← key %{x}: %{z:.4f}<extra></extra>",
             )
         )
         fig.update_layout(
-            xaxis=dict(tickmode="array", tickvals=list(range(len(names))), ticktext=names, side="top"),
-            yaxis=dict(tickmode="array", tickvals=list(range(len(names))), ticktext=names, autorange="reversed"),
+            xaxis=dict(side="top", **thinned_ticks(names)),
+            yaxis=dict(autorange="reversed", **thinned_ticks(names)),
+        )
+        left_out = ", ".join(repr(names[j].split(":", 1)[1]) for j in sorted(sinks)[:3])
+        caption += (
+            f"<br><sub>colour ends at the {percentile:g}th percentile of the cells outside the sink columns "
+            f"({left_out or 'none'}): {top:.3f}; higher cells (max {float(last.max()):.2f}) are drawn at full colour</sub>"
         )
     else:
         fig = go.Figure(
             go.Bar(
-                x=list(range(len(names))),
+                x=names,
                 y=last[query].numpy().round(5),
-                customdata=names,
-                hovertemplate="%{customdata}: %{y:.4f}<extra></extra>",
+                hovertemplate="%{x}: %{y:.4f}<extra></extra>",
             )
         )
-        fig.update_layout(
-            xaxis=dict(tickmode="array", tickvals=list(range(len(names))), ticktext=names),
-            yaxis=dict(title="share of the flow"),
-        )
-        caption = f"{names[query]!r}: " + caption
+        fig.update_layout(xaxis=thinned_ticks(names), yaxis=dict(title="share of the flow"))
+        caption = f"{names[query].split(':', 1)[1]!r}: " + caption
     fig.update_layout(
         title=dict(text=caption, font=dict(size=13)),
-        height=max(360, min(900, 18 * len(names) + 160)),
-        margin=dict(l=80, r=10, t=90, b=40),
+        height=max(360, min(900, 18 * min(len(names), MAX_TICKS) + 200)),
+        margin=dict(l=80, r=10, t=110, b=40),
     )
     return fig
