@@ -16,6 +16,7 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
+from torch import Tensor
 
 from .errors import InputError, OutOfRangeError
 from .words import group_matrix
@@ -159,6 +160,28 @@ def _toggles(
     return f"{mask}, {sc}{extra}" + (f", T={temperature:g}" if temperature != 1.0 else "")
 
 
+MAX_LABELS = 120  # token labels a head view writes per side; every token is named on hover
+
+
+def strongest(w: Tensor, *, threshold: float = 0.0, top_k: int | None = None, mass: float | None = None) -> Tensor:
+    """Which cells of ``w`` ([row, key]) to draw: at least ``threshold``, among each row's ``top_k``
+    largest, and within the smallest set of keys that holds ``mass`` of the row (exBERT's slider).
+    A zero weight (a masked key) is never drawn."""
+    keep = (w >= threshold) & (w > 0)
+    if top_k is not None:
+        k = min(top_k, w.shape[-1])
+        ranked = torch.zeros_like(keep)
+        ranked.scatter_(-1, w.topk(k, dim=-1).indices, True)
+        keep &= ranked
+    if mass is not None:
+        values, order = w.sort(dim=-1, descending=True)
+        before = values.cumsum(-1) - values  # mass of the stronger keys
+        inside = torch.zeros_like(keep)
+        inside.scatter_(-1, order, before < mass)
+        keep &= inside
+    return keep
+
+
 def head_view(
     cap: Capture,
     layer: int,
@@ -167,36 +190,50 @@ def head_view(
     words: bool = False,
     query: int | None = None,
     threshold: float = 0.02,
+    top_k: int | None = None,
+    mass: float | None = None,
+    queries: tuple[int, int] | None = None,
     part: str | None = None,
 ) -> go.Figure:
     """Token-to-token arcs: queries on the left, keys on the right, opacity by weight, a colour a head.
 
-    ``query`` isolates the lines leaving one query position. Weights below ``threshold`` are not drawn.
+    ``query`` isolates the lines leaving one query position; ``queries=(start, stop)`` draws only
+    those query rows. Lines are drawn for weights ≥ ``threshold``, and — for long texts — only each
+    query's ``top_k`` strongest keys and/or the keys that together hold ``mass`` of its row. At most
+    :data:`MAX_LABELS` tokens per side are labelled; hover names every token.
     """
     heads = list(range(cap.info(part)["n_heads"])) if heads is None else list(heads)
     q_names, k_names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
     n = len(q_names)
     if query is not None and not 0 <= query < n:
         raise OutOfRangeError(f"query {query} is out of range: 0..{n - 1}")
+    if queries is not None and not (
+        isinstance(queries, (tuple, list)) and len(queries) == 2 and 0 <= queries[0] < queries[1] <= n
+    ):
+        raise OutOfRangeError(f"queries must be a (start, stop) range within 0..{n}, got {queries!r}")
+    if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+        raise InputError(f"top_k must be a whole number ≥ 1, got {top_k!r}")
+    if mass is not None and not 0 < mass <= 1:
+        raise InputError(f"mass must be in (0, 1], got {mass!r}")
+    rows = torch.tensor([query]) if query is not None else torch.arange(*(queries or (0, n)))
     fig = go.Figure()
-    levels = [(0.02, 0.1, 0.15), (0.1, 0.3, 0.35), (0.3, 0.6, 0.6), (0.6, 1.01, 0.95)]
+    levels = [(0.0, 0.1, 0.15), (0.1, 0.3, 0.35), (0.3, 0.6, 0.6), (0.6, 1.01, 0.95)]
+    lines = 0
     for head in heads:
         colour = HEAD_COLOURS[head % len(HEAD_COLOURS)]
-        w = cap.attention(layer, head, part=part, words=words).cpu()
-        rows = [query] if query is not None else range(n)
+        w = cap.attention(layer, head, part=part, words=words).cpu()[rows]
+        keep = strongest(w, threshold=threshold, top_k=top_k, mass=mass)
         first = True
         for lo, hi, alpha in levels:
-            xs: list = []
-            ys: list = []
-            for i in rows:
-                for j in torch.nonzero((w[i] >= max(lo, threshold)) & (w[i] < hi)).flatten().tolist():
-                    xs += [0, 1, None]
-                    ys += [i, j, None]
-            if xs:
+            i, j = torch.nonzero(keep & (w >= lo) & (w < hi), as_tuple=True)
+            if len(i):
+                lines += len(i)
+                ys = torch.stack([rows[i].float(), j.float(), torch.full_like(j, -1, dtype=torch.float)], 1).flatten()
+                xs = torch.tensor([0.0, 1.0, -1.0]).repeat(len(i))
                 fig.add_trace(
                     go.Scatter(
-                        x=xs,
-                        y=ys,
+                        x=[None if x < 0 else x for x in xs.tolist()],
+                        y=[None if x < 0 else int(x) for x in ys.tolist()],
                         mode="lines",
                         line=dict(color=colour, width=2),
                         opacity=alpha,
@@ -207,28 +244,40 @@ def head_view(
                     )
                 )
                 first = False
-        if first:  # nothing above the threshold: keep the head in the legend anyway
+        if first:  # nothing drawn: keep the head in the legend anyway
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", line=dict(color=colour), name=f"H{head}"))
     for side, x, names in (("query", 0, q_names), ("key", 1, k_names)):
+        step = -(-len(names) // MAX_LABELS)
         fig.add_trace(
             go.Scatter(
                 x=[x] * len(names),
                 y=list(range(len(names))),
                 mode="markers+text",
-                text=names,
+                text=[name if i % step == 0 or (x == 0 and i == query) else "" for i, name in enumerate(names)],
+                hovertext=names,
                 textposition="middle left" if x == 0 else "middle right",
-                marker=dict(size=9, color=["#000" if (query == i and x == 0) else "#999" for i in range(len(names))]),
+                marker=dict(
+                    size=9 if len(names) <= MAX_LABELS else 5,
+                    color=["#000" if (query == i and x == 0) else "#999" for i in range(len(names))],
+                ),
                 customdata=list(range(len(names))),
-                hovertemplate=f"{side} %{{customdata}}: %{{text}}<extra></extra>",
+                hovertemplate=f"{side} %{{customdata}}: %{{hovertext}}<extra></extra>",
                 showlegend=False,
                 name=side,
             )
         )
+    rule = [f"weights ≥ {threshold:g}"]
+    if top_k is not None:
+        rule.append(f"top {top_k} per query")
+    if mass is not None:
+        rule.append(f"{mass:.0%} of each row")
+    if queries is not None and query is None:
+        rule.append(f"queries {queries[0]}–{queries[1] - 1}")
     title = f"{_part_label(cap, part)}L{layer} head view — " + (
         "all lines" if query is None else f"from {q_names[query]!r} (#{query})"
     )
     fig.update_layout(
-        title=title + f"; weights ≥ {threshold:g}",
+        title=title + "; " + ", ".join(rule) + f" ({lines:,} lines)",
         xaxis=dict(visible=False, range=[-0.6, 1.6]),
         yaxis=dict(visible=False, autorange="reversed"),
         plot_bgcolor="white",

@@ -61,6 +61,40 @@ def test_head_view_draws_one_line_per_weight_above_threshold(bert_cap):
     assert "from 'it' (#8)" in only.layout.title.text
 
 
+def test_head_view_at_length_draws_the_strongest_lines_and_thins_labels():
+    """At 300 tokens: top-k and cumulative mass cut the lines to what each rule keeps (counted
+    independently from the weights), a query range draws only its rows, labels are thinned and
+    complete on hover."""
+    cap = attnviz.capture(
+        attnviz.tiny_model("llama", max_position_embeddings=512),
+        input_ids=torch.randint(3, 120, (1, 300), generator=torch.Generator().manual_seed(3)),
+    )
+    w = cap.attention(1, 2)
+
+    def segments(fig):
+        return sum(sum(1 for y in t.y if y is None) for t in fig.data if t.mode == "lines" and t.name == "H2")
+
+    everything = figures.head_view(cap, 1, [2], threshold=0.0)
+    assert segments(everything) == int((w > 0).sum())  # the causal triangle is not drawn
+    top2 = figures.head_view(cap, 1, [2], threshold=0.0, top_k=2)
+    assert segments(top2) == 2 * 300 - 1 and "top 2 per query" in top2.layout.title.text  # row 0 sees one key
+    half = figures.head_view(cap, 1, [2], threshold=0.0, mass=0.5)
+    expected = 0
+    for row in w:
+        values = row.sort(descending=True).values
+        expected += int((((values.cumsum(0) - values) < 0.5) & (values > 0)).sum())
+    assert segments(half) == expected and "50% of each row" in half.layout.title.text
+    window = figures.head_view(cap, 1, [2], threshold=0.0, top_k=1, queries=(100, 150))
+    starts = {y for t in window.data if t.mode == "lines" for y in t.y[0::3]}
+    assert starts == set(range(100, 150)) and "queries 100–149" in window.layout.title.text
+    names = [t for t in everything.data if t.name == "query"][0]
+    assert sum(1 for x in names.text if x) <= figures.MAX_LABELS and list(names.hovertext) == figures.labels(cap)
+    with pytest.raises(attnviz.InputError, match="mass"):
+        figures.head_view(cap, 1, [2], mass=1.5)
+    with pytest.raises(attnviz.OutOfRangeError, match="queries"):
+        figures.head_view(cap, 1, [2], queries=(10, 400))
+
+
 def test_model_view_mosaic_and_click_ids(decoder_cap):
     fig = figures.model_view(decoder_cap, cells=24, selected=(1, 2))
     z = np.array(fig.data[0].z, dtype=float)
