@@ -516,6 +516,101 @@ def comparison(cap: Capture, layer: int, head: int, *, part: str | None = None) 
     return fig
 
 
+def compare_heads(
+    a: Capture,
+    b: Capture,
+    layer: int,
+    head: int,
+    *,
+    words: bool = False,
+    part_a: str | None = None,
+    part_b: str | None = None,
+    names: tuple[str, str] = ("A", "B"),
+) -> go.Figure:
+    """Two captures' same layer and head side by side — two texts on one model, or two models on
+    one text — and, where their token (or word) grids have the same size, the difference A − B,
+    position by position (a label that differs reads "big/small").
+
+    A layer or head that one capture lacks is an :class:`OutOfRangeError` naming both sizes."""
+    maps = []
+    for cap, part, name in ((a, part_a, names[0]), (b, part_b, names[1])):
+        info = cap.info(part)
+        if layer not in cap.layer_indices(part) or not 0 <= head < info["n_heads"]:
+            raise OutOfRangeError(
+                f"{name} has layers {cap.layer_indices(part)} and heads 0..{info['n_heads'] - 1}; "
+                f"L{layer}·H{head} is not one of them: choose a layer and head both captures have"
+            )
+        w = cap.attention(layer, head, part=part, words=words).cpu()
+        allowed = _allowed(cap, layer, None, words, part)
+        maps.append(
+            (
+                torch.where(allowed, w, torch.full_like(w, float("nan"))),
+                labels(cap, words, part, "query"),
+                labels(cap, words, part, "key"),
+            )
+        )
+    (wa, qa, ka), (wb, qb, kb) = maps
+    same_grid = len(qa) == len(qb) and len(ka) == len(kb)
+
+    def merged(x: list[str], y: list[str]) -> list[str]:
+        return [p if p == q else f"{p}/{q}" for p, q in zip(x, y)]
+
+    unit = "words" if words else "tokens"
+    titles = [f"{names[0]} — {a.model.get('name', '')}", f"{names[1]} — {b.model.get('name', '')}"]
+    if same_grid:
+        titles.append(f"{names[0]} − {names[1]}")
+    fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.08)
+    top = max(float(wa.nan_to_num(0).max()), float(wb.nan_to_num(0).max()), 1e-6)
+    for col, (w, q_names, k_names) in enumerate(maps, 1):
+        fig.add_trace(
+            go.Heatmap(
+                z=w.numpy().round(5),
+                colorscale="Blues",
+                zmin=0,
+                zmax=top,
+                showscale=col == 1,
+                colorbar=dict(title="weight", x=-0.08),
+                hovertemplate="query %{y} → key %{x}: %{z:.4f}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+        fig.update_xaxes(side="top", row=1, col=col, **_ticks(k_names, 32))
+        fig.update_yaxes(autorange="reversed", row=1, col=col, **_ticks(q_names, 32))
+    if same_grid:
+        diff = (wa - wb).numpy()
+        lim = float(max(np.nanmax(np.abs(diff)) if np.isfinite(diff).any() else 0.0, 1e-6))
+        fig.add_trace(
+            go.Heatmap(
+                z=diff.round(5),
+                colorscale="RdBu",
+                zmin=-lim,
+                zmax=lim,
+                colorbar=dict(title="A − B"),
+                hovertemplate="query %{y} → key %{x}: %{z:+.4f}<extra></extra>",
+            ),
+            row=1,
+            col=3,
+        )
+        fig.update_xaxes(side="top", row=1, col=3, **_ticks(merged(ka, kb), 32))
+        fig.update_yaxes(autorange="reversed", row=1, col=3, **_ticks(merged(qa, qb), 32))
+        differ = [m for m in merged(qa, qb) if "/" in m]
+        note = f"max |A − B| {lim:.3f}" + (
+            f"; position by position, {len(differ)} {unit} differ ({', '.join(differ[:3])})" if differ else ""
+        )
+    else:
+        note = f"no difference map: the {unit} differ ({len(qa)} vs {len(qb)})" + (
+            "" if words else "; compare words instead"
+        )
+    fig.update_layout(
+        title=f"L{layer}·H{head}, {unit}: {note}",
+        plot_bgcolor=MASKED_COLOUR,
+        height=max(420, min(900, 14 * max(len(qa), len(qb)) + 180)),
+        margin=dict(l=60, r=20, t=120, b=20),
+    )
+    return fig
+
+
 def to_html(figures: go.Figure | list[go.Figure], path: str | Path | None = None, *, title: str = "attnviz") -> str:
     """One self-contained HTML page holding the figures: plotly.js inlined once, no CDN, no server —
     it opens offline, in any browser, years from now. Written to ``path`` when given; returned."""

@@ -164,3 +164,24 @@ def test_cost_tables_reproduce_the_seed_numbers():
     memory = tables["memory"]
     assert memory.iloc[0]["A per head"] == "1.0 MiB"  # n² × 4 B at n = 512, as the seed says
     assert memory.iloc[2]["vs this text"] == "×65,536"
+
+
+def test_compare_heads_side_by_side_with_a_difference_where_the_grids_match(tiny_bert_words):
+    model, tok = tiny_bert_words
+    big = attnviz.capture(model, "The trophy does not fit in the suitcase because it is too big.", tok)
+    small = attnviz.capture(model, "The trophy does not fit in the suitcase because it is too small.", tok)
+    fig = figures.compare_heads(big, small, 1, 2, names=("too big", "too small"))
+    assert len(fig.data) == 3
+    np.testing.assert_allclose(
+        np.array(fig.data[2].z, dtype=float), (big.attention(1, 2) - small.attention(1, 2)).numpy(), atol=1e-4
+    )
+    assert "big/small" in fig.layout.title.text
+    words = figures.compare_heads(big, small, 1, 2, words=True)
+    np.testing.assert_allclose(
+        np.array(words.data[0].z, dtype=float), big.attention(1, 2, words=True).numpy(), atol=1e-4
+    )
+    other = attnviz.capture(model, "It is too big.", tok)
+    apart = figures.compare_heads(big, other, 1, 2)
+    assert len(apart.data) == 2 and "no difference map" in apart.layout.title.text
+    with pytest.raises(attnviz.OutOfRangeError, match="choose a layer and head both captures have"):
+        figures.compare_heads(big, small, 1, 40)
