@@ -66,9 +66,7 @@ class _Stream:
     weight_error: Tensor | None = None
     weight_scale: Tensor | None = None
 
-    @property
-    def n(self) -> int:
-        return sum(self.steps)
+    n: int = 0  # positions read so far
 
     def take(self, call: AttentionCall, move) -> None:
         assert call.q is not None and call.k is not None and call.v is not None and call.out is not None
@@ -76,24 +74,25 @@ class _Stream:
         past = self.n
         if call.part == "cross":  # the source's keys: the same at every step
             if not self.k:
-                self.k.append(move(call.k[0]))
-                self.v.append(move(call.v[0]))
+                self.k.append(move(call.k[0]).clone())
+                self.v.append(move(call.v[0]).clone())
             elif n_k != self.k[0].shape[-2]:
                 raise UnsupportedModelError(
                     f"{call.name} read {n_k} source positions at one step and {self.k[0].shape[-2]} at another"
                 )
-            key_positions = torch.arange(n_k)
+            first_key = 0
         else:
             # A dynamic cache hands the kernel every position so far, a static one its whole buffer (the
             # new rows at the step's positions); a sliding-window cache keeps only the last positions,
-            # the new ones last.
+            # the new ones last. The rows are copied: a view would keep the step's whole cache alive.
             start = past if n_k >= past + n_q else n_k - n_q
-            self.k.append(move(call.k[0, :, start : start + n_q]))
-            self.v.append(move(call.v[0, :, start : start + n_q]))
-            key_positions = torch.arange(n_k) + (past + n_q - n_k if n_k < past + n_q else 0)
+            self.k.append(move(call.k[0, :, start : start + n_q]).clone())
+            self.v.append(move(call.v[0, :, start : start + n_q]).clone())
+            first_key = past + n_q - n_k if n_k < past + n_q else 0
         self.q.append(move(call.q[0]))
         self.out.append(move(call.out[0].transpose(0, 1)))
         if call.bias is not None:
+            key_positions = torch.arange(n_k) + first_key
             keep = key_positions < past + n_q if call.part != "cross" else key_positions >= 0
             values = call.bias[0].expand(-1, n_q, -1)[..., keep.to(call.bias.device)]
             self.bias.append((past, key_positions[keep], move(values).float()))
@@ -102,6 +101,7 @@ class _Stream:
             self.weight_error = err if self.weight_error is None else torch.maximum(self.weight_error, err)
             self.weight_scale = scale if self.weight_scale is None else torch.maximum(self.weight_scale, scale)
         self.steps.append(n_q)
+        self.n += n_q
 
     def assemble(self) -> AttentionCall:
         """One call over every position, as a single prefill of the whole sequence would have made."""
@@ -169,7 +169,7 @@ class StepRecorder(Recorder):
                 raise UnsupportedModelError(f"{call.name} ran twice while generating; the source is encoded once")
             super().keep(call)
             self.encoder_calls.append(call)
-            self.streams[key] = _Stream(call, steps=[call.q.shape[-2]])
+            self.streams[key] = _Stream(call, steps=[call.q.shape[-2]], n=call.q.shape[-2])
             return
         stream = self.streams.get(key)
         if stream is None:

@@ -146,6 +146,7 @@ class Recorder:
     _encoder_decoder: bool = False
     _dense: dict[int, Tensor] = field(default_factory=dict)  # flex BlockMasks already made dense
     _steps: dict[int, int] = field(default_factory=dict)  # calls so far per module
+    _where: dict[tuple[int, bool], tuple[str, int]] = field(default_factory=dict)  # (module, causal) -> part, layer
 
     def __post_init__(self) -> None:
         self._names = {id(m): name for name, m in self.model.named_modules()}
@@ -227,12 +228,16 @@ class Recorder:
         )
 
     def where(self, module: nn.Module, causal: bool) -> tuple[str, int]:
-        return locate(
-            self._names[id(module)],
-            encoder_decoder=self._encoder_decoder,
-            causal=causal,
-            layer_idx=getattr(module, "layer_idx", None),
-        )
+        key = (id(module), causal)
+        found = self._where.get(key)
+        if found is None:  # a module's place does not change: looked up once (a generation calls it every step)
+            found = self._where[key] = locate(
+                self._names[id(module)],
+                encoder_decoder=self._encoder_decoder,
+                causal=causal,
+                layer_idx=getattr(module, "layer_idx", None),
+            )
+        return found
 
     def add(
         self,

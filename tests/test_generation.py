@@ -251,3 +251,21 @@ def test_a_plain_tap_around_generate_numbers_each_modules_steps():
     kept = [c for c in rec.calls if c.q is not None]
     assert [(c.layer, c.step, c.q.shape[-2]) for c in kept] == [(1, 0, 5), (1, 1, 1), (1, 2, 1)]
     assert [(c.layer, c.step) for c in rec.calls if c.q is None] == [(0, 0), (0, 1), (0, 2)]
+
+
+def test_each_step_keeps_its_own_rows_not_the_cache_it_was_cut_from(monkeypatch):
+    """The cache grows a new tensor every step; a kept view of it would hold every step's whole cache
+    (O(steps·n·d) while generating). Every kept key and value row owns storage of its own size."""
+    from attnviz.generation import StepRecorder
+
+    seen = []
+    original = StepRecorder.assembled
+
+    def spy(self):
+        seen.extend(t for s in self.streams.values() for t in s.k + s.v)
+        return original(self)
+
+    monkeypatch.setattr(StepRecorder, "assembled", spy)
+    attnviz.generate(attnviz.tiny_model("gpt2"), PROMPT, IdsTokenizer(), max_new_tokens=5)
+    assert len(seen) == 2 * 2 * 6  # layers × (k, v) × (prefill + 5 steps)
+    assert all(t.untyped_storage().nbytes() == t.numel() * t.element_size() for t in seen)
