@@ -1,4 +1,4 @@
-"""Command line: ``attnviz capture | generate | validate | coref | probes | export | app``.
+"""Command line: ``attnviz capture | generate | validate | coref | probes | stats | export | app``.
 
 Exit status: 0 on success, 1 when validation fails (a head over tolerance, or a capture's own
 check), 2 for usage and input errors — each error one line on stderr."""
@@ -143,6 +143,53 @@ def _cmd_generate(args) -> int:
         path = gen.save(args.output)
         print(f"saved to {path} (open it with: attnviz app --capture {path})", file=sys.stderr)
     return 0
+
+
+def _cmd_stats(args) -> int:
+    from .analysis.corpus import corpus_stats, write_table
+
+    if args.out:
+        _writable(args.out)
+        if not args.out.endswith((".parquet", ".csv")):
+            raise InputError(f"--out {args.out!r}: give a .parquet or .csv path")
+    try:
+        df = corpus_stats(
+            args.model,
+            args.corpus,
+            batch_size=args.batch_size,
+            layers=args.layers,
+            max_length=args.max_length,
+            device=args.device,
+            dtype=args.dtype,
+            device_map=args.device_map,
+            add_bos=args.add_bos,
+            part=args.part,
+            progress=not args.quiet,
+        )
+        if df.attrs["rank"] != 0:
+            return 0
+        shares = " + ".join(f"{n:,}" for n in df.attrs["per_process"])
+        print(
+            f"{int(df['texts'].iloc[0]):,} texts, {int(df['tokens'].iloc[0]):,} tokens "
+            f"(texts per process: {shares}; padding {df.attrs['padding']:.1%})",
+            file=sys.stderr,
+        )
+        if args.out:
+            print(f"wrote {write_table(df, args.out)}", file=sys.stderr)
+        else:
+            print(df.round(4).to_string(index=False))
+        return 0
+    finally:
+        _end_processes()
+
+
+def _end_processes() -> None:
+    """Close a process group torchrun or accelerate launch made (one left open can abort at exit)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def _cmd_validate(args) -> int:
@@ -311,6 +358,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=5, help="how many heads to print")
     p.add_argument("--csv", help="write the per-head accuracy to this CSV file")
     p.set_defaults(func=_cmd_probes)
+
+    p = sub.add_parser(
+        "stats",
+        help="head statistics over a corpus, streamed and batched; under torchrun / accelerate launch, spread "
+        "over the processes",
+    )
+    p.add_argument("model", help="embedded alias, hub name or local folder")
+    p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')
+    p.add_argument("--out", help="write the table here: .parquet or .csv (default: print it)")
+    p.add_argument("--batch-size", type=int, default=8, help="texts per forward, grouped by length (default: 8)")
+    p.add_argument("--layers", type=_layers, default=None, help="only these layers, e.g. 0,3,5 (0-based)")
+    p.add_argument("--max-length", type=int, default=None, help="truncate each text to this many tokens")
+    p.add_argument("--device", default=None, help="cpu, cuda … (default: one GPU per process where there are GPUs)")
+    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16")
+    p.add_argument("--device-map", default=None, help="auto: spread a large model over GPUs, CPU and disk")
+    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token to each text")
+    p.add_argument("--part", choices=["encoder", "decoder"], default=None, help="encoder-decoder models: which part")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_stats)
 
     p = sub.add_parser("export", help="write figures as one self-contained HTML file that opens offline")
     _add_model_args(p, text_required=False)

@@ -10,6 +10,7 @@ from .coref import (
     propose_candidates,
     rank_heads,
 )
+from .corpus import corpus_stats
 from .rollout import rollout
 from .stats import DETECTORS, detect_heads, head_stats
 
@@ -18,6 +19,7 @@ __all__ = [
     "DETECTORS",
     "Probe",
     "ProbeResult",
+    "corpus_stats",
     "detect_heads",
     "head_stats",
     "load_probes",

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from ..capture import Capture
 
-__all__ = ["DETECTORS", "STATISTICS", "detect_heads", "head_stats", "pattern_matrix"]
+__all__ = ["DETECTORS", "STATISTICS", "HeadStatsSums", "detect_heads", "head_stats", "pattern_matrix"]
 
 STATISTICS = {
     "first": "mass on the first token ([CLS] in BERT; the attention sink of decoders)",
@@ -150,30 +150,39 @@ def _scores_frame(cap: Capture, total: dict, rows_total: int) -> pd.DataFrame:
     )
 
 
-def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True, part: str | None = None) -> pd.DataFrame:
-    """Per layer and head, the statistics of :data:`STATISTICS`, averaged over every query of every text.
+class HeadStatsSums:
+    """Per-head sums behind :func:`head_stats`, in float64, that texts are added to one at a time
+    and that add up across processes (:meth:`vector` / :meth:`from_vector`): a corpus never has to
+    be in memory, and N processes' sums give the one-process numbers."""
 
-    With ``detectors=True`` the :data:`DETECTORS` scores are added as columns. ``part`` picks the
-    encoder or the decoder of an encoder-decoder capture.
-    """
-    import pandas as pd
+    def __init__(self, layers: Sequence[int], n_heads: int, *, detectors: bool = True) -> None:
+        self.layers = list(layers)
+        self.n_heads = n_heads
+        self.keys = list(STATISTICS) + (list(DETECTORS) if detectors else [])
+        self.sums = torch.zeros(len(self.keys), len(self.layers), n_heads, dtype=torch.float64)
+        self.counts = torch.zeros(len(self.keys), dtype=torch.float64)  # scored query rows per statistic
+        self.texts = 0
+        self.tokens = 0
 
-    caps = _selected(caps, part)
-    if not caps:
-        raise InputError("head_stats needs at least one capture")
-    sums: dict[tuple[int, int], dict[str, float]] = {}
-    counts: dict[str, int] = {}
-    detector_rows = dict.fromkeys(DETECTORS, 0)
-    for cap in caps:
-        masks = {name: pattern_matrix(cap, name).float() for name in DETECTORS} if detectors else {}
-        for name, mask in masks.items():
-            detector_rows[name] += int((mask.sum(-1) > 0).sum())
+    @classmethod
+    def like(cls, cap: Capture, *, detectors: bool = True) -> HeadStatsSums:
+        return cls(cap.layer_indices(), cap.n_heads, detectors=detectors)
+
+    def add(self, cap: Capture) -> None:
+        """Add one text's rows (its capture's one self-attention part)."""
+        if cap.layer_indices() != self.layers or cap.n_heads != self.n_heads:
+            raise InputError(
+                f"a capture with layers {cap.layer_indices()} × {cap.n_heads} heads cannot be added to statistics "
+                f"of layers {self.layers} × {self.n_heads} heads: use one model and the same layers"
+            )
+        detectors = [k for k in self.keys if k in DETECTORS]
+        masks = {name: pattern_matrix(cap, name).float() for name in detectors}
         n = cap.n_tokens
         special = [p for p in special_positions(cap) if p != 0]
         punct = [i for i, (s, e) in enumerate(cap.offsets) if e > s and _is_punct(cap.text[s:e])]
         pos = torch.arange(n, dtype=torch.float32)
         dist = (pos[:, None] - pos[None, :]).abs()
-        parts_n = {
+        rows = {
             "first": n,
             "special": n if special else 0,
             "punctuation": n,
@@ -183,9 +192,11 @@ def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True, par
             "distance": n,
             "entropy": n,
         }
-        for key, value in parts_n.items():
-            counts[key] = counts.get(key, 0) + value
-        for layer in cap.layer_indices():
+        rows.update({name: int((mask.sum(-1) > 0).sum()) for name, mask in masks.items()})
+        self.counts += torch.tensor([rows[k] for k in self.keys], dtype=torch.float64)
+        self.texts += 1
+        self.tokens += n
+        for li, layer in enumerate(self.layers):
             a = cap.attention(layer).cpu()  # [head, q, k]
             logs = torch.where(a > 0, a.log(), torch.zeros_like(a))
             parts: dict[str, Tensor] = {
@@ -200,16 +211,47 @@ def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True, par
             }
             for name, mask in masks.items():
                 parts[name] = _pattern_mass(a, mask)
-            for head in range(a.shape[0]):
-                acc = sums.setdefault((layer, head), {})
-                for key, per_head in parts.items():
-                    acc[key] = acc.get(key, 0.0) + float(per_head[head])
-    rows = []
-    for (layer, head), acc in sorted(sums.items()):
-        row: dict[str, float] = {"layer": layer, "head": head}
-        for key in STATISTICS:
-            row[key] = acc[key] / counts[key] if counts.get(key) else float("nan")
-        for name in DETECTORS if detectors else ():
-            row[name] = acc[name] / detector_rows[name] if detector_rows[name] else float("nan")
-        rows.append(row)
-    return pd.DataFrame(rows)
+            self.sums[:, li] += torch.stack([parts[k].double() for k in self.keys])
+
+    def vector(self) -> Tensor:  # float64, what an all-reduce sums
+        return torch.cat(
+            [self.sums.flatten(), self.counts, torch.tensor([self.texts, self.tokens], dtype=torch.float64)]
+        )
+
+    def load_vector(self, vector: Tensor) -> None:
+        """Take summed sums (:meth:`vector` of every process, added)."""
+        vector = vector.to("cpu", torch.float64)
+        n = self.sums.numel()
+        self.sums = vector[:n].view_as(self.sums).clone()
+        self.counts = vector[n : n + len(self.keys)].clone()
+        self.texts, self.tokens = (int(round(float(x))) for x in vector[n + len(self.keys) :])
+
+    def frame(self) -> pd.DataFrame:
+        """One row per layer and head: each statistic's mean over its scored rows, and the counts."""
+        import pandas as pd
+
+        means = self.sums / self.counts.clamp_min(1)[:, None, None]
+        means[self.counts == 0] = float("nan")
+        rows = []
+        for li, layer in enumerate(self.layers):
+            for head in range(self.n_heads):
+                row: dict[str, float | int] = {"layer": layer, "head": head}
+                row.update({k: float(means[ki, li, head]) for ki, k in enumerate(self.keys)})
+                rows.append(row)
+        return pd.DataFrame(rows)
+
+
+def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True, part: str | None = None) -> pd.DataFrame:
+    """Per layer and head, the statistics of :data:`STATISTICS`, averaged over every query of every text.
+
+    With ``detectors=True`` the :data:`DETECTORS` scores are added as columns. ``part`` picks the
+    encoder or the decoder of an encoder-decoder capture. (Over a corpus too large for memory:
+    :func:`attnviz.analysis.corpus_stats`.)
+    """
+    caps = _selected(caps, part)
+    if not caps:
+        raise InputError("head_stats needs at least one capture")
+    sums = HeadStatsSums.like(caps[0], detectors=detectors)
+    for cap in caps:
+        sums.add(cap)
+    return sums.frame()

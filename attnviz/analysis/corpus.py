@@ -1,0 +1,286 @@
+"""Head statistics over a whole corpus: streamed, batched by length, spread over processes.
+
+One sentence says little about a head (Clark et al. pooled 1,000 segments). :func:`corpus_stats`
+reads texts lazily, groups them into batches of similar length (padding at most
+:data:`MAX_PADDING` of a batch's tokens), captures each batch and reduces it at once into per-head
+float64 sums (:class:`~attnviz.analysis.stats.HeadStatsSums`) — memory does not grow with the corpus.
+
+Started by ``torchrun`` or ``accelerate launch``, each process takes its share of every pool of
+batches (accelerate's ``PartialState.split_between_processes``) and the sums are added across
+processes with accelerate's ``reduce`` over torch.distributed (gloo on CPU, nccl on GPU): N
+processes give the one-process numbers. attnviz opens no socket and starts no process itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..errors import ArgumentTypeError, InputError
+from .stats import HeadStatsSums
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["MAX_PADDING", "corpus_stats", "length_batches", "read_texts", "write_table"]
+
+MAX_PADDING = 0.10  # at most this share of a batch's tokens is padding
+POOL = 64  # batches' worth of texts read ahead and sorted by length
+
+
+def read_texts(source: str | Path | Iterable[str]) -> Iterator[str]:
+    """Texts one at a time: from a ``.jsonl`` file (``{"text": ...}`` per line), a text file (one
+    text per line; blank lines skipped), or any iterable of strings."""
+    if isinstance(source, (str, Path)):
+        path = Path(source)
+        if not path.is_file():
+            raise InputError(f"no corpus file at {str(path)!r}: give a .txt (one text per line) or .jsonl file")
+        yield from _read_file(path)
+        return
+    for i, text in enumerate(source):
+        if not isinstance(text, str):
+            raise ArgumentTypeError(f"texts must be strings; item {i} is {type(text).__name__}")
+        if text.strip():
+            yield text
+
+
+def _read_file(path: Path) -> Iterator[str]:
+    jsonl = path.suffix == ".jsonl"
+    with path.open(encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            if not jsonl:
+                yield line.rstrip("\n")
+                continue
+            try:
+                item = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise InputError(f'{path}:{number} is not JSON ({err.msg}); each line must be {{"text": ...}}') from err
+            text = item.get("text") if isinstance(item, dict) else None
+            if not isinstance(text, str):
+                raise InputError(f'{path}:{number} has no "text" string; each line must be {{"text": ...}}')
+            if text.strip():
+                yield text
+
+
+def length_batches(
+    texts: Iterable[str], lengths, batch_size: int, *, pool: int = POOL
+) -> Iterator[list[list[tuple[str, int]]]]:
+    """Pools of batches: ``pool × batch_size`` texts at a time, sorted by ``lengths(text)`` (tokens)
+    and cut into batches of at most ``batch_size`` whose padding stays within :data:`MAX_PADDING`."""
+    buffer: list[tuple[str, int]] = []
+    for text in texts:
+        buffer.append((text, lengths(text)))
+        if len(buffer) >= pool * batch_size:
+            yield _cut(buffer, batch_size)
+            buffer = []
+    if buffer:
+        yield _cut(buffer, batch_size)
+
+
+def _cut(items: list[tuple[str, int]], batch_size: int) -> list[list[tuple[str, int]]]:
+    items = sorted(items, key=lambda item: item[1])
+    batches: list[list[tuple[str, int]]] = []
+    batch: list[tuple[str, int]] = []
+    for item in items:
+        candidate = batch + [item]
+        longest = item[1]  # sorted: the newest is the longest
+        padding = 1 - sum(n for _, n in candidate) / (longest * len(candidate))
+        if batch and (len(candidate) > batch_size or padding > MAX_PADDING):
+            batches.append(batch)
+            batch = [item]
+        else:
+            batch = candidate
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+def corpus_stats(
+    model: Any,
+    texts: str | Path | Iterable[str],
+    tokenizer: Any = None,
+    *,
+    batch_size: int = 8,
+    layers: Iterable[int] | None = None,
+    max_length: int | None = None,
+    device: str | None = None,
+    dtype: str | None = None,
+    device_map: str | dict | None = None,
+    add_bos: bool = False,
+    part: str | None = None,
+    detectors: bool = True,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """:func:`~attnviz.analysis.head_stats` over a whole corpus, pooled over every query token.
+
+    - ``texts``: an iterable of strings (read lazily), or a ``.txt`` / ``.jsonl`` file.
+    - ``batch_size``: texts per forward, grouped by length (padding ≤ 10 % of a batch's tokens).
+    - ``device_map``: ``"auto"`` (or a map) loads a model name through accelerate's big-model
+      inference — layers spread over GPUs, CPU and disk; the taps record wherever each layer runs.
+    - Under ``torchrun`` / ``accelerate launch`` each process captures its share and the sums are
+      added over all processes; every process returns the same table.
+
+    Returns one row per layer and head with the :data:`~attnviz.analysis.stats.STATISTICS` (and
+    detector) columns, plus ``texts`` and ``tokens`` (the corpus's, over all processes).
+    ``df.attrs`` holds ``per_process`` (texts each process captured) and ``padding`` (the share of
+    padding tokens in the batches).
+    """
+    from ..models import load_model
+    from ..runner import capture
+
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise InputError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}")
+    state = _state()
+    if isinstance(model, (str, Path)):
+        if device is None and state.num_processes > 1 and state.device.type == "cuda" and device_map is None:
+            device = str(state.device)  # one GPU per process
+        model, loaded = _load(str(model), device, dtype, device_map, load_model)
+        tokenizer = tokenizer if tokenizer is not None else loaded
+    if tokenizer is None:
+        raise InputError("pass tokenizer= with a model object")
+    wanted = sorted(set(layers)) if layers is not None else None
+
+    def count(text: str) -> int:
+        return len(tokenizer(text, truncation=max_length is not None, max_length=max_length)["input_ids"])
+
+    sums: HeadStatsSums | None = None
+    mine = [0, 0, 0]  # texts, real tokens, padded tokens this process captured
+    bar = _bar(progress and state.is_main_process)
+    for pool in length_batches(read_texts(texts), count, batch_size):
+        with state.split_between_processes(pool) as share:
+            for batch in share:
+                caps = capture(
+                    model,
+                    [text for text, _ in batch],
+                    tokenizer,
+                    layers=wanted,
+                    max_length=max_length,
+                    add_bos=add_bos,
+                )
+                caps = caps if isinstance(caps, list) else [caps]
+                for cap in caps:
+                    cap = cap.select(part)
+                    if sums is None:
+                        sums = HeadStatsSums.like(cap, detectors=detectors)
+                    sums.add(cap)
+                n_real = sum(c.n_tokens for c in caps)
+                mine[0] += len(caps)
+                mine[1] += n_real
+                mine[2] += max(c.n_tokens for c in caps) * len(caps)
+        if bar is not None:
+            done = state.num_processes * mine[0]  # an estimate between reductions; exact at the end
+            bar.update(max(0, done - bar.n))
+            bar.set_postfix(tokens=f"{mine[1] * state.num_processes:,}")
+    if sums is None:
+        sums = _empty(model, wanted, part, detectors)
+    totals = _reduce(state, sums, mine)
+    if bar is not None:
+        bar.close()
+    frame = sums.frame()
+    frame["texts"] = sums.texts
+    frame["tokens"] = sums.tokens
+    frame.attrs["per_process"] = totals["per_process"]
+    frame.attrs["padding"] = totals["padding"]
+    frame.attrs["rank"] = state.process_index if state.num_processes > 1 else 0
+    if sums.texts == 0:
+        raise InputError('the corpus has no text: give one text per line (.txt) or {"text": ...} per line (.jsonl)')
+    return frame
+
+
+class _OneProcess:
+    """The state of a single process, where accelerate is not installed."""
+
+    num_processes = 1
+    process_index = 0
+    is_main_process = True
+    device = torch.device("cpu")
+
+    @contextlib.contextmanager
+    def split_between_processes(self, items):
+        yield items
+
+
+def _state():
+    """accelerate's view of the processes (one, unless started by torchrun / accelerate launch)."""
+    try:
+        from accelerate import PartialState
+    except ImportError as err:
+        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+            raise InputError(
+                f"spreading corpus statistics over processes needs accelerate ({err}): pip install 'attnviz[stats]'"
+            ) from err
+        return _OneProcess()
+
+    # PartialState on a CPU-only machine sees its rank only with cpu=True (it wants MPI otherwise)
+    return PartialState(cpu=not torch.cuda.is_available())
+
+
+def _load(name: str, device, dtype, device_map, load_model):
+    if device_map is None:
+        return load_model(name, device=device, dtype=dtype)
+    from transformers import AutoModel, AutoTokenizer
+
+    from ..models import EMBEDDED_MODELS, resolve_dtype
+
+    if name in EMBEDDED_MODELS:
+        raise InputError("device_map applies to hub names and folders; the embedded models load whole")
+    model = AutoModel.from_pretrained(name, device_map=device_map, dtype=resolve_dtype(dtype))
+    return model.eval(), AutoTokenizer.from_pretrained(name)
+
+
+def _empty(model, wanted, part, detectors) -> HeadStatsSums:
+    """Zero sums for a process that got no batch (it still takes part in the reduction)."""
+    from ..runner import n_layers
+
+    config = model.config
+    heads = next(
+        getattr(config, name)
+        for name in ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads")
+        if isinstance(getattr(config, name, None), int)
+    )
+    return HeadStatsSums(wanted if wanted is not None else range(n_layers(config) or 0), heads, detectors=detectors)
+
+
+def _reduce(state, sums: HeadStatsSums, mine: list[int]) -> dict:
+    if state.num_processes == 1:
+        return {"per_process": [mine[0]], "padding": 1 - mine[1] / mine[2] if mine[2] else 0.0}
+    from accelerate.utils import gather, reduce
+
+    total = reduce(sums.vector().to(state.device), reduction="sum")
+    sums.load_vector(total)
+    counts = gather(torch.tensor([mine], dtype=torch.float64, device=state.device)).cpu()
+    real, padded = float(counts[:, 1].sum()), float(counts[:, 2].sum())
+    return {"per_process": [int(x) for x in counts[:, 0].tolist()], "padding": 1 - real / padded if padded else 0.0}
+
+
+def _bar(show: bool):
+    if not show:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(unit=" texts", desc="corpus")
+
+
+def write_table(df: pd.DataFrame, path: str | Path) -> Path:
+    """Write a statistics table as Parquet or CSV, by the file's suffix."""
+    path = Path(path)
+    if path.suffix == ".csv":
+        df.to_csv(path, index=False)
+    elif path.suffix == ".parquet":
+        try:
+            df.to_parquet(path, index=False)
+        except ImportError as err:
+            raise InputError(
+                f"writing Parquet needs pyarrow ({err}): pip install pyarrow, or give a .csv path"
+            ) from err
+    else:
+        raise InputError(f"cannot tell the format of {str(path)!r}: give a .parquet or .csv path")
+    return path

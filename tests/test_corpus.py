@@ -1,0 +1,192 @@
+"""Head statistics over a corpus: lazy reading, length batching, the same numbers as head_stats,
+and the same numbers again when torchrun spreads the work over two processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from conftest import IdsTokenizer
+
+import attnviz
+from attnviz.analysis import corpus_stats, head_stats
+from attnviz.analysis.corpus import MAX_PADDING, POOL, length_batches, read_texts
+from attnviz.cli import main
+
+
+def _texts(count: int, seed: int = 0) -> list[str]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(3, 40, (count,), generator=g).tolist()
+    return [" ".join(str(i) for i in torch.randint(3, 120, (n,), generator=g).tolist()) for n in lengths]
+
+
+def test_corpus_stats_equal_head_stats_over_the_same_texts():
+    model = attnviz.tiny_model("llama")
+    tok = IdsTokenizer()
+    texts = _texts(23)
+    df = corpus_stats(model, iter(texts), tok, batch_size=4, progress=False)
+    expected = head_stats([attnviz.capture(model, t, tok) for t in texts])
+    columns = [c for c in expected.columns if c not in ("layer", "head")]
+    pd.testing.assert_frame_equal(df[["layer", "head"]], expected[["layer", "head"]])
+    diff = (df[columns] - expected[columns]).abs().max().max()
+    assert diff <= 1e-6, diff
+    lengths = [len(t.split()) for t in texts]
+    assert set(df["texts"]) == {23} and set(df["tokens"]) == {sum(lengths)}
+    assert df.attrs["per_process"] == [23] and 0 <= df.attrs["padding"] <= MAX_PADDING
+
+
+def test_texts_are_read_lazily(monkeypatch):
+    """The corpus is never in memory: when the first batch is captured, at most one pool of texts
+    has been read from the generator."""
+    import attnviz.runner
+
+    model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
+    read = []
+
+    def texts():
+        for i, text in enumerate(_texts(POOL * 2 * 2 + 5)):
+            read.append(i)
+            yield text
+
+    seen_at_first_capture = []
+    original = attnviz.runner.capture
+
+    def spy(*args, **kwargs):
+        seen_at_first_capture.append(len(read))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(attnviz.runner, "capture", spy)
+    df = corpus_stats(model, texts(), tok, batch_size=2, progress=False)
+    assert seen_at_first_capture[0] == POOL * 2 and len(read) == POOL * 2 * 2 + 5
+    assert set(df["texts"]) == {POOL * 4 + 5}
+
+
+def test_length_batches_hold_every_text_once_with_little_padding():
+    texts = _texts(300, seed=3)
+    pools = list(length_batches(iter(texts), lambda t: len(t.split()), 8, pool=8))
+    batches = [b for pool in pools for b in pool]
+    assert sorted(t for b in batches for t, _ in b) == sorted(texts)
+    for b in batches:
+        lengths = [n for _, n in b]
+        assert len(b) <= 8 and 1 - sum(lengths) / (max(lengths) * len(b)) <= MAX_PADDING
+
+
+def test_read_texts_from_files_and_bad_lines(tmp_path):
+    txt = tmp_path / "c.txt"
+    txt.write_text("one text\n\n  \ntwo texts here\n", encoding="utf-8")
+    assert list(read_texts(txt)) == ["one text", "two texts here"]
+    jsonl = tmp_path / "c.jsonl"
+    jsonl.write_text(json.dumps({"text": "小猫很可爱"}) + "\n" + json.dumps({"text": "b"}) + "\n", encoding="utf-8")
+    assert list(read_texts(jsonl)) == ["小猫很可爱", "b"]
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text('{"text": "a"}\n{"txt": "b"}\n', encoding="utf-8")
+    with pytest.raises(attnviz.InputError, match=r"broken.jsonl:2 has no \"text\""):
+        list(read_texts(broken))
+    broken.write_text('{"text": "a"}\nnot json\n', encoding="utf-8")
+    with pytest.raises(attnviz.InputError, match=r"broken.jsonl:2 is not JSON"):
+        list(read_texts(broken))
+    with pytest.raises(attnviz.InputError, match="no corpus file"):
+        list(read_texts(tmp_path / "missing.txt"))
+    with pytest.raises(attnviz.ArgumentTypeError, match="item 1"):
+        list(read_texts(["a", 3]))
+    with pytest.raises(attnviz.InputError, match="no text"):
+        corpus_stats(attnviz.tiny_model("gpt2"), [], IdsTokenizer(), progress=False)
+    with pytest.raises(attnviz.InputError, match="batch_size"):
+        corpus_stats(attnviz.tiny_model("gpt2"), ["1 2"], IdsTokenizer(), batch_size=0)
+
+
+def test_device_map_auto_loads_through_accelerate_and_gives_the_same_numbers(tmp_path, bert_tokenizer):
+    folder = tmp_path / "bert"
+    model = attnviz.tiny_model("bert", vocab_size=bert_tokenizer.vocab_size)
+    model.save_pretrained(folder)
+    bert_tokenizer.save_pretrained(folder)
+    texts = ["The cat sat on the mat.", "It was tired, so it slept.", "Dogs bark."]
+    mapped = corpus_stats(str(folder), texts, device_map="auto", progress=False)
+    plain = corpus_stats(str(folder), texts, progress=False)
+    columns = [c for c in plain.columns if c not in ("layer", "head")]
+    assert (mapped[columns] - plain[columns]).abs().max().max() <= 1e-6
+
+
+def test_cli_stats_writes_csv_and_parquet_and_refuses_bad_paths(tmp_path, capsys, bert_tokenizer):
+    folder = tmp_path / "bert"
+    attnviz.tiny_model("bert", vocab_size=bert_tokenizer.vocab_size).save_pretrained(folder)
+    bert_tokenizer.save_pretrained(folder)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("The cat sat on the mat.\nIt was tired.\n", encoding="utf-8")
+    assert main(["stats", str(folder), str(corpus), "--out", str(tmp_path / "s.csv"), "--quiet"]) == 0
+    assert "2 texts" in capsys.readouterr().err
+    csv = pd.read_csv(tmp_path / "s.csv")
+    assert len(csv) == 2 * 4 and {"first", "entropy", "induction", "texts", "tokens"} <= set(csv.columns)
+    assert main(["stats", str(folder), str(corpus), "--out", str(tmp_path / "s.parquet"), "--quiet"]) == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "s.parquet"), csv, check_dtype=False)
+    assert main(["stats", str(folder), str(corpus), "--out", str(tmp_path / "s.xlsx")]) == 2
+    assert ".parquet or .csv" in capsys.readouterr().err
+    assert main(["stats", str(folder), str(tmp_path / "none.txt"), "--quiet"]) == 2
+    assert "no corpus file" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_torchrun_two_processes_give_the_one_process_numbers(tmp_path):
+    """torchrun --standalone starts two gloo processes on this CPU machine; each captures its share
+    (counted per process) and the reduced table equals the one-process table within 1e-6."""
+    corpus = tmp_path / "c.jsonl"
+    words = "the cat sat on a mat because it was tired and the dog ran to the park".split()
+    g = torch.Generator().manual_seed(0)
+    with corpus.open("w", encoding="utf-8") as f:
+        for _ in range(50):
+            n = int(torch.randint(3, 25, (1,), generator=g))
+            picks = torch.randint(0, len(words), (n,), generator=g).tolist()
+            f.write(json.dumps({"text": " ".join(words[i] for i in picks) + "."}) + "\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    bin_dir = Path(sys.executable).parent
+    one = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "attnviz",
+            "stats",
+            "minilm",
+            str(corpus),
+            "--out",
+            str(tmp_path / "one.csv"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert one.returncode == 0, one.stderr[-2000:]
+    two = subprocess.run(
+        [
+            str(bin_dir / "torchrun"),
+            "--standalone",
+            "--nproc_per_node",
+            "2",
+            "-m",
+            "attnviz",
+            "stats",
+            "minilm",
+            str(corpus),
+            "--out",
+            str(tmp_path / "two.csv"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert two.returncode == 0, two.stderr[-2000:]
+    shares = [line for line in two.stderr.splitlines() if "texts per process" in line]
+    assert len(shares) == 1  # printed by the main process only
+    per_process = [int(x) for x in shares[0].split("texts per process: ")[1].split(";")[0].split(" + ")]
+    assert len(per_process) == 2 and all(n > 0 for n in per_process) and sum(per_process) == 50
+    a, b = pd.read_csv(tmp_path / "one.csv"), pd.read_csv(tmp_path / "two.csv")
+    assert (a - b).abs().max().max() <= 1e-6
