@@ -148,6 +148,8 @@ def _cmd_generate(args) -> int:
 def _cmd_stats(args) -> int:
     from .analysis.corpus import corpus_stats, write_table
 
+    if args.resume and not args.checkpoint:
+        raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
     if args.out:
         _writable(args.out)
         if not args.out.endswith((".parquet", ".csv")):
@@ -164,6 +166,9 @@ def _cmd_stats(args) -> int:
             device_map=args.device_map,
             add_bos=args.add_bos,
             part=args.part,
+            truncate=not args.no_truncate,
+            checkpoint=args.checkpoint,
+            resume=args.resume,
             progress=not args.quiet,
         )
         if df.attrs["rank"] != 0:
@@ -171,7 +176,10 @@ def _cmd_stats(args) -> int:
         shares = " + ".join(f"{n:,}" for n in df.attrs["per_process"])
         print(
             f"{int(df['texts'].iloc[0]):,} texts, {int(df['tokens'].iloc[0]):,} tokens "
-            f"(texts per process: {shares}; padding {df.attrs['padding']:.1%})",
+            f"(texts per process: {shares}; padding {df.attrs['padding']:.1%}; "
+            f"{df.attrs['truncated']:,} cut at the model's limit"
+            + (f"; resumed after {df.attrs['resumed_after']:,} texts" if df.attrs["resumed_after"] else "")
+            + ")",
             file=sys.stderr,
         )
         if args.out:
@@ -375,6 +383,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device-map", default=None, help="auto: spread a large model over GPUs, CPU and disk")
     p.add_argument("--add-bos", action="store_true", help="prepend a BOS token to each text")
     p.add_argument("--part", choices=["encoder", "decoder"], default=None, help="encoder-decoder models: which part")
+    p.add_argument(
+        "--no-truncate", action="store_true", help="refuse a text over the model's limit (default: cut and count it)"
+    )
+    p.add_argument("--checkpoint", help="write the totals so far to this file after every pool of batches")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run from --checkpoint")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_stats)
 

@@ -54,6 +54,8 @@ class IdsTokenizer:
             ids.append(int(piece))
             offsets.append((pos, pos + len(piece)))
             pos += len(piece) + 1
+        if kwargs.get("truncation") and kwargs.get("max_length"):
+            ids, offsets = ids[: kwargs["max_length"]], offsets[: kwargs["max_length"]]
         return {"input_ids": ids, "offset_mapping": offsets} if return_offsets_mapping else {"input_ids": ids}
 
     def convert_ids_to_tokens(self, ids):

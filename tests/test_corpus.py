@@ -190,3 +190,35 @@ def test_torchrun_two_processes_give_the_one_process_numbers(tmp_path):
     assert len(per_process) == 2 and all(n > 0 for n in per_process) and sum(per_process) == 50
     a, b = pd.read_csv(tmp_path / "one.csv"), pd.read_csv(tmp_path / "two.csv")
     assert (a - b).abs().max().max() <= 1e-6
+
+
+def test_an_interrupted_run_resumes_from_its_checkpoint_without_counting_a_text_twice(tmp_path):
+    model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
+    texts = _texts(POOL * 2 * 3 + 7, seed=5)  # three whole pools of batch_size 2, and a bit
+    whole = corpus_stats(model, texts, tok, batch_size=2, progress=False)
+    checkpoint = tmp_path / "run.ckpt"
+
+    def interrupted():
+        for i, text in enumerate(texts):
+            if i == POOL * 2 * 2 + 3:  # inside the third pool: two pools are in the checkpoint
+                raise KeyboardInterrupt
+            yield text
+
+    with pytest.raises(KeyboardInterrupt):
+        corpus_stats(model, interrupted(), tok, batch_size=2, checkpoint=checkpoint, progress=False)
+    resumed = corpus_stats(model, texts, tok, batch_size=2, checkpoint=checkpoint, resume=True, progress=False)
+    assert resumed.attrs["resumed_after"] == POOL * 2 * 2
+    pd.testing.assert_frame_equal(resumed, whole, atol=1e-9, rtol=0)
+    with pytest.raises(attnviz.InputError, match="batch_size=2"):
+        corpus_stats(model, texts, tok, batch_size=4, checkpoint=checkpoint, resume=True, progress=False)
+    with pytest.raises(attnviz.InputError, match="no checkpoint"):
+        corpus_stats(model, texts, tok, checkpoint=tmp_path / "none", resume=True, progress=False)
+
+
+def test_texts_over_the_limit_are_cut_and_counted_or_refused():
+    model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()  # 64 positions
+    texts = ["5 6 7 8", " ".join(["9"] * 100), "10 11 12"]
+    df = corpus_stats(model, texts, tok, progress=False)
+    assert df.attrs["truncated"] == 1 and set(df["tokens"]) == {4 + 64 + 3}
+    with pytest.raises(attnviz.InputTooLongError, match="text 2 of the corpus has 100 tokens"):
+        corpus_stats(model, texts, tok, truncate=False, progress=False)

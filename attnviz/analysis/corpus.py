@@ -14,6 +14,7 @@ processes give the one-process numbers. attnviz opens no socket and starts no pr
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -22,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ..errors import ArgumentTypeError, InputError
+from ..errors import ArgumentTypeError, InputError, InputTooLongError
+from ..runner import max_positions
 from .stats import HeadStatsSums
 
 if TYPE_CHECKING:
@@ -117,6 +119,9 @@ def corpus_stats(
     add_bos: bool = False,
     part: str | None = None,
     detectors: bool = True,
+    truncate: bool = True,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
     progress: bool = True,
 ) -> pd.DataFrame:
     """:func:`~attnviz.analysis.head_stats` over a whole corpus, pooled over every query token.
@@ -127,11 +132,15 @@ def corpus_stats(
       inference — layers spread over GPUs, CPU and disk; the taps record wherever each layer runs.
     - Under ``torchrun`` / ``accelerate launch`` each process captures its share and the sums are
       added over all processes; every process returns the same table.
+    - ``truncate``: a text longer than the model's limit (or ``max_length``) is cut there and counted
+      (``df.attrs["truncated"]``); ``truncate=False`` refuses it instead.
+    - ``checkpoint``: after every pool of batches the totals so far are written there;
+      ``resume=True`` continues from it (same corpus and ``batch_size``), counting no text twice.
 
     Returns one row per layer and head with the :data:`~attnviz.analysis.stats.STATISTICS` (and
     detector) columns, plus ``texts`` and ``tokens`` (the corpus's, over all processes).
-    ``df.attrs`` holds ``per_process`` (texts each process captured) and ``padding`` (the share of
-    padding tokens in the batches).
+    ``df.attrs`` holds ``per_process`` (texts each process captured), ``padding`` (the share of
+    padding tokens in the batches), ``truncated`` and ``resumed_after`` (texts a resumed run skipped).
     """
     from ..models import load_model
     from ..runner import capture
@@ -147,14 +156,44 @@ def corpus_stats(
     if tokenizer is None:
         raise InputError("pass tokenizer= with a model object")
     wanted = sorted(set(layers)) if layers is not None else None
+    limit = max_positions(model.config)
+    bounds = [x for x in (max_length, limit) if x is not None]
+    cap_length: int | None = min(bounds) if bounds else None
+    truncated = 0
+    read = 0  # texts taken from the stream (all processes read the same stream)
 
     def count(text: str) -> int:
-        return len(tokenizer(text, truncation=max_length is not None, max_length=max_length)["input_ids"])
+        nonlocal truncated, read
+        read += 1
+        n = len(tokenizer(text)["input_ids"])
+        if cap_length is not None and n > cap_length:
+            if not truncate:
+                raise InputTooLongError(
+                    f"text {read} of the corpus has {n:,} tokens; the limit is {cap_length:,}. Leave truncate on "
+                    "(the default: such texts are cut and counted) or shorten it"
+                )
+            truncated += 1
+            return cap_length
+        return n
 
     sums: HeadStatsSums | None = None
     mine = [0, 0, 0]  # texts, real tokens, padded tokens this process captured
-    bar = _bar(progress and state.is_main_process)
-    for pool in length_batches(read_texts(texts), count, batch_size):
+    skip = 0
+    if checkpoint is not None and resume:
+        saved = _load_checkpoint(checkpoint, batch_size)
+        skip, truncated = saved["read"], saved["truncated"]
+        sums = HeadStatsSums.from_state(saved["sums"])
+        if state.is_main_process:  # the other processes start from zero: the totals are added once
+            mine = list(saved["mine"])
+        else:
+            sums.clear()
+    stream = read_texts(texts)
+    for _ in range(skip):
+        if next(stream, None) is None:
+            break
+    read = skip
+    bar = _bar(progress and state.is_main_process, initial=skip)
+    for pool in length_batches(stream, count, batch_size):
         with state.split_between_processes(pool) as share:
             for batch in share:
                 caps = capture(
@@ -162,7 +201,7 @@ def corpus_stats(
                     [text for text, _ in batch],
                     tokenizer,
                     layers=wanted,
-                    max_length=max_length,
+                    max_length=cap_length,
                     add_bos=add_bos,
                 )
                 caps = caps if isinstance(caps, list) else [caps]
@@ -171,28 +210,78 @@ def corpus_stats(
                     if sums is None:
                         sums = HeadStatsSums.like(cap, detectors=detectors)
                     sums.add(cap)
-                n_real = sum(c.n_tokens for c in caps)
                 mine[0] += len(caps)
-                mine[1] += n_real
+                mine[1] += sum(c.n_tokens for c in caps)
                 mine[2] += max(c.n_tokens for c in caps) * len(caps)
         if bar is not None:
-            done = state.num_processes * mine[0]  # an estimate between reductions; exact at the end
-            bar.update(max(0, done - bar.n))
-            bar.set_postfix(tokens=f"{mine[1] * state.num_processes:,}")
+            bar.update(read - bar.n)
+            bar.set_postfix(tokens=f"~{mine[1] * state.num_processes:,}")
+        if checkpoint is not None:
+            if sums is None:
+                sums = _empty(model, wanted, part, detectors)
+            _save_checkpoint(state, checkpoint, sums, mine, read, truncated, batch_size)
     if sums is None:
         sums = _empty(model, wanted, part, detectors)
     totals = _reduce(state, sums, mine)
     if bar is not None:
         bar.close()
+    if sums.texts == 0:
+        raise InputError('the corpus has no text: give one text per line (.txt) or {"text": ...} per line (.jsonl)')
     frame = sums.frame()
     frame["texts"] = sums.texts
     frame["tokens"] = sums.tokens
-    frame.attrs["per_process"] = totals["per_process"]
-    frame.attrs["padding"] = totals["padding"]
-    frame.attrs["rank"] = state.process_index if state.num_processes > 1 else 0
-    if sums.texts == 0:
-        raise InputError('the corpus has no text: give one text per line (.txt) or {"text": ...} per line (.jsonl)')
+    frame.attrs.update(
+        per_process=totals["per_process"],
+        padding=totals["padding"],
+        truncated=truncated,
+        resumed_after=skip,
+        rank=state.process_index if state.num_processes > 1 else 0,
+    )
     return frame
+
+
+def _save_checkpoint(state, path, sums: HeadStatsSums, mine: list[int], read: int, truncated: int, batch_size: int):
+    """The totals so far over every process, written by the main process after a whole pool."""
+    total = copy.deepcopy(sums)
+    counters = torch.tensor(mine, dtype=torch.float64)
+    if state.num_processes > 1:
+        from accelerate.utils import reduce
+
+        total.load_vector(reduce(sums.vector().to(state.device), reduction="sum"))
+        counters = reduce(counters.to(state.device), reduction="sum").cpu()
+    if state.is_main_process:
+        path = Path(path)
+        partial = path.with_name(path.name + ".partial")
+        torch.save(
+            {
+                "format": "attnviz corpus checkpoint",
+                "read": read,
+                "truncated": truncated,
+                "batch_size": batch_size,
+                "sums": total.state(),
+                "mine": [int(x) for x in counters.tolist()],
+            },
+            partial,
+        )
+        partial.replace(path)  # a run stopped while writing keeps the previous checkpoint
+
+
+def _load_checkpoint(path, batch_size: int) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"no checkpoint at {str(path)!r} to resume from; start without resume")
+    try:
+        saved = torch.load(path, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same problem for the user
+        raise InputError(f"{str(path)!r} is not a corpus checkpoint ({type(err).__name__}: {err})") from err
+    if not isinstance(saved, dict) or saved.get("format") != "attnviz corpus checkpoint":
+        raise InputError(f"{str(path)!r} is not a corpus checkpoint written by attnviz stats")
+    if saved["batch_size"] != batch_size:
+        raise InputError(
+            f"the checkpoint was written with batch_size={saved['batch_size']}; resume with the same batch size "
+            "(the batches are cut the same way only then)"
+        )
+    return saved
 
 
 class _OneProcess:
@@ -261,12 +350,12 @@ def _reduce(state, sums: HeadStatsSums, mine: list[int]) -> dict:
     return {"per_process": [int(x) for x in counts[:, 0].tolist()], "padding": 1 - real / padded if padded else 0.0}
 
 
-def _bar(show: bool):
+def _bar(show: bool, initial: int = 0):
     if not show:
         return None
     from tqdm.auto import tqdm
 
-    return tqdm(unit=" texts", desc="corpus")
+    return tqdm(unit=" texts", desc="corpus", initial=initial)
 
 
 def write_table(df: pd.DataFrame, path: str | Path) -> Path:

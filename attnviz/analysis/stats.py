@@ -213,6 +213,21 @@ class HeadStatsSums:
                 parts[name] = _pattern_mass(a, mask)
             self.sums[:, li] += torch.stack([parts[k].double() for k in self.keys])
 
+    def state(self) -> dict:
+        """Everything needed to continue adding (a checkpoint)."""
+        return {"layers": self.layers, "n_heads": self.n_heads, "keys": self.keys, "vector": self.vector()}
+
+    @classmethod
+    def from_state(cls, state: dict) -> HeadStatsSums:
+        sums = cls(state["layers"], state["n_heads"], detectors=any(k in DETECTORS for k in state["keys"]))
+        sums.load_vector(state["vector"])
+        return sums
+
+    def clear(self) -> None:
+        self.sums.zero_()
+        self.counts.zero_()
+        self.texts = self.tokens = 0
+
     def vector(self) -> Tensor:  # float64, what an all-reduce sums
         return torch.cat(
             [self.sums.flatten(), self.counts, torch.tensor([self.texts, self.tokens], dtype=torch.float64)]
