@@ -111,6 +111,18 @@ def test_device_map_auto_loads_through_accelerate_and_gives_the_same_numbers(tmp
     plain = corpus_stats(str(folder), texts, progress=False)
     columns = [c for c in plain.columns if c not in ("layer", "head")]
     assert (mapped[columns] - plain[columns]).abs().max().max() <= 1e-6
+    # layer 1 offloaded to disk: accelerate's hooks load its weights for each forward
+    on_disk = {"embeddings": "cpu", "encoder.layer.0": "cpu", "encoder.layer.1": "disk", "pooler": "cpu"}
+    offloaded = corpus_stats(
+        str(folder), texts, device_map=on_disk, offload_folder=tmp_path / "offload", progress=False
+    )
+    assert (offloaded[columns] - plain[columns]).abs().max().max() <= 1e-6
+    from transformers import AutoModel
+
+    dispatched = AutoModel.from_pretrained(folder, device_map=on_disk, offload_folder=tmp_path / "offload2").eval()
+    assert dispatched.encoder.layer[1].attention.self.query.weight.device.type == "meta"  # really on disk
+    again = corpus_stats(dispatched, texts, bert_tokenizer, progress=False)
+    assert (again[columns] - plain[columns]).abs().max().max() <= 1e-6
 
 
 def test_cli_stats_writes_csv_and_parquet_and_refuses_bad_paths(tmp_path, capsys, bert_tokenizer):

@@ -116,6 +116,7 @@ def corpus_stats(
     device: str | None = None,
     dtype: str | None = None,
     device_map: str | dict | None = None,
+    offload_folder: str | Path | None = None,
     add_bos: bool = False,
     part: str | None = None,
     detectors: bool = True,
@@ -129,7 +130,8 @@ def corpus_stats(
     - ``texts``: an iterable of strings (read lazily), or a ``.txt`` / ``.jsonl`` file.
     - ``batch_size``: texts per forward, grouped by length (padding ≤ 10 % of a batch's tokens).
     - ``device_map``: ``"auto"`` (or a map) loads a model name through accelerate's big-model
-      inference — layers spread over GPUs, CPU and disk; the taps record wherever each layer runs.
+      inference — layers spread over GPUs, CPU and disk (``offload_folder`` holds the disk's part);
+      the taps record wherever each layer runs.
     - Under ``torchrun`` / ``accelerate launch`` each process captures its share and the sums are
       added over all processes; every process returns the same table.
     - ``truncate``: a text longer than the model's limit (or ``max_length``) is cut there and counted
@@ -151,7 +153,7 @@ def corpus_stats(
     if isinstance(model, (str, Path)):
         if device is None and state.num_processes > 1 and state.device.type == "cuda" and device_map is None:
             device = str(state.device)  # one GPU per process
-        model, loaded = _load(str(model), device, dtype, device_map, load_model)
+        model, loaded = _load(str(model), device, dtype, device_map, load_model, offload_folder)
         tokenizer = tokenizer if tokenizer is not None else loaded
     if tokenizer is None:
         raise InputError("pass tokenizer= with a model object")
@@ -312,7 +314,7 @@ def _state():
     return PartialState(cpu=not torch.cuda.is_available())
 
 
-def _load(name: str, device, dtype, device_map, load_model):
+def _load(name: str, device, dtype, device_map, load_model, offload_folder=None):
     if device_map is None:
         return load_model(name, device=device, dtype=dtype)
     from transformers import AutoModel, AutoTokenizer
@@ -321,7 +323,8 @@ def _load(name: str, device, dtype, device_map, load_model):
 
     if name in EMBEDDED_MODELS:
         raise InputError("device_map applies to hub names and folders; the embedded models load whole")
-    model = AutoModel.from_pretrained(name, device_map=device_map, dtype=resolve_dtype(dtype))
+    extra = {"offload_folder": str(offload_folder)} if offload_folder is not None else {}
+    model = AutoModel.from_pretrained(name, device_map=device_map, dtype=resolve_dtype(dtype), **extra)
     return model.eval(), AutoTokenizer.from_pretrained(name)
 
 
