@@ -235,7 +235,14 @@ def _cmd_probes(args) -> int:
         _writable(args.csv)
     from .probing import evaluate_probes
 
-    result = evaluate_probes(args.model, args.probes, exclude_sinks=not args.keep_sinks, add_bos=not args.no_bos)
+    try:
+        result = evaluate_probes(args.model, args.probes, exclude_sinks=not args.keep_sinks, add_bos=not args.no_bos)
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
+            return 0
+    finally:
+        _end_processes()
     print(result)
     print(result.ranked().head(args.top).round(3).to_string(index=False))
     if args.csv:

@@ -76,7 +76,12 @@ def evaluate_probes(
         if exclude_sinks
         else "raw attention"
     )
-    for probe in tqdm(probes, desc="probes", disable=not progress):
+    from .analysis.corpus import _state
+
+    state = _state()  # one process, or this process's share under torchrun / accelerate launch
+    with state.split_between_processes(probes) as share:
+        mine = list(share)
+    for probe in tqdm(mine, desc="probes", disable=not progress or not state.is_main_process):
         target = probe.text if part == "decoder" else None
         captured = capture(model, probe.text, tokenizer, target=target, add_bos=add_bos)
         assert isinstance(captured, Capture)  # one text, one capture
@@ -113,6 +118,19 @@ def evaluate_probes(
                 "best_head_weight": best[best["preferred"]],
             }
         )
+    if state.num_processes > 1:
+        from accelerate.utils import gather_object
+
+        per_probe = gather_object(per_probe)
+        skipped = gather_object(skipped)
+        parts = gather_object([(correct, nearest_hits, first_hits, shape)])
+        correct = {}
+        for counts, _, _, _ in parts:
+            for key, hits in counts.items():
+                correct[key] = correct.get(key, 0) + hits
+        nearest_hits = sum(p[1] for p in parts)
+        first_hits = sum(p[2] for p in parts)
+        shape = max(p[3] for p in parts)
     n = len(per_probe)
     if n == 0:
         raise InputError("no probe could be scored: " + "; ".join(skipped))

@@ -234,3 +234,24 @@ def test_texts_over_the_limit_are_cut_and_counted_or_refused():
     assert df.attrs["truncated"] == 1 and set(df["tokens"]) == {4 + 64 + 3}
     with pytest.raises(attnviz.InputTooLongError, match="text 2 of the corpus has 100 tokens"):
         corpus_stats(model, texts, tok, truncate=False, progress=False)
+
+
+@pytest.mark.slow
+def test_probe_sets_spread_over_two_processes_score_as_one(tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    one = subprocess.run(
+        [sys.executable, "-m", "attnviz", "probes", "minilm", "en", "--csv", str(tmp_path / "one.csv")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
+    assert one.returncode == 0, one.stderr[-2000:]
+    torchrun = str(Path(sys.executable).parent / "torchrun")
+    command = [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "attnviz", "probes", "minilm", "en"]
+    two = subprocess.run(
+        command + ["--csv", str(tmp_path / "two.csv")], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert two.returncode == 0, two.stderr[-2000:]
+    assert two.stdout.count("per-head accuracy written") == 1  # the main process reports
+    pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "one.csv"), pd.read_csv(tmp_path / "two.csv"))
