@@ -197,12 +197,12 @@ class GenerationStep:
 
     index: int
     position: int
-    token: str
+    token: str  # its label (the text it covers; the tokenizer's piece is in gen.sequence.tokens)
     token_id: int
     layers: list[int]
     weights: Tensor  # [layer, head, key_pos]
     chosen_by: Tensor  # [layer, head, key_pos]: the row of the query that predicted this token
-    keys: list[str]  # the key tokens, positions 0..position
+    keys: list[str]  # the key tokens' labels, positions 0..position
 
     def top(self, k: int = 5, *, layer: int | None = None, head: int | None = None) -> list[tuple[int, str, float]]:
         """The ``k`` keys this token attended to most: (position, token, weight), averaged over the
@@ -295,6 +295,7 @@ class Generation:
             raise InputError(f"this generation has {n} new tokens (0..{n - 1}); step {index} is out of range")
         index %= n
         position = self.prompt_length + index
+        labels = self.sequence.token_labels
         cap = self.capture
         layers = cap.layer_indices("decoder")
         rows = [_row(cap.layer(layer, "decoder"), position) for layer in layers]
@@ -302,12 +303,12 @@ class Generation:
         return GenerationStep(
             index=index,
             position=position,
-            token=self.sequence.tokens[position],
+            token=labels[position],
             token_id=self.sequence.token_ids[position],
             layers=layers,
             weights=torch.stack(rows)[..., : position + 1],
             chosen_by=torch.stack(before)[..., : position + 1],
-            keys=self.sequence.tokens[: position + 1],
+            keys=labels[: position + 1],
         )
 
     def to_pandas(self, *, layer: int | None = None, head: int | None = None, top: int = 3):
@@ -335,10 +336,13 @@ class Generation:
         return self.capture.save(path)
 
     def __repr__(self) -> str:
-        return (
-            f"Generation({self.capture.model.get('name')!r}: {self.prompt_length} prompt tokens + {len(self)} new, "
-            f"{self.text[:60]!r}{'…' if len(self.text) > 60 else ''})"
+        start = (
+            f"{self.capture.n_tokens} source tokens → start token + {len(self)} new"
+            if self.capture.target is not None
+            else f"{self.prompt_length} prompt tokens + {len(self)} new"
         )
+        text = f"{self.text[:60]!r}{'…' if len(self.text) > 60 else ''}"
+        return f"Generation({self.capture.model.get('name')!r}: {start}, {text})"
 
 
 def _row(rec, position: int) -> Tensor:  # [head, key_pos] of one query row, recomputed
@@ -491,7 +495,7 @@ def generate(
             )
     new_ids = sequence[0, n_prompt:].tolist()
     all_ids = sequence[0].tolist()
-    continuation, new_offsets = _continuation(tokenizer, new_ids)
+    continuation, new_offsets = _continuation(tokenizer, new_ids, [] if encoder_decoder else ids_list)
     new_tokens = tokenizer.convert_ids_to_tokens(new_ids)
     source = _sequence(prompt, ids_list, encoded[0][1], encoded[0][2])
     if encoder_decoder:
@@ -575,8 +579,11 @@ def _eos_ids(model: Any) -> set[int]:
     return set(value) if isinstance(value, list) else {value} if isinstance(value, int) else set()
 
 
-def _continuation(tokenizer, new_ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
-    """The new tokens as text (special tokens left out) and each one's span in it."""
+def _continuation(tokenizer, new_ids: list[int], before: list[int]) -> tuple[str, list[tuple[int, int]]]:
+    """The new tokens as text (special tokens left out) and each one's span in it.
+
+    The text is what decoding adds after ``before`` (the prompt's ids), so the space a tokenizer
+    puts between words is kept even when it would drop it decoding the new tokens alone."""
     decode = getattr(tokenizer, "decode", None)
     if decode is None:
         tokens = [str(t) for t in tokenizer.convert_ids_to_tokens(new_ids)]
@@ -586,12 +593,19 @@ def _continuation(tokenizer, new_ids: list[int]) -> tuple[str, list[tuple[int, i
             offsets.append((pos + 1, pos + 1 + len(t)))
             pos += len(t) + 1
         return text, offsets
-    text = decode(new_ids, skip_special_tokens=True)
+    alone = decode(new_ids, skip_special_tokens=True)
+    text = alone
+    if before:
+        base = decode(before, skip_special_tokens=True)
+        joined = decode(before + new_ids, skip_special_tokens=True)
+        if joined.startswith(base) and joined[len(base) :].strip() == alone.strip():
+            text = joined[len(base) :]
     found = offsets_from_tokens(text, surfaces(tokenizer, new_ids))
     if found is not None:
         return text, found
     ends = [len(decode(new_ids[: i + 1], skip_special_tokens=True)) for i in range(len(new_ids))]  # decoded prefixes
-    return text, [(a, b) for a, b in zip([0] + ends[:-1], ends)]
+    shift = len(text) - len(alone)
+    return text, [(a + shift, b + shift) for a, b in zip([0] + ends[:-1], ends)]
 
 
 def _sequence(text: str, ids: list[int], offsets: list[tuple[int, int]], tokens: list[str]) -> TokenSequence:

@@ -69,7 +69,7 @@ class TokenSequence:
         labels = []
         for token, (start, end) in zip(self.tokens, self.offsets):
             piece = self.text[start:end].strip() if end > start else token
-            label = piece or token
+            label = piece or (_blank_label(self.text[start:end]) if end > start else token)
             if end > start and count[(start, end)] > 1:
                 seen[(start, end)] = seen.get((start, end), 0) + 1
                 label += str(seen[(start, end)]).translate(subscripts)
@@ -93,6 +93,11 @@ class TokenSequence:
 
 
 @functools.lru_cache(maxsize=1)
+def _blank_label(space: str) -> str:
+    """A visible label for a token that is only white space: ↵ per line break, · per other space."""
+    return "".join("↵" if ch == "\n" else "⇥" if ch == "\t" else "·" for ch in space) or "·"
+
+
 def _jieba():
     try:
         import jieba

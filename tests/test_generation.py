@@ -269,3 +269,23 @@ def test_each_step_keeps_its_own_rows_not_the_cache_it_was_cut_from(monkeypatch)
     attnviz.generate(attnviz.tiny_model("gpt2"), PROMPT, IdsTokenizer(), max_new_tokens=5)
     assert len(seen) == 2 * 2 * 6  # layers × (k, v) × (prefill + 5 steps)
     assert all(t.untyped_storage().nbytes() == t.numel() * t.element_size() for t in seen)
+
+
+def test_a_wordpiece_continuation_keeps_its_space_and_labels_are_clean(bert_tokenizer):
+    """WordPiece drops the leading space when it decodes the new tokens alone; the capture's text
+    must still read "because pioneering", not "becausepioneering", and every word appear once."""
+    model = attnviz.tiny_model("llama", vocab_size=bert_tokenizer.vocab_size)
+    prompt = "The cat sat on the mat because"
+    gen = attnviz.generate(model, prompt, bert_tokenizer, max_new_tokens=4, min_new_tokens=4)
+    assert gen.capture.text == prompt + gen.text and gen.text.startswith(" ")
+    assert gen.text.strip() == bert_tokenizer.decode(gen.new_token_ids, skip_special_tokens=True)
+    spans = [(w.char_start, w.char_end) for w in gen.capture.words if w.char_end > w.char_start]
+    assert len(spans) == len(set(spans))  # no word twice (special tokens cover no text)
+    step = gen.step(0)
+    assert step.token == gen.capture.token_labels[gen.prompt_length] and not step.token.startswith("##")
+    assert step.keys == gen.capture.token_labels[: step.position + 1]
+
+
+def test_blank_tokens_get_visible_labels():
+    seq = attnviz.TokenSequence("a\n\nb c", ["a", "ĊĊ", "b", "Ġc"], [1, 2, 3, 4], [(0, 1), (1, 3), (3, 4), (4, 6)], [])
+    assert seq.token_labels == ["a", "↵↵", "b", "c"]
