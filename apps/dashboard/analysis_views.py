@@ -21,6 +21,7 @@ from attnviz.analysis.plots import (
 from attnviz.analysis.stats import DETECTORS, STATISTICS
 
 from .common import chip, error_text, message_figure, word_of
+from .generation_view import mark_view, new_start
 
 
 class AID:
@@ -197,10 +198,12 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         if cap is None or not selection:
             return []
         chips = []
+        first_new = new_start(cap, words=True)  # a generation's first new word (None otherwise)
         for i, w in enumerate(cap.words):
             role = "pronoun" if i == selection["pronoun"] else "candidate" if i in selection["candidates"] else ""
             colour = {"pronoun": "#d62728", "candidate": "#2ca02c"}.get(role)
-            chips.append(chip(w.text, {"type": AID.coref_word, "index": i}, f"coref-word {role}".strip(), colour))
+            new = " generated" if first_new is not None and i >= first_new else ""
+            chips.append(chip(w.text, {"type": AID.coref_word, "index": i}, f"coref-word {role}".strip() + new, colour))
         return chips
 
     @app.callback(
@@ -249,11 +252,12 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
             )
         except Exception as err:  # noqa: BLE001
             return error_text(err), message_figure(error_text(err)), [], [], message_figure("")
-        names = [c for c in ranking.table.columns if c not in {"layer", "head", "preferred", "margin"}]
         best_per = []
-        for name in names:
+        for name in ranking.names:
             top = ranking.for_candidate(name).iloc[0]
-            best_per.append(f"{ranking.pronoun.text} → {name} {top[name]:.2f} (L{top['layer']}·H{top['head']})")
+            others = top[f"{name} from others"]
+            habit = "" if others != others else f", others {others:.2f}"  # NaN: no other token sees it
+            best_per.append(f"{ranking.pronoun.text} → {name} {top[name]:.2f} (L{top['layer']}·H{top['head']}{habit})")
         headline = html.Div(
             [
                 html.Div(" · ".join(best_per), style={"fontWeight": "bold"}),
@@ -264,7 +268,9 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         table.insert(0, "id", [f"{r.layer}-{r.head}" for r in table.itertuples(index=False)])
         columns = [{"name": c, "id": c} for c in table.columns if c != "id"]
         best = ranking.best
-        heat = figures.heatmap(cap, int(best["layer"]), int(best["head"]), words=True)
+        heat = mark_view(
+            figures.heatmap(cap, int(best["layer"]), int(best["head"]), words=True), cap, "matrix", words=True
+        )
         return headline, coref_bars(ranking), table.to_dict("records"), columns, heat
 
     @app.callback(
@@ -360,6 +366,7 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
                 return message_figure("Run the model first.")
             flow = rollout(cap)
             query = None if query is None else min(query, cap.n_tokens - 1)
-            return rollout_figure(cap, flow, query=query if mode == "query" else None)
+            fig = rollout_figure(cap, flow, query=query if mode == "query" else None)
+            return mark_view(fig, cap, "bars" if mode == "query" else "matrix")
         except attnviz.AttnvizError as err:
             return message_figure(error_text(err))

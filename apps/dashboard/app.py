@@ -20,9 +20,10 @@ from attnviz import figures
 from attnviz.analysis.coref import STOP_WORDS
 from attnviz.cost import cost_tables
 
-from . import analysis_views
+from . import analysis_views, generation_view
 from .cache import CaptureCache, capture_key
 from .common import chip, error_text, message_figure, word_of
+from .generation_view import GID, MARK, MAX_NEW_TOKENS, MODEL_VIEW_CELLS, generation_of, mark_view, new_start
 from .layout import ID, VIEWS, build_layout
 
 DEFAULT_MODELS = {
@@ -105,15 +106,39 @@ def create_app(
         except attnviz.AttnvizError as err:
             startup_error = f"Could not open the capture file: {err}"
 
-    def get_capture(model: str, text: str, bos: bool = False, target: str | None = None) -> attnviz.Capture:
-        key = capture_key(model + ("\x00bos" if bos else "") + (f"\x00target\x00{target}" if target else ""), text)
+    def get_capture(
+        model: str, text: str, bos: bool = False, target: str | None = None, new_tokens: int | None = None
+    ) -> attnviz.Capture:
+        """The capture of (model, text): one forward, or with ``new_tokens`` the generation that continues
+        ``text`` (greedy, so a capture dropped from the cache comes back the same)."""
+        key = capture_key(
+            model
+            + ("\x00bos" if bos else "")
+            + (f"\x00target\x00{target}" if target else "")
+            + (f"\x00generate\x00{new_tokens}" if new_tokens else ""),
+            text,
+        )
         cap = cache.get(key)
         if cap is not None:
             return cap
         if model.startswith(FILE_PREFIX):
+            if new_tokens:
+                raise attnviz.InputError(
+                    "a capture file holds one text and no model; pick a model in the list to generate"
+                )
             cap = attnviz.load(model.removeprefix(FILE_PREFIX))
             if cap.text != text:
                 raise attnviz.InputError("a capture file holds one text; pick a model in the list to run another text")
+        elif new_tokens:
+            _, tokenizer = attnviz.load_model(model)
+            n = len(tokenizer(text)["input_ids"]) + new_tokens
+            if n > max_tokens:
+                raise attnviz.InputTooLongError(
+                    f"The prompt and {new_tokens:,} new tokens make {n:,} tokens; this dashboard shows at most "
+                    f"{max_tokens:,}. Ask for fewer new tokens or shorten the prompt, or generate in a script "
+                    "(attnviz.generate) and open the saved file with --capture."
+                )
+            cap = attnviz.generate(model, text, max_new_tokens=new_tokens, add_bos=bos).capture
         else:
             loaded, tokenizer = attnviz.load_model(model)
             target = target if loaded.config.is_encoder_decoder else None
@@ -131,7 +156,9 @@ def create_app(
     def from_store(store: dict | None) -> attnviz.Capture | None:
         if not store:
             return None
-        return get_capture(store["model"], store["text"], bool(store.get("bos")), store.get("target"))
+        return get_capture(
+            store["model"], store["text"], bool(store.get("bos")), store.get("target"), store.get("generate")
+        )
 
     def self_part(store: dict | None, part: str | None) -> attnviz.Capture | None:
         """The capture narrowed to one self-attention part (what the analyses read)."""
@@ -145,6 +172,7 @@ def create_app(
     graphs = [ID.heatmap, ID.head_view, ID.model_view, ID.lab_graph, ID.validation_map, ID.comparison]
 
     analysis_views.register(app, ID, self_part)
+    generation_view.register(app, ID, from_store)
 
     @app.callback(Output(ID.target_box, "style"), Input(ID.model, "value"))
     def show_target(model):
@@ -169,29 +197,43 @@ def create_app(
         Output(ID.part, "options"),
         Output(ID.part, "value"),
         Output(ID.part_box, "style"),
+        Output(GID.progress, "children"),
         Input(ID.run, "n_clicks"),
+        Input(GID.generate, "n_clicks"),
         State(ID.text, "value"),
         State(ID.model, "value"),
         State(ID.bos, "value"),
         State(ID.target, "value"),
-        running=[(Output(ID.run, "disabled"), True, False)],
+        State(GID.new_tokens, "value"),
+        running=[(Output(ID.run, "disabled"), True, False), (Output(GID.generate, "disabled"), True, False)],
     )
-    def run_model(_clicks, text, model, bos_switch, target):
+    def run_model(_clicks, _generate_clicks, text, model, bos_switch, target, new_tokens):
         if startup_error and not ctx.triggered_id:
-            return (no_update, startup_error) + (no_update,) * 12
+            return (no_update, startup_error) + (no_update,) * 12 + ("",)
+        generate = ctx.triggered_id == GID.generate
         try:
             if not isinstance(text, str) or not text.strip():
                 raise attnviz.EmptyTextError("The text is empty: type a sentence or pick an example.")
             bos = "bos" in (bos_switch or [])
             target = target.strip() if isinstance(target, str) and target.strip() else None
-            cap = get_capture(model, text, bos, target)
+            if generate:
+                new_tokens, target = checked_new_tokens(new_tokens), None
+            else:
+                new_tokens = None
+            cap = get_capture(model, text, bos, target, new_tokens)
         except Exception as err:  # noqa: BLE001 - every failure becomes a message in the page
-            return (no_update, error_text(err), "") + (no_update,) * 11
-        part = cap.parts[0]  # the encoder of an encoder-decoder: the text the user typed
+            # the page keeps showing the last capture, and the status line keeps describing it
+            return (no_update, error_text(err)) + (no_update,) * 12 + ("",)
+        gen = generation_of(cap)
+        # the encoder of an encoder-decoder (the text the user typed); the decoder of a generation
+        part = "decoder" if gen is not None else cap.parts[0]
         layers = cap.layer_indices(part)
         heads = list(range(cap.info(part)["n_heads"]))
         store = {"model": model, "text": text, "bos": bos, "target": target if cap.target is not None else None}
-        status = f"{cap.model.get('name')}: {cap.n_tokens} tokens, {len(cap.words)} words"
+        if new_tokens:
+            store["generate"] = new_tokens
+        status = f"{cap.model.get('name')}: " + (generation_status(gen) if gen is not None else "")
+        status += f"{cap.n_tokens} tokens, {len(cap.words)} words"
         if cap.target is not None:
             status += f", target {len(cap.target.tokens)} tokens"
         status += ", " + ", ".join(
@@ -202,7 +244,7 @@ def create_app(
         )
         status += f", {cap.model.get('backend')}"
         view = cap.select(part)
-        query = default_query(view)
+        query = gen.prompt_length if gen is not None else default_query(view)  # a generation: its first new token
         best_layer, best_head = _default_head(view, query)
         return (
             store,
@@ -221,6 +263,7 @@ def create_app(
             {"display": "none"}
             if len(cap.parts) == 1
             else {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"},
+            "",
         )
 
     @app.callback(
@@ -282,7 +325,8 @@ def create_app(
             cap = from_store(store)
             if cap is None or layer is None or head is None:
                 return message_figure("Run the model to see its attention.")
-            return figures.heatmap(cap, layer, head, words=units == "words", part=part)
+            fig = figures.heatmap(cap, layer, head, words=units == "words", part=part)
+            return mark_view(fig, cap, "matrix", words=units == "words", part=part)
 
         return guarded(tab, "heatmap", build, message_figure)
 
@@ -306,7 +350,8 @@ def create_app(
                 point = hover["points"][0]
                 if point.get("x") == 0 and isinstance(point.get("customdata"), int):
                     query = point["customdata"]
-            return figures.head_view(cap, layer, heads or [0], words=units == "words", query=query, part=part)
+            fig = figures.head_view(cap, layer, heads or [0], words=units == "words", query=query, part=part)
+            return mark_view(fig, cap, "head", words=units == "words", part=part)
 
         return guarded(tab, "head", build, message_figure)
 
@@ -325,7 +370,8 @@ def create_app(
             if cap is None:
                 return message_figure("Run the model to see its attention.")
             selected = (layer, head) if layer is not None and head is not None else None
-            return figures.model_view(cap, words=units == "words", selected=selected, part=part)
+            fig = figures.model_view(cap, words=units == "words", selected=selected, part=part, cells=MODEL_VIEW_CELLS)
+            return mark_view(fig, cap, "model", words=units == "words", part=part)
 
         return guarded(tab, "model", build, message_figure)
 
@@ -348,7 +394,13 @@ def create_app(
         if ctx.triggered_id == ID.validation_map:
             return int(point["y"]), int(point["x"]), no_update
         cap = from_store(store)
-        cell = figures.model_view_cell(cap, point["x"], point["y"], words=units == "words", part=part) if cap else None
+        cell = (
+            figures.model_view_cell(
+                cap, point["x"], point["y"], words=units == "words", part=part, cells=MODEL_VIEW_CELLS
+            )
+            if cap
+            else None
+        )
         if cell is None:
             return no_update, no_update, no_update
         return cell[0], cell[1], "heatmap"
@@ -359,43 +411,63 @@ def create_app(
         Input(ID.words, "value"),
         Input(ID.lab_query, "data"),
         Input(ID.part, "value"),
+        Input(GID.step, "value"),
     )
-    def lab_tokens(store, units, query, part):
+    def lab_tokens(store, units, query, part, step):
         try:
             cap = from_store(store)
-            queries, _ = (
-                cap.sequences(part if cap is not None and len(cap.parts) > 1 else None) if cap else (None, None)
-            )
+            part = part if cap is not None and len(cap.parts) > 1 else None
+            queries, _ = cap.sequences(part) if cap else (None, None)
         except Exception:  # noqa: BLE001 - the run callback reports it
             return []
         if cap is None:
             return []
+        first_new = new_start(cap, part, False, "query")  # None unless the chips are a generation's tokens
+        shown_to = None if first_new is None or step is None else first_new + int(step)  # the step slider's token
         chips = []
         if units == "words":
-            items = [(w.token_start, w.text, w.token_start <= (query or 0) < w.token_stop) for w in queries.words]
+            items = [
+                (w.token_start, w.token_stop, w.text, w.token_start <= (query or 0) < w.token_stop)
+                for w in queries.words
+            ]
         else:
-            items = [(i, label, i == query) for i, label in enumerate(queries.token_labels)]
-        for index, label, chosen in items:
+            items = [(i, i + 1, label, i == query) for i, label in enumerate(queries.token_labels)]
+        for start, stop, label, chosen in items:
+            roles = token_roles(start, stop, first_new, shown_to)
             chips.append(
                 chip(
                     label,
-                    {"type": ID.lab_token, "index": index},
-                    "lab-token selected" if chosen else "lab-token",
+                    {"type": ID.lab_token, "index": start},
+                    " ".join(["lab-token", *roles, *(["selected"] if chosen else [])]),
                     "#d62728" if chosen else None,
+                    title=f"generated at step {start - first_new}" if "generated" in roles else None,
                 )
             )
         return chips
 
-    @app.callback(
+    # A clicked chip becomes the query (and moves the step slider to it, if it is a new token); the step
+    # slider makes its new token the query. In the browser: arrow keys fire one step after another, and
+    # overlapping server calls could land out of order and leave the query a step behind the slider.
+    app.clientside_callback(
+        """(clicks, step, first) => {
+            const noUpdate = window.dash_clientside.no_update;
+            const trigger = window.dash_clientside.callback_context.triggered_id;
+            const steps = first !== null && first !== undefined;
+            if (trigger === "STEP") {
+                return steps && step !== null && step !== undefined ? [first + step, noUpdate] : [noUpdate, noUpdate];
+            }
+            if (!trigger || !clicks.some(Boolean)) {
+                return [noUpdate, noUpdate];
+            }
+            return [trigger.index, steps && trigger.index >= first ? trigger.index - first : noUpdate];
+        }""".replace("STEP", GID.step),
         Output(ID.lab_query, "data", allow_duplicate=True),
+        Output(GID.step, "value", allow_duplicate=True),
         Input({"type": ID.lab_token, "index": ALL}, "n_clicks"),
+        Input(GID.step, "value"),
+        State(GID.first_new, "data"),
         prevent_initial_call=True,
     )
-    def pick_query(clicks):
-        trigger = ctx.triggered_id
-        if not trigger or not any(c for c in clicks if c):
-            return no_update
-        return trigger["index"]
 
     @app.callback(
         Output(ID.lab_graph, "figure"),
@@ -428,7 +500,7 @@ def create_app(
                 temperature=temperature,
                 part=part,
             )
-            fig = figures.query_row(cap, layer, head, index, **kwargs)
+            fig = mark_view(figures.query_row(cap, layer, head, index, **kwargs), cap, "bars", words=words, part=part)
             row = cap.attention(
                 layer,
                 head,
@@ -471,7 +543,7 @@ def create_app(
             return (
                 str(report),
                 figures.validation_map(report, quantity, part_),
-                figures.comparison(cap, layer, head, part=part_),
+                mark_view(figures.comparison(cap, layer, head, part=part_), cap, "comparison", part=part_),
             )
 
         return guarded(tab, "validation", build, lambda m: (m, message_figure(m), message_figure("")), 3)
@@ -490,10 +562,13 @@ def create_app(
         except Exception as err:  # noqa: BLE001
             return error_text(err)
         n = cap.n_tokens
+        first_new = new_start(cap)
         return html.Div(
             [
                 html.P(
-                    f"{cap.model.get('name')} on this text: n = {n} tokens, d_model = {cap.model.get('d_model')}, "
+                    f"{cap.model.get('name')} on this text: n = {n} tokens"
+                    + (f" ({first_new} prompt + {n - first_new} generated {MARK})" if first_new is not None else "")
+                    + f", d_model = {cap.model.get('d_model')}, "
                     f"{cap.n_heads} heads of d_k = {cap.d_head}, {cap.n_layers} layers. attnviz keeps Q, K, V "
                     f"(O(n·d)) and recomputes A (O(n²)) one head at a time."
                 ),
@@ -588,23 +663,56 @@ def view_figures(
     heads: list[int] | None = None,
     query: int | None = None,
 ) -> list:
-    """The figures of a view, for the self-contained HTML export (tables' views give the heatmap)."""
+    """The figures of a view, for the self-contained HTML export (tables' views give the heatmap), with
+    a generation's new tokens marked as in the page."""
+    marks = dict(words=words, part=part)
     if tab == "head":
-        return [figures.head_view(cap, layer, heads or [head], words=words, part=part)]
+        return [mark_view(figures.head_view(cap, layer, heads or [head], words=words, part=part), cap, "head", **marks)]
     if tab == "model":
-        return [figures.model_view(cap, words=words, part=part, selected=(layer, head))]
+        fig = figures.model_view(cap, words=words, part=part, selected=(layer, head), cells=MODEL_VIEW_CELLS)
+        return [mark_view(fig, cap, "model", **marks)]
     if tab == "lab" and query is not None:
         queries, _ = cap.sequences(part)
         token = min(query, queries.n_tokens - 1)
-        return [
-            figures.query_row(cap, layer, head, word_of(queries, token) if words else token, words=words, part=part)
-        ]
+        index = word_of(queries, token) if words else token
+        return [mark_view(figures.query_row(cap, layer, head, index, words=words, part=part), cap, "bars", **marks)]
     if tab == "validation":
         return [
             figures.validation_map(cap.validate(), part=cap._part(part)),
-            figures.comparison(cap, layer, head, part=part),
+            mark_view(figures.comparison(cap, layer, head, part=part), cap, "comparison", part=part),
         ]
-    return [figures.heatmap(cap, layer, head, words=words, part=part)]
+    return [mark_view(figures.heatmap(cap, layer, head, words=words, part=part), cap, "matrix", **marks)]
+
+
+def checked_new_tokens(value) -> int:
+    """The number typed in "new tokens", as a whole number in 1..MAX_NEW_TOKENS (else a message saying so)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
+        raise attnviz.InputError(f"How many new tokens? Type a whole number from 1 to {MAX_NEW_TOKENS}.")
+    if not 1 <= value <= MAX_NEW_TOKENS:
+        raise attnviz.InputError(
+            f"{int(value)} new tokens: the page generates from 1 to {MAX_NEW_TOKENS}; "
+            "generate longer texts in a script (attnviz.generate) and open the saved file with --capture."
+        )
+    return int(value)
+
+
+def generation_status(gen: attnviz.Generation) -> str:
+    """The status line's start for a generation: the continuation, quoted (long ones shortened)."""
+    text = gen.text if len(gen.text) <= 300 else gen.text[:300] + "…"
+    stopped = ", stopped at the end-of-text token" if gen.info.get("stopped") == "eos" else ""
+    before = "the decoder's start token" if gen.capture.target is not None else f"{gen.prompt_length} prompt"
+    return f"generated {len(gen)} new tokens{stopped}: “{text}” — {before} + {len(gen)} new {MARK} in every view; "
+
+
+def token_roles(start: int, stop: int, first_new: int | None, shown_to: int | None) -> list[str]:
+    """CSS classes of a lab chip covering tokens ``start..stop-1``: "generated" when it holds a new token,
+    "later" when it comes after the step slider's token (written after that step)."""
+    if first_new is None:
+        return []
+    roles = ["generated"] if stop > first_new else []
+    if shown_to is not None and start > shown_to:
+        roles.append("later")
+    return roles
 
 
 def matrix_frame(

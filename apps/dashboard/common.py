@@ -28,13 +28,17 @@ def word_of(cap: attnviz.Capture | attnviz.TokenSequence, token: int) -> int:
     return next(i for i, w in enumerate(cap.words) if w.token_start <= token < w.token_stop)
 
 
-def chip(label: str, component_id: dict, class_name: str, colour: str | None = None) -> html.Button:
-    """A clickable token/word, filled with ``colour`` when it is selected."""
+def chip(
+    label: str, component_id: dict, class_name: str, colour: str | None = None, title: str | None = None
+) -> html.Button:
+    """A clickable token/word, filled with ``colour`` when it is selected (classes style the rest:
+    assets/attnviz.css)."""
     return html.Button(
         label,
         id=component_id,
         n_clicks=0,
         className=class_name,
+        title=title,
         style={
             "margin": "2px",
             "padding": "2px 6px",

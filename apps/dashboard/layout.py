@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dash import dcc, html
 
-from . import analysis_views
+from . import analysis_views, generation_view
 
 
 class ID:
@@ -153,6 +153,7 @@ def build_layout(model_options: list[dict], default_model: str, default_text: st
             html.Div(
                 [
                     html.Button("Run model", id=ID.run, n_clicks=0, style={"marginRight": "12px"}),
+                    *generation_view.controls(),
                     dcc.Checklist(
                         id=ID.bos,
                         value=[],
@@ -255,6 +256,7 @@ def build_layout(model_options: list[dict], default_model: str, default_text: st
                         "and the ÷√d_k scaling, or change the temperature: the row is recomputed with attnviz's "
                         "own SDPA from this model's real Q and K."
                     ),
+                    generation_view.lab_panel(),
                     html.Div(id=ID.lab_tokens, style={"lineHeight": "2.1em", "margin": "6px 0"}),
                     html.Div(
                         [
