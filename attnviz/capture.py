@@ -12,6 +12,7 @@ target (queries) × source (keys). A one-stack model has one part, over its one 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from .attention import build_mask, scaled_dot_product
+from .attention import attention_output, build_mask, scaled_dot_product
 from .errors import ArgumentTypeError, InputError, OutOfRangeError
 from .records import LayerRecord
 from .specs import PARTS
@@ -313,6 +314,34 @@ class Capture:
         _, weights = scaled_dot_product(q, k, v, temperature=float(temperature), **kwargs)
         weights = weights[0] if head is None else weights[0, 0]
         return self.to_words(weights, part) if words else weights
+
+    def attention_rows(
+        self, layer: int, rows: Sequence[int] | Tensor, *, part: str | None = None
+    ) -> Tensor:  # [head, len(rows), key_pos]
+        """Only these query rows of every head's weights, with the model's own mask, bias and sinks —
+        computing just those rows (a pronoun's row, a generation step) instead of the n×n maps."""
+        rec = self.layer(layer, part)
+        index = torch.as_tensor(rows, dtype=torch.long).flatten()
+        if index.numel() and not (0 <= int(index.min()) and int(index.max()) < rec.n_queries):
+            raise OutOfRangeError(f"rows must lie in 0..{rec.n_queries - 1}, got {index.tolist()[:8]}")
+        chunks = [
+            weights
+            for _, _, _, weights in attention_output(
+                rec.q,
+                rec.k,
+                rec.v,
+                rows=index,
+                scale=rec.scaling,
+                causal=rec.causal,
+                window=rec.window,
+                mask=rec.mask_part if rec.mask is not None else None,
+                bias=rec.bias_part if rec.bias is not None or rec.relative_bias is not None else None,
+                sinks=rec.sinks,
+                softcap=rec.softcap,
+                all_keys=True,
+            )
+        ]
+        return torch.cat(chunks, dim=1).float() if chunks else torch.zeros(rec.q.shape[0], 0, rec.n_keys)
 
     def sink_share(self, layer: int, head: int | None = None, *, part: str | None = None) -> Tensor | None:
         """The share of each query row that a learned sink takes (``1 - row sum``), or None without sinks."""

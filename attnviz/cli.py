@@ -292,7 +292,7 @@ def _cmd_app(args) -> int:
     except ImportError as err:
         print(f"error: the dashboard needs dash ({err}); install with: pip install 'attnviz[app]'", file=sys.stderr)
         return 2
-    run(model=args.model, capture_file=args.capture, host=args.host, port=args.port)
+    run(models=args.model, capture_file=args.capture, host=args.host, port=args.port)
     return 0
 
 
@@ -419,9 +419,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("app", help="start the dashboard (http://127.0.0.1:8050 by default)")
-    p.add_argument("--model", default=None, help="model to open with (default: smollm2; any alias, hub name or folder)")
+    p.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        help="a model the page offers (repeat for several; the first opens; default: the embedded smollm2 and "
+        "minilm). The page loads no other",
+    )
     p.add_argument("--capture", default=None, help="open a capture file saved with Capture.save()")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1; others warn: no authentication)"
+    )
     p.add_argument("--port", type=int, default=8050)
     p.set_defaults(func=_cmd_app)
     return parser

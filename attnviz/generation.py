@@ -24,7 +24,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .attention import attention_output
 from .capture import Capture, TokenSequence
 from .errors import ArgumentTypeError, InputError, InputTooLongError, UnsupportedModelError
 from .inputs import check_vocabulary, surfaces, tokenize
@@ -298,8 +297,12 @@ class Generation:
         labels = self.sequence.token_labels
         cap = self.capture
         layers = cap.layer_indices("decoder")
-        rows = [_row(cap.layer(layer, "decoder"), position) for layer in layers]
-        before = [_row(cap.layer(layer, "decoder"), position - 1) for layer in layers] if position else rows
+        rows = [cap.attention_rows(layer, [position], part="decoder")[:, 0].cpu() for layer in layers]
+        before = (
+            [cap.attention_rows(layer, [position - 1], part="decoder")[:, 0].cpu() for layer in layers]
+            if position
+            else rows
+        )
         return GenerationStep(
             index=index,
             position=position,
@@ -343,26 +346,6 @@ class Generation:
         )
         text = f"{self.text[:60]!r}{'…' if len(self.text) > 60 else ''}"
         return f"Generation({self.capture.model.get('name')!r}: {start}, {text})"
-
-
-def _row(rec, position: int) -> Tensor:  # [head, key_pos] of one query row, recomputed
-    ((_, _, _, weights),) = list(
-        attention_output(
-            rec.q,
-            rec.k,
-            rec.v,
-            rows=torch.tensor([position]),
-            scale=rec.scaling,
-            causal=rec.causal,
-            window=rec.window,
-            mask=rec.mask_part if rec.mask is not None else None,
-            bias=rec.bias_part if rec.bias is not None or rec.relative_bias is not None else None,
-            sinks=rec.sinks,
-            softcap=rec.softcap,
-            all_keys=True,
-        )
-    )
-    return weights[:, 0].float().cpu()
 
 
 # ---------------------------------------------------------------- generate()
