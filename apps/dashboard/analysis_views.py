@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from dash import ALL, Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
@@ -19,6 +20,9 @@ from attnviz.analysis.plots import (
     rollout_figure,
 )
 from attnviz.analysis.stats import DETECTORS, STATISTICS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from .common import chip, error_text, message_figure, word_of
 from .generation_view import mark_view, new_start
@@ -39,6 +43,7 @@ class AID:
     probe_summary = "probe-summary"
     probe_map = "probe-map"
     stats_table = "stats-table"
+    stats_source = "stats-source"
     stats_column = "stats-column"
     stats_map = "stats-map"
     rollout_mode = "rollout-mode"
@@ -121,6 +126,19 @@ def layout(view: Callable) -> list:
                 ),
                 html.Div(
                     [
+                        html.Label("Statistics of "),
+                        dcc.RadioItems(
+                            id=AID.stats_source,
+                            value="text",
+                            inline=True,
+                            options=[{"label": " this text", "value": "text"}],
+                            style={"display": "inline-block"},
+                        ),
+                    ],
+                    style={"margin": "4px 0"},
+                ),
+                html.Div(
+                    [
                         html.Label("Map of "),
                         dcc.Dropdown(
                             id=AID.stats_column,
@@ -160,9 +178,17 @@ def layout(view: Callable) -> list:
     ]
 
 
-def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) -> None:
+def register(
+    app: Dash,
+    ids,
+    from_store: Callable,
+    probe_cache_size: int = 4,
+    corpus: pd.DataFrame | None = None,
+    corpus_name: str = "",
+) -> None:
     """Callbacks of the analysis views. ``ids`` is the main layout's ID class; ``from_store(store,
-    part)`` gives the capture narrowed to the chosen self-attention part (encoder or decoder)."""
+    part)`` gives the capture narrowed to the chosen self-attention part (encoder or decoder);
+    ``corpus`` is a table of ``attnviz stats`` the head-statistics view offers beside the text's."""
     probe_results: OrderedDict = OrderedDict()  # (model, probe set, sinks) -> result, per app
     probe_lock = threading.Lock()
 
@@ -306,6 +332,19 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         return str(result), probe_accuracy_map(result)
 
     @app.callback(
+        Output(AID.stats_source, "options"),
+        Output(AID.stats_source, "value"),
+        Input(ids.tabs, "value"),
+    )
+    def stats_sources(_tab):
+        options = [{"label": " this text", "value": "text"}]
+        if corpus is None:
+            return options, no_update
+        texts, tokens = int(corpus["texts"].iloc[0]), int(corpus["tokens"].iloc[0])
+        options.append({"label": f" the corpus {corpus_name} ({texts:,} texts, {tokens:,} tokens)", "value": "corpus"})
+        return options, "corpus" if ctx.triggered_id is None else no_update  # the corpus first
+
+    @app.callback(
         Output(AID.stats_table, "data"),
         Output(AID.stats_table, "columns"),
         Output(AID.stats_map, "figure"),
@@ -313,11 +352,19 @@ def register(app: Dash, ids, from_store: Callable, probe_cache_size: int = 4) ->
         Input(AID.stats_column, "value"),
         Input(ids.tabs, "value"),
         Input(ids.part, "value"),
+        Input(AID.stats_source, "value"),
     )
-    def statistics(store, column, tab, part):
+    def statistics(store, column, tab, part, source):
         if tab != "stats":
             return (no_update,) * 3
         try:
+            if source == "corpus" and corpus is not None:
+                df = corpus.drop(columns=["texts", "tokens"])
+                figure = head_map(df, column)
+                figure.update_layout(title=f"{figure.layout.title.text} — corpus {corpus_name}")
+                table = df.round(4)
+                table.insert(0, "id", [f"{r.layer}-{r.head}" for r in table.itertuples(index=False)])
+                return table.to_dict("records"), [{"name": c, "id": c} for c in table.columns if c != "id"], figure
             cap = from_store(store, part)
             if cap is None:
                 return [], [], message_figure("Run the model first.")

@@ -30,7 +30,7 @@ from .stats import HeadStatsSums
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["MAX_PADDING", "corpus_stats", "length_batches", "read_texts", "write_table"]
+__all__ = ["MAX_PADDING", "corpus_stats", "length_batches", "read_table", "read_texts", "write_table"]
 
 MAX_PADDING = 0.10  # at most this share of a batch's tokens is padding
 POOL = 64  # batches' worth of texts read ahead and sorted by length
@@ -376,3 +376,20 @@ def write_table(df: pd.DataFrame, path: str | Path) -> Path:
     else:
         raise InputError(f"cannot tell the format of {str(path)!r}: give a .parquet or .csv path")
     return path
+
+
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A statistics table written by :func:`write_table` (``attnviz stats --out``)."""
+    import pandas as pd
+
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"no statistics file at {str(path)!r}; write one with: attnviz stats MODEL CORPUS --out FILE")
+    try:
+        df = pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+    except (ValueError, OSError, ImportError) as err:
+        raise InputError(f"cannot read {str(path)!r} as a .parquet or .csv table: {err}") from err
+    missing = {"layer", "head", "texts", "tokens"} - set(df.columns)
+    if missing:
+        raise InputError(f"{str(path)!r} is not a table of attnviz stats (no {', '.join(sorted(missing))} column)")
+    return df

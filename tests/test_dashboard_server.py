@@ -1,0 +1,162 @@
+"""The dashboard's server side: it loads only the models it was started with, sends no server path
+to the page, warns on a public host, opens decoders with a BOS, and picks its opening head from
+the query's rows alone."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import plotly
+import pytest
+import torch
+from attnviz.dashboard import app as app_module
+from attnviz.dashboard import create_app
+from attnviz.dashboard.app import _default_head, default_query, wants_bos
+from attnviz.dashboard.common import word_of
+from attnviz.dashboard.layout import ID
+
+import attnviz
+from attnviz.analysis.coref import STOP_WORDS
+
+MODELS = {"minilm": "MiniLM (BERT)"}
+
+
+def _post(app, callback_output: str, inputs: dict, state: dict) -> dict:
+    """Call a callback through Dash's HTTP endpoint, as a crafted request would."""
+    callback = app.callback_map[callback_output]
+    body = {
+        "output": callback_output,
+        "outputs": [
+            {"id": o.split(".")[0], "property": o.split(".")[1]} for o in callback_output.strip(".").split("...")
+        ],
+        "inputs": [
+            {"id": i["id"], "property": i["property"], "value": inputs.get(i["id"])} for i in callback["inputs"]
+        ],
+        "state": [{"id": s["id"], "property": s["property"], "value": state.get(s["id"])} for s in callback["state"]],
+        "changedPropIds": [f"{ID.run}.n_clicks"],
+    }
+    response = app.server.test_client().post("/_dash-update-component", json=body)
+    assert response.status_code == 200, response.data[:500]
+    return response.get_json()["response"]
+
+
+def test_a_model_name_the_server_was_not_started_with_is_refused_not_loaded(monkeypatch, tmp_path):
+    app = create_app(MODELS, default_model="minilm")
+    loaded = []
+    original = attnviz.load_model
+
+    def spy(name, *args, **kwargs):
+        loaded.append(str(name))
+        return original(name, *args, **kwargs)
+
+    monkeypatch.setattr(attnviz, "load_model", spy)
+    monkeypatch.setattr(app_module.attnviz, "load_model", spy)
+    run_output = next(key for key in app.callback_map if f"{ID.store}.data" in key)
+    secret = str(tmp_path)  # an existing folder on the server
+    response = _post(app, run_output, {ID.run: 1}, {ID.text: "The cat sat.", ID.model: secret, ID.bos: []})
+    message = json.dumps(response)
+    assert "not one of this dashboard's models" in message and "Traceback" not in message
+    assert secret not in loaded and all(name == "minilm" for name in loaded)
+
+
+def test_no_server_path_reaches_the_page(tmp_path, tiny_bert_words):
+    model, tok = tiny_bert_words
+    path = attnviz.capture(model, "The cat sat on the mat.", tok).save(tmp_path / "secret-folder-cat.attnviz")
+    app = create_app(MODELS, capture_file=str(path))
+    page = json.dumps(app.layout.to_plotly_json(), cls=plotly.utils.PlotlyJSONEncoder)
+    assert "secret-folder-cat.attnviz" in page and str(tmp_path) not in page
+
+
+def test_a_public_host_warns_that_there_is_no_authentication(monkeypatch, capsys):
+    served = []
+    monkeypatch.setattr(app_module.Dash, "run", lambda self, **kwargs: served.append(kwargs))
+    app_module.run(models=["minilm"], host="0.0.0.0", port=8123)
+    err = capsys.readouterr().err
+    assert "no authentication" in err and served == [{"host": "0.0.0.0", "port": 8123, "debug": False}]
+    app_module.run(models=["minilm"])
+    assert "no authentication" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_decoders_without_a_bos_open_with_one():
+    assert wants_bos("smollm2") is True  # its tokenizer starts a text with its first word
+    assert wants_bos("minilm") is False  # [CLS] comes first already
+    assert wants_bos("file:x.attnviz") is False
+
+
+@pytest.mark.slow
+def test_the_opening_head_reads_only_the_query_rows_and_matches_the_full_maps(smollm2):
+    model, tok = smollm2
+    cap = attnviz.capture(model, "我家的小猫很可爱，它很好动。" * 6, tok, add_bos=True)
+    query = default_query(cap)
+    q = word_of(cap, query)
+    keys = [
+        i
+        for i, w in enumerate(cap.words[:q])
+        if i > 0
+        and w.text.lower() not in STOP_WORDS
+        and any(ch.isalnum() for ch in w.text)
+        and w.char_end > w.char_start
+    ]
+    best, best_score = None, -math.inf
+    for layer in cap.layer_indices():  # the full word-level maps, independently
+        scores = cap.attention(layer, words=True)[:, q, keys].max(-1).values
+        if float(scores.max()) > best_score:
+            best, best_score = (layer, int(scores.argmax())), float(scores.max())
+    assert _default_head(cap, query) == best
+
+
+def test_attention_rows_equal_the_full_maps(tiny_bert_words):
+    model, tok = tiny_bert_words
+    cap = attnviz.capture(model, "The cat sat on the mat because it was tired.", tok)
+    rows = [0, 5, 8]
+    torch.testing.assert_close(cap.attention_rows(1, rows), cap.attention(1)[:, rows], atol=1e-6, rtol=0)
+    with pytest.raises(attnviz.OutOfRangeError, match="rows"):
+        cap.attention_rows(1, [99])
+
+
+def test_the_head_statistics_view_shows_a_corpus_table(tmp_path, tiny_bert_words, bert_tokenizer):
+    from attnviz.dashboard.analysis_views import AID
+
+    from attnviz.analysis import corpus_stats
+    from attnviz.analysis.corpus import write_table
+
+    model, tok = tiny_bert_words
+    table = corpus_stats(model, ["The cat sat.", "It was tired, so it slept."], tok, progress=False)
+    path = write_table(table, tmp_path / "stats.csv")
+    app = create_app(MODELS, default_model="minilm", stats_file=str(path))
+    sources = _post_any(app, f"..{AID.stats_source}.options...{AID.stats_source}.value..", {ID.tabs: "stats"}, {})
+    options = json.dumps(sources)
+    assert "the corpus stats.csv (2 texts" in options
+    output = next(key for key in app.callback_map if f"{AID.stats_table}.data" in key)
+    response = _post_any(app, output, {ID.tabs: "stats", AID.stats_source: "corpus", AID.stats_column: "previous"}, {})
+    rows = response[AID.stats_table]["data"]
+    assert len(rows) == len(table) and rows[3]["previous"] == pytest.approx(round(table["previous"].iloc[3], 4))
+    broken = tmp_path / "broken.csv"
+    broken.write_text("a,b\n1,2\n")
+    broken_app = create_app(MODELS, default_model="minilm", stats_file=str(broken))
+    run_output = next(key for key in broken_app.callback_map if f"{ID.store}.data" in key)
+    opening = json.dumps(
+        _post_any(broken_app, run_output, {ID.run: 0}, {ID.text: "The cat sat.", ID.model: "minilm"}, changed=[])
+    )
+    assert "Could not open the statistics file" in opening and "not a table of attnviz stats" in opening
+
+
+def _post_any(app, callback_output: str, inputs: dict, state: dict, changed: list | None = None) -> dict:
+    callback = app.callback_map[callback_output]
+    outputs = [o.split(".") for o in callback_output.strip(".").split("...")]
+    body = {
+        "output": callback_output,
+        "outputs": [{"id": i, "property": p} for i, p in outputs],
+        "inputs": [
+            {"id": i["id"], "property": i["property"], "value": inputs.get(i["id"])} for i in callback["inputs"]
+        ],
+        "state": [{"id": s["id"], "property": s["property"], "value": state.get(s["id"])} for s in callback["state"]],
+        "changedPropIds": [f"{callback['inputs'][0]['id']}.{callback['inputs'][0]['property']}"]
+        if changed is None
+        else changed,
+    }
+    response = app.server.test_client().post("/_dash-update-component", json=body)
+    assert response.status_code == 200, response.data[:500]
+    return response.get_json()["response"]
