@@ -6,7 +6,7 @@ one capture is :func:`attnviz.analysis.rank_heads`, which never touches a model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ def evaluate_probes(
     renormalise: bool = True,
     add_bos: bool = True,
     part: str | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> ProbeResult:
     """Score every head of ``model`` on ``probes``: how often its preferred candidate is the gold one.
 
@@ -55,7 +56,8 @@ def evaluate_probes(
     forward, with a BOS token prepended (``add_bos``) so that a decoder's attention sink is not the
     first word — many probes begin with a candidate. A progress bar shows unless ``progress=False``.
     ``part`` picks the encoder or the decoder of an encoder-decoder model (the probe text is then the
-    source, or the target).
+    source, or the target). ``on_progress(done, total)`` is called after each probe (a page's
+    progress bar).
     """
     import pandas as pd
     from tqdm.auto import tqdm
@@ -81,7 +83,9 @@ def evaluate_probes(
     state = _state()  # one process, or this process's share under torchrun / accelerate launch
     with state.split_between_processes(probes) as share:
         mine = list(share)
-    for probe in tqdm(mine, desc="probes", disable=not progress or not state.is_main_process):
+    for done, probe in enumerate(tqdm(mine, desc="probes", disable=not progress or not state.is_main_process)):
+        if on_progress is not None:
+            on_progress(done, len(mine))
         target = probe.text if part == "decoder" else None
         captured = capture(model, probe.text, tokenizer, target=target, add_bos=add_bos)
         assert isinstance(captured, Capture)  # one text, one capture

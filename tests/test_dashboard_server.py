@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import plotly
 import pytest
@@ -160,3 +161,23 @@ def _post_any(app, callback_output: str, inputs: dict, state: dict, changed: lis
     response = app.server.test_client().post("/_dash-update-component", json=body)
     assert response.status_code == 200, response.data[:500]
     return response.get_json()["response"]
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_probe_set_runs_in_the_background_with_progress_and_can_be_cancelled(dash_duo):
+    from attnviz.dashboard.analysis_views import AID
+    from test_dashboard import choose, open_tab, run_text, start_minilm
+
+    start_minilm(dash_duo)
+    open_tab(dash_duo, "Coreference")
+    choose(dash_duo, f"#{AID.probe_set}", 0)  # en: 42 probes, one forward each
+    dash_duo.find_element(f"#{AID.probe_run}").click()
+    dash_duo.wait_for_contains_text(f"#{AID.probe_progress_text}", "probe ", timeout=60)
+    assert dash_duo.find_element(f"#{AID.probe_run}").get_attribute("disabled")
+    run_text(dash_duo, "The dog chased the cat.")  # the page stays usable while the job runs
+    dash_duo.find_element(f"#{AID.probe_cancel}").click()
+    dash_duo.wait_for_style_to_equal(f"#{AID.probe_cancel}", "display", "none", timeout=30)
+    time.sleep(3)
+    assert "probes on minilm" not in dash_duo.find_element(f"#{AID.probe_summary}").text
+    assert not dash_duo.find_element(f"#{AID.probe_run}").get_attribute("disabled")

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -42,6 +40,9 @@ class AID:
     probe_run = "probe-run"
     probe_summary = "probe-summary"
     probe_map = "probe-map"
+    probe_cancel = "probe-cancel"
+    probe_progress = "probe-progress"
+    probe_progress_text = "probe-progress-text"
     stats_table = "stats-table"
     stats_source = "stats-source"
     stats_column = "stats-column"
@@ -112,6 +113,11 @@ def layout(view: Callable) -> list:
                     style=_CONTROL,
                 ),
                 html.Button("Run probe set", id=AID.probe_run, n_clicks=0),
+                html.Button("Cancel", id=AID.probe_cancel, n_clicks=0, style={"display": "none", "marginLeft": "6px"}),
+                html.Progress(
+                    id=AID.probe_progress, value="0", max="1", style={"display": "none", "marginLeft": "8px"}
+                ),
+                html.Span(id=AID.probe_progress_text, style={"marginLeft": "6px", "color": "#555"}),
                 dcc.Loading(html.Div(id=AID.probe_summary, style={"margin": "8px 0", "fontFamily": "monospace"})),
                 dcc.Graph(id=AID.probe_map),
             ],
@@ -182,15 +188,12 @@ def register(
     app: Dash,
     ids,
     from_store: Callable,
-    probe_cache_size: int = 4,
     corpus: pd.DataFrame | None = None,
     corpus_name: str = "",
 ) -> None:
     """Callbacks of the analysis views. ``ids`` is the main layout's ID class; ``from_store(store,
     part)`` gives the capture narrowed to the chosen self-attention part (encoder or decoder);
     ``corpus`` is a table of ``attnviz stats`` the head-statistics view offers beside the text's."""
-    probe_results: OrderedDict = OrderedDict()  # (model, probe set, sinks) -> result, per app
-    probe_lock = threading.Lock()
 
     @app.callback(
         Output(AID.coref_selection, "data"),
@@ -308,9 +311,25 @@ def register(
         State(AID.coref_sinks, "value"),
         State(ids.part, "value"),
         prevent_initial_call=True,
-        running=[(Output(AID.probe_run, "disabled"), True, False)],
+        background=True,  # one forward per probe: a job beside the server, the page stays usable
+        running=[
+            (Output(AID.probe_run, "disabled"), True, False),
+            (Output(AID.probe_cancel, "style"), {"display": "inline-block", "marginLeft": "6px"}, {"display": "none"}),
+            (
+                Output(AID.probe_progress, "style"),
+                {"display": "inline-block", "marginLeft": "8px"},
+                {"display": "none"},
+            ),
+        ],
+        cancel=[Input(AID.probe_cancel, "n_clicks")],
+        progress=[
+            Output(AID.probe_progress, "value"),
+            Output(AID.probe_progress, "max"),
+            Output(AID.probe_progress_text, "children"),
+        ],
     )
-    def run_probes(_clicks, store, probe_set, sinks, part):
+    def run_probes(set_progress, _clicks, store, probe_set, sinks, part):
+        set_progress(("0", "1", ""))
         if not store or probe_set not in PROBE_SETS:
             return "Run the model first.", message_figure("")
         model = store["model"]
@@ -318,17 +337,21 @@ def register(
             return "Probe sets need a model; pick one in the model list.", message_figure("")
         try:
             part = part if from_store(store, part).model.get("encoder_decoder") else None  # refuses "cross"
-            key = (model, probe_set, "sinks" in (sinks or []), part)
-            with probe_lock:
-                result = probe_results.get(key)
-            if result is None:
-                result = evaluate_probes(model, probe_set, progress=False, exclude_sinks=key[2], part=part)
-                with probe_lock:
-                    probe_results[key] = result
-                    while len(probe_results) > probe_cache_size:
-                        probe_results.popitem(last=False)
+
+            def progress(done: int, total: int) -> None:
+                set_progress((str(done), str(total), f"probe {done + 1} of {total}"))
+
+            result = evaluate_probes(
+                model,
+                probe_set,
+                progress=False,
+                exclude_sinks="sinks" in (sinks or []),
+                part=part,
+                on_progress=progress,
+            )
         except Exception as err:  # noqa: BLE001
             return error_text(err), message_figure(error_text(err))
+        set_progress(("1", "1", ""))
         return str(result), probe_accuracy_map(result)
 
     @app.callback(
