@@ -327,18 +327,7 @@ class Capture:
         chunks = [
             weights
             for _, _, _, weights in attention_output(
-                rec.q,
-                rec.k,
-                rec.v,
-                rows=index,
-                scale=rec.scaling,
-                causal=rec.causal,
-                window=rec.window,
-                mask=rec.mask_part if rec.mask is not None else None,
-                bias=rec.bias_part if rec.bias is not None or rec.relative_bias is not None else None,
-                sinks=rec.sinks,
-                softcap=rec.softcap,
-                all_keys=True,
+                rec.q, rec.k, rec.v, rows=index, all_keys=True, **rec.sdpa_arguments()
             )
         ]
         return torch.cat(chunks, dim=1).float() if chunks else torch.zeros(rec.q.shape[0], 0, rec.n_keys)

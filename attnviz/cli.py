@@ -27,12 +27,7 @@ def _add_model_args(p: argparse.ArgumentParser, *, text_required: bool, check: b
         help="embedded alias (smollm2, minilm), hub name, or local folder",
     )
     p.add_argument("text", nargs=None if text_required else "?", help="the text to run the model on")
-    p.add_argument("--layers", type=_layers, default=None, help="capture only these layers, e.g. 0,3,5 (0-based)")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: where the model loads)")
-    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16")
-    p.add_argument(
-        "--attn-implementation", default=None, help="eager, sdpa, flash_attention_2 … (default: the model's)"
-    )
+    _add_loading_args(p)
     p.add_argument("--max-length", type=int, default=None, help="truncate the text to this many tokens")
     p.add_argument(
         "--target",
@@ -48,6 +43,23 @@ def _add_model_args(p: argparse.ArgumentParser, *, text_required: bool, check: b
         )
 
 
+def _add_loading_args(p: argparse.ArgumentParser, *, backend: bool = True) -> None:
+    """Which layers, and where and how the model loads."""
+    p.add_argument("--layers", type=_layers, default=None, help="capture only these layers, e.g. 0,3,5 (0-based)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: where the model loads)")
+    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16")
+    if backend:
+        p.add_argument(
+            "--attn-implementation", default=None, help="eager, sdpa, flash_attention_2 … (default: the model's)"
+        )
+
+
+def _loading(args) -> dict:
+    """The keyword arguments :func:`_add_loading_args` gathered."""
+    names = ("layers", "device", "dtype", "attn_implementation")
+    return {name: getattr(args, name) for name in names if hasattr(args, name)}
+
+
 def _writable(path: str) -> None:
     from pathlib import Path
 
@@ -61,11 +73,8 @@ def _capture(args):
     return capture(
         args.model,
         args.text,
-        layers=args.layers,
-        device=args.device,
-        dtype=args.dtype,
-        attn_implementation=args.attn_implementation,
         max_length=args.max_length,
+        **_loading(args),
         add_bos=getattr(args, "add_bos", False),
         target=args.target,
         check=getattr(args, "check", "off"),
@@ -119,11 +128,8 @@ def _cmd_generate(args) -> int:
         args.model,
         args.prompt,
         max_new_tokens=args.max_new_tokens,
-        layers=args.layers,
-        device=args.device,
-        dtype=args.dtype,
-        attn_implementation=args.attn_implementation,
         add_bos=args.add_bos,
+        **_loading(args),
         check=args.check,
         seed=args.seed,
         **{k: v for k, v in sampling.items() if v is not None},
@@ -159,11 +165,9 @@ def _cmd_stats(args) -> int:
             args.model,
             args.corpus,
             batch_size=args.batch_size,
-            layers=args.layers,
             max_length=args.max_length,
-            device=args.device,
-            dtype=args.dtype,
             device_map=args.device_map,
+            **_loading(args),
             add_bos=args.add_bos,
             part=args.part,
             truncate=not args.no_truncate,
@@ -325,12 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold (with --sample)")
     p.add_argument("--seed", type=int, default=None, help="seed for a repeatable sample")
     p.add_argument("--add-bos", action="store_true", help="prepend a BOS token so a decoder's sink is not a word")
-    p.add_argument("--layers", type=_layers, default=None, help="capture only these layers, e.g. 0,3,5 (0-based)")
-    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: where the model loads)")
-    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16")
-    p.add_argument(
-        "--attn-implementation", default=None, help="eager, sdpa, flash_attention_2 … (default: the model's)"
-    )
+    _add_loading_args(p)
     p.add_argument(
         "--check",
         choices=["sample", "full", "off"],
@@ -383,10 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')
     p.add_argument("--out", help="write the table here: .parquet or .csv (default: print it)")
     p.add_argument("--batch-size", type=int, default=8, help="texts per forward, grouped by length (default: 8)")
-    p.add_argument("--layers", type=_layers, default=None, help="only these layers, e.g. 0,3,5 (0-based)")
     p.add_argument("--max-length", type=int, default=None, help="truncate each text to this many tokens")
-    p.add_argument("--device", default=None, help="cpu, cuda … (default: one GPU per process where there are GPUs)")
-    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16")
+    _add_loading_args(p, backend=False)
     p.add_argument("--device-map", default=None, help="auto: spread a large model over GPUs, CPU and disk")
     p.add_argument("--add-bos", action="store_true", help="prepend a BOS token to each text")
     p.add_argument("--part", choices=["encoder", "decoder"], default=None, help="encoder-decoder models: which part")

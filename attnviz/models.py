@@ -299,3 +299,35 @@ def tiny_model(family: str, *, attn_implementation: str | None = None, seed: int
         model = model_cls.from_config(config, attn_implementation="eager")
     model.eval()
     return model
+
+
+class IdsTokenizer:
+    """A tokenizer whose words are token ids ("5 17 3"), with character offsets: attnviz's real text
+    path (its own padding, a target's shift, a generation's continuation) on exact ids, for the
+    tiny random models of :func:`tiny_model`, which come without a tokenizer.
+
+    >>> attnviz.generate(attnviz.tiny_model("llama"), "11 5 7 9", IdsTokenizer(), max_new_tokens=3).text
+    """
+
+    bos_token_id = eos_token_id = None
+    all_special_ids: list = []
+
+    def __call__(self, text=None, text_target=None, return_offsets_mapping=False, **kwargs):
+        text = text if text is not None else text_target
+        ids, offsets, pos = [], [], 0
+        for piece in text.split(" "):
+            ids.append(int(piece))
+            offsets.append((pos, pos + len(piece)))
+            pos += len(piece) + 1
+        if kwargs.get("truncation") and kwargs.get("max_length"):
+            ids, offsets = ids[: kwargs["max_length"]], offsets[: kwargs["max_length"]]
+        return {"input_ids": ids, "offset_mapping": offsets} if return_offsets_mapping else {"input_ids": ids}
+
+    def convert_ids_to_tokens(self, ids):
+        return [str(i) for i in ids]
+
+    def convert_tokens_to_string(self, tokens):
+        return " ".join(tokens)
+
+    def decode(self, ids, skip_special_tokens=False, **kwargs):
+        return "".join(f" {i}" for i in ids)  # a continuation: each id after a space

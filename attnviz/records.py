@@ -139,6 +139,19 @@ class LayerRecord:
         )
         return b[..., keys]
 
+    def sdpa_arguments(self) -> dict:
+        """The keyword arguments of :func:`attnviz.attention.attention_output` that recompute this
+        layer as the model computed it (scaling, mask, window, bias, sinks, soft-cap)."""
+        return dict(
+            scale=self.scaling,
+            causal=self.causal,
+            window=self.window,
+            mask=self.mask_part if self.mask is not None else None,
+            bias=self.bias_part if self.bias is not None or self.relative_bias is not None else None,
+            sinks=self.sinks,
+            softcap=self.softcap,
+        )
+
     def mask_part(self, rows: Tensor | None = None, keys: slice = slice(None)) -> Tensor | None:  # [head or 1, r, k]
         if self.mask is None:
             return None

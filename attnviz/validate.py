@@ -163,20 +163,7 @@ def record_errors(rec: LayerRecord, rows: Tensor | None = None) -> dict[str, tup
         errors["weights"] = (torch.zeros(heads), torch.zeros(heads))
     if not errors:
         return {}
-    chunks = attention_output(
-        rec.q,
-        rec.k,
-        rec.v,
-        rows=rows,
-        scale=rec.scaling,
-        causal=rec.causal,
-        window=rec.window,
-        mask=rec.mask_part if rec.mask is not None else None,
-        bias=rec.bias_part if rec.bias is not None or rec.relative_bias is not None else None,
-        sinks=rec.sinks,
-        softcap=rec.softcap,
-        all_keys=compare_weights,
-    )
+    chunks = attention_output(rec.q, rec.k, rec.v, rows=rows, all_keys=compare_weights, **rec.sdpa_arguments())
     for r, keys, out, weights in chunks:
         pairs = []
         if rec.out is not None:

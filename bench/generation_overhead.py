@@ -43,36 +43,12 @@ from typing import Any
 import torch
 
 import attnviz
+from attnviz.models import IdsTokenizer
 
 GOAL_TIME = 1.10
 GOAL_MEMORY = 0.05
 PROMPT = "The old lighthouse keeper climbed the spiral stairs every evening at dusk. When he reached the lamp room, he"
 GPT2_PROMPT_TOKENS = 32
-
-
-class IdsTokenizer:
-    """A tokenizer whose words are token ids ("5 17 3"), with offsets (as tests/test_families.py)."""
-
-    bos_token_id = eos_token_id = None
-    all_special_ids: list = []
-
-    def __call__(self, text=None, text_target=None, return_offsets_mapping=False, **kwargs):
-        text = text if text is not None else text_target
-        ids, offsets, pos = [], [], 0
-        for piece in text.split(" "):
-            ids.append(int(piece))
-            offsets.append((pos, pos + len(piece)))
-            pos += len(piece) + 1
-        return {"input_ids": ids, "offset_mapping": offsets} if return_offsets_mapping else {"input_ids": ids}
-
-    def convert_ids_to_tokens(self, ids):
-        return [str(i) for i in ids]
-
-    def convert_tokens_to_string(self, tokens):
-        return " ".join(tokens)
-
-    def decode(self, ids, skip_special_tokens=False, **kwargs):
-        return "".join(f" {i}" for i in ids)  # a continuation: each id after a space
 
 
 def load(family: str) -> tuple[Any, Any, str, torch.Tensor]:

@@ -40,34 +40,6 @@ def pytest_collection_modifyitems(config, items):
 BACKENDS = ["eager", "sdpa"]
 
 
-class IdsTokenizer:
-    """A tokenizer whose words are token ids ("5 17 3"), with offsets: capture()'s real text path
-    (its own padding, its target shift), on exact ids."""
-
-    bos_token_id = eos_token_id = None
-    all_special_ids: list = []
-
-    def __call__(self, text=None, text_target=None, return_offsets_mapping=False, **kwargs):
-        text = text if text is not None else text_target
-        ids, offsets, pos = [], [], 0
-        for piece in text.split(" "):
-            ids.append(int(piece))
-            offsets.append((pos, pos + len(piece)))
-            pos += len(piece) + 1
-        if kwargs.get("truncation") and kwargs.get("max_length"):
-            ids, offsets = ids[: kwargs["max_length"]], offsets[: kwargs["max_length"]]
-        return {"input_ids": ids, "offset_mapping": offsets} if return_offsets_mapping else {"input_ids": ids}
-
-    def convert_ids_to_tokens(self, ids):
-        return [str(i) for i in ids]
-
-    def convert_tokens_to_string(self, tokens):
-        return " ".join(tokens)
-
-    def decode(self, ids, skip_special_tokens=False):
-        return "".join(f" {i}" for i in ids)
-
-
 @pytest.fixture(scope="session")
 def tiny():
     """tiny(family, backend, **config_overrides) -> model, cached per arguments for the session."""

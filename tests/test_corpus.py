@@ -12,12 +12,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from conftest import IdsTokenizer
 
 import attnviz
 from attnviz.analysis import corpus_stats, head_stats
 from attnviz.analysis.corpus import MAX_PADDING, POOL, length_batches, read_texts
 from attnviz.cli import main
+from attnviz.models import IdsTokenizer
 
 
 def _texts(count: int, seed: int = 0) -> list[str]:
@@ -155,47 +155,9 @@ def test_torchrun_two_processes_give_the_one_process_numbers(tmp_path):
             n = int(torch.randint(3, 25, (1,), generator=g))
             picks = torch.randint(0, len(words), (n,), generator=g).tolist()
             f.write(json.dumps({"text": " ".join(words[i] for i in picks) + "."}) + "\n")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    bin_dir = Path(sys.executable).parent
-    one = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "attnviz",
-            "stats",
-            "minilm",
-            str(corpus),
-            "--out",
-            str(tmp_path / "one.csv"),
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert one.returncode == 0, one.stderr[-2000:]
-    two = subprocess.run(
-        [
-            str(bin_dir / "torchrun"),
-            "--standalone",
-            "--nproc_per_node",
-            "2",
-            "-m",
-            "attnviz",
-            "stats",
-            "minilm",
-            str(corpus),
-            "--out",
-            str(tmp_path / "two.csv"),
-            "--quiet",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert two.returncode == 0, two.stderr[-2000:]
+    stats = ["stats", "minilm", str(corpus), "--quiet", "--out"]
+    _attnviz(stats + [str(tmp_path / "one.csv")])
+    two = _attnviz(stats + [str(tmp_path / "two.csv")], processes=2)
     shares = [line for line in two.stderr.splitlines() if "texts per process" in line]
     assert len(shares) == 1  # printed by the main process only
     per_process = [int(x) for x in shares[0].split("texts per process: ")[1].split(";")[0].split(" + ")]
@@ -238,20 +200,18 @@ def test_texts_over_the_limit_are_cut_and_counted_or_refused():
 
 @pytest.mark.slow
 def test_probe_sets_spread_over_two_processes_score_as_one(tmp_path):
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    one = subprocess.run(
-        [sys.executable, "-m", "attnviz", "probes", "minilm", "en", "--csv", str(tmp_path / "one.csv")],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-    assert one.returncode == 0, one.stderr[-2000:]
-    torchrun = str(Path(sys.executable).parent / "torchrun")
-    command = [torchrun, "--standalone", "--nproc_per_node", "2", "-m", "attnviz", "probes", "minilm", "en"]
-    two = subprocess.run(
-        command + ["--csv", str(tmp_path / "two.csv")], capture_output=True, text=True, env=env, timeout=600
-    )
-    assert two.returncode == 0, two.stderr[-2000:]
+    probes = ["probes", "minilm", "en", "--csv"]
+    _attnviz(probes + [str(tmp_path / "one.csv")])
+    two = _attnviz(probes + [str(tmp_path / "two.csv")], processes=2)
     assert two.stdout.count("per-head accuracy written") == 1  # the main process reports
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "one.csv"), pd.read_csv(tmp_path / "two.csv"))
+
+
+def _attnviz(arguments: list[str], processes: int = 1) -> subprocess.CompletedProcess:
+    """``python -m attnviz …``, or under ``torchrun --standalone`` with several processes."""
+    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node", str(processes)]
+    command = (torchrun if processes > 1 else [sys.executable]) + ["-m", "attnviz", *arguments]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done

@@ -13,33 +13,13 @@ import pytest
 import torch
 from attnviz.dashboard import app as app_module
 from attnviz.dashboard import create_app
-from attnviz.dashboard.app import _default_head, default_query, wants_bos
+from attnviz.dashboard.app import _default_head, content_words_before, default_query, wants_bos
 from attnviz.dashboard.common import word_of
 from attnviz.dashboard.layout import ID
 
 import attnviz
-from attnviz.analysis.coref import STOP_WORDS
 
 MODELS = {"minilm": "MiniLM (BERT)"}
-
-
-def _post(app, callback_output: str, inputs: dict, state: dict) -> dict:
-    """Call a callback through Dash's HTTP endpoint, as a crafted request would."""
-    callback = app.callback_map[callback_output]
-    body = {
-        "output": callback_output,
-        "outputs": [
-            {"id": o.split(".")[0], "property": o.split(".")[1]} for o in callback_output.strip(".").split("...")
-        ],
-        "inputs": [
-            {"id": i["id"], "property": i["property"], "value": inputs.get(i["id"])} for i in callback["inputs"]
-        ],
-        "state": [{"id": s["id"], "property": s["property"], "value": state.get(s["id"])} for s in callback["state"]],
-        "changedPropIds": [f"{ID.run}.n_clicks"],
-    }
-    response = app.server.test_client().post("/_dash-update-component", json=body)
-    assert response.status_code == 200, response.data[:500]
-    return response.get_json()["response"]
 
 
 def test_a_model_name_the_server_was_not_started_with_is_refused_not_loaded(monkeypatch, tmp_path):
@@ -92,14 +72,7 @@ def test_the_opening_head_reads_only_the_query_rows_and_matches_the_full_maps(sm
     cap = attnviz.capture(model, "我家的小猫很可爱，它很好动。" * 6, tok, add_bos=True)
     query = default_query(cap)
     q = word_of(cap, query)
-    keys = [
-        i
-        for i, w in enumerate(cap.words[:q])
-        if i > 0
-        and w.text.lower() not in STOP_WORDS
-        and any(ch.isalnum() for ch in w.text)
-        and w.char_end > w.char_start
-    ]
+    keys = content_words_before(cap, q)
     best, best_score = None, -math.inf
     for layer in cap.layer_indices():  # the full word-level maps, independently
         scores = cap.attention(layer, words=True)[:, q, keys].max(-1).values
@@ -127,11 +100,11 @@ def test_the_head_statistics_view_shows_a_corpus_table(tmp_path, tiny_bert_words
     table = corpus_stats(model, ["The cat sat.", "It was tired, so it slept."], tok, progress=False)
     path = write_table(table, tmp_path / "stats.csv")
     app = create_app(MODELS, default_model="minilm", stats_file=str(path))
-    sources = _post_any(app, f"..{AID.stats_source}.options...{AID.stats_source}.value..", {ID.tabs: "stats"}, {})
+    sources = _post(app, f"..{AID.stats_source}.options...{AID.stats_source}.value..", {ID.tabs: "stats"}, {})
     options = json.dumps(sources)
     assert "the corpus stats.csv (2 texts" in options
     output = next(key for key in app.callback_map if f"{AID.stats_table}.data" in key)
-    response = _post_any(app, output, {ID.tabs: "stats", AID.stats_source: "corpus", AID.stats_column: "previous"}, {})
+    response = _post(app, output, {ID.tabs: "stats", AID.stats_source: "corpus", AID.stats_column: "previous"}, {})
     rows = response[AID.stats_table]["data"]
     assert len(rows) == len(table) and rows[3]["previous"] == pytest.approx(round(table["previous"].iloc[3], 4))
     broken = tmp_path / "broken.csv"
@@ -139,12 +112,12 @@ def test_the_head_statistics_view_shows_a_corpus_table(tmp_path, tiny_bert_words
     broken_app = create_app(MODELS, default_model="minilm", stats_file=str(broken))
     run_output = next(key for key in broken_app.callback_map if f"{ID.store}.data" in key)
     opening = json.dumps(
-        _post_any(broken_app, run_output, {ID.run: 0}, {ID.text: "The cat sat.", ID.model: "minilm"}, changed=[])
+        _post(broken_app, run_output, {ID.run: 0}, {ID.text: "The cat sat.", ID.model: "minilm"}, changed=[])
     )
     assert "Could not open the statistics file" in opening and "not a table of attnviz stats" in opening
 
 
-def _post_any(app, callback_output: str, inputs: dict, state: dict, changed: list | None = None) -> dict:
+def _post(app, callback_output: str, inputs: dict, state: dict, changed: list | None = None) -> dict:
     callback = app.callback_map[callback_output]
     outputs = [o.split(".") for o in callback_output.strip(".").split("...")]
     body = {

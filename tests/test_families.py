@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import IdsTokenizer
 
 import attnviz
+from attnviz.models import IdsTokenizer
 from attnviz.specs import FAMILIES, support_table
 
 SUPPORTED = [(f.tiny, backend) for f in FAMILIES if f.how != "refused" for backend in f.backends]

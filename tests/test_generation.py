@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from conftest import IdsTokenizer
 from test_families import reference
 
 import attnviz
 from attnviz import taps
 from attnviz.cli import main
 from attnviz.interface import installed_backends
+from attnviz.models import IdsTokenizer
 
 PROMPT = "11 5 7 9 13 21 34 55 89"  # 9 tokens: longer than Mistral's and gpt-oss's sliding window of 4
 N_NEW = 7

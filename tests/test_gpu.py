@@ -47,7 +47,7 @@ def test_eager_half_weights_are_compared_in_float32():
 )
 @pytest.mark.parametrize("keep_on_device", [False, True])
 def test_generation_on_cuda_equals_the_cpu_generation(family, kwargs, keep_on_device):
-    from conftest import IdsTokenizer
+    from attnviz.models import IdsTokenizer
 
     prompt = "11 5 7 9 13 21 34 55 89"
     on_cpu = attnviz.generate(attnviz.tiny_model(family), prompt, IdsTokenizer(), max_new_tokens=6, **kwargs)

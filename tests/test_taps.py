@@ -203,8 +203,9 @@ def custom_backends():
 
 @pytest.mark.parametrize("family", ["llama", "mistral", "bert", "bart"])
 def test_flash_and_flex_mask_forms_are_normalised(custom_backends, family):
-    from conftest import IdsTokenizer
     from test_families import padded, reference, texts
+
+    from attnviz.models import IdsTokenizer
 
     tok = IdsTokenizer()
     sources = texts([11, 7], seed=3)
