@@ -9,10 +9,13 @@ the cached Q/K/V, and each callback ships just that view's numbers.
 from __future__ import annotations
 
 import math
+import sys
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
+import torch
 from dash import ALL, Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
@@ -20,9 +23,9 @@ from attnviz import figures
 from attnviz.analysis.coref import STOP_WORDS
 from attnviz.cost import cost_tables
 
-from . import analysis_views, generation_view
+from . import analysis_views, compare_view, generation_view, head_view, overview_view
 from .cache import CaptureCache, capture_key
-from .common import chip, error_text, message_figure, word_of
+from .common import chip, error_text, message_figure, text_limit, word_of
 from .generation_view import GID, MARK, MAX_NEW_TOKENS, MODEL_VIEW_CELLS, generation_of, mark_view, new_start
 from .layout import ID, VIEWS, build_layout
 
@@ -38,6 +41,30 @@ PART_LABELS = {
     "decoder": "decoder (target × target)",
     "cross": "cross (target × source)",
 }
+
+
+def background_manager():
+    """Where long jobs (a probe set: one forward per probe) run beside the server: Dash's background
+    callbacks on a diskcache in a temporary folder, so the page stays usable and the job can be cancelled."""
+    import diskcache
+    from dash import DiskcacheManager
+
+    return DiskcacheManager(diskcache.Cache(tempfile.mkdtemp(prefix="attnviz-jobs-")))
+
+
+def wants_bos(model: str) -> bool:
+    """Whether the page prepends a BOS by default: for a decoder whose tokenizer starts a text with
+    no special token, so that its attention sink is not the text's first word."""
+    if model.startswith(FILE_PREFIX):
+        return False
+    try:
+        loaded, tokenizer = attnviz.load_model(model)
+    except attnviz.AttnvizError:
+        return False
+    if getattr(loaded.config, "is_encoder_decoder", False) or not loaded.can_generate():
+        return False
+    ids = tokenizer("a")["input_ids"]
+    return not ids or ids[0] not in set(getattr(tokenizer, "all_special_ids", []))
 
 
 def is_encoder_decoder(model: str) -> bool:
@@ -78,16 +105,19 @@ def create_app(
     *,
     default_model: str | None = None,
     capture_file: str | None = None,
+    stats_file: str | None = None,
     cache_bytes: int = 1 << 30,
-    max_tokens: int = 1024,
+    max_tokens: int | None = None,
 ) -> Dash:
     """Build the dashboard.
 
     - ``models``: ``{name: label}`` offered in the page (names go to ``attnviz.load_model``).
     - ``default_model``: the one selected at start (added to ``models`` if missing).
     - ``capture_file``: a capture saved with ``Capture.save()``, opened at start.
+    - ``stats_file``: a table of ``attnviz stats`` (.parquet/.csv) the head-statistics view shows.
     - ``cache_bytes``: bound on the server-side captures (least recently used go first).
-    - ``max_tokens``: longest text the page accepts (keeps the views responsive).
+    - ``max_tokens``: longest text the page accepts; None: the model's own limit (its position table).
+      Long texts stay browsable: the heatmap shows a pooled overview and zooms to exact windows.
     """
     models = dict(models or DEFAULT_MODELS)
     cache = CaptureCache(cache_bytes)
@@ -96,8 +126,18 @@ def create_app(
     if default_model is not None and default_model not in models:
         models = {default_model: default_model, **models}
     selected = default_model or next(iter(models))
+    corpus = None
+    if stats_file is not None:
+        from attnviz.analysis.corpus import read_table
+
+        try:
+            corpus = read_table(stats_file)
+        except attnviz.AttnvizError as err:
+            startup_error = f"Could not open the statistics file: {err}"
+    files: dict[str, str] = {}  # the page's name of a capture file -> its path, which stays on the server
     if capture_file is not None:
-        value = FILE_PREFIX + str(Path(capture_file).resolve())
+        value = FILE_PREFIX + Path(capture_file).name
+        files[value] = str(Path(capture_file).resolve())
         try:
             cap = attnviz.load(capture_file)
             cache.put(capture_key(value, cap.text), cap)
@@ -118,6 +158,11 @@ def create_app(
             + (f"\x00generate\x00{new_tokens}" if new_tokens else ""),
             text,
         )
+        if model not in models:  # the browser may send anything: only the server's own models are loaded
+            raise attnviz.InputError(
+                f"{str(model)[:80]!r} is not one of this dashboard's models; choose one in the list "
+                "(start the dashboard with --model NAME to offer others)"
+            )
         cap = cache.get(key)
         if cap is not None:
             return cap
@@ -126,28 +171,38 @@ def create_app(
                 raise attnviz.InputError(
                     "a capture file holds one text and no model; pick a model in the list to generate"
                 )
-            cap = attnviz.load(model.removeprefix(FILE_PREFIX))
+            cap = attnviz.load(files[model])
             if cap.text != text:
                 raise attnviz.InputError("a capture file holds one text; pick a model in the list to run another text")
         elif new_tokens:
-            _, tokenizer = attnviz.load_model(model)
+            loaded, tokenizer = attnviz.load_model(model)
             n = len(tokenizer(text)["input_ids"]) + new_tokens
-            if n > max_tokens:
+            limit, who = text_limit(loaded.config, max_tokens, model)
+            if limit is not None and n > limit:
                 raise attnviz.InputTooLongError(
-                    f"The prompt and {new_tokens:,} new tokens make {n:,} tokens; this dashboard shows at most "
-                    f"{max_tokens:,}. Ask for fewer new tokens or shorten the prompt, or generate in a script "
-                    "(attnviz.generate) and open the saved file with --capture."
+                    f"The prompt and {new_tokens:,} new tokens make {n:,} tokens; {who} at most "
+                    f"{limit:,}. Ask for fewer new tokens or shorten the prompt"
+                    + (
+                        ", or generate in a script (attnviz.generate) and open the saved file with --capture."
+                        if who.startswith("this dashboard")
+                        else "."
+                    )
                 )
             cap = attnviz.generate(model, text, max_new_tokens=new_tokens, add_bos=bos).capture
         else:
             loaded, tokenizer = attnviz.load_model(model)
             target = target if loaded.config.is_encoder_decoder else None
+            limit, who = text_limit(loaded.config, max_tokens, model)
             for what, piece in (("text", text), ("target", target or "")):
                 n = len(tokenizer(piece)["input_ids"]) if piece.strip() else 0
-                if n > max_tokens:
+                if limit is not None and n > limit:
                     raise attnviz.InputTooLongError(
-                        f"The {what} has {n:,} tokens; this dashboard shows at most {max_tokens:,}. Shorten the "
-                        f"{what}, or capture it in a script (attnviz.capture) and open the file with --capture."
+                        f"The {what} has {n:,} tokens; {who} at most {limit:,}. Shorten the {what}"
+                        + (
+                            ", or capture it in a script (attnviz.capture) and open the file with --capture."
+                            if who.startswith("this dashboard")
+                            else " (a longer text needs a model with a longer context)."
+                        )
                     )
             cap = attnviz.capture(model, text, add_bos=bos, target=target)
         cache.put(key, cap)
@@ -165,18 +220,35 @@ def create_app(
         cap = from_store(store)
         return None if cap is None else cap.select(part if len(cap.parts) > 1 else None)
 
-    app = Dash(__name__, title="attnviz", suppress_callback_exceptions=True)
-    app.layout = build_layout(
-        [{"label": label, "value": name} for name, label in models.items()], selected, default_text
+    app = Dash(
+        __name__,
+        title="attnviz",
+        suppress_callback_exceptions=True,
+        background_callback_manager=background_manager(),
     )
-    graphs = [ID.heatmap, ID.head_view, ID.model_view, ID.lab_graph, ID.validation_map, ID.comparison]
+    app.layout = build_layout(
+        [{"label": label, "value": name} for name, label in models.items()],
+        selected,
+        default_text,
+        bos=wants_bos(selected) if selected in models else False,
+    )
+    graphs = [
+        *(ID.heatmap, ID.head_view, ID.model_view, ID.lab_graph, ID.validation_map, ID.comparison),
+        compare_view.CID.graph,
+    ]
 
-    analysis_views.register(app, ID, self_part)
+    analysis_views.register(
+        app, ID, self_part, corpus=corpus, corpus_name=Path(stats_file).name if stats_file is not None else ""
+    )
     generation_view.register(app, ID, from_store)
 
     @app.callback(Output(ID.target_box, "style"), Input(ID.model, "value"))
     def show_target(model):
-        return {"display": "block"} if model and is_encoder_decoder(model) else {"display": "none"}
+        return {"display": "block"} if model in models and is_encoder_decoder(model) else {"display": "none"}
+
+    @app.callback(Output(ID.bos, "value"), Input(ID.model, "value"), prevent_initial_call=True)
+    def default_bos(model):
+        return ["bos"] if model in models and wants_bos(model) else []
 
     @app.callback(Output(ID.text, "value"), Input(ID.example, "value"), prevent_initial_call=True)
     def use_example(example):
@@ -311,49 +383,10 @@ def create_app(
         except Exception as err:  # noqa: BLE001
             return on_error(error_text(err))
 
-    @app.callback(
-        Output(ID.heatmap, "figure"),
-        Input(ID.store, "data"),
-        Input(ID.layer, "value"),
-        Input(ID.head, "value"),
-        Input(ID.words, "value"),
-        Input(ID.tabs, "value"),
-        Input(ID.part, "value"),
-    )
-    def heatmap(store, layer, head, units, tab, part):
-        def build():
-            cap = from_store(store)
-            if cap is None or layer is None or head is None:
-                return message_figure("Run the model to see its attention.")
-            fig = figures.heatmap(cap, layer, head, words=units == "words", part=part)
-            return mark_view(fig, cap, "matrix", words=units == "words", part=part)
-
-        return guarded(tab, "heatmap", build, message_figure)
-
-    @app.callback(
-        Output(ID.head_view, "figure"),
-        Input(ID.store, "data"),
-        Input(ID.layer, "value"),
-        Input(ID.heads_multi, "value"),
-        Input(ID.words, "value"),
-        Input(ID.head_view, "hoverData"),
-        Input(ID.tabs, "value"),
-        Input(ID.part, "value"),
-    )
-    def head_view(store, layer, heads, units, hover, tab, part):
-        def build():
-            cap = from_store(store)
-            if cap is None or layer is None:
-                return message_figure("Run the model to see its attention.")
-            query = None
-            if hover and hover.get("points"):
-                point = hover["points"][0]
-                if point.get("x") == 0 and isinstance(point.get("customdata"), int):
-                    query = point["customdata"]
-            fig = figures.head_view(cap, layer, heads or [0], words=units == "words", query=query, part=part)
-            return mark_view(fig, cap, "head", words=units == "words", part=part)
-
-        return guarded(tab, "head", build, message_figure)
+    # the heatmap (its long-text overview and zoom), the head view (its top-k, mass and query range), Compare
+    overview_view.register(app, ID, from_store)
+    head_view.register(app, ID, from_store)
+    compare_view.register(app, ID, from_store, get_capture)
 
     @app.callback(
         Output(ID.model_view, "figure"),
@@ -412,8 +445,11 @@ def create_app(
         Input(ID.lab_query, "data"),
         Input(ID.part, "value"),
         Input(GID.step, "value"),
+        Input(ID.tabs, "value"),
     )
-    def lab_tokens(store, units, query, part, step):
+    def lab_tokens(store, units, query, part, step, tab):
+        if tab != "lab":  # thousands of chips for a long text: built only where they are seen
+            return no_update
         try:
             cap = from_store(store)
             part = part if cap is not None and len(cap.parts) > 1 else None
@@ -727,12 +763,10 @@ def matrix_frame(
     )
 
 
-def _default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
-    """Open on the head where the query word puts the most weight on one earlier content word
-    (not the first word, which decoders use as a sink, nor a stop word or punctuation): for a
-    pronoun, usually a coreference head."""
-    q = word_of(cap, query)
-    keys = [
+def content_words_before(cap: attnviz.Capture, q: int) -> list[int]:
+    """The words before word ``q`` that may be its antecedent: not the first (a decoder's sink), not a
+    stop word, punctuation or a special token."""
+    return [
         i
         for i, w in enumerate(cap.words[:q])
         if i > 0
@@ -740,11 +774,23 @@ def _default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
         and any(ch.isalnum() for ch in w.text)
         and w.char_end > w.char_start
     ]
+
+
+def _default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
+    """Open on the head where the query word puts the most weight on one earlier content word
+    (not the first word, which decoders use as a sink, nor a stop word or punctuation): for a
+    pronoun, usually a coreference head."""
+    q = word_of(cap, query)
+    keys = content_words_before(cap, q)
     best, best_score = (min(cap.layer_indices()), 0), -math.inf
     if not keys:
         return best
+    word = cap.words[q]
     for layer in cap.layer_indices():
-        rows = cap.attention(layer, words=True)[:, q, keys]  # [head, candidate word]
+        # only the query word's rows (from a word: averaged over its tokens; to a word: summed) — at 512
+        # tokens this is milliseconds where the layer's n×n maps took seconds
+        w = cap.attention_rows(layer, list(range(word.token_start, word.token_stop))).mean(1).cpu()  # [head, key]
+        rows = torch.stack([w[:, cap.words[i].token_start : cap.words[i].token_stop].sum(-1) for i in keys], -1)
         scores = rows.max(dim=-1).values
         head = int(scores.argmax())
         if float(scores[head]) > best_score:
@@ -752,13 +798,36 @@ def _default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
     return best
 
 
+LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1"}
+
+
 def run(
-    *, model: str | None = None, capture_file: str | None = None, host: str = "127.0.0.1", port: int = 8050
+    *,
+    models: Sequence[str] | None = None,
+    capture_file: str | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8050,
+    model: str | None = None,
+    stats_file: str | None = None,
 ) -> None:
-    """Start the dashboard (debug off), loading the default model first so the page opens ready."""
-    app = create_app(default_model=model, capture_file=capture_file)
+    """Start the dashboard (debug off), loading the first model so the page opens ready.
+
+    The page offers exactly ``models`` (default: the embedded ones; ``model`` is one more way to name
+    one): a name the browser sends that is not among them is refused, never loaded. A host other
+    than this machine's loopback prints a warning — the dashboard has no authentication."""
+    names = list(models or []) + ([model] if model is not None and model not in (models or []) else [])
+    offered = {name: DEFAULT_MODELS.get(name, name) for name in names} if names else dict(DEFAULT_MODELS)
+    app = create_app(offered, capture_file=capture_file, stats_file=stats_file)
+    if host not in LOCAL_HOSTS:
+        print(
+            f"attnviz: WARNING: serving on {host}, reachable from other machines. The dashboard has no "
+            "authentication: anyone who reaches this address can run the models it offers on this machine. "
+            "Prefer the default 127.0.0.1 with an SSH tunnel (ssh -L 8050:127.0.0.1:8050 host).",
+            file=sys.stderr,
+            flush=True,
+        )
     if capture_file is None:
-        name = model or next(iter(DEFAULT_MODELS))
+        name = next(iter(offered))
         print(f"attnviz: loading {name} …", flush=True)
         try:
             attnviz.load_model(name)

@@ -6,6 +6,7 @@ import plotly.graph_objects as go
 from dash import html
 
 import attnviz
+from attnviz.runner import max_positions
 
 
 def error_text(err: Exception) -> str:
@@ -49,3 +50,12 @@ def chip(
             "cursor": "pointer",
         },
     )
+
+
+def text_limit(config, max_tokens: int | None, model: str) -> tuple[int | None, str]:
+    """The most tokens the page accepts in one text, and who says so: the model's own limit (its table
+    of positions; None when it has none), or the page's ``max_tokens`` when that is smaller."""
+    own = max_positions(config)
+    if max_tokens is not None and (own is None or max_tokens < own):
+        return max_tokens, "this dashboard shows"
+    return own, f"{model} reads"

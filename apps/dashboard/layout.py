@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dash import dcc, html
 
-from . import analysis_views, generation_view
+from . import analysis_views, compare_view, generation_view, head_view, overview_view
 
 
 class ID:
@@ -56,6 +56,7 @@ VIEWS = [
     ("validation", "Recomputed vs model"),
     ("cost", "Shapes & cost"),
     *analysis_views.VIEWS,
+    *compare_view.VIEWS,
 ]
 
 LONG_EXAMPLE = (
@@ -95,7 +96,7 @@ def _view(key: str, children: list) -> html.Div:
     return html.Div(id=f"view-{key}", children=children, style={"display": "none"})
 
 
-def build_layout(model_options: list[dict], default_model: str, default_text: str) -> html.Div:
+def build_layout(model_options: list[dict], default_model: str, default_text: str, *, bos: bool = False) -> html.Div:
     graph_config = {"displaylogo": False, "toImageButtonOptions": {"format": "png"}}
     return html.Div(
         style={"fontFamily": "system-ui, sans-serif", "margin": "12px 20px"},
@@ -156,7 +157,7 @@ def build_layout(model_options: list[dict], default_model: str, default_text: st
                     *generation_view.controls(),
                     dcc.Checklist(
                         id=ID.bos,
-                        value=[],
+                        value=["bos"] if bos else [],
                         inline=True,
                         style={"display": "inline-block", "marginRight": "12px"},
                         options=[{"label": " prepend BOS (decoders park their attention sink there)", "value": "bos"}],
@@ -238,11 +239,12 @@ def build_layout(model_options: list[dict], default_model: str, default_text: st
                 style={"margin": "8px 0"},
             ),
             dcc.Tabs(id=ID.tabs, value="heatmap", children=[dcc.Tab(label=label, value=key) for key, label in VIEWS]),
-            _view("heatmap", [dcc.Loading(dcc.Graph(id=ID.heatmap, config=graph_config))]),
+            _view("heatmap", overview_view.layout(dcc.Loading(dcc.Graph(id=ID.heatmap, config=graph_config)))),
             _view(
                 "head",
                 [
                     html.Div([html.Label("Heads to overlay "), dcc.Checklist(id=ID.heads_multi, inline=True)]),
+                    head_view.controls(),
                     html.Div("Hover a query token on the left to isolate its lines.", style={"color": "#555"}),
                     dcc.Loading(dcc.Graph(id=ID.head_view, config=graph_config, clear_on_unhover=True)),
                 ],
@@ -300,5 +302,6 @@ def build_layout(model_options: list[dict], default_model: str, default_text: st
             ),
             _view("cost", [dcc.Loading(html.Div(id=ID.cost))]),
             *analysis_views.layout(_view),
+            _view("compare", compare_view.layout(model_options, default_model)),
         ],
     )

@@ -1,0 +1,335 @@
+"""The heatmap for texts of any length: the exact map for short texts, the head's pooled *overview*
+for long ones, and a zoom that fetches the visible window at full resolution.
+
+A long text's map is pooled (``attnviz.overview``) into at most ``OVERVIEW_SIZE`` × ``OVERVIEW_SIZE``
+blocks of whole tokens, so a response stays under 2 MB whatever the length. Its axes are categories,
+one per block, named by their token range ("512–519 ('the'…'cat')"): hover reads them, and a zoom
+(the graph's ``relayoutData``, in category units) maps back to token positions through the shown
+view's block edges, kept in a small ``dcc.Store``. A zoom of at most ``WINDOW`` tokens a side is
+recomputed exactly (``attnviz.overview.window``); double-click returns to the overview.
+
+The figure builders (``overview_figure``, ``window_figure``, ``zoom_span``) are pure, tested without a browser.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import plotly.graph_objects as go
+import torch
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+
+import attnviz
+from attnviz import figures
+from attnviz.overview import MODES, overview, window
+
+from .common import error_text, message_figure
+from .generation_view import MARK, NEW_COLOUR, mark_view, new_start
+
+LONG = 512  # a grid with more rows or columns than this shows the overview
+OVERVIEW_SIZE = 512  # blocks per side of the overview (its payload: ~1.8 MB at 512 × 512, whatever n)
+WINDOW = 512  # a zoom spanning at most this many tokens a side is fetched exactly
+TICKS = 32  # labelled categories per axis
+
+
+class OID:
+    """Component ids of the heatmap's long-text controls."""
+
+    mode = "overview-mode"
+    mode_box = "overview-mode-box"
+    note = "overview-note"
+    view = "overview-view"  # dcc.Store: the shown grid's {"rows": [start, stop, width], "cols": …, "full": bool}
+
+
+# ---------------------------------------------------------------- pure helpers
+def edges_of(span: list[int]) -> list[int]:
+    """Block edges from a stored ``[start, stop, width]`` (equal blocks, the last one possibly shorter)."""
+    start, stop, width = span
+    return list(range(start, stop, width)) + [stop]
+
+
+def _span(edges: list[int]) -> list[int]:
+    return [edges[0], edges[-1], edges[1] - edges[0]]
+
+
+def categories(names: list[str], edges: list[int]) -> list[str]:
+    """One unique axis category per block, naming its tokens: "517 'the'" or "512–519 ('the'…'cat')"."""
+    out = []
+    for a, b in zip(edges, edges[1:]):
+        out.append(f"{a} {names[a]!r}" if b - a == 1 else f"{a}–{b - 1} ({names[a]!r}…{names[b - 1]!r})")
+    return out
+
+
+def _axis(cats: list[str], names: list[str], edges: list[int], title: str, **extra) -> dict:
+    step = max(1, math.ceil(len(cats) / TICKS))
+    idx = list(range(0, len(cats), step))
+    return dict(
+        type="category",
+        title=title,
+        tickmode="array",
+        tickvals=[cats[i] for i in idx],
+        ticktext=[f"{edges[i]} {names[edges[i]]}" for i in idx],
+        showgrid=False,
+        **extra,
+    )
+
+
+def _grid_figure(
+    z: torch.Tensor,  # [rows, cols], NaN where nothing is attended
+    row_edges: list[int],
+    col_edges: list[int],
+    q_names: list[str],
+    k_names: list[str],
+    *,
+    title: str,
+    hover: str,
+    cross: bool,
+) -> go.Figure:
+    rows, cols = categories(q_names, row_edges), categories(k_names, col_edges)
+    finite = z[torch.isfinite(z)]
+    top = max(float(finite.max()), 1e-6) if finite.numel() else 1.0
+    fig = go.Figure(
+        go.Heatmap(
+            z=z.numpy(),  # float32: base64 on the wire, 4 bytes a cell
+            x=cols,
+            y=rows,
+            colorscale="Blues",
+            zmin=0,
+            zmax=top,
+            hovertemplate=hover,
+            colorbar=dict(title="weight"),
+        )
+    )
+    key_side, query_side = ("source ", "target ") if cross else ("", "")
+    fig.update_layout(
+        title=title,
+        xaxis=_axis(cols, k_names, col_edges, f"key ({key_side}tokens attended to)", side="top", tickangle=-45),
+        yaxis=_axis(rows, q_names, row_edges, f"query ({query_side}tokens attending)", autorange="reversed"),
+        plot_bgcolor=figures.MASKED_COLOUR,
+        margin=dict(l=140, r=20, t=150, b=20),
+        height=820,
+    )
+    return fig
+
+
+def _mark(fig: go.Figure, cap: attnviz.Capture, part: str | None, row_edges: list[int], col_edges: list[int]) -> None:
+    """A generation's prompt boundary, drawn where it falls among the blocks (category units)."""
+    if "generation" not in cap.model:
+        return
+
+    def at(edges: list[int], token: int) -> float | None:
+        if not edges[0] <= token < edges[-1]:
+            return None
+        i = next(i for i, (a, b) in enumerate(zip(edges, edges[1:])) if a <= token < b)
+        return i + (token - edges[i]) / (edges[i + 1] - edges[i]) - 0.5
+
+    part_ = part if part in cap.parts else None
+    line = dict(color=NEW_COLOUR, width=1.5, dash="dot")
+    q, k = new_start(cap, part_, False, "query"), new_start(cap, part_, False, "key")
+    if k is not None and (x := at(col_edges, k)) is not None:
+        fig.add_shape(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1, line=line, layer="above")
+    if q is not None and (y := at(row_edges, q)) is not None:
+        fig.add_shape(type="line", xref="paper", yref="y", x0=0, x1=1, y0=y, y1=y, line=line, layer="above")
+    fig.update_layout(title_text=f"{fig.layout.title.text} — {MARK} generated from token {q if q is not None else k}")
+
+
+def _names(cap: attnviz.Capture, part: str | None) -> tuple[list[str], list[str], bool]:
+    q_names, k_names = figures.labels(cap, False, part, "query"), figures.labels(cap, False, part, "key")
+    return q_names, k_names, cap._part(part) == "cross"
+
+
+def overview_figure(
+    cap: attnviz.Capture, layer: int, head: int, *, part: str | None = None, mode: str = "max"
+) -> tuple[go.Figure, dict]:
+    """The head's map pooled into at most ``OVERVIEW_SIZE``² blocks, and the view's store (its block edges)."""
+    ov = overview(cap, layer, head, part=part, size=OVERVIEW_SIZE, mode=mode)
+    q_names, k_names, cross = _names(cap, part)
+    z = ov.values.clone()
+    z[z == 0] = float("nan")  # a block whose every cell is masked (or exactly 0): left empty
+    wr, wc = ov.block
+    part_label = f"{cap._part(part)} " if len(cap.parts) > 1 else ""
+    title = (
+        f"{part_label}L{layer}·H{head} — overview of {len(q_names):,} × {len(k_names):,} tokens: "
+        f"the {mode} weight of each block of {wr}×{wc} tokens<br><sup>drag a box over at most {WINDOW}×{WINDOW} "
+        "tokens for the exact weights; double-click to come back</sup>"
+    )
+    hover = f"queries %{{y}}<br>keys %{{x}}<br>{mode} weight %{{z:.4f}}<extra></extra>"
+    fig = _grid_figure(z, ov.row_edges, ov.col_edges, q_names, k_names, title=title, hover=hover, cross=cross)
+    _mark(fig, cap, part, ov.row_edges, ov.col_edges)
+    return fig, {"rows": _span(ov.row_edges), "cols": _span(ov.col_edges), "full": True}
+
+
+def window_figure(
+    cap: attnviz.Capture,
+    layer: int,
+    head: int,
+    rows: tuple[int, int],
+    keys: tuple[int, int],
+    *,
+    part: str | None = None,
+) -> tuple[go.Figure, dict]:
+    """The exact weights of queries ``rows[0]:rows[1]`` × keys ``keys[0]:keys[1]`` (masked cells empty)."""
+    w = window(cap, layer, head, tuple(rows), tuple(keys), part=part)
+    allowed = cap.allowed(layer, part=part)[rows[0] : rows[1], keys[0] : keys[1]]
+    z = torch.where(allowed, w, torch.full_like(w, float("nan")))
+    q_names, k_names, cross = _names(cap, part)
+    row_edges, col_edges = list(range(rows[0], rows[1] + 1)), list(range(keys[0], keys[1] + 1))
+    part_label = f"{cap._part(part)} " if len(cap.parts) > 1 else ""
+    title = (
+        f"{part_label}L{layer}·H{head} — exact weights of queries {rows[0]}–{rows[1] - 1} × keys "
+        f"{keys[0]}–{keys[1] - 1} (of {len(q_names):,} × {len(k_names):,} tokens)<br><sup>double-click: back to "
+        "the overview</sup>"
+    )
+    hover = "query %{y} → key %{x}<br>weight %{z:.4f}<extra></extra>"
+    fig = _grid_figure(z, row_edges, col_edges, q_names, k_names, title=title, hover=hover, cross=cross)
+    _mark(fig, cap, part, row_edges, col_edges)
+    return fig, {"rows": _span(row_edges), "cols": _span(col_edges), "full": False}
+
+
+def zoom_span(relayout: dict | None, view: dict | None) -> str | tuple[tuple[int, int], tuple[int, int]] | None:
+    """What a relayout asks of the shown grid: ``"reset"`` (double-click), the token ranges
+    ``((row0, row1), (key0, key1))`` a zoom shows (blocks partly in view count whole), or None."""
+    if not relayout or not view:
+        return None
+    if relayout.get("xaxis.autorange") or relayout.get("yaxis.autorange"):
+        return "reset"
+    spans, zoomed = {}, False
+    for axis, key in (("xaxis", "cols"), ("yaxis", "rows")):
+        edges = edges_of(view[key])
+        lo, hi = relayout.get(f"{axis}.range[0]"), relayout.get(f"{axis}.range[1]")
+        if lo is None and isinstance(relayout.get(f"{axis}.range"), list):
+            lo, hi = relayout[f"{axis}.range"]
+        if not isinstance(lo, (int, float)) or not isinstance(hi, (int, float)):
+            spans[key] = (edges[0], edges[-1])
+            continue
+        zoomed = True
+        a, b = sorted((lo, hi))
+        last = len(edges) - 2
+        i, j = min(max(math.floor(a + 0.5), 0), last), min(max(math.floor(b + 0.5), 0), last)
+        spans[key] = (edges[i], edges[j + 1])
+    return (spans["rows"], spans["cols"]) if zoomed else None
+
+
+def is_long(cap: attnviz.Capture, words: bool, part: str | None) -> bool:
+    """Whether the map in these units has more than ``LONG`` rows or columns (then: the token overview)."""
+    return max(len(figures.labels(cap, words, part, "query")), len(figures.labels(cap, words, part, "key"))) > LONG
+
+
+def note_for(cap: attnviz.Capture, view: dict | None, words: bool, part: str | None) -> str:
+    """The line above the heatmap: how what is shown relates to the text."""
+    if view is None:
+        return ""
+    n = len(figures.labels(cap, False, part, "query"))
+    unit = (
+        f" (the text has {len(figures.labels(cap, True, part, 'query')):,} words, more than the {LONG} a word "
+        "map shows: the overview is in tokens)"
+        if words
+        else ""
+    )
+    if view["full"]:
+        wr, wc = view["rows"][2], view["cols"][2]
+        return (
+            f"{n:,} tokens: each cell pools a block of {wr}×{wc} tokens{unit}. Drag a box over at most "
+            f"{WINDOW}×{WINDOW} tokens to see the exact weights; double-click to return to the overview."
+        )
+    (r0, r1, _), (k0, k1, _) = view["rows"], view["cols"]
+    return f"Exact weights: queries {r0}–{r1 - 1} × keys {k0}–{k1 - 1} of {n:,} tokens. Double-click: the overview."
+
+
+# ---------------------------------------------------------------- layout and callbacks
+def layout(graph) -> list:
+    """The heatmap view's children around ``graph`` (the page's heatmap ``dcc.Graph``)."""
+    return [
+        dcc.Store(id=OID.view),
+        html.Div(
+            [
+                html.Div(
+                    [
+                        html.Label("Overview cells show "),
+                        dcc.RadioItems(
+                            id=OID.mode,
+                            value="max",
+                            inline=True,
+                            options=[
+                                {"label": " max (where any strong weight is) ", "value": "max"},
+                                {"label": " mean (where the mass is)", "value": "mean"},
+                            ],
+                        ),
+                    ],
+                    id=OID.mode_box,
+                    style={"display": "none"},
+                ),
+                html.Div(id=OID.note, style={"color": "#555"}),
+            ],
+            style={"margin": "6px 0"},
+        ),
+        graph,
+    ]
+
+
+_SHOWN = {"display": "inline-block", "marginRight": "18px"}
+_HIDDEN = {"display": "none"}
+
+
+def register(app: Dash, ids, from_store: Callable) -> None:
+    """The heatmap's callback. ``ids`` is the main layout's ID class; ``from_store(store)`` gives the capture."""
+
+    @app.callback(
+        Output(ids.heatmap, "figure"),
+        Output(OID.view, "data"),
+        Output(OID.note, "children"),
+        Output(OID.mode_box, "style"),
+        Input(ids.store, "data"),
+        Input(ids.layer, "value"),
+        Input(ids.head, "value"),
+        Input(ids.words, "value"),
+        Input(ids.tabs, "value"),
+        Input(ids.part, "value"),
+        Input(OID.mode, "value"),
+        Input(ids.heatmap, "relayoutData"),
+        State(OID.view, "data"),
+    )
+    def heatmap(store, layer, head, units, tab, part, mode, relayout, view):
+        if tab != "heatmap":
+            return (no_update,) * 4
+        try:
+            cap = from_store(store)
+            if cap is None or layer is None or head is None:
+                return message_figure("Run the model to see its attention."), None, "", _HIDDEN
+            words = units == "words"
+            mode = mode if mode in MODES else "max"
+            trigger = ctx.triggered_id
+            if trigger == ids.heatmap:
+                span = zoom_span(relayout, view)
+                if span is None:
+                    return (no_update,) * 4
+                if span == "reset":
+                    if view["full"]:
+                        return (no_update,) * 4  # plotly has reset the overview itself
+                    fig, view = overview_figure(cap, layer, head, part=part, mode=mode)
+                    return fig, view, note_for(cap, view, words, part), _SHOWN
+                (r0, r1), (k0, k1) = span
+                if not view["full"] or r1 - r0 > WINDOW or k1 - k0 > WINDOW:
+                    return (no_update,) * 4  # exact already, or too wide: plotly zooms the shown cells
+                fig, view = window_figure(cap, layer, head, (r0, r1), (k0, k1), part=part)
+                return fig, view, note_for(cap, view, words, part), _SHOWN
+            if not is_long(cap, words, part):
+                fig = figures.heatmap(cap, layer, head, words=words, part=part)
+                return mark_view(fig, cap, "matrix", words=words, part=part), None, "", _HIDDEN
+            q_names, k_names, _ = _names(cap, part)
+            if (
+                view
+                and not view["full"]
+                and trigger in (ids.layer, ids.head)
+                and view["rows"][1] <= len(q_names)
+                and view["cols"][1] <= len(k_names)
+            ):
+                # another head, same window: heads compared at full resolution
+                (r0, r1, _), (k0, k1, _) = view["rows"], view["cols"]
+                fig, view = window_figure(cap, layer, head, (r0, r1), (k0, k1), part=part)
+            else:
+                fig, view = overview_figure(cap, layer, head, part=part, mode=mode)
+            return fig, view, note_for(cap, view, words, part), _SHOWN
+        except Exception as err:  # noqa: BLE001 - a message in the page, never a traceback
+            return message_figure(error_text(err)), None, "", no_update
