@@ -87,11 +87,13 @@ def app():
 @pytest.mark.slow
 def test_opens_on_the_chinese_example_and_types_a_sentence(dash_duo, app):
     dash_duo.start_server(app)
-    wait_status(dash_duo, "smollm2: 26 tokens, 10 words, 30 layers × 9 heads (3 KV), sdpa")
-    run_text(dash_duo, CAT, expect="smollm2: 11 tokens, 11 words")
+    # a decoder whose tokenizer adds no BOS opens with one (the sink is not the text's first word)
+    assert dash_duo.find_element(f"#{ID.bos} input").is_selected()
+    wait_status(dash_duo, "smollm2: 27 tokens, 11 words, 30 layers × 9 heads (3 KV), sdpa")
+    run_text(dash_duo, CAT, expect="smollm2: 12 tokens, 12 words")
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "token × token attention")
     ticks = [t.text for t in dash_duo.find_elements(f"#{ID.heatmap} .xtick text")]
-    assert ticks == ["The", "cat", "sat", "on", "the", "mat", "because", "it", "was", "tired", "."]
+    assert ticks == ["<|im_start|>", "The", "cat", "sat", "on", "the", "mat", "because", "it", "was", "tired", "."]
     no_console_errors(dash_duo)
 
 
@@ -99,14 +101,14 @@ def test_opens_on_the_chinese_example_and_types_a_sentence(dash_duo, app):
 @pytest.mark.slow
 def test_pick_layer_and_head_and_switch_to_words(dash_duo, app):
     dash_duo.start_server(app)
-    wait_status(dash_duo, "26 tokens")
+    wait_status(dash_duo, "27 tokens")
     dash_duo.select_dcc_dropdown(f"#{ID.layer}", value="L15")
     dash_duo.select_dcc_dropdown(f"#{ID.head}", value="H3")
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "L15·H3")
     dash_duo.find_elements(f"#{ID.words} input")[1].click()
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "word × word")
     ticks = [t.text for t in dash_duo.find_elements(f"#{ID.heatmap} .xtick text")]
-    assert ticks == ["我家", "的", "小猫", "很", "可爱", "，", "它", "很", "好动", "。"]
+    assert ticks == ["<|im_start|>", "我家", "的", "小猫", "很", "可爱", "，", "它", "很", "好动", "。"]
     no_console_errors(dash_duo)
 
 
@@ -114,14 +116,14 @@ def test_pick_layer_and_head_and_switch_to_words(dash_duo, app):
 @pytest.mark.slow
 def test_lab_click_token_and_flip_switches(dash_duo, app):
     dash_duo.start_server(app)
-    wait_status(dash_duo, "26 tokens")
+    wait_status(dash_duo, "27 tokens")
     dash_duo.find_elements(f"#{ID.words} input")[1].click()  # words: 它 is one chip
     dash_duo.select_dcc_dropdown(f"#{ID.layer}", value="L15")
     dash_duo.select_dcc_dropdown(f"#{ID.head}", value="H3")
     open_tab(dash_duo, "AttentionLab")
     dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "query '它'")
     stats = dash_duo.find_element(f"#{ID.lab_stats}").text
-    assert "top weight 0.49 on '小猫'" in stats, stats  # pinned from the carried SmolLM2 checkpoint
+    assert "top weight 0.47 on '小猫'" in stats, stats  # pinned from the carried SmolLM2 checkpoint, with its BOS
     # click another token as the query
     chips = {c.text: c for c in dash_duo.find_elements(".lab-token")}
     chips["好动"].click()
@@ -130,12 +132,12 @@ def test_lab_click_token_and_flip_switches(dash_duo, app):
     chips["它"].click()
     dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "query '它'")
     causal_stats = dash_duo.find_element(f"#{ID.lab_stats}").text
-    assert "over 7 visible words" in causal_stats  # 它 sees itself and the six words before it
+    assert "over 8 visible words" in causal_stats  # 它 sees itself, the six words before it and the BOS
     switches = dash_duo.find_elements(f"#{ID.lab_switches} input")
     switches[0].click()  # causal mask off: 它 now sees the words on its right too
-    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "over 10 visible words")
+    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "over 11 visible words")
     switches[0].click()
-    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "over 7 visible words")
+    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "over 8 visible words")
     before = float(causal_stats.split("entropy ")[1].split(" nats")[0])
     switches[1].click()  # ÷√d_k off: the row sharpens toward one-hot
     dash_duo.wait_for_contains_text(f"#{ID.lab_graph} .gtitle", "unscaled")
@@ -287,7 +289,7 @@ from attnviz.dashboard.analysis_views import AID  # noqa: E402
 @pytest.mark.slow
 def test_coreference_view_ranks_heads_and_clicks_change_candidates(dash_duo, app):
     dash_duo.start_server(app)
-    wait_status(dash_duo, "26 tokens")
+    wait_status(dash_duo, "27 tokens")
     open_tab(dash_duo, "Coreference")
     dash_duo.wait_for_contains_text(f"#{AID.coref_headline}", "它 → 小猫", timeout=30)
     chips = {c.text: c for c in dash_duo.find_elements(".coref-word")}

@@ -106,6 +106,9 @@ def test_generate_from_the_page_marks_new_tokens_and_the_step_slider_replays_the
     dash_duo.start_server(create_app({llama_folder: "tiny Llama", **MODELS}, default_model=llama_folder))
     wait_status(dash_duo, "tokens")
     assert not dash_duo.find_element(f"#{GID.step_box}").is_displayed()
+    bos = dash_duo.find_element(f"#{ID.bos} input")
+    assert bos.is_selected()  # a decoder without a BOS of its own gets one by default
+    bos.click()  # off: the generation below is the fixture's, which has none
     generate(dash_duo, PROMPT, 6)
     wait_status(dash_duo, f"generated 6 new tokens: “{gen.text}” — 7 prompt + 6 new")
     assert dash_duo.find_element(f"#{ID.message}").text == ""
@@ -170,14 +173,15 @@ def test_an_encoder_or_bad_input_is_a_message_and_the_page_keeps_working(dash_du
     assert not any("generated" in c.get_attribute("class") for c in chips(dash_duo))
     choose(dash_duo, f"#{ID.model}", 2)  # the tiny Llama: 64 positions
     generate(dash_duo, PROMPT, 100)
-    dash_duo.wait_for_contains_text(f"#{ID.message}", "7 prompt positions + max_new_tokens=100 exceed the 64")
-    assert "ask for at most 57 new tokens" in dash_duo.find_element(f"#{ID.message}").text
+    poll(lambda: dash_duo.find_element(f"#{ID.bos} input").is_selected())  # the decoder's BOS default
+    dash_duo.wait_for_contains_text(f"#{ID.message}", "8 prompt positions + max_new_tokens=100 exceed the 64")
+    assert "ask for at most 56 new tokens" in dash_duo.find_element(f"#{ID.message}").text
     generate(dash_duo, PROMPT, 2.5)
     dash_duo.wait_for_contains_text(f"#{ID.message}", "Type a whole number from 1 to 512")
-    dash_duo.find_element(f"#{ID.bos} input").click()  # the BOS switch holds for generation too
+    dash_duo.find_element(f"#{ID.bos} input").click()  # the BOS switch holds for generation too: off
     generate(dash_duo, PROMPT, 3)
     wait_status(dash_duo, "generated 3 new tokens")
-    assert "8 prompt + 3 new" in dash_duo.find_element(f"#{ID.status}").text
+    assert "7 prompt + 3 new" in dash_duo.find_element(f"#{ID.status}").text
     dash_duo.wait_for_text_to_equal(f"#{ID.message}", "")
     poll(lambda: dash_duo.find_element(f"#{GID.step_box}").is_displayed())
     dash_duo.wait_for_contains_text(f"#{GID.step_text}", "Step 0: the model wrote ▸")
