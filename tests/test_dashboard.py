@@ -102,8 +102,8 @@ def test_opens_on_the_chinese_example_and_types_a_sentence(dash_duo, app):
 def test_pick_layer_and_head_and_switch_to_words(dash_duo, app):
     dash_duo.start_server(app)
     wait_status(dash_duo, "27 tokens")
-    dash_duo.select_dcc_dropdown(f"#{ID.layer}", value="L15")
-    dash_duo.select_dcc_dropdown(f"#{ID.head}", value="H3")
+    choose(dash_duo, f"#{ID.layer}", 15)  # L15
+    choose(dash_duo, f"#{ID.head}", 3)  # H3
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "L15·H3")
     dash_duo.find_elements(f"#{ID.words} input")[1].click()
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "word × word")
@@ -118,8 +118,8 @@ def test_lab_click_token_and_flip_switches(dash_duo, app):
     dash_duo.start_server(app)
     wait_status(dash_duo, "27 tokens")
     dash_duo.find_elements(f"#{ID.words} input")[1].click()  # words: 它 is one chip
-    dash_duo.select_dcc_dropdown(f"#{ID.layer}", value="L15")
-    dash_duo.select_dcc_dropdown(f"#{ID.head}", value="H3")
+    choose(dash_duo, f"#{ID.layer}", 15)  # L15
+    choose(dash_duo, f"#{ID.head}", 3)  # H3
     open_tab(dash_duo, "AttentionLab")
     dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "query '它'")
     stats = dash_duo.find_element(f"#{ID.lab_stats}").text
