@@ -175,18 +175,14 @@ def create_app(
             if cap.text != text:
                 raise attnviz.InputError("a capture file holds one text; pick a model in the list to run another text")
         elif new_tokens:
-            loaded, tokenizer = attnviz.load_model(model)
+            _, tokenizer = attnviz.load_model(model)
             n = len(tokenizer(text)["input_ids"]) + new_tokens
-            limit, who = text_limit(loaded.config, max_tokens, model)
-            if limit is not None and n > limit:
+            # the model's own limit: attnviz.generate says how many new tokens fit
+            if max_tokens is not None and n > max_tokens:
                 raise attnviz.InputTooLongError(
-                    f"The prompt and {new_tokens:,} new tokens make {n:,} tokens; {who} at most "
-                    f"{limit:,}. Ask for fewer new tokens or shorten the prompt"
-                    + (
-                        ", or generate in a script (attnviz.generate) and open the saved file with --capture."
-                        if who.startswith("this dashboard")
-                        else "."
-                    )
+                    f"The prompt and {new_tokens:,} new tokens make {n:,} tokens; this dashboard shows at most "
+                    f"{max_tokens:,}. Ask for fewer new tokens or shorten the prompt, or generate in a script "
+                    "(attnviz.generate) and open the saved file with --capture."
                 )
             cap = attnviz.generate(model, text, max_new_tokens=new_tokens, add_bos=bos).capture
         else:
