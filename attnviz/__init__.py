@@ -8,6 +8,7 @@
 Importing attnviz loads no model, patches nothing and does not import dash.
 """
 
+from . import edits
 from .attention import scaled_dot_product
 from .capture import Capture, LayerRecord, TokenSequence
 from .errors import (
@@ -24,6 +25,7 @@ from .errors import (
     ValidationError,
 )
 from .generation import Generation, GenerationStep, generate
+from .intervene import Intervention, Prediction, head_importance, intervene
 from .io import load
 from .models import EMBEDDED_MODELS, load_model, tiny_families, tiny_model
 from .probing import evaluate_probes
@@ -54,6 +56,8 @@ __all__ = [
     "EmptyTextError",
     "Generation",
     "GenerationStep",
+    "Intervention",
+    "Prediction",
     "InputError",
     "InputTooLongError",
     "LayerRecord",
@@ -66,8 +70,11 @@ __all__ = [
     "ValidationReport",
     "Word",
     "capture",
+    "edits",
     "evaluate_probes",
     "generate",
+    "head_importance",
+    "intervene",
     "load",
     "load_model",
     "scaled_dot_product",

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-__all__ = ["attention_output", "build_mask", "scaled_dot_product"]
+__all__ = ["attention_output", "build_mask", "scaled_dot_product", "weighted_values"]
 
 
 def build_mask(
@@ -68,13 +68,13 @@ def scaled_dot_product(
     k: Tensor,  # [batch, kv_head, key_pos, d_head]
     v: Tensor,  # [batch, kv_head, key_pos, d_head_v]
     *,
-    scale: float | None = None,
+    scale: float | Tensor | None = None,  # a number, or one per head [head]
     causal: bool = False,
     mask: Tensor | None = None,  # bool (True = may attend) or additive, broadcastable to [batch, head, q, k]
     bias: Tensor | None = None,  # additive, broadcastable to [batch, head, q, k]
     window: int | None = None,
     sinks: Tensor | None = None,  # [head]: one extra logit per head in the softmax denominator
-    temperature: float = 1.0,
+    temperature: float | Tensor = 1.0,  # a number, or one per head [head]
     softcap: float | None = None,
     query_positions: Tensor | None = None,  # [query_pos]
     key_positions: Tensor | None = None,  # [key_pos]
@@ -88,6 +88,7 @@ def scaled_dot_product(
     those rows sum to less than 1 (the sink's share is the rest).
 
     - ``scale``: the factor on Q·Kᵀ; ``None`` means ``1/√d_head``. Pass ``1.0`` to switch scaling off.
+      ``scale`` and ``temperature`` may also be ``[head]`` tensors, one value per query head.
     - ``causal``: query i sees only keys ≤ i (aligned at the end when key_pos > query_pos, or as
       ``query_positions`` / ``key_positions`` say).
     - ``window``: sliding-window size (query i sees keys with ``i - j < window``).
@@ -105,7 +106,7 @@ def scaled_dot_product(
     n_head, n_kv = q.shape[1], k.shape[1]
     if n_head % n_kv:
         raise ValueError(f"{n_head} query heads cannot share {n_kv} key/value heads evenly")
-    if not temperature > 0:
+    if not bool(torch.all(torch.as_tensor(temperature) > 0)):
         raise ValueError(f"temperature must be > 0, got {temperature}")
     if dtype is not None:
         q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
@@ -119,13 +120,19 @@ def scaled_dot_product(
     q3 = _grouped(q, groups).expand(rows, -1, -1, -1).reshape(rows * n_kv, groups * n_q, q.shape[-1])
     k3 = k.expand(rows, -1, -1, -1).reshape(rows * n_kv, n_k, k.shape[-1])
     # Q·Kᵀ·scale in one GEMM (the scale applied inside it), all heads of a key/value group at once
-    scores = torch.baddbmm(q3.new_zeros(1, 1, 1), q3, k3.transpose(1, 2), beta=0, alpha=scale)
+    alpha = 1.0 if isinstance(scale, Tensor) else float(scale)
+    scores = torch.baddbmm(q3.new_zeros(1, 1, 1), q3, k3.transpose(1, 2), beta=0, alpha=alpha)
     scores = scores.view(rows, n_head, n_q, n_k)
+    if isinstance(scale, Tensor):  # one factor per head
+        scores *= scale.to(scores).view(1, n_head, 1, 1)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
     if bias is not None:
         scores += bias.to(scores.dtype)
-    if temperature != 1.0:
+    if isinstance(temperature, Tensor):
+        temperature = temperature.to(scores).view(1, n_head, 1, 1)
+        scores /= temperature
+    elif temperature != 1.0:
         scores /= temperature
     if mask is not None:
         if mask.dtype == torch.bool:
@@ -136,16 +143,28 @@ def scaled_dot_product(
         _mask_structure(scores, query_positions, key_positions, causal=causal, window=window)
 
     if sinks is not None:
-        sink = (sinks.to(scores) / temperature).view(1, n_head, 1, 1).expand(scores.shape[0], n_head, n_q, 1)
+        sink = (sinks.to(scores).view(1, n_head, 1, 1) / temperature).expand(scores.shape[0], n_head, n_q, 1)
         weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
     else:
         weights = torch.softmax(scores, dim=-1)
     if mask is not None or window is not None or (causal and n_q > n_k):
         weights = weights.nan_to_num_(nan=0.0)  # rows with every key masked
+    return weighted_values(weights, v), weights
+
+
+def weighted_values(
+    weights: Tensor,  # [batch, head, query_pos, key_pos]
+    v: Tensor,  # [batch or 1, kv_head, key_pos, d_head_v]
+) -> Tensor:  # [batch, head, query_pos, d_head_v]
+    """A·V: each query head's weights times the values of its key/value head (GQA read in place)."""
+    rows, n_head, n_q, n_k = weights.shape
+    n_kv = v.shape[1]
+    groups = n_head // n_kv
+    v = v.to(weights.dtype)
     out = torch.bmm(
         weights.reshape(rows * n_kv, groups * n_q, n_k), v.expand(rows, -1, -1, -1).reshape(rows * n_kv, n_k, -1)
     )
-    return out.view(rows, n_head, n_q, v.shape[-1]), weights
+    return out.view(rows, n_head, n_q, v.shape[-1])
 
 
 def _mask_structure(

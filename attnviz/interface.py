@@ -6,6 +6,8 @@ caller would have got: the mapped backend, or for ``"eager"`` — which transfor
 ``default`` each call site passes to ``get_interface`` — that default, read from the calling frame's
 code. It is installed once per backend and reference-counted across threads; it records only into
 the :class:`~attnviz.taps.Recorder` objects active in the calling context that own the module.
+An :class:`~attnviz.edits.Editor` active in the calling context replaces the call for the layers it
+edits (:func:`attnviz.intervene`); the recorders then see the edited call.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ from .errors import UnsupportedModelError
 from .specs import supported_families
 
 if TYPE_CHECKING:
+    from .edits import Editor
     from .taps import Recorder
 
 __all__ = ["backends_of", "installed_backends"]
 
 #: the recorders active in this context (a tuple: taps nest)
 _ACTIVE: contextvars.ContextVar[tuple[Recorder, ...]] = contextvars.ContextVar("attnviz_recorders", default=())
+#: the editors active in this context: the innermost one that owns a module runs its calls
+_EDITORS: contextvars.ContextVar[tuple[Editor, ...]] = contextvars.ContextVar("attnviz_editors", default=())
 
 
 _DEFAULTS: dict[CodeType, list[tuple[int, str, str]]] = {}
@@ -95,9 +100,13 @@ class _Installer:
             if fn is None:  # "eager": the caller's own default, as get_interface would have returned it
                 fn = _caller_default(sys._getframe(1)) or _module_eager(module)
             recorders = [r for r in _ACTIVE.get() if r.owns(module)]
-            result = fn(module, *args, **kwargs)
+            editor = next((e for e in reversed(_EDITORS.get()) if e.owns(module)), None)
+            if editor is None:
+                result = seen = fn(module, *args, **kwargs)
+            else:  # the editor computes the call (or lets fn do it) and says what the recorders should see
+                result, (args, kwargs, seen) = editor.call(backend, module, fn, args, kwargs)
             for recorder in recorders:
-                recorder.record(backend, module, args, kwargs, result)
+                recorder.record(backend, module, args, kwargs, seen)
             return result
 
         return attnviz_tap

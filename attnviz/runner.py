@@ -9,8 +9,10 @@ capture runs before it is returned.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +63,21 @@ def n_layers(config) -> int | None:
     ]
     found = [c for c in counts if isinstance(c, int)]
     return max(found) if found else None
+
+
+#: a list that capture() appends the model's forward output to (see keep_outputs)
+_OUTPUTS: contextvars.ContextVar[list | None] = contextvars.ContextVar("attnviz_outputs", default=None)
+
+
+@contextlib.contextmanager
+def keep_outputs() -> Iterator[list]:
+    """Within the block, :func:`capture` also appends its forward's output (logits…) to the list."""
+    kept: list = []
+    token = _OUTPUTS.set(kept)
+    try:
+        yield kept
+    finally:
+        _OUTPUTS.reset(token)
 
 
 # ---------------------------------------------------------------- capture()
@@ -162,7 +179,10 @@ def capture(
             model, layers=wanted, to_cpu=not keep_on_device, weight_mode=weight_mode, lengths=lengths
         ) as recorder,
     ):
-        model(**forward_kwargs)
+        output = model(**forward_kwargs)
+    kept_outputs = _OUTPUTS.get()
+    if kept_outputs is not None:
+        kept_outputs.append(output)
     calls = recorder.calls
     check_calls(model, calls, encoder_decoder)
     kept = [c for c in calls if c.q is not None]

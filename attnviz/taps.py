@@ -157,6 +157,13 @@ class Recorder:
 
     def record(self, backend: str, module: nn.Module, args: tuple, kwargs: dict, result: Any) -> None:
         """Record one call of an attention-interface function (its arguments and its result)."""
+        out, weights = result if isinstance(result, tuple) else (result, None)
+        self.add(module, backend, out=out, weights=weights, **self.read(backend, module, args, kwargs))
+
+    def read(self, backend: str, module: nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:
+        """What one attention-interface call computes, as :meth:`add`'s keyword arguments (all but
+        ``out`` and ``weights``): Q, K, V, the normalised mask and the scaling, causal flag, window,
+        bias, sinks and soft-cap the kernel applies. Refuses an argument it cannot interpret."""
         family = type(module).__name__
         if len(args) > 4:
             raise UnsupportedModelError(
@@ -167,7 +174,6 @@ class Recorder:
         if mask is None:
             mask = kwargs.get("attention_mask")
         _check_arguments(family, kwargs, module)
-        out, weights = result if isinstance(result, tuple) else (result, None)
         scaling = kwargs.get("scaling")
         if scaling is None:
             scaling = query.shape[-1] ** -0.5
@@ -183,19 +189,14 @@ class Recorder:
             causal = False
         if mask is not None and window is not None and backend.startswith(("eager", "sdpa")):
             window = None  # eager and sdpa get the window inside the 4-D mask
-        sinks = kwargs.get("s_aux")
-        self.add(
-            module,
-            backend,
-            query,
-            key,
-            value,
-            out,
-            weights=weights,
+        return dict(
+            q=query,
+            k=key,
+            v=value,
             mask=mask,
             key_padding=key_padding,
             bias=kwargs.get("position_bias"),
-            sinks=sinks,
+            sinks=kwargs.get("s_aux"),
             scaling=float(scaling),
             causal=causal,
             window=window,
@@ -239,6 +240,18 @@ class Recorder:
             )
         return found
 
+    def place(
+        self, module: nn.Module, causal: bool, mask: Tensor | None, designed_causal: bool | None = None
+    ) -> tuple[str, int]:
+        """(part, layer) of a call: the module's path, and whether its attention is causal by design
+        (its ``is_causal``, else ``designed_causal``, else the call's causal flag or mask structure)."""
+        looks_causal = getattr(module, "is_causal", None)
+        if looks_causal is None:
+            looks_causal = designed_causal
+        if looks_causal is None:
+            looks_causal = causal or (mask is not None and _is_causal_structure(mask))
+        return self.where(module, bool(looks_causal))
+
     def add(
         self,
         module: nn.Module,
@@ -264,12 +277,7 @@ class Recorder:
 
         ``designed_causal`` says whether the attention is causal by design (when the module has no
         ``is_causal``): it names the part of a one-stack model even for a single token."""
-        looks_causal = getattr(module, "is_causal", None)
-        if looks_causal is None:
-            looks_causal = designed_causal
-        if looks_causal is None:
-            looks_causal = causal or (mask is not None and _is_causal_structure(mask))
-        part, layer = self.where(module, bool(looks_causal))
+        part, layer = self.place(module, causal, mask, designed_causal)
         keep = self.layers is None or layer in self.layers
 
         if bias is not None and not bias.any():
