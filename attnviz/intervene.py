@@ -308,12 +308,12 @@ def intervene(
     edited = _main_output(kept_after[0]).float()
     cap_after.model["edits"] = [str(e) for e in edit_list]
     cap_after.model["edited_layers"] = [list(key) for key in sorted(plans)]
-    similarity = torch.nn.functional.cosine_similarity(edited[0], reference[0], dim=-1)
+    similarity = torch.nn.functional.cosine_similarity(edited[0], reference[0], dim=-1).cpu()
     has_head = getattr(kept[0], "logits", None) is not None
     before = after = None
     if has_head:
-        before = Prediction(torch.log_softmax(reference[0, position], -1), position, tokenizer)
-        after = Prediction(torch.log_softmax(edited[0, position], -1), position, tokenizer)
+        before = Prediction(torch.log_softmax(reference[0, position], -1).cpu(), position, tokenizer)
+        after = Prediction(torch.log_softmax(edited[0, position], -1).cpu(), position, tokenizer)
     scorer = _scorer(lm, cap_before, plans, edit_list, position) if has_head else None
     return Intervention(
         edit_list, cap_before, cap_after, before, after, similarity, error, limit, sorted(plans), scorer
@@ -376,8 +376,8 @@ def head_importance(
     ``target`` is the next token (its text as it would follow ``text``, or its id). Heads are
     ablated ``how="zero"`` (output set to 0) or ``"mean"`` (its mean over the text), ``batch_size``
     heads per forward (the text repeated, each copy with another head removed), with the model's
-    own kernels throughout. Returns a DataFrame — ``part, layer, head, logprob, drop`` (``drop`` =
-    log P before − after: how much the prediction needs that head) — sorted by ``drop``, with
+    own kernels throughout. Returns a DataFrame — ``part, layer, head, logprob, logprob_drop`` (the drop =
+    log P before − after: how much the prediction needs that head) — sorted by the drop, with
     ``attrs["logprob"]`` the unedited log P and ``attrs["target"]``. ``on_progress(done, total)``
     is called after each batch; ``progress`` shows a bar on stderr. For an encoder-decoder model
     ``decoder_text`` is what the decoder has written so far (``target`` is its next token).
@@ -425,7 +425,13 @@ def head_importance(
             logprobs = torch.log_softmax(logits[:, position].float(), -1)[:, target_id]
             for (p, layer, h), lp in zip(chunk, logprobs.tolist()):
                 rows.append(
-                    {"part": p, "layer": layer, "head": h, "logprob": lp, "drop": float(reference[target_id]) - lp}
+                    {
+                        "part": p,
+                        "layer": layer,
+                        "head": h,
+                        "logprob": lp,
+                        "logprob_drop": float(reference[target_id]) - lp,
+                    }
                 )
             done = min(start + batch_size, len(heads))
             if bar is not None:
@@ -435,7 +441,7 @@ def head_importance(
     finally:
         if bar is not None:
             bar.close()
-    df = pd.DataFrame(rows).sort_values("drop", ascending=False, kind="stable").reset_index(drop=True)
+    df = pd.DataFrame(rows).sort_values("logprob_drop", ascending=False, kind="stable").reset_index(drop=True)
     if len(parts) == 1:
         df = df.drop(columns="part")
     df.attrs.update(

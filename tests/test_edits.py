@@ -239,12 +239,12 @@ def test_head_importance_equals_ablating_each_head_alone():
     df = attnviz.head_importance(
         model, TEXT, 40, TOK, batch_size=3, progress=False, on_progress=lambda done, total: seen.append((done, total))
     )
-    assert len(df) == 2 * 4 and list(df.columns) == ["layer", "head", "logprob", "drop"]
+    assert len(df) == 2 * 4 and list(df.columns) == ["layer", "head", "logprob", "logprob_drop"]
     assert seen[-1] == (8, 8) and len(seen) == 3  # 3 + 3 + 2 heads
-    assert df["drop"].is_monotonic_decreasing
+    assert df["logprob_drop"].is_monotonic_decreasing
     for row in df.itertuples():
         alone = attnviz.intervene(model, TEXT, [edits.ablate(layer=row.layer, head=row.head)], TOK)
-        assert row.drop == pytest.approx(-alone.delta_logprob(40), abs=1e-5)
+        assert row.logprob_drop == pytest.approx(-alone.delta_logprob(40), abs=1e-5)
     assert df.attrs["logprob"] == pytest.approx(alone.before.logprob(40), abs=1e-6)
     with pytest.raises(InputError, match="no language-model head"):
         attnviz.head_importance(attnviz.tiny_model("bert"), TEXT, 5, TOK, progress=False)

@@ -60,3 +60,19 @@ def test_generation_on_cuda_equals_the_cpu_generation(family, kwargs, keep_on_de
         torch.testing.assert_close(
             gen.capture.attention(1, part=part).cpu(), on_cpu.capture.attention(1, part=part), atol=1e-4, rtol=0
         )
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_oss", "t5"])
+def test_edits_on_cuda_equal_the_cpu_edits(family):
+    from attnviz import edits
+    from attnviz.models import IdsTokenizer
+
+    text, kw = "11 5 7 9 13 21 34 55", ({"target": "3 4 5 6"} if family == "t5" else {})
+    plan = [edits.knockout(layer=1, head=0, key="7"), edits.temperature(2.0, layer=0), edits.ablate(layer=1, head=1)]
+    on_cpu = attnviz.intervene(attnviz.tiny_model(family), text, plan, IdsTokenizer(), **kw)
+    model = attnviz.tiny_model(family).to("cuda")
+    out = attnviz.intervene(model, text, plan, IdsTokenizer(), **kw)
+    assert out.check_error <= 1e-4
+    torch.testing.assert_close(out.after.logprobs, on_cpu.after.logprobs, atol=1e-4, rtol=0)
+    df = attnviz.head_importance(model, text, 40, IdsTokenizer(), progress=False, decoder_text=kw.get("target"))
+    assert len(df) > 0 and df["logprob_drop"].is_monotonic_decreasing

@@ -76,3 +76,21 @@ def test_byte_pieces_get_distinct_labels(smollm2):
     cap = attnviz.capture(smollm2[0], ZH, smollm2[1], layers=[0])
     assert cap.token_labels[:5] == ["我₁", "我₂", "家₁", "家₂", "的"]
     assert len(set(cap.token_labels)) < len(cap.token_labels)  # 很 occurs twice: labels name pieces, not places
+
+
+def test_smollm2_edits_its_attention_and_the_no_edit_path_keeps_its_logits(smollm2):
+    """attnviz's SDPA in place of all 30 layers' kernels, without an edit, reproduces SmolLM2's
+    logits (≤ 1e-4); a knockout of 它 → 小猫 in the head that carries it then moves the prediction."""
+    from attnviz import edits
+
+    model, tok = smollm2
+    text = "我家的小猫很可爱，它很"
+    same = attnviz.intervene(model, text, [edits.temperature(1.0)], tok)  # every layer through attnviz's SDPA
+    assert len(same.edited_layers) == 30 and same.check_error <= 1e-4
+    torch.testing.assert_close(same.after.logprobs, same.before.logprobs, atol=2e-4, rtol=0)
+    out = attnviz.intervene(model, text, [edits.knockout(layer=13, head=8, query="它", key="小猫")], tok)
+    it = out.capture_before.word_index("它")
+    row = out.capture_after.attention(13, 8, words=True)[it]
+    assert float(row[out.capture_before.word_index("小猫")]) == 0.0
+    assert float(out.capture_before.attention(13, 8, words=True)[it, 2]) > 0.3
+    assert out.delta_logprob("好") != 0.0 and len(tok("好", add_special_tokens=False)["input_ids"]) == 2
