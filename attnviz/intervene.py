@@ -331,25 +331,38 @@ def _scorer(model: nn.Module, cap: Capture, plans: dict, edit_list: list[Edit], 
                 f"{' and '.join(sorted(refused))} the text would then see (or be shaped by) the continuation. "
                 "Score its first token, or give it as one token id"
             )
-        seq = cap.target if cap.target is not None else cap.source
-        if position != len(seq.token_ids) - 1:
-            raise InputError("a continuation of several tokens follows the end of the text; at= reads one token")
-        inputs = _forward_inputs(model, cap)
-        key = "decoder_input_ids" if cap.target is not None else "input_ids"
-        extra = torch.tensor([ids[:-1]], device=inputs[key].device, dtype=inputs[key].dtype)
-        inputs[key] = torch.cat([inputs[key], extra], dim=1)
-        mask_key = "decoder_attention_mask" if cap.target is not None else "attention_mask"
-        inputs[mask_key] = torch.ones_like(inputs[key])
-        wanted = torch.tensor(ids)
-        rows = torch.arange(position, position + len(ids))
+        inputs, rows, wanted = _continued(model, cap, ids, position)
         results = []
         for edited in (False, True):
             with torch.no_grad(), editing(model, plans if edited else {}):
-                logits = model(**inputs).logits[0].float().cpu()
-            results.append(float(torch.log_softmax(logits[rows], -1)[torch.arange(len(ids)), wanted].sum()))
+                logits = model(**inputs).logits
+            results.append(float(_summed(logits, rows, wanted)[0]))
         return results[0], results[1]
 
     return score
+
+
+def _continued(model: nn.Module, cap: Capture, ids: list[int], position: int, copies: int = 1):
+    """(forward inputs of the text followed by the continuation ``ids`` but its last, the rows
+    whose predictions read it, the ids they should predict)."""
+    seq = cap.target if cap.target is not None else cap.source
+    if len(ids) > 1 and position != len(seq.token_ids) - 1:
+        raise InputError("a continuation of several tokens follows the end of the text; at= reads one token")
+    inputs = _forward_inputs(model, cap, copies)
+    key, mask_key = (
+        ("decoder_input_ids", "decoder_attention_mask") if cap.target is not None else ("input_ids", "attention_mask")
+    )
+    if len(ids) > 1:
+        extra = torch.tensor([ids[:-1]] * copies, device=inputs[key].device, dtype=inputs[key].dtype)
+        inputs[key] = torch.cat([inputs[key], extra], dim=1)
+        inputs[mask_key] = torch.ones_like(inputs[key])
+    return inputs, torch.arange(position, position + len(ids)), torch.tensor(ids)
+
+
+def _summed(logits: Tensor, rows: Tensor, wanted: Tensor) -> Tensor:  # [batch]
+    """Σ log P(wanted[i]) at rows[i], per batch item (float32, on the CPU)."""
+    logprobs = torch.log_softmax(logits[:, rows.to(logits.device)].float(), -1).cpu()
+    return logprobs[:, torch.arange(len(wanted)), wanted].sum(-1)
 
 
 def head_importance(
@@ -373,8 +386,9 @@ def head_importance(
 ):
     """Ablate each head in turn and rank the heads by how much log P(``target``) drops.
 
-    ``target`` is the next token (its text as it would follow ``text``, or its id). Heads are
-    ablated ``how="zero"`` (output set to 0) or ``"mean"`` (its mean over the text), ``batch_size``
+    ``target`` is the continuation: its text as it would follow ``text`` (several tokens are scored
+    together, teacher-forced: log P of each given the ones before), a token id or a list of ids. Heads are
+    ablated ``how="zero"`` (output set to 0) or ``"mean"`` (its mean over the positions read), ``batch_size``
     heads per forward (the text repeated, each copy with another head removed), with the model's
     own kernels throughout. Returns a DataFrame — ``part, layer, head, logprob, logprob_drop`` (the drop =
     log P before − after: how much the prediction needs that head) — sorted by the drop, with
@@ -398,9 +412,11 @@ def head_importance(
             "head_importance needs a model that predicts tokens (a causal or seq2seq LM)"
         )
     position = _position(cap, tokenizer, at)
-    reference = torch.log_softmax(kept[0].logits[0, position].float(), -1)
-    chooser = Prediction(reference, position, tokenizer)
-    target_id = chooser.token_id(target)
+    vocab = int(kept[0].logits.shape[-1])
+    target_ids = continuation_ids(tokenizer, target, vocab)
+    inputs, rows_read, wanted_ids = _continued(lm, cap, target_ids, position)
+    with torch.no_grad():
+        reference = float(_summed(lm(**inputs).logits, rows_read, wanted_ids)[0])
     wanted = None if layers is None else set(layers)
     parts = [part] if part is not None else list(cap.parts)
     heads: list[tuple[str, int, int]] = []
@@ -420,19 +436,11 @@ def head_importance(
             for item, (p, layer, h) in enumerate(chunk):
                 info = cap.info(p)
                 plans.setdefault((p, layer), LayerPlan(int(info["n_heads"]))).ablate[(item, h)] = how
+            inputs, _, _ = _continued(lm, cap, target_ids, position, copies=len(chunk))
             with torch.no_grad(), editing(lm, plans):
-                logits = lm(**_forward_inputs(lm, cap, copies=len(chunk))).logits
-            logprobs = torch.log_softmax(logits[:, position].float(), -1)[:, target_id]
+                logprobs = _summed(lm(**inputs).logits, rows_read, wanted_ids)
             for (p, layer, h), lp in zip(chunk, logprobs.tolist()):
-                rows.append(
-                    {
-                        "part": p,
-                        "layer": layer,
-                        "head": h,
-                        "logprob": lp,
-                        "logprob_drop": float(reference[target_id]) - lp,
-                    }
-                )
+                rows.append({"part": p, "layer": layer, "head": h, "logprob": lp, "logprob_drop": reference - lp})
             done = min(start + batch_size, len(heads))
             if bar is not None:
                 bar.update(len(chunk))
@@ -445,7 +453,11 @@ def head_importance(
     if len(parts) == 1:
         df = df.drop(columns="part")
     df.attrs.update(
-        target=chooser._text(target_id), target_id=target_id, logprob=float(reference[target_id]), how=how, model=name
+        target=target if isinstance(target, str) else "".join(token_text(tokenizer, i) for i in target_ids),
+        target_ids=target_ids,
+        logprob=reference,
+        how=how,
+        model=name,
     )
     return df
 

@@ -246,5 +246,11 @@ def test_head_importance_equals_ablating_each_head_alone():
         alone = attnviz.intervene(model, TEXT, [edits.ablate(layer=row.layer, head=row.head)], TOK)
         assert row.logprob_drop == pytest.approx(-alone.delta_logprob(40), abs=1e-5)
     assert df.attrs["logprob"] == pytest.approx(alone.before.logprob(40), abs=1e-6)
+    # a continuation of two tokens: the same as intervene's whole-continuation score
+    two = attnviz.head_importance(model, TEXT, [40, 41], TOK, layers=[1], progress=False)
+    assert len(two) == 4 and two.attrs["target_ids"] == [40, 41]
+    for row in two.itertuples():
+        alone = attnviz.intervene(model, TEXT, [edits.ablate(layer=1, head=row.head)], TOK)
+        assert row.logprob_drop == pytest.approx(-alone.delta_logprob([40, 41]), abs=1e-5)
     with pytest.raises(InputError, match="no language-model head"):
         attnviz.head_importance(attnviz.tiny_model("bert"), TEXT, 5, TOK, progress=False)
