@@ -37,11 +37,17 @@ def _by_hand(cap, layer, head, part, *, scale=None, temperature=1.0, causal=True
 
 
 @pytest.mark.parametrize(
-    "family,impl",
-    [("llama", "sdpa"), ("llama", "eager"), ("gpt2", "sdpa"), ("bert", "sdpa"), ("t5", "eager"), ("bart", "sdpa")],
+    "family,impl,part",
+    [
+        ("llama", "sdpa", "decoder"),
+        ("llama", "eager", "decoder"),
+        ("gpt2", "sdpa", "decoder"),
+        ("bert", "sdpa", "encoder"),
+        ("t5", "eager", "decoder"),  # (an encoder's knockout would change the decoder's input too)
+        ("bart", "sdpa", "cross"),
+    ],
 )
-def test_knockout_zeroes_the_key_and_the_row_renormalises(family, impl):
-    part = "encoder" if family == "bert" else "decoder"  # (an encoder's knockout would change the decoder's input)
+def test_knockout_zeroes_the_key_and_the_row_renormalises(family, impl, part):
     model, out = _run(family, [edits.knockout(layer=1, head=0, query=5, key=[2, 3], part=part)], impl)
     before = out.capture_before.attention(1, 0, part=part)
     after = out.capture_after.attention(1, 0, part=part)
