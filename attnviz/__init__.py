@@ -8,7 +8,7 @@
 Importing attnviz loads no model, patches nothing and does not import dash.
 """
 
-from . import edits
+from . import edits as edits  # the edits of intervene(): attnviz.edits.knockout(…)
 from .attention import scaled_dot_product
 from .capture import Capture, LayerRecord, TokenSequence
 from .errors import (

@@ -260,3 +260,23 @@ def test_head_importance_equals_ablating_each_head_alone():
         assert row.logprob_drop == pytest.approx(-alone.delta_logprob([40, 41]), abs=1e-5)
     with pytest.raises(InputError, match="no language-model head"):
         attnviz.head_importance(attnviz.tiny_model("bert"), TEXT, 5, TOK, progress=False)
+
+
+def test_figures_of_an_intervention_and_of_head_importance():
+    from attnviz import figures
+
+    model, out = _run("llama", [edits.uniform(layer=0)])
+    fig = figures.prediction_bars(out, k=3, continuation=[40, 41])
+    assert [t.name for t in fig.data] == ["before", "after"] and 3 <= len(fig.data[0].y) <= 6
+    assert fig.data[0].x[0] == pytest.approx(out.before.top_tokens(1)[0].probability)
+    b, a = out.logprob([40, 41])
+    assert f"(Δ {a - b:+.2f})" in fig.layout.title.text
+    _, encoder = _run("bert", [edits.ablate(layer=1)])
+    assert list(figures.prediction_bars(encoder).data[0].x) == pytest.approx(encoder.similarity.tolist())
+
+    df = attnviz.head_importance(model, TEXT, 40, TOK, progress=False)
+    grid = figures.importance_map(df).data[0].z
+    top = df.iloc[0]
+    assert grid[int(top["layer"])][int(top["head"])] == pytest.approx(top["logprob_drop"])
+    with pytest.raises(InputError, match="head_importance"):
+        figures.importance_map(df.drop(columns="logprob_drop"))
