@@ -41,10 +41,99 @@ def test_corpus_stats_equal_head_stats_over_the_same_texts():
     assert df.attrs["per_process"] == [23] and 0 <= df.attrs["padding"] <= MAX_PADDING
 
 
+# Texts of very different lengths in one padded batch (corpus_stats batches by length, so only a
+# BatchReducer called directly pads this much): the padded query rows must count nothing and the
+# padded keys get no weight, in every family the batch path reads — GQA (llama), learned sinks and a
+# sliding window (gpt_oss), ALiBi through projection hooks (bloom), eager weights and a real
+# tokenizer's special and punctuation tokens (bert).
+_UNEVEN = [
+    "5 6",
+    " ".join(str(3 + i % 7) for i in range(45)),
+    "9 9 9 10 9 10",
+    " ".join(str(20 + i) for i in range(23)),
+]
+
+
+@pytest.mark.parametrize(
+    ("family", "overrides"),
+    [("llama", {"num_key_value_heads": 2}), ("gpt_oss", {}), ("bloom", {}), ("bert", {})],
+)
+@pytest.mark.parametrize("budget", [None, 300], ids=["whole", "chunked"])
+def test_a_padded_batch_reduced_at_once_equals_its_texts_one_by_one(family, overrides, budget, bert_tokenizer):
+    from attnviz.analysis.batched import BUDGET, BatchReducer
+
+    if family == "bert":
+        model = attnviz.tiny_model("bert", attn_implementation="eager", vocab_size=bert_tokenizer.vocab_size)
+        tok = bert_tokenizer
+        texts = ["Hi.", "The cat sat on the mat, and the dog sat on the cat's mat too; then it slept!", "Dogs bark."]
+    else:
+        model, tok, texts = attnviz.tiny_model(family, **overrides), IdsTokenizer(), _UNEVEN
+    reducer = BatchReducer(model, tok, budget=budget or BUDGET)
+    sums, lengths = reducer.add(None, texts)
+    assert lengths == [len(tok(t)["input_ids"]) for t in texts] and len(set(lengths)) == len(texts)
+    batched = sums.frame()
+    expected = head_stats([attnviz.capture(model, t, tok) for t in texts])
+    pd.testing.assert_frame_equal(batched[["layer", "head"]], expected[["layer", "head"]])
+    columns = [c for c in expected.columns if c not in ("layer", "head")]
+    diff = (batched[columns] - expected[columns]).abs().max().max()
+    assert diff <= 1e-6, (family, diff)
+    assert sums.texts == len(texts) and sums.tokens == sum(lengths)
+
+
+def test_padded_keys_get_no_weight_even_where_the_kernel_had_no_mask():
+    """A kernel called without a mask (each text computed alone, so nothing to pad) still gets
+    padded keys blocked in the batch's recomputation: the batch equals its texts reduced one by one,
+    and the check passes."""
+    from attnviz.analysis.batched import BatchTexts, reduce_layer
+    from attnviz.attention import scaled_dot_product
+    from attnviz.taps import AttentionCall
+
+    g = torch.Generator().manual_seed(0)
+    lengths, n, heads, d = [3, 11, 7], 11, 2, 4
+    q, k, v = (torch.randn(len(lengths), heads, n, d, generator=g) for _ in range(3))
+    out = torch.zeros(len(lengths), n, heads, d)
+    for b, m in enumerate(lengths):
+        out[b, :m] = scaled_dot_product(q[b : b + 1, :, :m], k[b : b + 1, :, :m], v[b : b + 1, :, :m])[0][0].transpose(
+            0, 1
+        )
+    texts = ["a " * m for m in lengths]
+    encoded = [([3 + i % 4 for i in range(m)], [(2 * i, 2 * i + 1) for i in range(m)], ["a"] * m) for m in lengths]
+
+    def call(q, k, v, out):
+        return AttentionCall("attn", "encoder", 0, d**-0.5, False, None, None, "test", q=q, k=k, v=v, out=out)
+
+    batched, errors = reduce_layer(call(q, k, v, out), BatchTexts(encoded, texts, detectors=True))
+    singles = sum(
+        reduce_layer(
+            call(q[b : b + 1, :, :m], k[b : b + 1, :, :m], v[b : b + 1, :, :m], out[b : b + 1, :m]),
+            BatchTexts([encoded[b]], [texts[b]], detectors=True),
+        )[0]
+        for b, m in enumerate(lengths)
+    )
+    assert torch.allclose(batched, singles, atol=1e-6, rtol=0), (batched - singles).abs().max()
+    err, scale = errors["output"]
+    assert bool((err <= 1e-5 + 1.3e-6 * scale).all()), err.max()
+
+
+def test_a_recomputation_that_misses_the_kernel_raises_validation_error(monkeypatch):
+    from attnviz.analysis import batched
+
+    model, tok = attnviz.tiny_model("llama"), IdsTokenizer()
+    original = batched.scaled_dot_product
+
+    def off_scale(*args, scale, **kwargs):
+        return original(*args, scale=scale * 1.01, **kwargs)
+
+    monkeypatch.setattr(batched, "scaled_dot_product", off_scale)
+    with pytest.raises(attnviz.ValidationError, match="could not reproduce") as caught:
+        corpus_stats(model, _UNEVEN, tok, progress=False)
+    assert not caught.value.report.passed and caught.value.capture is not None
+
+
 def test_texts_are_read_lazily(monkeypatch):
     """The corpus is never in memory: when the first batch is captured, at most one pool of texts
     has been read from the generator."""
-    import attnviz.runner
+    from attnviz.analysis.batched import BatchReducer
 
     model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
     read = []
@@ -55,13 +144,13 @@ def test_texts_are_read_lazily(monkeypatch):
             yield text
 
     seen_at_first_capture = []
-    original = attnviz.runner.capture
+    original = BatchReducer.add
 
     def spy(*args, **kwargs):
         seen_at_first_capture.append(len(read))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(attnviz.runner, "capture", spy)
+    monkeypatch.setattr(BatchReducer, "add", spy)
     df = corpus_stats(model, texts(), tok, batch_size=2, progress=False)
     assert seen_at_first_capture[0] == POOL * 2 and len(read) == POOL * 2 * 2 + 5
     assert set(df["texts"]) == {POOL * 4 + 5}

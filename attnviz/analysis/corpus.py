@@ -2,8 +2,10 @@
 
 One sentence says little about a head (Clark et al. pooled 1,000 segments). :func:`corpus_stats`
 reads texts lazily, groups them into batches of similar length (padding at most
-:data:`MAX_PADDING` of a batch's tokens), captures each batch and reduces it at once into per-head
-float64 sums (:class:`~attnviz.analysis.stats.HeadStatsSums`) — memory does not grow with the corpus.
+:data:`MAX_PADDING` of a batch's tokens), runs each batch in one forward and reduces it at once,
+layer by layer as the forward goes (:mod:`~attnviz.analysis.batched`), into per-head float64 sums
+(:class:`~attnviz.analysis.stats.HeadStatsSums`) — memory does not grow with the corpus. An
+encoder-decoder's batch is captured and added text by text (its parts read different tokens).
 
 Started by ``torchrun`` or ``accelerate launch``, each process takes its share of every pool of
 batches (accelerate's ``PartialState.split_between_processes``) and the sums are added across
@@ -24,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..errors import ArgumentTypeError, InputError, InputTooLongError
+from ..inputs import Encoded
 from ..runner import max_positions
+from .batched import BatchReducer
 from .stats import HeadStatsSums
 
 if TYPE_CHECKING:
@@ -145,7 +149,6 @@ def corpus_stats(
     padding tokens in the batches), ``truncated`` and ``resumed_after`` (texts a resumed run skipped).
     """
     from ..models import load_model
-    from ..runner import capture
 
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise InputError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}")
@@ -161,13 +164,26 @@ def corpus_stats(
     limit = max_positions(model.config)
     bounds = [x for x in (max_length, limit) if x is not None]
     cap_length: int | None = min(bounds) if bounds else None
+    reducer = None  # an encoder-decoder is captured text by text (its parts read different tokens)
+    if not getattr(model.config, "is_encoder_decoder", False):
+        reducer = BatchReducer(
+            model, tokenizer, layers=wanted, max_length=cap_length, add_bos=add_bos, part=part, detectors=detectors
+        )
     truncated = 0
     read = 0  # texts taken from the stream (all processes read the same stream)
+
+    encodings: dict[str, Encoded] = {}  # this pool's texts, tokenized once: to sort them and to capture them
 
     def count(text: str) -> int:
         nonlocal truncated, read
         read += 1
-        n = len(tokenizer(text)["input_ids"])
+        if reducer is not None:
+            encoded = reducer.encode(text)
+            n = len(encoded[0])
+            if cap_length is None or n <= cap_length:
+                encodings[text] = encoded
+        else:
+            n = len(tokenizer(text)["input_ids"])
         if cap_length is not None and n > cap_length:
             if not truncate:
                 raise InputTooLongError(
@@ -198,23 +214,17 @@ def corpus_stats(
     for pool in length_batches(stream, count, batch_size):
         with state.split_between_processes(pool) as share:
             for batch in share:
-                caps = capture(
-                    model,
-                    [text for text, _ in batch],
-                    tokenizer,
-                    layers=wanted,
-                    max_length=cap_length,
-                    add_bos=add_bos,
-                )
-                caps = caps if isinstance(caps, list) else [caps]
-                for cap in caps:
-                    cap = cap.select(part)
-                    if sums is None:
-                        sums = HeadStatsSums.like(cap, detectors=detectors)
-                    sums.add(cap)
-                mine[0] += len(caps)
-                mine[1] += sum(c.n_tokens for c in caps)
-                mine[2] += max(c.n_tokens for c in caps) * len(caps)
+                batch_texts = [text for text, _ in batch]
+                if reducer is not None:
+                    sums, counts = reducer.add(sums, batch_texts, [encodings.get(text) for text in batch_texts])
+                else:
+                    sums, counts = _add_captures(
+                        sums, model, tokenizer, batch_texts, wanted, cap_length, add_bos, part, detectors
+                    )
+                mine[0] += len(counts)
+                mine[1] += sum(counts)
+                mine[2] += max(counts) * len(counts)
+        encodings.clear()
         if bar is not None:
             bar.update(read - bar.n)
             bar.set_postfix(tokens=f"~{mine[1] * state.num_processes:,}")
@@ -240,6 +250,23 @@ def corpus_stats(
         rank=state.process_index if state.num_processes > 1 else 0,
     )
     return frame
+
+
+def _add_captures(
+    sums: HeadStatsSums | None, model, tokenizer, texts: list[str], wanted, cap_length, add_bos, part, detectors
+) -> tuple[HeadStatsSums, list[int]]:
+    """One batch captured (one padded forward) and added text by text: an encoder-decoder's part."""
+    from ..runner import capture
+
+    caps = capture(model, texts, tokenizer, layers=wanted, max_length=cap_length, add_bos=add_bos)
+    caps = caps if isinstance(caps, list) else [caps]
+    for cap in caps:
+        cap = cap.select(part)
+        if sums is None:
+            sums = HeadStatsSums.like(cap, detectors=detectors)
+        sums.add(cap)
+    assert sums is not None
+    return sums, [c.n_tokens for c in caps]
 
 
 def _save_checkpoint(state, path, sums: HeadStatsSums, mine: list[int], read: int, truncated: int, batch_size: int):

@@ -21,7 +21,16 @@ if TYPE_CHECKING:
 
     from ..capture import Capture
 
-__all__ = ["DETECTORS", "STATISTICS", "HeadStatsSums", "detect_heads", "head_stats", "pattern_matrix"]
+__all__ = [
+    "DETECTORS",
+    "STATISTICS",
+    "HeadStatsSums",
+    "detect_heads",
+    "head_stats",
+    "pattern_matrix",
+    "pattern_rows",
+    "text_positions",
+]
 
 STATISTICS = {
     "first": "mass on the first token ([CLS] in BERT; the attention sink of decoders)",
@@ -45,6 +54,28 @@ def _is_punct(text: str) -> bool:
 def special_positions(cap: Capture) -> list[int]:
     """Tokens that cover no characters of the text: [CLS], [SEP], <s>… (never position-less words)."""
     return [i for i, (start, end) in enumerate(cap.offsets) if start == end]
+
+
+def text_positions(text: str, offsets: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """(special tokens after the first, punctuation tokens) of one text, from its offsets."""
+    special = [i for i, (start, end) in enumerate(offsets) if start == end and i != 0]
+    punct = [i for i, (s, e) in enumerate(offsets) if e > s and _is_punct(text[s:e])]
+    return special, punct
+
+
+def pattern_rows(ids: Sequence[int]) -> tuple[int, int]:
+    """Query rows with at least one key under ``duplicate_token`` and under ``induction`` (as
+    :func:`pattern_matrix` marks them), counted without the n×n matrices."""
+    duplicate = induction = 0
+    before: set[int] = set()  # the tokens before row i
+    earlier: set[int] = set()  # the tokens before row i - 1 (an induction target j + 1 must be < i)
+    for i, token in enumerate(ids):
+        duplicate += token in before
+        induction += token in earlier
+        before.add(token)
+        if i >= 1:
+            earlier.add(ids[i - 1])
+    return duplicate, induction
 
 
 def pattern_matrix(cap: Capture, pattern: str) -> Tensor:  # [query_pos, key_pos] bool
@@ -178,8 +209,7 @@ class HeadStatsSums:
         detectors = [k for k in self.keys if k in DETECTORS]
         masks = {name: pattern_matrix(cap, name).float() for name in detectors}
         n = cap.n_tokens
-        special = [p for p in special_positions(cap) if p != 0]
-        punct = [i for i, (s, e) in enumerate(cap.offsets) if e > s and _is_punct(cap.text[s:e])]
+        special, punct = text_positions(cap.text, cap.offsets)
         pos = torch.arange(n, dtype=torch.float32)
         dist = (pos[:, None] - pos[None, :]).abs()
         rows = {
@@ -212,6 +242,20 @@ class HeadStatsSums:
             for name, mask in masks.items():
                 parts[name] = _pattern_mass(a, mask)
             self.sums[:, li] += torch.stack([parts[k].double() for k in self.keys])
+
+    def add_reduced(self, sums: Tensor, rows: Tensor, *, texts: int, tokens: int) -> None:
+        """Add several texts already reduced: ``sums`` ``[statistic, layer, head]`` and ``rows``
+        ``[statistic]`` (scored query rows), in :attr:`keys` order (a batch of
+        :class:`~attnviz.analysis.batched.BatchReducer`)."""
+        if sums.shape != self.sums.shape or rows.shape != self.counts.shape:
+            raise InputError(
+                f"reduced sums {tuple(sums.shape)} do not fit statistics of shape {tuple(self.sums.shape)}: "
+                "use one model and the same layers"
+            )
+        self.sums += sums.to(self.sums)
+        self.counts += rows.to(self.counts)
+        self.texts += texts
+        self.tokens += tokens
 
     def state(self) -> dict:
         """Everything needed to continue adding (a checkpoint)."""
