@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -232,11 +233,11 @@ def test_cli_stats_writes_csv_and_parquet_and_refuses_bad_paths(tmp_path, capsys
     assert "no corpus file" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-def test_torchrun_two_processes_give_the_one_process_numbers(tmp_path):
-    """torchrun --standalone starts two gloo processes on this CPU machine; each captures its share
-    (counted per process) and the reduced table equals the one-process table within 1e-6."""
-    corpus = tmp_path / "c.jsonl"
+@pytest.fixture(scope="module")
+def minilm_corpus(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
+    """50 short English texts and MiniLM's one-process table over them (``attnviz stats``)."""
+    folder = tmp_path_factory.mktemp("corpus")
+    corpus = folder / "c.jsonl"
     words = "the cat sat on a mat because it was tired and the dog ran to the park".split()
     g = torch.Generator().manual_seed(0)
     with corpus.open("w", encoding="utf-8") as f:
@@ -244,15 +245,23 @@ def test_torchrun_two_processes_give_the_one_process_numbers(tmp_path):
             n = int(torch.randint(3, 25, (1,), generator=g))
             picks = torch.randint(0, len(words), (n,), generator=g).tolist()
             f.write(json.dumps({"text": " ".join(words[i] for i in picks) + "."}) + "\n")
-    stats = ["stats", "minilm", str(corpus), "--quiet", "--out"]
-    _attnviz(stats + [str(tmp_path / "one.csv")])
-    two = _attnviz(stats + [str(tmp_path / "two.csv")], processes=2)
+    _attnviz(["stats", "minilm", str(corpus), "--quiet", "--out", str(folder / "one.csv")])
+    return corpus, pd.read_csv(folder / "one.csv")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("launcher", ["torchrun", "accelerate"])
+def test_two_processes_give_the_one_process_numbers(launcher, minilm_corpus, tmp_path):
+    """``torchrun --standalone --nproc_per_node 2`` and ``accelerate launch --multi_gpu
+    --num_processes 2`` each start two gloo processes on this CPU machine; each captures its share
+    (counted per process) and the reduced table equals the one-process table within 1e-6."""
+    corpus, one = minilm_corpus
+    two = _attnviz(["stats", "minilm", str(corpus), "--quiet", "--out", str(tmp_path / "two.csv")], 2, launcher)
     shares = [line for line in two.stderr.splitlines() if "texts per process" in line]
     assert len(shares) == 1  # printed by the main process only
     per_process = [int(x) for x in shares[0].split("texts per process: ")[1].split(";")[0].split(" + ")]
     assert len(per_process) == 2 and all(n > 0 for n in per_process) and sum(per_process) == 50
-    a, b = pd.read_csv(tmp_path / "one.csv"), pd.read_csv(tmp_path / "two.csv")
-    assert (a - b).abs().max().max() <= 1e-6
+    assert (one - pd.read_csv(tmp_path / "two.csv")).abs().max().max() <= 1e-6
 
 
 def test_an_interrupted_run_resumes_from_its_checkpoint_without_counting_a_text_twice(tmp_path):
@@ -296,10 +305,23 @@ def test_probe_sets_spread_over_two_processes_score_as_one(tmp_path):
     pd.testing.assert_frame_equal(pd.read_csv(tmp_path / "one.csv"), pd.read_csv(tmp_path / "two.csv"))
 
 
-def _attnviz(arguments: list[str], processes: int = 1) -> subprocess.CompletedProcess:
-    """``python -m attnviz …``, or under ``torchrun --standalone`` with several processes."""
-    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node", str(processes)]
-    command = (torchrun if processes > 1 else [sys.executable]) + ["-m", "attnviz", *arguments]
+def _attnviz(arguments: list[str], processes: int = 1, launcher: str = "torchrun") -> subprocess.CompletedProcess:
+    """``python -m attnviz …``, or with several processes under ``torchrun --standalone`` or
+    ``accelerate launch --multi_gpu`` (on a CPU machine too: it starts them through torchrun's
+    launcher; plain ``--num_processes N`` or ``--cpu`` would start one process, wanting MPI)."""
+    bin_dir = Path(sys.executable).parent
+    if processes == 1:
+        command = [sys.executable]
+    elif launcher == "torchrun":
+        command = [str(bin_dir / "torchrun"), "--standalone", "--nproc_per_node", str(processes)]
+    else:
+        with socket.socket() as s:  # a free port: other test runs may hold accelerate's default one
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        command = [str(bin_dir / "accelerate"), "launch", "--multi_gpu", "--num_processes", str(processes)]
+        command += ["--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no"]
+        command += ["--main_process_port", str(port)]
+    command += ["-m", "attnviz", *arguments]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
