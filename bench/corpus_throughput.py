@@ -6,19 +6,21 @@
    (zeros, ``attention_mask``), ``model(input_ids=..., attention_mask=...[, use_cache=False])`` under
    ``torch.no_grad``. The plain batches are built before the clock starts (the baseline is the
    forward alone); tokenizing and batching them is timed apart and shown as ``+tok`` (the ratio
-   against forward + tokenizing). corpus_stats does everything itself: it tokenizes (twice: once to
-   sort by length, once in capture), captures every layer with its default sample check and
-   recomputes every layer's n×n maps to add them to float64 sums. Both count the same real
+   against forward + tokenizing). corpus_stats does everything itself: it tokenizes (once: the
+   encoding that sorts a text by length is the one its batch uses), runs each batch under the taps
+   and, as each layer returns, recomputes that layer's weights for the whole padded batch at once,
+   checks the sampled rows against the kernel's output and adds the statistics to float64 sums
+   (``attnviz.analysis.batched``). Both count the same real
    (unpadded) tokens, so the tokens/s ratio is the inverse of the time ratio. Time is process CPU
    time at ``--threads`` torch threads over ``--rounds`` interleaved rounds (the order alternates),
    after a warm-up of both on ``WARMUP_TEXTS`` texts; the goal is judged on the median of each
    round's own ratio (the ratio of the medians and of the minima, and the wall-time ratio, are
    shown next to it). That corpus_stats cut the same batches is checked (its texts, tokens and
    padding share against the plain batches'). Then one corpus_stats run per model under cProfile
-   (``--no-profile`` skips it) says where its time goes: capture (the forward, attnviz's taps in
-   it, the sample check, the rest) against HeadStatsSums.add (recomputed maps, pattern_matrix,
-   detector masses, the statistics) — shares of the profiled total (the profiler inflates
-   Python-heavy parts).
+   (``--no-profile`` skips it) says where its time goes: the model's own forward, the taps, the
+   per-layer reduction (recomputed weights, A·V with the key features, the rest: distance, entropy,
+   single-key statistics, the check) and the per-batch work (tokenizing, the texts' features) —
+   shares of the profiled total (the profiler inflates Python-heavy parts).
 2. One process against ``--nproc`` processes on this machine: the wall time of
    ``python -m attnviz stats minilm corpus.txt --out a.csv --quiet`` (``OMP_NUM_THREADS`` =
    ``MKL_NUM_THREADS`` = all cores) against ``torchrun --standalone --nproc_per_node N -m attnviz
@@ -130,49 +132,53 @@ def forward_all(model, batches: list[dict[str, Any]]) -> None:
 
 def profile_breakdown(model, tok, texts: list[str], batch_size: int) -> list[tuple[str, int, float]]:
     """One corpus_stats run under cProfile: (label, indent, profiled seconds) rows."""
+    from attnviz.analysis import batched
+    from attnviz.attention import scaled_dot_product, weighted_values
+    from attnviz.taps import Recorder
+
     profiler = cProfile.Profile()
     profiler.enable()
     corpus_stats(model, texts, tok, batch_size=batch_size, progress=False)
     profiler.disable()
     stats: dict = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
 
-    def key_of(path_end: str, name: str) -> list[tuple]:
-        return [k for k in stats if k[0].replace(os.sep, "/").endswith(path_end) and k[2] == name]
+    def where(fn) -> tuple:
+        code = inspect.unwrap(fn).__code__
+        return code.co_filename, code.co_firstlineno, code.co_name
 
-    def cum(path_end: str, name: str) -> float:
-        return sum(stats[k][3] for k in key_of(path_end, name))
+    def cum(fn) -> float:
+        return stats[where(fn)][3] if where(fn) in stats else 0.0
 
-    def cum_from(path_end: str, name: str, caller_end: str, caller: str) -> float:
-        callers = set(key_of(caller_end, caller))
-        return sum(v[3] for k in key_of(path_end, name) for c, v in stats[k][4].items() if c in callers)
+    def cum_from(fn, caller) -> float:
+        if where(fn) not in stats:
+            return 0.0
+        return sum(v[3] for c, v in stats[where(fn)][4].items() if c == where(caller))
 
-    code = inspect.unwrap(type(model).forward).__code__
-    forward = sum(
-        v[3] for k, v in stats.items() if (k[0], k[1], k[2]) == (code.co_filename, code.co_firstlineno, code.co_name)
-    )
-    total = cum("attnviz/analysis/corpus.py", "corpus_stats")
-    count = cum("attnviz/analysis/corpus.py", "count")
-    cap = cum("attnviz/runner.py", "capture")
-    check = cum("attnviz/runner.py", "self_check")
-    taps = cum("attnviz/taps.py", "record")
-    add = cum("attnviz/analysis/stats.py", "add")
-    maps = cum_from("attnviz/capture.py", "attention", "attnviz/analysis/stats.py", "add")
-    patterns = cum_from("attnviz/analysis/stats.py", "pattern_matrix", "attnviz/analysis/stats.py", "add")
-    masses = cum_from("attnviz/analysis/stats.py", "_pattern_mass", "attnviz/analysis/stats.py", "add")
+    import attnviz.analysis.corpus as corpus_module
+
+    total = cum(corpus_module.corpus_stats)
+    count = sum(v[3] for k, v in stats.items() if k[0] == where(corpus_module.corpus_stats)[0] and k[2] == "count")
+    add = cum(batched.BatchReducer.add)
+    forward = cum(type(model).forward)
+    record = cum(Recorder.record)  # the taps, and the reductions they run as each layer returns
+    reduce = cum(batched.reduce_layer)
+    sdp = cum_from(scaled_dot_product, batched.reduce_layer)
+    av = cum_from(weighted_values, batched.reduce_layer)
+    texts_s = cum(batched.BatchTexts.__init__) + cum(batched.BatchTexts.chunk) + cum(batched.BatchTexts.rows)
+    check = cum(batched._raise_on_mismatch)
     return [
         ("corpus_stats", 0, total),
-        ("lengths: tokenize to sort (count)", 1, count),
-        ("capture()", 1, cap),
-        ("model forward (taps inside)", 2, forward),
-        ("attnviz taps (Recorder.record)", 3, taps),
-        ("sample check (self_check)", 2, check),
-        ("tokenize, pad, per-text copies, words", 2, cap - forward - check),
-        ("HeadStatsSums.add", 1, add),
-        ("cap.attention: recomputed n×n maps", 2, maps),
-        ("pattern_matrix (3 detector masks)", 2, patterns),
-        ("_pattern_mass (detector scores)", 2, masses),
-        ("the 8 statistics, offsets, punctuation", 2, add - maps - patterns - masses),
-        ("select, reduce, frame, other", 1, total - count - cap - add),
+        ("lengths: tokenize once (count)", 1, count),
+        ("BatchReducer.add (per batch)", 1, add),
+        ("model forward, without the taps", 2, forward - record),
+        ("attnviz taps (Recorder.record), own", 2, record - reduce),
+        ("reduce_layer (in the forward, per layer)", 2, reduce),
+        ("recomputed weights (scaled_dot_product)", 3, sdp),
+        ("A·V + key features (weighted_values)", 3, av),
+        ("distance, entropy, single keys, check", 3, reduce - sdp - av),
+        ("BatchTexts: offsets, punctuation, pairs", 2, texts_s),
+        ("tokenize, pad, sums, verdict, other", 2, add - forward - texts_s - check),
+        ("select, reduce, frame, other", 1, total - count - add),
     ]
 
 
@@ -458,7 +464,7 @@ def main() -> int:
                 print(f"{'  ' * indent + label:<44}{cells}")
             for r in profiled:
                 b = {label: s for label, _, s in r["breakdown"]}
-                own = b["model forward (taps inside)"] - b["attnviz taps (Recorder.record)"]
+                own = b["model forward, without the taps"]
                 if own > 0:
                     beyond = b["corpus_stats"] - own
                     print(
