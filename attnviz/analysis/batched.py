@@ -265,6 +265,15 @@ class BatchTexts:
             self._cache[key] = (distance.to(device), torch.cat(found, 1).to(device), columns.to(device))
         return self._cache[key]
 
+    def scratch(self, shape: torch.Size, device: torch.device) -> Tensor:
+        """A float32 buffer of this shape: one per batch (as large as its largest chunk), that each
+        layer's elementwise steps write into instead of allocating weights-sized memory again."""
+        key = ("scratch", str(device))
+        size = shape.numel()
+        if key not in self._cache or self._cache[key].numel() < size:
+            self._cache[key] = torch.empty(size, device=device)
+        return self._cache[key][:size].view(shape)
+
     def additive_mask(self, call: AttentionCall, start: int, stop: int, keys: int) -> Tensor:
         """The model's mask for a chunk as added scores (0 / -inf, or the model's own additive
         values), with every padded key blocked: a text sees only its own tokens. Layers that share
@@ -336,8 +345,10 @@ def reduce_layer(
         values = torch.cat([v[:, :, :hi, :d].to(torch.float32), keyed[:, None, :hi].expand(b, kv, hi, KEYED)], -1)
         av = weighted_values(a, values)  # [b, h, r, d + KEYED]: A·V and the keyed sums
         distance, (t, i, j), columns = batch.chunk(start, stop, hi, device)
-        plogp = a.clamp_min(_TINY).log_().mul_(a).sum(-1)  # -entropy of each row
-        per_row = torch.cat([av[..., d:], (a * distance).sum(-1)[..., None], plogp[..., None]], -1)
+        scratch = batch.scratch(a.shape, device)  # one buffer per batch and shape, for every layer
+        distances = torch.mul(a, distance, out=scratch).sum(-1)
+        plogp = torch.clamp_min(a, _TINY, out=scratch).log_().mul_(a).sum(-1)  # -entropy of each row
+        per_row = torch.cat([av[..., d:], distances[..., None], plogp[..., None]], -1)
         sums[:5] += torch.einsum("bhrf,br->fh", per_row.double(), rows)
         sums.index_add_(0, columns, a[t, :, i, j].double())  # self, previous, next, detectors: single keys
         if out is not None:
