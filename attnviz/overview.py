@@ -4,7 +4,8 @@ At 8,192 tokens one head's map has 67 million cells — more than a browser draw
 should carry. :func:`overview` pools it into at most ``size × size`` blocks of whole tokens (``max``
 shows where any strong cell is, ``mean`` where the mass is), computed in chunks of query rows so
 the n×n map never exists whole; :func:`window` recomputes just the rows a zoom shows, at full
-resolution. Both use the model's own mask, bias, sinks and scaling, as :meth:`Capture.attention` does.
+resolution; :func:`thumbnails` pools every head of a layer to a few cells (a model view's mosaic),
+again a chunk of rows at a time. Both use the model's own mask, bias, sinks and scaling, as :meth:`Capture.attention` does.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .errors import ArgumentTypeError, InputError, OutOfRangeError
 if TYPE_CHECKING:
     from .capture import Capture
 
-__all__ = ["MODES", "Overview", "block_edges", "overview", "window"]
+__all__ = ["MODES", "Overview", "block_edges", "overview", "thumbnails", "window"]
 
 MODES = ("max", "mean")
 
@@ -138,3 +139,31 @@ def window(
         for _, _, _, weights in attention_output(q, k, v, rows=torch.arange(*rows), all_keys=True, **args)
     ]
     return torch.cat(chunks).float()
+
+
+def thumbnails(cap: Capture, layer: int, size: tuple[int, int], *, part: str | None = None) -> Tensor:
+    """Every head of one layer, its map max-pooled to ``size = (rows, cols)`` cells, binned exactly as
+    ``torch.nn.functional.adaptive_max_pool2d`` bins it (``[head, rows, cols]``) — the model view's
+    thumbnails — computed a chunk of query rows at a time, so the layer's n×n maps never exist whole."""
+    rec = cap.layer(layer, part)
+    n_q, n_k = rec.n_queries, rec.n_keys
+    if (
+        not isinstance(size, (tuple, list))
+        or len(size) != 2
+        or not all(isinstance(x, int) and not isinstance(x, bool) for x in size)
+    ):
+        raise ArgumentTypeError(f"size must be a (rows, cols) pair of ints, got {size!r}")
+    t_q, t_k = size
+    if not (1 <= t_q <= n_q and 1 <= t_k <= n_k):
+        raise OutOfRangeError(f"size {tuple(size)} must lie within 1..{n_q} rows and 1..{n_k} columns")
+    starts = [i * n_q // t_q for i in range(t_q)]  # adaptive pooling's bins: they may overlap by a row
+    stops = [-(-(i + 1) * n_q // t_q) for i in range(t_q)]
+    pooled = torch.zeros(rec.q.shape[0], t_q, t_k)
+    for r, _keys, _, weights in attention_output(rec.q, rec.k, rec.v, all_keys=True, **rec.sdpa_arguments()):
+        w = torch.nn.functional.adaptive_max_pool1d(weights.float().cpu(), t_k)  # [head, chunk rows, cols]
+        lo, hi = int(r[0]), int(r[-1]) + 1
+        for i in range(t_q):
+            a, b = max(starts[i], lo), min(stops[i], hi)
+            if a < b:
+                pooled[:, i] = torch.maximum(pooled[:, i], w[:, a - lo : b - lo].amax(1))
+    return pooled

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import attnviz
-from attnviz.overview import block_edges, overview, window
+from attnviz.overview import block_edges, overview, thumbnails, window
 
 
 def _pool(full: torch.Tensor, rows, cols, mode):
@@ -53,3 +53,21 @@ def test_overview_and_window_errors():
         window(cap, 0, 0, (0, 4), "all")
     with pytest.raises(attnviz.OutOfRangeError, match="head"):
         overview(cap, 0, 9)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_oss", "t5"])
+def test_thumbnails_are_every_head_pooled_as_adaptive_max_pooling_bins_it(family):
+    model = attnviz.tiny_model(family, attn_implementation="eager")
+    ids = torch.randint(3, 120, (1, 61), generator=torch.Generator().manual_seed(0))
+    kwargs = {"decoder_input_ids": ids[:, :23]} if model.config.is_encoder_decoder else {}
+    cap = attnviz.capture(model, input_ids=ids, **kwargs)
+    for part in cap.parts:
+        full = cap.attention(1, part=part)  # [head, query, key]
+        n_q, n_k = full.shape[1:]
+        for size in [(7, 5), (min(24, n_q), 9), (n_q, n_k)]:  # bins that overlap by a row; none pooled
+            expected = torch.nn.functional.adaptive_max_pool2d(full[None], size)[0]
+            torch.testing.assert_close(thumbnails(cap, 1, size, part=part), expected, atol=1e-6, rtol=0)
+    with pytest.raises(attnviz.OutOfRangeError, match="size"):
+        thumbnails(cap, 1, (0, 4), part=part)
+    with pytest.raises(attnviz.ArgumentTypeError, match="size"):
+        thumbnails(cap, 1, 24, part=part)
