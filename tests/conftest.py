@@ -91,3 +91,32 @@ def bert_tokenizer():
 def tiny_bert_words(bert_tokenizer):
     """A tiny random BERT with MiniLM's vocabulary, so real text can be captured in milliseconds."""
     return attnviz.tiny_model("bert", attn_implementation="eager", vocab_size=bert_tokenizer.vocab_size), bert_tokenizer
+
+
+# ---------------------------------------------------------------- the dashboard's model folders
+@pytest.fixture(scope="session")
+def smol_tokenizer():
+    """SmolLM2's byte-level BPE tokenizer (no weights): words keep their spaces, as in a real decoder."""
+    from transformers import AutoTokenizer
+
+    from attnviz.models import _embedded_source
+
+    folder, kwargs = _embedded_source("smollm2")
+    return AutoTokenizer.from_pretrained(str(folder), **kwargs)
+
+
+@pytest.fixture(scope="session")
+def model_folder(tmp_path_factory):
+    """model_folder(name, model, tokenizer) -> path: a tiny model saved as a folder that the dashboard
+    loads like any hub name (one folder per name for the session)."""
+    folders: dict[str, str] = {}
+
+    def save(name: str, model, tokenizer) -> str:
+        if name not in folders:
+            folder = tmp_path_factory.mktemp("models") / name
+            model.save_pretrained(folder)
+            tokenizer.save_pretrained(folder)
+            folders[name] = str(folder)
+        return folders[name]
+
+    return save

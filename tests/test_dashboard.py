@@ -5,9 +5,10 @@ import time
 import pytest
 import torch
 from attnviz.dashboard import CaptureCache, create_app
-from attnviz.dashboard.app import default_query, matrix_frame
 from attnviz.dashboard.cache import capture_key
-from attnviz.dashboard.layout import ID
+from attnviz.dashboard.captures import default_query
+from attnviz.dashboard.export_view import matrix_frame
+from attnviz.dashboard.ids import AID, ID
 from selenium.webdriver.common.keys import Keys
 
 import attnviz
@@ -282,7 +283,6 @@ def test_csv_matrix_and_default_query(tiny_bert_words):
 
 
 # ---------------------------------------------------------------- analysis views (coreference, statistics, rollout)
-from attnviz.dashboard.analysis_views import AID  # noqa: E402
 
 
 @pytest.mark.browser

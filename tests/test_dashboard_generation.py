@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 from attnviz.dashboard import create_app
-from attnviz.dashboard.app import checked_new_tokens, generation_status, token_roles, view_figures
+from attnviz.dashboard.export_view import view_figures
 from attnviz.dashboard.generation_view import (
-    GID,
     MARK,
     generation_of,
     mark_view,
@@ -19,7 +18,9 @@ from attnviz.dashboard.generation_view import (
     step_marks,
     step_summary,
 )
-from attnviz.dashboard.layout import ID
+from attnviz.dashboard.ids import GID, ID
+from attnviz.dashboard.lab_view import token_roles
+from attnviz.dashboard.run_view import checked_new_tokens, generation_status
 from selenium.webdriver.common.keys import Keys
 from test_dashboard import MODELS, choose, no_console_errors, open_tab, poll, run_text, start_minilm, wait_status
 
@@ -30,30 +31,15 @@ PROMPT = "The cat sat on the mat because"
 
 
 @pytest.fixture(scope="module")
-def smol_tokenizer():
-    """SmolLM2's byte-level BPE tokenizer (no weights): words keep their spaces, as in a real decoder."""
-    from transformers import AutoTokenizer
-
-    from attnviz.models import _embedded_source
-
-    folder, kwargs = _embedded_source("smollm2")
-    return AutoTokenizer.from_pretrained(str(folder), **kwargs)
-
-
-@pytest.fixture(scope="module")
 def tiny_llama(smol_tokenizer):
     """A tiny random Llama (64 positions) that reads SmolLM2's vocabulary: it generates in milliseconds."""
     return attnviz.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=64), smol_tokenizer
 
 
 @pytest.fixture(scope="module")
-def llama_folder(tmp_path_factory, tiny_llama):
+def llama_folder(model_folder, tiny_llama):
     """The tiny Llama saved as a model folder: the page loads it like any hub name."""
-    folder = tmp_path_factory.mktemp("models") / "tiny-llama"
-    model, tokenizer = tiny_llama
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+    return model_folder("tiny-llama", *tiny_llama)
 
 
 @pytest.fixture(scope="module")

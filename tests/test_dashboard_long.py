@@ -2,15 +2,18 @@
 the head view's top-k / mass / query-range controls, and the Compare view; and the pure helpers behind them."""
 
 import json
+import os
 import time
 
 import pytest
 import torch
 from attnviz.dashboard import create_app
 from attnviz.dashboard.common import text_limit
-from attnviz.dashboard.compare_view import CID, compare_figure, partner
-from attnviz.dashboard.head_view import HID, range_marks, rules
-from attnviz.dashboard.layout import ID
+from attnviz.dashboard.compare_view import compare_figure, partner
+from attnviz.dashboard.generation_view import MODEL_VIEW_CELLS
+from attnviz.dashboard.head_view import range_marks, rules
+from attnviz.dashboard.ids import CID, HID, ID
+from attnviz.dashboard.model_view import model_view_figure
 from attnviz.dashboard.overview_view import OVERVIEW_SIZE, edges_of, overview_figure, window_figure, zoom_span
 from dash._utils import to_json
 from selenium.webdriver.common.keys import Keys
@@ -26,17 +29,6 @@ MB2 = 2_000_000
 
 
 @pytest.fixture(scope="module")
-def smol_tokenizer():
-    """SmolLM2's byte-level BPE tokenizer (no weights)."""
-    from transformers import AutoTokenizer
-
-    from attnviz.models import _embedded_source
-
-    folder, kwargs = _embedded_source("smollm2")
-    return AutoTokenizer.from_pretrained(str(folder), **kwargs)
-
-
-@pytest.fixture(scope="module")
 def long_llama(smol_tokenizer):
     """A tiny random Llama with 8,192 positions reading SmolLM2's vocabulary: 4,096 tokens in ~2 s."""
     model = attnviz.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=8192)
@@ -44,22 +36,14 @@ def long_llama(smol_tokenizer):
 
 
 @pytest.fixture(scope="module")
-def llama_folder(tmp_path_factory, long_llama):
-    folder = tmp_path_factory.mktemp("models") / "tiny-llama-8k"
-    model, tokenizer = long_llama
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+def llama_folder(model_folder, long_llama):
+    return model_folder("tiny-llama-8k", *long_llama)
 
 
 @pytest.fixture(scope="module")
-def bert_folder(tmp_path_factory, tiny_bert_words):
+def bert_folder(model_folder, tiny_bert_words):
     """A tiny random BERT with MiniLM's WordPiece vocabulary (64 positions): another tokenization."""
-    folder = tmp_path_factory.mktemp("models") / "tiny-bert"
-    model, tokenizer = tiny_bert_words
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return str(folder)
+    return model_folder("tiny-bert", *tiny_bert_words)
 
 
 @pytest.fixture(scope="module")
@@ -172,6 +156,57 @@ def test_long_text_overview_is_under_2mb_and_a_zoom_shows_exact_weights(dash_duo
 
 
 @pytest.mark.browser
+def test_a_long_text_is_captured_in_the_background_with_progress_cancel_and_the_cache(
+    dash_duo, monkeypatch, llama_folder, long_text
+):
+    """Over 1,024 tokens the capture is a background job: progress and Cancel, the page usable meanwhile;
+    the finished capture reaches the server's cache, and running the same text again reuses it."""
+    from attnviz.dashboard import captures as captures_module
+
+    slow, server = [True], os.getpid()
+    original = attnviz.capture
+
+    def capture(model, *args, **kwargs):  # the job is a forked copy of this process: it runs this too
+        if slow[0] and os.getpid() != server:  # in the job, the first layer takes a minute after its progress
+            attnviz.load_model(model)[0].model.layers[0].register_forward_hook(lambda *_: time.sleep(60))
+        return original(model, *args, **kwargs)
+
+    monkeypatch.setattr(attnviz, "capture", capture)
+    asked, picks = [], []
+    long_job = captures_module.Captures.long_job
+    monkeypatch.setattr(captures_module.Captures, "long_job", lambda *a: asked.append(1) or long_job(*a))
+    pick = captures_module.default_head
+    monkeypatch.setattr(captures_module, "default_head", lambda *a: picks.append((a[0].n_tokens, a[1])) or pick(*a))
+    dash_duo.start_server(create_app({llama_folder: "tiny Llama (8k positions)"}, default_model=llama_folder))
+    wait_status(dash_duo, "tokens")
+    opening = dash_duo.find_element(f"#{ID.status}").text
+    set_text(dash_duo, ID.text, long_text)
+    dash_duo.find_element(f"#{ID.run}").click()
+    dash_duo.wait_for_contains_text(f"#{ID.job_progress_text}", "Capturing in the background: layer 2 of 2", 60)
+    assert dash_duo.find_element(f"#{ID.job_progress}").is_displayed()
+    assert not dash_duo.find_element(f"#{ID.run}").is_enabled()
+    open_tab(dash_duo, "Shapes & cost")  # the page stays usable: the last capture's views answer
+    dash_duo.wait_for_contains_text(f"#{ID.cost}", "Shapes (one layer)", timeout=30)
+    dash_duo.find_element(f"#{ID.job_cancel}").click()
+    dash_duo.wait_for_style_to_equal(f"#{ID.job_cancel}", "display", "none", timeout=30)
+    assert not dash_duo.find_element(f"#{ID.job_progress}").is_displayed()
+    assert dash_duo.find_element(f"#{ID.run}").is_enabled()
+    assert dash_duo.find_element(f"#{ID.status}").text == opening and not dash_duo.find_element(f"#{ID.message}").text
+    slow[0] = False
+    dash_duo.find_element(f"#{ID.run}").click()
+    wait_status(dash_duo, f"{N_LONG + 1} tokens", timeout=120)  # and the BOS
+    # asked whether to go to a job: the opening text, the cancelled run, this one; heads picked: the opening
+    # text's and this one's
+    assert len(asked) == 3 and len(picks) == 2, picks
+    record_responses(dash_duo)
+    dash_duo.find_element(f"#{ID.run}").click()  # the same text again: the server's cache, no job, no re-pick
+    poll(lambda: any(f"{ID.status}.children" in out for out, *_ in responses(dash_duo)), timeout=30)
+    assert f"{N_LONG + 1} tokens" in dash_duo.find_element(f"#{ID.status}").text
+    assert len(asked) == 3 and len(picks) == 2
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
 def test_head_view_top_k_mass_and_query_range_change_the_lines(dash_duo, llama_folder, long_llama):
     text = "The cat sat on the mat because it was tired, and the dog slept under the table all day long."
     dash_duo.start_server(create_app({llama_folder: "tiny Llama"}, default_model=llama_folder))
@@ -271,6 +306,17 @@ def test_overview_and_window_payloads_and_exact_cells(long_llama, long_text):
     fig, view = window_figure(cap, 1, 2, (N_LONG - 512, N_LONG), (0, 512))
     assert len(to_json(fig)) <= MB2 and view == {"rows": [N_LONG - 512, N_LONG, 1], "cols": [0, 512, 1], "full": False}
     torch.testing.assert_close(torch.from_numpy(fig.data[0].z), full[-512:, :512])  # nothing masked there
+
+
+def test_the_model_view_pools_row_chunks_into_the_same_mosaic(long_llama):
+    model, tokenizer = long_llama
+    cap = attnviz.capture(model, " ".join(["The cat sat on the mat because it was tired."] * 12), tokenizer)
+    assert cap.n_tokens > MODEL_VIEW_CELLS  # pooled thumbnails
+    page = model_view_figure(cap, words=False, selected=(1, 2), part=None)
+    full = figures.model_view(cap, selected=(1, 2), cells=MODEL_VIEW_CELLS)  # from the n×n maps
+    assert page.data[0].z.shape == full.data[0].z.shape
+    assert (page.data[0].z == full.data[0].z)[full.data[0].z == full.data[0].z].all()  # NaN: the gaps
+    assert page.layout.title.text == full.layout.title.text
 
 
 def test_zoom_span_maps_categories_to_tokens():

@@ -8,12 +8,11 @@ from dash import html
 import attnviz
 from attnviz.runner import max_positions
 
-
-def error_text(err: Exception) -> str:
-    """What the page says when something fails: the library's own message, never a traceback."""
-    if isinstance(err, attnviz.AttnvizError):
-        return str(err)
-    return f"Something went wrong ({type(err).__name__}): {err}"
+TABLE_STYLE = dict(  # the DataTables' look (coreference, head statistics)
+    style_table={"overflowX": "auto", "maxHeight": "420px", "overflowY": "auto"},
+    style_cell={"fontFamily": "system-ui, sans-serif", "fontSize": "13px", "padding": "2px 8px"},
+    style_header={"fontWeight": "bold"},
+)
 
 
 def message_figure(message: str) -> go.Figure:

@@ -8,27 +8,19 @@ trophy/suitcase sentence ("… too big." ↔ "… too small."); empty, it is A's
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 import attnviz
 from attnviz import figures
 
-from .common import error_text, message_figure
+from .captures import Captures
+from .common import message_figure
+from .errors import only_on, shows_errors
+from .ids import CID, ID
 
 PREFIX = "Compare: "  # before the page message of a failed comparison (cleared by the next that works)
 _SWAP = re.compile(r"\btoo (big|small)\b")
-
-
-class CID:
-    """Component ids of the Compare view."""
-
-    text = "compare-text"
-    model = "compare-model"
-    run = "compare-button"
-    graph = "compare-graph"
-    note = "compare-note"
 
 
 VIEWS = [("compare", "Compare")]
@@ -102,16 +94,15 @@ def _quote(text: str, most: int = 80) -> str:
     return f"“{text if len(text) <= most else text[:most] + '…'}”"
 
 
-def register(app: Dash, ids, from_store: Callable, get_capture: Callable) -> None:
-    """The Compare view's callbacks. ``ids`` is the main layout's ID class; ``from_store(store)`` gives
-    the page's capture and ``get_capture(model, text, bos)`` B's, through the page's cache."""
+def register(app: Dash, captures: Captures) -> None:
+    """The Compare view's callbacks: A is the page's capture, B runs through the same cache."""
 
-    @app.callback(Output(CID.model, "value"), Input(ids.model, "value"), prevent_initial_call=True)
+    @app.callback(Output(CID.model, "value"), Input(ID.model, "value"), prevent_initial_call=True)
     def follow_model(model):
         return model or no_update
 
     @app.callback(
-        Output(CID.text, "value"), Input(ids.store, "data"), State(CID.text, "value"), prevent_initial_call=True
+        Output(CID.text, "value"), Input(ID.store, "data"), State(CID.text, "value"), prevent_initial_call=True
     )
     def fill_partner(store, current):
         other = partner((store or {}).get("text"))
@@ -123,37 +114,33 @@ def register(app: Dash, ids, from_store: Callable, get_capture: Callable) -> Non
     @app.callback(
         Output(CID.graph, "figure"),
         Output(CID.note, "children"),
-        Output(ids.message, "children", allow_duplicate=True),
+        Output(ID.message, "children", allow_duplicate=True),
         Input(CID.run, "n_clicks"),
-        Input(ids.store, "data"),
-        Input(ids.layer, "value"),
-        Input(ids.head, "value"),
-        Input(ids.part, "value"),
-        Input(ids.words, "value"),
-        Input(ids.tabs, "value"),
+        Input(ID.store, "data"),
+        Input(ID.layer, "value"),
+        Input(ID.head, "value"),
+        Input(ID.part, "value"),
+        Input(ID.words, "value"),
+        Input(ID.tabs, "value"),
         State(CID.text, "value"),
         State(CID.model, "value"),
-        State(ids.message, "children"),
+        State(ID.message, "children"),
         prevent_initial_call=True,
     )
+    @shows_errors(lambda m: (message_figure(m), "", PREFIX + m))
     def compare(clicks, store, layer, head, part, units, tab, text, model, message):
-        if tab != "compare":
-            return no_update, no_update, no_update
+        only_on(tab, "compare")
         ours = isinstance(message, str) and message.startswith(PREFIX)
         clear = "" if ours else no_update
         if not clicks:
             return message_figure("Type B's text or pick B's model, then press Compare."), "", no_update
-        try:
-            a = from_store(store)
-            if a is None or layer is None or head is None:
-                return message_figure("Run the model first."), "", no_update
-            text_b = text.strip() if isinstance(text, str) and text.strip() else a.text
-            model_b = model or store["model"]
-            b = get_capture(model_b, text_b, bool(store.get("bos")))
-            fig, problem = compare_figure(a, b, layer, head, words=units == "words", part=part)
-        except Exception as err:  # noqa: BLE001 - a message in the page, never a traceback
-            problem = error_text(err)
-            return message_figure(problem), "", PREFIX + problem
+        a = captures.from_store(store)
+        if a is None or layer is None or head is None:
+            return message_figure("Run the model first."), "", no_update
+        text_b = text.strip() if isinstance(text, str) and text.strip() else a.text
+        model_b = model or store["model"]
+        b = captures.get(model_b, text_b, bool(store.get("bos")))
+        fig, problem = compare_figure(a, b, layer, head, words=units == "words", part=part)
         note = (
             f"A: {a.model.get('name')} on {_quote(a.text)} ({a.n_tokens} tokens) · "
             f"B: {b.model.get('name')} on {_quote(b.text)} ({b.n_tokens} tokens)"

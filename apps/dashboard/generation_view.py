@@ -8,7 +8,7 @@ capture or a figure and plain selections, so they are tested without a browser.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
@@ -17,7 +17,12 @@ from plotly.subplots import make_subplots
 import attnviz
 from attnviz import figures
 
-from .common import error_text, message_figure
+from .common import message_figure
+from .errors import only_on, shows_errors
+from .ids import GID, ID
+
+if TYPE_CHECKING:
+    from .captures import Captures
 
 MAX_NEW_TOKENS = 512  # the page's bound; the model's own context bounds it too (the library says so)
 DEFAULT_NEW_TOKENS = 20
@@ -26,19 +31,6 @@ NEW_COLOUR = "#e6550d"  # generated tokens' labels and the prompt boundary
 HEAD_COLOUR = "#1f77b4"
 MEAN_COLOUR = "#2ca02c"
 MODEL_VIEW_CELLS = 24  # the model view's thumbnail size (passed to figures.model_view, used for its marks)
-
-
-class GID:
-    """Component ids of the generation controls."""
-
-    generate = "generate-button"
-    new_tokens = "new-tokens-input"
-    progress = "generate-progress"
-    step = "step-slider"
-    step_box = "step-box"
-    step_text = "step-text"
-    step_graph = "step-graph"
-    first_new = "step-first-new"  # dcc.Store: the lab's position of new token 0 (None: no steps to replay)
 
 
 # ---------------------------------------------------------------- which tokens are new
@@ -371,9 +363,8 @@ def lab_panel() -> html.Div:
     )
 
 
-def register(app: Dash, ids, from_store: Callable) -> None:
-    """Callbacks of the step slider. ``ids`` is the main layout's ID class; ``from_store(store)`` gives
-    the whole capture of the page's store (None before the first run)."""
+def register(app: Dash, captures: Captures) -> None:
+    """Callbacks of the step slider (and the "Generating…" line while the run callback works)."""
 
     app.clientside_callback(
         """(clicks, n) => clicks ? `Generating ${n ?? "?"} new tokens…` : window.dash_clientside.no_update""",
@@ -389,21 +380,19 @@ def register(app: Dash, ids, from_store: Callable) -> None:
         Output(GID.step, "marks"),
         Output(GID.step, "value", allow_duplicate=True),
         Output(GID.first_new, "data"),
-        Input(ids.store, "data"),
-        Input(ids.part, "value"),
+        Input(ID.store, "data"),
+        Input(ID.part, "value"),
         State(GID.step, "value"),
         prevent_initial_call=True,
     )
+    @shows_errors(lambda _m: ({"display": "none"}, no_update, no_update, no_update, None))  # the run callback says why
     def setup_steps(store, part, value):
-        try:
-            gen = generation_of(from_store(store))
-        except Exception:  # noqa: BLE001 - the run callback reports it
-            gen = None
+        gen = generation_of(captures.from_store(store))
         first = None if gen is None else new_start(gen.capture, part, False, "query")
         if gen is None or first is None:
             return {"display": "none"}, no_update, no_update, no_update, None
         n = len(gen)
-        fresh = ctx.triggered_id == ids.store or value is None or value >= n
+        fresh = ctx.triggered_id == ID.store or value is None or value >= n
         shown = {"display": "block", "margin": "8px 0"}
         return shown, max(n - 1, 0), step_marks(n), 0 if fresh else no_update, first
 
@@ -411,22 +400,19 @@ def register(app: Dash, ids, from_store: Callable) -> None:
         Output(GID.step_text, "children"),
         Output(GID.step_graph, "figure"),
         Input(GID.step, "value"),
-        Input(ids.store, "data"),
-        Input(ids.layer, "value"),
-        Input(ids.head, "value"),
-        Input(ids.tabs, "value"),
-        Input(ids.part, "value"),
+        Input(ID.store, "data"),
+        Input(ID.layer, "value"),
+        Input(ID.head, "value"),
+        Input(ID.tabs, "value"),
+        Input(ID.part, "value"),
     )
+    @shows_errors(lambda m: (m, message_figure(m)))
     def show_step(index, store, layer, head, tab, part):
-        if tab != "lab":
-            return no_update, no_update
-        try:
-            gen = generation_of(from_store(store))
-            if gen is None or index is None or layer is None or head is None:
-                return "", message_figure("")
-            if new_start(gen.capture, part, False, "query") is None:
-                return no_update, no_update
-            step = gen.step(min(int(index), len(gen) - 1))
-            return step_summary(gen, step, layer, head), step_figure(gen, step, layer, head)
-        except Exception as err:  # noqa: BLE001 - a message in the page, never a traceback
-            return error_text(err), message_figure(error_text(err))
+        only_on(tab, "lab")
+        gen = generation_of(captures.from_store(store))
+        if gen is None or index is None or layer is None or head is None:
+            return "", message_figure("")
+        if new_start(gen.capture, part, False, "query") is None:
+            return no_update
+        step = gen.step(min(int(index), len(gen) - 1))
+        return step_summary(gen, step, layer, head), step_figure(gen, step, layer, head)

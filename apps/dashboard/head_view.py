@@ -9,26 +9,21 @@ ones draw every line above the threshold, as before.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 from dash import Dash, Input, Output, ctx, dcc, html, no_update
 
 import attnviz
 from attnviz import figures
 
-from .common import error_text, message_figure
+from .captures import Captures
+from .common import message_figure
+from .errors import only_on, shows_errors
 from .generation_view import mark_view
+from .ids import HID, ID
 
 DEFAULT_TOP_K = 3  # for long texts: a query's three strongest keys
 MASS_OFF = 1.0  # the mass slider's end: every key (no cumulative-mass rule)
-
-
-class HID:
-    """Component ids of the head view's controls."""
-
-    top_k = "head-view-top-k"
-    mass = "head-view-mass"
-    queries = "head-view-queries"
+VIEWS = [("head", "Head view")]
 
 
 def is_long(n: int) -> bool:
@@ -119,58 +114,63 @@ def controls() -> html.Div:
     )
 
 
-def register(app: Dash, ids, from_store: Callable) -> None:
-    """The head view's callbacks. ``ids`` is the main layout's ID class; ``from_store(store)`` gives the capture."""
+def layout(graph_config: dict) -> list:
+    """The head view: the heads to overlay, the controls above, the graph."""
+    return [
+        html.Div([html.Label("Heads to overlay "), dcc.Checklist(id=ID.heads_multi, inline=True)]),
+        controls(),
+        html.Div("Hover a query token on the left to isolate its lines.", style={"color": "#555"}),
+        dcc.Loading(dcc.Graph(id=ID.head_view, config=graph_config, clear_on_unhover=True)),
+    ]
+
+
+def register(app: Dash, captures: Captures) -> None:
+    """The head view's callbacks."""
 
     @app.callback(
         Output(HID.queries, "max"),
         Output(HID.queries, "value"),
         Output(HID.queries, "marks"),
         Output(HID.top_k, "value"),
-        Input(ids.store, "data"),
-        Input(ids.words, "value"),
-        Input(ids.part, "value"),
+        Input(ID.store, "data"),
+        Input(ID.words, "value"),
+        Input(ID.part, "value"),
     )
+    @shows_errors(lambda _m: no_update)  # the run callback reports a capture that fails
     def setup(store, units, part):
-        try:
-            cap = from_store(store)
-        except Exception:  # noqa: BLE001 - the run callback reports it
-            cap = None
+        cap = captures.from_store(store)
         if cap is None or (part is not None and part not in cap.parts):
             return (no_update,) * 4
         n = len(figures.labels(cap, units == "words", part, "query"))
-        top_k = (DEFAULT_TOP_K if is_long(n) else None) if ctx.triggered_id in (ids.store, None) else no_update
+        top_k = (DEFAULT_TOP_K if is_long(n) else None) if ctx.triggered_id in (ID.store, None) else no_update
         return max(n - 1, 1), [0, max(n - 1, 0)], range_marks(n), top_k
 
     @app.callback(
-        Output(ids.head_view, "figure"),
-        Input(ids.store, "data"),
-        Input(ids.layer, "value"),
-        Input(ids.heads_multi, "value"),
-        Input(ids.words, "value"),
-        Input(ids.head_view, "hoverData"),
-        Input(ids.tabs, "value"),
-        Input(ids.part, "value"),
+        Output(ID.head_view, "figure"),
+        Input(ID.store, "data"),
+        Input(ID.layer, "value"),
+        Input(ID.heads_multi, "value"),
+        Input(ID.words, "value"),
+        Input(ID.head_view, "hoverData"),
+        Input(ID.tabs, "value"),
+        Input(ID.part, "value"),
         Input(HID.top_k, "value"),
         Input(HID.mass, "value"),
         Input(HID.queries, "value"),
     )
+    @shows_errors(message_figure)
     def head_view(store, layer, heads, units, hover, tab, part, top_k, mass, queries):
-        if tab != "head":
-            return no_update
-        try:
-            cap = from_store(store)
-            if cap is None or layer is None:
-                return message_figure("Run the model to see its attention.")
-            words = units == "words"
-            n = len(figures.labels(cap, words, part, "query"))
-            query = None
-            if hover and hover.get("points"):
-                point = hover["points"][0]
-                if point.get("x") == 0 and isinstance(point.get("customdata"), int) and point["customdata"] < n:
-                    query = point["customdata"]
-            kwargs = rules(top_k, mass, queries, n)
-            fig = figures.head_view(cap, layer, heads or [0], words=words, query=query, part=part, **kwargs)
-            return mark_view(fig, cap, "head", words=words, part=part)
-        except Exception as err:  # noqa: BLE001 - a message in the page, never a traceback
-            return message_figure(error_text(err))
+        only_on(tab, "head")
+        cap = captures.from_store(store)
+        if cap is None or layer is None:
+            return message_figure("Run the model to see its attention.")
+        words = units == "words"
+        n = len(figures.labels(cap, words, part, "query"))
+        query = None
+        if hover and hover.get("points"):
+            point = hover["points"][0]
+            if point.get("x") == 0 and isinstance(point.get("customdata"), int) and point["customdata"] < n:
+                query = point["customdata"]
+        kwargs = rules(top_k, mass, queries, n)
+        fig = figures.head_view(cap, layer, heads or [0], words=words, query=query, part=part, **kwargs)
+        return mark_view(fig, cap, "head", words=words, part=part)

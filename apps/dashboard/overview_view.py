@@ -14,7 +14,6 @@ The figure builders (``overview_figure``, ``window_figure``, ``zoom_span``) are 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import plotly.graph_objects as go
 import torch
@@ -24,22 +23,18 @@ import attnviz
 from attnviz import figures
 from attnviz.overview import MODES, overview, window
 
-from .common import error_text, message_figure
+from .captures import Captures
+from .common import message_figure
+from .errors import only_on, shows_errors
 from .generation_view import MARK, NEW_COLOUR, mark_view, new_start
+from .ids import ID, OID
+
+VIEWS = [("heatmap", "Heatmap")]
 
 LONG = 512  # a grid with more rows or columns than this shows the overview
 OVERVIEW_SIZE = 512  # blocks per side of the overview (its payload: ~1.8 MB at 512 × 512, whatever n)
 WINDOW = 512  # a zoom spanning at most this many tokens a side is fetched exactly
 TICKS = 32  # labelled categories per axis
-
-
-class OID:
-    """Component ids of the heatmap's long-text controls."""
-
-    mode = "overview-mode"
-    mode_box = "overview-mode-box"
-    note = "overview-note"
-    view = "overview-view"  # dcc.Store: the shown grid's {"rows": [start, stop, width], "cols": …, "full": bool}
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -272,64 +267,61 @@ _SHOWN = {"display": "inline-block", "marginRight": "18px"}
 _HIDDEN = {"display": "none"}
 
 
-def register(app: Dash, ids, from_store: Callable) -> None:
-    """The heatmap's callback. ``ids`` is the main layout's ID class; ``from_store(store)`` gives the capture."""
+def register(app: Dash, captures: Captures) -> None:
+    """The heatmap's callback."""
 
     @app.callback(
-        Output(ids.heatmap, "figure"),
+        Output(ID.heatmap, "figure"),
         Output(OID.view, "data"),
         Output(OID.note, "children"),
         Output(OID.mode_box, "style"),
-        Input(ids.store, "data"),
-        Input(ids.layer, "value"),
-        Input(ids.head, "value"),
-        Input(ids.words, "value"),
-        Input(ids.tabs, "value"),
-        Input(ids.part, "value"),
+        Input(ID.store, "data"),
+        Input(ID.layer, "value"),
+        Input(ID.head, "value"),
+        Input(ID.words, "value"),
+        Input(ID.tabs, "value"),
+        Input(ID.part, "value"),
         Input(OID.mode, "value"),
-        Input(ids.heatmap, "relayoutData"),
+        Input(ID.heatmap, "relayoutData"),
         State(OID.view, "data"),
     )
+    @shows_errors(lambda m: (message_figure(m), None, "", no_update))
     def heatmap(store, layer, head, units, tab, part, mode, relayout, view):
-        if tab != "heatmap":
-            return (no_update,) * 4
-        try:
-            cap = from_store(store)
-            if cap is None or layer is None or head is None:
-                return message_figure("Run the model to see its attention."), None, "", _HIDDEN
-            words = units == "words"
-            mode = mode if mode in MODES else "max"
-            trigger = ctx.triggered_id
-            if trigger == ids.heatmap:
-                span = zoom_span(relayout, view)
-                if span is None:
-                    return (no_update,) * 4
-                if span == "reset":
-                    if view["full"]:
-                        return (no_update,) * 4  # plotly has reset the overview itself
-                    fig, view = overview_figure(cap, layer, head, part=part, mode=mode)
-                    return fig, view, note_for(cap, view, words, part), _SHOWN
-                (r0, r1), (k0, k1) = span
-                if not view["full"] or r1 - r0 > WINDOW or k1 - k0 > WINDOW:
-                    return (no_update,) * 4  # exact already, or too wide: plotly zooms the shown cells
-                fig, view = window_figure(cap, layer, head, (r0, r1), (k0, k1), part=part)
-                return fig, view, note_for(cap, view, words, part), _SHOWN
-            if not is_long(cap, words, part):
-                fig = figures.heatmap(cap, layer, head, words=words, part=part)
-                return mark_view(fig, cap, "matrix", words=words, part=part), None, "", _HIDDEN
-            q_names, k_names, _ = _names(cap, part)
-            if (
-                view
-                and not view["full"]
-                and trigger in (ids.layer, ids.head)
-                and view["rows"][1] <= len(q_names)
-                and view["cols"][1] <= len(k_names)
-            ):
-                # another head, same window: heads compared at full resolution
-                (r0, r1, _), (k0, k1, _) = view["rows"], view["cols"]
-                fig, view = window_figure(cap, layer, head, (r0, r1), (k0, k1), part=part)
-            else:
+        only_on(tab, "heatmap")
+        cap = captures.from_store(store)
+        if cap is None or layer is None or head is None:
+            return message_figure("Run the model to see its attention."), None, "", _HIDDEN
+        words = units == "words"
+        mode = mode if mode in MODES else "max"
+        trigger = ctx.triggered_id
+        if trigger == ID.heatmap:
+            span = zoom_span(relayout, view)
+            if span is None:
+                return (no_update,) * 4
+            if span == "reset":
+                if view["full"]:
+                    return (no_update,) * 4  # plotly has reset the overview itself
                 fig, view = overview_figure(cap, layer, head, part=part, mode=mode)
+                return fig, view, note_for(cap, view, words, part), _SHOWN
+            (r0, r1), (k0, k1) = span
+            if not view["full"] or r1 - r0 > WINDOW or k1 - k0 > WINDOW:
+                return (no_update,) * 4  # exact already, or too wide: plotly zooms the shown cells
+            fig, view = window_figure(cap, layer, head, (r0, r1), (k0, k1), part=part)
             return fig, view, note_for(cap, view, words, part), _SHOWN
-        except Exception as err:  # noqa: BLE001 - a message in the page, never a traceback
-            return message_figure(error_text(err)), None, "", no_update
+        if not is_long(cap, words, part):
+            fig = figures.heatmap(cap, layer, head, words=words, part=part)
+            return mark_view(fig, cap, "matrix", words=words, part=part), None, "", _HIDDEN
+        q_names, k_names, _ = _names(cap, part)
+        if (
+            view
+            and not view["full"]
+            and trigger in (ID.layer, ID.head)
+            and view["rows"][1] <= len(q_names)
+            and view["cols"][1] <= len(k_names)
+        ):
+            # another head, same window: heads compared at full resolution
+            (r0, r1, _), (k0, k1, _) = view["rows"], view["cols"]
+            fig, view = window_figure(cap, layer, head, (r0, r1), (k0, k1), part=part)
+        else:
+            fig, view = overview_figure(cap, layer, head, part=part, mode=mode)
+        return fig, view, note_for(cap, view, words, part), _SHOWN

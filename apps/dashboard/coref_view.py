@@ -1,0 +1,238 @@
+"""Coreference: which word does the pronoun point to? Every head ranked by the pronoun's attention to
+each candidate (with how much the head gives that candidate from the other tokens), and probe sets
+— one forward per probe — run as a background job with progress and Cancel."""
+
+from __future__ import annotations
+
+from dash import ALL, Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
+
+from attnviz import evaluate_probes, figures
+from attnviz.analysis import propose_candidates, rank_heads
+from attnviz.analysis.coref import PROBE_SETS
+from attnviz.analysis.plots import coref_bars, probe_accuracy_map
+
+from .captures import FILE_PREFIX, Captures
+from .common import TABLE_STYLE, chip, message_figure, word_of
+from .errors import only_on, shows_errors
+from .generation_view import mark_view, new_start
+from .ids import AID, ID
+
+VIEWS = [("coref", "Coreference")]
+_CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
+
+
+def layout() -> list:
+    return [
+        dcc.Store(id=AID.coref_selection),
+        html.P(
+            "Which word does the pronoun point to? Click words to choose the pronoun and the candidate "
+            "antecedents; every head is ranked by the attention from the pronoun (averaged over its "
+            "pieces) to each candidate (summed over its pieces)."
+        ),
+        dcc.RadioItems(
+            id=AID.coref_mode,
+            value="candidates",
+            inline=True,
+            options=[
+                {"label": " a click sets the pronoun ", "value": "pronoun"},
+                {"label": " a click adds/removes a candidate", "value": "candidates"},
+            ],
+        ),
+        html.Div(id=AID.coref_words, style={"lineHeight": "2.1em", "margin": "6px 0"}),
+        dcc.Checklist(
+            id=AID.coref_sinks,
+            value=["sinks"],
+            options=[
+                {
+                    "label": " leave out attention sinks (the first token, [CLS]/[SEP]) and renormalise each row",
+                    "value": "sinks",
+                }
+            ],
+        ),
+        dcc.Loading(html.Div(id=AID.coref_headline, style={"fontSize": "1.25em", "margin": "10px 0"})),
+        dcc.Graph(id=AID.coref_bars),
+        html.Div("Heads ranked (click a row to select the head):", style={"marginTop": "6px"}),
+        dash_table.DataTable(id=AID.coref_table, sort_action="native", page_size=15, **TABLE_STYLE),
+        dcc.Graph(id=AID.coref_heatmap),
+        html.H4("Probe set: every head's accuracy at picking the gold antecedent"),
+        html.Div(
+            [
+                dcc.Dropdown(
+                    id=AID.probe_set,
+                    value="en",
+                    clearable=False,
+                    style={"width": "320px"},
+                    options=[
+                        {"label": "English: 42 Winograd-style sentences (21 pairs)", "value": "en"},
+                        {"label": "中文: 25 sentences with 它/他/她", "value": "zh"},
+                    ],
+                ),
+            ],
+            style=_CONTROL,
+        ),
+        html.Button("Run probe set", id=AID.probe_run, n_clicks=0),
+        html.Button("Cancel", id=AID.probe_cancel, n_clicks=0, style={"display": "none", "marginLeft": "6px"}),
+        html.Progress(id=AID.probe_progress, value="0", max="1", style={"display": "none", "marginLeft": "8px"}),
+        html.Span(id=AID.probe_progress_text, style={"marginLeft": "6px", "color": "#555"}),
+        dcc.Loading(html.Div(id=AID.probe_summary, style={"margin": "8px 0", "fontFamily": "monospace"})),
+        dcc.Graph(id=AID.probe_map),
+    ]
+
+
+def register(app: Dash, captures: Captures) -> None:
+    @app.callback(
+        Output(AID.coref_selection, "data"),
+        Input(ID.store, "data"),
+        Input(ID.lab_query, "data"),
+        Input(ID.part, "value"),
+    )
+    @shows_errors(lambda _m: None)  # the run callback (or the view) reports a capture that fails
+    def default_selection(store, query, part):
+        cap = captures.self_part(store, part)
+        if cap is None or query is None:
+            return None
+        pronoun = word_of(cap, min(query, cap.n_tokens - 1))
+        spans = propose_candidates(cap, pronoun)
+        candidates = sorted({word_of(cap, s.tokens[0]) for s in spans})
+        return {"pronoun": pronoun, "candidates": candidates}
+
+    @app.callback(
+        Output(AID.coref_words, "children"),
+        Input(ID.store, "data"),
+        Input(AID.coref_selection, "data"),
+        Input(ID.part, "value"),
+        Input(ID.tabs, "value"),
+    )
+    @shows_errors(lambda _m: [])
+    def coref_words(store, selection, part, tab):
+        only_on(tab, "coref")  # thousands of chips for a long text: built only where they are seen
+        cap = captures.self_part(store, part)
+        if cap is None or not selection:
+            return []
+        chips = []
+        first_new = new_start(cap, words=True)  # a generation's first new word (None otherwise)
+        for i, w in enumerate(cap.words):
+            role = "pronoun" if i == selection["pronoun"] else "candidate" if i in selection["candidates"] else ""
+            colour = {"pronoun": "#d62728", "candidate": "#2ca02c"}.get(role)
+            new = " generated" if first_new is not None and i >= first_new else ""
+            chips.append(chip(w.text, {"type": AID.coref_word, "index": i}, f"coref-word {role}".strip() + new, colour))
+        return chips
+
+    @app.callback(
+        Output(AID.coref_selection, "data", allow_duplicate=True),
+        Input({"type": AID.coref_word, "index": ALL}, "n_clicks"),
+        State(AID.coref_selection, "data"),
+        State(AID.coref_mode, "value"),
+        prevent_initial_call=True,
+    )
+    def click_word(clicks, selection, mode):
+        trigger = ctx.triggered_id
+        if not trigger or not selection or not any(c for c in clicks if c):
+            return no_update
+        i = trigger["index"]
+        if mode == "pronoun":
+            candidates = [c for c in selection["candidates"] if c != i]
+            return {"pronoun": i, "candidates": candidates}
+        if i == selection["pronoun"]:
+            return no_update
+        candidates = set(selection["candidates"]) ^ {i}
+        return {"pronoun": selection["pronoun"], "candidates": sorted(candidates)}
+
+    @app.callback(
+        Output(AID.coref_headline, "children"),
+        Output(AID.coref_bars, "figure"),
+        Output(AID.coref_table, "data"),
+        Output(AID.coref_table, "columns"),
+        Output(AID.coref_heatmap, "figure"),
+        Input(ID.store, "data"),
+        Input(AID.coref_selection, "data"),
+        Input(AID.coref_sinks, "value"),
+        Input(ID.tabs, "value"),
+        Input(ID.part, "value"),
+    )
+    @shows_errors(lambda m: (m, message_figure(m), [], [], message_figure("")))
+    def coreference(store, selection, sinks, tab, part):
+        only_on(tab, "coref")
+        cap = captures.self_part(store, part)
+        if cap is None or not selection:
+            return "Run the model first.", message_figure(""), [], [], message_figure("")
+        if not selection["candidates"]:
+            return ("Click at least one candidate word.", message_figure(""), [], [], message_figure(""))
+        ranking = rank_heads(cap, selection["pronoun"], selection["candidates"], exclude_sinks="sinks" in (sinks or []))
+        best_per = []
+        for name in ranking.names:
+            top = ranking.for_candidate(name).iloc[0]
+            others = top[f"{name} from others"]
+            habit = "" if others != others else f", others {others:.2f}"  # NaN: no other token sees it
+            best_per.append(f"{ranking.pronoun.text} → {name} {top[name]:.2f} (L{top['layer']}·H{top['head']}{habit})")
+        headline = html.Div(
+            [
+                html.Div(" · ".join(best_per), style={"fontWeight": "bold"}),
+                html.Div(str(ranking), style={"fontSize": "0.8em", "color": "#555"}),
+            ]
+        )
+        table = ranking.table.round(4)
+        table.insert(0, "id", [f"{r.layer}-{r.head}" for r in table.itertuples(index=False)])
+        columns = [{"name": c, "id": c} for c in table.columns if c != "id"]
+        best = ranking.best
+        heat = mark_view(
+            figures.heatmap(cap, int(best["layer"]), int(best["head"]), words=True), cap, "matrix", words=True
+        )
+        return headline, coref_bars(ranking), table.to_dict("records"), columns, heat
+
+    @app.callback(
+        Output(AID.probe_summary, "children"),
+        Output(AID.probe_map, "figure"),
+        Input(AID.probe_run, "n_clicks"),
+        State(ID.store, "data"),
+        State(AID.probe_set, "value"),
+        State(AID.coref_sinks, "value"),
+        State(ID.part, "value"),
+        prevent_initial_call=True,
+        background=True,  # one forward per probe: a job beside the server, the page stays usable
+        running=[
+            (Output(AID.probe_run, "disabled"), True, False),
+            (Output(AID.probe_cancel, "style"), {"display": "inline-block", "marginLeft": "6px"}, {"display": "none"}),
+            (
+                Output(AID.probe_progress, "style"),
+                {"display": "inline-block", "marginLeft": "8px"},
+                {"display": "none"},
+            ),
+        ],
+        cancel=[Input(AID.probe_cancel, "n_clicks")],
+        progress=[
+            Output(AID.probe_progress, "value"),
+            Output(AID.probe_progress, "max"),
+            Output(AID.probe_progress_text, "children"),
+        ],
+    )
+    @shows_errors(lambda m: (m, message_figure(m)))
+    def run_probes(set_progress, _clicks, store, probe_set, sinks, part):
+        set_progress(("0", "1", ""))
+        if not store or probe_set not in PROBE_SETS:
+            return "Run the model first.", message_figure("")
+        model = store["model"]
+        if model.startswith(FILE_PREFIX):
+            return "Probe sets need a model; pick one in the model list.", message_figure("")
+        part = part if captures.self_part(store, part).model.get("encoder_decoder") else None  # refuses "cross"
+
+        def progress(done: int, total: int) -> None:
+            set_progress((str(done), str(total), f"probe {done + 1} of {total}"))
+
+        result = evaluate_probes(
+            model, probe_set, progress=False, exclude_sinks="sinks" in (sinks or []), part=part, on_progress=progress
+        )
+        set_progress(("1", "1", ""))
+        return str(result), probe_accuracy_map(result)
+
+    @app.callback(
+        Output(ID.layer, "value", allow_duplicate=True),
+        Output(ID.head, "value", allow_duplicate=True),
+        Input(AID.coref_table, "active_cell"),
+        prevent_initial_call=True,
+    )
+    def select_head(cell):
+        if not cell or not cell.get("row_id"):
+            return no_update
+        layer, head = (int(x) for x in str(cell["row_id"]).split("-"))
+        return layer, head

@@ -1,0 +1,142 @@
+"""Exports: the figures' PNG/SVG format, and downloads of the shown matrix (CSV), the capture file and
+the view's figures as one self-contained HTML page."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+
+import attnviz
+from attnviz import figures
+
+from .captures import Captures
+from .common import word_of
+from .errors import shows_errors
+from .generation_view import mark_view
+from .ids import CID, ID
+from .model_view import model_view_figure
+
+GRAPHS = [ID.heatmap, ID.head_view, ID.model_view, ID.lab_graph, ID.validation_map, ID.comparison, CID.graph]
+_CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
+
+
+def matrix_frame(
+    cap: attnviz.Capture, layer: int, head: int, *, words: bool = False, part: str | None = None
+) -> pd.DataFrame:
+    """The shown matrix as a table: one row per query, one column per key, labelled."""
+    matrix = cap.attention(layer, head, words=words, part=part).numpy()
+    return pd.DataFrame(
+        matrix,
+        index=pd.Index(figures.labels(cap, words, part, "query"), name="query"),
+        columns=figures.labels(cap, words, part, "key"),
+    )
+
+
+def view_figures(
+    cap: attnviz.Capture,
+    tab: str,
+    layer: int,
+    head: int,
+    *,
+    words: bool,
+    part: str | None,
+    heads: list[int] | None = None,
+    query: int | None = None,
+) -> list:
+    """The figures of a view, for the self-contained HTML export (tables' views give the heatmap), with
+    a generation's new tokens marked as in the page."""
+    marks = dict(words=words, part=part)
+    if tab == "head":
+        return [mark_view(figures.head_view(cap, layer, heads or [head], words=words, part=part), cap, "head", **marks)]
+    if tab == "model":
+        return [model_view_figure(cap, words=words, selected=(layer, head), part=part)]
+    if tab == "lab" and query is not None:
+        queries, _ = cap.sequences(part)
+        token = min(query, queries.n_tokens - 1)
+        index = word_of(queries, token) if words else token
+        return [mark_view(figures.query_row(cap, layer, head, index, words=words, part=part), cap, "bars", **marks)]
+    if tab == "validation":
+        return [
+            figures.validation_map(cap.validate(), part=cap._part(part)),
+            mark_view(figures.comparison(cap, layer, head, part=part), cap, "comparison", part=part),
+        ]
+    return [mark_view(figures.heatmap(cap, layer, head, words=words, part=part), cap, "matrix", **marks)]
+
+
+def layout() -> list:
+    """The export format and the download buttons (beside the layer and head selectors)."""
+    return [
+        dcc.Download(id=ID.download),
+        html.Div(
+            [
+                html.Label("Export figures as"),
+                dcc.RadioItems(
+                    id=ID.export_format,
+                    value="png",
+                    inline=True,
+                    options=[{"label": " PNG ", "value": "png"}, {"label": " SVG", "value": "svg"}],
+                ),
+            ],
+            style=_CONTROL,
+        ),
+        html.Div(
+            [
+                html.Button("CSV of the shown matrix", id=ID.csv_button, n_clicks=0),
+                html.Button("Capture file", id=ID.capture_button, n_clicks=0, style={"marginLeft": "6px"}),
+                html.Button(
+                    "HTML file (offline)",
+                    id=ID.html_button,
+                    n_clicks=0,
+                    style={"marginLeft": "6px"},
+                    title="this view's figures as one self-contained HTML page",
+                ),
+            ],
+            style={**_CONTROL, "paddingTop": "18px"},
+        ),
+    ]
+
+
+def register(app: Dash, captures: Captures) -> None:
+    @app.callback(*[Output(g, "config") for g in GRAPHS], Input(ID.export_format, "value"))
+    def export_format(fmt):
+        return [
+            {"displaylogo": False, "toImageButtonOptions": {"format": fmt, "filename": f"attnviz-{g}"}} for g in GRAPHS
+        ]
+
+    @app.callback(
+        Output(ID.download, "data"),
+        Output(ID.message, "children", allow_duplicate=True),
+        Input(ID.csv_button, "n_clicks"),
+        Input(ID.capture_button, "n_clicks"),
+        Input(ID.html_button, "n_clicks"),
+        State(ID.store, "data"),
+        State(ID.layer, "value"),
+        State(ID.head, "value"),
+        State(ID.words, "value"),
+        State(ID.part, "value"),
+        State(ID.tabs, "value"),
+        State(ID.heads_multi, "value"),
+        State(ID.lab_query, "data"),
+        prevent_initial_call=True,
+    )
+    @shows_errors(lambda m: (no_update, m))
+    def download(_csv, _file, _html, store, layer, head, units, part, tab, heads, query):
+        cap = captures.from_store(store)
+        if cap is None or layer is None or head is None:
+            return no_update, "Run the model first."
+        part = part if len(cap.parts) > 1 else None
+        words = units == "words"
+        if ctx.triggered_id == ID.capture_button:
+            with tempfile.TemporaryDirectory() as tmp:
+                path = cap.save(Path(tmp) / "capture.attnviz")
+                return dcc.send_bytes(path.read_bytes(), "capture.attnviz"), ""
+        if ctx.triggered_id == ID.html_button:
+            figs = view_figures(cap, tab, layer, head, words=words, part=part, heads=heads, query=query)
+            name = f"attnviz-{tab}-{part + '-' if part else ''}L{layer}-H{head}.html"
+            page = figures.to_html(figs, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}")
+            return dcc.send_string(page, name), ""
+        df = matrix_frame(cap, layer, head, words=words, part=part)
+        return dcc.send_data_frame(df.to_csv, f"attention-{part + '-' if part else ''}L{layer}-H{head}-{units}.csv"), ""

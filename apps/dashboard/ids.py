@@ -1,0 +1,128 @@
+"""Every component id of the dashboard, in one module (tests and tools use these strings too).
+
+Each view module imports the ids it reads or writes from here, so no id has to travel as an argument
+and no view imports the page's layout. The strings never change: saved pages, tests and
+``docs/make_screenshots.py`` name components by them.
+"""
+
+from __future__ import annotations
+
+
+class ID:
+    """The page's shared controls and the core views."""
+
+    model = "model-select"
+    text = "text-input"
+    example = "example-select"
+    run = "run-button"
+    bos = "bos-switch"
+    message = "message"
+    status = "status"
+    store = "capture-store"
+    part = "part-select"
+    part_box = "part-box"
+    target = "target-input"
+    target_box = "target-box"
+    layer = "layer-select"
+    head = "head-select"
+    words = "word-level"
+    tabs = "view-tabs"
+    export_format = "export-format"
+    csv_button = "csv-button"
+    capture_button = "capture-file-button"
+    html_button = "html-file-button"
+    download = "download"
+    heatmap = "heatmap-graph"
+    heads_multi = "head-view-heads"
+    head_view = "head-view-graph"
+    model_view = "model-view-graph"
+    lab_tokens = "lab-tokens"
+    lab_query = "lab-query"
+    lab_switches = "lab-switches"
+    lab_temperature = "lab-temperature"
+    lab_graph = "lab-graph"
+    lab_stats = "lab-stats"
+    validation_summary = "validation-summary"
+    validation_map = "validation-map"
+    comparison = "comparison-graph"
+    cost = "cost-tables"
+    lab_token = "lab-token"  # pattern-matching type: {"type": lab_token, "index": i}
+    # a long text's capture, run as a background job (run_view)
+    job = "capture-job"  # dcc.Store: the request a background job captures
+    job_done = "capture-job-done"  # dcc.Store: the finished job's request (the server then reads its file)
+    job_cancel = "capture-cancel"
+    job_progress = "capture-progress"
+    job_progress_text = "capture-progress-text"
+
+
+def view_id(key: str) -> str:
+    """The container of one tab's view ("view-heatmap", "view-coref" …)."""
+    return f"view-{key}"
+
+
+class OID:
+    """The heatmap's long-text controls (overview_view)."""
+
+    mode = "overview-mode"
+    mode_box = "overview-mode-box"
+    note = "overview-note"
+    view = "overview-view"  # dcc.Store: the shown grid's {"rows": [start, stop, width], "cols": …, "full": bool}
+
+
+class HID:
+    """The head view's controls (head_view)."""
+
+    top_k = "head-view-top-k"
+    mass = "head-view-mass"
+    queries = "head-view-queries"
+
+
+class GID:
+    """The generation controls and the AttentionLab's step slider (generation_view)."""
+
+    generate = "generate-button"
+    new_tokens = "new-tokens-input"
+    progress = "generate-progress"
+    step = "step-slider"
+    step_box = "step-box"
+    step_text = "step-text"
+    step_graph = "step-graph"
+    first_new = "step-first-new"  # dcc.Store: the lab's position of new token 0 (None: no steps to replay)
+
+
+class CID:
+    """The Compare view (compare_view)."""
+
+    text = "compare-text"
+    model = "compare-model"
+    run = "compare-button"
+    graph = "compare-graph"
+    note = "compare-note"
+
+
+class AID:
+    """The analysis views: Coreference with probe sets (coref_view), Head statistics (stats_view), Rollout
+    (rollout_view)."""
+
+    coref_mode = "coref-mode"
+    coref_words = "coref-words"
+    coref_selection = "coref-selection"
+    coref_sinks = "coref-sinks"
+    coref_headline = "coref-headline"
+    coref_table = "coref-table"
+    coref_bars = "coref-bars"
+    coref_heatmap = "coref-heatmap"
+    coref_word = "coref-word"  # pattern-matching type
+    probe_set = "probe-set"
+    probe_run = "probe-run"
+    probe_summary = "probe-summary"
+    probe_map = "probe-map"
+    probe_cancel = "probe-cancel"
+    probe_progress = "probe-progress"
+    probe_progress_text = "probe-progress-text"
+    stats_table = "stats-table"
+    stats_source = "stats-source"
+    stats_column = "stats-column"
+    stats_map = "stats-map"
+    rollout_mode = "rollout-mode"
+    rollout_graph = "rollout-graph"

@@ -1,0 +1,208 @@
+"""The AttentionLab: click a token to make it the query, see its row of weights, and flip the causal
+mask, the ÷√d_k scaling and the temperature — the row recomputed from the model's real Q and K.
+(A generation's step slider lives beside it: generation_view.)"""
+
+from __future__ import annotations
+
+from dash import ALL, Dash, Input, Output, State, dcc, html
+
+import attnviz
+from attnviz import figures
+
+from .captures import Captures
+from .common import chip, message_figure, word_of
+from .errors import only_on, shows_errors
+from .generation_view import lab_panel, mark_view, new_start
+from .ids import GID, ID
+
+_CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
+VIEWS = [("lab", "AttentionLab")]
+
+
+def token_roles(start: int, stop: int, first_new: int | None, shown_to: int | None) -> list[str]:
+    """CSS classes of a lab chip covering tokens ``start..stop-1``: "generated" when it holds a new token,
+    "later" when it comes after the step slider's token (written after that step)."""
+    if first_new is None:
+        return []
+    roles = ["generated"] if stop > first_new else []
+    if shown_to is not None and start > shown_to:
+        roles.append("later")
+    return roles
+
+
+def lessons(cap: attnviz.Capture, layer: int, head: int, index: int, words: bool, kwargs: dict) -> list:
+    """What the switches teach (the seeds' points), said with this row's own numbers."""
+    said = []
+    part = kwargs.get("part")
+    names = figures.labels(cap, words, part, "key")
+    rec = cap.layer(layer, part)
+    if not kwargs["scale"]:
+        scaled = figures.row_stats(cap.attention(layer, head, part=part, causal=kwargs["causal"], words=words)[index])
+        said.append(
+            f"Without ÷√d_k the scores are {1 / rec.scaling:.3g}× larger (d_k = {cap.info(part)['d_head']}), so the softmax "
+            f"saturates: entropy {scaled['entropy']:.2f} → the one above, top weight {scaled['top_weight']:.2f} "
+            "→ closer to one-hot. That is why the scaling exists."
+        )
+    if rec.causal and not kwargs["causal"]:
+        future = cap.attention(layer, head, part=part, causal=False, words=words)[index, index + 1 :].sum()
+        said.append(
+            f"Without the causal mask {names[index]!r} puts {float(future):.2f} on tokens to its right — "
+            "weights this decoder never computes: it only ever sees the past."
+        )
+    if not rec.causal and kwargs["causal"]:
+        said.append("This encoder is bidirectional: the causal mask is not how it was trained.")
+    return [html.Div(line, className="lab-lesson", style={"color": "#555", "fontSize": "0.9em"}) for line in said]
+
+
+def layout(graph_config: dict) -> list:
+    return [
+        html.P(
+            "Click a token to make it the query, and see its row of weights. Switch the causal mask "
+            "and the ÷√d_k scaling, or change the temperature: the row is recomputed with attnviz's "
+            "own SDPA from this model's real Q and K."
+        ),
+        lab_panel(),
+        html.Div(id=ID.lab_tokens, style={"lineHeight": "2.1em", "margin": "6px 0"}),
+        html.Div(
+            [
+                dcc.Checklist(
+                    id=ID.lab_switches,
+                    inline=True,
+                    value=["causal", "scale"],
+                    options=[
+                        {"label": " causal mask (see only the left) ", "value": "causal"},
+                        {"label": " ÷√d_k scaling", "value": "scale"},
+                    ],
+                    style=_CONTROL,
+                ),
+                html.Div(
+                    [
+                        html.Label("temperature (log scale)"),
+                        dcc.Slider(
+                            id=ID.lab_temperature,
+                            min=-1,
+                            max=1,
+                            step=0.05,
+                            value=0,
+                            marks={-1: "0.1", -0.5: "0.32", 0: "1", 0.5: "3.2", 1: "10"},
+                        ),
+                    ],
+                    style={**_CONTROL, "width": "360px"},
+                ),
+            ]
+        ),
+        html.Div(id=ID.lab_stats, style={"fontSize": "1.1em", "margin": "6px 0"}),
+        dcc.Graph(id=ID.lab_graph, config=graph_config),
+    ]
+
+
+def register(app: Dash, captures: Captures) -> None:
+    @app.callback(
+        Output(ID.lab_tokens, "children"),
+        Input(ID.store, "data"),
+        Input(ID.words, "value"),
+        Input(ID.lab_query, "data"),
+        Input(ID.part, "value"),
+        Input(GID.step, "value"),
+        Input(ID.tabs, "value"),
+    )
+    @shows_errors(lambda _m: [])  # the run callback reports a capture that fails
+    def lab_tokens(store, units, query, part, step, tab):
+        only_on(tab, "lab")  # thousands of chips for a long text: built only where they are seen
+        cap = captures.from_store(store)
+        if cap is None:
+            return []
+        part = part if len(cap.parts) > 1 else None
+        queries, _ = cap.sequences(part)
+        first_new = new_start(cap, part, False, "query")  # None unless the chips are a generation's tokens
+        shown_to = None if first_new is None or step is None else first_new + int(step)  # the step slider's token
+        if units == "words":
+            items = [
+                (w.token_start, w.token_stop, w.text, w.token_start <= (query or 0) < w.token_stop)
+                for w in queries.words
+            ]
+        else:
+            items = [(i, i + 1, label, i == query) for i, label in enumerate(queries.token_labels)]
+        chips = []
+        for start, stop, label, chosen in items:
+            roles = token_roles(start, stop, first_new, shown_to)
+            chips.append(
+                chip(
+                    label,
+                    {"type": ID.lab_token, "index": start},
+                    " ".join(["lab-token", *roles, *(["selected"] if chosen else [])]),
+                    "#d62728" if chosen else None,
+                    title=f"generated at step {start - first_new}" if "generated" in roles else None,
+                )
+            )
+        return chips
+
+    # A clicked chip becomes the query (and moves the step slider to it, if it is a new token); the step
+    # slider makes its new token the query. In the browser: arrow keys fire one step after another, and
+    # overlapping server calls could land out of order and leave the query a step behind the slider.
+    app.clientside_callback(
+        """(clicks, step, first) => {
+            const noUpdate = window.dash_clientside.no_update;
+            const trigger = window.dash_clientside.callback_context.triggered_id;
+            const steps = first !== null && first !== undefined;
+            if (trigger === "STEP") {
+                return steps && step !== null && step !== undefined ? [first + step, noUpdate] : [noUpdate, noUpdate];
+            }
+            if (!trigger || !clicks.some(Boolean)) {
+                return [noUpdate, noUpdate];
+            }
+            return [trigger.index, steps && trigger.index >= first ? trigger.index - first : noUpdate];
+        }""".replace("STEP", GID.step),
+        Output(ID.lab_query, "data", allow_duplicate=True),
+        Output(GID.step, "value", allow_duplicate=True),
+        Input({"type": ID.lab_token, "index": ALL}, "n_clicks"),
+        Input(GID.step, "value"),
+        State(GID.first_new, "data"),
+        prevent_initial_call=True,
+    )
+
+    @app.callback(
+        Output(ID.lab_graph, "figure"),
+        Output(ID.lab_stats, "children"),
+        Input(ID.store, "data"),
+        Input(ID.layer, "value"),
+        Input(ID.head, "value"),
+        Input(ID.words, "value"),
+        Input(ID.lab_query, "data"),
+        Input(ID.lab_switches, "value"),
+        Input(ID.lab_temperature, "value"),
+        Input(ID.tabs, "value"),
+        Input(ID.part, "value"),
+    )
+    @shows_errors(lambda m: (message_figure(m), m))
+    def lab(store, layer, head, units, query, switches, log_temperature, tab, part):
+        only_on(tab, "lab")
+        cap = captures.from_store(store)
+        if cap is None or layer is None or head is None or query is None:
+            return message_figure("Run the model, then click a token."), ""
+        words = units == "words"
+        queries, _ = cap.sequences(part if len(cap.parts) > 1 else None)
+        token = min(query, queries.n_tokens - 1)  # the query store may hold another part's position
+        index = word_of(queries, token) if words else token
+        switches_ = switches or []
+        temperature = 10 ** (log_temperature or 0)
+        kwargs = dict(
+            words=words,
+            causal="causal" in switches_,
+            scale="scale" in switches_,
+            temperature=temperature,
+            part=part,
+        )
+        fig = mark_view(figures.query_row(cap, layer, head, index, **kwargs), cap, "bars", words=words, part=part)
+        row = cap.attention(
+            layer, head, causal=kwargs["causal"], scale=kwargs["scale"], temperature=temperature, words=words, part=part
+        )[index]
+        stats = figures.row_stats(row)
+        q_names, names = figures.labels(cap, words, part, "query"), figures.labels(cap, words, part, "key")
+        text = (
+            f"query {q_names[index]!r} (#{index}) → top weight {stats['top_weight']:.2f} on "
+            f"{names[stats['top_index']]!r}; entropy {stats['entropy']:.2f} nats "
+            f"({100 * stats['entropy_share']:.0f}% of the uniform row over {stats['support']} visible "
+            f"{'words' if words else 'tokens'}); temperature {temperature:.2g}"
+        )
+        return fig, html.Div([html.Div(text), *lessons(cap, layer, head, index, words, kwargs)])

@@ -1,0 +1,58 @@
+"""Rollout (Abnar & Zuidema 2020): heads averaged, the residual mixed in, multiplied through the layers —
+for every token, or for the AttentionLab's query."""
+
+from __future__ import annotations
+
+from dash import Dash, Input, Output, dcc, html
+
+from attnviz.analysis import rollout
+from attnviz.analysis.plots import rollout_figure
+
+from .captures import Captures
+from .common import message_figure
+from .errors import only_on, shows_errors
+from .generation_view import mark_view
+from .ids import AID, ID
+
+VIEWS = [("rollout", "Rollout")]
+
+
+def layout() -> list:
+    return [
+        html.P(
+            "Attention rollout (Abnar & Zuidema 2020): heads averaged, the residual connection mixed in "
+            "as 0.5·I, multiplied through all layers. It estimates how information flows through "
+            "attention alone; it is not an attribution of the prediction (MLPs and value norms are ignored)."
+        ),
+        dcc.RadioItems(
+            id=AID.rollout_mode,
+            value="matrix",
+            inline=True,
+            options=[
+                {"label": " every token ", "value": "matrix"},
+                {"label": " the AttentionLab's query token", "value": "query"},
+            ],
+        ),
+        dcc.Loading(dcc.Graph(id=AID.rollout_graph)),
+    ]
+
+
+def register(app: Dash, captures: Captures) -> None:
+    @app.callback(
+        Output(AID.rollout_graph, "figure"),
+        Input(ID.store, "data"),
+        Input(AID.rollout_mode, "value"),
+        Input(ID.lab_query, "data"),
+        Input(ID.tabs, "value"),
+        Input(ID.part, "value"),
+    )
+    @shows_errors(message_figure)
+    def rollout_view(store, mode, query, tab, part):
+        only_on(tab, "rollout")
+        cap = captures.self_part(store, part)
+        if cap is None:
+            return message_figure("Run the model first.")
+        flow = rollout(cap)
+        query = None if query is None else min(query, cap.n_tokens - 1)
+        fig = rollout_figure(cap, flow, query=query if mode == "query" else None)
+        return mark_view(fig, cap, "bars" if mode == "query" else "matrix")

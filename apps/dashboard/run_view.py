@@ -1,0 +1,377 @@
+"""The top of the page: model, text, "Run model" / "Generate", and the part, layer, head and units
+every view reads — with the callbacks that run the model and fill those selectors.
+
+A text whose capture the server holds already opens at once (the cache, and the opening head
+memoised per capture and query). A short text is captured inside the request. A long one —
+more than ``background_from`` tokens, or a generation of more than ``BACKGROUND_NEW_TOKENS`` new
+tokens — is captured by a Dash background job in another process (the app's diskcache manager),
+with a progress bar and a Cancel button while the rest of the page stays usable: the job writes
+the capture with ``Capture.save`` into the server's capture folder and hands back the request;
+``run_model`` then adopts the file into the server's cache and fills the page as for a short text.
+"""
+
+from __future__ import annotations
+
+import time
+
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+
+import attnviz
+
+from .captures import Captures, default_query, is_encoder_decoder, wants_bos
+from .errors import shows_errors
+from .generation_view import MARK, MAX_NEW_TOKENS, generation_of
+from .generation_view import controls as generation_controls
+from .ids import GID, ID
+
+BACKGROUND_FROM = 1024  # texts with more tokens are captured by a background job
+PART_LABELS = {
+    "encoder": "encoder (source × source)",
+    "decoder": "decoder (target × target)",
+    "cross": "cross (target × source)",
+}
+_CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
+_SHOWN = {"display": "inline-block", "marginLeft": "8px"}
+_HIDDEN = {"display": "none"}
+
+
+# ---------------------------------------------------------------- pure helpers
+def checked_new_tokens(value) -> int:
+    """The number typed in "new tokens", as a whole number in 1..MAX_NEW_TOKENS (else a message saying so)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
+        raise attnviz.InputError(f"How many new tokens? Type a whole number from 1 to {MAX_NEW_TOKENS}.")
+    if not 1 <= value <= MAX_NEW_TOKENS:
+        raise attnviz.InputError(
+            f"{int(value)} new tokens: the page generates from 1 to {MAX_NEW_TOKENS}; "
+            "generate longer texts in a script (attnviz.generate) and open the saved file with --capture."
+        )
+    return int(value)
+
+
+def generation_status(gen: attnviz.Generation) -> str:
+    """The status line's start for a generation: the continuation, quoted (long ones shortened)."""
+    text = gen.text if len(gen.text) <= 300 else gen.text[:300] + "…"
+    stopped = ", stopped at the end-of-text token" if gen.info.get("stopped") == "eos" else ""
+    before = "the decoder's start token" if gen.capture.target is not None else f"{gen.prompt_length} prompt"
+    return f"generated {len(gen)} new tokens{stopped}: “{text}” — {before} + {len(gen)} new {MARK} in every view; "
+
+
+def status_line(cap: attnviz.Capture) -> str:
+    """What the status line says about a capture."""
+    gen = generation_of(cap)
+    status = f"{cap.model.get('name')}: " + (generation_status(gen) if gen is not None else "")
+    status += f"{cap.n_tokens} tokens, {len(cap.words)} words"
+    if cap.target is not None:
+        status += f", target {len(cap.target.tokens)} tokens"
+    status += ", " + ", ".join(
+        f"{p} {i['n_layers']} layers × {i['n_heads']} heads ({i['n_kv_heads']} KV)"
+        if len(cap.parts) > 1
+        else f"{i['n_layers']} layers × {i['n_heads']} heads ({i['n_kv_heads']} KV)"
+        for p, i in cap.model["parts"].items()
+    )
+    return status + f", {cap.model.get('backend')}"
+
+
+def job_text(done: int, layers: int, new_tokens: int | None) -> str:
+    """The background job's progress line, from the layers run so far."""
+    if not layers:
+        return "starting…"
+    if new_tokens:
+        return f"new token {min(done // layers + 1, new_tokens)} of {new_tokens}"
+    if done >= layers:
+        return f"layer {layers} of {layers} — checking and saving the capture…"
+    return f"layer {done + 1} of {layers}"
+
+
+# ---------------------------------------------------------------- layout
+def layout(model_options: list[dict], default_model: str, default_text: str, examples: dict, *, bos: bool) -> list:
+    """Model, example, text (and target), the run controls, the background job's progress, the message."""
+    return [
+        dcc.Store(id=ID.store),
+        dcc.Store(id=ID.job),
+        dcc.Store(id=ID.job_done),
+        html.Div(
+            [
+                html.Div(
+                    [
+                        html.Label("Model"),
+                        dcc.Dropdown(
+                            id=ID.model,
+                            options=model_options,
+                            value=default_model,
+                            clearable=False,
+                            style={"width": "300px"},
+                        ),
+                    ],
+                    style=_CONTROL,
+                ),
+                html.Div(
+                    [
+                        html.Label("Example"),
+                        dcc.Dropdown(
+                            id=ID.example,
+                            options=[{"label": v, "value": k} for k, v in examples.items()],
+                            placeholder="pick an example sentence…",
+                            style={"width": "420px"},
+                        ),
+                    ],
+                    style=_CONTROL,
+                ),
+            ]
+        ),
+        dcc.Textarea(id=ID.text, value=default_text, style={"width": "100%", "height": "60px", "marginTop": "6px"}),
+        html.Div(
+            id=ID.target_box,
+            style={"display": "none"},
+            children=[
+                html.Label(
+                    "Target — the decoder's text, teacher-forced (empty: the decoder reads its start token only)"
+                ),
+                dcc.Textarea(id=ID.target, value="", style={"width": "100%", "height": "40px"}),
+            ],
+        ),
+        html.Div(
+            [
+                html.Button("Run model", id=ID.run, n_clicks=0, style={"marginRight": "12px"}),
+                *generation_controls(),
+                dcc.Checklist(
+                    id=ID.bos,
+                    value=["bos"] if bos else [],
+                    inline=True,
+                    style={"display": "inline-block", "marginRight": "12px"},
+                    options=[{"label": " prepend BOS (decoders park their attention sink there)", "value": "bos"}],
+                ),
+                dcc.Loading(
+                    html.Span(id=ID.status, style={"color": "#555"}), type="dot", style={"display": "inline-block"}
+                ),
+                html.Button("Cancel", id=ID.job_cancel, n_clicks=0, style=_HIDDEN),
+                html.Progress(id=ID.job_progress, value="0", max="1", style=_HIDDEN),
+                html.Span(id=ID.job_progress_text, style={"marginLeft": "6px", "color": "#555"}),
+            ],
+            style={"margin": "6px 0"},
+        ),
+        html.Div(id=ID.message, role="alert", style={"color": "#b00020", "whiteSpace": "pre-wrap", "margin": "4px 0"}),
+    ]
+
+
+def selectors() -> list:
+    """Part (encoder-decoders), layer, head and units: what every view reads."""
+    return [
+        html.Div(
+            [html.Label("Part"), dcc.Dropdown(id=ID.part, clearable=False, style={"width": "230px"})],
+            id=ID.part_box,
+            style={**_CONTROL, "display": "none"},
+            title="encoder: source × source; decoder: target × target (causal); cross: target × source",
+        ),
+        html.Div(
+            [html.Label("Layer (0-based)"), dcc.Dropdown(id=ID.layer, clearable=False, style={"width": "110px"})],
+            style=_CONTROL,
+        ),
+        html.Div(
+            [html.Label("Head (0-based)"), dcc.Dropdown(id=ID.head, clearable=False, style={"width": "110px"})],
+            style=_CONTROL,
+        ),
+        html.Div(
+            [
+                html.Label("Units"),
+                dcc.RadioItems(
+                    id=ID.words,
+                    value="tokens",
+                    inline=True,
+                    options=[{"label": " tokens ", "value": "tokens"}, {"label": " words", "value": "words"}],
+                ),
+            ],
+            style=_CONTROL,
+            title="words: attention to a word is summed over its pieces, from a word averaged",
+        ),
+    ]
+
+
+# ---------------------------------------------------------------- callbacks
+VIEW_OUTPUTS = [  # what a run sets: the store every view reads, the messages, and the selectors
+    (ID.store, "data"),
+    (ID.message, "children"),
+    (ID.status, "children"),
+    (ID.layer, "options"),
+    (ID.layer, "value"),
+    (ID.head, "options"),
+    (ID.head, "value"),
+    (ID.heads_multi, "options"),
+    (ID.heads_multi, "value"),
+    (ID.lab_query, "data"),
+    (ID.lab_switches, "value"),
+    (ID.part, "options"),
+    (ID.part, "value"),
+    (ID.part_box, "style"),
+]
+
+
+def register(app: Dash, captures: Captures, *, startup_error: str = "", background_from: int = BACKGROUND_FROM) -> None:
+    """The run callbacks. ``startup_error`` is shown when the page opens (a capture or statistics file
+    that did not open); texts of more than ``background_from`` tokens are captured in a background job."""
+    models = captures.models
+
+    @app.callback(Output(ID.target_box, "style"), Input(ID.model, "value"))
+    @shows_errors(lambda _m: {"display": "none"})
+    def show_target(model):
+        return {"display": "block"} if model in models and is_encoder_decoder(model) else {"display": "none"}
+
+    @app.callback(Output(ID.bos, "value"), Input(ID.model, "value"), prevent_initial_call=True)
+    @shows_errors()
+    def default_bos(model):
+        return ["bos"] if model in models and wants_bos(model) else []
+
+    @app.callback(Output(ID.text, "value"), Input(ID.example, "value"), prevent_initial_call=True)
+    def use_example(example):
+        return example if example else no_update
+
+    def failed(message: str) -> tuple:
+        # the page keeps showing the last capture, and the status line keeps describing it
+        return (no_update, message) + (no_update,) * (len(VIEW_OUTPUTS) - 2)
+
+    def opened(store: dict, cap: attnviz.Capture) -> tuple:
+        """The selectors' outputs for a capture the server holds."""
+        gen = generation_of(cap)
+        # the encoder of an encoder-decoder (the text the user typed); the decoder of a generation
+        part = "decoder" if gen is not None else cap.parts[0]
+        layers = cap.layer_indices(part)
+        heads = list(range(cap.info(part)["n_heads"]))
+        view = cap.select(part)
+        query = gen.prompt_length if gen is not None else default_query(view)  # a generation: its first new token
+        best_layer, best_head = captures.opening_head(store, part, view, query)
+        return (
+            store,
+            "",
+            status_line(cap),
+            [{"label": f"L{i}", "value": i} for i in layers],
+            best_layer,
+            [{"label": f"H{h}", "value": h} for h in heads],
+            best_head,
+            [{"label": f"H{h} ", "value": h} for h in heads],
+            [best_head],
+            query,
+            ["causal", "scale"] if any(r.causal for r in view.records.values()) else ["scale"],
+            [{"label": PART_LABELS[p], "value": p} for p in cap.parts],
+            part,
+            {"display": "none"} if len(cap.parts) == 1 else _CONTROL,
+        )
+
+    @app.callback(
+        *[Output(i, prop) for i, prop in VIEW_OUTPUTS],
+        Output(GID.progress, "children"),
+        Output(ID.job, "data"),
+        Input(ID.run, "n_clicks"),
+        Input(GID.generate, "n_clicks"),
+        State(ID.text, "value"),
+        State(ID.model, "value"),
+        State(ID.bos, "value"),
+        State(ID.target, "value"),
+        State(GID.new_tokens, "value"),
+        running=[(Output(ID.run, "disabled"), True, False), (Output(GID.generate, "disabled"), True, False)],
+    )
+    @shows_errors(lambda m: (*failed(m), "", no_update))
+    def run_model(_clicks, _generate_clicks, text, model, bos_switch, target, new_tokens):
+        if startup_error and not ctx.triggered_id:
+            return (*failed(startup_error), "", no_update)
+        generate = ctx.triggered_id == GID.generate
+        if not isinstance(text, str) or not text.strip():
+            raise attnviz.EmptyTextError("The text is empty: type a sentence or pick an example.")
+        bos = "bos" in (bos_switch or [])
+        target = target.strip() if isinstance(target, str) and target.strip() else None
+        new_tokens, target = (checked_new_tokens(new_tokens), None) if generate else (None, target)
+        captures.check_model(model)
+        key = captures.key(model, text, bos, target, new_tokens)
+        store = {"model": model, "text": text, "bos": bos, "target": target}
+        if new_tokens:
+            store["generate"] = new_tokens
+        if captures.cached(key) is None and captures.long_job(model, text, new_tokens, background_from):
+            job = {**store, "job": time.time()}  # a fresh request, even for the text of a cancelled job
+            return (*failed(""), "", job)
+        cap = captures.get(model, text, bos, target, new_tokens)
+        if cap.target is None:
+            store["target"] = None
+        return (*opened(store, cap), "", no_update)
+
+    @app.callback(
+        *[Output(i, prop, allow_duplicate=True) for i, prop in VIEW_OUTPUTS],
+        Input(ID.job_done, "data"),
+        prevent_initial_call=True,
+    )
+    @shows_errors(failed)
+    def finish_job(done):
+        """A background job left the capture in the server's folder: open it as run_model does."""
+        if not done or done.get("error"):
+            return failed((done or {}).get("error", ""))
+        store = {k: v for k, v in done.items() if k != "job"}
+        return opened(store, captures.from_store(store))
+
+    def job_failed(message: str) -> dict:
+        return {"error": message}
+
+    @app.callback(
+        Output(ID.job_done, "data"),
+        Input(ID.job, "data"),
+        prevent_initial_call=True,
+        background=True,  # thousands of tokens take tens of seconds: a job beside the server
+        interval=300,
+        running=[
+            (Output(ID.run, "disabled"), True, False),
+            (Output(GID.generate, "disabled"), True, False),
+            (Output(ID.job_cancel, "style"), _SHOWN, _HIDDEN),
+            (Output(ID.job_progress, "style"), _SHOWN, _HIDDEN),
+            (Output(ID.job_progress_text, "style"), {"marginLeft": "6px", "color": "#555"}, _HIDDEN),
+        ],
+        cancel=[Input(ID.job_cancel, "n_clicks")],
+        progress=[
+            Output(ID.job_progress, "value"),
+            Output(ID.job_progress, "max"),
+            Output(ID.job_progress_text, "children"),
+        ],
+    )
+    @shows_errors(job_failed)
+    def capture_job(set_progress, request):
+        if not request:
+            return no_update
+        new_tokens = request.get("generate")
+        shown = [""]
+
+        def progress(done: int, layers: int) -> None:
+            text = job_text(done, layers, new_tokens)
+            if text != shown[0]:  # one write per layer (per new token for a generation)
+                shown[0] = text
+                total = layers * new_tokens if new_tokens else layers
+                set_progress((str(min(done, total)), str(total), f"Capturing in the background: {text}"))
+
+        set_progress(("0", "1", "Capturing in the background: starting…"))
+        captures.save_for_server({k: v for k, v in request.items() if k != "job"}, progress)
+        return request
+
+    @app.callback(
+        Output(ID.layer, "options", allow_duplicate=True),
+        Output(ID.layer, "value", allow_duplicate=True),
+        Output(ID.head, "options", allow_duplicate=True),
+        Output(ID.head, "value", allow_duplicate=True),
+        Output(ID.heads_multi, "options", allow_duplicate=True),
+        Output(ID.heads_multi, "value", allow_duplicate=True),
+        Input(ID.part, "value"),
+        State(ID.store, "data"),
+        State(ID.layer, "value"),
+        State(ID.head, "value"),
+        State(ID.heads_multi, "value"),
+        prevent_initial_call=True,
+    )
+    @shows_errors(lambda _m: no_update)  # the run callback reports a capture that fails
+    def choose_part(part, store, layer, head, heads):
+        cap = captures.from_store(store)
+        if cap is None or part not in cap.parts:
+            return no_update
+        layers, n_heads = cap.layer_indices(part), cap.info(part)["n_heads"]
+        head = head if head is not None and head < n_heads else 0
+        return (
+            [{"label": f"L{i}", "value": i} for i in layers],
+            layer if layer in layers else layers[0],
+            [{"label": f"H{h}", "value": h} for h in range(n_heads)],
+            head,
+            [{"label": f"H{h} ", "value": h} for h in range(n_heads)],
+            [h for h in (heads or [head]) if h < n_heads] or [head],
+        )
