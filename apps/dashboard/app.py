@@ -25,6 +25,7 @@ from . import (
     compare_view,
     coref_view,
     cost_view,
+    edit_view,
     export_view,
     generation_view,
     head_view,
@@ -136,6 +137,7 @@ def create_app(
         rollout_view,
         compare_view,
         export_view,
+        edit_view,
     ):
         view.register(app, captures)
     stats_view.register(app, captures, corpus, Path(stats_file).name if stats_file is not None else "")

@@ -13,6 +13,7 @@ from attnviz.analysis.plots import coref_bars, probe_accuracy_map
 
 from .captures import FILE_PREFIX, Captures
 from .common import TABLE_STYLE, chip, message_figure, word_of
+from .edit_view import coref_panel
 from .errors import only_on, shows_errors
 from .generation_view import mark_view, new_start
 from .ids import AID, ID
@@ -54,6 +55,7 @@ def layout() -> list:
         html.Div("Heads ranked (click a row to select the head):", style={"marginTop": "6px"}),
         dash_table.DataTable(id=AID.coref_table, sort_action="native", page_size=15, **TABLE_STYLE),
         dcc.Graph(id=AID.coref_heatmap),
+        coref_panel(),  # test it on the model, and the head-importance map (edit_view)
         html.H4("Probe set: every head's accuracy at picking the gold antecedent"),
         html.Div(
             [

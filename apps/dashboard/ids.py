@@ -126,3 +126,30 @@ class AID:
     stats_map = "stats-map"
     rollout_mode = "rollout-mode"
     rollout_graph = "rollout-graph"
+
+
+class EID:
+    """Counterfactual edits: the AttentionLab's "apply to the model", the Coreference view's "test it" and
+    head-importance map (edit_view)."""
+
+    lab_apply = "edit-lab-apply"
+    lab_scope = "edit-lab-scope"
+    lab_knock = "edit-lab-knock"  # dcc.Store: the key token positions knocked out for the lab's query
+    lab_knock_text = "edit-lab-knock-text"
+    lab_knock_clear = "edit-lab-knock-clear"
+    lab_continuation = "edit-lab-continuation"
+    lab_result = "edit-lab-result"
+    lab_predictions = "edit-lab-predictions"
+    lab_row = "edit-lab-row"
+    coref_candidate = "edit-coref-candidate"
+    coref_top = "edit-coref-top"
+    coref_continuation = "edit-coref-continuation"
+    coref_test = "edit-coref-test"
+    coref_result = "edit-coref-result"
+    coref_predictions = "edit-coref-predictions"
+    importance_run = "importance-run"
+    importance_cancel = "importance-cancel"
+    importance_progress = "importance-progress"
+    importance_progress_text = "importance-progress-text"
+    importance_note = "importance-note"
+    importance_map = "importance-map"

@@ -11,6 +11,7 @@ from attnviz import figures
 
 from .captures import Captures
 from .common import chip, message_figure, word_of
+from .edit_view import lab_panel as edit_panel
 from .errors import only_on, shows_errors
 from .generation_view import lab_panel, mark_view, new_start
 from .ids import GID, ID
@@ -93,6 +94,7 @@ def layout(graph_config: dict) -> list:
         ),
         html.Div(id=ID.lab_stats, style={"fontSize": "1.1em", "margin": "6px 0"}),
         dcc.Graph(id=ID.lab_graph, config=graph_config),
+        edit_panel(),  # apply the switches, the temperature and knocked-out keys to the model (edit_view)
     ]
 
 

@@ -1,0 +1,471 @@
+"""Counterfactual attention in the page: the AttentionLab's switches, temperature and knocked-out keys
+applied to the real model (``attnviz.intervene``), the coreference view's "test it" (knock the pronoun's
+attention to a candidate out of its top heads), and a head-importance map (``attnviz.head_importance``)
+computed as a background job with progress and Cancel.
+
+The panels sit in the AttentionLab and the Coreference view (their layouts include ``lab_panel()`` and
+``coref_panel()``); the callbacks are registered here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+
+import attnviz
+from attnviz import edits, figures
+from attnviz.analysis import rank_heads
+
+from .captures import FILE_PREFIX, Captures
+from .common import message_figure, word_of
+from .errors import shows_errors
+from .ids import AID, EID, ID
+
+_CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "middle"}
+_RESULT = {"margin": "6px 0", "fontSize": "1.05em"}
+TOP_HEADS = 5  # the coreference test knocks the pronoun → candidate out of this many top heads by default
+
+
+def lab_panel() -> html.Div:
+    """The AttentionLab's "apply to the model" controls and results."""
+    return html.Div(
+        [
+            html.H4("Apply to the model: what would it predict?"),
+            html.P(
+                "The switches and the temperature above, and the keys you knock out (click a bar of the "
+                "row), act on the real model here: the chosen heads run through attnviz's own SDPA with "
+                "the change, every other head is the model's own kernel, and the page shows the next "
+                "token before and after. Before editing, attnviz checks that its SDPA without a change "
+                "reproduces the model's output on those layers.",
+                style={"color": "#555"},
+            ),
+            dcc.Store(id=EID.lab_knock, data=[]),
+            html.Div(
+                [
+                    html.Span("apply to ", style={"marginRight": "4px"}),
+                    dcc.RadioItems(
+                        id=EID.lab_scope,
+                        value="head",
+                        inline=True,
+                        options=[
+                            {"label": " this head ", "value": "head"},
+                            {"label": " every head of this layer ", "value": "layer"},
+                            {"label": " every layer", "value": "all"},
+                        ],
+                        style={"display": "inline-block"},
+                    ),
+                ],
+                style=_CONTROL,
+            ),
+            html.Div(
+                [
+                    html.Span(id=EID.lab_knock_text, style={"marginRight": "6px"}),
+                    html.Button("clear knockouts", id=EID.lab_knock_clear, n_clicks=0),
+                ],
+                style=_CONTROL,
+            ),
+            html.Div(
+                [
+                    html.Label("continuation ", htmlFor=EID.lab_continuation),
+                    dcc.Input(
+                        id=EID.lab_continuation,
+                        type="text",
+                        placeholder="e.g. 好 (optional)",
+                        debounce=True,
+                        style={"width": "140px"},
+                    ),
+                ],
+                style=_CONTROL,
+            ),
+            html.Button("Apply to the model", id=EID.lab_apply, n_clicks=0, className="primary"),
+            dcc.Loading(html.Div(id=EID.lab_result, style=_RESULT)),
+            html.Div(
+                [
+                    dcc.Graph(id=EID.lab_predictions, style={"display": "inline-block", "width": "48%"}),
+                    dcc.Graph(id=EID.lab_row, style={"display": "inline-block", "width": "52%"}),
+                ]
+            ),
+        ],
+        style={"borderTop": "1px solid #ddd", "marginTop": "14px", "paddingTop": "6px"},
+    )
+
+
+def coref_panel() -> html.Div:
+    """The Coreference view's "test it" and head-importance controls and results."""
+    return html.Div(
+        [
+            html.H4("Test it on the model"),
+            html.P(
+                "A head that attends from the pronoun to a candidate need not be what the prediction rests "
+                "on. Knock the pronoun's attention to the candidate out of its top-ranked heads and see "
+                "whether the next token changes; or ablate every head in turn and map how much the "
+                "continuation's probability needs each one.",
+                style={"color": "#555"},
+            ),
+            html.Div(
+                [
+                    html.Label("candidate "),
+                    dcc.Dropdown(id=EID.coref_candidate, clearable=False, style={"width": "160px"}),
+                ],
+                style={**_CONTROL, "display": "inline-flex", "alignItems": "center", "gap": "4px"},
+            ),
+            html.Div(
+                [
+                    html.Label("top heads ", htmlFor=EID.coref_top),
+                    dcc.Input(
+                        id=EID.coref_top, type="number", min=1, max=64, step=1, value=TOP_HEADS, style={"width": "60px"}
+                    ),
+                ],
+                style=_CONTROL,
+            ),
+            html.Div(
+                [
+                    html.Label("continuation ", htmlFor=EID.coref_continuation),
+                    dcc.Input(
+                        id=EID.coref_continuation,
+                        type="text",
+                        placeholder="e.g. 好",
+                        debounce=True,
+                        style={"width": "140px"},
+                    ),
+                ],
+                style=_CONTROL,
+            ),
+            html.Button("Test it", id=EID.coref_test, n_clicks=0),
+            dcc.Loading(html.Div(id=EID.coref_result, style=_RESULT)),
+            dcc.Graph(id=EID.coref_predictions),
+            html.Div(
+                [
+                    html.Button("Map head importance", id=EID.importance_run, n_clicks=0),
+                    html.Button(
+                        "Cancel", id=EID.importance_cancel, n_clicks=0, style={"display": "none", "marginLeft": "6px"}
+                    ),
+                    html.Progress(
+                        id=EID.importance_progress, value="0", max="1", style={"display": "none", "marginLeft": "8px"}
+                    ),
+                    html.Span(id=EID.importance_progress_text, style={"marginLeft": "6px", "color": "#555"}),
+                ],
+                style={"margin": "8px 0"},
+            ),
+            html.Div(id=EID.importance_note, style=_RESULT),
+            dcc.Graph(id=EID.importance_map),
+        ],
+        style={"borderTop": "1px solid #ddd", "marginTop": "14px", "paddingTop": "6px"},
+    )
+
+
+def _model_of(store: dict | None) -> tuple[Any, Any, dict]:
+    """(model, tokenizer, intervene's text keywords) of the page's run; a capture file has no model."""
+    if not store:
+        raise attnviz.InputError("Run the model first.")
+    model = store["model"]
+    if model.startswith(FILE_PREFIX):
+        raise attnviz.InputError("A capture file holds no model to edit; pick a model in the list and run the text.")
+    if store.get("generate"):
+        raise attnviz.InputError(
+            "Edits run one forward of a text: run the prompt with its continuation as the text (Run model), then apply."
+        )
+    loaded, tokenizer = attnviz.load_model(model)
+    keywords: dict[str, Any] = {"add_bos": bool(store.get("bos"))}
+    if loaded.config.is_encoder_decoder:
+        keywords["target"] = store.get("target") or None
+    return loaded, tokenizer, keywords
+
+
+def _continuation(value: str | None) -> str | None:
+    return value if value and value.strip() else None
+
+
+def _tokens_of(seq: attnviz.TokenSequence, index: int, words: bool) -> list[int]:
+    return list(seq.words[index].tokens) if words else [index]
+
+
+def _lab_edits(
+    cap: attnviz.Capture, layer: int, head: int, part: str | None, query: list[int], switches, log_t, scope, knocked
+) -> tuple[list[edits.Edit], list[str]]:
+    """(the lab's state as edits, what of it could not be applied to the model)."""
+    where = {"head": {"layer": layer, "head": head}, "layer": {"layer": layer}, "all": {}}[scope or "head"]
+    chosen: list[edits.Edit] = []
+    notes = []
+    switches = switches or []
+    causal_model = cap.layer(layer, part).causal
+    if "causal" not in switches and causal_model:
+        chosen.append(edits.no_causal_mask(part=part, **where))
+    if "causal" in switches and not causal_model:
+        notes.append("The causal switch adds a mask this bidirectional attention never had: not applied to the model.")
+    if "scale" not in switches:
+        chosen.append(edits.no_scaling(part=part, **where))
+    temperature = 10 ** (log_t or 0)
+    if abs(temperature - 1) > 1e-9:
+        chosen.append(edits.temperature(temperature, part=part, **where))
+    if knocked:
+        chosen.append(edits.knockout(query=query, key=sorted(knocked), part=part, **where))
+    return chosen, notes
+
+
+def register(app: Dash, captures: Captures) -> None:
+    @app.callback(
+        Output(EID.lab_knock, "data"),
+        Input(ID.lab_graph, "clickData"),
+        Input(EID.lab_knock_clear, "n_clicks"),
+        Input(ID.store, "data"),
+        State(EID.lab_knock, "data"),
+        State(ID.words, "value"),
+        State(ID.part, "value"),
+        prevent_initial_call=True,
+    )
+    @shows_errors()
+    def knock(click, _clear, store, knocked, units, part):
+        """A click on a bar of the lab's row knocks that key out (again: back in); a new run clears them."""
+        if ctx.triggered_id != ID.lab_graph or not click or not click.get("points"):
+            return []
+        cap = captures.from_store(store)
+        if cap is None:
+            return []
+        _, keys = cap.sequences(part if len(cap.parts) > 1 else None)
+        index = int(click["points"][0]["x"])
+        tokens = set(_tokens_of(keys, index, units == "words"))
+        knocked = set(knocked or [])
+        return sorted(knocked - tokens if tokens <= knocked else knocked | tokens)
+
+    @app.callback(
+        Output(EID.lab_knock_text, "children"),
+        Input(EID.lab_knock, "data"),
+        State(ID.store, "data"),
+        State(ID.part, "value"),
+    )
+    @shows_errors(lambda m: m)
+    def knock_text(knocked, store, part):
+        if not knocked:
+            return "knocked out: none (click a bar of the row)"
+        cap = captures.from_store(store)
+        if cap is None:
+            return ""
+        _, keys = cap.sequences(part if len(cap.parts) > 1 else None)
+        labels = keys.token_labels
+        return "knocked out: " + ", ".join(labels[i] for i in knocked if i < len(labels))
+
+    @app.callback(
+        Output(EID.lab_result, "children"),
+        Output(EID.lab_predictions, "figure"),
+        Output(EID.lab_row, "figure"),
+        Input(EID.lab_apply, "n_clicks"),
+        State(ID.store, "data"),
+        State(ID.layer, "value"),
+        State(ID.head, "value"),
+        State(ID.words, "value"),
+        State(ID.lab_query, "data"),
+        State(ID.lab_switches, "value"),
+        State(ID.lab_temperature, "value"),
+        State(ID.part, "value"),
+        State(EID.lab_scope, "value"),
+        State(EID.lab_knock, "data"),
+        State(EID.lab_continuation, "value"),
+        prevent_initial_call=True,
+    )
+    @shows_errors(lambda m: (m, message_figure(m), message_figure("")))
+    def apply_lab(_clicks, store, layer, head, units, query, switches, log_t, part, scope, knocked, continuation):
+        cap = captures.from_store(store)
+        if cap is None or layer is None or head is None or query is None:
+            return "Run the model, then click a token.", message_figure(""), message_figure("")
+        model, tokenizer, keywords = _model_of(store)
+        part = part if len(cap.parts) > 1 else None
+        words = units == "words"
+        queries, _ = cap.sequences(part)
+        token = min(query, queries.n_tokens - 1)
+        index = word_of(queries, token) if words else token
+        query_tokens = _tokens_of(queries, index, words)
+        chosen, notes = _lab_edits(cap, layer, head, part, query_tokens, switches, log_t, scope, knocked)
+        if not chosen:
+            return (
+                " ".join(
+                    [
+                        *notes,
+                        "Nothing to apply: switch the causal mask or ÷√d_k off, change the temperature, or click a "
+                        "bar of the row to knock that key out.",
+                    ]
+                ),
+                message_figure(""),
+                message_figure(""),
+            )
+        out = attnviz.intervene(model, cap.text, chosen, tokenizer, **keywords)
+        summary = _summary(out, _continuation(continuation), notes)
+        bars = figures.prediction_bars(out, 5, _continuation(continuation))
+        return summary, bars, _edited_row(out, layer, head, index, words, part)
+
+    @app.callback(
+        Output(EID.coref_candidate, "options"),
+        Output(EID.coref_candidate, "value"),
+        Input(AID.coref_selection, "data"),
+        State(ID.store, "data"),
+        State(ID.part, "value"),
+    )
+    @shows_errors(lambda _m: ([], None))
+    def candidates(selection, store, part):
+        cap = captures.self_part(store, part)
+        if cap is None or not selection or not selection.get("candidates"):
+            return [], None
+        options = [{"label": cap.words[i].text, "value": i} for i in selection["candidates"]]
+        return options, options[0]["value"]
+
+    @app.callback(
+        Output(EID.coref_result, "children"),
+        Output(EID.coref_predictions, "figure"),
+        Input(EID.coref_test, "n_clicks"),
+        State(ID.store, "data"),
+        State(AID.coref_selection, "data"),
+        State(AID.coref_sinks, "value"),
+        State(ID.part, "value"),
+        State(EID.coref_candidate, "value"),
+        State(EID.coref_top, "value"),
+        State(EID.coref_continuation, "value"),
+        prevent_initial_call=True,
+    )
+    @shows_errors(lambda m: (m, message_figure(m)))
+    def test_it(_clicks, store, selection, sinks, part, candidate, top, continuation):
+        cap = captures.self_part(store, part)
+        if cap is None or not selection or candidate is None or candidate not in selection["candidates"]:
+            return "Choose the pronoun and a candidate above.", message_figure("")
+        model, tokenizer, keywords = _model_of(store)
+        top = int(top or TOP_HEADS)
+        ranking = rank_heads(cap, selection["pronoun"], selection["candidates"], exclude_sinks="sinks" in (sinks or []))
+        name = cap.words[candidate].text
+        heads = ranking.for_candidate(name).head(top)
+        the_part = cap.parts[0] if len(cap.parts) == 1 else None
+        pronoun = list(cap.words[selection["pronoun"]].tokens)
+        key = list(cap.words[candidate].tokens)
+        chosen = [
+            edits.knockout(layer=int(r.layer), head=int(r.head), query=pronoun, key=key, part=the_part)
+            for r in heads.itertuples(index=False)
+        ]
+        if the_part is None and store.get("target"):
+            keywords["target"] = store.get("target")
+        out = attnviz.intervene(model, cap.text, chosen, tokenizer, **keywords)
+        where = ", ".join(f"L{int(r.layer)}·H{int(r.head)}" for r in heads.itertuples(index=False))
+        said = [
+            html.Div(
+                f"Knocked out {cap.words[selection['pronoun']].text} → {name} in its top {len(chosen)} heads ({where}).",
+                style={"fontWeight": "bold"},
+            )
+        ]
+        if out.before is not None and out.after is not None:
+            b, a = out.before.top_tokens(1)[0], out.after.top_tokens(1)[0]
+            verdict = "unchanged" if b.id == a.id else "changed"
+            said.append(
+                html.Div(f"Next token: {b.token!r} {b.probability:.2f} → {a.token!r} {a.probability:.2f} ({verdict}).")
+            )
+        cont = _continuation(continuation)
+        if cont is not None and out.before is not None:
+            before, after = out.logprob(cont)
+            said.append(html.Div(f"log P({cont!r}): {before:.2f} → {after:.2f} (Δ {after - before:+.2f})."))
+        said.append(html.Div(_check_line(out), style={"color": "#555", "fontSize": "0.9em"}))
+        return html.Div(said), figures.prediction_bars(out, 5, cont)
+
+    @app.callback(
+        Output(EID.importance_note, "children"),
+        Output(EID.importance_map, "figure"),
+        Input(EID.importance_run, "n_clicks"),
+        State(ID.store, "data"),
+        State(ID.part, "value"),
+        State(EID.coref_continuation, "value"),
+        prevent_initial_call=True,
+        background=True,  # every head ablated in turn: a job beside the server, the page stays usable
+        running=[
+            (Output(EID.importance_run, "disabled"), True, False),
+            (
+                Output(EID.importance_cancel, "style"),
+                {"display": "inline-block", "marginLeft": "6px"},
+                {"display": "none"},
+            ),
+            (
+                Output(EID.importance_progress, "style"),
+                {"display": "inline-block", "marginLeft": "8px"},
+                {"display": "none"},
+            ),
+        ],
+        cancel=[Input(EID.importance_cancel, "n_clicks")],
+        progress=[
+            Output(EID.importance_progress, "value"),
+            Output(EID.importance_progress, "max"),
+            Output(EID.importance_progress_text, "children"),
+        ],
+    )
+    @shows_errors(lambda m: (m, message_figure(m)))
+    def importance(set_progress, _clicks, store, part, continuation):
+        set_progress(("0", "1", ""))
+        cont = _continuation(continuation)
+        if cont is None:
+            return "Type the continuation whose probability the heads are ranked by (e.g. 好).", message_figure("")
+        model, tokenizer, keywords = _model_of(store)
+        cap = captures.from_store(store)
+        assert cap is not None
+
+        def progress(done: int, total: int) -> None:
+            set_progress((str(done), str(total), f"{done} of {total} heads ablated"))
+
+        table = attnviz.head_importance(
+            model,
+            cap.text,
+            cont,
+            tokenizer,
+            add_bos=keywords["add_bos"],
+            decoder_text=keywords.get("target"),
+            progress=False,
+            on_progress=progress,
+        )
+        set_progress(("1", "1", ""))
+        shown = part if "part" in table.columns and part in set(table["part"]) else None
+        top = table.iloc[0]
+        note = (
+            f"log P({cont!r}) = {table.attrs['logprob']:.2f}; without L{int(top['layer'])}·H{int(top['head'])} it drops "
+            f"by {float(top['logprob_drop']):.2f} — the head this continuation needs most. Click a cell to select the head."
+        )
+        return note, figures.importance_map(table, part=shown)
+
+    @app.callback(
+        Output(ID.layer, "value", allow_duplicate=True),
+        Output(ID.head, "value", allow_duplicate=True),
+        Input(EID.importance_map, "clickData"),
+        prevent_initial_call=True,
+    )
+    def select_head(click):
+        if not click or not click.get("points"):
+            return no_update, no_update
+        point = click["points"][0]
+        return int(point["y"]), int(point["x"])
+
+
+def _check_line(out: attnviz.Intervention) -> str:
+    if out.check_error == 0.0 and all(e.kind == "ablate" for e in out.edits):
+        return "Ablation keeps the model's own kernel."
+    return (
+        f"attnviz's SDPA without an edit reproduces the model on the edited layers: max |Δ| {out.check_error:.1e} "
+        f"(tolerance {out.check_tolerance:.0e}), so the change is the edit's."
+    )
+
+
+def _summary(out: attnviz.Intervention, continuation: str | None, notes: list[str]) -> html.Div:
+    lines = [html.Div("; ".join(str(e) for e in out.edits), style={"fontWeight": "bold"})]
+    if out.before is not None and out.after is not None:
+        b, a = out.before.top_tokens(1)[0], out.after.top_tokens(1)[0]
+        lines.append(html.Div(f"next token {b.token!r} {b.probability:.2f} → {a.token!r} {a.probability:.2f}"))
+        if continuation is not None:
+            before, after = out.logprob(continuation)
+            lines.append(html.Div(f"log P({continuation!r}): {before:.2f} → {after:.2f} (Δ {after - before:+.2f})"))
+    else:
+        lines.append(
+            html.Div(
+                f"no language-model head: final hidden states, cosine to the unedited ≥ {float(out.similarity.min()):.4f}"
+            )
+        )
+    lines.append(html.Div(_check_line(out), style={"color": "#555", "fontSize": "0.9em"}))
+    lines.extend(html.Div(note, style={"color": "#8a6d3b"}) for note in notes)
+    return html.Div(lines)
+
+
+def _edited_row(out: attnviz.Intervention, layer: int, head: int, index: int, words: bool, part: str | None):
+    fig = figures.query_row(out.capture_after, layer, head, index, words=words, part=part)
+    names = figures.labels(out.capture_after, words, part, "query")
+    fig.update_layout(title=f"{names[index]!r} → L{layer}·H{head} as the edited model computed it")
+    return fig
