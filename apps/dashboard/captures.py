@@ -213,7 +213,8 @@ class Captures:
             if cap is None and path.exists():
                 cap = attnviz.load(path)
                 self.cache.put(key, cap)
-                path.unlink(missing_ok=True)
+                with contextlib.suppress(OSError):  # the tensors may map the file: where it cannot go yet, it stays
+                    path.unlink()
         return cap
 
     def get(
