@@ -1,0 +1,446 @@
+"""What the dashboard sends and how long its server takes, per view, at n = 512, 2,048 and 8,192 tokens
+(issue #10's goals: ≤ 2 MB per response at every n; a 512 × 512 zoom window at n = 8,192 in ≤ 200 ms of
+server time; a head switch at n = 512 in ≤ 100 ms).
+
+The real app (``create_app``, SmolLM2, BOS on as the page opens) is served by Flask in a thread and driven
+by headless Chromium as a user drives it: type a text of n tokens (BOS included) and run it — past 1,024
+tokens that is the page's background capture job, with its progress polls — then the heatmap, another
+head of the same layer, a 512 × 512 zoom (a drag on the overview; at n = 512 the map is exact already
+and plotly zooms on its own), the model view, the head view, head statistics, rollout and the
+AttentionLab. A WSGI middleware around the Flask app records every ``/_dash-update-component`` request:
+its outputs, the bytes of the JSON it answered (what the browser receives; the app does not compress)
+and the server's seconds from the request to the last byte of the response. Each step's row is the
+response carrying that view's figure; "all" sums every response of the step (other callbacks that fire
+too, and 204s of hidden views). "browser s" is the wall time from the action until the page is quiet.
+
+    .venv/bin/python bench/dashboard_payload.py                 # n = 512, 2048, 8192 (~6 min; 8,192 needs ~5 GiB)
+    .venv/bin/python bench/dashboard_payload.py --sizes 512     # one size
+
+Exits 1 when a goal is missed. Needs Debian's chromium + chromium-driver (as the browser tests do).
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import logging
+import math
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+MB2 = 2_000_000
+ZOOM_GOAL_S = 0.200  # a 512 × 512 window at n = 8,192
+SWITCH_GOAL_S = 0.100  # a head switch at n = 512
+WINDOW = 512
+STEP_TIMEOUT = 240.0
+
+
+# ---------------------------------------------------------------- the server side: every callback's bytes and time
+class Recorder:
+    """WSGI middleware: for each Dash callback request, its outputs, the bytes answered and the server time."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.records: list[dict] = []
+        self.in_flight = 0
+        self.last = time.time()
+        self._lock = threading.Lock()
+
+    def __call__(self, environ, start_response):
+        if not environ.get("PATH_INFO", "").endswith("_dash-update-component"):
+            return self.app(environ, start_response)
+        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
+        environ["wsgi.input"] = io.BytesIO(body)
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = {}
+        status = []
+
+        def start(code, headers, *rest):
+            status.append((code, dict(headers)))
+            return start_response(code, headers, *rest)
+
+        with self._lock:
+            self.in_flight += 1
+        t0 = time.perf_counter()
+        try:
+            result = self.app(environ, start)
+            chunks = list(result)
+            if hasattr(result, "close"):
+                result.close()
+        finally:
+            seconds = time.perf_counter() - t0
+            with self._lock:
+                self.in_flight -= 1
+                self.last = time.time()
+        code, headers = status[0] if status else ("?", {})
+        record = {
+            "output": str(request.get("output", "")),
+            "changed": request.get("changedPropIds", []),
+            "bytes": sum(len(c) for c in chunks),
+            "seconds": seconds,
+            "status": code.split()[0],
+            "encoding": headers.get("Content-Encoding", ""),
+        }
+        with self._lock:
+            self.records.append(record)
+        return chunks
+
+    def quiet_for(self, seconds: float) -> bool:
+        with self._lock:
+            return self.in_flight == 0 and time.time() - self.last >= seconds
+
+
+# ---------------------------------------------------------------- the texts
+def text_of(tokenizer, n: int) -> str:
+    """A text of exactly ``n`` SmolLM2 tokens (the page adds the BOS: n + 1 in all)."""
+    base = " ".join(
+        f"In paragraph {i}, the cat chased the mouse because it was hungry, and the mouse hid in the box "
+        f"because it was small. The trophy of chapter {i} did not fit into the suitcase because it was too big."
+        for i in range(1, 400)
+    )
+    ids = tokenizer(base)["input_ids"]
+    assert len(ids) > n, len(ids)
+    for cut in range(n, n - 20, -1):  # decoding and re-encoding may merge two tokens at the cut
+        text = tokenizer.decode(ids[:cut])
+        if len(tokenizer(text)["input_ids"]) == n:
+            return text
+        text = tokenizer.decode(ids[: cut + 1])
+        if len(tokenizer(text)["input_ids"]) == n:
+            return text
+    raise RuntimeError(f"no text of exactly {n} tokens")
+
+
+# ---------------------------------------------------------------- the browser side
+class Page:
+    def __init__(self, driver, recorder: Recorder) -> None:
+        self.driver, self.rec = driver, recorder
+
+    def js(self, script: str, *args):
+        return self.driver.execute_script(script, *args)
+
+    def text(self, element_id: str) -> str:
+        return self.driver.find_element("id", element_id).text
+
+    def wait(self, condition, timeout: float = STEP_TIMEOUT, what: str = "") -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                if condition():
+                    return
+            except Exception:  # noqa: BLE001 - an element re-rendered while read
+                pass
+            time.sleep(0.2)
+        raise TimeoutError(what or "the page did not answer in time")
+
+    def idle(self, quiet: float = 1.5, timeout: float = STEP_TIMEOUT) -> None:
+        self.wait(lambda: self.rec.quiet_for(quiet), timeout, "the page kept calling the server")
+
+    def set_text(self, text: str) -> None:
+        from attnviz.dashboard.ids import ID
+
+        self.js(
+            "const el = document.getElementById(arguments[0]);"
+            "Object.getOwnPropertyDescriptor(HTMLTextAreaElement.prototype, 'value').set.call(el, arguments[1]);"
+            "el.dispatchEvent(new Event('input', {bubbles: true}));",
+            ID.text,
+            text,
+        )
+
+    def open_tab(self, label: str) -> None:
+        for tab in self.driver.find_elements("css selector", ".tab"):
+            if tab.text.strip() == label:
+                tab.click()
+                return
+        raise RuntimeError(f"no tab {label!r}")
+
+    def choose(self, element_id: str, index: int) -> None:
+        dropdown = self.driver.find_element("id", element_id)
+        self.js("arguments[0].scrollIntoView({block: 'center'});", dropdown)
+        dropdown.click()
+        self.wait(lambda: self.driver.find_elements("css selector", ".dash-dropdown-option"), 10)
+        option = self.driver.find_elements("css selector", ".dash-dropdown-option")[index]
+        self.js("arguments[0].click();", option)
+
+    def graph(self, graph_id: str, script: str):
+        return self.js(f"const gd = document.querySelector('#{graph_id} .js-plotly-plot'); {script}")
+
+    def title(self, graph_id: str) -> str:
+        return self.graph(graph_id, "return gd && gd.layout.title ? gd.layout.title.text : '';") or ""
+
+
+def step(page: Page, label: str, output: str, action, *, done=None, quiet: float = 1.5) -> dict:
+    """Do ``action``, wait until the page is quiet (and ``done()``), and sum up the responses since."""
+    mark = len(page.rec.records)
+    t0 = time.time()
+    error = ""
+    try:
+        action()
+        if done is not None:
+            page.wait(done, STEP_TIMEOUT, f"{label}: not shown")
+        page.idle(quiet)
+    except Exception as err:  # noqa: BLE001 - a step that fails is reported, the others still run
+        error = f"{type(err).__name__}: {err}"
+    wall = time.time() - t0
+    records = page.rec.records[mark:]
+    mine = [r for r in records if output in r["output"] and r["status"] == "200"]
+    main = max(mine, key=lambda r: r["bytes"]) if mine else None
+    row = {
+        "view": label,
+        "output": output,
+        "bytes": main["bytes"] if main else None,
+        "seconds": main["seconds"] if main else None,
+        "responses": len(records),
+        "all_bytes": sum(r["bytes"] for r in records),
+        "max_bytes": max((r["bytes"] for r in records), default=0),
+        "max_output": max(records, key=lambda r: r["bytes"])["output"] if records else "",
+        "wall": wall,
+        "error": error or ("" if main else "no response carried it"),
+    }
+    return row
+
+
+def bench_size(page: Page, n: int, text: str, views: dict) -> list[dict]:
+    from attnviz.dashboard.ids import AID, ID
+
+    rows = []
+    status = f"smollm2: {n} tokens"
+    page.open_tab(views["heatmap"])
+    page.idle()
+
+    def run():
+        page.set_text(text)
+        page.driver.find_element("id", ID.run).click()
+
+    shown = "overview of" if n > WINDOW else "token × token"
+    row = step(
+        page,
+        "run (capture → status)",
+        f"{ID.status}.children",
+        run,
+        done=lambda: status in page.text(ID.status) and shown in page.title(ID.heatmap),
+        quiet=2.0,
+    )
+    rows.append(row)
+    # the heatmap came with the run: its response is among the run's
+    mark = page.rec.records
+    heat = [r for r in mark if f"{ID.heatmap}.figure" in r["output"] and r["status"] == "200"][-1:]
+    rows.append(
+        {
+            "view": "heatmap / overview",
+            "output": f"{ID.heatmap}.figure",
+            "bytes": heat[0]["bytes"] if heat else None,
+            "seconds": heat[0]["seconds"] if heat else None,
+            "responses": 1,
+            "all_bytes": heat[0]["bytes"] if heat else 0,
+            "max_bytes": heat[0]["bytes"] if heat else 0,
+            "max_output": "",
+            "wall": float("nan"),
+            "error": "" if heat else "no heatmap response",
+        }
+    )
+    layer, head = (int(x) for x in page.title(ID.heatmap).split(" — ")[0].split()[0].lstrip("L").split("·H"))
+    other = (head + 1) % 9
+    rows.append(
+        step(
+            page,
+            f"head switch (L{layer}·H{head} → H{other})",
+            f"{ID.heatmap}.figure",
+            lambda: page.choose(ID.head, other),
+            done=lambda: f"L{layer}·H{other}" in page.title(ID.heatmap),
+        )
+    )
+    # a 512 × 512 zoom: the last 512 queries × the first 512 keys (all allowed by the causal mask)
+    if n > WINDOW:
+        width = int(page.graph(ID.heatmap, "return gd.data[0].y[1];").split("–")[0])  # block 1 starts at its width
+        last = math.ceil(n / width) - 1  # the last block; the window's rows: the last 512 tokens
+        r0 = (n - WINDOW) // width
+        k1 = WINDOW // width - 1
+        zoom = (  # a range over blocks a..b is [a - 0.4, b + 0.4], as a drag gives (y reversed)
+            f"Plotly.relayout(gd, {{'xaxis.range[0]': -0.4, 'xaxis.range[1]': {k1 + 0.4},"
+            f" 'yaxis.range[0]': {last + 0.4}, 'yaxis.range[1]': {r0 - 0.4}}});"
+        )
+        label = f"zoom 512 × 512 (queries {r0 * width}–{n - 1})"
+        done = lambda: "exact weights" in page.title(ID.heatmap)  # noqa: E731
+    else:
+        zoom = (
+            "Plotly.relayout(gd, {'xaxis.range[0]': -0.5, 'xaxis.range[1]': 511.5,"
+            " 'yaxis.range[0]': 511.5, 'yaxis.range[1]': -0.5});"
+        )
+        label = "zoom 512 × 512 (the exact map: no request)"
+        done = None
+    rows.append(step(page, label, f"{ID.heatmap}.figure", lambda: page.graph(ID.heatmap, zoom), done=done))
+    if n <= WINDOW:
+        rows[-1]["error"] = ""
+    rows.append(
+        step(
+            page,
+            "model view",
+            f"{ID.model_view}.figure",
+            lambda: page.open_tab(views["model"]),
+            done=lambda: page.title(ID.model_view),
+        )
+    )
+    rows.append(
+        step(
+            page,
+            "head view",
+            f"{ID.head_view}.figure",
+            lambda: page.open_tab(views["head"]),
+            done=lambda: "lines" in page.title(ID.head_view),
+        )
+    )
+    rows.append(
+        step(
+            page,
+            "head statistics",
+            f"{AID.stats_map}.figure",
+            lambda: page.open_tab(views["stats"]),
+            done=lambda: page.title(AID.stats_map),
+        )
+    )
+    rows.append(
+        step(
+            page,
+            "rollout",
+            f"{AID.rollout_graph}.figure",
+            lambda: page.open_tab(views["rollout"]),
+            done=lambda: page.title(AID.rollout_graph),
+        )
+    )
+    rows.append(
+        step(
+            page,
+            "AttentionLab row",
+            f"{ID.lab_graph}.figure",
+            lambda: page.open_tab(views["lab"]),
+            done=lambda: "query" in page.text(ID.lab_stats),
+        )
+    )
+    lab = page.rec.records
+    chips = [r for r in lab if f"{ID.lab_tokens}.children" in r["output"] and r["status"] == "200"][-1:]
+    if chips:
+        rows.append(
+            {
+                "view": "AttentionLab token chips",
+                "output": f"{ID.lab_tokens}.children",
+                "bytes": chips[0]["bytes"],
+                "seconds": chips[0]["seconds"],
+                "responses": 1,
+                "all_bytes": chips[0]["bytes"],
+                "max_bytes": chips[0]["bytes"],
+                "max_output": "",
+                "wall": float("nan"),
+                "error": "",
+            }
+        )
+    page.open_tab(views["heatmap"])
+    page.idle()
+    return rows
+
+
+def fmt_bytes(b) -> str:
+    return "—" if b is None else f"{b / 1e6:,.2f} MB" if b >= 100_000 else f"{b / 1e3:,.1f} kB"
+
+
+def fmt_s(s) -> str:
+    return "—" if s is None or s != s else f"{s * 1000:,.0f} ms" if s < 10 else f"{s:,.1f} s"
+
+
+def print_table(n: int, rows: list[dict]) -> None:
+    print(f"\nn = {n:,} tokens (BOS included)")
+    print(f"{'view':44} {'payload':>10} {'server':>9} {'browser s':>9} {'all responses':>22}  note")
+    for r in rows:
+        wall = "" if r["wall"] != r["wall"] else f"{r['wall']:.1f}"
+        every = f"{r['responses']} · {fmt_bytes(r['all_bytes'])}"
+        print(
+            f"{r['view']:44} {fmt_bytes(r['bytes']):>10} {fmt_s(r['seconds']):>9} {wall:>9} {every:>22}  {r['error']}"
+        )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sizes", default="512,2048,8192", help="comma-separated token counts (BOS included)")
+    parser.add_argument("--port", type=int, default=8093)
+    parser.add_argument("--json", help="also write every row and every response here")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+
+    from attnviz.dashboard import create_app
+    from attnviz.dashboard.ids import ID
+    from attnviz.dashboard.layout import VIEWS
+    from selenium import webdriver
+
+    import attnviz
+
+    _, tokenizer = attnviz.load_model("smollm2")
+    texts = {n: text_of(tokenizer, n - 1) for n in sizes}  # the page adds SmolLM2's BOS
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    app = create_app({"smollm2": "SmolLM2-135M"}, default_model="smollm2", cache_bytes=6 << 30)
+    recorder = Recorder(app.server.wsgi_app)
+    app.server.wsgi_app = recorder
+    threading.Thread(target=lambda: app.run(port=args.port, debug=False), daemon=True).start()
+    options = webdriver.ChromeOptions()
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(options=options)
+    driver.set_script_timeout(120)
+    page = Page(driver, recorder)
+    results = {}
+    t_start = time.time()
+    try:
+        driver.get(f"http://127.0.0.1:{args.port}/")
+        page.wait(lambda: "tokens" in page.text(ID.status), 180, "the page did not open")
+        page.idle()
+        views = {key: label for key, label in VIEWS}
+        for n in sizes:
+            rows = bench_size(page, n, texts[n], views)
+            results[n] = rows
+            print_table(n, rows)
+    finally:
+        driver.quit()
+    encodings = {r["encoding"] for r in recorder.records}
+    print(
+        f"\n(responses as sent: uncompressed JSON{'; encodings seen: ' + str(encodings) if encodings - {''} else ''};"
+    )
+    print(f" {len(recorder.records)} callback requests, {time.time() - t_start:.0f} s in all)")
+
+    # the goals
+    missed, lines = [], []
+    big = [(n, r["view"], r["max_output"], r["max_bytes"]) for n, rows in results.items() for r in rows]
+    over = [b for b in big if b[3] > MB2]
+    largest = max(big, key=lambda b: b[3]) if big else None
+    if largest:
+        ok = not over
+        lines.append(
+            f"≤ 2 MB per response: {'met' if ok else 'MISSED'} (largest {fmt_bytes(largest[3])}: "
+            f"{largest[2][:50]} at n = {largest[0]:,}, step '{largest[1]}')"
+        )
+        missed += [f"{o[2][:50]} at n = {o[0]:,}: {fmt_bytes(o[3])}" for o in over]
+    if 8192 in results:
+        zoom = next(r for r in results[8192] if r["view"].startswith("zoom"))
+        ok = zoom["seconds"] is not None and zoom["seconds"] <= ZOOM_GOAL_S
+        lines.append(f"zoom 512 × 512 at n = 8,192 ≤ 200 ms: {'met' if ok else 'MISSED'} ({fmt_s(zoom['seconds'])})")
+        missed += [] if ok else ["zoom at 8,192"]
+    if 512 in results:
+        switch = next(r for r in results[512] if r["view"].startswith("head switch"))
+        ok = switch["seconds"] is not None and switch["seconds"] <= SWITCH_GOAL_S
+        lines.append(f"head switch at n = 512 ≤ 100 ms: {'met' if ok else 'MISSED'} ({fmt_s(switch['seconds'])})")
+        missed += [] if ok else ["head switch at 512"]
+    failed = [f"n = {n:,} {r['view']}: {r['error']}" for n, rows in results.items() for r in rows if r["error"]]
+    print("\ngoals: " + "; ".join(lines))
+    for line in failed:
+        print("step failed:", line)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": results, "responses": recorder.records}, indent=1))
+    return 1 if missed or failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
