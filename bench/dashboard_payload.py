@@ -13,8 +13,11 @@ and the server's seconds from the request to the last byte of the response. Each
 response carrying that view's figure; "all" sums every response of the step (other callbacks that fire
 too, and 204s of hidden views). "browser s" is the wall time from the action until the page is quiet.
 
-    .venv/bin/python bench/dashboard_payload.py                 # n = 512, 2048, 8192 (~6 min; 8,192 needs ~5 GiB)
+    .venv/bin/python bench/dashboard_payload.py                 # n = 512, 2048, 8192 (~8 min; 8,192 needs ~5 GiB)
     .venv/bin/python bench/dashboard_payload.py --sizes 512     # one size
+
+The model view, head statistics and rollout are run up to ``--heavy-up-to`` tokens (2,048): beyond it their
+server time (minutes, growing as n²) would dominate the run; their rows then give the n² extrapolation.
 
 Exits 1 when a goal is missed. Needs Debian's chromium + chromium-driver (as the browser tests do).
 """
@@ -180,6 +183,7 @@ def step(page: Page, label: str, output: str, action, *, done=None, quiet: float
     mark = len(page.rec.records)
     t0 = time.time()
     error = ""
+    print(f"  {time.strftime('%H:%M:%S')} {label} …", file=sys.stderr, flush=True)
     try:
         action()
         if done is not None:
@@ -206,7 +210,27 @@ def step(page: Page, label: str, output: str, action, *, done=None, quiet: float
     return row
 
 
-def bench_size(page: Page, n: int, text: str, views: dict) -> list[dict]:
+HEAVY = ("model view", "head statistics", "rollout")  # views that grow with n² or worse on the server
+
+
+def skipped(label: str, n: int, heavy_up_to: int, before: list[dict] | None, at: int | None) -> dict:
+    """The row of a heavy view not run at ``n``: its cost scaled as n² from the largest size measured."""
+    note = f"skipped: n > --heavy-up-to {heavy_up_to}"
+    row = {"view": label, "output": "", "bytes": None, "seconds": None, "responses": 0, "all_bytes": 0}
+    row.update({"max_bytes": 0, "max_output": "", "wall": float("nan"), "error": ""})
+    old = next((r for r in before or [] if r["view"] == label and r["seconds"] is not None), None)
+    if old is not None:
+        scale = (n / at) ** 2
+        grows = label == "rollout"  # the model view and statistics ship a fixed grid; rollout ships n × n
+        size = fmt_bytes(old["bytes"] * scale) if grows else f"~{fmt_bytes(old['bytes'])}"
+        note += f" (as n² from n = {at:,}: ~{old['seconds'] * scale / 60:,.0f} min, {size})"
+    row["note"] = note
+    return row
+
+
+def bench_size(
+    page: Page, n: int, text: str, views: dict, heavy_up_to: int, before: list[dict] | None, at: int | None
+) -> list[dict]:
     from attnviz.dashboard.ids import AID, ID
 
     rows = []
@@ -278,15 +302,18 @@ def bench_size(page: Page, n: int, text: str, views: dict) -> list[dict]:
     rows.append(step(page, label, f"{ID.heatmap}.figure", lambda: page.graph(ID.heatmap, zoom), done=done))
     if n <= WINDOW:
         rows[-1]["error"] = ""
-    rows.append(
-        step(
-            page,
-            "model view",
-            f"{ID.model_view}.figure",
-            lambda: page.open_tab(views["model"]),
-            done=lambda: page.title(ID.model_view),
+    if n > heavy_up_to:
+        rows.append(skipped("model view", n, heavy_up_to, before, at))
+    else:
+        rows.append(
+            step(
+                page,
+                "model view",
+                f"{ID.model_view}.figure",
+                lambda: page.open_tab(views["model"]),
+                done=lambda: page.title(ID.model_view),
+            )
         )
-    )
     rows.append(
         step(
             page,
@@ -296,24 +323,30 @@ def bench_size(page: Page, n: int, text: str, views: dict) -> list[dict]:
             done=lambda: "lines" in page.title(ID.head_view),
         )
     )
-    rows.append(
-        step(
-            page,
-            "head statistics",
-            f"{AID.stats_map}.figure",
-            lambda: page.open_tab(views["stats"]),
-            done=lambda: page.title(AID.stats_map),
+    if n > heavy_up_to:
+        rows.append(skipped("head statistics", n, heavy_up_to, before, at))
+    else:
+        rows.append(
+            step(
+                page,
+                "head statistics",
+                f"{AID.stats_map}.figure",
+                lambda: page.open_tab(views["stats"]),
+                done=lambda: page.title(AID.stats_map),
+            )
         )
-    )
-    rows.append(
-        step(
-            page,
-            "rollout",
-            f"{AID.rollout_graph}.figure",
-            lambda: page.open_tab(views["rollout"]),
-            done=lambda: page.title(AID.rollout_graph),
+    if n > heavy_up_to:
+        rows.append(skipped("rollout", n, heavy_up_to, before, at))
+    else:
+        rows.append(
+            step(
+                page,
+                "rollout",
+                f"{AID.rollout_graph}.figure",
+                lambda: page.open_tab(views["rollout"]),
+                done=lambda: page.title(AID.rollout_graph),
+            )
         )
-    )
     rows.append(
         step(
             page,
@@ -360,7 +393,8 @@ def print_table(n: int, rows: list[dict]) -> None:
         wall = "" if r["wall"] != r["wall"] else f"{r['wall']:.1f}"
         every = f"{r['responses']} · {fmt_bytes(r['all_bytes'])}"
         print(
-            f"{r['view']:44} {fmt_bytes(r['bytes']):>10} {fmt_s(r['seconds']):>9} {wall:>9} {every:>22}  {r['error']}"
+            f"{r['view']:44} {fmt_bytes(r['bytes']):>10} {fmt_s(r['seconds']):>9} {wall:>9} {every:>22}  "
+            f"{r['error'] or r.get('note', '')}"
         )
 
 
@@ -368,6 +402,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="512,2048,8192", help="comma-separated token counts (BOS included)")
     parser.add_argument("--port", type=int, default=8093)
+    parser.add_argument(
+        "--heavy-up-to",
+        type=int,
+        default=2048,
+        help="run the model view, head statistics and rollout only up to this n (at 2,048 they take 0.5–1.5 min "
+        "each here and grow as n²; rollout's n × n payload would reach ~360 MB at 8,192)",
+    )
     parser.add_argument("--json", help="also write every row and every response here")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
@@ -400,7 +441,9 @@ def main() -> int:
         page.idle()
         views = {key: label for key, label in VIEWS}
         for n in sizes:
-            rows = bench_size(page, n, texts[n], views)
+            measured = [m for m in results if m <= args.heavy_up_to]
+            at = max(measured) if measured else None
+            rows = bench_size(page, n, texts[n], views, args.heavy_up_to, results.get(at), at)
             results[n] = rows
             print_table(n, rows)
     finally:
