@@ -30,7 +30,7 @@ from torch import Tensor, nn
 
 from .attention import build_mask, scaled_dot_product, weighted_values
 from .errors import ArgumentTypeError, InputError, OutOfRangeError, UnsupportedModelError
-from .interface import _EDITORS, _INSTALLER, backends_of
+from .interface import _EDITORS, wrapped
 from .specs import PROJECTION_SPECS
 from .taps import Recorder
 
@@ -504,13 +504,8 @@ def editing(model: nn.Module, plans: dict[tuple[str, int], LayerPlan]) -> Iterat
     _refuse_inline(model)
     editor = Editor(model, plans)
     token = _EDITORS.set(_EDITORS.get() + (editor,))
-    installed: list[str] = []
     try:
-        for backend in sorted(backends_of(model)):
-            _INSTALLER.acquire(backend)
-            installed.append(backend)
-        yield editor
+        with wrapped(model):
+            yield editor
     finally:
-        for backend in installed:
-            _INSTALLER.release(backend)
         _EDITORS.reset(token)

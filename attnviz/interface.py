@@ -12,11 +12,12 @@ edits (:func:`attnviz.intervene`); the recorders then see the edited call.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dis
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import CodeType, FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -170,3 +171,17 @@ def backends_of(model: nn.Module) -> set[str]:
 def installed_backends() -> dict[str, int]:
     """Backends currently wrapped, with how many captures hold each (for tests and debugging)."""
     return dict(_INSTALLER._count)
+
+
+@contextlib.contextmanager
+def wrapped(model: nn.Module) -> Iterator[None]:
+    """The wrapper in front of every backend ``model`` uses, for the block (removed in ``finally``)."""
+    installed: list[str] = []
+    try:
+        for backend in sorted(backends_of(model)):
+            _INSTALLER.acquire(backend)
+            installed.append(backend)
+        yield
+    finally:
+        for backend in installed:
+            _INSTALLER.release(backend)

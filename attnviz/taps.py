@@ -38,7 +38,7 @@ import torch
 from torch import Tensor, nn
 
 from .errors import UnsupportedModelError
-from .interface import _ACTIVE, _INSTALLER, backends_of, installed_backends
+from .interface import _ACTIVE, installed_backends, wrapped
 from .specs import (
     INERT_ARGUMENTS,
     INTERPRETED_ARGUMENTS,
@@ -397,16 +397,8 @@ def tap(
     removed on exit, also when the block raises; the model is not modified.
     """
     recorder = recorder_class(model, layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)
-    installed: list[str] = []
-    with _active(recorder):
-        try:
-            for backend in sorted(backends_of(model)):
-                _INSTALLER.acquire(backend)
-                installed.append(backend)
-            yield recorder
-        finally:
-            for backend in installed:
-                _INSTALLER.release(backend)
+    with _active(recorder), wrapped(model):
+        yield recorder
 
 
 def tap_model(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import plotly.graph_objects as go
-from dash import html
+from dash import Input, Output, html
 
 import attnviz
 from attnviz.runner import max_positions
@@ -58,3 +58,18 @@ def text_limit(config, max_tokens: int | None, model: str) -> tuple[int | None, 
     if max_tokens is not None and (own is None or max_tokens < own):
         return max_tokens, "this dashboard shows"
     return own, f"{model} reads"
+
+
+def job_controls(run: str, cancel: str, progress: str, progress_text: str) -> dict:
+    """A background callback's ``running``, ``cancel`` and ``progress`` arguments for a job started by the
+    button ``run``: the button disabled, ``cancel`` and the ``progress`` bar shown while it runs, and
+    ``set_progress((value, max, text))`` filling the bar and the text beside it."""
+    return dict(
+        running=[
+            (Output(run, "disabled"), True, False),
+            (Output(cancel, "style"), {"display": "inline-block", "marginLeft": "6px"}, {"display": "none"}),
+            (Output(progress, "style"), {"display": "inline-block", "marginLeft": "8px"}, {"display": "none"}),
+        ],
+        cancel=[Input(cancel, "n_clicks")],
+        progress=[Output(progress, "value"), Output(progress, "max"), Output(progress_text, "children")],
+    )

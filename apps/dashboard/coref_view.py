@@ -12,7 +12,7 @@ from attnviz.analysis.coref import PROBE_SETS
 from attnviz.analysis.plots import coref_bars, probe_accuracy_map
 
 from .captures import FILE_PREFIX, Captures
-from .common import TABLE_STYLE, chip, message_figure, word_of
+from .common import TABLE_STYLE, chip, job_controls, message_figure, word_of
 from .edit_view import coref_panel
 from .errors import only_on, shows_errors
 from .generation_view import mark_view, new_start
@@ -192,21 +192,7 @@ def register(app: Dash, captures: Captures) -> None:
         State(ID.part, "value"),
         prevent_initial_call=True,
         background=True,  # one forward per probe: a job beside the server, the page stays usable
-        running=[
-            (Output(AID.probe_run, "disabled"), True, False),
-            (Output(AID.probe_cancel, "style"), {"display": "inline-block", "marginLeft": "6px"}, {"display": "none"}),
-            (
-                Output(AID.probe_progress, "style"),
-                {"display": "inline-block", "marginLeft": "8px"},
-                {"display": "none"},
-            ),
-        ],
-        cancel=[Input(AID.probe_cancel, "n_clicks")],
-        progress=[
-            Output(AID.probe_progress, "value"),
-            Output(AID.probe_progress, "max"),
-            Output(AID.probe_progress_text, "children"),
-        ],
+        **job_controls(AID.probe_run, AID.probe_cancel, AID.probe_progress, AID.probe_progress_text),
     )
     @shows_errors(lambda m: (m, message_figure(m)))
     def run_probes(set_progress, _clicks, store, probe_set, sinks, part):

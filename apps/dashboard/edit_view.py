@@ -18,13 +18,24 @@ from attnviz import edits, figures
 from attnviz.analysis import rank_heads
 
 from .captures import FILE_PREFIX, Captures
-from .common import message_figure, word_of
+from .common import job_controls, message_figure, word_of
 from .errors import shows_errors
 from .ids import AID, EID, ID
 
 _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "middle"}
 _RESULT = {"margin": "6px 0", "fontSize": "1.05em"}
 TOP_HEADS = 5  # the coreference test knocks the pronoun → candidate out of this many top heads by default
+
+
+def _continuation_input(element_id: str, placeholder: str) -> html.Div:
+    """A box for the continuation whose probability the page reports (its text as it follows the text)."""
+    return html.Div(
+        [
+            html.Label("continuation ", htmlFor=element_id),
+            dcc.Input(id=element_id, type="text", placeholder=placeholder, debounce=True, style={"width": "140px"}),
+        ],
+        style=_CONTROL,
+    )
 
 
 def lab_panel() -> html.Div:
@@ -65,19 +76,7 @@ def lab_panel() -> html.Div:
                 ],
                 style=_CONTROL,
             ),
-            html.Div(
-                [
-                    html.Label("continuation ", htmlFor=EID.lab_continuation),
-                    dcc.Input(
-                        id=EID.lab_continuation,
-                        type="text",
-                        placeholder="e.g. 好 (optional)",
-                        debounce=True,
-                        style={"width": "140px"},
-                    ),
-                ],
-                style=_CONTROL,
-            ),
+            _continuation_input(EID.lab_continuation, "e.g. 好 (optional)"),
             html.Button("Apply to the model", id=EID.lab_apply, n_clicks=0, className="primary"),
             dcc.Loading(html.Div(id=EID.lab_result, style=_RESULT)),
             html.Div(
@@ -119,19 +118,7 @@ def coref_panel() -> html.Div:
                 ],
                 style=_CONTROL,
             ),
-            html.Div(
-                [
-                    html.Label("continuation ", htmlFor=EID.coref_continuation),
-                    dcc.Input(
-                        id=EID.coref_continuation,
-                        type="text",
-                        placeholder="e.g. 好",
-                        debounce=True,
-                        style={"width": "140px"},
-                    ),
-                ],
-                style=_CONTROL,
-            ),
+            _continuation_input(EID.coref_continuation, "e.g. 好"),
             html.Button("Test it", id=EID.coref_test, n_clicks=0),
             dcc.Loading(html.Div(id=EID.coref_result, style=_RESULT)),
             dcc.Graph(id=EID.coref_predictions),
@@ -371,25 +358,9 @@ def register(app: Dash, captures: Captures) -> None:
         State(EID.coref_continuation, "value"),
         prevent_initial_call=True,
         background=True,  # every head ablated in turn: a job beside the server, the page stays usable
-        running=[
-            (Output(EID.importance_run, "disabled"), True, False),
-            (
-                Output(EID.importance_cancel, "style"),
-                {"display": "inline-block", "marginLeft": "6px"},
-                {"display": "none"},
-            ),
-            (
-                Output(EID.importance_progress, "style"),
-                {"display": "inline-block", "marginLeft": "8px"},
-                {"display": "none"},
-            ),
-        ],
-        cancel=[Input(EID.importance_cancel, "n_clicks")],
-        progress=[
-            Output(EID.importance_progress, "value"),
-            Output(EID.importance_progress, "max"),
-            Output(EID.importance_progress_text, "children"),
-        ],
+        **job_controls(
+            EID.importance_run, EID.importance_cancel, EID.importance_progress, EID.importance_progress_text
+        ),
     )
     @shows_errors(lambda m: (m, message_figure(m)))
     def importance(set_progress, _clicks, store, part, continuation):
