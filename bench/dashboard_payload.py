@@ -13,7 +13,7 @@ and the server's seconds from the request to the last byte of the response. Each
 response carrying that view's figure; "all" sums every response of the step (other callbacks that fire
 too, and 204s of hidden views). "browser s" is the wall time from the action until the page is quiet.
 
-    .venv/bin/python bench/dashboard_payload.py                 # n = 512, 2048, 8192 (~8 min; 8,192 needs ~5 GiB)
+    .venv/bin/python bench/dashboard_payload.py                 # n = 512, 2048, 8192 (~11 min here; 8,192 needs ~5 GiB)
     .venv/bin/python bench/dashboard_payload.py --sizes 512     # one size
 
 The model view, head statistics and rollout are run up to ``--heavy-up-to`` tokens (2,048): beyond it their
