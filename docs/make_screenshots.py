@@ -32,7 +32,7 @@ from selenium.webdriver.common.keys import Keys
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attnviz.dashboard import create_app  # noqa: E402
-from attnviz.dashboard.ids import CID, EID  # noqa: E402
+from attnviz.dashboard.ids import CID, EID, OID  # noqa: E402
 from attnviz.dashboard.layout import ID, LONG_EXAMPLE, VIEWS  # noqa: E402
 
 import attnviz  # noqa: E402
@@ -136,13 +136,12 @@ def shoot_compare(driver) -> None:
 
 
 def shoot_overview(driver) -> None:
-    """8,000 tokens in the background, the pooled overview, then a 512 × 512 window of exact weights."""
+    """8,000 tokens in the background; a 512 × 512 window of exact weights on the diagonal (the page's opening
+    head); then the overview of L13·H8."""
     run(driver, text_of(LONG_N - 1, ROOT / "README.md"), f"smollm2: {LONG_N} tokens", timeout=600)
     open_tab(driver, "Heatmap")
     wait(driver, lambda: f"overview of {LONG_N:,} × {LONG_N:,}" in title(driver, ID.heatmap), 240)
     time.sleep(4)
-    print(title(driver, ID.heatmap))
-    save(driver, "view-overview-8k")
     width = int(graph(driver, ID.heatmap, "return gd.data[0].y[1];").split("–")[0])  # block 1 starts at its width
     r0, k0 = 4096 // width, 3840 // width  # queries 4096–4607 × keys 3840–4351: the diagonal, 512 a side
     span = 512 // width - 1
@@ -153,9 +152,19 @@ def shoot_overview(driver) -> None:
         f" 'yaxis.range[0]': {r0 + span + 0.4}, 'yaxis.range[1]': {r0 - 0.4}}});",
     )
     wait(driver, lambda: "exact weights" in title(driver, ID.heatmap), 60)
-    time.sleep(4)
+    time.sleep(6)
     print(title(driver, ID.heatmap))
-    save(driver, "view-overview-zoom")
+    scroll_to(driver, OID.mode_box, offset=10)
+    save(driver, "view-overview-zoom", height=1500)
+    graph(driver, ID.heatmap, "Plotly.relayout(gd, {'xaxis.autorange': true, 'yaxis.autorange': true});")
+    wait(driver, lambda: "overview of" in title(driver, ID.heatmap), 120)
+    choose(driver, ID.layer, 13)  # the page opens on a previous-token head (a bare diagonal): L13·H8 shows more
+    choose(driver, ID.head, 8)
+    wait(driver, lambda: title(driver, ID.heatmap).startswith("L13·H8 — overview"), 120)
+    time.sleep(6)
+    print(title(driver, ID.heatmap))
+    scroll_to(driver, OID.mode_box, offset=10)
+    save(driver, "view-overview-8k", height=1500)
 
 
 # ---------------------------------------------------------------- driving the page
