@@ -645,7 +645,7 @@ def prediction_bars(out: Intervention, k: int = 5, continuation: str | int | lis
     for choice in [*before.top_tokens(k), *after.top_tokens(k)]:
         if choice.id not in ids:
             ids.append(choice.id)
-    names = [repr(before._text(i))[1:-1] or f"#{i}" for i in ids]
+    names = [before._text(i).replace("\n", "↵").replace(" ", "·") or f"#{i}" for i in ids]
     fig = go.Figure()
     for name, pred, colour in (("before", before, "#9e9e9e"), ("after", after, "#d62728")):
         probs = [float(pred.logprobs[i].exp()) for i in ids]

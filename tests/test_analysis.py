@@ -313,3 +313,17 @@ def test_rollout_figure_at_length_thins_labels_and_keeps_the_sink_off_the_colour
     assert "99th percentile" in fig.layout.title.text and f"('{cap.token_labels[0]}')" in fig.layout.title.text
     bars = rollout_figure(cap, flow, query=299)
     assert len(bars.layout.xaxis.tickvals) <= 60 and list(bars.data[0].y) == pytest.approx(last[299].numpy(), abs=1e-5)
+
+
+def test_rollout_figure_of_a_long_text_is_pooled_to_at_most_512_cells():
+    from attnviz.analysis.plots import rollout_figure
+
+    model = attnviz.tiny_model("llama", max_position_embeddings=1200)
+    cap = attnviz.capture(model, input_ids=torch.randint(3, 100, (1, 1100)), check="off")
+    flow = rollout(cap)
+    fig = rollout_figure(cap, flow)
+    z = fig.data[0].z
+    assert len(z) == 367 and len(z[0]) == 367  # blocks of 3 tokens
+    assert z[0][0] == pytest.approx(float(flow[-1, :3, :3].mean()), abs=1e-5)
+    assert "block of 3×3 tokens" in fig.layout.title.text
+    assert len(fig.to_json()) < 2_000_000

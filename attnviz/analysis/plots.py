@@ -131,6 +131,9 @@ def thinned_ticks(names: list[str], max_ticks: int = MAX_TICKS) -> dict:
     return dict(tickmode="array", tickvals=names[::step], ticktext=[n.split(":", 1)[1] for n in names[::step]])
 
 
+MAX_CELLS = 512  # the rollout heatmap's cells per side at most
+
+
 def rollout_figure(
     cap: Capture, flow: torch.Tensor, *, query: int | None = None, percentile: float = 99.0
 ) -> go.Figure:
@@ -139,7 +142,9 @@ def rollout_figure(
     The heatmap's colour scale ends at the ``percentile`` of the cells outside the sink columns (the
     first and special tokens, which take most of the flow in decoders), so the rest of the map is
     not drawn in one pale shade; the figure's title says where it ends. Axes label at most
-    :data:`MAX_TICKS` tokens; hover names the query and key of every cell."""
+    :data:`MAX_TICKS` tokens; hover names the query and key of every cell. Past :data:`MAX_CELLS`
+    tokens each cell is the mean over a block of tokens (the title says how many), so the figure
+    stays near 1.5 MB whatever the length."""
     from .coref import sink_tokens
 
     names = [f"{i}:{name}" for i, name in enumerate(labels(cap))]  # unique categories: hover names the token
@@ -153,11 +158,16 @@ def rollout_figure(
             values = values[torch.randperm(values.numel(), generator=torch.Generator().manual_seed(0))[:1_000_000]]
         top = float(torch.quantile(values.float(), percentile / 100)) if values.numel() else 1.0
         top = top if top > 0 else float(last.max())
+        grid, cells, pooled = last, names, 1
+        if last.shape[0] > MAX_CELLS:  # never ship more than the screen shows: mean over blocks of tokens
+            pooled = -(-last.shape[0] // MAX_CELLS)
+            grid = torch.nn.functional.avg_pool2d(last[None].float(), pooled, ceil_mode=True)[0]
+            cells = [f"{names[i]} … {names[min(i + pooled, len(names)) - 1]}" for i in range(0, len(names), pooled)]
         fig = go.Figure(
             go.Heatmap(
-                z=last.numpy().round(5),
-                x=names,
-                y=names,
+                z=grid.numpy().round(5),
+                x=cells,
+                y=cells,
                 zmin=0,
                 zmax=top,
                 colorscale="Greens",
@@ -165,9 +175,13 @@ def rollout_figure(
             )
         )
         fig.update_layout(
-            xaxis=dict(side="top", **thinned_ticks(names)),
-            yaxis=dict(autorange="reversed", **thinned_ticks(names)),
+            xaxis=dict(side="top", **thinned_ticks(cells)),
+            yaxis=dict(autorange="reversed", **thinned_ticks(cells)),
         )
+        if pooled > 1:
+            caption += (
+                f"<br><sub>{len(names):,} tokens: each cell is the mean over a block of {pooled}×{pooled} tokens</sub>"
+            )
         left_out = ", ".join(repr(names[j].split(":", 1)[1]) for j in sorted(sinks)[:3])
         caption += (
             f"<br><sub>colour ends at the {percentile:g}th percentile of the cells outside the sink columns "
