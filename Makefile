@@ -58,6 +58,7 @@ bench: setup
 	$(PY) bench/generation_overhead.py
 	$(PY) bench/intervention_cost.py
 	-$(PY) bench/corpus_throughput.py   # misses its 0.9x goal today (see README); reported, not a gate
+	-$(PY) bench/dashboard_payload.py   # the lab's token chips miss 2 MB at 8,192 tokens (see README); reported, not a gate
 
 clean:
 	rm -rf $(VENV) build *.egg-info
