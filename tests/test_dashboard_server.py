@@ -213,3 +213,13 @@ def test_a_background_job_leaves_its_capture_for_the_server(tmp_path, model_fold
         "layer 30 of 30 — checking and saving the capture…",
     ]
     assert job_text(95, 30, 20) == "new token 4 of 20"
+
+
+def test_the_lab_shows_a_window_of_chips_around_the_query():
+    from attnviz.dashboard.lab_view import CHIPS, chip_window
+
+    assert chip_window(27, 5) == (0, 27)
+    assert chip_window(8192, 4000) == (4000 - CHIPS // 2, 4000 + CHIPS // 2)
+    assert chip_window(8192, 3) == (0, CHIPS) and chip_window(8192, 8190) == (8192 - CHIPS, 8192)
+    lo, hi = chip_window(8192, 4000)
+    assert lo <= 4000 < hi and hi - lo == CHIPS

@@ -31,6 +31,17 @@ def token_roles(start: int, stop: int, first_new: int | None, shown_to: int | No
     return roles
 
 
+CHIPS = 512  # token chips the lab shows at most: a window around the query (2.6 MB of buttons at 8,192 tokens)
+
+
+def chip_window(n: int, chosen: int, size: int = CHIPS) -> tuple[int, int]:
+    """``[lo, hi)``: the chips shown, at most ``size`` of ``n``, centred on the chosen one where they fit."""
+    if n <= size:
+        return 0, n
+    lo = min(max(0, chosen - size // 2), n - size)
+    return lo, lo + size
+
+
 def lessons(cap: attnviz.Capture, layer: int, head: int, index: int, words: bool, kwargs: dict) -> list:
     """What the switches teach (the seeds' points), said with this row's own numbers."""
     said = []
@@ -125,8 +136,12 @@ def register(app: Dash, captures: Captures) -> None:
             ]
         else:
             items = [(i, i + 1, label, i == query) for i, label in enumerate(queries.token_labels)]
-        chips = []
-        for start, stop, label, chosen in items:
+        chosen_at = next((i for i, item in enumerate(items) if item[3]), 0)
+        lo, hi = chip_window(len(items), chosen_at)
+        chips: list = []
+        if lo > 0:
+            chips.append(html.Span(f"… {lo:,} earlier (click the first chip to move back) ", className="lab-more"))
+        for start, stop, label, chosen in items[lo:hi]:
             roles = token_roles(start, stop, first_new, shown_to)
             chips.append(
                 chip(
@@ -136,6 +151,10 @@ def register(app: Dash, captures: Captures) -> None:
                     "#d62728" if chosen else None,
                     title=f"generated at step {start - first_new}" if "generated" in roles else None,
                 )
+            )
+        if hi < len(items):
+            chips.append(
+                html.Span(f" … {len(items) - hi:,} later (click the last chip to move on)", className="lab-more")
             )
         return chips
 
