@@ -54,7 +54,7 @@ def test_the_lab_knocks_a_key_out_of_smollm2_and_shows_the_prediction_before_and
     dash_duo.find_element(f"#{EID.lab_apply}").click()
     dash_duo.wait_for_contains_text(f"#{EID.lab_result}", "next token", timeout=90)
     result = dash_duo.find_element(f"#{EID.lab_result}").text
-    assert "knockout" in result and "L13·H8" in result and "log P('好')" in result, result
+    assert "knockout 它 ↛ 小猫 at L13·H8" in result and "log P('好')" in result, result
     assert "reproduces the model on the edited layers" in result
     assert [t["name"] for t in plot_data(dash_duo, EID.lab_predictions)] == ["before", "after"]
     edited = plot_data(dash_duo, EID.lab_row)[0]["y"]

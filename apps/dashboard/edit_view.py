@@ -168,6 +168,23 @@ def _tokens_of(seq: attnviz.TokenSequence, index: int, words: bool) -> list[int]
     return list(seq.words[index].tokens) if words else [index]
 
 
+def _named(seq: attnviz.TokenSequence, tokens: list[int]) -> list[int | str]:
+    """Tokens as the words they make up where each is a whole word that occurs once (the edit then reads
+    "它 ↛ 小猫"), else as positions."""
+    wanted = set(tokens)
+    counts: dict[str, int] = {}
+    for w in seq.words:
+        counts[w.text] = counts.get(w.text, 0) + 1
+    named: list[int | str] = []
+    covered: set[int] = set()
+    for w in seq.words:
+        span = set(w.tokens)
+        if span and span <= wanted and counts[w.text] == 1 and w.text.strip():
+            named.append(w.text)
+            covered |= span
+    return named + sorted(wanted - covered)
+
+
 def _lab_edits(
     cap: attnviz.Capture, layer: int, head: int, part: str | None, query: list[int], switches, log_t, scope, knocked
 ) -> tuple[list[edits.Edit], list[str]]:
@@ -187,7 +204,10 @@ def _lab_edits(
     if abs(temperature - 1) > 1e-9:
         chosen.append(edits.temperature(temperature, part=part, **where))
     if knocked:
-        chosen.append(edits.knockout(query=query, key=sorted(knocked), part=part, **where))
+        queries, keys = cap.sequences(part)
+        chosen.append(
+            edits.knockout(query=_named(queries, query), key=_named(keys, sorted(knocked)), part=part, **where)
+        )
     return chosen, notes
 
 
@@ -322,8 +342,9 @@ def register(app: Dash, captures: Captures) -> None:
         the_part = cap.parts[0] if len(cap.parts) == 1 else None
         pronoun = list(cap.words[selection["pronoun"]].tokens)
         key = list(cap.words[candidate].tokens)
+        pronoun_named, key_named = _named(cap.source, pronoun), _named(cap.source, key)
         chosen = [
-            edits.knockout(layer=int(r.layer), head=int(r.head), query=pronoun, key=key, part=the_part)
+            edits.knockout(layer=int(r.layer), head=int(r.head), query=pronoun_named, key=key_named, part=the_part)
             for r in heads.itertuples(index=False)
         ]
         if the_part is None and store.get("target"):
