@@ -302,51 +302,17 @@ def bench_size(
     rows.append(step(page, label, f"{ID.heatmap}.figure", lambda: page.graph(ID.heatmap, zoom), done=done))
     if n <= WINDOW:
         rows[-1]["error"] = ""
-    if n > heavy_up_to:
-        rows.append(skipped("model view", n, heavy_up_to, before, at))
-    else:
-        rows.append(
-            step(
-                page,
-                "model view",
-                f"{ID.model_view}.figure",
-                lambda: page.open_tab(views["model"]),
-                done=lambda: page.title(ID.model_view),
-            )
-        )
-    rows.append(
-        step(
-            page,
-            "head view",
-            f"{ID.head_view}.figure",
-            lambda: page.open_tab(views["head"]),
-            done=lambda: "lines" in page.title(ID.head_view),
-        )
-    )
-    if n > heavy_up_to:
-        rows.append(skipped("head statistics", n, heavy_up_to, before, at))
-    else:
-        rows.append(
-            step(
-                page,
-                "head statistics",
-                f"{AID.stats_map}.figure",
-                lambda: page.open_tab(views["stats"]),
-                done=lambda: page.title(AID.stats_map),
-            )
-        )
-    if n > heavy_up_to:
-        rows.append(skipped("rollout", n, heavy_up_to, before, at))
-    else:
-        rows.append(
-            step(
-                page,
-                "rollout",
-                f"{AID.rollout_graph}.figure",
-                lambda: page.open_tab(views["rollout"]),
-                done=lambda: page.title(AID.rollout_graph),
-            )
-        )
+    views_in_order = [  # (label, output, tab, finished, grows as n²)
+        ("model view", f"{ID.model_view}.figure", "model", lambda: page.title(ID.model_view), True),
+        ("head view", f"{ID.head_view}.figure", "head", lambda: "lines" in page.title(ID.head_view), False),
+        ("head statistics", f"{AID.stats_map}.figure", "stats", lambda: page.title(AID.stats_map), True),
+        ("rollout", f"{AID.rollout_graph}.figure", "rollout", lambda: page.title(AID.rollout_graph), True),
+    ]
+    for label, output, tab, finished, heavy in views_in_order:
+        if heavy and n > heavy_up_to:
+            rows.append(skipped(label, n, heavy_up_to, before, at))
+        else:
+            rows.append(step(page, label, output, lambda tab=tab: page.open_tab(views[tab]), done=finished))
     rows.append(
         step(
             page,
