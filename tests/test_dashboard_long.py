@@ -127,7 +127,10 @@ def test_long_text_overview_is_under_2mb_and_a_zoom_shows_exact_weights(dash_duo
     cats = graph(dash_duo, ID.heatmap, "return [gd.data[0].x.length, gd.data[0].y.length, gd.data[0].y[1]];")
     assert cats[:2] == [OVERVIEW_SIZE, OVERVIEW_SIZE] and cats[2].startswith("8–15 ("), cats
     assert dash_duo.find_element("#overview-mode-box").is_displayed()
-    # zoom (as a drag does): rows 2048–2303 and keys 1024–1279, i.e. blocks 256–287 and 128–159
+    # zoom (as a drag does): rows 2048–2303 and keys 1024–1279, i.e. blocks 256–287 and 128–159 — once
+    # every callback of the run has answered (the overview is sent a second time when the layer and head
+    # selectors settle, and that figure would replace a zoom made before it arrives)
+    poll(lambda: dash_duo.redux_state_rqs == [], timeout=60)
     layer, head = (int(x) for x in title(dash_duo, ID.heatmap).split(" — ")[0].lstrip("L").split("·H"))
     graph(
         dash_duo,
