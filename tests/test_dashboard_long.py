@@ -87,6 +87,11 @@ def responses(dash_duo) -> list:
     return dash_duo.driver.execute_script("return window.__responses;")
 
 
+def heatmaps_sent(dash_duo) -> list[int]:
+    """The sizes of the responses that carried a heatmap figure (a 204 "nothing to update" has none)."""
+    return [size for out, size, *_ in responses(dash_duo) if "heatmap-graph.figure" in out and size > 1000]
+
+
 def graph(dash_duo, graph_id: str, script: str):
     return dash_duo.driver.execute_script(f"const gd = document.querySelector('#{graph_id} .js-plotly-plot'); {script}")
 
@@ -127,10 +132,11 @@ def test_long_text_overview_is_under_2mb_and_a_zoom_shows_exact_weights(dash_duo
     cats = graph(dash_duo, ID.heatmap, "return [gd.data[0].x.length, gd.data[0].y.length, gd.data[0].y[1]];")
     assert cats[:2] == [OVERVIEW_SIZE, OVERVIEW_SIZE] and cats[2].startswith("8–15 ("), cats
     assert dash_duo.find_element("#overview-mode-box").is_displayed()
-    # zoom (as a drag does): rows 2048–2303 and keys 1024–1279, i.e. blocks 256–287 and 128–159 — once
-    # every callback of the run has answered (the overview is sent a second time when the layer and head
-    # selectors settle, and that figure would replace a zoom made before it arrives)
+    # one overview per run: setting the part again (its callback sets the layer and head selectors) sends
+    # nothing more; zoom (as a drag does) once every callback of the run has answered: rows 2048–2303 and
+    # keys 1024–1279, i.e. blocks 256–287 and 128–159
     poll(lambda: dash_duo.redux_state_rqs == [], timeout=60)
+    assert len(heatmaps_sent(dash_duo)) == 1, heatmaps_sent(dash_duo)
     layer, head = (int(x) for x in title(dash_duo, ID.heatmap).split(" — ")[0].lstrip("L").split("·H"))
     graph(
         dash_duo,
@@ -155,6 +161,14 @@ def test_long_text_overview_is_under_2mb_and_a_zoom_shows_exact_weights(dash_duo
     # double-click: back to the overview
     graph(dash_duo, ID.heatmap, "Plotly.relayout(gd, {'xaxis.autorange': true, 'yaxis.autorange': true});")
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "overview of", timeout=30)
+    # another tab and back: the figure on the page is what the selection shows, nothing is sent again
+    poll(lambda: dash_duo.redux_state_rqs == [], timeout=60)
+    sent = len(heatmaps_sent(dash_duo))
+    open_tab(dash_duo, "Shapes & cost")
+    open_tab(dash_duo, "Heatmap")
+    poll(lambda: dash_duo.redux_state_rqs == [], timeout=60)
+    assert len(heatmaps_sent(dash_duo)) == sent
+    assert "overview of" in title(dash_duo, ID.heatmap)
     no_console_errors(dash_duo)
 
 

@@ -67,6 +67,7 @@ class OID:
     mode_box = "overview-mode-box"
     note = "overview-note"
     view = "overview-view"  # dcc.Store: the shown grid's {"rows": [start, stop, width], "cols": …, "full": bool}
+    shown = "overview-shown"  # dcc.Store: the selection the heatmap on the page was drawn for
 
 
 class HID:

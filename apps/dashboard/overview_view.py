@@ -237,6 +237,7 @@ def layout(graph) -> list:
     """The heatmap view's children around ``graph`` (the page's heatmap ``dcc.Graph``)."""
     return [
         dcc.Store(id=OID.view),
+        dcc.Store(id=OID.shown),
         html.Div(
             [
                 html.Div(
@@ -275,6 +276,7 @@ def register(app: Dash, captures: Captures) -> None:
         Output(OID.view, "data"),
         Output(OID.note, "children"),
         Output(OID.mode_box, "style"),
+        Output(OID.shown, "data"),
         Input(ID.store, "data"),
         Input(ID.layer, "value"),
         Input(ID.head, "value"),
@@ -284,33 +286,39 @@ def register(app: Dash, captures: Captures) -> None:
         Input(OID.mode, "value"),
         Input(ID.heatmap, "relayoutData"),
         State(OID.view, "data"),
+        State(OID.shown, "data"),
     )
-    @shows_errors(lambda m: (message_figure(m), None, "", no_update))
-    def heatmap(store, layer, head, units, tab, part, mode, relayout, view):
+    @shows_errors(lambda m: (message_figure(m), None, "", no_update, None))
+    def heatmap(store, layer, head, units, tab, part, mode, relayout, view, shown):
         only_on(tab, "heatmap")
         cap = captures.from_store(store)
         if cap is None or layer is None or head is None:
-            return message_figure("Run the model to see its attention."), None, "", _HIDDEN
+            return message_figure("Run the model to see its attention."), None, "", _HIDDEN, None
         words = units == "words"
         mode = mode if mode in MODES else "max"
         trigger = ctx.triggered_id
         if trigger == ID.heatmap:
             span = zoom_span(relayout, view)
             if span is None:
-                return (no_update,) * 4
+                return (no_update,) * 5
             if span == "reset":
                 if view["full"]:
-                    return (no_update,) * 4  # plotly has reset the overview itself
+                    return (no_update,) * 5  # plotly has reset the overview itself
                 fig, view = overview_figure(cap, layer, head, part=part, mode=mode)
-                return fig, view, note_for(cap, view, words, part), _SHOWN
+                return fig, view, note_for(cap, view, words, part), _SHOWN, no_update
             (r0, r1), (k0, k1) = span
             if not view["full"] or r1 - r0 > WINDOW or k1 - k0 > WINDOW:
-                return (no_update,) * 4  # exact already, or too wide: plotly zooms the shown cells
+                return (no_update,) * 5  # exact already, or too wide: plotly zooms the shown cells
             fig, view = window_figure(cap, layer, head, (r0, r1), (k0, k1), part=part)
-            return fig, view, note_for(cap, view, words, part), _SHOWN
+            return fig, view, note_for(cap, view, words, part), _SHOWN, no_update
+        # what the figure on the page shows: coming back to the tab, or the same selection set again
+        # (a run sets the part, whose callback sets layer and head once more), sends nothing
+        key = {"store": store, "layer": layer, "head": head, "units": units, "part": part, "mode": mode}
+        if shown == key:
+            return (no_update,) * 5
         if not is_long(cap, words, part):
             fig = figures.heatmap(cap, layer, head, words=words, part=part)
-            return mark_view(fig, cap, "matrix", words=words, part=part), None, "", _HIDDEN
+            return mark_view(fig, cap, "matrix", words=words, part=part), None, "", _HIDDEN, key
         q_names, k_names, _ = _names(cap, part)
         if (
             view
@@ -324,4 +332,4 @@ def register(app: Dash, captures: Captures) -> None:
             fig, view = window_figure(cap, layer, head, (r0, r1), (k0, k1), part=part)
         else:
             fig, view = overview_figure(cap, layer, head, part=part, mode=mode)
-        return fig, view, note_for(cap, view, words, part), _SHOWN
+        return fig, view, note_for(cap, view, words, part), _SHOWN, key

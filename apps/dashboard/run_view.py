@@ -355,19 +355,23 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "", backgrou
         Output(ID.heads_multi, "value", allow_duplicate=True),
         Input(ID.part, "value"),
         State(ID.store, "data"),
+        State(ID.layer, "options"),
         State(ID.layer, "value"),
+        State(ID.head, "options"),
         State(ID.head, "value"),
+        State(ID.heads_multi, "options"),
         State(ID.heads_multi, "value"),
         prevent_initial_call=True,
     )
     @shows_errors(lambda _m: no_update)  # the run callback reports a capture that fails
-    def choose_part(part, store, layer, head, heads):
+    def choose_part(part, store, *shown):
         cap = captures.from_store(store)
         if cap is None or part not in cap.parts:
             return no_update
+        _, layer, _, head, _, heads = shown
         layers, n_heads = cap.layer_indices(part), cap.info(part)["n_heads"]
         head = head if head is not None and head < n_heads else 0
-        return (
+        chosen = (
             [{"label": f"L{i}", "value": i} for i in layers],
             layer if layer in layers else layers[0],
             [{"label": f"H{h}", "value": h} for h in range(n_heads)],
@@ -375,3 +379,6 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "", backgrou
             [{"label": f"H{h} ", "value": h} for h in range(n_heads)],
             [h for h in (heads or [head]) if h < n_heads] or [head],
         )
+        # only what changes: a run sets the part together with its selectors, and setting them again
+        # would make every view that reads them draw twice
+        return tuple(no_update if new == old else new for new, old in zip(chosen, shown, strict=True))
