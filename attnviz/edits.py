@@ -15,6 +15,14 @@ zeroed (or replaced by its mean over the text), so ablating is exact whatever th
 Recorders active at the same time (a capture of the edited run) see the call as edited: the
 edited weights travel as the call's bias (``log A`` with the scaling set to 0), so the capture's
 maps are exactly the weights the edited model used, and its self-check proves it.
+
+Families that compute attention inline (GPT-Neo, XGLM, GPT-1, Bloom, MPT, Falcon-ALiBi; see
+:data:`attnviz.specs.PROJECTION_SPECS`) have no kernel call to take over. There the editor uses the
+capture's projection hooks (:func:`attnviz.hooks.projection_hooks`): in an edited layer, a
+pre-hook on the output projection rebuilds the call's Q, K, V, ALiBi bias and mask, computes the
+edited A·V with the same SDPA, and hands it to the output projection in place of the model's own
+(whose inline scores are then unused); ablation changes the heads' slice of the model's own A·V.
+Every edit works there, the causal switch included, and the recorders see the edited call as above.
 """
 
 from __future__ import annotations
@@ -29,7 +37,8 @@ import torch
 from torch import Tensor, nn
 
 from .attention import build_mask, scaled_dot_product, weighted_values
-from .errors import ArgumentTypeError, InputError, OutOfRangeError, UnsupportedModelError
+from .errors import ArgumentTypeError, InputError, OutOfRangeError
+from .hooks import projection_hooks
 from .interface import _EDITORS, wrapped
 from .specs import PROJECTION_SPECS
 from .taps import Recorder
@@ -366,9 +375,39 @@ class Editor:
         self.reader = Recorder(model, to_cpu=False, weight_mode="drop")
         self.plans = plans
         self.ran: set[tuple[str, int]] = set()
+        self._seen: dict[int, tuple[dict[str, Any], Tensor]] = {}  # inline module -> its last call, as edited
 
     def owns(self, module: nn.Module) -> bool:
         return self.reader.owns(module)
+
+    def runs(self, module: nn.Module) -> bool:
+        """Whether this editor is active in the calling context and the innermost one owning ``module``."""
+        return next((e for e in reversed(_EDITORS.get()) if e.owns(module)), None) is self
+
+    def inline(self, module: nn.Module, read: dict[str, Any], out: Tensor) -> Tensor | None:
+        """One call of an inline attention module (projection hooks): the output projection's input
+        for the edited call ([batch, pos, head·d_v], ``out``'s dtype), or None for the model's own."""
+        where = self.reader.place(module, read["causal"], read["mask"], read["designed_causal"])
+        p = self.plans.get(where)
+        if p is None:
+            return None
+        self.ran.add(where)
+        b, n, width = out.shape
+        heads = read["q"].shape[1]
+        if not p.reweights:  # ablation only: the model's own A·V, the heads' slices changed
+            self._seen[id(module)] = (read, out)
+            return _ablated(out.view(b, n, heads, -1), p).reshape(b, n, width)
+        attended, weights = _edited_attention(read, p)
+        model_out = attended.transpose(1, 2).to(out.dtype)  # [batch, query_pos, head, d_head_v]
+        self._seen[id(module)] = (_as_inline_call(read, weights), model_out.reshape(b, n, width))
+        return _ablated(model_out, p).reshape(b, n, width)
+
+    def seen(self, module: nn.Module) -> tuple[dict[str, Any], Tensor] | None:
+        """How the recorders should see the last call of an inline ``module`` this editor changed:
+        (the call as :func:`attnviz.hooks.projection_read` gives it, the A·V before ablation), or None.
+        The editor's hook runs before every recorder's (it is registered first), so this is the call
+        the recorder is looking at."""
+        return self._seen.get(id(module))
 
     def call(self, backend: str, module: nn.Module, fn: Callable, args: tuple, kwargs: dict) -> tuple[Any, tuple]:
         """(what the model gets, (args, kwargs, result) as the recorders should see the call)."""
@@ -470,42 +509,62 @@ def _ablated(out: Tensor, p: LayerPlan) -> Tensor:  # out [batch, query_pos, hea
     return out
 
 
-def _as_call(read: dict[str, Any], weights: Tensor) -> tuple[tuple, dict]:
-    """The edited call as the recorders should see it: Q, K, V with scaling 0 and ``log A`` as the bias,
-    so that softmax(0·QKᵀ + log A) = A (with a sink, each row's bias shifted so the sink keeps its share)."""
+def _log_weights(read: dict[str, Any], weights: Tensor) -> tuple[Tensor, Tensor]:
+    """("may attend", a bias B with softmax(B) = A on it): ``log A`` (with a sink, each row shifted so
+    the sink keeps its share)."""
     may = weights > 0
     log_w = torch.where(may, weights.clamp_min(torch.finfo(weights.dtype).tiny).log(), torch.zeros_like(weights))
     sinks = read["sinks"]
     if sinks is not None:
         share = (1 - weights.sum(-1, keepdim=True)).clamp_min(torch.finfo(weights.dtype).tiny)
         log_w = log_w + sinks.float().view(1, -1, 1, 1) - share.log()
+    return may, log_w
+
+
+def _as_call(read: dict[str, Any], weights: Tensor) -> tuple[tuple, dict]:
+    """The edited call as the recorders should see it: Q, K, V with scaling 0 and ``log A`` as the bias,
+    so that softmax(0·QKᵀ + log A) = A (with a sink, each row's bias shifted so the sink keeps its share)."""
+    may, log_w = _log_weights(read, weights)
     kwargs: dict[str, Any] = {"scaling": 0.0, "is_causal": False, "position_bias": log_w}
-    if sinks is not None:
-        kwargs["s_aux"] = sinks
+    if read["sinks"] is not None:
+        kwargs["s_aux"] = read["sinks"]
     return (read["q"], read["k"], read["v"], may), kwargs
 
 
-def _refuse_inline(model: nn.Module) -> None:
-    model_type = getattr(getattr(model, "config", None), "model_type", "")
-    if model_type in PROJECTION_SPECS:
-        raise UnsupportedModelError(
-            f"{model_type} computes attention inline (attnviz reads it through projection hooks), so there is "
-            "no kernel call to replace; edits work on the families that use transformers' AttentionInterface "
-            "(BERT, GPT-2, Llama, Qwen2, Mistral, gpt-oss, BART, Marian, T5 …)"
-        )
+def _as_inline_call(read: dict[str, Any], weights: Tensor) -> dict[str, Any]:
+    """:func:`_as_call` for an inline module: the call as :func:`attnviz.hooks.projection_read` gives
+    it, with scaling 0, ``log A`` as the bias and "may attend" as the mask."""
+    may, log_w = _log_weights(read, weights)
+    return {**read, "mask": may, "bias": log_w, "scaling": 0.0, "causal": False, "window": None}
+
+
+@contextlib.contextmanager
+def _in_place_of_attention(model: nn.Module, editor: Editor) -> Iterator[None]:
+    """The editor where the model computes attention: the AttentionInterface slot, or, for a family
+    that computes it inline, the output projections (through the capture's projection hooks)."""
+    spec = PROJECTION_SPECS.get(getattr(getattr(model, "config", None), "model_type", ""))
+    if spec is None:
+        with wrapped(model):
+            yield
+        return
+    with projection_hooks(model, spec, editor.inline, active=editor.runs, first=True, unfold_mask=True):
+        yield
 
 
 @contextlib.contextmanager
 def editing(model: nn.Module, plans: dict[tuple[str, int], LayerPlan]) -> Iterator[Editor]:
     """Within the block, the model's attention calls of the planned layers run edited (this context only).
 
-    Nothing on the model changes; the AttentionInterface wrappers are removed on exit, also when
-    the block raises. After the block, ``editor.ran`` names the layers that were edited."""
-    _refuse_inline(model)
+    Nothing on the model changes; the AttentionInterface wrappers (or, for a family that computes
+    attention inline, the hooks on its projections) are removed on exit, also when the block
+    raises. After the block, ``editor.ran`` names the layers that were edited. A configuration the
+    projection hooks cannot read (Falcon with rotary embeddings, Bloom's ``slow_but_exact``) is
+    refused with :class:`UnsupportedModelError`, as a capture of it is."""
     editor = Editor(model, plans)
     token = _EDITORS.set(_EDITORS.get() + (editor,))
     try:
-        with wrapped(model):
+        with _in_place_of_attention(model, editor):
             yield editor
     finally:
         _EDITORS.reset(token)
+        editor._seen.clear()

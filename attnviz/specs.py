@@ -147,6 +147,9 @@ class ProjectionSpec:
     bias: Callable[[Any, dict, int], Tensor | None] = lambda m, inputs, batch: None  # [b|1, head, q|1, k]
     mask: str | None = None  # the module input holding its mask (None: only the causal structure)
     mask_true_means_masked: bool = False  # a bool mask where True *blocks* (MPT)
+    # the additive term an additive mask carries on every key it lets through, [b|1, head, q|1, k]
+    # (Falcon folds ALiBi into its mask): edits that unblock a key add it there too
+    mask_bias: Callable[[Any, dict, int], Tensor | None] = lambda m, inputs, batch: None
     refuse: Callable[[Any], str | None] = lambda config: None  # why a config of this family is not supported
 
 
@@ -240,6 +243,9 @@ PROJECTION_SPECS: dict[str, ProjectionSpec] = {
             None
             if inputs.get("alibi") is None or m.config._attn_implementation == "sdpa"
             else _alibi_per_item(m, inputs["alibi"], batch) * m.inv_norm_factor
+        ),
+        mask_bias=lambda m, inputs, batch: (
+            None if inputs.get("alibi") is None else _alibi_per_item(m, inputs["alibi"], batch) * m.inv_norm_factor
         ),
     ),
 }

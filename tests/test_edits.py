@@ -210,8 +210,8 @@ def test_bad_edits_are_refused_with_what_to_do():
         edits.ablate(how="half")
     with pytest.raises(InputError, match="> 0"):
         edits.temperature(0)
-    with pytest.raises(UnsupportedModelError, match="inline"):
-        attnviz.intervene(attnviz.tiny_model("gpt_neo"), TEXT, [edits.ablate(layer=0)], TOK)
+    with pytest.raises(UnsupportedModelError, match="rotary"):  # inline families are edited (test_edits_inline.py)
+        attnviz.intervene(attnviz.tiny_model("falcon"), TEXT, [edits.ablate(layer=0)], TOK)
     assert installed_backends() == {} and _EDITORS.get() == ()
 
 
