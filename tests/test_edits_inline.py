@@ -132,6 +132,21 @@ def test_the_scaling_temperature_and_causal_switches_equal_softmax_by_hand(famil
         assert float(got[7, :4].sum()) == 0  # beyond the window: still blocked
 
 
+@pytest.mark.parametrize("impl", ["sdpa", "eager"])
+def test_falcon_multi_query_on_either_backend_opens_its_causal_mask_with_its_own_alibi(impl):
+    """Falcon's sdpa path carries ALiBi once, in its mask; eager adds it to the scores as well. The
+    keys no_causal_mask opens get what that backend adds to every key; one key/value head (multi-query)."""
+    model = attnviz.tiny_model("falcon_alibi", attn_implementation=impl, multi_query=True)
+    out = attnviz.intervene(model, TEXT, [edits.no_causal_mask(layer=0, head=1)], TOK)
+    before = out.capture_before
+    assert before.info("decoder")["n_kv_heads"] == 1 and (before.layer(0).bias is None) == (impl == "sdpa")
+    allowed = torch.ones(8, 8, dtype=torch.bool)
+    torch.testing.assert_close(
+        out.capture_after.attention(0, 1), by_hand(before, 0, 1, allowed=allowed), atol=1e-6, rtol=0
+    )
+    assert out.check_error <= 1e-4
+
+
 @pytest.mark.parametrize("family", INLINE)
 def test_uniform_and_patch_replace_the_pattern(family):
     model = model_of(family)
@@ -155,8 +170,7 @@ def test_ablation_equals_the_output_projection_fed_by_hand(family):
     assert out.check_error == 0.0  # ablation alone keeps the model's own A·V
     assert out.capture_after.validate(rows=None).passed  # the recorders saw the A·V before the ablation
 
-    d = model.config.hidden_size // 4 if hasattr(model.config, "hidden_size") else None
-    assert d is not None
+    d = model.config.hidden_size // 4  # 4 heads
 
     def mean_head(x):
         x = x.clone()
@@ -165,6 +179,29 @@ def test_ablation_equals_the_output_projection_fed_by_hand(family):
 
     mean = attnviz.intervene(model, TEXT, [edits.ablate(layer=0, head=2, how="mean")], TOK)
     torch.testing.assert_close(mean.after.logprobs, logits_with(model, 0, mean_head), atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("family", INLINE)
+def test_reweighted_attention_reaches_the_prediction(family):
+    """The edited A·V is what the output projection gets: a knockout in head 0 and uniform attention
+    in head 1 of the last layer predict what the model predicts fed A·V made by hand from those weights."""
+    model = model_of(family)
+    plan = [edits.knockout(layer=1, head=0, query=7, key=[5, 6]), edits.uniform(layer=1, head=1)]
+    out = attnviz.intervene(model, TEXT, plan, TOK)
+    before = out.capture_before
+    knocked = before.allowed(1)
+    knocked[7, [5, 6]] = False
+    uniform = before.allowed(1).float()
+    weights = [
+        by_hand(before, 1, 0, allowed=knocked),
+        uniform / uniform.sum(-1, keepdim=True),
+        *(before.attention(1, h) for h in (2, 3)),
+    ]
+    rec = before.layer(1)
+    by_hand_av = torch.cat([w @ rec.v[before.kv_head_of(h)].float() for h, w in enumerate(weights)], dim=-1)
+    expected = logits_with(model, 1, lambda x: by_hand_av[None].to(x.dtype))
+    torch.testing.assert_close(out.after.logprobs, expected, atol=1e-5, rtol=0)
+    assert (out.after.logprobs - out.before.logprobs).abs().max() > 1e-5  # the edits moved the prediction
 
 
 @pytest.mark.parametrize("family", INLINE)
