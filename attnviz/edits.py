@@ -39,7 +39,7 @@ from torch import Tensor, nn
 from .attention import build_mask, scaled_dot_product, weighted_values
 from .errors import ArgumentTypeError, InputError, OutOfRangeError
 from .hooks import projection_hooks
-from .interface import _EDITORS, wrapped
+from .interface import _ACTIVE, _EDITORS, wrapped
 from .specs import PROJECTION_SPECS
 from .taps import Recorder
 
@@ -375,7 +375,8 @@ class Editor:
         self.reader = Recorder(model, to_cpu=False, weight_mode="drop")
         self.plans = plans
         self.ran: set[tuple[str, int]] = set()
-        self._seen: dict[int, tuple[dict[str, Any], Tensor]] = {}  # inline module -> its last call, as edited
+        # the inline call just edited, for the recorders' hooks that run next: (module id, call or None, A·V)
+        self._seen: tuple[int, dict[str, Any] | None, Tensor] | None = None
 
     def owns(self, module: nn.Module) -> bool:
         return self.reader.owns(module)
@@ -394,20 +395,27 @@ class Editor:
         self.ran.add(where)
         b, n, width = out.shape
         heads = read["q"].shape[1]
+        recorded = any(r.owns(module) for r in _ACTIVE.get())  # a capture of the edited run wants the call
+        self._seen = None
         if not p.reweights:  # ablation only: the model's own A·V, the heads' slices changed
-            self._seen[id(module)] = (read, out)
+            if recorded:  # the recorders see the call as the model made it, before the ablation
+                self._seen = (id(module), None, out)
             return _ablated(out.view(b, n, heads, -1), p).reshape(b, n, width)
         attended, weights = _edited_attention(read, p)
         model_out = attended.transpose(1, 2).to(out.dtype)  # [batch, query_pos, head, d_head_v]
-        self._seen[id(module)] = (_as_inline_call(read, weights), model_out.reshape(b, n, width))
+        if recorded:
+            self._seen = (id(module), _as_inline_call(read, weights), model_out.reshape(b, n, width))
         return _ablated(model_out, p).reshape(b, n, width)
 
-    def seen(self, module: nn.Module) -> tuple[dict[str, Any], Tensor] | None:
-        """How the recorders should see the last call of an inline ``module`` this editor changed:
-        (the call as :func:`attnviz.hooks.projection_read` gives it, the A·V before ablation), or None.
-        The editor's hook runs before every recorder's (it is registered first), so this is the call
-        the recorder is looking at."""
-        return self._seen.get(id(module))
+    def seen(self, module: nn.Module) -> tuple[dict[str, Any] | None, Tensor] | None:
+        """How the recorders should see the call of the inline ``module`` they are recording, when this
+        editor changed it: (the call as :func:`attnviz.hooks.projection_read` gives it — None: as
+        the recorder read it itself —, the A·V before ablation), or None. The editor's pre-hook on
+        the output projection runs first (prepended), so the recorders' hooks that run next on the
+        same call find it here."""
+        if self._seen is None or self._seen[0] != id(module):
+            return None
+        return self._seen[1], self._seen[2]
 
     def call(self, backend: str, module: nn.Module, fn: Callable, args: tuple, kwargs: dict) -> tuple[Any, tuple]:
         """(what the model gets, (args, kwargs, result) as the recorders should see the call)."""
@@ -567,4 +575,4 @@ def editing(model: nn.Module, plans: dict[tuple[str, int], LayerPlan]) -> Iterat
             yield editor
     finally:
         _EDITORS.reset(token)
-        editor._seen.clear()
+        editor._seen = None

@@ -195,7 +195,7 @@ def tap_projections(
         editor = next((e for e in reversed(_EDITORS.get()) if e.owns(attention)), None)
         edited = None if editor is None else editor.seen(attention)
         if edited is not None:
-            read, out = edited
+            read, out = edited[0] or read, edited[1]
         _record_projection(recorder, attention, read, out)
 
     with _active(recorder), projection_hooks(model, spec, record, active=mine):

@@ -223,3 +223,23 @@ def test_the_lab_shows_a_window_of_chips_around_the_query():
     assert chip_window(8192, 3) == (0, CHIPS) and chip_window(8192, 8190) == (8192 - CHIPS, 8192)
     lo, hi = chip_window(8192, 4000)
     assert lo <= 4000 < hi and hi - lo == CHIPS
+
+
+def test_derived_results_are_computed_once_per_capture_and_bounded_in_bytes():
+    captures = Captures({"smollm2": "SmolLM2"}, cache_bytes=4 * 4000)  # derived tensors: at most 4,000 bytes
+    store = {"model": "smollm2", "text": "a", "bos": False, "target": None}
+    other = dict(store, text="b")
+    calls = []
+
+    def compute(n: int):
+        return lambda: calls.append(n) or torch.zeros(n)  # n float32: 4n bytes
+
+    first = captures.derived(store, ("rollout", None), compute(500))
+    assert captures.derived(store, ("rollout", None), compute(500)) is first and calls == [500]
+    captures.derived(other, ("rollout", None), compute(500))  # another capture: its own result
+    assert calls == [500, 500]
+    captures.derived(store, ("rollout", "decoder"), compute(600))  # 2,000 + 2,000 + 2,400 bytes: the oldest goes
+    captures.derived(store, ("rollout", None), compute(500))
+    assert calls == [500, 500, 600, 500]
+    captures.derived(store, ("big",), compute(5000))  # one result always fits, however large
+    assert captures.derived(store, ("big",), compute(5000)).numel() == 5000 and calls[-1] == 5000 and len(calls) == 5

@@ -15,6 +15,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -138,7 +139,7 @@ def default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
 # ---------------------------------------------------------------- the server's captures
 class Captures:
     """The captures of one app: ``get`` runs a model at most once per request key; ``from_store`` reads
-    the page's store; ``opening_head`` memoises the default head per (capture, query)."""
+    the page's store; ``opening_head`` memoises the default head per (capture, query), ``derived`` any result of a capture."""
 
     def __init__(
         self,
@@ -155,7 +156,7 @@ class Captures:
         self.files = dict(files or {})  # the page's name of a capture file -> its path (never sent to the page)
         self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="attnviz-captures-"))
         self._adopt = threading.Lock()
-        self._heads: OrderedDict[tuple, tuple[int, int]] = OrderedDict()
+        self._derived: OrderedDict[tuple, Any] = OrderedDict()
 
     # -- keys and checks
     @staticmethod
@@ -303,14 +304,25 @@ class Captures:
     def opening_head(self, store: dict, part: str, view: attnviz.Capture, query: int) -> tuple[int, int]:
         """``default_head(view, query)``, computed once per (capture, part, query): running the same text
         again reuses it."""
-        memo = (self.key(*self.request_args(store)), part, query)
+        return self.derived(store, ("opening head", part, query), lambda: default_head(view, query))
+
+    def derived(self, store: dict, what: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()``'s result for the capture the store names, computed once per ``what`` while it is
+        among the last 256 results and the tensors among them hold at most ``cache_bytes / 4``."""
+        memo = (self.key(*self.request_args(store)), *what)
         with self._adopt:
-            head = self._heads.get(memo)
-        if head is None:
-            head = default_head(view, query)
+            value = self._derived.get(memo)
+        if value is None:
+            value = compute()
         with self._adopt:
-            self._heads[memo] = head
-            self._heads.move_to_end(memo)
-            while len(self._heads) > 256:
-                self._heads.popitem(last=False)
-        return head
+            self._derived[memo] = value
+            self._derived.move_to_end(memo)
+            while len(self._derived) > 256 or (
+                len(self._derived) > 1 and sum(_nbytes(v) for v in self._derived.values()) > self.cache.max_bytes // 4
+            ):
+                self._derived.popitem(last=False)
+        return value
+
+
+def _nbytes(value: Any) -> int:
+    return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0

@@ -52,7 +52,8 @@ def register(app: Dash, captures: Captures) -> None:
         cap = captures.self_part(store, part)
         if cap is None:
             return message_figure("Run the model first.")
-        flow = rollout(cap)
+        # the final layer's rollout, once per capture and part: the mode and the lab's query only pick from it
+        flow = captures.derived(store, ("rollout", part), lambda: rollout(cap)[-1:].clone())
         query = None if query is None else min(query, cap.n_tokens - 1)
         fig = rollout_figure(cap, flow, query=query if mode == "query" else None)
         return mark_view(fig, cap, "bars" if mode == "query" else "matrix")

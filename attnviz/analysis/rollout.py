@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..attention import attention_output
 from ..errors import InputError
 
 if TYPE_CHECKING:
@@ -53,9 +54,20 @@ def rollout(
     result = eye
     out = []
     for layer in layers:
-        a = fuse[head_fusion](cap.attention(layer).cpu())
+        a = _fused(cap, layer, fuse[head_fusion])
         a = residual * eye + (1 - residual) * a
         a = a / a.sum(-1, keepdim=True)
         result = a @ result
         out.append(result)
     return torch.stack(out)
+
+
+def _fused(cap: Capture, layer: int, fuse) -> Tensor:  # [query_pos, key_pos]
+    """The layer's heads fused into one map, a chunk of query rows at a time: the heads' n×n maps never
+    exist whole, no A·V is computed (values of width 0), and under a causal mask only the keys a chunk's
+    rows may see (the rest is 0 in every head, so also in the fused map)."""
+    rec = cap.layer(layer)
+    fused = torch.zeros(rec.n_queries, rec.n_keys)
+    for rows, keys, _, weights in attention_output(rec.q, rec.k, rec.v[..., :0], **rec.sdpa_arguments()):
+        fused[rows, keys] = fuse(weights.float().cpu())
+    return fused
