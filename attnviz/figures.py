@@ -133,18 +133,42 @@ def heatmap(
     unit = "word" if words else "token"
     cross = cap._part(part) == "cross"
     key_side, query_side = ("source ", "target ") if cross else ("", "")
+    x_ticks = _ticks(k_names)
+    top = above_top_axis(
+        f"{_part_label(cap, part)}L{layer}·H{head} — {query_side}{unit} × {key_side}{unit} attention "
+        f"({_toggles(cap, layer, causal, scale, temperature, part)})",
+        x_ticks["ticktext"],
+    )
     fig.update_layout(
-        title=(
-            f"{_part_label(cap, part)}L{layer}·H{head} — {query_side}{unit} × {key_side}{unit} attention "
-            f"({_toggles(cap, layer, causal, scale, temperature, part)})"
-        ),
-        xaxis=dict(title=f"key ({key_side}{unit} attended to)", side="top", **_ticks(k_names)),
+        title=top["title"],
+        xaxis=dict(title=f"key ({key_side}{unit} attended to)", side="top", **x_ticks),
         yaxis=dict(title=f"query ({query_side}{unit} attending)", autorange="reversed", **_ticks(q_names)),
         plot_bgcolor=MASKED_COLOUR,
-        margin=dict(l=90, r=20, t=110, b=20),
+        margin=dict(l=90, r=20, t=top["margin_top"], b=20),
         height=max(420, min(900, 22 * n_q + 160)),
     )
     return fig
+
+
+def above_top_axis(text: str, tick_labels: list[str], *, angle: float | None = None, width: int = 700) -> dict:
+    """Layout for a figure whose key axis is on top: its title pinned to the top of the figure and a top
+    margin that holds the title, the axis title and the tick labels one above the other (plotly places
+    each in the margin on its own, so a tall tick label would run into the title).
+
+    ``angle``: the labels' fixed angle in degrees; None is plotly's own choice, level when they fit
+    side by side in ``width`` pixels, upright when they do not."""
+    lines = text.count("<br>")
+    title_px = 28 + 16 * lines
+    longest = max((len(label) for label in tick_labels), default=0) * 7  # ~7 px a character at 12 px
+    if angle is None:
+        angle = 0 if sum(len(label) * 7 + 8 for label in tick_labels) <= width else 90
+    ticks_px = 16 + longest * abs(math.sin(math.radians(angle)))
+    return dict(
+        title=dict(
+            text=text, y=1, yref="container", yanchor="top", pad=dict(t=10 + 18 * lines)
+        ),  # plotly anchors a title at its first line
+        margin_top=int(title_px + 24 + ticks_px + 12),
+    )
 
 
 def _toggles(
@@ -279,10 +303,10 @@ def head_view(
     if queries is not None and query is None:
         rule.append(f"queries {queries[0]}–{queries[1] - 1}")
     title = f"{_part_label(cap, part)}L{layer} head view — " + (
-        "all lines" if query is None else f"from {q_names[query]!r} (#{query})"
+        "every query" if query is None else f"from {q_names[query]!r} (#{query})"
     )
     fig.update_layout(
-        title=title + "; " + ", ".join(rule) + f" ({lines:,} lines)",
+        title=title + ": " + ", ".join(rule) + f" ({lines:,} lines)",
         xaxis=dict(visible=False, range=[-0.6, 1.6]),
         yaxis=dict(visible=False, autorange="reversed"),
         plot_bgcolor="white",
@@ -574,13 +598,13 @@ def compare_heads(
                 zmin=0,
                 zmax=top,
                 showscale=col == 1,
-                colorbar=dict(title="weight", x=-0.08),
+                colorbar=dict(title="weight", x=1.0 if same_grid else 1.02, len=0.9),
                 hovertemplate="query %{y} → key %{x}: %{z:.4f}<extra></extra>",
             ),
             row=1,
             col=col,
         )
-        fig.update_xaxes(side="top", row=1, col=col, **_ticks(k_names, 32))
+        fig.update_xaxes(row=1, col=col, **_ticks(k_names, 32))  # key labels below: the panel titles are above
         fig.update_yaxes(autorange="reversed", row=1, col=col, **_ticks(q_names, 32))
     if same_grid:
         diff = (wa - wb).numpy()
@@ -591,17 +615,18 @@ def compare_heads(
                 colorscale="RdBu",
                 zmin=-lim,
                 zmax=lim,
-                colorbar=dict(title="A − B"),
+                colorbar=dict(title="A − B", x=1.09, len=0.9),
                 hovertemplate="query %{y} → key %{x}: %{z:+.4f}<extra></extra>",
             ),
             row=1,
             col=3,
         )
-        fig.update_xaxes(side="top", row=1, col=3, **_ticks(merged(ka, kb), 32))
+        fig.update_xaxes(row=1, col=3, **_ticks(merged(ka, kb), 32))
         fig.update_yaxes(autorange="reversed", row=1, col=3, **_ticks(merged(qa, qb), 32))
         differ = [m for m in merged(qa, qb) if "/" in m]
+        count = f"1 {unit[:-1]} differs" if len(differ) == 1 else f"{len(differ)} {unit} differ"
         note = f"max |A − B| {lim:.3f}" + (
-            f"; position by position, {len(differ)} {unit} differ ({', '.join(differ[:3])})" if differ else ""
+            f"; position by position, {count} ({', '.join(differ[:3])})" if differ else ""
         )
     else:
         note = f"no difference map: the {unit} differ ({len(qa)} vs {len(qb)})" + (
@@ -611,7 +636,7 @@ def compare_heads(
         title=f"L{layer}·H{head}, {unit}: {note}",
         plot_bgcolor=MASKED_COLOUR,
         height=max(420, min(900, 14 * max(len(qa), len(qb)) + 180)),
-        margin=dict(l=60, r=20, t=120, b=20),
+        margin=dict(l=60, r=20, t=90, b=100),
     )
     return fig
 

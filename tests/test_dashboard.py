@@ -186,7 +186,7 @@ def test_validation_and_cost_views(dash_duo):
     dash_duo.wait_for_contains_text(f"#{ID.cost}", "QKᵀ")
     assert "131,072" in dash_duo.find_element(f"#{ID.cost}").text
     open_tab(dash_duo, "Head view")
-    dash_duo.wait_for_contains_text(f"#{ID.head_view} .gtitle", "head view — all lines")
+    dash_duo.wait_for_contains_text(f"#{ID.head_view} .gtitle", "head view — every query")
     # hovering a query token on the left isolates its lines (the query markers are the last-but-one trace)
     dash_duo.driver.execute_script(
         f"const gd = document.querySelector('#{ID.head_view} .js-plotly-plot');"

@@ -278,7 +278,7 @@ def test_compare_winograd_pair_then_a_model_of_another_tokenization(dash_duo, ll
     dash_duo.find_element(f"#{CID.run}").click()
     dash_duo.wait_for_contains_text(f"#{CID.graph} .gtitle", "max |A − B|", timeout=30)
     first = title(dash_duo, CID.graph)
-    assert "1 tokens differ (big/small)" in first and first.startswith("L"), first
+    assert "1 token differs (big/small)" in first and first.startswith("L"), first
     assert graph(dash_duo, CID.graph, "return gd.data.length;") == 3  # A, B and A − B
     assert "tiny-llama-8k" in dash_duo.find_element(f"#{CID.note}").text
     # kept in step with the page's head
@@ -374,7 +374,7 @@ def test_compare_helpers_partner_and_a_head_b_lacks(tiny_bert_words):
     )
     assert message in fig.layout.annotations[0].text
     fig, message = compare_figure(a, b, 1, 1, words=True, part=None)
-    assert message == "" and len(fig.data) == 3 and "1 words differ (big/small)" in fig.layout.title.text
+    assert message == "" and len(fig.data) == 3 and "1 word differs (big/small)" in fig.layout.title.text
 
 
 def test_the_limit_is_the_models_own(long_llama, tiny_bert_words):

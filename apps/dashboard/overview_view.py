@@ -97,12 +97,14 @@ def _grid_figure(
         )
     )
     key_side, query_side = ("source ", "target ") if cross else ("", "")
+    xaxis = _axis(cols, k_names, col_edges, f"key ({key_side}tokens attended to)", side="top", tickangle=-45)
+    top = figures.above_top_axis(title, xaxis["ticktext"], angle=-45)
     fig.update_layout(
-        title=title,
-        xaxis=_axis(cols, k_names, col_edges, f"key ({key_side}tokens attended to)", side="top", tickangle=-45),
+        title=top["title"],
+        xaxis=xaxis,
         yaxis=_axis(rows, q_names, row_edges, f"query ({query_side}tokens attending)", autorange="reversed"),
         plot_bgcolor=figures.MASKED_COLOUR,
-        margin=dict(l=140, r=20, t=150, b=20),
+        margin=dict(l=140, r=20, t=top["margin_top"], b=20),
         height=820,
     )
     return fig
