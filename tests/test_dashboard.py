@@ -193,7 +193,7 @@ def test_validation_and_cost_views(dash_duo):
         "Plotly.Fx.hover(gd, [{curveNumber: gd.data.length - 2, pointNumber: 2}]);"
         "gd.emit('plotly_hover', {points: gd._hoverdata, event: {}});"
     )
-    dash_duo.wait_for_contains_text(f"#{ID.head_view} .gtitle", "(#2); weights")
+    dash_duo.wait_for_contains_text(f"#{ID.head_view} .gtitle", "(#2): weights")
     assert "from '" in figure_title(dash_duo, ID.head_view)
     no_console_errors(dash_duo)
 
