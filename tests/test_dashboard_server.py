@@ -4,6 +4,7 @@ the query's rows alone."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import math
@@ -243,3 +244,16 @@ def test_derived_results_are_computed_once_per_capture_and_bounded_in_bytes():
     assert calls == [500, 500, 600, 500]
     captures.derived(store, ("big",), compute(5000))  # one result always fits, however large
     assert captures.derived(store, ("big",), compute(5000)).numel() == 5000 and calls[-1] == 5000 and len(calls) == 5
+
+
+def test_a_folder_the_captures_made_goes_with_them_one_given_stays(tmp_path):
+    own = Captures({"smollm2": "SmolLM2"})
+    folder = own.folder
+    (folder / "job.attnviz").write_bytes(b"a capture a job left")
+    del own
+    gc.collect()
+    assert not folder.exists()
+    given = Captures({"smollm2": "SmolLM2"}, folder=tmp_path)
+    del given
+    gc.collect()
+    assert tmp_path.is_dir()

@@ -12,6 +12,8 @@ only builds the app: the captures, the layout, and each view's callbacks.
 
 from __future__ import annotations
 
+import atexit
+import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -54,7 +56,10 @@ def background_manager(folder: str | None = None):
     import diskcache
     from dash import DiskcacheManager
 
-    return DiskcacheManager(diskcache.Cache(folder or tempfile.mkdtemp(prefix="attnviz-jobs-")))
+    if folder is None:  # a folder of its own, removed when the server exits (a job's process does not run atexit)
+        folder = tempfile.mkdtemp(prefix="attnviz-jobs-")
+        atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return DiskcacheManager(diskcache.Cache(folder))
 
 
 def create_app(

@@ -10,8 +10,10 @@ captured by a background job in another process (run_view): the job writes the c
 from __future__ import annotations
 
 import contextlib
+import shutil
 import tempfile
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -154,7 +156,10 @@ class Captures:
         self.cache = CaptureCache(cache_bytes)
         self.max_tokens = max_tokens
         self.files = dict(files or {})  # the page's name of a capture file -> its path (never sent to the page)
-        self.folder = Path(folder) if folder is not None else Path(tempfile.mkdtemp(prefix="attnviz-captures-"))
+        if folder is None:  # a folder of its own: removed with this object, at the latest when the server exits
+            folder = tempfile.mkdtemp(prefix="attnviz-captures-")
+            weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)
+        self.folder = Path(folder)
         self._adopt = threading.Lock()
         self._derived: OrderedDict[tuple, Any] = OrderedDict()
 
