@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..attention import attention_output
 from ..errors import ArgumentTypeError, InputError
 
 if TYPE_CHECKING:
@@ -181,6 +182,40 @@ def _scores_frame(cap: Capture, total: dict, rows_total: int) -> pd.DataFrame:
     )
 
 
+def _layer_sums(rec, columns: dict[str, Tensor], targets: dict[str, Tensor]) -> dict[str, Tensor]:
+    """One layer's per-head sums over its query rows ([head] float64 each): the mass on the ``columns``
+    keys, on the diagonals (self, previous, next) and on each detector's ``targets`` cells, the
+    distance and the entropy — a chunk of query rows at a time (no head's n×n map exists whole), without
+    A·V (values of width 0) and, under a causal mask, only over the keys a chunk's rows may see (the
+    others have weight 0 and add nothing)."""
+    heads = rec.q.shape[0]
+    sums = {name: torch.zeros(heads, dtype=torch.float64) for name in [*columns, "self", "previous", "next"]}
+    sums.update({name: torch.zeros(heads, dtype=torch.float64) for name in ["distance", "entropy", *targets]})
+
+    def add(name: str, per_row: Tensor) -> None:  # [head, rows] float32 -> summed in float64
+        sums[name] += per_row.double().sum(-1)
+
+    for rows, keys, _, a in attention_output(rec.q, rec.k, rec.v[..., :0], **rec.sdpa_arguments()):
+        a = a.float().cpu()  # [head, chunk rows, keys of the chunk]
+        rows = rows.cpu()
+        first_row, lo, hi = int(rows[0]), keys.start, keys.stop
+        for name, index in columns.items():
+            inside = index[(index >= lo) & (index < hi)] - lo
+            add(name, a[:, :, inside].sum(-1))
+        for name, offset in (("self", 0), ("previous", -1), ("next", 1)):
+            key = rows + offset
+            inside = (key >= lo) & (key < hi)
+            add(name, a[:, (rows - first_row)[inside], key[inside] - lo])
+        distance = (rows[:, None] - torch.arange(lo, hi)[None, :]).abs().float()
+        add("distance", (a * distance).sum(-1))
+        add("entropy", -torch.special.xlogy(a, a).sum(-1))
+        for name, cells in targets.items():
+            query, key = cells[:, 0], cells[:, 1]
+            inside = (query >= rows[0]) & (query <= rows[-1]) & (key >= lo) & (key < hi)
+            add(name, a[:, query[inside] - first_row, key[inside] - lo])
+    return sums
+
+
 class HeadStatsSums:
     """Per-head sums behind :func:`head_stats`, in float64, that texts are added to one at a time
     and that add up across processes (:meth:`vector` / :meth:`from_vector`): a corpus never has to
@@ -210,8 +245,6 @@ class HeadStatsSums:
         masks = {name: pattern_matrix(cap, name).float() for name in detectors}
         n = cap.n_tokens
         special, punct = text_positions(cap.text, cap.offsets)
-        pos = torch.arange(n, dtype=torch.float32)
-        dist = (pos[:, None] - pos[None, :]).abs()
         rows = {
             "first": n,
             "special": n if special else 0,
@@ -226,22 +259,14 @@ class HeadStatsSums:
         self.counts += torch.tensor([rows[k] for k in self.keys], dtype=torch.float64)
         self.texts += 1
         self.tokens += n
+        columns = {
+            name: torch.tensor(index, dtype=torch.long)
+            for name, index in (("first", [0]), ("special", special), ("punctuation", punct))
+        }
+        targets = {name: mask.nonzero() for name, mask in masks.items()}  # [cells, 2] (query, key)
         for li, layer in enumerate(self.layers):
-            a = cap.attention(layer).cpu()  # [head, q, k]
-            logs = torch.where(a > 0, a.log(), torch.zeros_like(a))
-            parts: dict[str, Tensor] = {
-                "first": a[:, :, 0].sum(-1),
-                "special": a[:, :, special].sum(-1).sum(-1) if special else torch.zeros(a.shape[0]),
-                "punctuation": a[:, :, punct].sum(-1).sum(-1) if punct else torch.zeros(a.shape[0]),
-                "self": a.diagonal(dim1=-2, dim2=-1).sum(-1),
-                "previous": a.diagonal(offset=-1, dim1=-2, dim2=-1).sum(-1),
-                "next": a.diagonal(offset=1, dim1=-2, dim2=-1).sum(-1),
-                "distance": (a * dist).sum(-1).sum(-1),
-                "entropy": -(a * logs).sum(-1).sum(-1),
-            }
-            for name, mask in masks.items():
-                parts[name] = _pattern_mass(a, mask)
-            self.sums[:, li] += torch.stack([parts[k].double() for k in self.keys])
+            parts = _layer_sums(cap.layer(layer), columns, targets)
+            self.sums[:, li] += torch.stack([parts[k] for k in self.keys])
 
     def add_reduced(self, sums: Tensor, rows: Tensor, *, texts: int, tokens: int) -> None:
         """Add several texts already reduced: ``sums`` ``[statistic, layer, head]`` and ``rows``
