@@ -327,3 +327,61 @@ def test_rollout_figure_of_a_long_text_is_pooled_to_at_most_512_cells():
     assert z[0][0] == pytest.approx(float(flow[-1, :3, :3].mean()), abs=1e-5)
     assert "block of 3×3 tokens" in fig.layout.title.text
     assert len(fig.to_json()) < 2_000_000
+
+
+def _head_stats_from_full_maps(cap: Capture) -> dict[str, torch.Tensor]:
+    """The head_stats columns ([layer, head]) computed directly from every head's whole n×n map."""
+    from attnviz.analysis.stats import text_positions
+
+    n = cap.n_tokens
+    special, punct = text_positions(cap.text, cap.offsets)
+    pos = torch.arange(n, dtype=torch.float64)
+    dist = (pos[:, None] - pos[None, :]).abs()
+    out: dict[str, list] = {}
+    for layer in cap.layer_indices():
+        a = cap.attention(layer).double()  # [head, q, k]
+        values = {
+            "first": a[:, :, 0].mean(-1),
+            "special": a[:, :, special].sum(-1).mean(-1)
+            if special
+            else torch.full((a.shape[0],), math.nan, dtype=torch.float64),
+            "punctuation": a[:, :, punct].sum(-1).mean(-1),
+            "self": a.diagonal(dim1=-2, dim2=-1).mean(-1),
+            "previous": a.diagonal(offset=-1, dim1=-2, dim2=-1).mean(-1),
+            "next": a.diagonal(offset=1, dim1=-2, dim2=-1).mean(-1),
+            "distance": (a * dist).sum(-1).mean(-1),
+            "entropy": -torch.special.xlogy(a, a).sum(-1).mean(-1),
+        }
+        for name in ("previous_token", "duplicate_token", "induction"):
+            mask = pattern_matrix(cap, name).double()
+            scored = mask.sum(-1) > 0
+            values[name] = (a * mask).sum(-1)[:, scored].sum(-1) / max(int(scored.sum()), 1)
+        for name, v in values.items():
+            out.setdefault(name, []).append(v)
+    return {name: torch.stack(v) for name, v in out.items()}
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "mistral"])
+def test_head_stats_over_chunks_of_rows_equal_the_full_maps(family, monkeypatch, bert_tokenizer, smol_tokenizer):
+    """head_stats reduces a few query rows at a time (and, under a causal or window mask, only the keys
+    those rows may see): forced into chunks of 3 rows, it still equals the sums over the whole maps —
+    an encoder with [CLS]/[SEP], a causal decoder, a sliding window of 4."""
+    from attnviz.analysis import stats
+
+    tok = bert_tokenizer if family == "bert" else smol_tokenizer
+    model = attnviz.tiny_model(family, attn_implementation="eager", vocab_size=len(tok))
+    text = "The cat sat on the mat, because the cat, it said, was tired. The cat sat on the mat."
+    cap = attnviz.capture(model, text, tok)
+    chunked = stats.attention_output
+
+    def three_rows(q, k, v, **kwargs):
+        return chunked(q, k, v, budget=3 * q.shape[0] * k.shape[-2], **kwargs)
+
+    monkeypatch.setattr(stats, "attention_output", three_rows)
+    df = head_stats(cap)
+    expected = _head_stats_from_full_maps(cap)
+    for name, values in expected.items():
+        got = torch.tensor(df.pivot(index="layer", columns="head", values=name).to_numpy())
+        torch.testing.assert_close(
+            got, values, atol=1e-6, rtol=1e-6, equal_nan=True, msg=lambda m, name=name: f"{name}: {m}"
+        )
