@@ -67,6 +67,7 @@ class OID:
     mode_box = "overview-mode-box"
     note = "overview-note"
     view = "overview-view"  # dcc.Store: the shown grid's {"rows": [start, stop, width], "cols": …, "full": bool}
+    zoom = "overview-zoom"  # dcc.Store: the heatmap's last relayout that zooms or resets (not resizes)
     shown = "overview-shown"  # dcc.Store: the selection the heatmap on the page was drawn for
 
 

@@ -240,6 +240,7 @@ def layout(graph) -> list:
     return [
         dcc.Store(id=OID.view),
         dcc.Store(id=OID.shown),
+        dcc.Store(id=OID.zoom),
         html.Div(
             [
                 html.Div(
@@ -273,6 +274,18 @@ _HIDDEN = {"display": "none"}
 def register(app: Dash, captures: Captures) -> None:
     """The heatmap's callback."""
 
+    # Only a zoom or a double-click reaches the server. The graph also reports resizes ({"autosize": true})
+    # as relayouts; sent to the heatmap callback, such a report made Dash drop the zoom's window still
+    # being computed (a callback's newer request supersedes its older one), and the overview stayed.
+    app.clientside_callback(
+        """(relayout) => relayout && Object.keys(relayout).some(
+            (key) => key.startsWith("xaxis.range") || key.startsWith("yaxis.range") || key.endsWith(".autorange")
+        ) ? relayout : window.dash_clientside.no_update""",
+        Output(OID.zoom, "data"),
+        Input(ID.heatmap, "relayoutData"),
+        prevent_initial_call=True,
+    )
+
     @app.callback(
         Output(ID.heatmap, "figure"),
         Output(OID.view, "data"),
@@ -286,7 +299,7 @@ def register(app: Dash, captures: Captures) -> None:
         Input(ID.tabs, "value"),
         Input(ID.part, "value"),
         Input(OID.mode, "value"),
-        Input(ID.heatmap, "relayoutData"),
+        Input(OID.zoom, "data"),
         State(OID.view, "data"),
         State(OID.shown, "data"),
     )
@@ -299,7 +312,7 @@ def register(app: Dash, captures: Captures) -> None:
         words = units == "words"
         mode = mode if mode in MODES else "max"
         trigger = ctx.triggered_id
-        if trigger == ID.heatmap:
+        if trigger == OID.zoom:
             span = zoom_span(relayout, view)
             if span is None:
                 return (no_update,) * 5
