@@ -15,6 +15,8 @@ from attnviz.analysis import (
     propose_candidates,
     rank_heads,
     rollout,
+    rollout_blocks,
+    rollout_rows,
 )
 from attnviz.analysis.plots import (
     coref_bars,
@@ -327,6 +329,32 @@ def test_rollout_figure_of_a_long_text_is_pooled_to_at_most_512_cells():
     assert z[0][0] == pytest.approx(float(flow[-1, :3, :3].mean()), abs=1e-5)
     assert "block of 3×3 tokens" in fig.layout.title.text
     assert len(fig.to_json()) < 2_000_000
+    # the same heatmap from the block means alone (what the dashboard computes past 512 tokens)
+    from_blocks = rollout_figure(cap, rollout_blocks(cap, 3)).data[0]
+    torch.testing.assert_close(torch.tensor(from_blocks.z), torch.tensor(fig.data[0].z), atol=2e-5, rtol=0)
+    assert from_blocks.zmax == pytest.approx(fig.data[0].zmax, rel=1e-4) and from_blocks.x == fig.data[0].x
+
+
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_rollout_rows_and_blocks_equal_the_full_rollout(family):
+    """Right to left through the layers (layers·m·n²): rows, row mixes and block means of the final
+    layer's rollout equal what the n×n products give — a last block shorter than the others included."""
+    model = attnviz.tiny_model(family)
+    cap = attnviz.capture(model, input_ids=torch.randint(3, 90, (1, 37), generator=torch.Generator().manual_seed(2)))
+    last = rollout(cap)[-1]
+    torch.testing.assert_close(rollout_rows(cap, [0, 17, 36]), last[[0, 17, 36]], atol=1e-6, rtol=1e-5)
+    mix = torch.rand(4, 37, generator=torch.Generator().manual_seed(3))
+    torch.testing.assert_close(rollout_rows(cap, mix), mix @ last, atol=1e-6, rtol=1e-5)
+    expected = torch.nn.functional.avg_pool2d(last[None], 8, ceil_mode=True)[0]  # 5 blocks, the last of 5 tokens
+    torch.testing.assert_close(rollout_blocks(cap, 8), expected, atol=1e-6, rtol=1e-5)
+    assert rollout_blocks(cap, 8)[-1, -1] == pytest.approx(float(last[32:, 32:].mean()), abs=1e-6)
+    torch.testing.assert_close(
+        rollout_rows(cap, [5], head_fusion="max"), rollout(cap, head_fusion="max")[-1, [5]], atol=1e-6, rtol=1e-5
+    )
+    with pytest.raises(attnviz.InputError, match="rows must lie in 0..36"):
+        rollout_rows(cap, [37])
+    with pytest.raises(attnviz.InputError, match="block must be a whole number"):
+        rollout_blocks(cap, 0)
 
 
 def _head_stats_from_full_maps(cap: Capture) -> dict[str, torch.Tensor]:

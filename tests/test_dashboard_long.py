@@ -12,7 +12,7 @@ from attnviz.dashboard.common import text_limit
 from attnviz.dashboard.compare_view import compare_figure, partner
 from attnviz.dashboard.generation_view import MODEL_VIEW_CELLS
 from attnviz.dashboard.head_view import range_marks, rules
-from attnviz.dashboard.ids import CID, HID, ID
+from attnviz.dashboard.ids import AID, CID, HID, ID
 from attnviz.dashboard.model_view import model_view_figure
 from attnviz.dashboard.overview_view import OVERVIEW_SIZE, edges_of, overview_figure, window_figure, zoom_span
 from dash._utils import to_json
@@ -169,6 +169,11 @@ def test_long_text_overview_is_under_2mb_and_a_zoom_shows_exact_weights(dash_duo
     poll(lambda: dash_duo.redux_state_rqs == [], timeout=60)
     assert len(heatmaps_sent(dash_duo)) == sent
     assert "overview of" in title(dash_duo, ID.heatmap)
+    # rollout: only the block means the heatmap shows are computed (layers·512·n², not layers·n³)
+    open_tab(dash_duo, "Rollout")
+    dash_duo.wait_for_contains_text(f"#{AID.rollout_graph} .gtitle", "a block of 8×8 tokens", timeout=120)
+    z = graph(dash_duo, AID.rollout_graph, "const z = gd._fullData[0].z; return [z.length, z[0].length];")
+    assert z == [OVERVIEW_SIZE, OVERVIEW_SIZE]
     no_console_errors(dash_duo)
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dash import Dash, Input, Output, dcc, html
 
-from attnviz.analysis import rollout
-from attnviz.analysis.plots import rollout_figure
+from attnviz.analysis import rollout, rollout_blocks, rollout_rows
+from attnviz.analysis.plots import MAX_CELLS, rollout_figure
 
 from .captures import Captures
 from .common import message_figure
@@ -52,8 +52,15 @@ def register(app: Dash, captures: Captures) -> None:
         cap = captures.self_part(store, part)
         if cap is None:
             return message_figure("Run the model first.")
-        # the final layer's rollout, once per capture and part: the mode and the lab's query only pick from it
-        flow = captures.derived(store, ("rollout", part), lambda: rollout(cap)[-1:].clone())
-        query = None if query is None else min(query, cap.n_tokens - 1)
+        n = cap.n_tokens
+        query = None if query is None else min(query, n - 1)
+        if n <= MAX_CELLS:
+            # the final layer's rollout, once per capture and part: the mode and the lab's query pick from it
+            flow = captures.derived(store, ("rollout", part), lambda: rollout(cap)[-1].clone())
+        elif mode == "query" and query is not None:  # one row: layers·n² instead of layers·n³
+            flow = captures.derived(store, ("rollout row", part, query), lambda: rollout_rows(cap, [query])[0])
+        else:  # only the block means the heatmap shows: layers·(n/block)·n²
+            block = -(-n // MAX_CELLS)
+            flow = captures.derived(store, ("rollout blocks", part), lambda: rollout_blocks(cap, block))
         fig = rollout_figure(cap, flow, query=query if mode == "query" else None)
         return mark_view(fig, cap, "bars" if mode == "query" else "matrix")

@@ -11,7 +11,7 @@ from .coref import (
     rank_heads,
 )
 from .corpus import corpus_stats
-from .rollout import rollout
+from .rollout import rollout, rollout_blocks, rollout_rows
 from .stats import DETECTORS, detect_heads, head_stats
 
 __all__ = [
@@ -26,4 +26,6 @@ __all__ = [
     "propose_candidates",
     "rank_heads",
     "rollout",
+    "rollout_blocks",
+    "rollout_rows",
 ]

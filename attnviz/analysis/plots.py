@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 import torch
 
+from ..errors import InputError
 from ..figures import labels
 from .stats import DETECTORS, STATISTICS
 
@@ -137,7 +138,11 @@ MAX_CELLS = 512  # the rollout heatmap's cells per side at most
 def rollout_figure(
     cap: Capture, flow: torch.Tensor, *, query: int | None = None, percentile: float = 99.0
 ) -> go.Figure:
-    """The final layer's rollout as a heatmap, or one query's row as bars (``flow`` from :func:`rollout`).
+    """The final layer's rollout as a heatmap, or one query's row as bars.
+
+    ``flow``: :func:`rollout`'s ``[layer, n, n]`` (its last layer is drawn), the final layer's
+    ``[n, n]``, its block means ``[m, m]`` from :func:`rollout_blocks`, or — with ``query`` — that
+    query's row ``[n]`` from :func:`rollout_rows`.
 
     The heatmap's colour scale ends at the ``percentile`` of the cells outside the sink columns (the
     first and special tokens, which take most of the flow in decoders), so the rest of the map is
@@ -148,24 +153,30 @@ def rollout_figure(
     from .coref import sink_tokens
 
     names = [f"{i}:{name}" for i, name in enumerate(labels(cap))]  # unique categories: hover names the token
-    last = flow[-1]
+    n = len(names)
+    last = flow[-1] if flow.dim() == 3 else flow
     caption = "attention rollout (heads averaged, residual mixed in, multiplied through layers) — a flow estimate, not an attribution"
     if query is None:
+        if last.dim() != 2 or last.shape[0] != last.shape[1] or last.shape[0] > n:
+            raise InputError(f"a rollout heatmap needs an [n, n] or block-mean [m, m] matrix, got {tuple(flow.shape)}")
+        if last.shape[0] > MAX_CELLS:  # never ship more than the screen shows: mean over blocks of tokens
+            block = -(-n // MAX_CELLS)
+            last = torch.nn.functional.avg_pool2d(last[None].float(), block, ceil_mode=True)[0]
+        pooled = -(-n // last.shape[0])  # tokens a cell holds per side (1: exact)
         sinks = set(sink_tokens(cap))
-        kept = [j for j in range(last.shape[1]) if j not in sinks]
+        sink_cells = {j // pooled for j in sinks}
+        kept = [j for j in range(last.shape[1]) if j not in sink_cells]
         values = last[:, kept].flatten() if kept else last.flatten()
         if values.numel() > 1_000_000:
             values = values[torch.randperm(values.numel(), generator=torch.Generator().manual_seed(0))[:1_000_000]]
         top = float(torch.quantile(values.float(), percentile / 100)) if values.numel() else 1.0
         top = top if top > 0 else float(last.max())
-        grid, cells, pooled = last, names, 1
-        if last.shape[0] > MAX_CELLS:  # never ship more than the screen shows: mean over blocks of tokens
-            pooled = -(-last.shape[0] // MAX_CELLS)
-            grid = torch.nn.functional.avg_pool2d(last[None].float(), pooled, ceil_mode=True)[0]
-            cells = [f"{names[i]} … {names[min(i + pooled, len(names)) - 1]}" for i in range(0, len(names), pooled)]
+        cells = names
+        if pooled > 1:
+            cells = [f"{names[i]} … {names[min(i + pooled, n) - 1]}" for i in range(0, n, pooled)]
         fig = go.Figure(
             go.Heatmap(
-                z=grid.numpy().round(5),
+                z=last.numpy().round(5),
                 x=cells,
                 y=cells,
                 zmin=0,
@@ -178,20 +189,19 @@ def rollout_figure(
             xaxis=dict(side="top", **thinned_ticks(cells)),
             yaxis=dict(autorange="reversed", **thinned_ticks(cells)),
         )
+        outside = "blocks" if pooled > 1 else "cells"
         if pooled > 1:
-            caption += (
-                f"<br><sub>{len(names):,} tokens: each cell is the mean over a block of {pooled}×{pooled} tokens</sub>"
-            )
+            caption += f"<br><sub>{n:,} tokens: each cell is the mean over a block of {pooled}×{pooled} tokens</sub>"
         left_out = ", ".join(repr(names[j].split(":", 1)[1]) for j in sorted(sinks)[:3])
         caption += (
-            f"<br><sub>colour ends at the {percentile:g}th percentile of the cells outside the sink columns "
-            f"({left_out or 'none'}): {top:.3f}; higher cells (max {float(last.max()):.2f}) are drawn at full colour</sub>"
+            f"<br><sub>colour ends at the {percentile:g}th percentile of the {outside} outside the sink columns "
+            f"({left_out or 'none'}): {top:.3f}; higher {outside} (max {float(last.max()):.2f}) are drawn at full colour</sub>"
         )
     else:
         fig = go.Figure(
             go.Bar(
                 x=names,
-                y=last[query].numpy().round(5),
+                y=(last if last.dim() == 1 else last[query]).numpy().round(5),
                 hovertemplate="%{x}: %{y:.4f}<extra></extra>",
             )
         )

@@ -12,6 +12,7 @@ early tokens because they are visible to every later one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -23,7 +24,29 @@ from ..errors import InputError
 if TYPE_CHECKING:
     from ..capture import Capture
 
-__all__ = ["rollout"]
+__all__ = ["rollout", "rollout_blocks", "rollout_rows"]
+
+
+def _checked(cap: Capture, residual: float, head_fusion: str, part: str | None):
+    cap = cap.select(part)
+    layers = cap.layer_indices()
+    if layers != list(range(cap.n_layers)):
+        raise InputError(
+            f"rollout needs every layer; this capture has {layers} of {cap.n_layers}: capture with layers=None"
+        )
+    if not 0.0 <= residual <= 1.0:
+        raise InputError(f"residual must be in [0, 1], got {residual}")
+    fuse = {"mean": lambda a: a.mean(0), "max": lambda a: a.max(0).values, "min": lambda a: a.min(0).values}
+    if head_fusion not in fuse:
+        raise InputError(f"head_fusion must be one of {', '.join(fuse)}, got {head_fusion!r}")
+    return cap, layers, fuse[head_fusion]
+
+
+def _mixed(cap: Capture, layer: int, fuse, residual: float) -> Tensor:  # Â = r·I + (1 - r)·A, rows renormalised
+    a = _fused(cap, layer, fuse)
+    a = (1 - residual) * a
+    a.diagonal().add_(residual)
+    return a / a.sum(-1, keepdim=True)
 
 
 def rollout(
@@ -36,30 +59,72 @@ def rollout(
     """Cumulative rollout after each captured layer (all layers must be captured).
 
     ``head_fusion``: ``"mean"`` (the paper's), ``"max"`` or ``"min"`` over heads. ``part`` picks the
-    encoder or the decoder of an encoder-decoder capture (its self-attention only).
+    encoder or the decoder of an encoder-decoder capture (its self-attention only). It costs
+    layers·n³ and holds layers·n² floats: for long texts, :func:`rollout_rows` and
+    :func:`rollout_blocks` give the final layer's rows or block means for layers·m·n².
     """
-    cap = cap.select(part)
-    layers = cap.layer_indices()
-    if layers != list(range(cap.n_layers)):
-        raise InputError(
-            f"rollout needs every layer; this capture has {layers} of {cap.n_layers}: capture with layers=None"
-        )
-    if not 0.0 <= residual <= 1.0:
-        raise InputError(f"residual must be in [0, 1], got {residual}")
-    fuse = {"mean": lambda a: a.mean(0), "max": lambda a: a.max(0).values, "min": lambda a: a.min(0).values}
-    if head_fusion not in fuse:
-        raise InputError(f"head_fusion must be one of {', '.join(fuse)}, got {head_fusion!r}")
-    n = cap.n_tokens
-    eye = torch.eye(n)
-    result = eye
+    cap, layers, fuse = _checked(cap, residual, head_fusion, part)
+    result = torch.eye(cap.n_tokens)
     out = []
     for layer in layers:
-        a = _fused(cap, layer, fuse[head_fusion])
-        a = residual * eye + (1 - residual) * a
-        a = a / a.sum(-1, keepdim=True)
-        result = a @ result
+        result = _mixed(cap, layer, fuse, residual) @ result
         out.append(result)
     return torch.stack(out)
+
+
+def rollout_rows(
+    cap: Capture,
+    rows: Sequence[int] | Tensor,
+    *,
+    residual: float = 0.5,
+    head_fusion: str = "mean",
+    part: str | None = None,
+) -> Tensor:  # [len(rows) or m, key_pos]
+    """Rows of the final layer's rollout (``rollout(cap)[-1][rows]``) without the n×n products.
+
+    ``rows``: query positions, or a float ``[m, query_pos]`` matrix of row weights (each output row
+    is that mix of the rollout's rows; :func:`rollout_blocks` passes block means). Computed right to
+    left — ``W·R_L = (…((W·Â_L)·Â_{L-1})…)·Â_1`` — in layers·m·n² instead of layers·n³."""
+    cap, layers, fuse = _checked(cap, residual, head_fusion, part)
+    n = cap.n_tokens
+    weights = torch.as_tensor(rows)
+    if weights.dtype.is_floating_point:
+        if weights.dim() != 2 or weights.shape[1] != n:
+            raise InputError(f"row weights must be a [rows, {n}] matrix, got {tuple(weights.shape)}")
+        result = weights.float()
+    else:
+        index = weights.long().flatten()
+        if index.numel() and not (0 <= int(index.min()) and int(index.max()) < n):
+            raise InputError(f"rows must lie in 0..{n - 1}, got {weights.tolist()}")
+        result = torch.eye(n)[index]
+    for layer in reversed(layers):
+        result = result @ _mixed(cap, layer, fuse, residual)
+    return result
+
+
+def rollout_blocks(
+    cap: Capture,
+    block: int,
+    *,
+    residual: float = 0.5,
+    head_fusion: str = "mean",
+    part: str | None = None,
+) -> Tensor:  # [ceil(n / block), ceil(n / block)]
+    """The final layer's rollout averaged over blocks of ``block`` × ``block`` tokens (the last block of
+    each side holds what is left), as a long text's heatmap shows it, in layers·(n/block)·n² instead of
+    layers·n³ and never holding an n×n product."""
+    n = cap.select(part).n_tokens
+    if not isinstance(block, int) or isinstance(block, bool) or not 1 <= block <= n:
+        raise InputError(f"block must be a whole number of tokens in 1..{n}, got {block!r}")
+    means = _block_means(n, block)  # [m, n]
+    return rollout_rows(cap, means, residual=residual, head_fusion=head_fusion, part=part) @ means.T
+
+
+def _block_means(n: int, block: int) -> Tensor:  # [m, n]: row i averages tokens i·block … (i+1)·block - 1
+    owner = torch.arange(n) // block
+    means = torch.zeros(int(owner[-1]) + 1, n)
+    means[owner, torch.arange(n)] = 1.0
+    return means / means.sum(-1, keepdim=True)
 
 
 def _fused(cap: Capture, layer: int, fuse) -> Tensor:  # [query_pos, key_pos]
