@@ -111,24 +111,63 @@ def test_padded_keys_get_no_weight_even_where_the_kernel_had_no_mask():
         )[0]
         for b, m in enumerate(lengths)
     )
-    assert torch.allclose(batched, singles, atol=1e-6, rtol=0), (batched - singles).abs().max()
+    # sums over 21 rows: the batch's softmax (11 keys, the padded ones blocked) and each text's own
+    # differ in the last bits of a float32 weight, ~1e-6 once the distance sums 58 tokens' worth
+    assert torch.allclose(batched, singles, atol=1e-6, rtol=1e-6), (batched - singles).abs().max()
     err, scale = errors["output"]
     assert bool((err <= 1e-5 + 1.3e-6 * scale).all()), err.max()
 
 
-def test_a_recomputation_that_misses_the_kernel_raises_validation_error(monkeypatch):
+# llama's weights come from reduce_layer's own GEMM and softmax (entropy without a log per weight),
+# gpt_oss's sinks and bloom's ALiBi from scaled_dot_product: a wrong scale must fail both.
+@pytest.mark.parametrize("family", ["llama", "gpt_oss", "bloom"])
+def test_a_recomputation_that_misses_the_kernel_raises_validation_error(monkeypatch, family):
     from attnviz.analysis import batched
 
-    model, tok = attnviz.tiny_model("llama"), IdsTokenizer()
-    original = batched.scaled_dot_product
+    model, tok = attnviz.tiny_model(family), IdsTokenizer()
+    original = batched.reduce_layer
 
-    def off_scale(*args, scale, **kwargs):
-        return original(*args, scale=scale * 1.01, **kwargs)
+    def off_scale(call, batch, budget=batched.BUDGET):
+        call.scaling *= 1.01
+        return original(call, batch, budget)
 
-    monkeypatch.setattr(batched, "scaled_dot_product", off_scale)
+    monkeypatch.setattr(batched, "reduce_layer", off_scale)
     with pytest.raises(attnviz.ValidationError, match="could not reproduce") as caught:
         corpus_stats(model, _UNEVEN, tok, progress=False)
     assert not caught.value.report.passed and caught.value.capture is not None
+
+
+def test_entropy_read_at_each_rows_own_key_or_from_the_log_when_that_key_weighs_nothing(monkeypatch):
+    """reduce_layer reads a row's entropy as Σ a (lse - s) with lse taken at the row's own key; a
+    real row whose own key weighs ~0 (here e^-400: its log unreadable) sends the layer to
+    -Σ a log a. Both equal the entropy of the weights scaled_dot_product computes."""
+    from attnviz.analysis import batched
+    from attnviz.attention import scaled_dot_product
+    from attnviz.taps import AttentionCall
+
+    logs = []
+    row_entropy = batched._row_entropy
+    monkeypatch.setattr(batched, "_row_entropy", lambda *a: logs.append(1) or row_entropy(*a))
+    lengths, n, heads, d = [5, 9], 9, 2, 4
+    texts = ["a " * m for m in lengths]
+    encoded = [([3 + i % 4 for i in range(m)], [(2 * i, 2 * i + 1) for i in range(m)], ["a"] * m) for m in lengths]
+    for far in (False, True):
+        g = torch.Generator().manual_seed(2)
+        q, k, v = (torch.randn(len(lengths), heads, n, d, generator=g) for _ in range(3))
+        if far:  # text 1, head 0, row 3: its own score ~ -400 below the others
+            k[1, 0, 3] = -q[1, 0, 3] * 400 / q[1, 0, 3].square().sum() / d**-0.5
+        out = torch.zeros(len(lengths), n, heads, d)
+        expected = torch.zeros(heads, dtype=torch.float64)
+        for b, m in enumerate(lengths):
+            o, a = scaled_dot_product(q[b : b + 1, :, :m], k[b : b + 1, :, :m], v[b : b + 1, :, :m])
+            out[b, :m] = o[0].transpose(0, 1)
+            expected -= torch.special.xlogy(a, a).double().sum((0, 2, 3))
+        call = AttentionCall("attn", "encoder", 0, d**-0.5, False, None, None, "test", q=q, k=k, v=v, out=out)
+        logs.clear()
+        sums, _ = batched.reduce_layer(call, batched.BatchTexts(encoded, texts, detectors=True))
+        assert len(logs) == far  # the log only where a row's own key weighs nothing
+        got = sums[batched.COLUMNS.index("entropy")]
+        assert torch.allclose(got, expected, atol=1e-5, rtol=0), (far, got - expected)
 
 
 def test_texts_are_read_lazily(monkeypatch):
