@@ -170,6 +170,37 @@ def test_entropy_read_at_each_rows_own_key_or_from_the_log_when_that_key_weighs_
         assert torch.allclose(got, expected, atol=1e-5, rtol=0), (far, got - expected)
 
 
+def test_the_forward_stops_once_the_last_wanted_layer_is_reduced(monkeypatch):
+    """After the last wanted layer's attention nothing the model computes feeds a statistic: the
+    forward stops there (the final norm never runs; with layers=[0], nor layer 1) and the numbers
+    are those of head_stats. A model with forward hooks (accelerate's offloading) runs whole."""
+    model, tok = attnviz.tiny_model("llama"), IdsTokenizer()
+    texts = _texts(9, seed=4)
+    ran: list[str] = []
+    for name, module in [("norm", model.model.norm), ("layer 1", model.model.layers[1])]:
+        forward = module.forward
+        monkeypatch.setattr(module, "forward", lambda *a, _f=forward, _n=name, **kw: ran.append(_n) or _f(*a, **kw))
+    expected = head_stats([attnviz.capture(model, t, tok) for t in texts])
+    columns = [c for c in expected.columns if c not in ("layer", "head")]
+    ran.clear()
+    df = corpus_stats(model, texts, tok, batch_size=4, progress=False)
+    assert "norm" not in ran and "layer 1" in ran
+    assert (df[columns] - expected[columns]).abs().max().max() <= 1e-6
+    ran.clear()
+    first = corpus_stats(model, texts, tok, batch_size=4, layers=[0], progress=False)
+    assert ran == [] and list(first["layer"].unique()) == [0]
+    first_expected = expected[expected["layer"] == 0].reset_index(drop=True)
+    assert (first[columns] - first_expected[columns]).abs().max().max() <= 1e-6
+    handle = model.model.layers[1].register_forward_hook(lambda *a: None)
+    try:
+        ran.clear()
+        whole = corpus_stats(model, texts, tok, batch_size=4, progress=False)
+    finally:
+        handle.remove()
+    assert ran.count("norm") == ran.count("layer 1") >= 3  # once per batch: 9 texts, batches of ≤ 4
+    assert (whole[columns] - df[columns]).abs().max().max() <= 1e-12
+
+
 def test_texts_are_read_lazily(monkeypatch):
     """The corpus is never in memory: when the first batch is captured, at most one pool of texts
     has been read from the generator."""

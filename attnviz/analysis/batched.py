@@ -20,7 +20,9 @@ set to zero weights, so that each sum below reads the real rows alone:
   own output with the same tolerances (and an eager kernel's weights, compared while capturing); a
   mismatch raises :class:`~attnviz.ValidationError` with the text's own capture.
 
-No per-text :class:`~attnviz.Capture` is made, and a layer's tensors go as soon as it is reduced.
+Nothing the model computes after the last wanted layer's attention feeds a statistic, so the
+forward stops there (unless a module has forward hooks, as accelerate's offloading does). No
+per-text :class:`~attnviz.Capture` is made, and a layer's tensors go as soon as it is reduced.
 The numbers are those of :func:`~attnviz.analysis.head_stats` over the same texts captured one by
 one, to float rounding. Memory stays near :data:`BUDGET` floats of weights per step: long texts
 are cut into chunks of query rows (a causal chunk computes only the keys its rows may see).
@@ -87,6 +89,12 @@ class BatchReducer:
         self.detectors = detectors
         self.budget = budget
         self.use_cache = "use_cache" in inspect.signature(model.forward).parameters
+        # The forward stops after the last wanted layer's attention unless a module's hooks (forward
+        # hooks, accelerate's offloading) may expect every forward they start to finish.
+        count = n_layers(model.config)
+        hooked = any(m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook") for m in model.modules())
+        wanted = self.layers if self.layers is not None else set(range(count)) if count else None
+        self.stop_after = None if hooked or not wanted else frozenset(wanted)
 
     def encode(self, text: str) -> Encoded:
         """One text tokenized as :meth:`add` tokenizes it, but never cut (its full length)."""
@@ -140,7 +148,11 @@ class BatchReducer:
             with taps as recorder:
                 if isinstance(recorder, ReducingRecorder):
                     recorder.reduce = reduce
-                model(**inputs)
+                    recorder.awaited = None if self.stop_after is None else set(self.stop_after)
+                try:
+                    model(**inputs)
+                except _LastLayerReduced:
+                    pass
             for call in recorder.calls:
                 if call.q is not None:
                     reduce(call)
@@ -189,6 +201,7 @@ class ReducingRecorder(Recorder):
     Q, K, V are still in the cache) instead of keeping it: one layer's tensors at a time."""
 
     reduce: Callable[[AttentionCall], None] | None = None
+    awaited: set[int] | None = None  # layers still to come; once none is left the forward stops (None: never)
 
     def keep(self, call: AttentionCall) -> None:
         if self.reduce is None:
@@ -196,6 +209,16 @@ class ReducingRecorder(Recorder):
             return
         self.reduce(call)
         self.calls.append(call)
+        if self.awaited is not None:
+            self.awaited.discard(call.layer)
+            if not self.awaited:
+                self.awaited = None
+                raise _LastLayerReduced
+
+
+class _LastLayerReduced(Exception):
+    """Raised from inside the forward once every wanted layer is reduced: what the model would
+    compute after it (the last layer's MLP, the final norm, a pooler) feeds no statistic."""
 
 
 class BatchTexts:
