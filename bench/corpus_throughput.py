@@ -10,7 +10,10 @@
    encoding that sorts a text by length is the one its batch uses), runs each batch under the taps
    and, as each layer returns, recomputes that layer's weights for the whole padded batch at once,
    checks the sampled rows against the kernel's output and adds the statistics to float64 sums
-   (``attnviz.analysis.batched``). Both count the same real
+   (``attnviz.analysis.batched``); after the last layer's attention it stops the forward (what
+   the model computes after it feeds no statistic; the plain forward runs whole, so the ratio
+   counts that saving: ``--whole-forward`` makes corpus_stats run every forward to its end, to
+   see the ratio without it). Both count the same real
    (unpadded) tokens, so the tokens/s ratio is the inverse of the time ratio. Time is process CPU
    time at ``--threads`` torch threads over ``--rounds`` interleaved rounds (the order alternates),
    after a warm-up of both on ``WARMUP_TEXTS`` texts; the goal is judged on the median of each
@@ -18,8 +21,9 @@
    shown next to it). That corpus_stats cut the same batches is checked (its texts, tokens and
    padding share against the plain batches'). Then one corpus_stats run per model under cProfile
    (``--no-profile`` skips it) says where its time goes: the model's own forward, the taps, the
-   per-layer reduction (recomputed weights, A·V with the key features, the rest: distance, entropy,
-   single-key statistics, the check) and the per-batch work (tokenizing, the texts' features) —
+   per-layer reduction (recomputed weights and entropy, the check's A·V of the sampled rows, the
+   rest: key classes, positions, single keys, the check's comparison) and the per-batch work
+   (tokenizing, the texts' features) —
    shares of the profiled total (the profiler inflates Python-heavy parts).
 2. One process against ``--nproc`` processes on this machine: the wall time of
    ``python -m attnviz stats minilm corpus.txt --out a.csv --quiet`` (``OMP_NUM_THREADS`` =
@@ -133,7 +137,7 @@ def forward_all(model, batches: list[dict[str, Any]]) -> None:
 def profile_breakdown(model, tok, texts: list[str], batch_size: int) -> list[tuple[str, int, float]]:
     """One corpus_stats run under cProfile: (label, indent, profiled seconds) rows."""
     from attnviz.analysis import batched
-    from attnviz.attention import scaled_dot_product, weighted_values
+    from attnviz.attention import weighted_values
     from attnviz.taps import Recorder
 
     profiler = cProfile.Profile()
@@ -162,7 +166,7 @@ def profile_breakdown(model, tok, texts: list[str], batch_size: int) -> list[tup
     forward = cum(type(model).forward)
     record = cum(Recorder.record)  # the taps, and the reductions they run as each layer returns
     reduce = cum(batched.reduce_layer)
-    sdp = cum_from(scaled_dot_product, batched.reduce_layer)
+    weights = cum(batched._weights_and_entropy) + cum(batched._weights_then_entropy)
     av = cum_from(weighted_values, batched.reduce_layer)
     texts_s = cum(batched.BatchTexts.__init__) + cum(batched.BatchTexts.chunk) + cum(batched.BatchTexts.rows)
     check = cum(batched._raise_on_mismatch)
@@ -173,9 +177,9 @@ def profile_breakdown(model, tok, texts: list[str], batch_size: int) -> list[tup
         ("model forward, without the taps", 2, forward - record),
         ("attnviz taps (Recorder.record), own", 2, record - reduce),
         ("reduce_layer (in the forward, per layer)", 2, reduce),
-        ("recomputed weights (scaled_dot_product)", 3, sdp),
-        ("A·V + key features (weighted_values)", 3, av),
-        ("distance, entropy, single keys, check", 3, reduce - sdp - av),
+        ("recomputed weights and entropy", 3, weights),
+        ("check: A·V of the sampled rows", 3, av),
+        ("key classes, positions, single keys, check", 3, reduce - weights - av),
         ("BatchTexts: offsets, punctuation, pairs", 2, texts_s),
         ("tokenize, pad, sums, verdict, other", 2, add - forward - texts_s - check),
         ("select, reduce, frame, other", 1, total - count - add),
@@ -383,7 +387,20 @@ def main() -> int:
     parser.add_argument("--no-control", action="store_true", help="part 2 without the 1-process 1-thread control")
     parser.add_argument("--no-profile", action="store_true", help="skip the cProfile breakdown")
     parser.add_argument("--verbose", action="store_true", help="print every round's seconds")
+    parser.add_argument(
+        "--whole-forward", action="store_true", help="corpus_stats runs every forward to its end (no early stop)"
+    )
     args = parser.parse_args()
+    if args.whole_forward:
+        import attnviz.analysis.corpus as corpus_module
+        from attnviz.analysis.batched import BatchReducer
+
+        class WholeForward(BatchReducer):
+            def __init__(self, *a: Any, **kw: Any) -> None:
+                super().__init__(*a, **kw)
+                self.stop_after = None
+
+        corpus_module.BatchReducer = WholeForward  # type: ignore[misc]
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     torch.set_num_threads(args.threads)
     from transformers.utils import logging
@@ -414,11 +431,12 @@ def main() -> int:
 
     missed: list[str] = []
     if results:
+        how = "runs every forward whole" if args.whole_forward else "stops each forward after the last layer it reduces"
         print()
         print(
             f"corpus_stats vs a plain batched forward over the same batches (batch size {args.batch_size}, "
             f"padding ≤ 10 %), CPU, {args.threads} torch thread(s), process CPU time over {args.rounds} "
-            "interleaved rounds.\nRatios are stats tokens/s ÷ forward tokens/s: 'paired' = median of each "
+            f"interleaved rounds; corpus_stats {how}.\nRatios are stats tokens/s ÷ forward tokens/s: 'paired' = median of each "
             "round's own ratio (judged), 'med' = ratio of the medians, 'min' = ratio of the minima, 'wall' = "
             "ratio of the median wall times, '+tok' = paired, against forward + tokenizing and batching."
         )
