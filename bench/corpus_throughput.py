@@ -22,7 +22,7 @@
    padding share against the plain batches'). Then one corpus_stats run per model under cProfile
    (``--no-profile`` skips it) says where its time goes: the model's own forward, the taps, the
    per-layer reduction (recomputed weights and entropy, the check's A·V of the sampled rows, the
-   rest: key classes, positions, single keys, the check's comparison) and the per-batch work
+   rest: key classes, positions, the detectors' keys, the check's comparison) and the per-batch work
    (tokenizing, the texts' features) —
    shares of the profiled total (the profiler inflates Python-heavy parts).
 2. One process against ``--nproc`` processes on this machine: the wall time of
@@ -179,7 +179,7 @@ def profile_breakdown(model, tok, texts: list[str], batch_size: int) -> list[tup
         ("reduce_layer (in the forward, per layer)", 2, reduce),
         ("recomputed weights and entropy", 3, weights),
         ("check: A·V of the sampled rows", 3, av),
-        ("key classes, positions, single keys, check", 3, reduce - weights - av),
+        ("keys, positions, detectors, check", 3, reduce - weights - av),
         ("BatchTexts: offsets, punctuation, pairs", 2, texts_s),
         ("tokenize, pad, sums, verdict, other", 2, add - forward - texts_s - check),
         ("select, reduce, frame, other", 1, total - count - add),
@@ -486,7 +486,7 @@ def main() -> int:
                 if own > 0:
                     beyond = b["corpus_stats"] - own
                     print(
-                        f"{r['family']}: beyond the model's own forward corpus_stats spends {beyond:.2f} profiled s "
+                        f"{r['family']}: beyond the model's own forward (as far as it ran) corpus_stats spends {beyond:.2f} profiled s "
                         f"({beyond / own:.0%} of it); {GOAL_THROUGHPUT:.2f}× allows {1 / GOAL_THROUGHPUT - 1:.0%}"
                     )
 
