@@ -305,14 +305,20 @@ def head_view(
     title = f"{_part_label(cap, part)}L{layer} head view — " + (
         "every query" if query is None else f"from {q_names[query]!r} (#{query})"
     )
+    rows_shown = max(n, len(k_names))
+    height = max(420, min(2400, 20 * rows_shown + 120))
+    pad = max(0.5, 8 * rows_shown / (height - 70))  # 8 px: half a label's height
     fig.update_layout(
         title=title + ": " + ", ".join(rule) + f" ({lines:,} lines)",
         xaxis=dict(visible=False, range=[-0.6, 1.6]),
-        yaxis=dict(visible=False, autorange="reversed"),
+        # the rows and half a label more (autorange pads ~5 % of the height: ~100 px of nothing at 500 tokens)
+        yaxis=dict(visible=False, range=[rows_shown - 1 + pad, -pad]),
         plot_bgcolor="white",
-        height=max(420, min(2400, 20 * max(n, len(k_names)) + 120)),
+        height=height,
         margin=dict(l=10, r=10, t=60, b=10),
-        legend=dict(orientation="h"),
+        legend=dict(
+            orientation="h", yanchor="top", y=-8 / height
+        ),  # right under the lines (its default: 10 % of the height lower)
     )
     return fig
 
