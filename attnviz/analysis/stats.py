@@ -192,6 +192,8 @@ def _layer_sums(rec, columns: dict[str, Tensor], targets: dict[str, Tensor]) -> 
     sums = {name: torch.zeros(heads, dtype=torch.float64) for name in [*columns, "self", "previous", "next"]}
     sums.update({name: torch.zeros(heads, dtype=torch.float64) for name in ["distance", "entropy", *targets]})
 
+    split = {name: (cells[:, 0].contiguous(), cells[:, 1].contiguous()) for name, cells in targets.items()}
+
     def add(name: str, per_row: Tensor) -> None:  # [head, rows] float32 -> summed in float64
         sums[name] += per_row.double().sum(-1)
 
@@ -209,9 +211,11 @@ def _layer_sums(rec, columns: dict[str, Tensor], targets: dict[str, Tensor]) -> 
         distance = (rows[:, None] - torch.arange(lo, hi)[None, :]).abs().float()
         add("distance", (a * distance).sum(-1))
         add("entropy", -torch.special.xlogy(a, a).sum(-1))
-        for name, cells in targets.items():
-            query, key = cells[:, 0], cells[:, 1]
-            inside = (query >= rows[0]) & (query <= rows[-1]) & (key >= lo) & (key < hi)
+        last_row = int(rows[-1])
+        for name, (queries, keys_of) in split.items():  # cells in row order: the chunk's are one slice of them
+            start, stop = torch.searchsorted(queries, torch.tensor([first_row, last_row + 1])).tolist()
+            query, key = queries[start:stop], keys_of[start:stop]
+            inside = (key >= lo) & (key < hi)
             add(name, a[:, query[inside] - first_row, key[inside] - lo])
     return sums
 
@@ -242,7 +246,7 @@ class HeadStatsSums:
                 f"of layers {self.layers} × {self.n_heads} heads: use one model and the same layers"
             )
         detectors = [k for k in self.keys if k in DETECTORS]
-        masks = {name: pattern_matrix(cap, name).float() for name in detectors}
+        masks = {name: pattern_matrix(cap, name) for name in detectors}
         n = cap.n_tokens
         special, punct = text_positions(cap.text, cap.offsets)
         rows = {
@@ -255,7 +259,7 @@ class HeadStatsSums:
             "distance": n,
             "entropy": n,
         }
-        rows.update({name: int((mask.sum(-1) > 0).sum()) for name, mask in masks.items()})
+        rows.update({name: int(mask.any(-1).sum()) for name, mask in masks.items()})
         self.counts += torch.tensor([rows[k] for k in self.keys], dtype=torch.float64)
         self.texts += 1
         self.tokens += n
@@ -263,7 +267,7 @@ class HeadStatsSums:
             name: torch.tensor(index, dtype=torch.long)
             for name, index in (("first", [0]), ("special", special), ("punctuation", punct))
         }
-        targets = {name: mask.nonzero() for name, mask in masks.items()}  # [cells, 2] (query, key)
+        targets = {name: mask.nonzero() for name, mask in masks.items()}  # [cells, 2] (query, key), row-major
         for li, layer in enumerate(self.layers):
             parts = _layer_sums(cap.layer(layer), columns, targets)
             self.sums[:, li] += torch.stack([parts[k] for k in self.keys])
