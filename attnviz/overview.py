@@ -159,9 +159,9 @@ def thumbnails(cap: Capture, layer: int, size: tuple[int, int], *, part: str | N
     starts = [i * n_q // t_q for i in range(t_q)]  # adaptive pooling's bins: they may overlap by a row
     stops = [-(-(i + 1) * n_q // t_q) for i in range(t_q)]
     pooled = torch.zeros(rec.q.shape[0], t_q, t_k)
-    # no A·V (values of width 0), and under a causal mask only the keys each chunk's rows may see: the
-    # rest of the row is 0, which a max over weights ≥ 0 never picks
-    for r, keys, _, weights in attention_output(rec.q, rec.k, rec.v[..., :0], **rec.sdpa_arguments()):
+    # under a causal mask a chunk holds only the keys its rows may see: the rest of the row is 0, which
+    # a max over weights ≥ 0 never picks
+    for r, keys, weights in rec.weight_chunks():
         row = weights.new_zeros(*weights.shape[:2], n_k)
         row[..., keys] = weights
         w = torch.nn.functional.adaptive_max_pool1d(row.float().cpu(), t_k)  # [head, chunk rows, cols]

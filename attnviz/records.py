@@ -9,12 +9,13 @@ picture (a module that ran twice, an encoder-decoder part that bypassed the taps
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
-from .attention import build_mask
+from .attention import attention_output, build_mask
 from .errors import UnsupportedModelError
 from .specs import PARTS, supported_families
 from .taps import AttentionCall
@@ -151,6 +152,13 @@ class LayerRecord:
             sinks=self.sinks,
             softcap=self.softcap,
         )
+
+    def weight_chunks(self) -> Iterator[tuple[Tensor, slice, Tensor]]:  # rows [r], keys, weights [head, r, keys]
+        """This layer's weights a chunk of query rows at a time, as the model computed them: no head's
+        n×n map exists whole, no A·V is computed (values of width 0), and under a causal mask a chunk
+        holds only the keys its rows may see (every other key's weight is 0)."""
+        for rows, keys, _, weights in attention_output(self.q, self.k, self.v[..., :0], **self.sdpa_arguments()):
+            yield rows, keys, weights
 
     def mask_part(self, rows: Tensor | None = None, keys: slice = slice(None)) -> Tensor | None:  # [head or 1, r, k]
         if self.mask is None:

@@ -394,18 +394,18 @@ def test_head_stats_over_chunks_of_rows_equal_the_full_maps(family, monkeypatch,
     """head_stats reduces a few query rows at a time (and, under a causal or window mask, only the keys
     those rows may see): forced into chunks of 3 rows, it still equals the sums over the whole maps —
     an encoder with [CLS]/[SEP], a causal decoder, a sliding window of 4."""
-    from attnviz.analysis import stats
+    from attnviz import records
 
     tok = bert_tokenizer if family == "bert" else smol_tokenizer
     model = attnviz.tiny_model(family, attn_implementation="eager", vocab_size=len(tok))
     text = "The cat sat on the mat, because the cat, it said, was tired. The cat sat on the mat."
     cap = attnviz.capture(model, text, tok)
-    chunked = stats.attention_output
+    chunked = records.attention_output
 
     def three_rows(q, k, v, **kwargs):
         return chunked(q, k, v, budget=3 * q.shape[0] * k.shape[-2], **kwargs)
 
-    monkeypatch.setattr(stats, "attention_output", three_rows)
+    monkeypatch.setattr(records, "attention_output", three_rows)
     df = head_stats(cap)
     expected = _head_stats_from_full_maps(cap)
     for name, values in expected.items():

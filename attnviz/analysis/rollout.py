@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..attention import attention_output
 from ..errors import InputError
 
 if TYPE_CHECKING:
@@ -128,11 +127,10 @@ def _block_means(n: int, block: int) -> Tensor:  # [m, n]: row i averages tokens
 
 
 def _fused(cap: Capture, layer: int, fuse) -> Tensor:  # [query_pos, key_pos]
-    """The layer's heads fused into one map, a chunk of query rows at a time: the heads' n×n maps never
-    exist whole, no A·V is computed (values of width 0), and under a causal mask only the keys a chunk's
-    rows may see (the rest is 0 in every head, so also in the fused map)."""
+    """The layer's heads fused into one map, a chunk of query rows at a time (``weight_chunks``: the
+    keys a causal chunk leaves out are 0 in every head, so also in the fused map)."""
     rec = cap.layer(layer)
     fused = torch.zeros(rec.n_queries, rec.n_keys)
-    for rows, keys, _, weights in attention_output(rec.q, rec.k, rec.v[..., :0], **rec.sdpa_arguments()):
+    for rows, keys, weights in rec.weight_chunks():
         fused[rows, keys] = fuse(weights.float().cpu())
     return fused

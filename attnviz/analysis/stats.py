@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..attention import attention_output
 from ..errors import ArgumentTypeError, InputError
 
 if TYPE_CHECKING:
@@ -185,9 +184,8 @@ def _scores_frame(cap: Capture, total: dict, rows_total: int) -> pd.DataFrame:
 def _layer_sums(rec, columns: dict[str, Tensor], targets: dict[str, Tensor]) -> dict[str, Tensor]:
     """One layer's per-head sums over its query rows ([head] float64 each): the mass on the ``columns``
     keys, on the diagonals (self, previous, next) and on each detector's ``targets`` cells, the
-    distance and the entropy — a chunk of query rows at a time (no head's n×n map exists whole), without
-    A·V (values of width 0) and, under a causal mask, only over the keys a chunk's rows may see (the
-    others have weight 0 and add nothing)."""
+    distance and the entropy — a chunk of query rows at a time (``weight_chunks``: the keys a causal
+    chunk leaves out have weight 0 and add nothing)."""
     heads = rec.q.shape[0]
     sums = {name: torch.zeros(heads, dtype=torch.float64) for name in [*columns, "self", "previous", "next"]}
     sums.update({name: torch.zeros(heads, dtype=torch.float64) for name in ["distance", "entropy", *targets]})
@@ -197,7 +195,7 @@ def _layer_sums(rec, columns: dict[str, Tensor], targets: dict[str, Tensor]) -> 
     def add(name: str, per_row: Tensor) -> None:  # [head, rows] float32 -> summed in float64
         sums[name] += per_row.double().sum(-1)
 
-    for rows, keys, _, a in attention_output(rec.q, rec.k, rec.v[..., :0], **rec.sdpa_arguments()):
+    for rows, keys, a in rec.weight_chunks():
         a = a.float().cpu()  # [head, chunk rows, keys of the chunk]
         rows = rows.cpu()
         first_row, lo, hi = int(rows[0]), keys.start, keys.stop
