@@ -10,7 +10,11 @@ Importing attnviz loads no model, patches nothing and does not import dash.
 
 from . import edits as edits  # the edits of intervene(): attnviz.edits.knockout(…)
 from .attention import scaled_dot_product
-from .capture import Capture, LayerRecord, TokenSequence
+from .data.capture import Capture, LayerRecord, TokenSequence
+from .data.io import load
+from .data.validate import ValidationReport, validate
+from .data.words import Word
+from .engine.taps import tap
 from .errors import (
     ArgumentTypeError,
     AttnvizError,
@@ -24,19 +28,15 @@ from .errors import (
     UnsupportedModelError,
     ValidationError,
 )
-from .generation import Generation, GenerationStep, generate
-from .intervene import Intervention, Prediction, head_importance, intervene
-from .io import load
-from .models import EMBEDDED_MODELS, load_model, tiny_families, tiny_model
-from .probing import evaluate_probes
-from .runner import capture
-from .taps import tap
-from .validate import ValidationReport, validate
-from .words import Word
+from .workflows.generation import Generation, GenerationStep, generate
+from .workflows.intervene import Intervention, Prediction, head_importance, intervene
+from .workflows.models import EMBEDDED_MODELS, load_model, tiny_families, tiny_model
+from .workflows.probing import evaluate_probes
+from .workflows.runner import capture
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("analysis", "cost", "figures")  # imported on first use: they bring pandas and plotly
+_SUBMODULES = ("analysis", "figures")  # imported on first use: they bring pandas and plotly
 
 
 def __getattr__(name: str):

@@ -68,7 +68,7 @@ def _writable(path: str) -> None:
 
 
 def _capture(args):
-    from .runner import capture
+    from .workflows.runner import capture
 
     return capture(
         args.model,
@@ -90,7 +90,7 @@ def _cmd_capture(args) -> int:
     if cap.target is not None:
         print("target words:", " | ".join(cap.target.word_labels))
     if args.query is not None:
-        part = cap._part(args.part) if args.part or len(cap.parts) == 1 else "encoder"
+        part = cap.resolve_part(args.part) if args.part or len(cap.parts) == 1 else "encoder"
         layer = args.layer if args.layer is not None else min(cap.layer_indices(part))
         queries, keys = cap.sequences(part)
         if part in ("decoder", "cross") and args.query not in queries.word_labels:
@@ -115,7 +115,7 @@ def _cmd_capture(args) -> int:
 
 
 def _cmd_generate(args) -> int:
-    from .generation import generate
+    from .workflows.generation import generate
 
     if args.output:
         _writable(args.output)
@@ -152,7 +152,7 @@ def _cmd_generate(args) -> int:
 
 
 def _cmd_stats(args) -> int:
-    from .analysis.corpus import corpus_stats, write_table
+    from .workflows.corpus import corpus_stats, write_table
 
     if args.resume and not args.checkpoint:
         raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
@@ -208,7 +208,7 @@ def _cmd_validate(args) -> int:
     if args.csv:
         _writable(args.csv)
     if args.capture:
-        from .io import load
+        from .data.io import load
 
         cap = load(args.capture)
     else:
@@ -237,7 +237,7 @@ def _cmd_coref(args) -> int:
 def _cmd_probes(args) -> int:
     if args.csv:
         _writable(args.csv)
-    from .probing import evaluate_probes
+    from .workflows.probing import evaluate_probes
 
     try:
         result = evaluate_probes(args.model, args.probes, exclude_sinks=not args.keep_sinks, add_bos=not args.no_bos)
@@ -260,7 +260,7 @@ EXPORT_VIEWS = ("heatmap", "head", "model", "validation")
 
 def _cmd_export(args) -> int:
     from . import figures
-    from .io import load
+    from .data.io import load
 
     _writable(args.output)
     views = [v.strip() for v in args.views.split(",") if v.strip()]
@@ -280,7 +280,7 @@ def _cmd_export(args) -> int:
         "head": lambda: [figures.head_view(cap, layer, words=args.words, part=part)],
         "model": lambda: [figures.model_view(cap, words=args.words, part=part, selected=(layer, args.head))],
         "validation": lambda: [
-            figures.validation_map(cap.validate(), part=cap._part(part)),
+            figures.validation_map(cap.validate(), part=cap.resolve_part(part)),
             figures.comparison(cap, layer, args.head, part=part),
         ],
     }

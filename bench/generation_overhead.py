@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 import attnviz
-from attnviz.models import IdsTokenizer
+from attnviz.workflows.models import IdsTokenizer
 
 GOAL_TIME = 1.10
 GOAL_MEMORY = 0.05

@@ -18,15 +18,15 @@ from attnviz.analysis import (
     rollout_blocks,
     rollout_rows,
 )
-from attnviz.analysis.plots import (
+from attnviz.analysis.stats import pattern_matrix
+from attnviz.data.capture import Capture, LayerRecord
+from attnviz.data.words import words_from_offsets
+from attnviz.views.plots import (
     coref_bars,
     head_map,
     probe_accuracy_map,
     rollout_figure,
 )
-from attnviz.analysis.stats import pattern_matrix
-from attnviz.capture import Capture, LayerRecord
-from attnviz.words import words_from_offsets
 
 
 def hand_capture(token_ids, targets, text=None, layers=1, causal=True):
@@ -318,7 +318,7 @@ def test_rollout_figure_at_length_thins_labels_and_keeps_the_sink_off_the_colour
 
 
 def test_rollout_figure_of_a_long_text_is_pooled_to_at_most_512_cells():
-    from attnviz.analysis.plots import rollout_figure
+    from attnviz.views.plots import rollout_figure
 
     model = attnviz.tiny_model("llama", max_position_embeddings=1200)
     cap = attnviz.capture(model, input_ids=torch.randint(3, 100, (1, 1100)), check="off")
@@ -394,7 +394,7 @@ def test_head_stats_over_chunks_of_rows_equal_the_full_maps(family, monkeypatch,
     """head_stats reduces a few query rows at a time (and, under a causal or window mask, only the keys
     those rows may see): forced into chunks of 3 rows, it still equals the sums over the whole maps —
     an encoder with [CLS]/[SEP], a causal decoder, a sliding window of 4."""
-    from attnviz import records
+    from attnviz.data import records
 
     tok = bert_tokenizer if family == "bert" else smol_tokenizer
     model = attnviz.tiny_model(family, attn_implementation="eager", vocab_size=len(tok))

@@ -7,7 +7,7 @@ import torch
 from conftest import BACKENDS, FAMILIES
 
 import attnviz
-from attnviz.taps import installed_backends
+from attnviz.engine.taps import installed_backends
 
 
 def hook_snapshot(model):

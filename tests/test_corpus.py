@@ -16,9 +16,9 @@ import torch
 
 import attnviz
 from attnviz.analysis import corpus_stats, head_stats
-from attnviz.analysis.corpus import MAX_PADDING, POOL, length_batches, read_texts
 from attnviz.cli import main
-from attnviz.models import IdsTokenizer
+from attnviz.workflows.corpus import MAX_PADDING, POOL, length_batches, read_texts
+from attnviz.workflows.models import IdsTokenizer
 
 
 def _texts(count: int, seed: int = 0) -> list[str]:
@@ -61,7 +61,7 @@ _UNEVEN = [
 )
 @pytest.mark.parametrize("budget", [None, 300], ids=["whole", "chunked"])
 def test_a_padded_batch_reduced_at_once_equals_its_texts_one_by_one(family, overrides, budget, bert_tokenizer):
-    from attnviz.analysis.batched import BUDGET, BatchReducer
+    from attnviz.workflows.batched import BUDGET, BatchReducer
 
     if family == "bert":
         model = attnviz.tiny_model("bert", attn_implementation="eager", vocab_size=bert_tokenizer.vocab_size)
@@ -85,9 +85,9 @@ def test_padded_keys_get_no_weight_even_where_the_kernel_had_no_mask():
     """A kernel called without a mask (each text computed alone, so nothing to pad) still gets
     padded keys blocked in the batch's recomputation: the batch equals its texts reduced one by one,
     and the check passes."""
-    from attnviz.analysis.batched import BatchTexts, reduce_layer
     from attnviz.attention import scaled_dot_product
-    from attnviz.taps import AttentionCall
+    from attnviz.engine.taps import AttentionCall
+    from attnviz.workflows.batched import BatchTexts, reduce_layer
 
     g = torch.Generator().manual_seed(0)
     lengths, n, heads, d = [3, 11, 7], 11, 2, 4
@@ -122,7 +122,7 @@ def test_padded_keys_get_no_weight_even_where_the_kernel_had_no_mask():
 # gpt_oss's sinks and bloom's ALiBi from scaled_dot_product: a wrong scale must fail both.
 @pytest.mark.parametrize("family", ["llama", "gpt_oss", "bloom"])
 def test_a_recomputation_that_misses_the_kernel_raises_validation_error(monkeypatch, family):
-    from attnviz.analysis import batched
+    from attnviz.workflows import batched
 
     model, tok = attnviz.tiny_model(family), IdsTokenizer()
     original = batched.reduce_layer
@@ -141,9 +141,9 @@ def test_entropy_read_at_each_rows_own_key_or_from_the_log_when_that_key_weighs_
     """reduce_layer reads a row's entropy as Σ a (lse - s) with lse taken at the row's own key; a
     real row whose own key weighs ~0 (here e^-400: its log unreadable) sends the layer to
     -Σ a log a. Both equal the entropy of the weights scaled_dot_product computes."""
-    from attnviz.analysis import batched
+    from attnviz.workflows import batched
     from attnviz.attention import scaled_dot_product
-    from attnviz.taps import AttentionCall
+    from attnviz.engine.taps import AttentionCall
 
     logs = []
     row_entropy = batched._row_entropy
@@ -204,7 +204,7 @@ def test_the_forward_stops_once_the_last_wanted_layer_is_reduced(monkeypatch):
 def test_texts_are_read_lazily(monkeypatch):
     """The corpus is never in memory: when the first batch is captured, at most one pool of texts
     has been read from the generator."""
-    from attnviz.analysis.batched import BatchReducer
+    from attnviz.workflows.batched import BatchReducer
 
     model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
     read = []

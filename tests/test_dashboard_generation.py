@@ -257,7 +257,7 @@ def test_views_mark_the_new_tokens_and_leave_a_forward_alone(gen, tiny_llama):
     assert [MARK in t for t in head.data[-1].text] == [False] * 7 + [True] * 6 and len(head.layout.shapes) == 2
     assert list(head.data[-1].hovertext) == labels[:7] + [MARK + t for t in labels[7:]]
     with pytest.MonkeyPatch.context() as mp:  # a long text: every other token labelled, blanks stay blank
-        mp.setattr(figures, "MAX_LABELS", 7)
+        mp.setattr("attnviz.views.figures.MAX_LABELS", 7)
         sparse = mark_view(figures.head_view(cap, 1, [0]), cap, "head")
     assert list(sparse.data[-1].text) == [t if i % 2 == 0 else "" for i, t in enumerate(labels[:7])] + [
         marked(t) if i % 2 == 0 else "" for i, t in enumerate(labels[7:], 7)

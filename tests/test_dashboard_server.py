@@ -115,7 +115,7 @@ def test_attention_rows_equal_the_full_maps(tiny_bert_words):
 
 def test_the_head_statistics_view_shows_a_corpus_table(tmp_path, tiny_bert_words, bert_tokenizer):
     from attnviz.analysis import corpus_stats
-    from attnviz.analysis.corpus import write_table
+    from attnviz.workflows.corpus import write_table
 
     model, tok = tiny_bert_words
     table = corpus_stats(model, ["The cat sat.", "It was tired, so it slept."], tok, progress=False)

@@ -8,10 +8,10 @@ import torch
 
 import attnviz
 from attnviz import edits
+from attnviz.engine.interface import _EDITORS
+from attnviz.engine.taps import installed_backends
 from attnviz.errors import InputError, OutOfRangeError, UnsupportedModelError
-from attnviz.interface import _EDITORS
-from attnviz.models import IdsTokenizer
-from attnviz.taps import installed_backends
+from attnviz.workflows.models import IdsTokenizer
 
 TEXT = "11 5 7 9 13 21 8 30"
 OTHER = "12 6 40 3 17 25 9 2"  # the same length, other tokens

@@ -4,7 +4,7 @@ computed by hand from the captured Q, K and ALiBi bias, and against the model ru
 output projection fed by hand.
 
 The edited A·V reaches the model through a pre-hook on the output projection
-(:func:`attnviz.hooks.projection_hooks`); these tests check that it does (the prediction follows the
+(:func:`attnviz.engine.hooks.projection_hooks`); these tests check that it does (the prediction follows the
 hand-made model), that the capture of the edited run holds the edited weights, that the no-edit
 check runs through the same path, and that nothing is left on the model.
 """
@@ -15,13 +15,13 @@ import pytest
 import torch
 
 import attnviz
-import attnviz.edits as edits_module
+import attnviz.workflows.edits as edits_module
 from attnviz import edits
 from attnviz.edits import LayerPlan, editing
+from attnviz.engine.interface import _EDITORS
+from attnviz.engine.specs import PROJECTION_SPECS
 from attnviz.errors import UnsupportedModelError
-from attnviz.interface import _EDITORS
-from attnviz.models import IdsTokenizer
-from attnviz.specs import PROJECTION_SPECS
+from attnviz.workflows.models import IdsTokenizer
 
 TEXT = "11 5 7 9 13 21 8 30"
 OTHER = "12 6 40 3 17 25 9 2"  # the same length, other tokens
@@ -232,7 +232,7 @@ def test_the_no_edit_check_runs_through_the_projection_hooks(family, monkeypatch
 
 def test_a_capture_entered_before_the_edits_records_the_edited_call():
     """The editor's pre-hook runs before every recorder's, whichever context was entered first."""
-    from attnviz.taps import tap_model
+    from attnviz.engine.taps import tap_model
 
     model = model_of("mpt")
     plans = {("decoder", 1): LayerPlan(4, knock=[((0,), [5], [2, 3])])}

@@ -1,6 +1,6 @@
 """Every family in the support table, captured and compared with its own eager attention.
 
-The README's table is generated from ``attnviz.specs.FAMILIES``; these tests are what makes each
+The README's table is generated from ``attnviz.engine.specs.FAMILIES``; these tests are what makes each
 row true: a family marked as supported is built (tiny, random weights), captured on each backend
 the table names, and every part and layer is compared with the eager model's own
 ``output_attentions`` (``encoder_attentions``, ``decoder_attentions``, ``cross_attentions``).
@@ -13,8 +13,8 @@ import pytest
 import torch
 
 import attnviz
-from attnviz.models import IdsTokenizer
-from attnviz.specs import FAMILIES, support_table
+from attnviz.engine.specs import FAMILIES, support_table
+from attnviz.workflows.models import IdsTokenizer
 
 SUPPORTED = [(f.tiny, backend) for f in FAMILIES if f.how != "refused" for backend in f.backends]
 REFUSED = {

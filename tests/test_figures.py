@@ -8,8 +8,8 @@ import torch
 
 import attnviz
 from attnviz import figures
-from attnviz.capture import Capture
-from attnviz.cost import cost_tables
+from attnviz.analysis.cost import cost_tables
+from attnviz.data.capture import Capture
 
 TEXT = "The cat sat on the mat because it was tired."
 

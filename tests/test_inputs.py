@@ -92,7 +92,7 @@ def test_the_report_gives_advice_that_can_be_followed():
 def test_figures_and_cost_are_there_after_import_attnviz_alone():
     code = (
         "import sys, attnviz; assert 'plotly' not in sys.modules and 'dash' not in sys.modules; "
-        "print(attnviz.figures.heatmap.__name__, attnviz.cost.cost_tables.__name__, attnviz.analysis.rollout.__name__)"
+        "print(attnviz.figures.heatmap.__name__, attnviz.analysis.cost_tables.__name__, attnviz.analysis.rollout.__name__)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["heatmap", "cost_tables", "rollout"]

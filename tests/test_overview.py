@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import attnviz
-from attnviz.overview import block_edges, overview, thumbnails, window
+from attnviz.analysis.overview import block_edges, overview, thumbnails, window
 
 
 def _pool(full: torch.Tensor, rows, cols, mode):

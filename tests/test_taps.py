@@ -15,7 +15,7 @@ from transformers.masking_utils import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import attnviz
-from attnviz.taps import installed_backends
+from attnviz.engine.taps import installed_backends
 
 
 # ---------------------------------------------------------------- an unrelated model meanwhile
@@ -205,7 +205,7 @@ def custom_backends():
 def test_flash_and_flex_mask_forms_are_normalised(custom_backends, family):
     from test_families import padded, reference, texts
 
-    from attnviz.models import IdsTokenizer
+    from attnviz.workflows.models import IdsTokenizer
 
     tok = IdsTokenizer()
     sources = texts([11, 7], seed=3)
@@ -252,7 +252,7 @@ def test_a_kernel_that_computes_something_else_raises_validation_error_with_the_
 
 
 def test_the_sample_check_compares_first_last_and_spread_rows():
-    from attnviz.validate import sample_rows
+    from attnviz.data.validate import sample_rows
 
     rows = sample_rows(1000)
     assert rows[0] == 0 and rows[-1] == 999 and len(rows) == 34
@@ -264,7 +264,7 @@ def test_the_sample_check_compares_first_last_and_spread_rows():
 
 
 def test_chunked_full_validation_equals_one_chunk():
-    from attnviz.validate import record_errors
+    from attnviz.data.validate import record_errors
 
     cap = attnviz.capture(
         attnviz.tiny_model("mistral", max_position_embeddings=256), input_ids=torch.randint(3, 120, (1, 200))

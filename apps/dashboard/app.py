@@ -91,7 +91,7 @@ def create_app(
     selected = default_model or next(iter(models))
     corpus = None
     if stats_file is not None:
-        from attnviz.analysis.corpus import read_table
+        from attnviz.workflows.corpus import read_table
 
         try:
             corpus = read_table(stats_file)

@@ -23,7 +23,7 @@ import torch
 
 import attnviz
 from attnviz.analysis.coref import STOP_WORDS
-from attnviz.runner import max_positions
+from attnviz.workflows.runner import max_positions
 
 from .cache import CaptureCache, capture_key
 from .common import text_limit, word_of

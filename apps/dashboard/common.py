@@ -6,7 +6,7 @@ import plotly.graph_objects as go
 from dash import Input, Output, html
 
 import attnviz
-from attnviz.runner import max_positions
+from attnviz.workflows.runner import max_positions
 
 TABLE_STYLE = dict(  # the DataTables' look (coreference, head statistics)
     style_table={"overflowX": "auto", "maxHeight": "420px", "overflowY": "auto"},

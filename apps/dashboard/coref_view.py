@@ -9,7 +9,7 @@ from dash import ALL, Dash, Input, Output, State, ctx, dash_table, dcc, html, no
 from attnviz import evaluate_probes, figures
 from attnviz.analysis import propose_candidates, rank_heads
 from attnviz.analysis.coref import PROBE_SETS
-from attnviz.analysis.plots import coref_bars, probe_accuracy_map
+from attnviz.views.plots import coref_bars, probe_accuracy_map
 
 from .captures import FILE_PREFIX, Captures
 from .common import TABLE_STYLE, chip, job_controls, message_figure, word_of

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from dash import Dash, Input, Output, dcc, html
 
-from attnviz.cost import cost_tables
+from attnviz.analysis.cost import cost_tables
 
 from .captures import Captures
 from .errors import only_on, shows_errors

@@ -60,7 +60,7 @@ def view_figures(
         return [mark_view(figures.query_row(cap, layer, head, index, words=words, part=part), cap, "bars", **marks)]
     if tab == "validation":
         return [
-            figures.validation_map(cap.validate(), part=cap._part(part)),
+            figures.validation_map(cap.validate(), part=cap.resolve_part(part)),
             mark_view(figures.comparison(cap, layer, head, part=part), cap, "comparison", part=part),
         ]
     return [mark_view(figures.heatmap(cap, layer, head, words=words, part=part), cap, "matrix", **marks)]

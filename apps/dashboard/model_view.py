@@ -1,6 +1,6 @@
 """The model view: every layer × head as a thumbnail of its map; a click opens that head in the heatmap.
 
-Token thumbnails are pooled a chunk of query rows at a time (``attnviz.overview.thumbnails``): no
+Token thumbnails are pooled a chunk of query rows at a time (``attnviz.analysis.overview.thumbnails``): no
 layer's n×n maps exist whole, whatever the length. (Word thumbnails still merge the full maps.)"""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from dash import Dash, Input, Output, State, dcc, no_update
 
 import attnviz
 from attnviz import figures
-from attnviz.overview import thumbnails
+from attnviz.analysis.overview import thumbnails
 
 from .captures import Captures
 from .common import message_figure
@@ -40,7 +40,7 @@ def model_view_figure(cap: attnviz.Capture, *, words: bool, selected: tuple[int,
     """The model view of ``cap`` with a generation's new tokens marked."""
     shown = cap
     if not words:
-        size = figures._thumb(cap, False, MODEL_VIEW_CELLS, part)
+        size = figures.thumb_size(cap, False, MODEL_VIEW_CELLS, part)
         queries, keys = cap.sequences(part)
         if (queries.n_tokens, keys.n_tokens) != size:
             shown = _Thumbnails(cap, size)

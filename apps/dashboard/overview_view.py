@@ -1,12 +1,12 @@
 """The heatmap for texts of any length: the exact map for short texts, the head's pooled *overview*
 for long ones, and a zoom that fetches the visible window at full resolution.
 
-A long text's map is pooled (``attnviz.overview``) into at most ``OVERVIEW_SIZE`` × ``OVERVIEW_SIZE``
+A long text's map is pooled (``attnviz.analysis.overview``) into at most ``OVERVIEW_SIZE`` × ``OVERVIEW_SIZE``
 blocks of whole tokens, so a response stays under 2 MB whatever the length. Its axes are categories,
 one per block, named by their token range ("512–519 ('the'…'cat')"): hover reads them, and a zoom
 (the graph's ``relayoutData``, in category units) maps back to token positions through the shown
 view's block edges, kept in a small ``dcc.Store``. A zoom of at most ``WINDOW`` tokens a side is
-recomputed exactly (``attnviz.overview.window``); double-click returns to the overview.
+recomputed exactly (``attnviz.analysis.overview.window``); double-click returns to the overview.
 
 The figure builders (``overview_figure``, ``window_figure``, ``zoom_span``) are pure, tested without a browser.
 """
@@ -21,7 +21,7 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
 from attnviz import figures
-from attnviz.overview import MODES, overview, window
+from attnviz.analysis.overview import MODES, overview, window
 
 from .captures import Captures
 from .common import message_figure
@@ -133,7 +133,7 @@ def _mark(fig: go.Figure, cap: attnviz.Capture, part: str | None, row_edges: lis
 
 def _names(cap: attnviz.Capture, part: str | None) -> tuple[list[str], list[str], bool]:
     q_names, k_names = figures.labels(cap, False, part, "query"), figures.labels(cap, False, part, "key")
-    return q_names, k_names, cap._part(part) == "cross"
+    return q_names, k_names, cap.resolve_part(part) == "cross"
 
 
 def overview_figure(
@@ -145,7 +145,7 @@ def overview_figure(
     z = ov.values.clone()
     z[z == 0] = float("nan")  # a block whose every cell is masked (or exactly 0): left empty
     wr, wc = ov.block
-    part_label = f"{cap._part(part)} " if len(cap.parts) > 1 else ""
+    part_label = f"{cap.resolve_part(part)} " if len(cap.parts) > 1 else ""
     title = (
         f"{part_label}L{layer}·H{head} — overview of {len(q_names):,} × {len(k_names):,} tokens: "
         f"the {mode} weight of each block of {wr}×{wc} tokens<br><sup>drag a box over at most {WINDOW}×{WINDOW} "
@@ -172,7 +172,7 @@ def window_figure(
     z = torch.where(allowed, w, torch.full_like(w, float("nan")))
     q_names, k_names, cross = _names(cap, part)
     row_edges, col_edges = list(range(rows[0], rows[1] + 1)), list(range(keys[0], keys[1] + 1))
-    part_label = f"{cap._part(part)} " if len(cap.parts) > 1 else ""
+    part_label = f"{cap.resolve_part(part)} " if len(cap.parts) > 1 else ""
     title = (
         f"{part_label}L{layer}·H{head} — exact weights of queries {rows[0]}–{rows[1] - 1} × keys "
         f"{keys[0]}–{keys[1] - 1} (of {len(q_names):,} × {len(k_names):,} tokens)<br><sup>double-click: back to "

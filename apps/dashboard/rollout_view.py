@@ -6,7 +6,7 @@ from __future__ import annotations
 from dash import Dash, Input, Output, dcc, html
 
 from attnviz.analysis import rollout, rollout_blocks, rollout_rows
-from attnviz.analysis.plots import MAX_CELLS, rollout_figure
+from attnviz.views.plots import MAX_CELLS, rollout_figure
 
 from .captures import Captures
 from .common import message_figure

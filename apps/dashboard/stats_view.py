@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from dash import Dash, Input, Output, ctx, dash_table, dcc, html, no_update
 
 from attnviz.analysis import head_stats
-from attnviz.analysis.plots import head_map
 from attnviz.analysis.stats import DETECTORS, STATISTICS
+from attnviz.views.plots import head_map
 
 from .captures import Captures
 from .common import TABLE_STYLE, message_figure

@@ -42,7 +42,7 @@ def register(app: Dash, captures: Captures) -> None:
         if cap is None or layer is None or head is None:
             return "", message_figure("Run the model first."), message_figure("")
         report = cap.validate()
-        part_ = cap._part(part if len(cap.parts) > 1 else None)
+        part_ = cap.resolve_part(part if len(cap.parts) > 1 else None)
         quantity = "weights" if any(r["quantity"] == "weights" for r in report.rows) else "output"
         return (
             str(report),

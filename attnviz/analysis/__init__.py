@@ -1,6 +1,8 @@
 """Analyses over captures (never over models): head statistics, pattern detectors, coreference
-rankings and probe sets, attention rollout. Running a probe set through a model is
-:func:`attnviz.evaluate_probes` (in :mod:`attnviz.probing`, beside the runner)."""
+rankings and probe sets, attention rollout, the long-text overview and the cost tables.
+
+What runs a model lives in :mod:`attnviz.workflows`: :func:`corpus_stats` (re-exported here, the
+statistics of :func:`head_stats` over a corpus) and :func:`attnviz.evaluate_probes`."""
 
 from .coref import (
     CorefRanking,
@@ -10,7 +12,7 @@ from .coref import (
     propose_candidates,
     rank_heads,
 )
-from .corpus import corpus_stats
+from .cost import cost_tables
 from .rollout import rollout, rollout_blocks, rollout_rows
 from .stats import DETECTORS, detect_heads, head_stats
 
@@ -20,6 +22,7 @@ __all__ = [
     "Probe",
     "ProbeResult",
     "corpus_stats",
+    "cost_tables",
     "detect_heads",
     "head_stats",
     "load_probes",
@@ -29,3 +32,13 @@ __all__ = [
     "rollout_blocks",
     "rollout_rows",
 ]
+
+
+def __getattr__(name: str):
+    # corpus_stats runs a model (attnviz.workflows.corpus), whose reduction imports this package's
+    # statistics: imported on first use, so that the analyses never import the workflows.
+    if name == "corpus_stats":
+        from ..workflows.corpus import corpus_stats
+
+        return corpus_stats
+    raise AttributeError(f"module 'attnviz.analysis' has no attribute {name!r}")

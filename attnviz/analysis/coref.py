@@ -26,7 +26,7 @@ from .stats import special_positions
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..capture import Capture
+    from ..data.capture import Capture
 
 __all__ = [
     "CorefRanking",
@@ -286,7 +286,7 @@ class CorefRanking:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        from ..html import ranking_html
+        from ..views.html import ranking_html
 
         return ranking_html(self)
 
@@ -498,7 +498,7 @@ class ProbeResult:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        from ..html import probes_html
+        from ..views.html import probes_html
 
         return probes_html(self)
 

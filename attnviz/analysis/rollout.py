@@ -21,7 +21,7 @@ from torch import Tensor
 from ..errors import InputError
 
 if TYPE_CHECKING:
-    from ..capture import Capture
+    from ..data.capture import Capture
 
 __all__ = ["rollout", "rollout_blocks", "rollout_rows"]
 

@@ -19,7 +19,7 @@ from ..errors import ArgumentTypeError, InputError
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..capture import Capture
+    from ..data.capture import Capture
 
 __all__ = [
     "DETECTORS",
@@ -44,7 +44,8 @@ STATISTICS = {
 }
 
 
-def _is_punct(text: str) -> bool:
+def is_punct(text: str) -> bool:
+    """Whether a token's text is punctuation or symbols only (what the punctuation class counts)."""
     text = text.strip()
     return bool(text) and all(
         unicodedata.category(ch).startswith("P") or unicodedata.category(ch).startswith("S") for ch in text
@@ -59,7 +60,7 @@ def special_positions(cap: Capture) -> list[int]:
 def text_positions(text: str, offsets: Sequence[tuple[int, int]]) -> tuple[list[int], list[int]]:
     """(special tokens after the first, punctuation tokens) of one text, from its offsets."""
     special = [i for i, (start, end) in enumerate(offsets) if start == end and i != 0]
-    punct = [i for i, (s, e) in enumerate(offsets) if e > s and _is_punct(text[s:e])]
+    punct = [i for i, (s, e) in enumerate(offsets) if e > s and is_punct(text[s:e])]
     return special, punct
 
 
@@ -273,7 +274,7 @@ class HeadStatsSums:
     def add_reduced(self, sums: Tensor, rows: Tensor, *, texts: int, tokens: int) -> None:
         """Add several texts already reduced: ``sums`` ``[statistic, layer, head]`` and ``rows``
         ``[statistic]`` (scored query rows), in :attr:`keys` order (a batch of
-        :class:`~attnviz.analysis.batched.BatchReducer`)."""
+        :class:`~attnviz.workflows.batched.BatchReducer`)."""
         if sums.shape != self.sums.shape or rows.shape != self.counts.shape:
             raise InputError(
                 f"reduced sums {tuple(sums.shape)} do not fit statistics of shape {tuple(self.sums.shape)}: "

@@ -20,9 +20,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from .capture import Capture
-from .edits import Edit, LayerPlan, editing, plan
-from .errors import ArgumentTypeError, InputError, OutOfRangeError, ValidationError
+from ..data.capture import Capture
+from ..edits import Edit, LayerPlan, editing, plan
+from ..errors import ArgumentTypeError, InputError, OutOfRangeError, ValidationError
 from .runner import capture, keep_outputs, resolve_model
 
 __all__ = ["Intervention", "Prediction", "TokenChoice", "head_importance", "intervene"]

@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .capture import _TENSORS, Capture, LayerRecord, TokenSequence
-from .errors import CaptureFileError
+from ..errors import CaptureFileError
+from .capture import RECORD_TENSORS, Capture, LayerRecord, TokenSequence
 from .words import Word
 
 __all__ = ["load", "save"]
@@ -55,7 +55,7 @@ def save(cap: Capture, path: str | Path) -> Path:
     for (part, layer), rec in cap.records.items():
         fields = {name: getattr(rec, name) for name in _FIELDS}
         shared = {}
-        for name in _TENSORS:
+        for name in RECORD_TENSORS:
             t = getattr(rec, name)
             if t is None:
                 continue
@@ -124,7 +124,9 @@ def _records_v2(meta: dict, tensors: dict) -> dict[tuple[str, int], LayerRecord]
         part, layer = key.rsplit(".", 1)
         fields = dict(fields)
         shared = fields.pop("shared", {})
-        values: dict[str, Any] = {name: tensors.get(shared.get(name, f"records.{key}.{name}")) for name in _TENSORS}
+        values: dict[str, Any] = {
+            name: tensors.get(shared.get(name, f"records.{key}.{name}")) for name in RECORD_TENSORS
+        }
         records[(part, int(layer))] = LayerRecord(**fields, **values)
     return records
 

@@ -28,14 +28,14 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from .attention import attention_output
-from .errors import ValidationError
+from ..attention import attention_output
+from ..errors import ValidationError
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ..engine.taps import AttentionCall
     from .capture import Capture, LayerRecord
-    from .taps import AttentionCall
 
 __all__ = ["SAMPLE_ROWS", "TOLERANCES", "ValidationError", "ValidationReport", "sample_rows", "validate"]
 
@@ -138,7 +138,7 @@ class ValidationReport:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        from .html import report_html
+        from ..views.html import report_html
 
         return report_html(self)
 

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from .attention import attention_output
-from .errors import ArgumentTypeError, InputError, OutOfRangeError
+from ..attention import attention_output
+from ..errors import ArgumentTypeError, InputError, OutOfRangeError
 
 if TYPE_CHECKING:
-    from .capture import Capture
+    from ..data.capture import Capture
 
 __all__ = ["MODES", "Overview", "block_edges", "overview", "thumbnails", "window"]
 
@@ -50,9 +50,9 @@ def block_edges(n: int, size: int) -> list[int]:
 
 
 def _one_head(cap: Capture, layer: int, head: int, part: str | None):
-    part = cap._part(part)
+    part = cap.resolve_part(part)
     rec = cap.layer(layer, part)
-    cap._check_head(head, part)
+    cap.check_head(head, part)
     kv = cap.kv_head_of(head, part)
 
     def pick(t: Tensor | None) -> Tensor | None:

@@ -3,7 +3,7 @@
 One sentence says little about a head (Clark et al. pooled 1,000 segments). :func:`corpus_stats`
 reads texts lazily, groups them into batches of similar length (padding at most
 :data:`MAX_PADDING` of a batch's tokens), runs each batch in one forward and reduces it at once,
-layer by layer as the forward goes (:mod:`~attnviz.analysis.batched`), into per-head float64 sums
+layer by layer as the forward goes (:mod:`~attnviz.workflows.batched`), into per-head float64 sums
 (:class:`~attnviz.analysis.stats.HeadStatsSums`) — memory does not grow with the corpus. An
 encoder-decoder's batch is captured and added text by text (its parts read different tokens).
 
@@ -25,11 +25,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ..analysis.stats import HeadStatsSums
 from ..errors import ArgumentTypeError, InputError, InputTooLongError
-from ..inputs import Encoded
-from ..runner import max_positions
 from .batched import BatchReducer
-from .stats import HeadStatsSums
+from .inputs import Encoded
+from .runner import max_positions
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -148,7 +148,7 @@ def corpus_stats(
     ``df.attrs`` holds ``per_process`` (texts each process captured), ``padding`` (the share of
     padding tokens in the batches), ``truncated`` and ``resumed_after`` (texts a resumed run skipped).
     """
-    from ..models import load_model
+    from .models import load_model
 
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise InputError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}")
@@ -256,7 +256,7 @@ def _add_captures(
     sums: HeadStatsSums | None, model, tokenizer, texts: list[str], wanted, cap_length, add_bos, part, detectors
 ) -> tuple[HeadStatsSums, list[int]]:
     """One batch captured (one padded forward) and added text by text: an encoder-decoder's part."""
-    from ..runner import capture
+    from .runner import capture
 
     caps = capture(model, texts, tokenizer, layers=wanted, max_length=cap_length, add_bos=add_bos)
     caps = caps if isinstance(caps, list) else [caps]
@@ -346,7 +346,7 @@ def _load(name: str, device, dtype, device_map, load_model, offload_folder=None)
         return load_model(name, device=device, dtype=dtype)
     from transformers import AutoModel, AutoTokenizer
 
-    from ..models import EMBEDDED_MODELS, resolve_dtype
+    from .models import EMBEDDED_MODELS, resolve_dtype
 
     if name in EMBEDDED_MODELS:
         raise InputError("device_map applies to hub names and folders; the embedded models load whole")
@@ -357,7 +357,7 @@ def _load(name: str, device, dtype, device_map, load_model, offload_folder=None)
 
 def _empty(model, wanted, part, detectors) -> HeadStatsSums:
     """Zero sums for a process that got no batch (it still takes part in the reduction)."""
-    from ..runner import n_layers
+    from .runner import n_layers
 
     config = model.config
     heads = next(

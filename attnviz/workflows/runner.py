@@ -1,9 +1,9 @@
 """``capture()``: run a model once on a text and turn what the taps recorded into Captures.
 
-The inputs (:mod:`attnviz.inputs`: each text tokenized alone and right-padded here, the target of
+The inputs (:mod:`attnviz.workflows.inputs`: each text tokenized alone and right-padded here, the target of
 an encoder-decoder model shifted right as the model does with labels), the forward
-under :func:`attnviz.taps.tap_model`, the per-text cut of padded batches (each Capture owns only
-its own rows), the records built from the recorded calls (:mod:`attnviz.records`), and the self-check every
+under :func:`attnviz.engine.taps.tap_model`, the per-text cut of padded batches (each Capture owns only
+its own rows), the records built from the recorded calls (:mod:`attnviz.data.records`), and the self-check every
 capture runs before it is returned.
 """
 
@@ -19,8 +19,13 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .capture import Capture, TokenSequence
-from .errors import (
+from ..data.capture import Capture, TokenSequence
+from ..data.records import build_records, check_calls, part_sizes
+from ..data.validate import SAMPLE_ROWS, ValidationError, validate
+from ..data.words import words_from_offsets
+from ..engine.specs import RESERVED_POSITIONS, refusal, supported_families
+from ..engine.taps import AttentionCall, tap_model
+from ..errors import (
     ArgumentTypeError,
     InputError,
     InputTooLongError,
@@ -28,13 +33,8 @@ from .errors import (
     OutOfRangeError,
     UnsupportedModelError,
 )
-from .inputs import check_texts, check_vocabulary, decoder_inputs, ids_rows, padded, tokenize
+from .inputs import Encoded, check_texts, check_vocabulary, decoder_inputs, ids_rows, padded, tokenize
 from .models import load_model, resolve_dtype
-from .records import build_records, check_calls, part_sizes
-from .specs import RESERVED_POSITIONS, refusal, supported_families
-from .taps import AttentionCall, tap_model
-from .validate import SAMPLE_ROWS, ValidationError, validate
-from .words import words_from_offsets
 
 __all__ = ["capture"]
 
@@ -98,6 +98,7 @@ def capture(
     decoder_input_ids: Tensor | None = None,
     check: str = "sample",
     keep_weights: bool = False,
+    tokenized: Sequence[Encoded] | None = None,
 ) -> Capture | list[Capture]:
     """Run ``model`` once and record Q, K, V and attention of every (or each given) layer and part.
 
@@ -122,6 +123,9 @@ def capture(
       capture.
     - ``keep_weights``: keep the n×n weights an eager backend returns (default: compare them with
       the recomputation while capturing and keep only the errors; with ``check="off"``, drop them).
+    - ``tokenized``: the texts as :func:`attnviz.workflows.inputs.tokenize` encoded them (with this
+      tokenizer and ``add_bos``), one per text, for a caller that had to count tokens first: they are
+      not tokenized again.
 
     The model runs unmodified on whatever backend it has (eager, sdpa, flash, flex…); the taps are
     gone afterwards, also if forward raises.
@@ -152,7 +156,15 @@ def capture(
             raise InputError(f"pass tokenizer= with a model object (e.g. AutoTokenizer.from_pretrained({source!r}))")
         if not callable(tokenizer):
             raise ArgumentTypeError(f"tokenizer must be a transformers tokenizer, got {type(tokenizer).__name__}")
-        encoded = tokenize(tokenizer, texts, max_length, limit, name, add_bos)
+        if tokenized is None:
+            encoded = tokenize(tokenizer, texts, max_length, limit, name, add_bos)
+        else:
+            encoded = list(tokenized)
+            if len(encoded) != len(texts):
+                raise InputError(f"tokenized holds {len(encoded)} texts for {len(texts)}; give one per text")
+            longest = max(len(ids) for ids, _, _ in encoded)
+            if limit is not None and longest > limit:
+                raise InputTooLongError(f"The text has {longest:,} tokens; {name} accepts at most {limit:,}")
 
     targets, decoded = decoder_inputs(
         model, tokenizer, encoded, target, decoder_input_ids, encoder_decoder, max_length, limit, name

@@ -24,15 +24,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .capture import Capture, TokenSequence
-from .errors import ArgumentTypeError, InputError, InputTooLongError, UnsupportedModelError
+from ..data.capture import Capture, TokenSequence
+from ..data.records import build_records, part_sizes
+from ..data.validate import SAMPLE_ROWS, sample_rows
+from ..data.words import offsets_from_tokens, words_from_offsets
+from ..engine.specs import PROJECTION_SPECS
+from ..engine.taps import AttentionCall, Recorder, tap
+from ..errors import ArgumentTypeError, InputError, InputTooLongError, UnsupportedModelError
 from .inputs import check_vocabulary, surfaces, tokenize
-from .records import build_records, part_sizes
 from .runner import CHECKS, capture_meta, check_layers, max_positions, n_layers, resolve_model, self_check
-from .specs import PROJECTION_SPECS
-from .taps import AttentionCall, Recorder, tap
-from .validate import SAMPLE_ROWS, sample_rows
-from .words import offsets_from_tokens, words_from_offsets
 
 __all__ = ["Generation", "GenerationStep", "StepRecorder", "generate"]
 

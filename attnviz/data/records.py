@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor, nn
 
-from .attention import attention_output, build_mask
-from .errors import UnsupportedModelError
-from .specs import PARTS, supported_families
-from .taps import AttentionCall
+from ..attention import attention_output, build_mask
+from ..engine.specs import PARTS, supported_families
+from ..engine.taps import AttentionCall
+from ..errors import UnsupportedModelError
 
 __all__ = ["LayerRecord", "build_records", "check_calls", "part_sizes"]
 

@@ -21,13 +21,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from .errors import (
+from ..engine.specs import model_class_name
+from ..errors import (
     ArgumentTypeError,
     InputError,
     ModelNotFoundError,
     UnsupportedModelError,
 )
-from .specs import model_class_name
 
 __all__ = ["EMBEDDED_MODELS", "load_model", "tiny_families", "tiny_model"]
 

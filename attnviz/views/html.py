@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .analysis.coref import CorefRanking, ProbeResult
-    from .capture import Capture
-    from .validate import ValidationReport
+    from ..analysis.coref import CorefRanking, ProbeResult
+    from ..data.capture import Capture
+    from ..data.validate import ValidationReport
 
 __all__ = ["capture_html", "probes_html", "ranking_html", "report_html"]
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .errors import InputError
+from ..errors import InputError
 
 if TYPE_CHECKING:
-    from .capture import Capture
+    from ..data.capture import Capture
 
 __all__ = ["to_bertviz", "to_circuitsvis"]
 
@@ -60,7 +60,7 @@ def to_circuitsvis(cap: Capture, layer: int, *, part: str | None = None, words: 
     ``attention_head_names=[f"L{layer}·H{h}" …]`` yourself).
 
     CircuitsVis draws a sequence attending to itself, so cross-attention is refused."""
-    part = cap._part(part)
+    part = cap.resolve_part(part)
     if part == "cross":
         raise InputError("CircuitsVis draws one sequence attending to itself; pass part='encoder' or 'decoder'")
     seq, _ = cap.sequences(part)

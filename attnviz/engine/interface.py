@@ -5,9 +5,9 @@ The wrapper sits in the interface mapping under the backend name the model uses 
 caller would have got: the mapped backend, or for ``"eager"`` — which transformers resolves to the
 ``default`` each call site passes to ``get_interface`` — that default, read from the calling frame's
 code. It is installed once per backend and reference-counted across threads; it records only into
-the :class:`~attnviz.taps.Recorder` objects active in the calling context that own the module.
+the :class:`~attnviz.engine.taps.Recorder` objects active in the calling context that own the module.
 An :class:`~attnviz.edits.Editor` active in the calling context replaces the call for the layers it
-edits (:func:`attnviz.intervene`); the recorders then see the edited call.
+edits (:func:`attnviz.workflows.intervene`); the recorders then see the edited call.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
-from .errors import UnsupportedModelError
+from ..errors import UnsupportedModelError
 from .specs import supported_families
 
 if TYPE_CHECKING:
-    from .edits import Editor
+    from ..edits import Editor
     from .taps import Recorder
 
 __all__ = ["backends_of", "installed_backends"]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .errors import InputError, OutOfRangeError
+from ..errors import InputError, OutOfRangeError
 
 __all__ = ["TokenSequence", "Word", "group_matrix", "offsets_from_tokens", "segment", "words_from_offsets"]
 

@@ -14,7 +14,7 @@ the backend is not switched; the previous mapping is restored in ``finally``, al
 raises.
 
 Each recorded call is keyed by the module that made it: its path in the model gives the part
-(``encoder`` / ``decoder`` / ``cross``) and the layer (:func:`attnviz.specs.locate`), never the
+(``encoder`` / ``decoder`` / ``cross``) and the layer (:func:`attnviz.engine.specs.locate`), never the
 call order. An argument the recorder does not understand refuses the capture
 (:class:`UnsupportedModelError`), so a map is never silently missing a term.
 
@@ -23,8 +23,8 @@ tap(b):`` blocks. The wrapper is installed once per backend (reference-counted) 
 every :class:`Recorder` active in the *calling* context (a ``ContextVar``) that owns the module;
 every other call passes straight through to the function it would have run anyway.
 
-The wrapper and its installation live in :mod:`attnviz.interface`; the hooks for families that
-compute attention inline in :mod:`attnviz.hooks`.
+The wrapper and its installation live in :mod:`attnviz.engine.interface`; the hooks for families that
+compute attention inline in :mod:`attnviz.engine.hooks`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .errors import UnsupportedModelError
+from ..errors import UnsupportedModelError
 from .interface import _ACTIVE, installed_backends, wrapped
 from .specs import (
     INERT_ARGUMENTS,
@@ -117,7 +117,8 @@ class AttentionCall:
         )
 
 
-_CALL_TENSORS = (
+#: the tensor fields of an :class:`AttentionCall` (moved to the CPU when kept, dropped when a layer is done)
+CALL_TENSORS = (
     "q",
     "k",
     "v",
@@ -304,7 +305,7 @@ class Recorder:
             if isinstance(weights, Tensor) and self.weight_mode == "keep":
                 call.weights = weights.detach()
             elif isinstance(weights, Tensor) and self.weight_mode == "compare":
-                from .validate import weight_errors
+                from ..data.validate import weight_errors
 
                 lengths = None if self.lengths is None else self.lengths.get(part)
                 call.weight_error, call.weight_scale = weight_errors(call, weights.detach(), lengths)
@@ -315,7 +316,7 @@ class Recorder:
     def keep(self, call: AttentionCall) -> None:
         """Store a call of a layer that was asked for (moved to the CPU unless ``to_cpu`` is off)."""
         if self.to_cpu:
-            for name in _CALL_TENSORS:
+            for name in CALL_TENSORS:
                 value = getattr(call, name)
                 if isinstance(value, Tensor):
                     setattr(call, name, value.to("cpu"))

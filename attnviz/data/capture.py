@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from .attention import attention_output, build_mask, scaled_dot_product
-from .errors import ArgumentTypeError, InputError, OutOfRangeError
+from ..attention import attention_output, build_mask, scaled_dot_product
+from ..engine.specs import PARTS
+from ..errors import ArgumentTypeError, InputError, OutOfRangeError
 from .records import LayerRecord
-from .specs import PARTS
 from .words import TokenSequence, Word, group_matrix
 
 if TYPE_CHECKING:
@@ -33,7 +33,20 @@ if TYPE_CHECKING:
 
 __all__ = ["PARTS", "Capture", "LayerRecord", "TokenSequence"]
 
-_TENSORS = ("q", "k", "v", "out", "weights", "mask", "bias", "relative_bias", "sinks", "weight_error", "weight_scale")
+#: the tensor fields of a :class:`LayerRecord` (what moves between devices and into a capture file)
+RECORD_TENSORS = (
+    "q",
+    "k",
+    "v",
+    "out",
+    "weights",
+    "mask",
+    "bias",
+    "relative_bias",
+    "sinks",
+    "weight_error",
+    "weight_scale",
+)
 
 
 @dataclass
@@ -56,7 +69,9 @@ class Capture:
         present = {part for part, _ in self.records} | set(self.model.get("parts", {}))
         return tuple(p for p in PARTS if p in present)
 
-    def _part(self, part: str | None) -> str:
+    def resolve_part(self, part: str | None) -> str:
+        """The part ``part`` names in this capture (None: the only one); an :class:`InputError` for a
+        part it does not hold, or for None when it holds several."""
         parts = self.parts
         if part is None:
             if len(parts) == 1:
@@ -75,7 +90,7 @@ class Capture:
 
     def sequences(self, part: str | None = None) -> tuple[TokenSequence, TokenSequence]:
         """(query tokens, key tokens) of a part: cross attention reads target × source."""
-        part = self._part(part)
+        part = self.resolve_part(part)
         if self.target is None or part == "encoder":
             return self.source, self.source
         if part == "decoder":
@@ -89,7 +104,7 @@ class Capture:
         itself: the encoder over the source, or the decoder over the target. A one-part capture is
         returned as it is.
         """
-        part = self._part(part)
+        part = self.resolve_part(part)
         if len(self.parts) == 1:
             return self
         if part == "cross":
@@ -124,7 +139,7 @@ class Capture:
     # ------------------------------------------------------------------ sizes
     def info(self, part: str | None = None) -> dict[str, int]:
         """Sizes of a part: n_layers, n_heads, n_kv_heads, d_head."""
-        return dict(self.model["parts"][self._part(part)])
+        return dict(self.model["parts"][self.resolve_part(part)])
 
     def _common(self, key: str) -> int:
         values = {info[key] for info in self.model["parts"].values()}
@@ -174,7 +189,7 @@ class Capture:
         seen: set[int] = set()
         total = 0
         for rec in self.records.values():
-            for name in _TENSORS:
+            for name in RECORD_TENSORS:
                 t = getattr(rec, name)
                 if t is not None and t.untyped_storage().data_ptr() not in seen:
                     seen.add(t.untyped_storage().data_ptr())
@@ -195,13 +210,13 @@ class Capture:
     # ------------------------------------------------------------------ access
     def layer_indices(self, part: str | None = None) -> list[int]:
         """The captured layers of a part, in order."""
-        part = self._part(part)
+        part = self.resolve_part(part)
         return sorted(layer for p, layer in self.records if p == part)
 
     def layer(self, layer: int, part: str | None = None) -> LayerRecord:
         if not isinstance(layer, int) or isinstance(layer, bool):
             raise ArgumentTypeError(f"layer must be an int, got {type(layer).__name__}")
-        part = self._part(part)
+        part = self.resolve_part(part)
         if (part, layer) not in self.records:
             n = self.info(part)["n_layers"]
             where = f" ({part})" if len(self.parts) > 1 else ""
@@ -213,7 +228,8 @@ class Capture:
             raise OutOfRangeError(f"layer {layer} is out of range: this model has layers 0..{n - 1}{where}")
         return self.records[(part, layer)]
 
-    def _check_head(self, head: int | None, part: str | None = None) -> None:
+    def check_head(self, head: int | None, part: str | None = None) -> None:
+        """Refuse a head that is not an int in range for ``part`` (None passes: every head)."""
         if head is None:
             return
         if not isinstance(head, int) or isinstance(head, bool):
@@ -238,9 +254,9 @@ class Capture:
 
     # ------------------------------------------------------------------ recomputation
     def _sdpa_args(self, layer: int, head: int | None, causal: bool | None, scale: bool | float, part: str | None):
-        part = self._part(part)
+        part = self.resolve_part(part)
         rec = self.layer(layer, part)
-        self._check_head(head, part)
+        self.check_head(head, part)
         bias = rec.bias_part()
         sinks = rec.sinks
         if head is None:
@@ -404,7 +420,7 @@ class Capture:
         """
         import pandas as pd
 
-        parts = self.parts if part is None else (self._part(part),)
+        parts = self.parts if part is None else (self.resolve_part(part),)
         frames = []
         for p in parts:
             queries, keys = self.sequences(p)
@@ -412,7 +428,7 @@ class Capture:
             k_labels = keys.word_labels if words else keys.tokens
             n_q, n_k = len(q_labels), len(k_labels)
             if head is not None:
-                self._check_head(head, p)
+                self.check_head(head, p)
             for lay in self.layer_indices(p) if layer is None else [layer]:
                 w = self.attention(lay, part=p, words=words).cpu()  # [head, q, k]
                 for h in range(w.shape[0]) if head is None else [head]:
@@ -434,20 +450,20 @@ class Capture:
 
     def to_bertviz(self, *, words: bool = False) -> dict[str, Any]:
         """Keyword arguments for ``bertviz.head_view(**cap.to_bertviz())`` / ``model_view`` (see
-        :func:`attnviz.interop.to_bertviz`)."""
-        from .interop import to_bertviz
+        :func:`attnviz.views.interop.to_bertviz`)."""
+        from ..views.interop import to_bertviz
 
         return to_bertviz(self, words=words)
 
     def to_circuitsvis(self, layer: int, *, part: str | None = None, words: bool = False) -> dict[str, Any]:
         """Keyword arguments for ``circuitsvis.attention.attention_patterns(**cap.to_circuitsvis(3))``
-        (see :func:`attnviz.interop.to_circuitsvis`)."""
-        from .interop import to_circuitsvis
+        (see :func:`attnviz.views.interop.to_circuitsvis`)."""
+        from ..views.interop import to_circuitsvis
 
         return to_circuitsvis(self, layer, part=part, words=words)
 
     def _repr_html_(self) -> str:
-        from .html import capture_html
+        from ..views.html import capture_html
 
         return capture_html(self)
 
@@ -460,7 +476,9 @@ class Capture:
     def to(self, device: str | torch.device) -> Capture:
         """A copy with every tensor on ``device``."""
         records = {
-            key: replace(r, **{name: getattr(r, name).to(device) for name in _TENSORS if getattr(r, name) is not None})
+            key: replace(
+                r, **{name: getattr(r, name).to(device) for name in RECORD_TENSORS if getattr(r, name) is not None}
+            )
             for key, r in self.records.items()
         }
         return replace(self, records=records)

@@ -1,6 +1,6 @@
 """Probe sets run through a model: every head scored on Winograd-style coreference probes.
 
-This runs models (one capture per probe), so it sits beside :mod:`attnviz.runner`; the scoring of
+This runs models (one capture per probe), so it sits beside :mod:`attnviz.workflows.runner`; the scoring of
 one capture is :func:`attnviz.analysis.rank_heads`, which never touches a model.
 """
 
@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .analysis.coref import Probe, ProbeResult, load_probes, rank_heads
-from .capture import Capture
-from .errors import ArgumentTypeError, InputError
+from ..analysis.coref import Probe, ProbeResult, load_probes, rank_heads
+from ..data.capture import Capture
+from ..errors import ArgumentTypeError, InputError
 from .models import load_model
 from .runner import capture
 
@@ -78,7 +78,7 @@ def evaluate_probes(
         if exclude_sinks
         else "raw attention"
     )
-    from .analysis.corpus import _state
+    from .corpus import _state
 
     state = _state()  # one process, or this process's share under torchrun / accelerate launch
     with state.split_between_processes(probes) as share:

@@ -16,7 +16,7 @@ set to zero weights, so that each sum below reads the real rows alone:
   summed over texts, times the (row, key) features — each one product, in float64;
 - the detectors' (row, key) pairs gathered;
 - the self-check: A·V of the sampled rows of each text (the first, the last and
-  :data:`~attnviz.validate.SAMPLE_ROWS` more, as ``capture(check="sample")``) against the kernel's
+  :data:`~attnviz.data.validate.SAMPLE_ROWS` more, as ``capture(check="sample")``) against the kernel's
   own output with the same tolerances (and an eager kernel's weights, compared while capturing); a
   mismatch raises :class:`~attnviz.ValidationError` with the text's own capture.
 
@@ -39,17 +39,17 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from ..analysis.stats import DETECTORS, HeadStatsSums, pattern_rows
+from ..analysis.stats import is_punct as stats_is_punct
 from ..attention import build_mask, query_chunks, scaled_dot_product, weighted_values
+from ..data.records import check_calls
+from ..data.validate import SAMPLE_ROWS, TOLERANCES, ValidationReport, sample_rows
+from ..engine.hooks import tap_projections
+from ..engine.specs import PROJECTION_SPECS
+from ..engine.taps import CALL_TENSORS, AttentionCall, Recorder, tap
 from ..errors import AttnvizError, InputError, OutOfRangeError, ValidationError
-from ..hooks import tap_projections
-from ..inputs import Encoded, check_vocabulary, padded, tokenize
-from ..records import check_calls
-from ..runner import check_layers, max_positions, n_layers, resolve_model
-from ..specs import PROJECTION_SPECS
-from ..taps import _CALL_TENSORS, AttentionCall, Recorder, tap
-from ..validate import SAMPLE_ROWS, TOLERANCES, ValidationReport, sample_rows
-from .stats import DETECTORS, HeadStatsSums, pattern_rows
-from .stats import _is_punct as stats_is_punct
+from .inputs import Encoded, check_vocabulary, padded, tokenize
+from .runner import check_layers, max_positions, n_layers, resolve_model
 
 __all__ = ["BUDGET", "BatchReducer"]
 
@@ -126,7 +126,7 @@ class BatchReducer:
             dtypes.add(str(call.q.dtype).removeprefix("torch."))
             values, errors = reduce_layer(call, batch, self.budget)
             reduced.append((call, values, errors))
-            for name in _CALL_TENSORS:  # this layer is done: its tensors go at once
+            for name in CALL_TENSORS:  # this layer is done: its tensors go at once
                 setattr(call, name, None)
 
         lengths_by_part = {"encoder": lengths, "decoder": lengths}
@@ -615,7 +615,7 @@ def _raise_on_mismatch(
     text = texts[failed]
     capture = None
     try:  # the failing text's own capture, for a look at what differs
-        from ..runner import capture as capture_text
+        from .runner import capture as capture_text
 
         capture = capture_text(
             reducer.model,

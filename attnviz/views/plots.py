@@ -7,15 +7,15 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 import torch
 
+from ..analysis.stats import DETECTORS, STATISTICS
 from ..errors import InputError
 from ..figures import labels
-from .stats import DETECTORS, STATISTICS
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..capture import Capture
-    from .coref import CorefRanking, ProbeResult
+    from ..analysis.coref import CorefRanking, ProbeResult
+    from ..data.capture import Capture
 
 __all__ = ["coref_bars", "head_map", "probe_accuracy_map", "rollout_figure"]
 
@@ -150,7 +150,7 @@ def rollout_figure(
     :data:`MAX_TICKS` tokens; hover names the query and key of every cell. Past :data:`MAX_CELLS`
     tokens each cell is the mean over a block of tokens (the title says how many), so the figure
     stays near 1.5 MB whatever the length."""
-    from .coref import sink_tokens
+    from ..analysis.coref import sink_tokens
 
     names = [f"{i}:{name}" for i, name in enumerate(labels(cap))]  # unique categories: hover names the token
     n = len(names)

@@ -10,8 +10,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .errors import ArgumentTypeError, EmptyTextError, InputError, InputTooLongError
-from .words import offsets_from_tokens
+from ..data.words import offsets_from_tokens
+from ..errors import ArgumentTypeError, EmptyTextError, InputError, InputTooLongError
 
 __all__ = ["Encoded", "check_texts", "check_vocabulary", "decoder_inputs", "ids_rows", "padded", "tokenize"]
 

@@ -1,9 +1,9 @@
 """Taps for families that compute attention inline (no AttentionInterface call to wrap).
 
-From the facts in :data:`attnviz.specs.PROJECTION_SPECS`: a pre-hook on the attention module keeps
+From the facts in :data:`attnviz.engine.specs.PROJECTION_SPECS`: a pre-hook on the attention module keeps
 its inputs (ALiBi, mask), hooks on the q/k/v (or fused) projection keep their outputs, and a
 pre-hook on the output projection takes the model's own A·V and records the call into the same
-:class:`~attnviz.taps.Recorder` the interface taps use — so validation compares the recomputation
+:class:`~attnviz.engine.taps.Recorder` the interface taps use — so validation compares the recomputation
 with what the model computed, and a wrong spec cannot go unnoticed.
 
 The same hooks (:func:`projection_hooks`) carry the edits of :mod:`attnviz.edits` for these
@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from .errors import UnsupportedModelError
+from ..errors import UnsupportedModelError
 from .interface import _EDITORS
 from .specs import ProjectionSpec, fused_layout, supported_families
 from .taps import _ACTIVE, Recorder, _active
@@ -179,7 +179,7 @@ def tap_projections(
 ) -> Iterator[Recorder]:
     """Record Q, K, V and the attention output through forward hooks on the projections.
 
-    For families that compute attention inline (see :data:`attnviz.specs.PROJECTION_SPECS`): a
+    For families that compute attention inline (see :data:`attnviz.engine.specs.PROJECTION_SPECS`): a
     pre-hook on the attention module keeps its inputs (ALiBi, mask), hooks on the q/k/v (or
     fused) projection keep their outputs, and a pre-hook on the output projection takes the
     model's own A·V and records the call (:func:`projection_hooks`). A call an active editor

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .capture import Capture
+    from ..data.capture import Capture
 
 __all__ = ["cost_tables", "human_bytes", "human_count"]
 
