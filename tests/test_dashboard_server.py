@@ -95,7 +95,7 @@ def test_the_opening_head_reads_only_the_query_rows_and_matches_the_full_maps(sm
         times.append(time.perf_counter() - t0)
     print(f"\nopening head at 512 tokens (SmolLM2, {len(keys)} candidate words): {min(times):.3f} s (best of 3)")
     captures = Captures({"smollm2": "SmolLM2"})
-    store = {"model": "smollm2", "text": text, "bos": True, "target": None}
+    store = {"key": captures.key("smollm2", text, True), "model": "smollm2", "bos": True}
     with pytest.MonkeyPatch.context() as mp:  # the same capture and query again: memoised, not re-picked
         picks = []
         mp.setattr(captures_module, "default_head", lambda *args: picks.append(args) or best)
@@ -199,10 +199,12 @@ def test_a_background_job_leaves_its_capture_for_the_server(tmp_path, model_fold
     folder = model_folder("tiny-bert", *tiny_bert_words)
     server = Captures({folder: "tiny BERT"}, folder=tmp_path)
     job = Captures({folder: "tiny BERT"}, folder=tmp_path)  # the job's copy: its cache is not the server's
-    store = {"model": folder, "text": "The cat sat on the mat because it was tired.", "bos": False, "target": None}
-    key = server.key(*server.request_args(store))
+    request = server.request(folder, "The cat sat on the mat because it was tired.")
+    key = request.key
+    store = {"key": key, "model": folder, "bos": False}
+    server.leave_request(request)  # the page sends the key; the text reaches the job through the folder
     steps = []
-    job.save_for_server(store, lambda done, layers: steps.append((done, layers)))
+    job.save_for_server(key, lambda done, layers: steps.append((done, layers)))
     assert steps == [(1, 2), (2, 2)]  # one call per layer of the forward
     assert server.job_file(key).exists() and key not in server.cache
     cap = server.from_store(store)
@@ -228,8 +230,8 @@ def test_the_lab_shows_a_window_of_chips_around_the_query():
 
 def test_derived_results_are_computed_once_per_capture_and_bounded_in_bytes():
     captures = Captures({"smollm2": "SmolLM2"}, cache_bytes=4 * 4000)  # derived tensors: at most 4,000 bytes
-    store = {"model": "smollm2", "text": "a", "bos": False, "target": None}
-    other = dict(store, text="b")
+    store = {"key": captures.key("smollm2", "a"), "model": "smollm2", "bos": False}
+    other = dict(store, key=captures.key("smollm2", "b"))
     calls = []
 
     def compute(n: int):

@@ -5,17 +5,23 @@ One :class:`Captures` is made per app (no module globals). The model runs once p
 BOS, target, generation): a second "Run model" on the same text is a cache hit. A long text is
 captured by a background job in another process (run_view): the job writes the capture with
 ``Capture.save`` into ``folder`` and the server adopts the file into its cache on first use.
+
+The page's store names a capture by its key and holds what the user chose (model, BOS, new tokens),
+never the text: the text reaches the server once, with the Run that tokenizes it (once) and captures
+it. A key whose capture the cache let go is a message on the page, not a silent second run.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
 import tempfile
 import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +29,7 @@ import torch
 
 import attnviz
 from attnviz.analysis.coref import STOP_WORDS
+from attnviz.workflows.inputs import Encoded, tokenize
 from attnviz.workflows.runner import max_positions
 
 from .cache import CaptureCache, capture_key
@@ -186,25 +193,59 @@ class Captures:
         """Where a background job leaves the capture of ``key``."""
         return self.folder / f"{key}.attnviz"
 
-    def n_tokens(self, model: str, text: str, new_tokens: int | None = None) -> int:
-        """How many tokens the capture of ``text`` (and ``new_tokens`` more) will hold (0 for a capture file)."""
-        self.check_model(model)
-        if model.startswith(FILE_PREFIX):
-            return 0
-        _, tokenizer = attnviz.load_model(model)
-        return len(tokenizer(text)["input_ids"]) + (new_tokens or 0)
+    def request_file(self, key: str) -> Path:
+        """Where the server leaves a background job's request (the text stays on the server)."""
+        return self.folder / f"{key}.request.json"
 
-    def long_job(self, model: str, text: str, new_tokens: int | None, background_from: int) -> bool:
+    def request(
+        self, model: str, text: str, bos: bool = False, target: str | None = None, new_tokens: int | None = None
+    ) -> Request:
+        """What one Run asks for, with its text tokenized once (the count that the page's limits and the
+        choice of a background job read is the capture's own input): the page's limit is checked here."""
+        self.check_model(model)
+        request = Request(model, text, bos, target, new_tokens)
+        if model.startswith(FILE_PREFIX):
+            return request
+        loaded, tokenizer = attnviz.load_model(model)
+        if new_tokens:  # attnviz.generate tokenizes the prompt itself
+            request.n_tokens = len(tokenizer(text)["input_ids"]) + new_tokens
+            # the model's own limit: attnviz.generate says how many new tokens fit
+            if self.max_tokens is not None and request.n_tokens > self.max_tokens:
+                raise attnviz.InputTooLongError(
+                    f"The prompt and {new_tokens:,} new tokens make {request.n_tokens:,} tokens; this dashboard shows "
+                    f"at most {self.max_tokens:,}. Ask for fewer new tokens or shorten the prompt, or generate in a "
+                    "script (attnviz.generate) and open the saved file with --capture."
+                )
+            return request
+        request.target = target if loaded.config.is_encoder_decoder else None
+        request.encoded = tokenize(tokenizer, [text], None, None, model, bos)[0]
+        request.n_tokens = len(request.encoded[0])
+        limit, who = text_limit(loaded.config, self.max_tokens, model)
+        counts = [("text", request.n_tokens)]
+        if request.target and request.target.strip():
+            counts.append(("target", len(tokenizer(text_target=request.target)["input_ids"])))
+        for what, n in counts:
+            if limit is not None and n > limit:
+                raise attnviz.InputTooLongError(
+                    f"The {what} has {n:,} tokens; {who} at most {limit:,}. Shorten the {what}"
+                    + (
+                        ", or capture it in a script (attnviz.capture) and open the file with --capture."
+                        if who.startswith("this dashboard")
+                        else " (a longer text needs a model with a longer context)."
+                    )
+                )
+        return request
+
+    def long_job(self, request: Request, background_from: int) -> bool:
         """Whether this run goes to a background job: more than ``background_from`` tokens, or more new
         tokens than a request should wait for — unless it cannot fit the model (then the request fails
         at once with the library's message)."""
-        if model.startswith(FILE_PREFIX):
+        if request.model.startswith(FILE_PREFIX):
             return False
-        n = self.n_tokens(model, text, new_tokens)
-        limit = max_positions(attnviz.load_model(model)[0].config)
-        if limit is not None and n > limit:
+        limit = max_positions(attnviz.load_model(request.model)[0].config)
+        if limit is not None and request.n_tokens > limit:
             return False
-        return n > background_from or (new_tokens or 0) > BACKGROUND_NEW_TOKENS
+        return request.n_tokens > background_from or (request.new_tokens or 0) > BACKGROUND_NEW_TOKENS
 
     # -- getting a capture
     def cached(self, key: str) -> attnviz.Capture | None:
@@ -233,20 +274,23 @@ class Captures:
         on_layer: Callable[[int, int], None] | None = None,
     ) -> attnviz.Capture:
         """The capture of (model, text): one forward, or with ``new_tokens`` the generation that continues
-        ``text`` (greedy, so a capture dropped from the cache comes back the same). ``on_layer(done, layers)``
-        follows the model's layers as they run."""
+        ``text`` (greedy). ``on_layer(done, layers)`` follows the model's layers as they run."""
         self.check_model(model)
-        key = self.key(model, text, bos, target, new_tokens)
-        cap = self.cached(key)
+        cap = self.cached(self.key(model, text, bos, target, new_tokens))
+        return cap if cap is not None else self.run(self.request(model, text, bos, target, new_tokens), on_layer)
+
+    def run(self, request: Request, on_layer: Callable[[int, int], None] | None = None) -> attnviz.Capture:
+        """The capture of ``request`` (computed unless the server holds it), put in the cache."""
+        cap = self.cached(request.key)
         if cap is None:
-            cap = self._compute(model, text, bos, target, new_tokens, on_layer)
-            self.cache.put(key, cap)
+            cap = self._compute(request, on_layer)
+            self.cache.put(request.key, cap)
         return cap
 
-    def _compute(self, model, text, bos, target, new_tokens, on_layer) -> attnviz.Capture:
-        max_tokens = self.max_tokens
+    def _compute(self, request: Request, on_layer) -> attnviz.Capture:
+        model, text = request.model, request.text
         if model.startswith(FILE_PREFIX):
-            if new_tokens:
+            if request.new_tokens:
                 raise attnviz.InputError(
                     "a capture file holds one text and no model; pick a model in the list to generate"
                 )
@@ -254,52 +298,57 @@ class Captures:
             if cap.text != text:
                 raise attnviz.InputError("a capture file holds one text; pick a model in the list to run another text")
             return cap
-        loaded, tokenizer = attnviz.load_model(model)
-        if new_tokens:
-            n = len(tokenizer(text)["input_ids"]) + new_tokens
-            # the model's own limit: attnviz.generate says how many new tokens fit
-            if max_tokens is not None and n > max_tokens:
-                raise attnviz.InputTooLongError(
-                    f"The prompt and {new_tokens:,} new tokens make {n:,} tokens; this dashboard shows at most "
-                    f"{max_tokens:,}. Ask for fewer new tokens or shorten the prompt, or generate in a script "
-                    "(attnviz.generate) and open the saved file with --capture."
-                )
-            with layer_progress(loaded, on_layer):
-                return attnviz.generate(model, text, max_new_tokens=new_tokens, add_bos=bos).capture
-        target = target if loaded.config.is_encoder_decoder else None
-        limit, who = text_limit(loaded.config, max_tokens, model)
-        for what, piece in (("text", text), ("target", target or "")):
-            n = len(tokenizer(piece)["input_ids"]) if piece.strip() else 0
-            if limit is not None and n > limit:
-                raise attnviz.InputTooLongError(
-                    f"The {what} has {n:,} tokens; {who} at most {limit:,}. Shorten the {what}"
-                    + (
-                        ", or capture it in a script (attnviz.capture) and open the file with --capture."
-                        if who.startswith("this dashboard")
-                        else " (a longer text needs a model with a longer context)."
-                    )
-                )
+        loaded, _ = attnviz.load_model(model)
         with layer_progress(loaded, on_layer):
-            return attnviz.capture(model, text, add_bos=bos, target=target)
+            if request.new_tokens:
+                return attnviz.generate(model, text, max_new_tokens=request.new_tokens, add_bos=request.bos).capture
+            tokenized = [request.encoded] if request.encoded is not None else None
+            return attnviz.capture(model, text, add_bos=request.bos, target=request.target, tokenized=tokenized)
 
-    def save_for_server(self, request: dict, on_layer: Callable[[int, int], None] | None = None) -> None:
-        """In a background job: capture ``request`` (the page's store) and leave it in ``folder`` for the
-        server, written under a temporary name and renamed, so the server never reads half a file."""
-        key = self.key(*self.request_args(request))
+    def leave_request(self, request: Request) -> None:
+        """Write ``request`` where a background job (another process) reads it: the page sends only its key."""
+        partial = self.folder / f"{request.key}.{threading.get_ident()}.request.partial"
+        partial.write_text(json.dumps(request.to_json()))
+        partial.replace(self.request_file(request.key))
+
+    def save_for_server(self, key: str, on_layer: Callable[[int, int], None] | None = None) -> None:
+        """In a background job: capture the request the server left under ``key`` and leave the capture
+        in ``folder`` for the server, written under a temporary name and renamed, so the server never
+        reads half a file."""
         if self.job_file(key).exists():
             return
-        cap = self.get(*self.request_args(request), on_layer=on_layer)
+        try:
+            request = Request.from_json(json.loads(self.request_file(key).read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as err:
+            raise CaptureGone(f"the background job's request is gone ({type(err).__name__}); press Run again") from err
+        cap = self.run(request, on_layer)
         partial = self.folder / f"{key}.{threading.get_ident()}.partial"
         cap.save(partial)
         partial.replace(self.job_file(key))
-
-    @staticmethod
-    def request_args(store: dict) -> tuple:
-        return store["model"], store["text"], bool(store.get("bos")), store.get("target"), store.get("generate")
+        with contextlib.suppress(OSError):
+            self.request_file(key).unlink()
 
     def from_store(self, store: dict | None) -> attnviz.Capture | None:
-        """The capture the page's store names (None before the first run)."""
-        return None if not store else self.get(*self.request_args(store))
+        """The capture the page's store names by its key (None before the first run). The server does not
+        hold the text, so it never runs the model again here: a capture file's capture comes back from
+        the file; any other capture the cache let go is a message that asks for a new run."""
+        if not store:
+            return None
+        key = store.get("key")
+        cap = self.cached(key) if isinstance(key, str) else None
+        if cap is not None:
+            return cap
+        model = store.get("model")
+        if isinstance(model, str) and model in self.files and not store.get("generate"):
+            cap = attnviz.load(self.files[model])
+            if self.key(model, cap.text) == key:
+                self.cache.put(key, cap)
+                return cap
+        raise CaptureGone(
+            "This page's capture is no longer on the server (it keeps the most recent captures, up to "
+            f"{self.cache.max_bytes / 2**30:.2g} GB, and forgets them when it restarts). Press Run model to capture "
+            "the text again."
+        )
 
     def self_part(self, store: dict | None, part: str | None) -> attnviz.Capture | None:
         """The capture narrowed to one self-attention part (what the analyses read)."""
@@ -314,7 +363,7 @@ class Captures:
     def derived(self, store: dict, what: tuple, compute: Callable[[], Any]) -> Any:
         """``compute()``'s result for the capture the store names, computed once per ``what`` while it is
         among the last 256 results and the tensors among them hold at most ``cache_bytes / 4``."""
-        memo = (self.key(*self.request_args(store)), *what)
+        memo = (store["key"], *what)
         with self._adopt:
             value = self._derived.get(memo)
         if value is None:
@@ -327,6 +376,39 @@ class Captures:
             ):
                 self._derived.popitem(last=False)
         return value
+
+
+class CaptureGone(attnviz.AttnvizError):
+    """The page names a capture the server no longer holds (the page says so; the model is not run again)."""
+
+
+@dataclass
+class Request:
+    """What one Run asks for: it stays on the server (the page holds its ``key``). ``encoded``: the text
+    tokenized once, as the capture reads it; ``n_tokens``: what the page's limits count."""
+
+    model: str
+    text: str
+    bos: bool = False
+    target: str | None = None
+    new_tokens: int | None = None
+    encoded: Encoded | None = None
+    n_tokens: int = 0
+
+    @property
+    def key(self) -> str:
+        return Captures.key(self.model, self.text, self.bos, self.target, self.new_tokens)
+
+    def to_json(self) -> dict:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Request:
+        request = cls(**data)
+        if request.encoded is not None:
+            ids, offsets, tokens = request.encoded
+            request.encoded = (list(ids), [tuple(o) for o in offsets], list(tokens))  # type: ignore[misc]
+        return request
 
 
 def _nbytes(value: Any) -> int:

@@ -1,5 +1,5 @@
 """Counterfactual attention in the page: the AttentionLab's switches, temperature and knocked-out keys
-applied to the real model (``attnviz.intervene``), the coreference view's "test it" (knock the pronoun's
+applied to the real model (``attnviz.workflows.intervene``), the coreference view's "test it" (knock the pronoun's
 attention to a candidate out of its top heads), and a head-importance map (``attnviz.head_importance``)
 computed as a background job with progress and Cancel.
 
@@ -142,8 +142,9 @@ def coref_panel() -> html.Div:
     )
 
 
-def _model_of(store: dict | None) -> tuple[Any, Any, dict]:
-    """(model, tokenizer, intervene's text keywords) of the page's run; a capture file has no model."""
+def _model_of(store: dict | None, cap: attnviz.Capture | None, captures: Captures) -> tuple[Any, Any, dict]:
+    """(model, tokenizer, intervene's text keywords) of the page's run ``cap``; a capture file has no model.
+    The target is the capture's own (the key tells a target the user typed from the decoder's start token)."""
     if not store:
         raise attnviz.InputError("Run the model first.")
     model = store["model"]
@@ -155,8 +156,9 @@ def _model_of(store: dict | None) -> tuple[Any, Any, dict]:
         )
     loaded, tokenizer = attnviz.load_model(model)
     keywords: dict[str, Any] = {"add_bos": bool(store.get("bos"))}
-    if loaded.config.is_encoder_decoder:
-        keywords["target"] = store.get("target") or None
+    if loaded.config.is_encoder_decoder and cap is not None and cap.target is not None:
+        typed = captures.key(model, cap.text, keywords["add_bos"], cap.target.text) == store.get("key")
+        keywords["target"] = cap.target.text if typed else None
     return loaded, tokenizer, keywords
 
 
@@ -276,7 +278,7 @@ def register(app: Dash, captures: Captures) -> None:
         cap = captures.from_store(store)
         if cap is None or layer is None or head is None or query is None:
             return "Run the model, then click a token.", message_figure(""), message_figure("")
-        model, tokenizer, keywords = _model_of(store)
+        model, tokenizer, keywords = _model_of(store, cap, captures)
         part = part if len(cap.parts) > 1 else None
         words = units == "words"
         queries, _ = cap.sequences(part)
@@ -334,7 +336,7 @@ def register(app: Dash, captures: Captures) -> None:
         cap = captures.self_part(store, part)
         if cap is None or not selection or candidate is None or candidate not in selection["candidates"]:
             return "Choose the pronoun and a candidate above.", message_figure("")
-        model, tokenizer, keywords = _model_of(store)
+        model, tokenizer, keywords = _model_of(store, captures.from_store(store), captures)
         top = int(top or TOP_HEADS)
         ranking = rank_heads(cap, selection["pronoun"], selection["candidates"], exclude_sinks="sinks" in (sinks or []))
         name = cap.words[candidate].text
@@ -347,8 +349,6 @@ def register(app: Dash, captures: Captures) -> None:
             edits.knockout(layer=int(r.layer), head=int(r.head), query=pronoun_named, key=key_named, part=the_part)
             for r in heads.itertuples(index=False)
         ]
-        if the_part is None and store.get("target"):
-            keywords["target"] = store.get("target")
         out = attnviz.intervene(model, cap.text, chosen, tokenizer, **keywords)
         where = ", ".join(f"L{int(r.layer)}·H{int(r.head)}" for r in heads.itertuples(index=False))
         said = [
@@ -389,9 +389,8 @@ def register(app: Dash, captures: Captures) -> None:
         cont = _continuation(continuation)
         if cont is None:
             return "Type the continuation whose probability the heads are ranked by (e.g. 好).", message_figure("")
-        model, tokenizer, keywords = _model_of(store)
         cap = captures.from_store(store)
-        assert cap is not None
+        model, tokenizer, keywords = _model_of(store, cap, captures)
 
         def progress(done: int, total: int) -> None:
             set_progress((str(done), str(total), f"{done} of {total} heads ablated"))

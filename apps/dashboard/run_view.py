@@ -280,16 +280,19 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "", backgrou
         target = target.strip() if isinstance(target, str) and target.strip() else None
         new_tokens, target = (checked_new_tokens(new_tokens), None) if generate else (None, target)
         captures.check_model(model)
+        target = target if target is not None and is_encoder_decoder(model) else None  # one key per capture
         key = captures.key(model, text, bos, target, new_tokens)
-        store = {"model": model, "text": text, "bos": bos, "target": target}
+        store = {"key": key, "model": model, "bos": bos}  # the page names its capture; the text stays here
         if new_tokens:
             store["generate"] = new_tokens
-        if captures.cached(key) is None and captures.long_job(model, text, new_tokens, background_from):
-            job = {**store, "job": time.time()}  # a fresh request, even for the text of a cancelled job
-            return (*failed(""), "", job)
-        cap = captures.get(model, text, bos, target, new_tokens)
-        if cap.target is None:
-            store["target"] = None
+        cap = captures.cached(key)
+        if cap is None:
+            request = captures.request(model, text, bos, target, new_tokens)  # the one tokenization
+            if captures.long_job(request, background_from):
+                captures.leave_request(request)
+                job = {**store, "job": time.time()}  # a fresh request, even for the text of a cancelled job
+                return (*failed(""), "", job)
+            cap = captures.run(request)
         return (*opened(store, cap), "", no_update)
 
     @app.callback(
@@ -343,7 +346,7 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "", backgrou
                 set_progress((str(min(done, total)), str(total), f"Capturing in the background: {text}"))
 
         set_progress(("0", "1", "Capturing in the background: starting…"))
-        captures.save_for_server({k: v for k, v in request.items() if k != "job"}, progress)
+        captures.save_for_server(request["key"], progress)
         return request
 
     @app.callback(
