@@ -8,7 +8,7 @@ from dash import ALL, Dash, Input, Output, State, ctx, dash_table, dcc, html, no
 
 from attnviz import evaluate_probes, figures
 from attnviz.analysis import propose_candidates, rank_heads
-from attnviz.analysis.coref import PROBE_SETS
+from attnviz.analysis.probes import PROBE_SETS
 from attnviz.views.plots import coref_bars, probe_accuracy_map
 
 from .captures import FILE_PREFIX, Captures

@@ -4,15 +4,9 @@ rankings and probe sets, attention rollout, the long-text overview and the cost 
 What runs a model lives in :mod:`attnviz.workflows`: :func:`corpus_stats` (re-exported here, the
 statistics of :func:`head_stats` over a corpus) and :func:`attnviz.evaluate_probes`."""
 
-from .coref import (
-    CorefRanking,
-    Probe,
-    ProbeResult,
-    load_probes,
-    propose_candidates,
-    rank_heads,
-)
+from .coref import CorefRanking, propose_candidates, rank_heads
 from .cost import cost_tables
+from .probes import Probe, ProbeResult, load_probes
 from .rollout import rollout, rollout_blocks, rollout_rows
 from .stats import DETECTORS, detect_heads, head_stats
 

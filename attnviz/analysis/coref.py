@@ -1,5 +1,5 @@
-"""Coreference: rank heads by how much attention a pronoun gives each candidate antecedent, and
-score every head on probe sets (JSONL: text, pronoun, candidates, gold).
+"""Coreference: rank heads by how much attention a pronoun gives each candidate antecedent (what a
+probe set is, and its scores per head, are in :mod:`attnviz.analysis.probes`).
 
 Attention is read at span level: *from* a span averaged over its tokens, *to* a span summed over
 its tokens. Attention sinks — the first token (where decoders park most attention) and special
@@ -9,12 +9,9 @@ default, as Clark et al. (2019) did; every result says whether that was done.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -30,11 +27,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CorefRanking",
-    "Probe",
-    "ProbeResult",
     "Span",
     "find_span",
-    "load_probes",
     "propose_candidates",
     "rank_heads",
 ]
@@ -369,139 +363,3 @@ def _unique(names: list[str]) -> list[str]:
             candidate, k = f"{name}#{k}", k + 1
         out.append(candidate)
     return out
-
-
-# ---------------------------------------------------------------------- probe sets
-@dataclass(frozen=True)
-class Probe:
-    """One probe: in ``text``, ``pronoun`` refers to ``gold``, one of ``candidates``."""
-
-    text: str
-    pronoun: str
-    candidates: tuple[str, ...]
-    gold: str
-    id: str = ""
-    lang: str = ""
-
-    def __post_init__(self) -> None:
-        for name in ("text", "pronoun", "gold"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name).strip():
-                raise InputError(
-                    f"probe {self.id or self.text!r}: {name} must be a non-empty string, got {getattr(self, name)!r}"
-                )
-        if isinstance(self.candidates, str) or not all(isinstance(c, str) for c in self.candidates):
-            raise InputError(
-                f"probe {self.id or self.text!r}: candidates must be a list of strings, got {self.candidates!r}"
-            )
-        object.__setattr__(self, "candidates", tuple(self.candidates))
-        if len(self.candidates) < 2:
-            raise InputError(
-                f"probe {self.id or self.text!r}: needs at least 2 candidates, got {list(self.candidates)}"
-            )
-        if self.gold not in self.candidates:
-            raise InputError(
-                f"probe {self.id or self.text!r}: gold {self.gold!r} is not one of the candidates "
-                f"{list(self.candidates)}"
-            )
-
-    @classmethod
-    def from_dict(cls, item: Any, default_id: str = "") -> Probe:
-        """A probe from ``{"text", "pronoun", "candidates", "gold"}`` (``id`` and ``lang`` optional)."""
-        if not isinstance(item, dict):
-            raise InputError(f"a probe is a dict with text, pronoun, candidates and gold; got {type(item).__name__}")
-        missing = [k for k in ("text", "pronoun", "candidates", "gold") if k not in item]
-        if missing:
-            raise InputError(f"a probe needs {', '.join(missing)}; got keys {sorted(item)}")
-        candidates = item["candidates"]
-        if not isinstance(candidates, (list, tuple)):
-            raise InputError(f"candidates must be a list of strings, got {candidates!r}")
-        return cls(
-            item["text"],
-            item["pronoun"],
-            tuple(candidates),
-            item["gold"],
-            str(item.get("id", default_id)),
-            str(item.get("lang", "")),
-        )
-
-
-PROBE_SETS = {"en": "en.jsonl", "zh": "zh.jsonl"}
-
-
-def load_probes(source: str | Path) -> list[Probe]:
-    """Read a probe set: a shipped name (``"en"``, ``"zh"``) or a JSONL file, one object a line:
-    ``{"text": ..., "pronoun": ..., "candidates": [...], "gold": ...}`` (``id``, ``lang`` optional)."""
-    if str(source) in PROBE_SETS:
-        text = resources.files("attnviz").joinpath("probes", PROBE_SETS[str(source)]).read_text(encoding="utf-8")
-        where = f"the shipped probe set {source!r}"
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise InputError(f"no probe file at {str(path)!r}; use a JSONL file or one of {', '.join(PROBE_SETS)}")
-        text, where = path.read_text(encoding="utf-8"), str(path)
-    probes, problems = [], []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or line.lstrip().startswith("//"):
-            continue
-        try:
-            probes.append(Probe.from_dict(json.loads(line), f"{Path(str(source)).stem}-{number}"))
-        except json.JSONDecodeError as err:
-            problems.append(f"line {number}: not JSON ({err.msg})")
-        except InputError as err:
-            problems.append(f"line {number}: {err}")
-    if problems:
-        raise InputError(f"{where}: {len(problems)} bad line(s), nothing was scored — " + "; ".join(problems))
-    if not probes:
-        raise InputError(f"{where} holds no probes")
-    return probes
-
-
-@dataclass
-class ProbeResult:
-    """Per-head accuracy at picking the gold antecedent, with two baselines."""
-
-    accuracy: pd.DataFrame  # layer, head, accuracy, correct, n
-    per_probe: pd.DataFrame  # id, text, pronoun, gold, nearest, first, best_head_pick, best_head_weight
-    baselines: dict[str, float]  # nearest candidate, first candidate
-    model: str
-    how: str = ""
-    n_layers: int = 0
-    n_heads: int = 0
-    skipped: list[str] = field(default_factory=list)
-
-    @property
-    def best(self) -> dict:
-        return self.ranked().iloc[0].to_dict()
-
-    def accuracy_map(self) -> Tensor:  # [layer, head]
-        grid = torch.full((self.n_layers, self.n_heads), float("nan"))
-        for row in self.accuracy.itertuples():
-            grid[row.layer, row.head] = row.accuracy
-        return grid
-
-    def ranked(self) -> pd.DataFrame:
-        """Heads by accuracy, best first (ties: lower layer, then lower head)."""
-        return self.accuracy.sort_values(["accuracy", "layer", "head"], ascending=[False, True, True], kind="stable")
-
-    def __str__(self) -> str:
-        b = self.best
-        n = int(b["n"])
-        return (
-            f"{n} probes on {self.model} ({self.how}): best head L{int(b['layer'])}·H{int(b['head'])} picks the gold "
-            f"antecedent {b['accuracy']:.0%} of the time; baselines — nearest candidate "
-            f"{self.baselines['nearest']:.0%}, first candidate {self.baselines['first']:.0%}; "
-            + _count((self.accuracy.accuracy > max(self.baselines.values())).sum(), "head beats", "heads beat")
-            + " both"
-            + (f"; skipped {len(self.skipped)}" if self.skipped else "")
-        )
-
-    __repr__ = __str__
-
-    def _repr_html_(self) -> str:
-        from ..views.html import probes_html
-
-        return probes_html(self)
-
-
-def _count(n: int, one: str, many: str) -> str:
-    return f"{n} {one if n == 1 else many}"

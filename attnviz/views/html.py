@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..analysis.coref import CorefRanking, ProbeResult
+    from ..analysis.coref import CorefRanking
+    from ..analysis.probes import ProbeResult
     from ..data.capture import Capture
     from ..data.validate import ValidationReport
 

@@ -14,7 +14,8 @@ from ..figures import labels
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..analysis.coref import CorefRanking, ProbeResult
+    from ..analysis.coref import CorefRanking
+    from ..analysis.probes import ProbeResult
     from ..data.capture import Capture
 
 __all__ = ["coref_bars", "head_map", "probe_accuracy_map", "rollout_figure"]

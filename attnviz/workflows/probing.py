@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..analysis.coref import Probe, ProbeResult, load_probes, rank_heads
+from ..analysis.coref import rank_heads
+from ..analysis.probes import Probe, ProbeResult, load_probes
 from ..data.capture import Capture
 from ..errors import ArgumentTypeError, InputError
 from .models import load_model
