@@ -30,7 +30,7 @@ import torch
 import attnviz
 from attnviz.analysis.coref import STOP_WORDS
 from attnviz.workflows.inputs import Encoded, tokenize
-from attnviz.workflows.runner import max_positions
+from attnviz.workflows.pipeline import max_positions
 
 from .cache import CaptureCache, capture_key
 from .common import text_limit, word_of
@@ -303,7 +303,9 @@ class Captures:
             if request.new_tokens:
                 return attnviz.generate(model, text, max_new_tokens=request.new_tokens, add_bos=request.bos).capture
             tokenized = [request.encoded] if request.encoded is not None else None
-            return attnviz.capture(model, text, add_bos=request.bos, target=request.target, tokenized=tokenized)
+            cap = attnviz.capture(model, text, add_bos=request.bos, target=request.target, tokenized=tokenized)
+        assert isinstance(cap, attnviz.Capture)  # one text, one capture
+        return cap
 
     def leave_request(self, request: Request) -> None:
         """Write ``request`` where a background job (another process) reads it: the page sends only its key."""

@@ -13,9 +13,9 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 
 import attnviz
 from attnviz import figures
+from attnviz.figures import message_figure
 
 from .captures import Captures
-from .common import message_figure
 from .errors import only_on, shows_errors
 from .ids import CID, ID
 
@@ -104,8 +104,10 @@ def register(app: Dash, captures: Captures) -> None:
     @app.callback(
         Output(CID.text, "value"), Input(ID.store, "data"), State(CID.text, "value"), prevent_initial_call=True
     )
+    @shows_errors(lambda _m: no_update)  # the views report a capture the server let go
     def fill_partner(store, current):
-        other = partner((store or {}).get("text"))
+        cap = captures.from_store(store)  # the page's text is its capture's: the store holds only its key
+        other = partner(cap.text if cap is not None else None)
         # fill an empty box, or replace a partner filled before; never a text the user typed
         if other is None or not (current is None or not current.strip() or partner(current) is not None):
             return no_update
