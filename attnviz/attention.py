@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-__all__ = ["attention_output", "build_mask", "scaled_dot_product", "weighted_values"]
+__all__ = ["attention_output", "build_mask", "head_max", "scaled_dot_product", "weighted_values"]
 
 
 def build_mask(
@@ -195,6 +195,11 @@ def _mask_structure(
     )
     assert allowed is not None  # causal or window: there is a structure
     scores[..., lo:hi].masked_fill_(~allowed, float("-inf"))
+
+
+def head_max(x: Tensor) -> Tensor:  # [head, ...] -> [head]
+    """max |x| per head (0 for an empty ``x``): how a recomputation's distance from the model is measured."""
+    return x.abs().flatten(1).amax(dim=1) if x.numel() else torch.zeros(x.shape[0])
 
 
 def query_chunks(n_query: int, n_key: int, n_head: int, *, budget: int = 1 << 21) -> Iterator[tuple[int, int]]:

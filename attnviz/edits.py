@@ -1,4 +1,5 @@
-"""Counterfactual attention edits, the public face of :mod:`attnviz.workflows.edits`.
+"""Counterfactual attention edits, the public face of :mod:`attnviz.workflows.edits` (what an edit
+is, and :func:`plan`) and :mod:`attnviz.engine.editor` (:func:`editing`).
 
 >>> from attnviz import edits
 >>> out = attnviz.intervene("smollm2", "我家的小猫很可爱，它很", [edits.knockout(layer=15, head=3, query="它", key="小猫")])
@@ -8,11 +9,11 @@ model with it. :func:`plan` resolves edits against a capture into one :class:`La
 and :func:`editing` runs a model with such plans for the length of a ``with`` block.
 """
 
+from .engine.editor import editing
 from .workflows.edits import (
     Edit,
     LayerPlan,
     ablate,
-    editing,
     knockout,
     no_causal_mask,
     no_scaling,

@@ -8,7 +8,7 @@ import torch
 
 import attnviz
 from attnviz import edits
-from attnviz.engine.interface import _EDITORS
+from attnviz.engine.listeners import listeners
 from attnviz.engine.taps import installed_backends
 from attnviz.errors import InputError, OutOfRangeError, UnsupportedModelError
 from attnviz.workflows.models import IdsTokenizer
@@ -212,7 +212,7 @@ def test_bad_edits_are_refused_with_what_to_do():
         edits.temperature(0)
     with pytest.raises(UnsupportedModelError, match="rotary"):  # inline families are edited (test_edits_inline.py)
         attnviz.intervene(attnviz.tiny_model("falcon"), TEXT, [edits.ablate(layer=0)], TOK)
-    assert installed_backends() == {} and _EDITORS.get() == ()
+    assert installed_backends() == {} and listeners() == ()
 
 
 def test_the_model_is_unmodified_afterwards_also_when_forward_raises():
@@ -221,7 +221,7 @@ def test_the_model_is_unmodified_afterwards_also_when_forward_raises():
     with torch.no_grad():
         reference = model(ids).logits
     attnviz.intervene(model, TEXT, [edits.uniform(layer=0), edits.ablate(layer=1, head=0)], TOK)
-    assert installed_backends() == {} and _EDITORS.get() == ()
+    assert installed_backends() == {} and listeners() == ()
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, reference, atol=0, rtol=0)
 
@@ -234,7 +234,7 @@ def test_the_model_is_unmodified_afterwards_also_when_forward_raises():
             attnviz.intervene(model, TEXT, [edits.uniform(layer=0)], TOK)
     finally:
         handle.remove()
-    assert installed_backends() == {} and _EDITORS.get() == ()
+    assert installed_backends() == {} and listeners() == ()
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, reference, atol=0, rtol=0)
 

@@ -4,21 +4,24 @@ computed by hand from the captured Q, K and ALiBi bias, and against the model ru
 output projection fed by hand.
 
 The edited A·V reaches the model through a pre-hook on the output projection
-(:func:`attnviz.engine.hooks.projection_hooks`); these tests check that it does (the prediction follows the
+(:mod:`attnviz.engine.hooks`); these tests check that it does (the prediction follows the
 hand-made model), that the capture of the edited run holds the edited weights, that the no-edit
 check runs through the same path, and that nothing is left on the model.
 """
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 
 import attnviz
-import attnviz.workflows.edits as edits_module
+import attnviz.engine.editor as editor_module
 from attnviz import edits
 from attnviz.edits import LayerPlan, editing
-from attnviz.engine.interface import _EDITORS
+from attnviz.engine.hooks import hooked_models
+from attnviz.engine.listeners import listeners
 from attnviz.engine.specs import PROJECTION_SPECS
 from attnviz.errors import UnsupportedModelError
 from attnviz.workflows.models import IdsTokenizer
@@ -210,13 +213,13 @@ def test_the_no_edit_check_runs_through_the_projection_hooks(family, monkeypatch
     logits stay within 1e-4; the spy proves the check went through that path for every edited layer."""
     model = model_of(family)
     calls: list[tuple[bool, int]] = []
-    real = edits_module._edited_attention
+    real = editor_module.edited_attention
 
     def spy(read, p):
         calls.append((p.recompute, read["q"].shape[1]))
         return real(read, p)
 
-    monkeypatch.setattr(edits_module, "_edited_attention", spy)
+    monkeypatch.setattr(editor_module, "edited_attention", spy)
     out = attnviz.intervene(model, TEXT, [edits.knockout(key=[1])], TOK)
     assert out.check_error <= 1e-4 and out.check_tolerance == 1e-4
     assert calls.count((True, 4)) == 2 and calls.count((False, 4)) == 2  # both layers: checked, then edited
@@ -230,18 +233,48 @@ def test_the_no_edit_check_runs_through_the_projection_hooks(family, monkeypatch
     assert float((same - plain).abs().max()) <= 1e-4
 
 
-def test_a_capture_entered_before_the_edits_records_the_edited_call():
-    """The editor's pre-hook runs before every recorder's, whichever context was entered first."""
-    from attnviz.engine.taps import tap_model
-
+@pytest.mark.parametrize("tap_first", [True, False])
+def test_a_capture_records_the_edited_call_whichever_was_entered_first(tap_first):
+    """One dispatch per call: the editor computes it and says what the recorder sees, in whichever
+    order the tap and the editing block were entered (no hook order involved)."""
     model = model_of("mpt")
     plans = {("decoder", 1): LayerPlan(4, knock=[((0,), [5], [2, 3])])}
-    with torch.no_grad(), tap_model(model) as recorder, editing(model, plans):
-        model(torch.tensor([TOK(TEXT)["input_ids"]]))
+    ids = torch.tensor([TOK(TEXT)["input_ids"]])
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(torch.no_grad())
+        if tap_first:
+            recorder = stack.enter_context(attnviz.tap(model))
+            stack.enter_context(editing(model, plans))
+        else:
+            stack.enter_context(editing(model, plans))
+            recorder = stack.enter_context(attnviz.tap(model))
+        model(ids)
+        assert hooked_models() == 1  # one set of hooks serves the tap and the editor
     call = next(c for c in recorder.calls if c.layer == 1)
     assert call.scaling == 0.0 and call.mask is not None and call.bias is not None  # the edited call, as log A
     assert not bool(call.mask[0, 0, 5, 2]) and bool(call.mask[0, 1, 5, 2])  # head 0's key 2 is knocked out
-    assert _hooks(model) == 0
+    assert _hooks(model) == 0 and hooked_models() == 0 and listeners() == ()
+
+
+def test_editors_nest_and_the_innermost_owner_runs_the_call():
+    """Inside two editing blocks on one model the inner editor's plan runs (the outer's not); on
+    leaving the inner block the outer's runs again."""
+    model = model_of("bloom")
+    ids = torch.tensor([TOK(TEXT)["input_ids"]])
+    zero = {("decoder", 0): LayerPlan(4, ablate={(None, h): "zero" for h in range(4)})}
+    uniform = {("decoder", 1): LayerPlan(4, replace={h: "uniform" for h in range(4)})}
+    with torch.no_grad():
+        with editing(model, zero) as outer:
+            alone = model(ids).logits
+            outer.ran.clear()
+            with editing(model, uniform) as inner:
+                nested = model(ids).logits
+            assert outer.ran == set() and inner.ran == {("decoder", 1)}
+            torch.testing.assert_close(model(ids).logits, alone, atol=0, rtol=0)
+            assert outer.ran == {("decoder", 0)}
+        with editing(model, uniform):
+            torch.testing.assert_close(model(ids).logits, nested, atol=0, rtol=0)
+    assert _hooks(model) == 0 and listeners() == ()
 
 
 def test_head_importance_on_an_inline_family_equals_ablating_each_head_alone():
@@ -265,7 +298,7 @@ def test_the_model_is_unmodified_afterwards_also_when_forward_raises(family):
     with torch.no_grad():
         reference = model(ids).logits
     attnviz.intervene(model, TEXT, [edits.uniform(layer=0), edits.ablate(layer=1, head=0)], TOK)
-    assert _hooks(model) == 0 and _EDITORS.get() == ()
+    assert _hooks(model) == 0 and listeners() == ()
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, reference, atol=0, rtol=0)
 
@@ -280,7 +313,7 @@ def test_the_model_is_unmodified_afterwards_also_when_forward_raises(family):
         handle.remove()
     with pytest.raises(RuntimeError, match="inside"), editing(model, {("decoder", 0): LayerPlan(4, recompute=True)}):
         raise RuntimeError("inside the block")
-    assert _hooks(model) == 0 and _EDITORS.get() == ()
+    assert _hooks(model) == 0 and listeners() == ()
     with torch.no_grad():
         torch.testing.assert_close(model(ids).logits, reference, atol=0, rtol=0)
 
@@ -308,4 +341,4 @@ def test_a_configuration_the_hooks_cannot_read_is_refused_with_why():
     with pytest.raises(UnsupportedModelError, match="rotary"):
         with editing(attnviz.tiny_model("falcon", attn_implementation="eager"), {}):
             pass
-    assert _EDITORS.get() == ()
+    assert listeners() == ()

@@ -1,5 +1,6 @@
-"""The taps as shared global state: other models, other threads, nested taps, every mask form,
-arguments the recorder does not know, and a kernel that computes something else."""
+"""The taps as shared global state: other models, other threads, nested taps, every family the
+capture covers (and a refusal for the rest), every mask form, arguments the recorder does not
+know, and a kernel that computes something else."""
 
 import threading
 
@@ -15,6 +16,9 @@ from transformers.masking_utils import (
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 import attnviz
+from attnviz.attention import scaled_dot_product
+from attnviz.engine.hooks import hooked_models
+from attnviz.engine.listeners import listeners
 from attnviz.engine.taps import installed_backends
 
 
@@ -117,6 +121,87 @@ def test_nested_taps_record_in_both():
     assert [(c.part, c.layer) for c in inner.calls] == [("decoder", 0), ("decoder", 1)]
     assert len(again.calls) == 2 and len(outer.calls) == 4
     assert installed_backends() == {}
+
+
+def _hooks(model) -> int:
+    return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())
+
+
+# ---------------------------------------------------------------- every family the capture covers
+@pytest.mark.parametrize("family", ["gpt_neo", "bloom"])
+def test_tap_records_every_layer_of_an_inline_family_with_its_own_numbers(family):
+    """The families that compute attention inline are tapped through their projections: every
+    layer with Q, K, V and the model's own A·V, which softmax(Q·Kᵀ·scale + bias) · V reproduces."""
+    model = attnviz.tiny_model(family)
+    ids = torch.arange(3, 12)[None]
+    with torch.no_grad(), attnviz.tap(model) as rec:
+        model(input_ids=ids)
+    assert [(c.part, c.layer, c.backend) for c in rec.calls] == [
+        ("decoder", 0, "projection hooks"),
+        ("decoder", 1, "projection hooks"),
+    ]
+    for call in rec.calls:
+        assert call.q is not None and call.k is not None and call.v is not None and call.out is not None
+        assert call.q.shape[:3] == (1, 4, 9) and call.k.shape[-2] == call.v.shape[-2] == 9
+        item = call.item(0)
+        out, _ = scaled_dot_product(
+            item["q"][None],
+            item["k"][None],
+            item["v"][None],
+            scale=item["scale"],
+            causal=item["causal"],
+            mask=None if item["mask"] is None else item["mask"][None],
+            bias=None if item["bias"] is None else item["bias"][None],
+            window=item["window"],
+        )
+        torch.testing.assert_close(out[0], item["out"].float(), atol=1e-5, rtol=0)
+    assert _hooks(model) == 0 and hooked_models() == 0 and listeners() == ()
+
+
+def test_nested_taps_of_an_inline_family_share_one_set_of_hooks():
+    model = attnviz.tiny_model("xglm")
+    ids = torch.arange(3, 10)[None]
+    with torch.no_grad(), attnviz.tap(model) as outer:
+        alone = _hooks(model)
+        with attnviz.tap(model) as inner:
+            assert _hooks(model) == alone and hooked_models() == 1
+            model(input_ids=ids)
+        model(input_ids=ids)
+    assert len(inner.calls) == 2 and len(outer.calls) == 4
+    assert _hooks(model) == 0 and hooked_models() == 0 and listeners() == ()
+
+
+@pytest.mark.parametrize("family", ["gpt_neo", "llama"])
+def test_hooks_wrappers_and_listeners_are_gone_after_an_exception(family):
+    model = attnviz.tiny_model(family)
+    with pytest.raises(RuntimeError, match="inside"), torch.no_grad(), attnviz.tap(model):
+        model(input_ids=torch.arange(3, 10)[None])
+        raise RuntimeError("inside the block")
+    assert _hooks(model) == 0 and hooked_models() == 0 and installed_backends() == {} and listeners() == ()
+
+
+@pytest.mark.parametrize(
+    ("family", "why"),
+    [
+        ("albert", "ALBERT: one attention module runs for every layer. attnviz supports any model whose"),
+        ("deberta_v2", "DeBERTa-v2: computes attention inline. attnviz supports any model whose"),
+        ("falcon", "rotary"),
+    ],
+)
+def test_tap_refuses_a_family_it_cannot_read_instead_of_recording_nothing(family, why):
+    model = attnviz.tiny_model(family)
+    with pytest.raises(attnviz.UnsupportedModelError, match=why), attnviz.tap(model):
+        pytest.fail("the block must not run")
+    assert _hooks(model) == 0 and installed_backends() == {} and listeners() == ()
+
+
+def test_tap_refuses_a_model_without_an_attention_implementation():
+    with pytest.raises(
+        attnviz.UnsupportedModelError, match=r"Linear has no config._attn_implementation: attnviz supports"
+    ):
+        with attnviz.tap(nn.Linear(4, 4)):
+            pytest.fail("the block must not run")
+    assert installed_backends() == {} and listeners() == ()
 
 
 # ---------------------------------------------------------------- arguments the recorder does not know

@@ -28,13 +28,12 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..attention import attention_output
+from ..attention import attention_output, head_max
 from ..errors import ValidationError
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..engine.taps import AttentionCall
     from .capture import Capture, LayerRecord
 
 __all__ = ["SAMPLE_ROWS", "TOLERANCES", "ValidationError", "ValidationReport", "sample_rows", "validate"]
@@ -150,10 +149,6 @@ def sample_rows(n: int, count: int = SAMPLE_ROWS) -> Tensor:  # [≤ count + 2] 
     )
 
 
-def _head_max(x: Tensor) -> Tensor:  # [head, ...] -> [head]
-    return x.abs().flatten(1).amax(dim=1) if x.numel() else torch.zeros(x.shape[0])
-
-
 def record_errors(rec: LayerRecord, rows: Tensor | None = None) -> dict[str, tuple[Tensor, Tensor]]:
     """{quantity: (max abs error [head], max |model| [head])} of one layer, over ``rows`` (default all)."""
     compare_weights = rec.weights is not None
@@ -174,42 +169,12 @@ def record_errors(rec: LayerRecord, rows: Tensor | None = None) -> dict[str, tup
             theirs = theirs.to(ours.device, torch.float32)
             err, scale = errors[quantity]
             errors[quantity] = (
-                torch.maximum(err, _head_max(ours - theirs).cpu()),
-                torch.maximum(scale, _head_max(theirs).cpu()),
+                torch.maximum(err, head_max(ours - theirs).cpu()),
+                torch.maximum(scale, head_max(theirs).cpu()),
             )
     if rec.weights is None and rec.weight_error is not None and rec.weight_scale is not None:
         errors["weights"] = (rec.weight_error.float().cpu(), rec.weight_scale.float().cpu())  # measured while capturing
     return errors
-
-
-def weight_errors(call: AttentionCall, weights: Tensor, lengths: list[int] | None) -> tuple[Tensor, Tensor]:
-    """[batch, head] max errors (and max |model|) of the recomputed weights against the backend's,
-    over each item's real query rows — so a capture can drop the n×n weights at once."""
-    batch, heads = weights.shape[0], weights.shape[1]
-    err = torch.zeros(batch, heads)
-    scale = torch.zeros(batch, heads)
-    for b in range(batch):
-        item = call.item(b)
-        n = lengths[b] if lengths is not None else item["q"].shape[-2]
-        mask = item["mask"]
-        for r, _keys, _, ours in attention_output(
-            item["q"],
-            item["k"],
-            item["v"],
-            rows=torch.arange(n),
-            scale=item["scale"],
-            causal=item["causal"],
-            window=item["window"],
-            mask=mask,
-            bias=item["bias"],
-            sinks=item["sinks"],
-            softcap=item["softcap"],
-            all_keys=True,
-        ):
-            theirs = weights[b][:, r.to(weights.device)].to(ours.device, torch.float32)
-            err[b] = torch.maximum(err[b], _head_max(ours - theirs).cpu())
-            scale[b] = torch.maximum(scale[b], _head_max(theirs).cpu())
-    return err, scale
 
 
 def validate(

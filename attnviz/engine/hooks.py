@@ -1,36 +1,35 @@
-"""Taps for families that compute attention inline (no AttentionInterface call to wrap).
+"""The projection-hook side of the engine, for families that compute attention inline (no
+AttentionInterface call to wrap).
 
-From the facts in :data:`attnviz.engine.specs.PROJECTION_SPECS`: a pre-hook on the attention module keeps
-its inputs (ALiBi, mask), hooks on the q/k/v (or fused) projection keep their outputs, and a
-pre-hook on the output projection takes the model's own A·V and records the call into the same
-:class:`~attnviz.engine.taps.Recorder` the interface taps use — so validation compares the recomputation
-with what the model computed, and a wrong spec cannot go unnoticed.
+From the facts in :data:`attnviz.engine.specs.PROJECTION_SPECS`: a pre-hook on the attention module
+keeps its inputs (ALiBi, mask), hooks on the q/k/v (or fused) projection keep their outputs, and a
+pre-hook on the output projection hands the call — its Q, K, V, bias and mask, and the model's own
+A·V — as an :class:`InlineCall` to :func:`attnviz.engine.listeners.dispatch`, the same dispatch the
+interface wrapper uses: an active editor may compute the call (its A·V then goes to the output
+projection in place of the model's), and the recorders record it — so validation compares the
+recomputation with what the model computed, and a wrong spec cannot go unnoticed.
 
-The same hooks (:func:`projection_hooks`) carry the edits of :mod:`attnviz.edits` for these
-families: the editor's pre-hook on the output projection hands it the edited A·V in place of the
-model's, and tells the recorders what the edited call was.
+The hooks are installed once per model, however many taps and editors listen to it
+(reference-counted, :func:`hooked`), and act only for the listeners active in the calling context;
+what they keep between the hooks of one call is kept per thread.
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from ..errors import UnsupportedModelError
-from .interface import _EDITORS
+from .listeners import dispatch, listened
 from .specs import ProjectionSpec, fused_layout, supported_families
-from .taps import _ACTIVE, Recorder, _active
 
-__all__ = ["projection_hooks", "projection_read", "tap_projections"]
-
-#: what a call hook gets: (attention module, its call as :func:`projection_read` reads it, the output
-#: projection's input [batch, pos, head·d_v]); a Tensor it returns replaces that input
-OnCall = Callable[[nn.Module, dict[str, Any], Tensor], Tensor | None]
+__all__ = ["InlineCall", "hooked", "hooked_models", "projection_read"]
 
 
 def _split_heads(x: Tensor, heads: int) -> Tensor:  # [batch, pos, head·d] -> [batch, head, pos, d]
@@ -60,7 +59,7 @@ def projection_read(
 
     Returns Q, K, V ``[batch, head, pos, d]``, the mask (bool "may attend" or additive), the bias
     ``[batch|1, head, query|1, key]``, the scaling, causal flag and window — :meth:`Recorder.add`'s
-    keyword arguments but ``out``, and what :mod:`attnviz.edits` recomputes a call from.
+    keyword arguments but ``out``, and what :mod:`attnviz.engine.editor` recomputes a call from.
     ``unfold_mask``: an additive term the mask carries on every key it lets through (Falcon's
     ALiBi, ``spec.mask_bias``) moves into the bias and the mask becomes bool, so that a key an edit
     unblocks gets that term too (what the model would have added had its mask not blocked it)."""
@@ -104,105 +103,123 @@ def projection_read(
     )
 
 
-@contextlib.contextmanager
-def projection_hooks(
-    model: nn.Module,
-    spec: ProjectionSpec,
-    on_call: OnCall,
-    *,
-    active: Callable[[nn.Module], bool],
-    first: bool = False,
-    unfold_mask: bool = False,
-) -> Iterator[None]:
-    """Hooks on every ``spec.module`` of ``model`` that hand each call to ``on_call``.
+class InlineCall:
+    """One call of an inline attention module, caught by its hooks (see :class:`attnviz.engine.listeners.Call`).
 
-    While ``active(attention)``: a pre-hook on the attention module keeps its inputs (ALiBi, mask),
-    forward hooks keep the q/k/v (or fused) projections' outputs, and a pre-hook on the output
-    projection calls ``on_call(attention, read, out)`` — ``read`` as :func:`projection_read` gives
-    it, ``out`` the model's own A·V (heads concatenated). A Tensor ``on_call`` returns goes to the
-    output projection in place of ``out`` (``first``: this pre-hook runs before any other, so the
-    recorders' hooks see the replaced input). The hooks are removed on exit, also on error."""
-    reason = spec.refuse(model.config)
-    if reason:
-        raise UnsupportedModelError(f"{reason}. attnviz supports {supported_families()}")
-    handles = []
-    try:
-        for attention in (m for m in model.modules() if type(m).__name__ == spec.module):
-            kept: dict[str, Any] = {}
-            signature = inspect.signature(attention.forward)
+    ``kept``: what the hooks kept of the call (:func:`projection_read`); ``out``: the model's own
+    A·V, the output projection's input ``[batch, pos, head·d_v]``."""
 
-            def keep_inputs(module, args, kwargs, attention=attention, kept=kept, signature=signature):
-                if active(attention):
-                    kept.clear()
-                    kept["inputs"] = signature.bind_partial(*args, **kwargs).arguments
+    backend = "projection hooks"
 
-            def keep_output(name, attention=attention, kept=kept):
-                def hook(_module, _args, output):
-                    if active(attention):
-                        kept[name] = output
+    def __init__(self, spec: ProjectionSpec, module: nn.Module, kept: dict[str, Any], out: Tensor) -> None:
+        self.spec, self.module, self.kept, self.out = spec, module, kept, out
+        self._terms: dict[bool, dict[str, Any]] = {}
 
-                return hook
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.out.dtype
 
-            def finish(_module, args, attention=attention, kept=kept):
-                if not active(attention) or "inputs" not in kept:
-                    return None
-                read = projection_read(spec, attention, kept, unfold_mask=unfold_mask)
-                kept.clear()
-                replaced = on_call(attention, read, args[0])
-                return None if replaced is None else (replaced, *args[1:])
+    def terms(self, dense_masks: dict[int, Any], *, unfold: bool = False) -> dict[str, Any]:
+        if unfold not in self._terms:
+            self._terms[unfold] = projection_read(self.spec, self.module, self.kept, unfold_mask=unfold)
+        return self._terms[unfold]
 
-            handles.append(attention.register_forward_pre_hook(keep_inputs, with_kwargs=True))
-            parts = {"fused": spec.fused} if spec.fused else {"q": spec.q, "k": spec.k, "v": spec.v}
-            for name, child in parts.items():
-                assert child is not None, f"{spec.module}: a spec names q, k and v, or one fused projection"
-                handles.append(attention.get_submodule(child).register_forward_hook(keep_output(name)))
-            handles.append(attention.get_submodule(spec.out).register_forward_pre_hook(finish, prepend=first))
-        if not handles:
+    def own(self) -> Tensor:
+        return self.out  # the model computed it already
+
+    def split(self, result: Tensor) -> tuple[Tensor, None]:
+        heads = int(getattr(self.module, self.spec.heads))
+        return result.view(*result.shape[:2], heads, -1), None
+
+    def join(self, out: Tensor, weights: Tensor | None) -> Tensor:
+        return out.reshape(*out.shape[:2], -1)
+
+
+class _Hooks:
+    """The hooks on one model's attention modules, shared by every listener of that model."""
+
+    def __init__(self, model: nn.Module, spec: ProjectionSpec) -> None:
+        self.count = 0
+        self.local = threading.local()  # per thread: {id(attention module): what its hooks kept of the call}
+        self.handles: list[Any] = []
+        try:
+            for attention in (m for m in model.modules() if type(m).__name__ == spec.module):
+                self._hook(spec, attention)
+        except BaseException:
+            self.remove()
+            raise
+        if not self.handles:
             raise UnsupportedModelError(
                 f"{type(model).__name__} has no {spec.module} module; attnviz supports {supported_families()}"
             )
-        yield
-    finally:
-        for handle in handles:
+
+    def kept(self, attention: nn.Module) -> dict[str, Any]:
+        by_module = self.local.__dict__.setdefault("by_module", {})
+        return by_module.setdefault(id(attention), {})
+
+    def _hook(self, spec: ProjectionSpec, attention: nn.Module) -> None:
+        signature = inspect.signature(attention.forward)
+
+        def keep_inputs(_module, args, kwargs):
+            if listened(attention):
+                kept = self.kept(attention)
+                kept.clear()
+                kept["inputs"] = signature.bind_partial(*args, **kwargs).arguments
+
+        def keep_output(name):
+            def hook(_module, _args, output):
+                if listened(attention):
+                    self.kept(attention)[name] = output
+
+            return hook
+
+        def finish(_module, args):
+            kept = self.kept(attention)
+            if "inputs" not in kept or not listened(attention):
+                return None
+            call = InlineCall(spec, attention, dict(kept), args[0])
+            kept.clear()
+            result = dispatch(call)
+            return None if result is args[0] else (result, *args[1:])
+
+        self.handles.append(attention.register_forward_pre_hook(keep_inputs, with_kwargs=True))
+        parts = {"fused": spec.fused} if spec.fused else {"q": spec.q, "k": spec.k, "v": spec.v}
+        for name, child in parts.items():
+            assert child is not None, f"{spec.module}: a spec names q, k and v, or one fused projection"
+            self.handles.append(attention.get_submodule(child).register_forward_hook(keep_output(name)))
+        self.handles.append(attention.get_submodule(spec.out).register_forward_pre_hook(finish))
+
+    def remove(self) -> None:
+        for handle in self.handles:
             handle.remove()
+        self.handles.clear()
+
+
+_LOCK = threading.Lock()
+_HOOKED: dict[int, _Hooks] = {}  # id(model) -> its hooks, while some listener holds them
 
 
 @contextlib.contextmanager
-def tap_projections(
-    model: nn.Module,
-    spec: ProjectionSpec,
-    *,
-    layers: set[int] | None = None,
-    to_cpu: bool = True,
-    weight_mode: str = "keep",
-    lengths: dict[str, list[int]] | None = None,
-) -> Iterator[Recorder]:
-    """Record Q, K, V and the attention output through forward hooks on the projections.
-
-    For families that compute attention inline (see :data:`attnviz.engine.specs.PROJECTION_SPECS`): a
-    pre-hook on the attention module keeps its inputs (ALiBi, mask), hooks on the q/k/v (or
-    fused) projection keep their outputs, and a pre-hook on the output projection takes the
-    model's own A·V and records the call (:func:`projection_hooks`). A call an active editor
-    changed is recorded as the editor says it ran (:meth:`attnviz.edits.Editor.seen`). The hooks
-    belong to this capture alone, record only in its context, and are removed on exit, also on error.
-    """
-    recorder = Recorder(model, layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)
-
-    def mine(_attention: nn.Module) -> bool:
-        return recorder in _ACTIVE.get()
-
-    def record(attention: nn.Module, read: dict[str, Any], out: Tensor) -> None:
-        editor = next((e for e in reversed(_EDITORS.get()) if e.owns(attention)), None)
-        edited = None if editor is None else editor.seen(attention)
-        if edited is not None:
-            read, out = edited[0] or read, edited[1]
-        _record_projection(recorder, attention, read, out)
-
-    with _active(recorder), projection_hooks(model, spec, record, active=mine):
-        yield recorder
+def hooked(model: nn.Module, spec: ProjectionSpec) -> Iterator[None]:
+    """The projection hooks on every ``spec.module`` of ``model``, for the block: installed by the
+    first listener of the model, removed in ``finally`` by the last (also when the block raises).
+    Whether the hooks can read this configuration (``spec.refuse``) is :func:`attnviz.engine.taps.attached`'s
+    check."""
+    with _LOCK:
+        hooks = _HOOKED.get(id(model))
+        if hooks is None:
+            hooks = _HOOKED[id(model)] = _Hooks(model, spec)
+        hooks.count += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            hooks.count -= 1
+            if hooks.count == 0:
+                del _HOOKED[id(model)]
+                hooks.remove()
 
 
-def _record_projection(recorder: Recorder, attention: nn.Module, read: dict[str, Any], out: Tensor) -> None:
-    """Record one call (``out``: the A·V the output projection got, [batch, pos, head·d_v])."""
-    heads = read["q"].shape[1]
-    recorder.add(attention, "projection hooks", out=out.view(*out.shape[:2], heads, -1), **read)
+def hooked_models() -> int:
+    """How many models carry attnviz's projection hooks right now (for tests and debugging)."""
+    return len(_HOOKED)

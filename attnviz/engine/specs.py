@@ -24,6 +24,8 @@ from typing import Any
 
 from torch import Tensor, nn
 
+from ..errors import UnsupportedModelError
+
 __all__ = [
     "CROSS_ATTENTION_NAMES",
     "PARTS",
@@ -33,6 +35,7 @@ __all__ = [
     "PROJECTION_SPECS",
     "Family",
     "ProjectionSpec",
+    "check_supported",
     "locate",
     "refusal",
     "supported_families",
@@ -382,6 +385,13 @@ def refusal(config) -> str | None:
             return f"{family.name}: {family.note}"
     spec = PROJECTION_SPECS.get(model_type)
     return spec.refuse(config) if spec is not None else None
+
+
+def check_supported(config) -> None:
+    """Raise :class:`UnsupportedModelError` (why, and what is supported) for a config :func:`refusal` refuses."""
+    reason = refusal(config)
+    if reason:
+        raise UnsupportedModelError(f"{reason}. attnviz supports {supported_families()}")
 
 
 def support_table() -> str:

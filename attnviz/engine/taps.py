@@ -1,30 +1,25 @@
-"""Taps: record what each attention kernel of an unmodified model receives and returns.
+"""Taps: record what each attention call of an unmodified model computes.
 
-transformers' attention modules call
+:func:`tap` records every attention call of a model made inside a ``with`` block, for every family
+attnviz captures. Most families call transformers'
 ``ALL_ATTENTION_FUNCTIONS.get_interface(config._attn_implementation, default)(module, q, k, v,
 mask, scaling=…, **kwargs)`` with Q and K *as the kernel sees them* (after RoPE, before GQA
 expansion), V, the mask, the scaling and the backend's own arguments (sliding window, soft-cap,
-causal flag, T5's ``position_bias``, gpt-oss's sinks ``s_aux``). For the duration of a capture,
-:func:`tap` puts a recording wrapper in front of the model's backend through the mapping's
-documented ``__setitem__`` (the slot ``AttentionInterface.register`` fills). The wrapper calls
-exactly the function the caller would have got — the mapped backend, or for ``"eager"`` the
-``default`` the calling code passed to ``get_interface`` (read from that call site) — records its
-inputs and result, and hands the result back unchanged. The model's config is never touched, so
-the backend is not switched; the previous mapping is restored in ``finally``, also when forward
-raises.
+causal flag, T5's ``position_bias``, gpt-oss's sinks ``s_aux``): for them a recording wrapper sits
+in front of the model's backend (:mod:`attnviz.engine.interface`), calls exactly the function the
+caller would have got and hands its result back unchanged. The families that compute attention
+inline (GPT-Neo, XGLM, GPT-1, Bloom, MPT, Falcon-ALiBi: :data:`attnviz.engine.specs.PROJECTION_SPECS`)
+are read through hooks on their projections (:mod:`attnviz.engine.hooks`). :func:`attached` chooses.
+The model's config is never touched; everything is removed in ``finally``, also when forward raises.
 
 Each recorded call is keyed by the module that made it: its path in the model gives the part
 (``encoder`` / ``decoder`` / ``cross``) and the layer (:func:`attnviz.engine.specs.locate`), never the
-call order. An argument the recorder does not understand refuses the capture
+call order. An argument attnviz does not understand refuses the capture
 (:class:`UnsupportedModelError`), so a map is never silently missing a term.
 
 Several captures may run at once — other threads, other models, nested ``with tap(a): with
-tap(b):`` blocks. The wrapper is installed once per backend (reference-counted) and records into
-every :class:`Recorder` active in the *calling* context (a ``ContextVar``) that owns the module;
-every other call passes straight through to the function it would have run anyway.
-
-The wrapper and its installation live in :mod:`attnviz.engine.interface`; the hooks for families that
-compute attention inline in :mod:`attnviz.engine.hooks`.
+tap(b):`` blocks. A :class:`Recorder` is a listener (:mod:`attnviz.engine.listeners`): it hears the
+calls made in the context that entered its tap, of the modules of its own model.
 """
 
 from __future__ import annotations
@@ -37,17 +32,21 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..errors import UnsupportedModelError
-from .interface import _ACTIVE, installed_backends, wrapped
-from .specs import (
-    INERT_ARGUMENTS,
-    INTERPRETED_ARGUMENTS,
-    PROJECTION_SPECS,
-    locate,
-    supported_families,
-)
+from ..attention import attention_output, head_max
+from .hooks import hooked
+from .interface import installed_backends, wrapped
+from .listeners import Call, Seen, listening
+from .specs import PROJECTION_SPECS, check_supported, locate
 
-__all__ = ["AttentionCall", "Recorder", "installed_backends", "tap", "tap_model"]
+__all__ = [
+    "CALL_TENSORS",
+    "AttentionCall",
+    "Recorder",
+    "attached",
+    "installed_backends",
+    "tap",
+    "weight_errors",
+]
 
 
 @dataclass
@@ -133,9 +132,40 @@ CALL_TENSORS = (
 )
 
 
+def weight_errors(call: AttentionCall, weights: Tensor, lengths: list[int] | None) -> tuple[Tensor, Tensor]:
+    """[batch, head] max errors (and max |model|) of the call's recomputed weights against the
+    backend's ``weights``, over each item's real query rows (``lengths``; None: every row) — so a
+    capture can drop the n×n weights at once (``weight_mode="compare"``)."""
+    batch, heads = weights.shape[0], weights.shape[1]
+    err = torch.zeros(batch, heads)
+    scale = torch.zeros(batch, heads)
+    for b in range(batch):
+        item = call.item(b)
+        n = lengths[b] if lengths is not None else item["q"].shape[-2]
+        for r, _keys, _, ours in attention_output(
+            item["q"],
+            item["k"],
+            item["v"],
+            rows=torch.arange(n),
+            scale=item["scale"],
+            causal=item["causal"],
+            window=item["window"],
+            mask=item["mask"],
+            bias=item["bias"],
+            sinks=item["sinks"],
+            softcap=item["softcap"],
+            all_keys=True,
+        ):
+            theirs = weights[b][:, r.to(weights.device)].to(ours.device, torch.float32)
+            err[b] = torch.maximum(err[b], head_max(ours - theirs).cpu())
+            scale[b] = torch.maximum(scale[b], head_max(theirs).cpu())
+    return err, scale
+
+
 @dataclass
 class Recorder:
-    """Collects the attention calls of one forward of one model (see :func:`tap`)."""
+    """Collects the attention calls of one forward of one model (see :func:`tap`); a
+    :class:`~attnviz.engine.listeners.Recording` listener."""
 
     model: nn.Module
     layers: set[int] | None = None  # None = every layer
@@ -143,9 +173,10 @@ class Recorder:
     weight_mode: str = "keep"  # backend's weights: "keep" them, "compare" at once and keep only the errors, or "drop"
     lengths: dict[str, list[int]] | None = None  # per part: real query rows per batch item (right padding)
     calls: list[AttentionCall] = field(default_factory=list)
+    #: flex BlockMasks already made dense, by id (:func:`attnviz.engine.interface.read_call` fills it)
+    dense_masks: dict[int, Any] = field(default_factory=dict)
     _names: dict[int, str] = field(default_factory=dict)
     _encoder_decoder: bool = False
-    _dense: dict[int, Tensor] = field(default_factory=dict)  # flex BlockMasks already made dense
     _steps: dict[int, int] = field(default_factory=dict)  # calls so far per module
     _where: dict[tuple[int, bool], tuple[str, int]] = field(default_factory=dict)  # (module, causal) -> part, layer
 
@@ -154,82 +185,20 @@ class Recorder:
         self._encoder_decoder = bool(getattr(getattr(self.model, "config", None), "is_encoder_decoder", False))
 
     def owns(self, module: nn.Module) -> bool:
+        """Whether ``module`` is part of this recorder's model."""
         return id(module) in self._names
 
-    def record(self, backend: str, module: nn.Module, args: tuple, kwargs: dict, result: Any) -> None:
-        """Record one call of an attention-interface function (its arguments and its result)."""
-        out, weights = result if isinstance(result, tuple) else (result, None)
-        self.add(module, backend, out=out, weights=weights, **self.read(backend, module, args, kwargs))
+    def as_made(self, call: Call, result: Any) -> Seen:
+        """The call as the model made it: its terms, and the output (and weights) of its ``result``."""
+        out, weights = call.split(result)
+        return {**call.terms(self.dense_masks), "out": out, "weights": weights}
 
-    def read(self, backend: str, module: nn.Module, args: tuple, kwargs: dict) -> dict[str, Any]:
-        """What one attention-interface call computes, as :meth:`add`'s keyword arguments (all but
-        ``out`` and ``weights``): Q, K, V, the normalised mask and the scaling, causal flag, window,
-        bias, sinks and soft-cap the kernel applies. Refuses an argument it cannot interpret."""
-        family = type(module).__name__
-        if len(args) > 4:
-            raise UnsupportedModelError(
-                f"{family} passes {len(args) - 4} positional argument(s) after the mask to its attention "
-                "function; attnviz cannot tell what they do, so it will not show a possibly wrong map"
-            )
-        query, key, value, mask = (list(args) + [None] * 4)[:4]
-        if mask is None:
-            mask = kwargs.get("attention_mask")
-        _check_arguments(family, kwargs, module)
-        scaling = kwargs.get("scaling")
-        if scaling is None:
-            scaling = query.shape[-1] ** -0.5
-        is_causal = kwargs.get("is_causal")
-        if is_causal is None:
-            is_causal = bool(getattr(module, "is_causal", False))
-        window = kwargs.get("sliding_window") or None
-        mask, key_padding = self._normalise_mask(family, mask, query, key)
-        # The mask decides when there is one; without one eager attends everywhere while sdpa and
-        # flash apply the causal flag (sdpa only for more than one query).
-        causal = bool(is_causal) and backend != "eager" and not (mask is not None and key_padding is None)
-        if backend.startswith("sdpa") and query.shape[-2] == 1:
-            causal = False
-        if mask is not None and window is not None and backend.startswith(("eager", "sdpa")):
-            window = None  # eager and sdpa get the window inside the 4-D mask
-        return dict(
-            q=query,
-            k=key,
-            v=value,
-            mask=mask,
-            key_padding=key_padding,
-            bias=kwargs.get("position_bias"),
-            sinks=kwargs.get("s_aux"),
-            scaling=float(scaling),
-            causal=causal,
-            window=window,
-            softcap=kwargs.get("softcap"),
-            sliding_window=kwargs.get("sliding_window") or None,
-        )
-
-    def _normalise_mask(
-        self, family: str, mask: Any, query: Tensor, key: Tensor
-    ) -> tuple[Tensor | None, Tensor | None]:
-        """(4-D mask or None, 2-D key padding or None) for every mask form the interface passes."""
-        if mask is None or isinstance(mask, Tensor) and mask.dim() == 4:
-            return mask, None
-        if isinstance(mask, Tensor) and mask.dim() == 2:  # flash: [batch, key_pos], 1 = a real token
-            if mask.shape[-1] != key.shape[-2]:
-                raise UnsupportedModelError(
-                    f"{family} passed a 2-D mask over {mask.shape[-1]} keys for {key.shape[-2]} keys; "
-                    "attnviz cannot align it"
-                )
-            return None, mask.bool()
-        if type(mask).__name__ == "BlockMask":  # flex attention
-            cached = self._dense.get(id(mask))
-            if cached is None:
-                cached = self._dense[id(mask)] = _dense_block_mask(mask, query, key)
-            return cached, None
-        raise UnsupportedModelError(
-            f"{family} passed a {type(mask).__name__} mask "
-            f"{tuple(mask.shape) if isinstance(mask, Tensor) else ''} that attnviz cannot read; "
-            "load the model with attn_implementation='sdpa' or 'eager'"
-        )
+    def record(self, call: Call, seen: Seen) -> None:
+        """Record one call, as ``seen`` (:func:`attnviz.engine.listeners.dispatch` calls it)."""
+        self.add(call.module, call.backend, **seen)
 
     def where(self, module: nn.Module, causal: bool) -> tuple[str, int]:
+        """(part, layer) of ``module``'s calls, causal by design or not (looked up once per module)."""
         key = (id(module), causal)
         found = self._where.get(key)
         if found is None:  # a module's place does not change: looked up once (a generation calls it every step)
@@ -305,8 +274,6 @@ class Recorder:
             if isinstance(weights, Tensor) and self.weight_mode == "keep":
                 call.weights = weights.detach()
             elif isinstance(weights, Tensor) and self.weight_mode == "compare":
-                from ..data.validate import weight_errors
-
                 lengths = None if self.lengths is None else self.lengths.get(part)
                 call.weight_error, call.weight_scale = weight_errors(call, weights.detach(), lengths)
             self.keep(call)
@@ -331,51 +298,17 @@ def _is_causal_structure(mask: Tensor) -> bool:
     return q > 1 and not bool(torch.triu(allowed, diagonal=1 + k - q).any())
 
 
-def _check_arguments(family: str, kwargs: dict, module: nn.Module) -> None:
-    for name, value in kwargs.items():
-        if name in INTERPRETED_ARGUMENTS or name in INERT_ARGUMENTS or value is None or value is False:
-            continue
-        raise UnsupportedModelError(
-            f"{family} passes {name}={_describe(value)} to its attention function; attnviz does not know "
-            f"how {name!r} changes the attention, so it will not show a possibly wrong map. "
-            f"attnviz supports {supported_families()}"
-        )
-    if kwargs.get("dropout") and module.training:
-        raise UnsupportedModelError(f"{family} applies attention dropout; call model.eval() first")
-
-
-def _describe(value: Any) -> str:
-    return f"<tensor {tuple(value.shape)}>" if isinstance(value, Tensor) else repr(value)[:40]
-
-
-def _dense_block_mask(block_mask: Any, query: Tensor, key: Tensor) -> Tensor:  # [batch, 1, q, k] bool
-    """A flex-attention BlockMask as the dense "may attend" mask its ``mask_mod`` describes."""
-    n_q, n_k = query.shape[-2], key.shape[-2]
-    batch = query.shape[0]
-    device = query.device
-    b = torch.arange(batch, device=device)[:, None, None, None]
-    q = torch.arange(n_q, device=device)[None, None, :, None]
-    k = torch.arange(n_k, device=device)[None, None, None, :]
-    try:
-        heads = [block_mask.mask_mod(b, torch.full_like(b, h), q, k) for h in (0, query.shape[1] - 1)]
-    except Exception as err:  # noqa: BLE001 - any failure means we cannot read this mask
-        raise UnsupportedModelError(
-            f"could not evaluate the flex-attention mask function ({type(err).__name__}: {err}); "
-            "load the model with attn_implementation='sdpa' or 'eager'"
-        ) from err
-    dense = heads[0].expand(batch, 1, n_q, n_k)
-    if not torch.equal(dense, heads[1].expand(batch, 1, n_q, n_k)):
-        raise UnsupportedModelError("the flex-attention mask differs between heads; attnviz reads one mask per layer")
-    return dense.contiguous()
-
-
 @contextlib.contextmanager
-def _active(recorder: Recorder) -> Iterator[None]:
-    token = _ACTIVE.set(_ACTIVE.get() + (recorder,))
-    try:
+def attached(model: nn.Module) -> Iterator[None]:
+    """attnviz where ``model`` computes attention, for the block: the AttentionInterface wrapper, or
+    for a family that computes attention inline the hooks on its projections. A model attnviz
+    refuses (:func:`attnviz.engine.specs.refusal`) raises :class:`UnsupportedModelError` first, as
+    one without an attention implementation does (:func:`attnviz.engine.interface.backends_of`)."""
+    config = getattr(model, "config", None)
+    check_supported(config)
+    spec = PROJECTION_SPECS.get(getattr(config, "model_type", ""))
+    with wrapped(model) if spec is None else hooked(model, spec):
         yield
-    finally:
-        _ACTIVE.reset(token)
 
 
 @contextlib.contextmanager
@@ -394,27 +327,15 @@ def tap(
     ...     model(**inputs)
     >>> rec.calls[0].part, rec.calls[0].layer, rec.calls[0].q.shape   # [batch, head, query_pos, d_head]
 
-    Taps nest (an inner tap on another model, or the same one, records too). The wrappers are
-    removed on exit, also when the block raises; the model is not modified.
+    Every family :func:`attnviz.capture` captures: through the AttentionInterface, or, for the
+    families that compute attention inline (GPT-Neo, XGLM, GPT-1, Bloom, MPT, Falcon-ALiBi), through
+    hooks on their projections. A family attnviz refuses, or a model without an attention
+    implementation, raises :class:`UnsupportedModelError` instead of recording nothing.
+
+    Taps nest (an inner tap on another model, or the same one, records too); an active
+    :func:`attnviz.edits.editing` block's edits are recorded as they ran. The wrappers and hooks
+    are removed on exit, also when the block raises; the model is not modified.
     """
     recorder = recorder_class(model, layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)
-    with _active(recorder), wrapped(model):
+    with attached(model), listening(recorder):
         yield recorder
-
-
-def tap_model(
-    model: nn.Module,
-    *,
-    layers: set[int] | None = None,
-    to_cpu: bool = True,
-    weight_mode: str = "keep",
-    lengths: dict[str, list[int]] | None = None,
-):
-    """The right tap for ``model``: projection hooks for the families in :data:`PROJECTION_SPECS`,
-    the AttentionInterface wrapper for every other."""
-    from .hooks import tap_projections
-
-    spec = PROJECTION_SPECS.get(getattr(getattr(model, "config", None), "model_type", ""))
-    if spec is not None:
-        return tap_projections(model, spec, layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)
-    return tap(model, layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)

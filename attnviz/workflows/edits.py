@@ -7,40 +7,20 @@ tokens can be blocked (:func:`knockout`), a head's output removed (:func:`ablate
 uniform (:func:`uniform`) or taken from another text (:func:`patch`). Edits compose, applied in this
 order: scaling, temperature, mask (causal, knockouts), softmax, replaced patterns, A·V, ablation.
 
-How it runs: for the duration of a forward an :class:`Editor` sits in the same AttentionInterface
-slot as the taps. A call of an edited layer is computed by attnviz's own
-:func:`~attnviz.attention.scaled_dot_product` with the edit applied — every other call is the
-model's own kernel. Ablation needs no recomputation: the kernel runs and the head's output is then
-zeroed (or replaced by its mean over the text), so ablating is exact whatever the backend.
-Recorders active at the same time (a capture of the edited run) see the call as edited: the
-edited weights travel as the call's bias (``log A`` with the scaling set to 0), so the capture's
-maps are exactly the weights the edited model used, and its self-check proves it.
-
-Families that compute attention inline (GPT-Neo, XGLM, GPT-1, Bloom, MPT, Falcon-ALiBi; see
-:data:`attnviz.engine.specs.PROJECTION_SPECS`) have no kernel call to take over. There the editor uses the
-capture's projection hooks (:func:`attnviz.engine.hooks.projection_hooks`): in an edited layer, a
-pre-hook on the output projection rebuilds the call's Q, K, V, ALiBi bias and mask, computes the
-edited A·V with the same SDPA, and hands it to the output projection in place of the model's own
-(whose inline scores are then unused); ablation changes the heads' slice of the model's own A·V.
-Every edit works there, the causal switch included, and the recorders see the edited call as above.
+:func:`plan` resolves edits against a capture of the text into one :class:`LayerPlan` per layer;
+the engine's :func:`attnviz.engine.editor.editing` runs a model with such plans (how the calls are
+replaced is told there).
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import Tensor, nn
+from torch import Tensor
 
-from ..attention import build_mask, scaled_dot_product, weighted_values
-from ..engine.hooks import projection_hooks
-from ..engine.interface import _ACTIVE, _EDITORS, wrapped
-from ..engine.specs import PROJECTION_SPECS
-from ..engine.taps import Recorder
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError
 
 if TYPE_CHECKING:
@@ -49,10 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Edit",
-    "Editor",
     "LayerPlan",
     "ablate",
-    "editing",
     "knockout",
     "no_causal_mask",
     "no_scaling",
@@ -365,214 +343,3 @@ def _patched(source: Any, cap: Capture, part: str, layer: int, head: int) -> Ten
     if (part, layer) not in source.records:
         raise InputError(f"patch: the source capture does not hold layer {layer} ({part}); capture it with layers=None")
     return source.attention(layer, head, part=part).float()
-
-
-# ---------------------------------------------------------------- running them
-class Editor:
-    """Replaces the attention calls of the layers in ``plans`` while it is active (see :func:`editing`)."""
-
-    def __init__(self, model: nn.Module, plans: dict[tuple[str, int], LayerPlan]):
-        self.reader = Recorder(model, to_cpu=False, weight_mode="drop")
-        self.plans = plans
-        self.ran: set[tuple[str, int]] = set()
-        # the inline call just edited, for the recorders' hooks that run next: (module id, call or None, A·V)
-        self._seen: tuple[int, dict[str, Any] | None, Tensor] | None = None
-
-    def owns(self, module: nn.Module) -> bool:
-        return self.reader.owns(module)
-
-    def runs(self, module: nn.Module) -> bool:
-        """Whether this editor is active in the calling context and the innermost one owning ``module``."""
-        return next((e for e in reversed(_EDITORS.get()) if e.owns(module)), None) is self
-
-    def inline(self, module: nn.Module, read: dict[str, Any], out: Tensor) -> Tensor | None:
-        """One call of an inline attention module (projection hooks): the output projection's input
-        for the edited call ([batch, pos, head·d_v], ``out``'s dtype), or None for the model's own."""
-        where = self.reader.place(module, read["causal"], read["mask"], read["designed_causal"])
-        p = self.plans.get(where)
-        if p is None:
-            return None
-        self.ran.add(where)
-        b, n, width = out.shape
-        heads = read["q"].shape[1]
-        recorded = any(r.owns(module) for r in _ACTIVE.get())  # a capture of the edited run wants the call
-        self._seen = None
-        if not p.reweights:  # ablation only: the model's own A·V, the heads' slices changed
-            if recorded:  # the recorders see the call as the model made it, before the ablation
-                self._seen = (id(module), None, out)
-            return _ablated(out.view(b, n, heads, -1), p).reshape(b, n, width)
-        attended, weights = _edited_attention(read, p)
-        model_out = attended.transpose(1, 2).to(out.dtype)  # [batch, query_pos, head, d_head_v]
-        if recorded:
-            self._seen = (id(module), _as_inline_call(read, weights), model_out.reshape(b, n, width))
-        return _ablated(model_out, p).reshape(b, n, width)
-
-    def seen(self, module: nn.Module) -> tuple[dict[str, Any] | None, Tensor] | None:
-        """How the recorders should see the call of the inline ``module`` they are recording, when this
-        editor changed it: (the call as :func:`attnviz.engine.hooks.projection_read` gives it — None: as
-        the recorder read it itself —, the A·V before ablation), or None. The editor's pre-hook on
-        the output projection runs first (prepended), so the recorders' hooks that run next on the
-        same call find it here."""
-        if self._seen is None or self._seen[0] != id(module):
-            return None
-        return self._seen[1], self._seen[2]
-
-    def call(self, backend: str, module: nn.Module, fn: Callable, args: tuple, kwargs: dict) -> tuple[Any, tuple]:
-        """(what the model gets, (args, kwargs, result) as the recorders should see the call)."""
-        read = self.reader.read(backend, module, args, kwargs)
-        where = self.reader.place(module, read["causal"], read["mask"])
-        p = self.plans.get(where)
-        if p is None:
-            result = fn(module, *args, **kwargs)
-            return result, (args, kwargs, result)
-        self.ran.add(where)
-        if not p.reweights:  # ablation only: the model's own kernel, then the heads' output changed
-            result = fn(module, *args, **kwargs)
-            out, weights = result if isinstance(result, tuple) else (result, None)
-            return (_ablated(out, p), weights), (args, kwargs, result)
-        out, weights = _edited_attention(read, p)
-        dtype = read["v"].dtype
-        model_out = out.transpose(1, 2).to(dtype).contiguous()  # [batch, query_pos, head, d_head_v], as kernels return
-        returned = weights.to(dtype) if backend.endswith("eager") else None
-        seen_args, seen_kwargs = _as_call(read, weights)
-        return (_ablated(model_out, p), returned), (seen_args, seen_kwargs, (model_out, None))
-
-
-def _dense_allowed(read: dict[str, Any]) -> tuple[Tensor, Tensor | None]:
-    """([batch|1, 1|head, query, key] bool "may attend", additive rest of a float mask or None)."""
-    q, k = read["q"], read["k"]
-    n_q, n_k = q.shape[-2], k.shape[-2]
-    allowed = build_mask(
-        n_q, n_k, causal=read["causal"], window=read["window"], key_padding=read["key_padding"], device=q.device
-    )
-    if allowed is None:
-        allowed = torch.ones(1, 1, n_q, n_k, dtype=torch.bool, device=q.device)
-    rest = None
-    mask = read["mask"]
-    if mask is not None:
-        if mask.dtype == torch.bool:
-            allowed = allowed & mask
-        else:
-            blocked = mask <= torch.finfo(mask.dtype).min / 2
-            allowed = allowed & ~blocked
-            extra = mask.masked_fill(blocked, 0)
-            if bool(extra.any()):
-                rest = extra.float()
-    return allowed, rest
-
-
-def _edited_attention(
-    read: dict[str, Any], p: LayerPlan
-) -> tuple[Tensor, Tensor]:  # out [b,h,q,d_v], weights [b,h,q,k]
-    q, k, v = read["q"], read["k"], read["v"]
-    n_head, n_q, n_k = q.shape[1], q.shape[-2], k.shape[-2]
-    allowed, rest = _dense_allowed(read)
-    if p.uncausal or p.knock:
-        allowed = allowed.expand(allowed.shape[0], n_head, n_q, n_k).clone()
-        if p.uncausal:  # the keys after each query, where they are real tokens
-            i = torch.arange(n_q, device=q.device)[:, None] + (n_k - n_q)
-            later = (torch.arange(n_k, device=q.device)[None, :] > i)[None, None]
-            if read["key_padding"] is not None:
-                later = later & read["key_padding"].bool()[:, None, None, :]
-            allowed[:, sorted(p.uncausal)] |= later
-        for knocked, queries, keys in p.knock:
-            rows = slice(None) if queries is None else torch.tensor(queries, device=q.device)[:, None]
-            for h in knocked:
-                allowed[:, h][(slice(None), rows, torch.tensor(keys, device=q.device))] = False
-    scale_by: float | Tensor = read["scaling"]
-    if p.scale:
-        scale_by = torch.full((n_head,), float(read["scaling"]))
-        for h, x in p.scale.items():
-            scale_by[h] = x
-    temp: float | Tensor = 1.0
-    if p.temperature:
-        temp = torch.ones(n_head)
-        for h, t in p.temperature.items():
-            temp[h] = t
-    bias = read["bias"]
-    if rest is not None:
-        bias = rest if bias is None else bias.float() + rest
-    _, weights = scaled_dot_product(
-        q, k, v, scale=scale_by, mask=allowed, bias=bias, sinks=read["sinks"], softcap=read["softcap"], temperature=temp
-    )
-    for h, how in p.replace.items():
-        if isinstance(how, str):  # uniform over what each query may see
-            may = allowed[:, 0 if allowed.shape[1] == 1 else h].float().expand(weights.shape[0], n_q, n_k)
-            weights[:, h] = may / may.sum(-1, keepdim=True).clamp_min(1)
-        else:
-            weights[:, h] = how.to(weights.device)
-    return weighted_values(weights, v), weights
-
-
-def _ablated(out: Tensor, p: LayerPlan) -> Tensor:  # out [batch, query_pos, head, d_v]
-    if not p.ablate:
-        return out
-    out = out.clone()
-    for (item, head), how in p.ablate.items():
-        rows = slice(None) if item is None else slice(item, item + 1)
-        if how == "zero":
-            out[rows, :, head] = 0
-        else:
-            out[rows, :, head] = out[rows, :, head].mean(dim=1, keepdim=True)
-    return out
-
-
-def _log_weights(read: dict[str, Any], weights: Tensor) -> tuple[Tensor, Tensor]:
-    """("may attend", a bias B with softmax(B) = A on it): ``log A`` (with a sink, each row shifted so
-    the sink keeps its share)."""
-    may = weights > 0
-    log_w = torch.where(may, weights.clamp_min(torch.finfo(weights.dtype).tiny).log(), torch.zeros_like(weights))
-    sinks = read["sinks"]
-    if sinks is not None:
-        share = (1 - weights.sum(-1, keepdim=True)).clamp_min(torch.finfo(weights.dtype).tiny)
-        log_w = log_w + sinks.float().view(1, -1, 1, 1) - share.log()
-    return may, log_w
-
-
-def _as_call(read: dict[str, Any], weights: Tensor) -> tuple[tuple, dict]:
-    """The edited call as the recorders should see it: Q, K, V with scaling 0 and ``log A`` as the bias,
-    so that softmax(0·QKᵀ + log A) = A (with a sink, each row's bias shifted so the sink keeps its share)."""
-    may, log_w = _log_weights(read, weights)
-    kwargs: dict[str, Any] = {"scaling": 0.0, "is_causal": False, "position_bias": log_w}
-    if read["sinks"] is not None:
-        kwargs["s_aux"] = read["sinks"]
-    return (read["q"], read["k"], read["v"], may), kwargs
-
-
-def _as_inline_call(read: dict[str, Any], weights: Tensor) -> dict[str, Any]:
-    """:func:`_as_call` for an inline module: the call as :func:`attnviz.engine.hooks.projection_read` gives
-    it, with scaling 0, ``log A`` as the bias and "may attend" as the mask."""
-    may, log_w = _log_weights(read, weights)
-    return {**read, "mask": may, "bias": log_w, "scaling": 0.0, "causal": False, "window": None}
-
-
-@contextlib.contextmanager
-def _in_place_of_attention(model: nn.Module, editor: Editor) -> Iterator[None]:
-    """The editor where the model computes attention: the AttentionInterface slot, or, for a family
-    that computes it inline, the output projections (through the capture's projection hooks)."""
-    spec = PROJECTION_SPECS.get(getattr(getattr(model, "config", None), "model_type", ""))
-    if spec is None:
-        with wrapped(model):
-            yield
-        return
-    with projection_hooks(model, spec, editor.inline, active=editor.runs, first=True, unfold_mask=True):
-        yield
-
-
-@contextlib.contextmanager
-def editing(model: nn.Module, plans: dict[tuple[str, int], LayerPlan]) -> Iterator[Editor]:
-    """Within the block, the model's attention calls of the planned layers run edited (this context only).
-
-    Nothing on the model changes; the AttentionInterface wrappers (or, for a family that computes
-    attention inline, the hooks on its projections) are removed on exit, also when the block
-    raises. After the block, ``editor.ran`` names the layers that were edited. A configuration the
-    projection hooks cannot read (Falcon with rotary embeddings, Bloom's ``slow_but_exact``) is
-    refused with :class:`UnsupportedModelError`, as a capture of it is."""
-    editor = Editor(model, plans)
-    token = _EDITORS.set(_EDITORS.get() + (editor,))
-    try:
-        with _in_place_of_attention(model, editor):
-            yield editor
-    finally:
-        _EDITORS.reset(token)
-        editor._seen = None
