@@ -1,50 +1,56 @@
 """Plotly figures of a Capture: the public face of :mod:`attnviz.views`.
 
-Every figure takes a :class:`~attnviz.Capture` (or a validation report, a table) and plain
-selections, and returns a ``plotly.graph_objects.Figure``; the same functions draw the notebooks'
-pictures and the dashboard's. Layers and heads are 0-based and labelled ``L3·H8``.
+Every figure takes a :class:`~attnviz.Capture` (or a validation report, a table, an analysis'
+result) and plain selections, and returns a ``plotly.graph_objects.Figure``; the same functions draw
+the notebooks' pictures and the dashboard's. Layers and heads are 0-based and labelled ``L3·H8``.
+Figures with token axes take ``mark_new=True``: a capture from :func:`attnviz.generate` has its
+generated tokens marked ``▸`` (:mod:`attnviz.views.marks`).
 """
 
-from .views.figures import (
-    HEAD_COLOURS,
-    MASKED_COLOUR,
-    MAX_LABELS,
-    above_top_axis,
-    compare_heads,
-    comparison,
-    head_view,
-    heatmap,
-    importance_map,
-    labels,
-    model_view,
-    model_view_cell,
-    prediction_bars,
-    query_row,
-    row_stats,
-    strongest,
-    thumb_size,
-    to_html,
-    validation_map,
-)
+from .views.common import HEAD_COLOURS, MASKED_COLOUR, above_top_axis, labels, message_figure
+from .views.compare import compare_heads, comparison
+from .views.generation import step_figure, step_summary
+from .views.head_view import MAX_LABELS, head_view, strongest
+from .views.html import to_html
+from .views.maps import heatmap, query_row, row_stats
+from .views.marks import MARK, NEW_COLOUR, marked, new_start
+from .views.model_view import MODEL_VIEW_CELLS, model_view, model_view_cell, thumb_size
+from .views.overview import overview_figure, window_figure
+from .views.plots import coref_bars, head_map, probe_accuracy_map, rollout_figure
+from .views.reports import importance_map, prediction_bars, validation_map
 
 __all__ = [
     "HEAD_COLOURS",
+    "MARK",
     "MASKED_COLOUR",
     "MAX_LABELS",
+    "MODEL_VIEW_CELLS",
+    "NEW_COLOUR",
     "above_top_axis",
     "compare_heads",
     "comparison",
+    "coref_bars",
+    "head_map",
     "head_view",
     "heatmap",
     "importance_map",
     "labels",
+    "marked",
+    "message_figure",
     "model_view",
     "model_view_cell",
+    "new_start",
+    "overview_figure",
     "prediction_bars",
+    "probe_accuracy_map",
     "query_row",
+    "rollout_figure",
     "row_stats",
+    "step_figure",
+    "step_summary",
     "strongest",
     "thumb_size",
     "to_html",
     "validation_map",
+    "window_figure",
 ]

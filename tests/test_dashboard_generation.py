@@ -8,16 +8,7 @@ from pathlib import Path
 import pytest
 from attnviz.dashboard import create_app
 from attnviz.dashboard.export_view import view_figures
-from attnviz.dashboard.generation_view import (
-    MARK,
-    generation_of,
-    mark_view,
-    marked,
-    new_start,
-    step_figure,
-    step_marks,
-    step_summary,
-)
+from attnviz.dashboard.generation_view import generation_of, step_marks
 from attnviz.dashboard.ids import GID, ID
 from attnviz.dashboard.lab_view import token_roles
 from attnviz.dashboard.run_view import checked_new_tokens, generation_status
@@ -26,6 +17,7 @@ from test_dashboard import MODELS, choose, no_console_errors, open_tab, poll, ru
 
 import attnviz
 from attnviz import figures
+from attnviz.figures import MARK, marked, new_start, step_figure, step_summary
 
 PROMPT = "The cat sat on the mat because"
 
@@ -243,44 +235,88 @@ def test_new_tokens_start_after_the_prompt_on_each_generated_axis(gen, tiny_llam
     assert "” — the decoder's start token + 3 new ▸" in generation_status(generation_of(bart))
 
 
-def test_views_mark_the_new_tokens_and_leave_a_forward_alone(gen, tiny_llama):
+def test_figures_mark_the_new_tokens_and_leave_a_forward_alone(gen, tiny_llama):
     cap = gen.capture
     labels = cap.token_labels
-    heat = mark_view(figures.heatmap(cap, 1, 2), cap, "matrix")
+    heat = figures.heatmap(cap, 1, 2)
     assert [MARK in t for t in heat.layout.xaxis.ticktext] == [False] * 7 + [True] * 6
     assert list(heat.layout.yaxis.ticktext) == list(heat.layout.xaxis.ticktext)
     assert [(s.x0, s.y0) for s in heat.layout.shapes] == [(6.5, 0), (0, 6.5)]
     assert heat.layout.title.text.endswith(f"— {MARK} generated")
-    bars = mark_view(figures.query_row(cap, 1, 2, 9), cap, "bars")
+    bars = figures.query_row(cap, 1, 2, 9)
     assert [MARK in t for t in bars.layout.xaxis.ticktext] == [False] * 7 + [True] * 6 and len(bars.layout.shapes) == 1
-    head = mark_view(figures.head_view(cap, 1, [0, 1]), cap, "head")
+    head = figures.head_view(cap, 1, [0, 1])
     assert [MARK in t for t in head.data[-1].text] == [False] * 7 + [True] * 6 and len(head.layout.shapes) == 2
     assert list(head.data[-1].hovertext) == labels[:7] + [MARK + t for t in labels[7:]]
     with pytest.MonkeyPatch.context() as mp:  # a long text: every other token labelled, blanks stay blank
-        mp.setattr("attnviz.views.figures.MAX_LABELS", 7)
-        sparse = mark_view(figures.head_view(cap, 1, [0]), cap, "head")
+        mp.setattr("attnviz.views.head_view.MAX_LABELS", 7)
+        sparse = figures.head_view(cap, 1, [0])
     assert list(sparse.data[-1].text) == [t if i % 2 == 0 else "" for i, t in enumerate(labels[:7])] + [
         marked(t) if i % 2 == 0 else "" for i, t in enumerate(labels[7:], 7)
     ]
-    mosaic = mark_view(figures.model_view(cap, cells=24), cap, "model")
+    mosaic = figures.model_view(cap, cells=24)
     assert sorted(s.y0 for s in mosaic.layout.shapes if s.y0 == s.y1) == [6.5, 20.5]  # 13 rows + 1 gap per layer
     assert sorted(s.x0 for s in mosaic.layout.shapes if s.x0 == s.x1) == [6.5, 20.5, 34.5, 48.5]
-    with pytest.MonkeyPatch.context() as mp:  # pooled thumbnails (4 cells for 13 tokens): 7/13 of the way down
-        mp.setattr("attnviz.dashboard.generation_view.MODEL_VIEW_CELLS", 4)
-        pooled = mark_view(figures.model_view(cap, cells=4), cap, "model")
+    pooled = figures.model_view(cap, cells=4)  # pooled thumbnails (4 cells for 13 tokens): 7/13 of the way down
     assert min(s.y0 for s in pooled.layout.shapes if s.y0 == s.y1) == pytest.approx(7 * 4 / 13 - 0.5)
-    comparison = mark_view(figures.comparison(cap, 1, 2), cap, "comparison")
+    comparison = figures.comparison(cap, 1, 2)
     assert [s.yref for s in comparison.layout.shapes] == ["y", "y2", "y3"]  # outputs: only rows are positions
-    words = mark_view(figures.heatmap(cap, 1, 2, words=True), cap, "matrix", words=True)
+    words = figures.heatmap(cap, 1, 2, words=True)
     first_word = new_start(cap, words=True)
     assert [MARK in t for t in words.layout.xaxis.ticktext] == [i >= first_word for i in range(len(cap.words))]
     model, tokenizer = tiny_llama
     one_forward = attnviz.capture(model, PROMPT, tokenizer)
     plain = figures.heatmap(one_forward, 1, 2)
-    assert mark_view(plain, one_forward, "matrix") is plain and not plain.layout.shapes
+    assert not plain.layout.shapes and MARK not in plain.layout.title.text
     assert not any(MARK in t for t in plain.layout.xaxis.ticktext)
     exported = view_figures(cap, "lab", 1, 2, words=False, part=None, query=9)
     assert MARK in exported[0].layout.title.text and labels[9] in exported[0].layout.title.text
+
+
+def test_rollout_and_the_overview_mark_the_new_tokens_where_they_fall(gen):
+    cap = gen.capture
+    flow = attnviz.analysis.rollout(cap)
+    matrix = figures.rollout_figure(cap, flow)
+    assert [MARK in t for t in matrix.layout.xaxis.ticktext] == [False] * 7 + [True] * 6
+    assert [(s.x0, s.y0) for s in matrix.layout.shapes] == [(6.5, 0), (0, 6.5)]
+    assert f"— {MARK} generated" in matrix.layout.title.text
+    row = figures.rollout_figure(cap, flow, query=9)
+    assert [MARK in t for t in row.layout.xaxis.ticktext] == [False] * 7 + [True] * 6 and len(row.layout.shapes) == 1
+    blocks = figures.rollout_figure(cap, attnviz.analysis.rollout_blocks(cap, 4))  # 4 tokens a cell: 7 → 1.25
+    assert [s.x0 for s in blocks.layout.shapes if s.x0 == s.x1] == [7 / 4 - 0.5]
+    assert [MARK in t for t in blocks.layout.xaxis.ticktext] == [False, False, True, True]  # cells from 0, 4, 8, 12
+    pooled = figures.overview_figure(cap, 1, 2, size=4)  # blocks of 4 tokens: token 7 is ¾ into the second
+    assert [s.x0 for s in pooled.layout.shapes if s.x0 == s.x1] == [1 + 3 / 4 - 0.5]
+    assert f"{MARK} generated from token 7" in pooled.layout.title.text
+    exact = figures.window_figure(cap, 1, 2, (4, 13), (0, 13))
+    assert [(s.x0, s.y0) for s in exact.layout.shapes] == [(6.5, 0), (0, 2.5)]  # rows from 4: token 7 is row 3
+
+
+def test_mark_new_false_draws_a_generation_unmarked(gen):
+    cap = gen.capture
+    flow = attnviz.analysis.rollout(cap)
+    drawn = {
+        "heatmap": lambda **kw: figures.heatmap(cap, 1, 2, **kw),
+        "words": lambda **kw: figures.heatmap(cap, 1, 2, words=True, **kw),
+        "query_row": lambda **kw: figures.query_row(cap, 1, 2, 9, **kw),
+        "head_view": lambda **kw: figures.head_view(cap, 1, [0, 1], **kw),
+        "model_view": lambda **kw: figures.model_view(cap, **kw),
+        "comparison": lambda **kw: figures.comparison(cap, 1, 2, **kw),
+        "rollout": lambda **kw: figures.rollout_figure(cap, flow, **kw),
+        "rollout row": lambda **kw: figures.rollout_figure(cap, flow, query=9, **kw),
+        "overview": lambda **kw: figures.overview_figure(cap, 1, 2, size=4, **kw),
+        "window": lambda **kw: figures.window_figure(cap, 1, 2, (4, 13), (0, 13), **kw),
+    }
+
+    def marks(fig) -> tuple:
+        texts = [*(fig.layout.xaxis.ticktext or ()), *(fig.layout.yaxis.ticktext or ())]
+        texts += [t for trace in fig.data if getattr(trace, "text", None) is not None for t in trace.text]
+        lines = [s for s in fig.layout.shapes if s.type == "line"]
+        return MARK in fig.layout.title.text, any(MARK in t for t in texts), len(lines)
+
+    for name, draw in drawn.items():
+        assert marks(draw())[0] and marks(draw())[2] > 0, name
+        assert marks(draw(mark_new=False)) == (False, False, 0), name
 
 
 def test_step_figure_draws_the_generation_s_own_rows(gen):

@@ -10,17 +10,16 @@ import torch
 from attnviz.dashboard import create_app
 from attnviz.dashboard.common import text_limit
 from attnviz.dashboard.compare_view import compare_figure, partner
-from attnviz.dashboard.generation_view import MODEL_VIEW_CELLS
 from attnviz.dashboard.head_view import range_marks, rules
 from attnviz.dashboard.ids import AID, CID, HID, ID
-from attnviz.dashboard.model_view import model_view_figure
-from attnviz.dashboard.overview_view import OVERVIEW_SIZE, edges_of, overview_figure, window_figure, zoom_span
+from attnviz.dashboard.overview_view import OVERVIEW_SIZE, edges_of, shown_overview, shown_window, zoom_span
 from dash._utils import to_json
 from selenium.webdriver.common.keys import Keys
 from test_dashboard import no_console_errors, open_tab, poll, run_text, wait_status
 
 import attnviz
 from attnviz import figures
+from attnviz.figures import MODEL_VIEW_CELLS
 
 N_LONG = 4096
 BIG = "The trophy doesn't fit into the brown suitcase because it is too big."
@@ -318,14 +317,14 @@ def test_overview_and_window_payloads_and_exact_cells(long_llama, long_text):
     model, tokenizer = long_llama
     cap = attnviz.capture(model, long_text, tokenizer)
     for mode in ("max", "mean"):
-        fig, view = overview_figure(cap, 1, 2, mode=mode)
+        fig, view = shown_overview(cap, 1, 2, mode=mode)
         assert len(to_json(fig)) <= MB2
         assert view == {"rows": [0, N_LONG, 8], "cols": [0, N_LONG, 8], "full": True}
         assert fig.data[0].z.shape == (OVERVIEW_SIZE, OVERVIEW_SIZE)
     full = cap.attention(1, 2)
-    z = overview_figure(cap, 1, 2, mode="max")[0].data[0].z  # block (1, 0): queries 8–15 × keys 0–7
+    z = figures.overview_figure(cap, 1, 2, mode="max").data[0].z  # block (1, 0): queries 8–15 × keys 0–7
     assert z[1, 0] == pytest.approx(float(full[8:16, :8].max())) and z[0, 1] != z[0, 1]  # (0, 1) masked: NaN
-    fig, view = window_figure(cap, 1, 2, (N_LONG - 512, N_LONG), (0, 512))
+    fig, view = shown_window(cap, 1, 2, (N_LONG - 512, N_LONG), (0, 512))
     assert len(to_json(fig)) <= MB2 and view == {"rows": [N_LONG - 512, N_LONG, 1], "cols": [0, 512, 1], "full": False}
     torch.testing.assert_close(torch.from_numpy(fig.data[0].z), full[-512:, :512])  # nothing masked there
 
@@ -334,11 +333,18 @@ def test_the_model_view_pools_row_chunks_into_the_same_mosaic(long_llama):
     model, tokenizer = long_llama
     cap = attnviz.capture(model, " ".join(["The cat sat on the mat because it was tired."] * 12), tokenizer)
     assert cap.n_tokens > MODEL_VIEW_CELLS  # pooled thumbnails
-    page = model_view_figure(cap, words=False, selected=(1, 2), part=None)
-    full = figures.model_view(cap, selected=(1, 2), cells=MODEL_VIEW_CELLS)  # from the n×n maps
-    assert page.data[0].z.shape == full.data[0].z.shape
-    assert (page.data[0].z == full.data[0].z)[full.data[0].z == full.data[0].z].all()  # NaN: the gaps
-    assert page.layout.title.text == full.layout.title.text
+    page = figures.model_view(cap, selected=(1, 2))  # thumbnails pooled a chunk of query rows at a time
+    t = MODEL_VIEW_CELLS
+    layers, heads = cap.layer_indices(), cap.info()["n_heads"]
+    assert page.data[0].z.shape == (len(layers) * (t + 1) - 1, heads * (t + 1) - 1)
+    for r, layer in enumerate(layers):
+        full = torch.nn.functional.adaptive_max_pool2d(cap.attention(layer).cpu()[None], (t, t))[0]  # the n×n maps
+        for head in range(heads):
+            cell = page.data[0].z[r * (t + 1) : r * (t + 1) + t, head * (t + 1) : head * (t + 1) + t]
+            assert (cell == full[head].numpy().round(3)).all()
+    gaps = page.data[0].z[t :: t + 1]
+    assert (gaps != gaps).all()  # NaN: the rows between layers
+    assert page.layout.title.text.startswith(f"Model view: {len(layers)} layers × {heads} heads")
 
 
 def test_zoom_span_maps_categories_to_tokens():

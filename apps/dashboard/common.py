@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import plotly.graph_objects as go
 from dash import Input, Output, html
 
 import attnviz
@@ -13,14 +12,6 @@ TABLE_STYLE = dict(  # the DataTables' look (coreference, head statistics)
     style_cell={"fontFamily": "system-ui, sans-serif", "fontSize": "13px", "padding": "2px 8px"},
     style_header={"fontWeight": "bold"},
 )
-
-
-def message_figure(message: str) -> go.Figure:
-    """An empty figure that carries a message instead of a plot."""
-    fig = go.Figure()
-    fig.add_annotation(text=message, showarrow=False, font=dict(size=15), x=0.5, y=0.5, xref="paper", yref="paper")
-    fig.update_layout(xaxis=dict(visible=False), yaxis=dict(visible=False), height=200)
-    return fig
 
 
 def word_of(cap: attnviz.Capture | attnviz.TokenSequence, token: int) -> int:

@@ -9,13 +9,12 @@ from dash import ALL, Dash, Input, Output, State, ctx, dash_table, dcc, html, no
 from attnviz import evaluate_probes, figures
 from attnviz.analysis import propose_candidates, rank_heads
 from attnviz.analysis.probes import PROBE_SETS
-from attnviz.views.plots import coref_bars, probe_accuracy_map
+from attnviz.figures import coref_bars, message_figure, new_start, probe_accuracy_map
 
 from .captures import FILE_PREFIX, Captures
-from .common import TABLE_STYLE, chip, job_controls, message_figure, word_of
+from .common import TABLE_STYLE, chip, job_controls, word_of
 from .edit_view import coref_panel
 from .errors import only_on, shows_errors
-from .generation_view import mark_view, new_start
 from .ids import AID, ID
 
 VIEWS = [("coref", "Coreference")]
@@ -177,9 +176,7 @@ def register(app: Dash, captures: Captures) -> None:
         table.insert(0, "id", [f"{r.layer}-{r.head}" for r in table.itertuples(index=False)])
         columns = [{"name": c, "id": c} for c in table.columns if c != "id"]
         best = ranking.best
-        heat = mark_view(
-            figures.heatmap(cap, int(best["layer"]), int(best["head"]), words=True), cap, "matrix", words=True
-        )
+        heat = figures.heatmap(cap, int(best["layer"]), int(best["head"]), words=True)
         return headline, coref_bars(ranking), table.to_dict("records"), columns, heat
 
     @app.callback(

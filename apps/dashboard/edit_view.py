@@ -16,9 +16,10 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 import attnviz
 from attnviz import edits, figures
 from attnviz.analysis import rank_heads
+from attnviz.figures import message_figure
 
 from .captures import FILE_PREFIX, Captures
-from .common import job_controls, message_figure, word_of
+from .common import job_controls, word_of
 from .errors import shows_errors
 from .ids import AID, EID, ID
 

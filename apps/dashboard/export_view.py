@@ -15,9 +15,7 @@ from attnviz import figures
 from .captures import Captures
 from .common import word_of
 from .errors import shows_errors
-from .generation_view import mark_view
 from .ids import CID, ID
-from .model_view import model_view_figure
 
 GRAPHS = [ID.heatmap, ID.head_view, ID.model_view, ID.lab_graph, ID.validation_map, ID.comparison, CID.graph]
 _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
@@ -48,22 +46,21 @@ def view_figures(
 ) -> list:
     """The figures of a view, for the self-contained HTML export (tables' views give the heatmap), with
     a generation's new tokens marked as in the page."""
-    marks = dict(words=words, part=part)
     if tab == "head":
-        return [mark_view(figures.head_view(cap, layer, heads or [head], words=words, part=part), cap, "head", **marks)]
+        return [figures.head_view(cap, layer, heads or [head], words=words, part=part)]
     if tab == "model":
-        return [model_view_figure(cap, words=words, selected=(layer, head), part=part)]
+        return [figures.model_view(cap, words=words, selected=(layer, head), part=part)]
     if tab == "lab" and query is not None:
         queries, _ = cap.sequences(part)
         token = min(query, queries.n_tokens - 1)
         index = word_of(queries, token) if words else token
-        return [mark_view(figures.query_row(cap, layer, head, index, words=words, part=part), cap, "bars", **marks)]
+        return [figures.query_row(cap, layer, head, index, words=words, part=part)]
     if tab == "validation":
         return [
             figures.validation_map(cap.validate(), part=cap.resolve_part(part)),
-            mark_view(figures.comparison(cap, layer, head, part=part), cap, "comparison", part=part),
+            figures.comparison(cap, layer, head, part=part),
         ]
-    return [mark_view(figures.heatmap(cap, layer, head, words=words, part=part), cap, "matrix", **marks)]
+    return [figures.heatmap(cap, layer, head, words=words, part=part)]
 
 
 def layout() -> list:

@@ -14,11 +14,10 @@ from dash import Dash, Input, Output, ctx, dcc, html, no_update
 
 import attnviz
 from attnviz import figures
+from attnviz.figures import message_figure
 
 from .captures import Captures
-from .common import message_figure
 from .errors import only_on, shows_errors
-from .generation_view import mark_view
 from .ids import HID, ID
 
 DEFAULT_TOP_K = 3  # for long texts: a query's three strongest keys
@@ -173,4 +172,4 @@ def register(app: Dash, captures: Captures) -> None:
                 query = point["customdata"]
         kwargs = rules(top_k, mass, queries, n)
         fig = figures.head_view(cap, layer, heads or [0], words=words, query=query, part=part, **kwargs)
-        return mark_view(fig, cap, "head", words=words, part=part)
+        return fig

@@ -8,12 +8,13 @@ from dash import ALL, Dash, Input, Output, State, dcc, html
 
 import attnviz
 from attnviz import figures
+from attnviz.figures import message_figure, new_start
 
 from .captures import Captures
-from .common import chip, message_figure, word_of
+from .common import chip, word_of
 from .edit_view import lab_panel as edit_panel
 from .errors import only_on, shows_errors
-from .generation_view import lab_panel, mark_view, new_start
+from .generation_view import lab_panel
 from .ids import GID, ID
 
 _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
@@ -214,7 +215,7 @@ def register(app: Dash, captures: Captures) -> None:
             temperature=temperature,
             part=part,
         )
-        fig = mark_view(figures.query_row(cap, layer, head, index, **kwargs), cap, "bars", words=words, part=part)
+        fig = figures.query_row(cap, layer, head, index, **kwargs)
         row = cap.attention(
             layer, head, causal=kwargs["causal"], scale=kwargs["scale"], temperature=temperature, words=words, part=part
         )[index]

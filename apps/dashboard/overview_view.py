@@ -7,8 +7,9 @@ one per block, named by their token range ("512–519 ('the'…'cat')"): hover r
 (the graph's ``relayoutData``, in category units) maps back to token positions through the shown
 view's block edges, kept in a small ``dcc.Store``. A zoom of at most ``WINDOW`` tokens a side is
 recomputed exactly (``attnviz.analysis.overview.window``); double-click returns to the overview.
+The figures are the library's (``attnviz.figures.overview_figure``, ``window_figure``).
 
-The figure builders (``overview_figure``, ``window_figure``, ``zoom_span``) are pure, tested without a browser.
+The helpers (``shown_overview``, ``shown_window``, ``zoom_span``) are pure, tested without a browser.
 """
 
 from __future__ import annotations
@@ -16,17 +17,15 @@ from __future__ import annotations
 import math
 
 import plotly.graph_objects as go
-import torch
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
 from attnviz import figures
-from attnviz.analysis.overview import MODES, overview, window
+from attnviz.analysis.overview import MODES, block_edges
+from attnviz.figures import message_figure
 
 from .captures import Captures
-from .common import message_figure
 from .errors import only_on, shows_errors
-from .generation_view import MARK, NEW_COLOUR, mark_view, new_start
 from .ids import ID, OID
 
 VIEWS = [("heatmap", "Heatmap")]
@@ -34,7 +33,6 @@ VIEWS = [("heatmap", "Heatmap")]
 LONG = 512  # a grid with more rows or columns than this shows the overview
 OVERVIEW_SIZE = 512  # blocks per side of the overview (its payload: ~1.8 MB at 512 × 512, whatever n)
 WINDOW = 512  # a zoom spanning at most this many tokens a side is fetched exactly
-TICKS = 32  # labelled categories per axis
 
 
 # ---------------------------------------------------------------- pure helpers
@@ -48,116 +46,30 @@ def _span(edges: list[int]) -> list[int]:
     return [edges[0], edges[-1], edges[1] - edges[0]]
 
 
-def categories(names: list[str], edges: list[int]) -> list[str]:
-    """One unique axis category per block, naming its tokens: "517 'the'" or "512–519 ('the'…'cat')"."""
-    out = []
-    for a, b in zip(edges, edges[1:]):
-        out.append(f"{a} {names[a]!r}" if b - a == 1 else f"{a}–{b - 1} ({names[a]!r}…{names[b - 1]!r})")
-    return out
+def _view(rows: list[int], cols: list[int], full: bool) -> dict:
+    return {"rows": _span(rows), "cols": _span(cols), "full": full}
 
 
-def _axis(cats: list[str], names: list[str], edges: list[int], title: str, **extra) -> dict:
-    step = max(1, math.ceil(len(cats) / TICKS))
-    idx = list(range(0, len(cats), step))
-    return dict(
-        type="category",
-        title=title,
-        tickmode="array",
-        tickvals=[cats[i] for i in idx],
-        ticktext=[f"{edges[i]} {names[edges[i]]}" for i in idx],
-        showgrid=False,
-        **extra,
-    )
-
-
-def _grid_figure(
-    z: torch.Tensor,  # [rows, cols], NaN where nothing is attended
-    row_edges: list[int],
-    col_edges: list[int],
-    q_names: list[str],
-    k_names: list[str],
-    *,
-    title: str,
-    hover: str,
-    cross: bool,
-) -> go.Figure:
-    rows, cols = categories(q_names, row_edges), categories(k_names, col_edges)
-    finite = z[torch.isfinite(z)]
-    top = max(float(finite.max()), 1e-6) if finite.numel() else 1.0
-    fig = go.Figure(
-        go.Heatmap(
-            z=z.numpy(),  # float32: base64 on the wire, 4 bytes a cell
-            x=cols,
-            y=rows,
-            colorscale="Blues",
-            zmin=0,
-            zmax=top,
-            hovertemplate=hover,
-            colorbar=dict(title="weight"),
-        )
-    )
-    key_side, query_side = ("source ", "target ") if cross else ("", "")
-    xaxis = _axis(cols, k_names, col_edges, f"key ({key_side}tokens attended to)", side="top", tickangle=-45)
-    top = figures.above_top_axis(title, xaxis["ticktext"], angle=-45)
-    fig.update_layout(
-        title=top["title"],
-        xaxis=xaxis,
-        yaxis=_axis(rows, q_names, row_edges, f"query ({query_side}tokens attending)", autorange="reversed"),
-        plot_bgcolor=figures.MASKED_COLOUR,
-        margin=dict(l=140, r=20, t=top["margin_top"], b=20),
-        height=820,
-    )
-    return fig
-
-
-def _mark(fig: go.Figure, cap: attnviz.Capture, part: str | None, row_edges: list[int], col_edges: list[int]) -> None:
-    """A generation's prompt boundary, drawn where it falls among the blocks (category units)."""
-    if "generation" not in cap.model:
-        return
-
-    def at(edges: list[int], token: int) -> float | None:
-        if not edges[0] <= token < edges[-1]:
-            return None
-        i = next(i for i, (a, b) in enumerate(zip(edges, edges[1:])) if a <= token < b)
-        return i + (token - edges[i]) / (edges[i + 1] - edges[i]) - 0.5
-
-    part_ = part if part in cap.parts else None
-    line = dict(color=NEW_COLOUR, width=1.5, dash="dot")
-    q, k = new_start(cap, part_, False, "query"), new_start(cap, part_, False, "key")
-    if k is not None and (x := at(col_edges, k)) is not None:
-        fig.add_shape(type="line", xref="x", yref="paper", x0=x, x1=x, y0=0, y1=1, line=line, layer="above")
-    if q is not None and (y := at(row_edges, q)) is not None:
-        fig.add_shape(type="line", xref="paper", yref="y", x0=0, x1=1, y0=y, y1=y, line=line, layer="above")
-    fig.update_layout(title_text=f"{fig.layout.title.text} — {MARK} generated from token {q if q is not None else k}")
-
-
-def _names(cap: attnviz.Capture, part: str | None) -> tuple[list[str], list[str], bool]:
-    q_names, k_names = figures.labels(cap, False, part, "query"), figures.labels(cap, False, part, "key")
-    return q_names, k_names, cap.resolve_part(part) == "cross"
-
-
-def overview_figure(
+def shown_overview(
     cap: attnviz.Capture, layer: int, head: int, *, part: str | None = None, mode: str = "max"
 ) -> tuple[go.Figure, dict]:
-    """The head's map pooled into at most ``OVERVIEW_SIZE``² blocks, and the view's store (its block edges)."""
-    ov = overview(cap, layer, head, part=part, size=OVERVIEW_SIZE, mode=mode)
-    q_names, k_names, cross = _names(cap, part)
-    z = ov.values.clone()
-    z[z == 0] = float("nan")  # a block whose every cell is masked (or exactly 0): left empty
-    wr, wc = ov.block
-    part_label = f"{cap.resolve_part(part)} " if len(cap.parts) > 1 else ""
-    title = (
-        f"{part_label}L{layer}·H{head} — overview of {len(q_names):,} × {len(k_names):,} tokens: "
-        f"the {mode} weight of each block of {wr}×{wc} tokens<br><sup>drag a box over at most {WINDOW}×{WINDOW} "
-        "tokens for the exact weights; double-click to come back</sup>"
+    """The head's overview (``figures.overview_figure``, at most ``OVERVIEW_SIZE``² blocks) and the view's
+    store (its block edges)."""
+    fig = figures.overview_figure(
+        cap,
+        layer,
+        head,
+        part=part,
+        mode=mode,
+        size=OVERVIEW_SIZE,
+        hint=f"drag a box over at most {WINDOW}×{WINDOW} tokens for the exact weights; double-click to come back",
     )
-    hover = f"queries %{{y}}<br>keys %{{x}}<br>{mode} weight %{{z:.4f}}<extra></extra>"
-    fig = _grid_figure(z, ov.row_edges, ov.col_edges, q_names, k_names, title=title, hover=hover, cross=cross)
-    _mark(fig, cap, part, ov.row_edges, ov.col_edges)
-    return fig, {"rows": _span(ov.row_edges), "cols": _span(ov.col_edges), "full": True}
+    queries, keys = cap.sequences(part)
+    rows, cols = block_edges(queries.n_tokens, OVERVIEW_SIZE), block_edges(keys.n_tokens, OVERVIEW_SIZE)
+    return fig, _view(rows, cols, True)
 
 
-def window_figure(
+def shown_window(
     cap: attnviz.Capture,
     layer: int,
     head: int,
@@ -166,22 +78,9 @@ def window_figure(
     *,
     part: str | None = None,
 ) -> tuple[go.Figure, dict]:
-    """The exact weights of queries ``rows[0]:rows[1]`` × keys ``keys[0]:keys[1]`` (masked cells empty)."""
-    w = window(cap, layer, head, tuple(rows), tuple(keys), part=part)
-    allowed = cap.allowed(layer, part=part)[rows[0] : rows[1], keys[0] : keys[1]]
-    z = torch.where(allowed, w, torch.full_like(w, float("nan")))
-    q_names, k_names, cross = _names(cap, part)
-    row_edges, col_edges = list(range(rows[0], rows[1] + 1)), list(range(keys[0], keys[1] + 1))
-    part_label = f"{cap.resolve_part(part)} " if len(cap.parts) > 1 else ""
-    title = (
-        f"{part_label}L{layer}·H{head} — exact weights of queries {rows[0]}–{rows[1] - 1} × keys "
-        f"{keys[0]}–{keys[1] - 1} (of {len(q_names):,} × {len(k_names):,} tokens)<br><sup>double-click: back to "
-        "the overview</sup>"
-    )
-    hover = "query %{y} → key %{x}<br>weight %{z:.4f}<extra></extra>"
-    fig = _grid_figure(z, row_edges, col_edges, q_names, k_names, title=title, hover=hover, cross=cross)
-    _mark(fig, cap, part, row_edges, col_edges)
-    return fig, {"rows": _span(row_edges), "cols": _span(col_edges), "full": False}
+    """The exact weights of a window (``figures.window_figure``) and the view's store."""
+    fig = figures.window_figure(cap, layer, head, rows, keys, part=part, hint="double-click: back to the overview")
+    return fig, _view(list(range(rows[0], rows[1] + 1)), list(range(keys[0], keys[1] + 1)), False)
 
 
 def zoom_span(relayout: dict | None, view: dict | None) -> str | tuple[tuple[int, int], tuple[int, int]] | None:
@@ -319,12 +218,12 @@ def register(app: Dash, captures: Captures) -> None:
             if span == "reset":
                 if view["full"]:
                     return (no_update,) * 5  # plotly has reset the overview itself
-                fig, view = overview_figure(cap, layer, head, part=part, mode=mode)
+                fig, view = shown_overview(cap, layer, head, part=part, mode=mode)
                 return fig, view, note_for(cap, view, words, part), _SHOWN, no_update
             (r0, r1), (k0, k1) = span
             if not view["full"] or r1 - r0 > WINDOW or k1 - k0 > WINDOW:
                 return (no_update,) * 5  # exact already, or too wide: plotly zooms the shown cells
-            fig, view = window_figure(cap, layer, head, (r0, r1), (k0, k1), part=part)
+            fig, view = shown_window(cap, layer, head, (r0, r1), (k0, k1), part=part)
             return fig, view, note_for(cap, view, words, part), _SHOWN, no_update
         # what the figure on the page shows: coming back to the tab, or the same selection set again
         # (a run sets the part, whose callback sets layer and head once more), sends nothing
@@ -333,18 +232,18 @@ def register(app: Dash, captures: Captures) -> None:
             return (no_update,) * 5
         if not is_long(cap, words, part):
             fig = figures.heatmap(cap, layer, head, words=words, part=part)
-            return mark_view(fig, cap, "matrix", words=words, part=part), None, "", _HIDDEN, key
-        q_names, k_names, _ = _names(cap, part)
+            return fig, None, "", _HIDDEN, key
+        queries, keys = cap.sequences(part)
         if (
             view
             and not view["full"]
             and trigger in (ID.layer, ID.head)
-            and view["rows"][1] <= len(q_names)
-            and view["cols"][1] <= len(k_names)
+            and view["rows"][1] <= queries.n_tokens
+            and view["cols"][1] <= keys.n_tokens
         ):
             # another head, same window: heads compared at full resolution
             (r0, r1, _), (k0, k1, _) = view["rows"], view["cols"]
-            fig, view = window_figure(cap, layer, head, (r0, r1), (k0, k1), part=part)
+            fig, view = shown_window(cap, layer, head, (r0, r1), (k0, k1), part=part)
         else:
-            fig, view = overview_figure(cap, layer, head, part=part, mode=mode)
+            fig, view = shown_overview(cap, layer, head, part=part, mode=mode)
         return fig, view, note_for(cap, view, words, part), _SHOWN, key

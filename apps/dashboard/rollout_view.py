@@ -6,12 +6,11 @@ from __future__ import annotations
 from dash import Dash, Input, Output, dcc, html
 
 from attnviz.analysis import rollout, rollout_blocks, rollout_rows
-from attnviz.views.plots import MAX_CELLS, rollout_figure
+from attnviz.figures import message_figure, rollout_figure
+from attnviz.views.plots import MAX_CELLS
 
 from .captures import Captures
-from .common import message_figure
 from .errors import only_on, shows_errors
-from .generation_view import mark_view
 from .ids import AID, ID
 
 VIEWS = [("rollout", "Rollout")]
@@ -62,5 +61,4 @@ def register(app: Dash, captures: Captures) -> None:
         else:  # only the block means the heatmap shows: layers·(n/block)·n²
             block = -(-n // MAX_CELLS)
             flow = captures.derived(store, ("rollout blocks", part), lambda: rollout_blocks(cap, block))
-        fig = rollout_figure(cap, flow, query=query if mode == "query" else None)
-        return mark_view(fig, cap, "bars" if mode == "query" else "matrix")
+        return rollout_figure(cap, flow, query=query if mode == "query" else None)

@@ -17,10 +17,11 @@ import time
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
+from attnviz.figures import MARK
 
 from .captures import Captures, default_query, is_encoder_decoder, wants_bos
 from .errors import shows_errors
-from .generation_view import MARK, MAX_NEW_TOKENS, generation_of
+from .generation_view import MAX_NEW_TOKENS, generation_of
 from .generation_view import controls as generation_controls
 from .ids import GID, ID
 

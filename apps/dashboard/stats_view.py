@@ -10,10 +10,10 @@ from dash import Dash, Input, Output, ctx, dash_table, dcc, html, no_update
 
 from attnviz.analysis import head_stats
 from attnviz.analysis.stats import DETECTORS, STATISTICS
-from attnviz.views.plots import head_map
+from attnviz.figures import head_map, message_figure
 
 from .captures import Captures
-from .common import TABLE_STYLE, message_figure
+from .common import TABLE_STYLE
 from .errors import only_on, shows_errors
 from .ids import AID, ID
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 from dash import Dash, Input, Output, dcc, html, no_update
 
 from attnviz import figures
+from attnviz.figures import message_figure
 
 from .captures import Captures
-from .common import message_figure
 from .errors import only_on, shows_errors
-from .generation_view import mark_view
 from .ids import ID
 
 VIEWS = [("validation", "Recomputed vs model")]
@@ -47,7 +46,7 @@ def register(app: Dash, captures: Captures) -> None:
         return (
             str(report),
             figures.validation_map(report, quantity, part_),
-            mark_view(figures.comparison(cap, layer, head, part=part_), cap, "comparison", part=part_),
+            figures.comparison(cap, layer, head, part=part_),
         )
 
     @app.callback(

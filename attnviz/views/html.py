@@ -1,21 +1,26 @@
-"""Compact HTML for notebooks: what Jupyter shows for a Capture, a validation report, a coreference
-ranking and a probe-set result (their ``_repr_html_``). Every text is escaped; no script, no CDN."""
+"""HTML: the self-contained page of figures (:func:`to_html`), and the compact HTML Jupyter shows for a
+Capture, a validation report, a coreference ranking and a probe-set result (their ``_repr_html_``).
+Every text is escaped; no CDN."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from html import escape
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from ..errors import InputError
 
 if TYPE_CHECKING:
     import pandas as pd
+    import plotly.graph_objects as go
 
     from ..analysis.coref import CorefRanking
     from ..analysis.probes import ProbeResult
     from ..data.capture import Capture
     from ..data.validate import ValidationReport
 
-__all__ = ["capture_html", "probes_html", "ranking_html", "report_html"]
+__all__ = ["capture_html", "probes_html", "ranking_html", "report_html", "to_html"]
 
 _BOX = "font-family:system-ui,sans-serif;font-size:13px;line-height:1.45;max-width:960px"
 _CELL = "padding:1px 8px;text-align:left;border-bottom:1px solid #e5e5e5"
@@ -114,3 +119,26 @@ def probes_html(result: ProbeResult, top: int = 10) -> str:
         f'<div style="{_BOX}"><b>attnviz probe set</b><div>{escape(str(result))}</div>'
         f"{_frame(result.ranked().round(3), top)}</div>"
     )
+
+
+def to_html(figures: go.Figure | list[go.Figure], path: str | Path | None = None, *, title: str = "attnviz") -> str:
+    """One self-contained HTML page holding the figures: plotly.js inlined once, no CDN, no server —
+    it opens offline, in any browser, years from now. Written to ``path`` when given; returned."""
+    import plotly.graph_objects as go  # plotly loads when a page is written, not when Jupyter shows a capture
+    import plotly.offline
+
+    figs = [figures] if isinstance(figures, go.Figure) else list(figures)
+    if not figs or not all(isinstance(f, go.Figure) for f in figs):
+        raise InputError("to_html takes a plotly Figure or a list of them")
+    divs = "\n".join(f.to_html(full_html=False, include_plotlyjs=False) for f in figs)
+    page = (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>'
+        f'<body style="font-family:system-ui,sans-serif"><h3>{escape(title)}</h3>\n{divs}\n</body></html>\n'
+    )
+    if path is not None:
+        path = Path(path)
+        if not path.parent.is_dir():
+            raise InputError(f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist")
+        path.write_text(page, encoding="utf-8")
+    return page

@@ -9,7 +9,8 @@ import torch
 
 from ..analysis.stats import DETECTORS, STATISTICS
 from ..errors import InputError
-from ..figures import labels
+from .common import labels
+from .marks import boundary, mark_labels, marked_title, new_starts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -127,17 +128,24 @@ def coref_bars(ranking: CorefRanking, *, top: int = 10) -> go.Figure:
 MAX_TICKS = 60  # axis labels a figure shows; every token is named on hover
 
 
-def thinned_ticks(names: list[str], max_ticks: int = MAX_TICKS) -> dict:
-    """Axis settings that label at most ``max_ticks`` evenly spaced tokens of a categorical axis."""
+def thinned_ticks(names: list[str], max_ticks: int = MAX_TICKS, *, new_from: int | None = None, block: int = 1) -> dict:
+    """Axis settings that label at most ``max_ticks`` evenly spaced tokens of a categorical axis
+    ("3:cat" reads "cat"); a category whose first token (``block`` tokens a category) is at or after
+    ``new_from`` (a generation's new tokens) is marked."""
     step = -(-len(names) // max_ticks)
-    return dict(tickmode="array", tickvals=names[::step], ticktext=[n.split(":", 1)[1] for n in names[::step]])
+    text = [n.split(":", 1)[1] for n in names[::step]]
+    return dict(
+        tickmode="array",
+        tickvals=names[::step],
+        ticktext=mark_labels(text, new_from, [i * block for i in range(0, len(names), step)]),
+    )
 
 
 MAX_CELLS = 512  # the rollout heatmap's cells per side at most
 
 
 def rollout_figure(
-    cap: Capture, flow: torch.Tensor, *, query: int | None = None, percentile: float = 99.0
+    cap: Capture, flow: torch.Tensor, *, query: int | None = None, percentile: float = 99.0, mark_new: bool = True
 ) -> go.Figure:
     """The final layer's rollout as a heatmap, or one query's row as bars.
 
@@ -150,13 +158,15 @@ def rollout_figure(
     not drawn in one pale shade; the figure's title says where it ends. Axes label at most
     :data:`MAX_TICKS` tokens; hover names the query and key of every cell. Past :data:`MAX_CELLS`
     tokens each cell is the mean over a block of tokens (the title says how many), so the figure
-    stays near 1.5 MB whatever the length."""
+    stays near 1.5 MB whatever the length. ``mark_new``: a generation's new tokens marked and the prompt
+    boundary drawn (:mod:`attnviz.views.marks`)."""
     from ..analysis.coref import sink_tokens
 
     names = [f"{i}:{name}" for i, name in enumerate(labels(cap))]  # unique categories: hover names the token
     n = len(names)
     last = flow[-1] if flow.dim() == 3 else flow
     caption = "attention rollout (heads averaged, residual mixed in, multiplied through layers) — a flow estimate, not an attribution"
+    q_new, k_new = new_starts(cap, None, False, mark_new)
     if query is None:
         if last.dim() != 2 or last.shape[0] != last.shape[1] or last.shape[0] > n:
             raise InputError(f"a rollout heatmap needs an [n, n] or block-mean [m, m] matrix, got {tuple(flow.shape)}")
@@ -186,10 +196,17 @@ def rollout_figure(
                 hovertemplate="query %{y} ← key %{x}: %{z:.4f}<extra></extra>",
             )
         )
+        shapes = []
+        if k_new is not None:
+            shapes.append(boundary(x=k_new / pooled - 0.5, yref="paper"))
+        if q_new is not None:
+            shapes.append(boundary(y=q_new / pooled - 0.5, xref="paper"))
         fig.update_layout(
-            xaxis=dict(side="top", **thinned_ticks(cells)),
-            yaxis=dict(autorange="reversed", **thinned_ticks(cells)),
+            xaxis=dict(side="top", **thinned_ticks(cells, new_from=k_new, block=pooled)),
+            yaxis=dict(autorange="reversed", **thinned_ticks(cells, new_from=q_new, block=pooled)),
+            shapes=shapes,
         )
+        caption = marked_title(caption, q_new, k_new)
         outside = "blocks" if pooled > 1 else "cells"
         if pooled > 1:
             caption += f"<br><sub>{n:,} tokens: each cell is the mean over a block of {pooled}×{pooled} tokens</sub>"
@@ -206,8 +223,12 @@ def rollout_figure(
                 hovertemplate="%{x}: %{y:.4f}<extra></extra>",
             )
         )
-        fig.update_layout(xaxis=thinned_ticks(names), yaxis=dict(title="share of the flow"))
-        caption = f"{names[query].split(':', 1)[1]!r}: " + caption
+        fig.update_layout(
+            xaxis=thinned_ticks(names, new_from=k_new),
+            yaxis=dict(title="share of the flow"),
+            shapes=[] if k_new is None else [boundary(x=k_new - 0.5, yref="paper")],
+        )
+        caption = marked_title(f"{names[query].split(':', 1)[1]!r}: " + caption, k_new)
     fig.update_layout(
         title=dict(text=caption, font=dict(size=13)),
         height=max(360, min(900, 18 * min(len(names), MAX_TICKS) + 200)),

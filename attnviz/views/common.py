@@ -1,0 +1,131 @@
+"""What every figure module shares: colours, axis labels and ticks, the title above a top axis, the
+settings line of a head's map, and the empty figure that carries a message."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import plotly.graph_objects as go
+import torch
+
+from ..data.words import group_matrix
+from .marks import mark_labels
+
+if TYPE_CHECKING:
+    from ..data.capture import Capture
+
+__all__ = [
+    "HEAD_COLOURS",
+    "MASKED_COLOUR",
+    "above_top_axis",
+    "allowed_cells",
+    "labels",
+    "message_figure",
+    "part_label",
+    "settings_text",
+    "ticks",
+]
+
+HEAD_COLOURS = [
+    "#1f77b4",
+    "#d62728",
+    "#2ca02c",
+    "#9467bd",
+    "#ff7f0e",
+    "#17becf",
+    "#e377c2",
+    "#8c564b",
+    "#bcbd22",
+    "#7f7f7f",
+    "#393b79",
+    "#637939",
+    "#8c6d31",
+    "#843c39",
+    "#7b4173",
+    "#3182bd",
+]
+MASKED_COLOUR = "#e9e9ee"
+
+
+def labels(cap: Capture, words: bool = False, part: str | None = None, axis: str = "query") -> list[str]:
+    """Tick labels of a part's queries or keys: word texts, or token texts (special tokens as themselves).
+
+    Cross-attention's queries are the target's tokens and its keys the source's."""
+    queries, keys = cap.sequences(part)
+    seq = queries if axis == "query" else keys
+    return seq.word_labels if words else seq.token_labels
+
+
+def part_label(cap: Capture, part: str | None) -> str:
+    """ "decoder " before L3·H8 when a capture has several parts, else nothing."""
+    return f"{cap.resolve_part(part)} " if len(cap.parts) > 1 else ""
+
+
+def ticks(names: list[str], max_ticks: int = 64, *, new_from: int | None = None) -> dict:
+    """Axis settings that label at most ``max_ticks`` evenly spaced positions of a numeric axis with
+    their names; positions from ``new_from`` on (a generation's new tokens) are marked."""
+    step = max(1, math.ceil(len(names) / max_ticks))
+    idx = list(range(0, len(names), step))
+    return dict(tickmode="array", tickvals=idx, ticktext=mark_labels([names[i] for i in idx], new_from, idx))
+
+
+def allowed_cells(
+    cap: Capture, layer: int, causal: bool | None, words: bool, part: str | None = None
+) -> torch.Tensor:  # [query, key] bool: the cells a mask lets through (a word pair: any of its token pairs)
+    """Which cells of a layer's map the mask lets through, in tokens or words."""
+    allowed = cap.allowed(layer, causal=causal, part=part)
+    if not words:
+        return allowed
+    queries, keys = cap.sequences(part)
+    from_q = group_matrix(queries.words, queries.n_tokens)
+    to_k = group_matrix(keys.words, keys.n_tokens)
+    return (from_q @ allowed.float() @ to_k.T) > 0
+
+
+def above_top_axis(text: str, tick_labels: list[str], *, angle: float | None = None, width: int = 700) -> dict:
+    """Layout for a figure whose key axis is on top: its title pinned to the top of the figure and a top
+    margin that holds the title, the axis title and the tick labels one above the other (plotly places
+    each in the margin on its own, so a tall tick label would run into the title).
+
+    ``angle``: the labels' fixed angle in degrees; None is plotly's own choice, level when they fit
+    side by side in ``width`` pixels, upright when they do not."""
+    lines = text.count("<br>")
+    title_px = 28 + 16 * lines
+    longest = max((len(label) for label in tick_labels), default=0) * 7  # ~7 px a character at 12 px
+    if angle is None:
+        angle = 0 if sum(len(label) * 7 + 8 for label in tick_labels) <= width else 90
+    ticks_px = 16 + longest * abs(math.sin(math.radians(angle)))
+    return dict(
+        title=dict(
+            text=text, y=1, yref="container", yanchor="top", pad=dict(t=10 + 18 * lines)
+        ),  # plotly anchors a title at its first line
+        margin_top=int(title_px + 24 + ticks_px + 12),
+    )
+
+
+def settings_text(
+    cap: Capture, layer: int, causal: bool | None, scale: bool | float, temperature: float, part: str | None = None
+) -> str:
+    """The settings a head's map was computed with, for its title: "model's mask, ×0.125, + sinks"."""
+    rec = cap.layer(layer, part)
+    mask = {None: "model's mask" + (f", window {rec.window}" if rec.window else ""), True: "causal", False: "no mask"}[
+        causal
+    ]
+    if scale is True:
+        sc = f"×{rec.scaling:.4g}"
+    elif scale is False:
+        sc = "unscaled"
+    else:
+        sc = f"×{float(scale):.4g}"
+    extra = ", + position bias" if rec.bias is not None or rec.relative_bias is not None else ""
+    extra += ", + sinks" if rec.sinks is not None else ""
+    return f"{mask}, {sc}{extra}" + (f", T={temperature:g}" if temperature != 1.0 else "")
+
+
+def message_figure(message: str) -> go.Figure:
+    """An empty figure that carries a message instead of a plot."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, showarrow=False, font=dict(size=15), x=0.5, y=0.5, xref="paper", yref="paper")
+    fig.update_layout(xaxis=dict(visible=False), yaxis=dict(visible=False), height=200)
+    return fig

@@ -1,0 +1,154 @@
+"""One head's map and one query's row: the heatmap, the AttentionLab's bars and the row's statistics."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import plotly.graph_objects as go
+import torch
+
+from ..errors import OutOfRangeError
+from .common import MASKED_COLOUR, above_top_axis, allowed_cells, labels, part_label, settings_text, ticks
+from .marks import boundary, marked_title, new_starts
+
+if TYPE_CHECKING:
+    from ..data.capture import Capture
+
+__all__ = ["heatmap", "query_row", "row_stats"]
+
+
+def heatmap(
+    cap: Capture,
+    layer: int,
+    head: int,
+    *,
+    words: bool = False,
+    causal: bool | None = None,
+    scale: bool | float = True,
+    temperature: float = 1.0,
+    part: str | None = None,
+    mark_new: bool = True,
+) -> go.Figure:
+    """One head's query × key weights; masked cells (the causal triangle) are left empty.
+
+    Cross-attention is drawn target (queries, rows) × source (keys, columns). ``mark_new``: a
+    generation's new tokens marked (:mod:`attnviz.views.marks`)."""
+    w = cap.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature, words=words).cpu()
+    allowed = allowed_cells(cap, layer, causal, words, part)
+    z = torch.where(allowed, w, torch.full_like(w, float("nan"))).numpy().round(5)
+    q_names, k_names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
+    n_q, n_k = len(q_names), len(k_names)
+    q_new, k_new = new_starts(cap, part, words, mark_new)
+    hover = (
+        [[f"{q_names[i]} → {k_names[j]}" for j in range(n_k)] for i in range(n_q)] if n_q * n_k <= 256 * 256 else None
+    )
+    fig = go.Figure(
+        go.Heatmap(
+            z=z,
+            x=list(range(n_k)),
+            y=list(range(n_q)),
+            colorscale="Blues",
+            zmin=0,
+            zmax=max(float(w.max()), 1e-6),
+            customdata=hover,
+            hovertemplate=("%{customdata}<br>" if hover else "query %{y} → key %{x}<br>")
+            + "weight %{z:.4f}<extra></extra>",
+            colorbar=dict(title="weight"),
+        )
+    )
+    unit = "word" if words else "token"
+    cross = cap.resolve_part(part) == "cross"
+    key_side, query_side = ("source ", "target ") if cross else ("", "")
+    top = above_top_axis(
+        marked_title(
+            f"{part_label(cap, part)}L{layer}·H{head} — {query_side}{unit} × {key_side}{unit} attention "
+            f"({settings_text(cap, layer, causal, scale, temperature, part)})",
+            q_new,
+            k_new,
+        ),
+        ticks(k_names)["ticktext"],  # the labels' lengths, unmarked
+    )
+    shapes = []
+    if k_new is not None:
+        shapes.append(boundary(x=k_new - 0.5, yref="paper"))
+    if q_new is not None:
+        shapes.append(boundary(y=q_new - 0.5, xref="paper"))
+    fig.update_layout(
+        title=top["title"],
+        xaxis=dict(title=f"key ({key_side}{unit} attended to)", side="top", **ticks(k_names, new_from=k_new)),
+        yaxis=dict(
+            title=f"query ({query_side}{unit} attending)", autorange="reversed", **ticks(q_names, new_from=q_new)
+        ),
+        plot_bgcolor=MASKED_COLOUR,
+        margin=dict(l=90, r=20, t=top["margin_top"], b=20),
+        height=max(420, min(900, 22 * n_q + 160)),
+        shapes=shapes,
+    )
+    return fig
+
+
+def row_stats(row: torch.Tensor) -> dict:
+    """Entropy (nats and as a share of the maximum), the top weight and where it goes."""
+    p = row[row > 0]
+    entropy = float(-(p * p.log()).sum()) if len(p) else 0.0
+    support = int((row > 0).sum())
+    top = int(row.argmax())
+    return {
+        "entropy": entropy,
+        "entropy_share": entropy / math.log(support) if support > 1 else 0.0,
+        "top_weight": float(row[top]),
+        "top_index": top,
+        "support": support,
+    }
+
+
+def query_row(
+    cap: Capture,
+    layer: int,
+    head: int,
+    query: int,
+    *,
+    words: bool = False,
+    causal: bool | None = None,
+    scale: bool | float = True,
+    temperature: float = 1.0,
+    part: str | None = None,
+    mark_new: bool = True,
+) -> go.Figure:
+    """The AttentionLab bar chart: one query's row of weights, with entropy and top weight.
+
+    ``mark_new``: a generation's new keys marked (:mod:`attnviz.views.marks`)."""
+    q_names, names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
+    if not 0 <= query < len(q_names):
+        raise OutOfRangeError(f"query {query} is out of range: 0..{len(q_names) - 1}")
+    row = cap.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature, words=words)[
+        query
+    ].cpu()
+    stats = row_stats(row)
+    _, k_new = new_starts(cap, part, words, mark_new)
+    colours = ["#d62728" if i == stats["top_index"] else "#1f77b4" for i in range(len(names))]
+    fig = go.Figure(
+        go.Bar(
+            x=list(range(len(names))),
+            y=row.numpy().round(5),
+            marker_color=colours,
+            customdata=names,
+            hovertemplate="%{customdata}: %{y:.4f}<extra></extra>",
+        )
+    )
+    title = (
+        f"{q_names[query]!r} → {part_label(cap, part)}L{layer}·H{head} "
+        f"({settings_text(cap, layer, causal, scale, temperature, part)}): "
+        f"top {stats['top_weight']:.2f} on {names[stats['top_index']]!r}, "
+        f"entropy {stats['entropy']:.2f} nats"
+    )
+    fig.update_layout(
+        title=marked_title(title, k_new),
+        xaxis=dict(**ticks(names, new_from=k_new), tickangle=-45),
+        yaxis=dict(title="weight", range=[0, 1.02]),
+        height=380,
+        margin=dict(l=50, r=10, t=60, b=80),
+        shapes=[] if k_new is None else [boundary(x=k_new - 0.5, yref="paper")],
+    )
+    return fig

@@ -1,0 +1,137 @@
+"""The model view: every layer × head of a capture as a thumbnail of its map, in one mosaic."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import plotly.graph_objects as go
+import torch
+
+from ..analysis.overview import thumbnails
+from .common import labels
+from .marks import boundary, marked_title, new_starts
+
+if TYPE_CHECKING:
+    from ..data.capture import Capture
+
+__all__ = ["MODEL_VIEW_CELLS", "model_view", "model_view_cell", "thumb_size"]
+
+MODEL_VIEW_CELLS = 24  # a thumbnail's cells per side at most (model_view's default)
+
+
+def thumb_size(cap: Capture, words: bool, cells: int, part: str | None = None) -> tuple[int, int]:
+    """(query rows, key columns) of a model-view thumbnail of at most ``cells`` per side."""
+    return (min(len(labels(cap, words, part, "query")), cells), min(len(labels(cap, words, part, "key")), cells))
+
+
+def model_view_cell(
+    cap: Capture, x: float, y: float, *, words: bool = False, cells: int = MODEL_VIEW_CELLS, part: str | None = None
+) -> tuple[int, int] | None:
+    """The (layer, head) under the point (x, y) of :func:`model_view`'s mosaic, None on a gap."""
+    t_q, t_k = thumb_size(cap, words, cells, part)
+    row, col = int(round(y)) // (t_q + 1), int(round(x)) // (t_k + 1)
+    layers = cap.layer_indices(part)
+    if not (0 <= row < len(layers) and 0 <= col < cap.info(part)["n_heads"]):
+        return None
+    return layers[row], col
+
+
+def model_view(
+    cap: Capture,
+    *,
+    words: bool = False,
+    cells: int = MODEL_VIEW_CELLS,
+    selected: tuple[int, int] | None = None,
+    part: str | None = None,
+    mark_new: bool = True,
+) -> go.Figure:
+    """All layers × heads as thumbnails in one mosaic (each pattern max-pooled to ``cells``²).
+
+    Token thumbnails are pooled a chunk of query rows at a time
+    (:func:`attnviz.analysis.overview.thumbnails`): no layer's n×n maps exist whole, whatever the
+    length (word thumbnails merge the full maps). Hover names the head; :func:`model_view_cell` maps a
+    clicked point back to (layer, head). ``mark_new``: a generation's prompt boundary drawn in every
+    thumbnail, where it falls (:mod:`attnviz.views.marks`).
+    """
+    layers = cap.layer_indices(part)
+    h = cap.info(part)["n_heads"]
+    n_q, n_k = len(labels(cap, words, part, "query")), len(labels(cap, words, part, "key"))
+    t_q, t_k = thumb_size(cap, words, cells, part)
+    size_r, size_c = len(layers) * (t_q + 1) - 1, h * (t_k + 1) - 1
+    z = torch.full((size_r, size_c), float("nan"))
+    for r, layer in enumerate(layers):
+        if n_q == t_q and n_k == t_k:
+            pooled = cap.attention(layer, part=part, words=words).cpu()  # [head, q, k]
+        elif words:
+            w = cap.attention(layer, part=part, words=True).cpu()
+            pooled = torch.nn.functional.adaptive_max_pool2d(w[None], (t_q, t_k))[0]
+        else:
+            pooled = thumbnails(cap, layer, (t_q, t_k), part=part).cpu()  # [head, t_q, t_k]
+        for head in range(h):
+            z[r * (t_q + 1) : r * (t_q + 1) + t_q, head * (t_k + 1) : head * (t_k + 1) + t_k] = pooled[head]
+    # hover ids: [layer, head] of the thumbnail under each cell (gaps carry the neighbour's, never shown)
+    row_layer = np.array(layers)[np.minimum(np.arange(size_r) // (t_q + 1), len(layers) - 1)]
+    col_head = np.minimum(np.arange(size_c) // (t_k + 1), h - 1)
+    ids = np.stack(np.broadcast_arrays(row_layer[:, None], col_head[None, :]), axis=-1)
+    fig = go.Figure(
+        go.Heatmap(
+            z=z.numpy().round(3),
+            colorscale="Blues",
+            zmin=0,
+            zmax=1,
+            showscale=False,
+            customdata=ids,
+            hovertemplate="L%{customdata[0]}·H%{customdata[1]}<extra></extra>",
+            xgap=0,
+            ygap=0,
+        )
+    )
+    q_new, k_new = new_starts(cap, part, words, mark_new)
+    fig.update_layout(
+        title=marked_title(
+            f"Model view{': ' + cap.resolve_part(part) if len(cap.parts) > 1 else ''}: {len(layers)} layers × {h} "
+            "heads (click a head to select it)",
+            q_new,
+            k_new,
+        ),
+        xaxis=dict(
+            tickmode="array",
+            tickvals=[k * (t_k + 1) + t_k / 2 for k in range(h)],
+            ticktext=[f"H{k}" for k in range(h)],
+            side="top",
+            showgrid=False,
+            zeroline=False,
+        ),
+        yaxis=dict(
+            tickmode="array",
+            tickvals=[r * (t_q + 1) + t_q / 2 for r in range(len(layers))],
+            ticktext=[f"L{layer}" for layer in layers],
+            autorange="reversed",
+            showgrid=False,
+            zeroline=False,
+            scaleanchor="x",
+        ),
+        plot_bgcolor="white",
+        height=max(400, 40 * len(layers) + 120),
+        margin=dict(l=50, r=10, t=80, b=10),
+    )
+    # the prompt boundary in every thumbnail (pooled: where it falls): a line per row of layers, one per column of heads
+    if q_new is not None:
+        for r in range(len(layers)):
+            y = r * (t_q + 1) + q_new * t_q / n_q - 0.5
+            fig.add_shape(boundary(y=y, span=(-0.5, size_c - 0.5), width=1))
+    if k_new is not None:
+        for k in range(h):
+            fig.add_shape(boundary(x=k * (t_k + 1) + k_new * t_k / n_k - 0.5, span=(-0.5, size_r - 0.5), width=1))
+    if selected is not None and selected[0] in layers:
+        r, head = layers.index(selected[0]), selected[1]
+        fig.add_shape(
+            type="rect",
+            x0=head * (t_k + 1) - 0.5,
+            x1=head * (t_k + 1) + t_k - 0.5,
+            y0=r * (t_q + 1) - 0.5,
+            y1=r * (t_q + 1) + t_q - 0.5,
+            line=dict(color="#d62728", width=3),
+        )
+    return fig
