@@ -28,9 +28,11 @@ from .errors import (
     UnsupportedModelError,
     ValidationError,
 )
-from .workflows.generation import Generation, GenerationStep, generate
-from .workflows.intervene import Intervention, Prediction, head_importance, intervene
+from .workflows.generation import generate
+from .workflows.generation_result import Generation, GenerationStep
+from .workflows.intervene import head_importance, intervene
 from .workflows.models import EMBEDDED_MODELS, load_model, tiny_families, tiny_model
+from .workflows.predictions import Intervention, Prediction
 from .workflows.probing import evaluate_probes
 from .workflows.runner import capture
 

@@ -136,9 +136,9 @@ def forward_all(model, batches: list[dict[str, Any]]) -> None:
 
 def profile_breakdown(model, tok, texts: list[str], batch_size: int) -> list[tuple[str, int, float]]:
     """One corpus_stats run under cProfile: (label, indent, profiled seconds) rows."""
-    from attnviz.workflows import batched
     from attnviz.attention import weighted_values
     from attnviz.engine.taps import Recorder
+    from attnviz.workflows import batch_texts, batched, layer_reduction
 
     profiler = cProfile.Profile()
     profiler.enable()
@@ -165,10 +165,12 @@ def profile_breakdown(model, tok, texts: list[str], batch_size: int) -> list[tup
     add = cum(batched.BatchReducer.add)
     forward = cum(type(model).forward)
     record = cum(Recorder.record)  # the taps, and the reductions they run as each layer returns
-    reduce = cum(batched.reduce_layer)
-    weights = cum(batched._weights_and_entropy) + cum(batched._weights_then_entropy)
-    av = cum_from(weighted_values, batched.reduce_layer)
-    texts_s = cum(batched.BatchTexts.__init__) + cum(batched.BatchTexts.chunk) + cum(batched.BatchTexts.rows)
+    reduce = cum(layer_reduction.reduce_layer)
+    weights = cum(layer_reduction._weights_and_entropy) + cum(layer_reduction._weights_then_entropy)
+    av = cum_from(weighted_values, layer_reduction.reduce_layer)
+    texts_s = (
+        cum(batch_texts.BatchTexts.__init__) + cum(batch_texts.BatchTexts.chunk) + cum(batch_texts.BatchTexts.rows)
+    )
     check = cum(batched._raise_on_mismatch)
     return [
         ("corpus_stats", 0, total),

@@ -61,7 +61,8 @@ _UNEVEN = [
 )
 @pytest.mark.parametrize("budget", [None, 300], ids=["whole", "chunked"])
 def test_a_padded_batch_reduced_at_once_equals_its_texts_one_by_one(family, overrides, budget, bert_tokenizer):
-    from attnviz.workflows.batched import BUDGET, BatchReducer
+    from attnviz.workflows.batched import BatchReducer
+    from attnviz.workflows.layer_reduction import BUDGET
 
     if family == "bert":
         model = attnviz.tiny_model("bert", attn_implementation="eager", vocab_size=bert_tokenizer.vocab_size)
@@ -87,7 +88,8 @@ def test_padded_keys_get_no_weight_even_where_the_kernel_had_no_mask():
     and the check passes."""
     from attnviz.attention import scaled_dot_product
     from attnviz.engine.taps import AttentionCall
-    from attnviz.workflows.batched import BatchTexts, reduce_layer
+    from attnviz.workflows.batch_texts import BatchTexts
+    from attnviz.workflows.layer_reduction import reduce_layer
 
     g = torch.Generator().manual_seed(0)
     lengths, n, heads, d = [3, 11, 7], 11, 2, 4
@@ -122,12 +124,12 @@ def test_padded_keys_get_no_weight_even_where_the_kernel_had_no_mask():
 # gpt_oss's sinks and bloom's ALiBi from scaled_dot_product: a wrong scale must fail both.
 @pytest.mark.parametrize("family", ["llama", "gpt_oss", "bloom"])
 def test_a_recomputation_that_misses_the_kernel_raises_validation_error(monkeypatch, family):
-    from attnviz.workflows import batched
+    from attnviz.workflows import batched, layer_reduction
 
     model, tok = attnviz.tiny_model(family), IdsTokenizer()
     original = batched.reduce_layer
 
-    def off_scale(call, batch, budget=batched.BUDGET):
+    def off_scale(call, batch, budget=layer_reduction.BUDGET):
         call.scaling *= 1.01
         return original(call, batch, budget)
 
@@ -141,13 +143,13 @@ def test_entropy_read_at_each_rows_own_key_or_from_the_log_when_that_key_weighs_
     """reduce_layer reads a row's entropy as Σ a (lse - s) with lse taken at the row's own key; a
     real row whose own key weighs ~0 (here e^-400: its log unreadable) sends the layer to
     -Σ a log a. Both equal the entropy of the weights scaled_dot_product computes."""
-    from attnviz.workflows import batched
     from attnviz.attention import scaled_dot_product
     from attnviz.engine.taps import AttentionCall
+    from attnviz.workflows import batch_texts, layer_reduction
 
     logs = []
-    row_entropy = batched._row_entropy
-    monkeypatch.setattr(batched, "_row_entropy", lambda *a: logs.append(1) or row_entropy(*a))
+    row_entropy = layer_reduction._row_entropy
+    monkeypatch.setattr(layer_reduction, "_row_entropy", lambda *a: logs.append(1) or row_entropy(*a))
     lengths, n, heads, d = [5, 9], 9, 2, 4
     texts = ["a " * m for m in lengths]
     encoded = [([3 + i % 4 for i in range(m)], [(2 * i, 2 * i + 1) for i in range(m)], ["a"] * m) for m in lengths]
@@ -164,9 +166,9 @@ def test_entropy_read_at_each_rows_own_key_or_from_the_log_when_that_key_weighs_
             expected -= torch.special.xlogy(a, a).double().sum((0, 2, 3))
         call = AttentionCall("attn", "encoder", 0, d**-0.5, False, None, None, "test", q=q, k=k, v=v, out=out)
         logs.clear()
-        sums, _ = batched.reduce_layer(call, batched.BatchTexts(encoded, texts, detectors=True))
+        sums, _ = layer_reduction.reduce_layer(call, batch_texts.BatchTexts(encoded, texts, detectors=True))
         assert len(logs) == far  # the log only where a row's own key weighs nothing
-        got = sums[batched.COLUMNS.index("entropy")]
+        got = sums[batch_texts.COLUMNS.index("entropy")]
         assert torch.allclose(got, expected, atol=1e-5, rtol=0), (far, got - expected)
 
 

@@ -8,8 +8,8 @@ import torch
 from test_families import reference
 
 import attnviz
-from attnviz.engine import taps
 from attnviz.cli import main
+from attnviz.engine import taps
 from attnviz.engine.interface import installed_backends
 from attnviz.workflows.models import IdsTokenizer
 
@@ -256,7 +256,7 @@ def test_a_plain_tap_around_generate_numbers_each_modules_steps():
 def test_each_step_keeps_its_own_rows_not_the_cache_it_was_cut_from(monkeypatch):
     """The cache grows a new tensor every step; a kept view of it would hold every step's whole cache
     (O(steps·n·d) while generating). Every kept key and value row owns storage of its own size."""
-    from attnviz.workflows.generation import StepRecorder
+    from attnviz.workflows.step_recorder import StepRecorder
 
     seen = []
     original = StepRecorder.assembled

@@ -15,10 +15,8 @@ processes give the one-process numbers. attnviz opens no socket and starts no pr
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
-import os
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +27,10 @@ from ..analysis.stats import HeadStatsSums
 from ..errors import ArgumentTypeError, InputError, InputTooLongError
 from .batched import BatchReducer
 from .inputs import Encoded
-from .runner import max_positions
+from .models import EMBEDDED_MODELS, load_model, resolve_dtype
+from .pipeline import Resolved, n_layers, resolve
+from .processes import process_state
+from .runner import capture_forward, encode_texts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -148,26 +149,25 @@ def corpus_stats(
     ``df.attrs`` holds ``per_process`` (texts each process captured), ``padding`` (the share of
     padding tokens in the batches), ``truncated`` and ``resumed_after`` (texts a resumed run skipped).
     """
-    from .models import load_model
-
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise InputError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}")
-    state = _state()
+    state = process_state()
     if isinstance(model, (str, Path)):
         if device is None and state.num_processes > 1 and state.device.type == "cuda" and device_map is None:
             device = str(state.device)  # one GPU per process
-        model, loaded = _load(str(model), device, dtype, device_map, load_model, offload_folder)
+        model, loaded = _load(str(model), device, dtype, device_map, offload_folder)
         tokenizer = tokenizer if tokenizer is not None else loaded
-    if tokenizer is None:
-        raise InputError("pass tokenizer= with a model object")
-    wanted = sorted(set(layers)) if layers is not None else None
-    limit = max_positions(model.config)
+    resolved = resolve(model, tokenizer)
+    tokenizer = resolved.require_tokenizer()
+    checked = resolved.layers(layers)
+    wanted = sorted(checked) if checked is not None else None
+    limit = resolved.limit
     bounds = [x for x in (max_length, limit) if x is not None]
     cap_length: int | None = min(bounds) if bounds else None
     reducer = None  # an encoder-decoder is captured text by text (its parts read different tokens)
     if not getattr(model.config, "is_encoder_decoder", False):
         reducer = BatchReducer(
-            model, tokenizer, layers=wanted, max_length=cap_length, add_bos=add_bos, part=part, detectors=detectors
+            resolved, layers=wanted, max_length=cap_length, add_bos=add_bos, part=part, detectors=detectors
         )
     truncated = 0
     read = 0  # texts taken from the stream (all processes read the same stream)
@@ -219,7 +219,7 @@ def corpus_stats(
                     sums, counts = reducer.add(sums, batch_texts, [encodings.get(text) for text in batch_texts])
                 else:
                     sums, counts = _add_captures(
-                        sums, model, tokenizer, batch_texts, wanted, cap_length, add_bos, part, detectors
+                        sums, resolved, batch_texts, checked, cap_length, add_bos, part, detectors
                     )
                 mine[0] += len(counts)
                 mine[1] += sum(counts)
@@ -253,13 +253,11 @@ def corpus_stats(
 
 
 def _add_captures(
-    sums: HeadStatsSums | None, model, tokenizer, texts: list[str], wanted, cap_length, add_bos, part, detectors
+    sums: HeadStatsSums | None, resolved: Resolved, texts: list[str], wanted, cap_length, add_bos, part, detectors
 ) -> tuple[HeadStatsSums, list[int]]:
     """One batch captured (one padded forward) and added text by text: an encoder-decoder's part."""
-    from .runner import capture
-
-    caps = capture(model, texts, tokenizer, layers=wanted, max_length=cap_length, add_bos=add_bos)
-    caps = caps if isinstance(caps, list) else [caps]
+    inputs = encode_texts(resolved, texts, max_length=cap_length, add_bos=add_bos)
+    caps, _ = capture_forward(resolved, inputs, layers=wanted)
     for cap in caps:
         cap = cap.select(part)
         if sums is None:
@@ -274,7 +272,7 @@ def _save_checkpoint(state, path, sums: HeadStatsSums, mine: list[int], read: in
     total = copy.deepcopy(sums)
     counters = torch.tensor(mine, dtype=torch.float64)
     if state.num_processes > 1:
-        from accelerate.utils import reduce
+        from accelerate.utils import reduce  # deferred: accelerate is optional (attnviz[stats])
 
         total.load_vector(reduce(sums.vector().to(state.device), reduction="sum"))
         counters = reduce(counters.to(state.device), reduction="sum").cpu()
@@ -313,40 +311,10 @@ def _load_checkpoint(path, batch_size: int) -> dict:
     return saved
 
 
-class _OneProcess:
-    """The state of a single process, where accelerate is not installed."""
-
-    num_processes = 1
-    process_index = 0
-    is_main_process = True
-    device = torch.device("cpu")
-
-    @contextlib.contextmanager
-    def split_between_processes(self, items):
-        yield items
-
-
-def _state():
-    """accelerate's view of the processes (one, unless started by torchrun / accelerate launch)."""
-    try:
-        from accelerate import PartialState
-    except ImportError as err:
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise InputError(
-                f"spreading corpus statistics over processes needs accelerate ({err}): pip install 'attnviz[stats]'"
-            ) from err
-        return _OneProcess()
-
-    # PartialState on a CPU-only machine sees its rank only with cpu=True (it wants MPI otherwise)
-    return PartialState(cpu=not torch.cuda.is_available())
-
-
-def _load(name: str, device, dtype, device_map, load_model, offload_folder=None):
+def _load(name: str, device, dtype, device_map, offload_folder=None):
     if device_map is None:
         return load_model(name, device=device, dtype=dtype)
-    from transformers import AutoModel, AutoTokenizer
-
-    from .models import EMBEDDED_MODELS, resolve_dtype
+    from transformers import AutoModel, AutoTokenizer  # deferred: importing attnviz does not import transformers
 
     if name in EMBEDDED_MODELS:
         raise InputError("device_map applies to hub names and folders; the embedded models load whole")
@@ -357,8 +325,6 @@ def _load(name: str, device, dtype, device_map, load_model, offload_folder=None)
 
 def _empty(model, wanted, part, detectors) -> HeadStatsSums:
     """Zero sums for a process that got no batch (it still takes part in the reduction)."""
-    from .runner import n_layers
-
     config = model.config
     heads = next(
         getattr(config, name)
@@ -371,7 +337,7 @@ def _empty(model, wanted, part, detectors) -> HeadStatsSums:
 def _reduce(state, sums: HeadStatsSums, mine: list[int]) -> dict:
     if state.num_processes == 1:
         return {"per_process": [mine[0]], "padding": 1 - mine[1] / mine[2] if mine[2] else 0.0}
-    from accelerate.utils import gather, reduce
+    from accelerate.utils import gather, reduce  # deferred: accelerate is optional (attnviz[stats])
 
     total = reduce(sums.vector().to(state.device), reduction="sum")
     sums.load_vector(total)
@@ -383,7 +349,7 @@ def _reduce(state, sums: HeadStatsSums, mine: list[int]) -> dict:
 def _bar(show: bool, initial: int = 0):
     if not show:
         return None
-    from tqdm.auto import tqdm
+    from tqdm.auto import tqdm  # deferred: only a progress bar needs it
 
     return tqdm(unit=" texts", desc="corpus", initial=initial)
 
@@ -407,7 +373,7 @@ def write_table(df: pd.DataFrame, path: str | Path) -> Path:
 
 def read_table(path: str | Path) -> pd.DataFrame:
     """A statistics table written by :func:`write_table` (``attnviz stats --out``)."""
-    import pandas as pd
+    import pandas as pd  # deferred: pandas is heavy and only tables need it
 
     path = Path(path)
     if not path.is_file():

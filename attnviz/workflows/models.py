@@ -97,7 +97,7 @@ def _embedded_source(alias: str) -> tuple[Path, dict]:
 
 
 def _model_class(config):
-    import transformers
+    import transformers  # deferred: importing attnviz does not import transformers
 
     return getattr(transformers, model_class_name(config))
 
@@ -107,7 +107,7 @@ _LOCK = threading.Lock()
 
 @functools.lru_cache(maxsize=2)
 def _load_cached(name: str, device: str | None, dtype: torch.dtype | None, attn_implementation: str | None):
-    from transformers import AutoConfig, AutoTokenizer
+    from transformers import AutoConfig, AutoTokenizer  # deferred: importing attnviz does not import transformers
 
     kwargs: dict = {}
     source = name
@@ -171,7 +171,7 @@ def load_model(
 
 
 def _tiny_configs() -> dict:
-    import transformers as tf
+    import transformers as tf  # deferred: importing attnviz does not import transformers
 
     common: dict[str, Any] = dict(
         hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, vocab_size=128
@@ -271,7 +271,7 @@ def tiny_model(family: str, *, attn_implementation: str | None = None, seed: int
     LMs, BERT and RoBERTa as bare encoders. ``attn_implementation`` ``None`` takes sdpa where the
     family has it, else eager.
     """
-    import transformers as tf
+    import transformers as tf  # deferred: importing attnviz does not import transformers
 
     configs = _tiny_configs()
     if family not in configs:

@@ -12,10 +12,10 @@ from typing import Any
 
 from ..analysis.coref import rank_heads
 from ..analysis.probes import Probe, ProbeResult, load_probes
-from ..data.capture import Capture
 from ..errors import ArgumentTypeError, InputError
-from .models import load_model
-from .runner import capture
+from .pipeline import resolve
+from .processes import process_state
+from .runner import capture_forward, encode_texts
 
 __all__ = ["evaluate_probes"]
 
@@ -60,16 +60,12 @@ def evaluate_probes(
     source, or the target). ``on_progress(done, total)`` is called after each probe (a page's
     progress bar).
     """
-    import pandas as pd
-    from tqdm.auto import tqdm
+    import pandas as pd  # deferred: pandas is heavy and only tables need it
+    from tqdm.auto import tqdm  # deferred: only a progress bar needs it
 
     probes = _probe_list(probes)
-    if isinstance(model, (str, Path)):
-        name = str(model)
-        model, loaded = load_model(name)
-        tokenizer = tokenizer or loaded
-    else:
-        name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+    resolved = resolve(model, tokenizer)  # a name is loaded once, for every probe
+    name = resolved.name
     correct: dict[tuple[int, int], int] = {}
     per_probe, skipped = [], []
     nearest_hits = first_hits = 0
@@ -79,17 +75,14 @@ def evaluate_probes(
         if exclude_sinks
         else "raw attention"
     )
-    from .corpus import _state
-
-    state = _state()  # one process, or this process's share under torchrun / accelerate launch
+    state = process_state()  # one process, or this process's share under torchrun / accelerate launch
     with state.split_between_processes(probes) as share:
         mine = list(share)
     for done, probe in enumerate(tqdm(mine, desc="probes", disable=not progress or not state.is_main_process)):
         if on_progress is not None:
             on_progress(done, len(mine))
         target = probe.text if part == "decoder" else None
-        captured = capture(model, probe.text, tokenizer, target=target, add_bos=add_bos)
-        assert isinstance(captured, Capture)  # one text, one capture
+        [captured], _ = capture_forward(resolved, encode_texts(resolved, probe.text, target=target, add_bos=add_bos))
         cap = captured.select(part)
         try:
             ranking = rank_heads(
@@ -124,7 +117,7 @@ def evaluate_probes(
             }
         )
     if state.num_processes > 1:
-        from accelerate.utils import gather_object
+        from accelerate.utils import gather_object  # deferred: accelerate is optional (attnviz[stats])
 
         per_probe = gather_object(per_probe)
         skipped = gather_object(skipped)

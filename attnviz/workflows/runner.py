@@ -1,18 +1,16 @@
-"""``capture()``: run a model once on a text and turn what the taps recorded into Captures.
+"""``capture()``: run a model once on one text or a batch and return what its attention did as Captures.
 
-The inputs (:mod:`attnviz.workflows.inputs`: each text tokenized alone and right-padded here, the target of
-an encoder-decoder model shifted right as the model does with labels), the forward
-under :func:`attnviz.engine.taps.tap_model`, the per-text cut of padded batches (each Capture owns only
-its own rows), the records built from the recorded calls (:mod:`attnviz.data.records`), and the self-check every
-capture runs before it is returned.
+The texts (or ids) become the encoded inputs here (:mod:`attnviz.workflows.inputs`: each text
+tokenized alone and right-padded, the target of an encoder-decoder model shifted right as the model
+does with labels); the rest is the pipeline (:mod:`attnviz.workflows.pipeline`): one forward under
+the taps, the checked calls, each text's own rows of the padded batch as its records, the self-check.
+:func:`capture_forward` is the entry the other workflows take (intervene, the probes).
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import inspect
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,64 +18,13 @@ import torch
 from torch import Tensor, nn
 
 from ..data.capture import Capture, TokenSequence
-from ..data.records import build_records, check_calls, part_sizes
-from ..data.validate import SAMPLE_ROWS, ValidationError, validate
 from ..data.words import words_from_offsets
-from ..engine.specs import RESERVED_POSITIONS, refusal, supported_families
-from ..engine.taps import AttentionCall, tap_model
-from ..errors import (
-    ArgumentTypeError,
-    InputError,
-    InputTooLongError,
-    ModelInTrainingModeError,
-    OutOfRangeError,
-    UnsupportedModelError,
-)
-from .inputs import Encoded, check_texts, check_vocabulary, decoder_inputs, ids_rows, padded, tokenize
-from .models import load_model, resolve_dtype
+from ..engine.taps import tap
+from ..errors import InputError, InputTooLongError
+from .inputs import Encoded, check_texts, decoder_inputs, ids_rows, tokenize
+from .pipeline import Item, Resolved, captures, check_mode, forward_inputs, resolve, tapped
 
-__all__ = ["capture"]
-
-CHECKS = ("sample", "full", "off")
-
-
-def max_positions(config) -> int | None:
-    for name in ("max_position_embeddings", "n_positions", "max_seq_len"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value - RESERVED_POSITIONS.get(getattr(config, "model_type", ""), 0)
-    return None
-
-
-def n_layers(config) -> int | None:
-    counts = [
-        getattr(config, name, None)
-        for name in (
-            "num_hidden_layers",
-            "n_layer",
-            "num_layers",
-            "encoder_layers",
-            "decoder_layers",
-            "num_decoder_layers",
-        )
-    ]
-    found = [c for c in counts if isinstance(c, int)]
-    return max(found) if found else None
-
-
-#: a list that capture() appends the model's forward output to (see keep_outputs)
-_OUTPUTS: contextvars.ContextVar[list | None] = contextvars.ContextVar("attnviz_outputs", default=None)
-
-
-@contextlib.contextmanager
-def keep_outputs() -> Iterator[list]:
-    """Within the block, :func:`capture` also appends its forward's output (logits…) to the list."""
-    kept: list = []
-    token = _OUTPUTS.set(kept)
-    try:
-        yield kept
-    finally:
-        _OUTPUTS.reset(token)
+__all__ = ["TextInputs", "capture", "capture_forward", "encode_texts"]
 
 
 # ---------------------------------------------------------------- capture()
@@ -130,16 +77,52 @@ def capture(
     The model runs unmodified on whatever backend it has (eager, sdpa, flash, flex…); the taps are
     gone afterwards, also if forward raises.
     """
-    if check not in CHECKS:
-        raise InputError(f"check must be one of {', '.join(CHECKS)}, got {check!r}")
+    check_mode(check)
     if max_length is not None and (not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1):
         raise InputError(f"max_length must be a whole number ≥ 1, got {max_length!r}")
-    model, tokenizer, name = resolve_model(model, tokenizer, device, dtype, attn_implementation)
-    config = model.config
-    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
-    wanted = check_layers(layers, n_layers(config))
-    limit = max_positions(config)
+    resolved = resolve(model, tokenizer, device, dtype, attn_implementation)
+    wanted = resolved.layers(layers)
+    inputs = encode_texts(
+        resolved,
+        text,
+        target=target,
+        input_ids=input_ids,
+        decoder_input_ids=decoder_input_ids,
+        max_length=max_length,
+        add_bos=add_bos,
+        tokenized=tokenized,
+    )
+    weight_mode = "keep" if keep_weights else "drop" if check == "off" else "compare"
+    made, _ = capture_forward(
+        resolved, inputs, layers=wanted, check=check, keep_on_device=keep_on_device, weight_mode=weight_mode
+    )
+    return made[0] if isinstance(text, str) or (inputs.texts is None and len(made) == 1) else made
 
+
+@dataclass
+class TextInputs:
+    """Texts (or ids) encoded for one forward: the source of each item, and for an encoder-decoder
+    the decoder's (its target texts, or None where ids or only the start token were given)."""
+
+    texts: list[str] | None  # None: given as ids
+    encoded: list[Encoded]
+    targets: list[str] | None
+    decoded: list[Encoded]  # [] for a one-stack model
+
+
+def encode_texts(
+    resolved: Resolved,
+    text: str | Sequence[str] | None,
+    *,
+    target: str | Sequence[str] | None = None,
+    input_ids: Tensor | None = None,
+    decoder_input_ids: Tensor | None = None,
+    max_length: int | None = None,
+    add_bos: bool = False,
+    tokenized: Sequence[Encoded] | None = None,
+) -> TextInputs:
+    """The inputs of :func:`capture` (its arguments of the same names), checked and tokenized once."""
+    limit, name = resolved.limit, resolved.name
     if input_ids is not None:
         if text is not None:
             raise InputError("pass either text or input_ids, not both")
@@ -151,11 +134,7 @@ def capture(
         if text is None:
             raise InputError("give a text to capture (or input_ids)")
         texts = check_texts(text)
-        if tokenizer is None:
-            source = getattr(config, "_name_or_path", "") or "the model's name or folder"
-            raise InputError(f"pass tokenizer= with a model object (e.g. AutoTokenizer.from_pretrained({source!r}))")
-        if not callable(tokenizer):
-            raise ArgumentTypeError(f"tokenizer must be a transformers tokenizer, got {type(tokenizer).__name__}")
+        tokenizer = resolved.require_tokenizer()
         if tokenized is None:
             encoded = tokenize(tokenizer, texts, max_length, limit, name, add_bos)
         else:
@@ -165,171 +144,60 @@ def capture(
             longest = max(len(ids) for ids, _, _ in encoded)
             if limit is not None and longest > limit:
                 raise InputTooLongError(f"The text has {longest:,} tokens; {name} accepts at most {limit:,}")
-
     targets, decoded = decoder_inputs(
-        model, tokenizer, encoded, target, decoder_input_ids, encoder_decoder, max_length, limit, name
+        resolved.model,
+        resolved.tokenizer,
+        encoded,
+        target,
+        decoder_input_ids,
+        resolved.encoder_decoder,
+        max_length,
+        limit,
+        name,
     )
-    check_vocabulary(model, encoded, "input_ids")
-    if encoder_decoder:
-        get_decoder: Any = getattr(model, "get_decoder", None)
-        check_vocabulary(get_decoder() if get_decoder is not None else model, decoded, "decoder input")
-    model_device = next(model.parameters()).device
-    ids, attention_mask = padded(encoded, model_device)
-    forward_kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": attention_mask}
-    lengths = {"encoder": [len(e[0]) for e in encoded], "decoder": [len(e[0]) for e in encoded]}
-    if encoder_decoder:
-        dec_ids, dec_mask = padded(decoded, model_device)
-        forward_kwargs.update(decoder_input_ids=dec_ids, decoder_attention_mask=dec_mask)
-        lengths.update(decoder=[len(d[0]) for d in decoded], cross=[len(d[0]) for d in decoded])
-    if "use_cache" in _forward_parameters(model):
-        forward_kwargs["use_cache"] = False
-
-    weight_mode = "keep" if keep_weights else "drop" if check == "off" else "compare"
-    with (
-        torch.no_grad(),
-        tap_model(
-            model, layers=wanted, to_cpu=not keep_on_device, weight_mode=weight_mode, lengths=lengths
-        ) as recorder,
-    ):
-        output = model(**forward_kwargs)
-    kept_outputs = _OUTPUTS.get()
-    if kept_outputs is not None:
-        kept_outputs.append(output)
-    calls = recorder.calls
-    check_calls(model, calls, encoder_decoder)
-    kept = [c for c in calls if c.q is not None]
-    if not kept:
-        raise OutOfRangeError(
-            f"none of layers {sorted(wanted or [])} ran; this model has {len(calls)} attention layers"
-        )
-    meta = capture_meta(model, name, kept[0], part_sizes(calls), limit, check)
-    captures = []
-    for b, (row, offsets, tokens) in enumerate(encoded):
-        the_text = texts[b] if texts is not None else " ".join(tokens)
-        n_src = len(row)
-        n_tgt = len(decoded[b][0]) if encoder_decoder else n_src
-        cut = {"encoder": (n_src, n_src), "decoder": (n_tgt, n_tgt), "cross": (n_tgt, n_src)}
-        target_seq = None
-        if encoder_decoder:
-            t_ids, t_offsets, t_tokens = decoded[b]
-            t_text = targets[b] if targets is not None else " ".join(t_tokens)
-            target_seq = TokenSequence(
-                t_text, list(t_tokens), list(t_ids), list(t_offsets), words_from_offsets(t_text, t_offsets, t_tokens)
-            )
-        source = TokenSequence(
-            the_text, list(tokens), list(row), list(offsets), words_from_offsets(the_text, offsets, tokens)
-        )
-        captures.append(Capture.of(source, build_records(kept, b, cut, len(encoded) > 1), dict(meta), target_seq))
-    if check != "off":
-        self_check(captures, check)
-    return captures[0] if isinstance(text, str) or (texts is None and len(captures) == 1) else captures
+    return TextInputs(texts, encoded, targets, decoded)
 
 
-def resolve_model(
-    model: str | Path | nn.Module, tokenizer: Any, device, dtype, attn_implementation
-) -> tuple[nn.Module, Any, str]:
-    """(model in eval mode, tokenizer, name): a name is loaded; a model object is checked."""
-    name = None
-    if isinstance(model, (str, Path)):
-        name = str(model)
-        model, loaded_tokenizer = load_model(name, device=device, dtype=dtype, attn_implementation=attn_implementation)
-        tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
-    elif isinstance(model, nn.Module):
-        _check_model_placement(model, device, dtype, attn_implementation)
-    else:
-        raise ArgumentTypeError(f"model must be a name, a path or a transformers model, got {type(model).__name__}")
-    if model.training:
-        raise ModelInTrainingModeError(
-            f"{type(model).__name__} is in training mode: dropout would make every capture different. "
-            "Call model.eval() first."
-        )
-    config = model.config
-    name = name or getattr(config, "_name_or_path", "") or type(model).__name__
-    reason = refusal(config)
-    if reason:
-        raise UnsupportedModelError(f"{reason}. attnviz supports {supported_families()}")
-    return model, tokenizer, name
+def capture_forward(
+    resolved: Resolved,
+    inputs: TextInputs,
+    *,
+    layers: set[int] | None = None,
+    check: str = "sample",
+    keep_on_device: bool = False,
+    weight_mode: str | None = None,
+) -> tuple[list[Capture], Any]:
+    """(one Capture per text, the forward's own output: logits…): one padded forward of ``inputs``
+    through the pipeline. ``weight_mode`` as the taps take it (default: ``"compare"``, ``"drop"`` with
+    ``check="off"``)."""
+    check_mode(check)
+    model = resolved.model
+    kwargs, lengths = forward_inputs(resolved, inputs.encoded, inputs.decoded)
+    taps = tap(
+        model,
+        layers=layers,
+        to_cpu=not keep_on_device,
+        weight_mode=weight_mode or ("drop" if check == "off" else "compare"),
+        lengths=lengths,
+    )
+    recorder, output = tapped(resolved, taps, lambda _: model(**kwargs), layers)
+    return captures(resolved, recorder.calls, [_item(inputs, b) for b in range(len(inputs.encoded))], check), output
 
 
-def capture_meta(model: nn.Module, name: str, first: AttentionCall, parts: dict, limit: int | None, check: str) -> dict:
-    """What a capture records about the model that made it (``Capture.model``)."""
-    config = model.config
-    assert first.q is not None
-    return {
-        "name": name,
-        "model_type": getattr(config, "model_type", None),
-        "class": type(model).__name__,
-        "backend": first.backend,
-        "dtype": str(first.q.dtype).removeprefix("torch."),
-        "device": str(next(model.parameters()).device),
-        "encoder_decoder": bool(getattr(config, "is_encoder_decoder", False)),
-        "parts": parts,
-        "d_model": getattr(config, "hidden_size", None)
-        or getattr(config, "n_embd", None)
-        or getattr(config, "d_model", None),
-        "max_positions": limit,
-        "check": check,
-    }
+def _item(inputs: TextInputs, b: int) -> Item:
+    """Text ``b`` of the batch: its sequences and the rows of the padded batch it owns."""
+    row, offsets, tokens = inputs.encoded[b]
+    the_text = inputs.texts[b] if inputs.texts is not None else " ".join(tokens)
+    n_src = len(row)
+    n_tgt = len(inputs.decoded[b][0]) if inputs.decoded else n_src
+    target = None
+    if inputs.decoded:
+        t_ids, t_offsets, t_tokens = inputs.decoded[b]
+        t_text = inputs.targets[b] if inputs.targets is not None else " ".join(t_tokens)
+        target = _sequence(t_text, t_ids, t_offsets, t_tokens)
+    cut = {"encoder": (n_src, n_src), "decoder": (n_tgt, n_tgt), "cross": (n_tgt, n_src)}
+    return Item(_sequence(the_text, row, offsets, tokens), target, cut)
 
 
-def self_check(captures: list[Capture], check: str, rows: dict[str, Tensor] | None = None) -> None:
-    """Validate each capture (``rows``: per part, else a sample or all); raise :class:`ValidationError` on a mismatch."""
-    for i, cap in enumerate(captures):
-        report = validate(cap, rows=rows if rows is not None else SAMPLE_ROWS if check == "sample" else None)
-        cap.model["check_error"] = max((r["max_abs_error"] / r["tolerance"] for r in report.rows), default=0.0)
-        if not report.passed:
-            which = "" if len(captures) == 1 else f" (text {i})"
-            raise ValidationError(
-                f"attnviz could not reproduce what the model computed{which}, so it will not show these maps: "
-                f"{report}. The capture is on this error (.capture, .report); please report the model.",
-                report,
-                captures[0] if len(captures) == 1 else captures,
-            )
-
-
-def _forward_parameters(model: nn.Module) -> set[str]:
-    return set(inspect.signature(model.forward).parameters)
-
-
-def check_layers(layers: Iterable[int] | None, n_layers: int | None) -> set[int] | None:
-    if layers is None:
-        return None
-    if isinstance(layers, int) and not isinstance(layers, bool):
-        layers = [layers]
-    try:
-        wanted = set(layers)
-    except TypeError as err:
-        raise ArgumentTypeError(f"layers must be a list of ints or None, got {type(layers).__name__}") from err
-    if not wanted:
-        raise InputError("layers=[] would capture nothing; leave layers=None to capture every layer")
-    for layer in wanted:
-        if not isinstance(layer, int) or isinstance(layer, bool):
-            raise ArgumentTypeError(f"layers must be ints, got {layer!r}")
-        if layer < 0 or (n_layers is not None and layer >= n_layers):
-            top = f"0..{n_layers - 1}" if n_layers is not None else "≥ 0"
-            raise OutOfRangeError(f"layer {layer} is out of range: this model has layers {top}")
-    return wanted
-
-
-def _check_model_placement(model: nn.Module, device, dtype, attn_implementation) -> None:
-    param = next(model.parameters(), None)
-    if param is None:
-        raise UnsupportedModelError(f"{type(model).__name__} has no parameters; is it a transformers model?")
-    if not hasattr(model, "config"):
-        raise UnsupportedModelError(f"{type(model).__name__} has no .config; attnviz captures transformers models")
-    wanted_dtype = resolve_dtype(dtype)
-    if device is not None and torch.device(device).type != param.device.type:
-        raise InputError(
-            f"the model is on {param.device} but device={device!r} was given; move it yourself "
-            f"(model.to({str(device)!r})) or pass a model name so attnviz loads it there"
-        )
-    if wanted_dtype is not None and wanted_dtype != param.dtype:
-        raise InputError(
-            f"the model is in {param.dtype} but dtype={dtype!r} was given; convert it yourself "
-            "or pass a model name so attnviz loads it in that dtype"
-        )
-    if attn_implementation is not None and attn_implementation != getattr(model.config, "_attn_implementation", None):
-        raise InputError(
-            "attn_implementation only applies when attnviz loads the model; for a model object use "
-            "model.set_attn_implementation(...) yourself (attnviz captures every backend anyway)"
-        )
+def _sequence(text: str, ids: list[int], offsets: list[tuple[int, int]], tokens: list[str]) -> TokenSequence:
+    return TokenSequence(text, list(tokens), list(ids), list(offsets), words_from_offsets(text, offsets, tokens))

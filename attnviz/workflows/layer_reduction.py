@@ -1,0 +1,161 @@
+"""One layer of a padded batch reduced to per-head sums: :func:`reduce_layer`.
+
+One recomputation gives the weights of every text and head of the batch, with every padded key
+blocked (zero weight, whatever the model's own mask says) and every padded query row set to zero
+weights, so that each sum reads the real rows alone:
+
+- where the mask only allows or blocks and no bias, sinks or soft-cap apply (most models),
+  :func:`_weights_and_entropy`: the GEMM, the mask and the softmax of
+  :func:`~attnviz.attention.scaled_dot_product`, and each row's entropy as ``Σ a (lse - s)`` from
+  the scores (``lse`` read at the row's own key) — no logarithm per weight; otherwise
+  :func:`~attnviz.attention.scaled_dot_product` itself and ``-Σ a log a``;
+- the mass on each key class (``first``, ``special``, ``punctuation``): the weights summed over
+  rows, times the texts' key features; ``distance``, ``self``, ``previous``, ``next``: the weights
+  summed over texts, times the (row, key) features — each one product, in float64;
+- the detectors' (row, key) pairs gathered;
+- the self-check's numbers: A·V of the sampled rows of each text against the kernel's own output
+  (and an eager kernel's weights, compared while capturing).
+
+Memory stays near :data:`BUDGET` floats of weights per step: long texts are cut into chunks of
+query rows (a causal chunk computes only the keys its rows may see).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from ..attention import query_chunks, scaled_dot_product, weighted_values
+from ..engine.taps import AttentionCall
+from .batch_texts import COLUMNS, PATTERNS, BatchTexts, ScoreMask, rows_of
+
+__all__ = ["BUDGET", "reduce_layer"]
+
+BUDGET = 1 << 22  # weights (floats) recomputed per step: a chunk of query rows of the whole batch
+_TINY = torch.finfo(torch.float32).tiny
+_SAFE_REF = 1e-30  # a reference weight above this reads its logarithm to float precision
+
+
+@torch.inference_mode()
+def reduce_layer(
+    call: AttentionCall, batch: BatchTexts, budget: int = BUDGET
+) -> tuple[Tensor, dict[str, tuple[Tensor, Tensor]]]:
+    """One layer of a padded batch: ``[column, head]`` float64 sums (COLUMNS) over every real query
+    row of every text, and the self-check's ``{quantity: (max error, max |model|)}``, each
+    ``[batch, head]``."""
+    q, k, v, out = call.q, call.k, call.v, call.out
+    assert q is not None and k is not None and v is not None
+    b, h, n = q.shape[0], q.shape[1], q.shape[2]
+    device = q.device
+    sums = torch.zeros(len(COLUMNS), h, dtype=torch.float64, device=device)
+    found: list[Tensor] = []  # per chunk: the check's [2, b, h] (max error, max |model|)
+    chunks = list(query_chunks(n, n, b * h, budget=budget))
+    causal = len(chunks) > 1 and _keys_after_blocked(call)
+    plain = call.bias is None and call.sinks is None and call.softcap is None
+    for start, stop in chunks:
+        hi = stop if causal else n  # a causal chunk's rows see no key after its last row
+        part = batch.chunk(start, stop, hi, device)
+        mask = batch.score_mask(call, start, stop, hi) if plain else None
+        if mask is not None:
+            a, entropy = _weights_and_entropy(call, start, stop, hi, mask, batch.scratch)
+        else:
+            a, entropy = _weights_then_entropy(
+                call, start, stop, hi, batch.additive_mask(call, start, stop, hi), batch.scratch
+            )
+        # a [b, h, r, hi]: the padded rows and keys 0, so each sum reads the real rows alone
+        keyed = torch.bmm(a.sum(2).double(), part.keyed).sum(0)  # [h, KEYED]: mass on each key class
+        by_position = a.sum(0, dtype=torch.float64).view(h, -1)  # [h, r·hi]: summed over the texts, exactly
+        positional = torch.mm(part.positional, by_position.T)  # [POSITIONAL, h]: distance, self, previous, next
+        entropy = entropy.masked_fill_(part.padded, 0).sum((0, 2))  # padded rows: NaN or not, 0
+        sums[: -len(PATTERNS)] += torch.cat([keyed.T, positional, entropy[None]])
+        t, i, j = part.pairs
+        sums.index_add_(0, part.columns, a[t, :, i, j].double())  # the detectors' single keys
+        if out is not None and part.checks:  # the self-check: A·V of the sampled rows against the kernel's
+            theirs = out[:, start:stop]  # [b, r, h, d]
+            if part.checked is not None:  # each text's own sampled rows, picked as whole rows of memory
+                u = part.checked.shape[1]
+                a = a.reshape(-1, hi).index_select(0, part.picked(h)).view(b, h, u, hi)
+                theirs = theirs.reshape(-1, theirs[0, 0].numel()).index_select(0, part.picked(1))
+                theirs = theirs.view(b, u, *out.shape[2:])
+            theirs = theirs.float()  # [b, rows, h, d]
+            mine = weighted_values(a, v[:, :, :hi])  # [b, h, rows, d]
+            now = torch.stack([(mine - theirs.transpose(1, 2)).abs_().amax((2, 3)), theirs.abs().amax((1, 3))])
+            found.append(now if part.unchecked is None else now.masked_fill_(part.unchecked[:, None], 0))
+    errors = {}
+    if found:
+        err, scale = (found[0] if len(found) == 1 else torch.stack(found).amax(0)).cpu()
+        errors["output"] = (err, scale)
+    if call.weight_error is not None and call.weight_scale is not None:  # eager: measured while capturing
+        errors["weights"] = (call.weight_error.float().cpu(), call.weight_scale.float().cpu())
+    return sums.cpu(), errors
+
+
+def _weights_and_entropy(
+    call: AttentionCall, start: int, stop: int, hi: int, mask: ScoreMask, scratch: Callable[..., Tensor]
+) -> tuple[Tensor, Tensor]:
+    """The weights ``softmax(Q·Kᵀ·scale + mask)`` ``[b, h, r, hi]`` of rows ``start:stop`` (as
+    :func:`~attnviz.attention.scaled_dot_product` computes them: one GEMM, the mask, a softmax; the
+    padded rows then set to 0) and each row's entropy ``[b, h, r]`` (float64; NaN on padded rows)
+    without a logarithm per weight. The mask adds nothing to an allowed score, so
+    ``-log a_j = lse - s_j`` for every key with weight and the entropy is ``Σ a_j (lse - s_j)``:
+    terms ≥ 0, summed without cancellation. ``lse = s_i - log a_ii`` is read at the row's own key
+    (its diagonal), in float64; its float32 rounding is added back afterwards. A real row whose own
+    key weighs under ``_SAFE_REF`` (its logarithm imprecise) sends the chunk to ``-Σ a log a``."""
+    q, k = call.q, call.k
+    assert q is not None and k is not None
+    b, h, kv, dh = q.shape[0], q.shape[1], k.shape[1], q.shape[-1]
+    r, groups = stop - start, h // kv
+    shape = torch.Size((b, h, r, hi))
+    q3 = q[:, :, start:stop].float().reshape(b * kv, groups * r, dh)  # GQA: a key/value head's queries at once
+    k3 = k[:, :, :hi].float().reshape(b * kv, hi, dh)
+    scores = scratch("scores", shape, q.device).view(b * kv, groups * r, hi)
+    torch.baddbmm(scores, q3, k3.transpose(1, 2), beta=0, alpha=call.scaling, out=scores)
+    scores = scores.view(shape).add_(mask.scores)
+    a = torch.ops.aten._softmax.out(scores, -1, False, out=scratch("weights", shape, q.device))
+    own = a.diagonal(start, -2, -1)  # [b, h, r]: each row's weight on its own key
+    if mask.real is not None:  # a padded row's scores are all BLOCKED: its weights, even, become 0
+        a.mul_(mask.real)
+    if int(torch.count_nonzero(own < _SAFE_REF)) > mask.padded_rows * h:  # padded rows' are 0: a real one is tiny
+        return a, _row_entropy(a, scratch)
+    lse = scores.diagonal(start, -2, -1).double().sub_(own.double().log_())  # padded rows: inf
+    lse32 = lse.float()
+    entropy = torch.sub(lse32[..., None], scores, out=scores).mul_(a).sum(-1)  # blocked: (lse - BLOCKED)·0
+    return a, entropy.double().add_(lse.sub_(lse32))  # each real row's weights sum to 1
+
+
+def _weights_then_entropy(
+    call: AttentionCall, start: int, stop: int, hi: int, mask: Tensor, scratch: Callable[..., Tensor]
+) -> tuple[Tensor, Tensor]:
+    """The weights by :func:`~attnviz.attention.scaled_dot_product` (any bias, sinks, soft-cap or
+    mask) and each row's entropy from them (``-Σ a log a``, one logarithm per weight)."""
+    q, k, v = call.q, call.k, call.v
+    assert q is not None and k is not None and v is not None
+    _, a = scaled_dot_product(
+        q[:, :, start:stop],
+        k[:, :, :hi],
+        v[:, :, :hi, :0],  # the weights only
+        scale=call.scaling,
+        mask=mask,  # with the causal / window structure
+        bias=rows_of(call.bias, start, stop, hi),
+        sinks=call.sinks,
+        softcap=call.softcap,
+    )  # [b, h, r, hi]; padded rows and keys 0
+    return a, _row_entropy(a, scratch)
+
+
+def _row_entropy(a: Tensor, scratch: Callable[..., Tensor]) -> Tensor:  # [b, h, r] float64
+    return torch.clamp_min(a, _TINY, out=scratch("work", a.shape, a.device)).log_().mul_(a).sum(-1).neg_().double()
+
+
+def _keys_after_blocked(call: AttentionCall) -> bool:
+    """Whether no query row sees a key after itself (then a chunk of rows needs no later key)."""
+    if call.causal:
+        return True
+    mask = call.mask
+    if mask is None or mask.shape[-2] != mask.shape[-1]:
+        return False
+    allowed = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    later = torch.ones(mask.shape[-2:], dtype=torch.bool, device=mask.device).triu(1)
+    return not bool((allowed & later).any())

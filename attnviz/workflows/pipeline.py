@@ -1,0 +1,374 @@
+"""The one pipeline every workflow runs: a model and encoded inputs, then the taps, then checked Captures.
+
+1. :func:`resolve`: a name loaded (or a model object checked), in eval mode, a family attnviz
+   supports; its position limit and the layers asked for (:class:`Resolved`).
+2. :func:`forward_inputs`: encoded texts (:mod:`attnviz.workflows.inputs`) as the forward's
+   padded ids and masks, ids the embedding has no row for refused.
+3. :func:`tapped`: the forward (or a whole generation loop, given as a callable) under the taps,
+   then the checks on what they recorded (:func:`check_calls`; some asked-for layer ran).
+4. :func:`captures`: the records of each text (:func:`attnviz.workflows.call_records.build_records`),
+   the metadata, the :class:`Capture`, the self-check (:func:`self_check`).
+
+:func:`attnviz.capture`, :func:`attnviz.generate`, :func:`attnviz.intervene`,
+:func:`attnviz.evaluate_probes` enter it here; the corpus path
+(:class:`~attnviz.workflows.batched.BatchReducer`) reduces the calls instead of keeping records
+and shares steps 1 to 3. Each step and each of its errors is written here once.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import torch
+from torch import Tensor, nn
+
+from ..data.capture import Capture, TokenSequence
+from ..data.validate import SAMPLE_ROWS, ValidationError, validate
+from ..engine.specs import PARTS, RESERVED_POSITIONS, refusal, supported_families
+from ..engine.taps import AttentionCall
+from ..errors import (
+    ArgumentTypeError,
+    InputError,
+    ModelInTrainingModeError,
+    OutOfRangeError,
+    UnsupportedModelError,
+)
+from .call_records import build_records
+from .inputs import Encoded, check_vocabulary, padded
+from .models import load_model, resolve_dtype
+
+__all__ = [
+    "CHECKS",
+    "Item",
+    "Resolved",
+    "captures",
+    "check_calls",
+    "check_layers",
+    "check_mode",
+    "forward_inputs",
+    "max_positions",
+    "n_layers",
+    "part_sizes",
+    "resolve",
+    "self_check",
+    "tapped",
+]
+
+#: the self-checks a capture can run (see :func:`attnviz.capture`'s ``check``)
+CHECKS = ("sample", "full", "off")
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+
+def check_mode(check: str) -> str:
+    """``check`` if it is one of :data:`CHECKS`, else :class:`InputError`."""
+    if check not in CHECKS:
+        raise InputError(f"check must be one of {', '.join(CHECKS)}, got {check!r}")
+    return check
+
+
+def max_positions(config) -> int | None:
+    """How many tokens a model with this config reads at most (None: no limit it states)."""
+    for name in ("max_position_embeddings", "n_positions", "max_seq_len"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value - RESERVED_POSITIONS.get(getattr(config, "model_type", ""), 0)
+    return None
+
+
+def n_layers(config) -> int | None:
+    """The number of layers of the model's deepest stack (None: the config does not say)."""
+    counts = [
+        getattr(config, name, None)
+        for name in (
+            "num_hidden_layers",
+            "n_layer",
+            "num_layers",
+            "encoder_layers",
+            "decoder_layers",
+            "num_decoder_layers",
+        )
+    ]
+    found = [c for c in counts if isinstance(c, int)]
+    return max(found) if found else None
+
+
+def check_layers(layers: Iterable[int] | None, n_layers: int | None) -> set[int] | None:
+    """The layers asked for as a set (None: every layer); wrong types and layers out of range refused."""
+    if layers is None:
+        return None
+    if isinstance(layers, int) and not isinstance(layers, bool):
+        layers = [layers]
+    try:
+        wanted = set(layers)
+    except TypeError as err:
+        raise ArgumentTypeError(f"layers must be a list of ints or None, got {type(layers).__name__}") from err
+    if not wanted:
+        raise InputError("layers=[] would capture nothing; leave layers=None to capture every layer")
+    for layer in wanted:
+        if not isinstance(layer, int) or isinstance(layer, bool):
+            raise ArgumentTypeError(f"layers must be ints, got {layer!r}")
+        if layer < 0 or (n_layers is not None and layer >= n_layers):
+            top = f"0..{n_layers - 1}" if n_layers is not None else "≥ 0"
+            raise OutOfRangeError(f"layer {layer} is out of range: this model has layers {top}")
+    return wanted
+
+
+# ---------------------------------------------------------------- 1. the model
+@dataclass(frozen=True)
+class Resolved:
+    """A model ready to run: in eval mode, of a supported family, with its tokenizer (or None) and
+    the name its captures record."""
+
+    model: nn.Module
+    tokenizer: Any
+    name: str
+
+    @property
+    def limit(self) -> int | None:
+        """The most tokens the model reads (:func:`max_positions`)."""
+        return max_positions(self.model.config)
+
+    @property
+    def encoder_decoder(self) -> bool:
+        return bool(getattr(self.model.config, "is_encoder_decoder", False))
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    def layers(self, layers: Iterable[int] | None) -> set[int] | None:
+        """The layers asked for, checked against this model (:func:`check_layers`)."""
+        return check_layers(layers, n_layers(self.model.config))
+
+    def require_tokenizer(self) -> Any:
+        """The tokenizer, or the error that says how to give one."""
+        if self.tokenizer is None:
+            source = getattr(self.model.config, "_name_or_path", "") or "the model's name or folder"
+            raise InputError(f"pass tokenizer= with a model object (e.g. AutoTokenizer.from_pretrained({source!r}))")
+        if not callable(self.tokenizer):
+            raise ArgumentTypeError(f"tokenizer must be a transformers tokenizer, got {type(self.tokenizer).__name__}")
+        return self.tokenizer
+
+
+def resolve(
+    model: str | Path | nn.Module | Resolved,
+    tokenizer: Any = None,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    attn_implementation: str | None = None,
+) -> Resolved:
+    """A name (embedded alias, hub name, folder) loaded on ``device`` in ``dtype``, or a model object
+    checked: it must be in eval mode, a transformers model of a family attnviz supports, already on
+    the ``device`` and in the ``dtype`` given."""
+    if isinstance(model, Resolved):
+        return model
+    name = None
+    if isinstance(model, (str, Path)):
+        name = str(model)
+        model, loaded_tokenizer = load_model(name, device=device, dtype=dtype, attn_implementation=attn_implementation)
+        tokenizer = tokenizer if tokenizer is not None else loaded_tokenizer
+    elif isinstance(model, nn.Module):
+        _check_model_placement(model, device, dtype, attn_implementation)
+    else:
+        raise ArgumentTypeError(f"model must be a name, a path or a transformers model, got {type(model).__name__}")
+    if model.training:
+        raise ModelInTrainingModeError(
+            f"{type(model).__name__} is in training mode: dropout would make every capture different. "
+            "Call model.eval() first."
+        )
+    config = model.config
+    name = name or getattr(config, "_name_or_path", "") or type(model).__name__
+    reason = refusal(config)
+    if reason:
+        raise UnsupportedModelError(f"{reason}. attnviz supports {supported_families()}")
+    return Resolved(model, tokenizer, name)
+
+
+def _check_model_placement(model: nn.Module, device, dtype, attn_implementation) -> None:
+    param = next(model.parameters(), None)
+    if param is None:
+        raise UnsupportedModelError(f"{type(model).__name__} has no parameters; is it a transformers model?")
+    if not hasattr(model, "config"):
+        raise UnsupportedModelError(f"{type(model).__name__} has no .config; attnviz captures transformers models")
+    wanted_dtype = resolve_dtype(dtype)
+    if device is not None and torch.device(device).type != param.device.type:
+        raise InputError(
+            f"the model is on {param.device} but device={device!r} was given; move it yourself "
+            f"(model.to({str(device)!r})) or pass a model name so attnviz loads it there"
+        )
+    if wanted_dtype is not None and wanted_dtype != param.dtype:
+        raise InputError(
+            f"the model is in {param.dtype} but dtype={dtype!r} was given; convert it yourself "
+            "or pass a model name so attnviz loads it in that dtype"
+        )
+    if attn_implementation is not None and attn_implementation != getattr(model.config, "_attn_implementation", None):
+        raise InputError(
+            "attn_implementation only applies when attnviz loads the model; for a model object use "
+            "model.set_attn_implementation(...) yourself (attnviz captures every backend anyway)"
+        )
+
+
+# ---------------------------------------------------------------- 2. the inputs
+def forward_inputs(
+    resolved: Resolved, encoded: list[Encoded], decoded: list[Encoded] | None = None, what: str = "input_ids"
+) -> tuple[dict[str, Any], dict[str, list[int]]]:
+    """(the forward's keyword arguments, each part's real query rows per text): the texts right-padded
+    into one batch (the decoder's too, for an encoder-decoder), the cache off."""
+    model = resolved.model
+    check_vocabulary(model, encoded, what)
+    ids, attention_mask = padded(encoded, resolved.device)
+    kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": attention_mask}
+    lengths = {"encoder": [len(e[0]) for e in encoded], "decoder": [len(e[0]) for e in encoded]}
+    if resolved.encoder_decoder:
+        assert decoded is not None
+        get_decoder: Any = getattr(model, "get_decoder", None)
+        check_vocabulary(get_decoder() if get_decoder is not None else model, decoded, "decoder input")
+        dec_ids, dec_mask = padded(decoded, resolved.device)
+        kwargs.update(decoder_input_ids=dec_ids, decoder_attention_mask=dec_mask)
+        lengths.update(decoder=[len(d[0]) for d in decoded], cross=[len(d[0]) for d in decoded])
+    if "use_cache" in inspect.signature(model.forward).parameters:
+        kwargs["use_cache"] = False
+    return kwargs, lengths
+
+
+# ---------------------------------------------------------------- 3. the taps
+def tapped(
+    resolved: Resolved,
+    taps: AbstractContextManager[R],
+    run: Callable[[R], T],
+    layers: set[int] | None,
+    forward_calls: Callable[[R], list[AttentionCall]] | None = None,
+) -> tuple[R, T]:
+    """(the recorder, what ``run`` returned): ``run(recorder)`` (a forward, a generation loop) inside
+    ``taps`` (a tap context manager of :mod:`attnviz.engine`) without gradients, then the calls of one
+    forward (``forward_calls(recorder)``, default ``recorder.calls``) checked (:func:`check_calls`) and
+    some asked-for layer among them. The taps are gone afterwards, also if ``run`` raises."""
+    with torch.no_grad(), taps as recorder:
+        output = run(recorder)
+    calls: list[AttentionCall] = forward_calls(recorder) if forward_calls is not None else recorder.calls  # type: ignore[attr-defined]
+    check_calls(resolved.model, calls, resolved.encoder_decoder)
+    if not any(layers is None or c.layer in layers for c in calls):
+        raise OutOfRangeError(
+            f"none of layers {sorted(layers or [])} ran; this model has {len(calls)} attention layers"
+        )
+    return recorder, output
+
+
+def check_calls(model: nn.Module, calls: list[AttentionCall], encoder_decoder: bool) -> None:
+    """Refuse what would show an incomplete or mislabelled picture: no call at all, a layer that ran
+    twice in one forward (or two modules at one layer), an encoder-decoder part that bypassed the taps."""
+    family = f"{type(model).__name__} ({getattr(model.config, 'model_type', '?')})"
+    if not calls:
+        raise UnsupportedModelError(
+            f"{family} ran no attention that attnviz could tap (backend "
+            f"{getattr(model.config, '_attn_implementation', None)!r}), so nothing was captured. "
+            f"attnviz supports {supported_families()}. GPT-2 with reorder_and_upcast_attn under "
+            "eager bypasses the interface: load with attn_implementation='sdpa'."
+        )
+    seen: dict[tuple[str, int], str] = {}
+    for call in calls:
+        key = (call.part, call.layer)
+        if key in seen:
+            what = "ran its attention twice" if seen[key] == call.name else f"and {seen[key]} both sit at"
+            raise UnsupportedModelError(
+                f"{family}: {call.name} {what} {call.part} layer {call.layer} in one forward (shared or "
+                "nested attention modules, as ALBERT has); attnviz keys each layer by the module that ran it "
+                "and will not guess which is which"
+            )
+        seen[key] = call.name
+    if encoder_decoder:
+        missing = [p for p in PARTS if p not in {c.part for c in calls}]
+        if missing:
+            raise UnsupportedModelError(
+                f"{family}: the {' and '.join(missing)} attention did not go through transformers' "
+                "AttentionInterface, so a capture would show only part of the model"
+            )
+
+
+def part_sizes(calls: list[AttentionCall]) -> dict[str, dict[str, int]]:
+    """Per part that ran: its number of layers and the sizes of its heads (n_heads, n_kv_heads, d_head)."""
+    parts: dict[str, dict[str, int]] = {}
+    for part in PARTS:
+        mine = [c for c in calls if c.part == part]
+        if mine:
+            parts[part] = {"n_layers": max(c.layer for c in mine) + 1, **mine[0].sizes}
+    return parts
+
+
+# ---------------------------------------------------------------- 4. the captures
+@dataclass
+class Item:
+    """One capture to make from the recorded calls: its sequences, and per part the
+    ``(queries, keys)`` of the batch's rows it owns."""
+
+    source: TokenSequence
+    target: TokenSequence | None
+    cut: dict[str, tuple[int, int]]
+
+
+def captures(
+    resolved: Resolved,
+    calls: list[AttentionCall],
+    items: list[Item],
+    check: str,
+    kept: list[AttentionCall] | None = None,
+    rows: dict[str, Tensor] | None = None,
+    extra: dict[str, Any] | None = None,
+) -> list[Capture]:
+    """One checked :class:`Capture` per item of the batch the ``calls`` recorded: its records (from
+    ``kept``, default the calls whose tensors were kept), the metadata (``extra`` added), and the
+    self-check unless ``check="off"`` (``rows``: per part, the query rows to prove)."""
+    kept = [c for c in calls if c.q is not None] if kept is None else kept
+    meta = capture_meta(resolved, kept[0], part_sizes(calls), check) | (extra or {})
+    batched = len(items) > 1
+    made = [
+        Capture.of(item.source, build_records(kept, b, item.cut, batched), dict(meta), item.target)
+        for b, item in enumerate(items)
+    ]
+    if check != "off":
+        self_check(made, check, rows)
+    return made
+
+
+def capture_meta(resolved: Resolved, first: AttentionCall, parts: dict, check: str) -> dict:
+    """What a capture records about the model that made it (``Capture.model``)."""
+    model = resolved.model
+    config = model.config
+    assert first.q is not None
+    return {
+        "name": resolved.name,
+        "model_type": getattr(config, "model_type", None),
+        "class": type(model).__name__,
+        "backend": first.backend,
+        "dtype": str(first.q.dtype).removeprefix("torch."),
+        "device": str(resolved.device),
+        "encoder_decoder": resolved.encoder_decoder,
+        "parts": parts,
+        "d_model": getattr(config, "hidden_size", None)
+        or getattr(config, "n_embd", None)
+        or getattr(config, "d_model", None),
+        "max_positions": resolved.limit,
+        "check": check,
+    }
+
+
+def self_check(made: list[Capture], check: str, rows: dict[str, Tensor] | None = None) -> None:
+    """Validate each capture (``rows``: per part, else a sample or all); raise :class:`ValidationError` on a mismatch."""
+    for i, cap in enumerate(made):
+        report = validate(cap, rows=rows if rows is not None else SAMPLE_ROWS if check == "sample" else None)
+        cap.model["check_error"] = max((r["max_abs_error"] / r["tolerance"] for r in report.rows), default=0.0)
+        if not report.passed:
+            which = "" if len(made) == 1 else f" (text {i})"
+            raise ValidationError(
+                f"attnviz could not reproduce what the model computed{which}, so it will not show these maps: "
+                f"{report}. The capture is on this error (.capture, .report); please report the model.",
+                report,
+                made[0] if len(made) == 1 else made,
+            )
