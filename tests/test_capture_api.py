@@ -235,3 +235,59 @@ def test_a_local_folder_loads_through_from_pretrained(tiny_bert_words, tmp_path)
     (tmp_path / "empty").mkdir()
     with pytest.raises(attnviz.ModelNotFoundError, match="could not load a transformers model from the folder"):
         attnviz.load_model(str(tmp_path / "empty"))
+
+
+def _message(run) -> tuple[type, str]:
+    with pytest.raises(attnviz.AttnvizError) as err:
+        run()
+    return type(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("bad", "expected"),
+    [
+        ({"layers": [7]}, "layer 7 is out of range: this model has layers 0..1"),
+        ({"check": "most"}, "check must be one of sample, full, off, got 'most'"),
+        ({"tokenizer": None}, "pass tokenizer= with a model object"),
+        ({"train": True}, "is in training mode"),
+    ],
+    ids=["layer", "check", "tokenizer", "training"],
+)
+def test_every_workflow_refuses_the_same_bad_input_with_the_same_message(bad, expected):
+    """capture, generate and intervene run one pipeline: the same bad input is refused in each with
+    one message, written once (a layer out of range, a check that does not exist, a model object
+    without its tokenizer, a model in training mode)."""
+    from attnviz import edits
+    from attnviz.workflows.models import IdsTokenizer
+
+    model = attnviz.tiny_model("llama")
+    bad = dict(bad)
+    if bad.pop("train", False):
+        model.train()
+    given = {"tokenizer": bad.pop("tokenizer", IdsTokenizer())} | bad
+    layers = given.pop("layers", None)
+    runs = {
+        "capture": lambda: attnviz.capture(model, "5 7 9", layers=layers, **given),
+        "generate": lambda: attnviz.generate(model, "5 7 9", max_new_tokens=2, layers=layers, **given),
+    }
+    if layers is None:  # intervene edits the layers its edits name
+        runs["intervene"] = lambda: attnviz.intervene(model, "5 7 9", edits.ablate(layer=0, head=0), **given)
+    messages = {name: _message(run) for name, run in runs.items()}
+    assert len(set(messages.values())) == 1, messages
+    assert expected in next(iter(messages.values()))[1]
+    model.eval()
+
+
+def test_the_record_data_model_imports_nothing_of_the_engine():
+    """LayerRecord is data: turning the taps' calls into records is the pipeline's
+    (attnviz.workflows.call_records), so attnviz.data.records imports no engine module."""
+    import ast
+    from pathlib import Path
+
+    import attnviz.data.records as records
+
+    tree = ast.parse(Path(records.__file__).read_text(encoding="utf-8"))
+    imported = [
+        ("." * node.level) + (node.module or "") for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+    ] + [alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names]
+    assert not [m for m in imported if "engine" in m or "workflows" in m], imported
