@@ -5,7 +5,7 @@ from __future__ import annotations
 from dash import Input, Output, html
 
 import attnviz
-from attnviz.workflows.runner import max_positions
+from attnviz.workflows.pipeline import max_positions
 
 TABLE_STYLE = dict(  # the DataTables' look (coreference, head statistics)
     style_table={"overflowX": "auto", "maxHeight": "420px", "overflowY": "auto"},

@@ -9,13 +9,13 @@ import plotly.graph_objects as go
 import torch
 
 from ..errors import InputError
-from ..workflows.intervene import token_text
+from ..workflows.predictions import token_text
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from ..data.validate import ValidationReport
-    from ..workflows.intervene import Intervention
+    from ..workflows.predictions import Intervention
 
 __all__ = ["importance_map", "prediction_bars", "validation_map"]
 
