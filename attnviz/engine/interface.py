@@ -131,7 +131,7 @@ class _Installer:
 
 
 def _attention_interface():
-    try:
+    try:  # deferred on purpose: transformers' modeling_utils is heavy, and importing attnviz loads no model code
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
     except ImportError as err:  # pragma: no cover - transformers is a hard dependency
         raise UnsupportedModelError(

@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from torch import Tensor
 
+from ..data.capture import Capture
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError
 
 if TYPE_CHECKING:
-    from ..data.capture import Capture
     from ..data.words import TokenSequence
 
 __all__ = [
@@ -177,8 +177,6 @@ def uniform(*, layer: Selection = None, head: Selection = None, part: str | None
 def patch(*, source: Capture, layer: Selection = None, head: Selection = None, part: str | None = None) -> Edit:
     """Use the heads' attention pattern from ``source`` — a capture of another text of the same
     length by the same model (the Winograd pair: *too big* / *too small*) — with this text's values."""
-    from ..data.capture import Capture
-
     if not isinstance(source, Capture):
         raise ArgumentTypeError(f"source must be a Capture (attnviz.capture(...)), got {type(source).__name__}")
     return Edit("patch", _selection(layer, "layer"), _selection(head, "head"), _part(part), source=source)
