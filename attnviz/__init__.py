@@ -12,6 +12,7 @@ from . import edits as edits  # the edits of intervene(): attnviz.edits.knockout
 from .attention import scaled_dot_product
 from .data.capture import Capture, LayerRecord, TokenSequence
 from .data.io import load
+from .data.predictions import Intervention, Prediction
 from .data.validate import ValidationReport, validate
 from .data.words import Word
 from .engine.taps import tap
@@ -32,7 +33,6 @@ from .workflows.generation import generate
 from .workflows.generation_result import Generation, GenerationStep
 from .workflows.intervene import head_importance, intervene
 from .workflows.models import EMBEDDED_MODELS, load_model, tiny_families, tiny_model
-from .workflows.predictions import Intervention, Prediction
 from .workflows.probing import evaluate_probes
 from .workflows.runner import capture
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from .errors import AttnvizError, InputError, ValidationError
 
@@ -61,14 +62,14 @@ def _loading(args) -> dict:
 
 
 def _writable(path: str) -> None:
-    from pathlib import Path
-
     if not Path(path).parent.is_dir():
         raise InputError(f"cannot write {path!r}: the folder {str(Path(path).parent)!r} does not exist")
 
 
 def _capture(args):
-    from .workflows.runner import capture
+    from .workflows.runner import (
+        capture,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
 
     return capture(
         args.model,
@@ -115,7 +116,9 @@ def _cmd_capture(args) -> int:
 
 
 def _cmd_generate(args) -> int:
-    from .workflows.generation import generate
+    from .workflows.generation import (
+        generate,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
 
     if args.output:
         _writable(args.output)
@@ -152,7 +155,10 @@ def _cmd_generate(args) -> int:
 
 
 def _cmd_stats(args) -> int:
-    from .workflows.corpus import corpus_stats, write_table
+    from .workflows.corpus import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        corpus_stats,
+        write_table,
+    )
 
     if args.resume and not args.checkpoint:
         raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
@@ -208,7 +214,9 @@ def _cmd_validate(args) -> int:
     if args.csv:
         _writable(args.csv)
     if args.capture:
-        from .data.io import load
+        from .data.io import (
+            load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        )
 
         cap = load(args.capture)
     else:
@@ -224,7 +232,9 @@ def _cmd_validate(args) -> int:
 
 
 def _cmd_coref(args) -> int:
-    from .analysis import rank_heads
+    from .analysis import (
+        rank_heads,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
 
     cap = _capture(args)
     candidates = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
@@ -237,7 +247,9 @@ def _cmd_coref(args) -> int:
 def _cmd_probes(args) -> int:
     if args.csv:
         _writable(args.csv)
-    from .workflows.probing import evaluate_probes
+    from .workflows.probing import (
+        evaluate_probes,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
 
     try:
         result = evaluate_probes(args.model, args.probes, exclude_sinks=not args.keep_sinks, add_bos=not args.no_bos)
@@ -259,8 +271,10 @@ EXPORT_VIEWS = ("heatmap", "head", "model", "validation")
 
 
 def _cmd_export(args) -> int:
-    from . import figures
-    from .data.io import load
+    from . import figures  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    from .data.io import (
+        load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
 
     _writable(args.output)
     views = [v.strip() for v in args.views.split(",") if v.strip()]
@@ -292,7 +306,9 @@ def _cmd_export(args) -> int:
 
 def _cmd_app(args) -> int:
     try:
-        from attnviz.dashboard import run
+        from attnviz.dashboard import (
+            run,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        )
     except ImportError as err:
         print(f"error: the dashboard needs dash ({err}); install with: pip install 'attnviz[app]'", file=sys.stderr)
         return 2
@@ -301,7 +317,7 @@ def _cmd_app(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from . import __version__  # deferred: the package's __init__ loads torch; `attnviz --help` answers without it
 
     parser = argparse.ArgumentParser(prog="attnviz", description="See what attention does in Hugging Face models.")
     parser.add_argument("--version", action="version", version=f"attnviz {__version__}")

@@ -190,10 +190,10 @@ def test_cli_target_part_and_exit_codes(bart, tmp_path, capsys):
 def test_a_slow_tokenizer_gets_offsets_rebuilt_from_its_tokens(tiny_bert_words):
     from transformers import BertTokenizerLegacy
 
-    from attnviz.workflows.models import _embedded_source
+    from attnviz.workflows.models import embedded_source
 
     model, fast = tiny_bert_words
-    folder, _ = _embedded_source("minilm")
+    folder, _ = embedded_source("minilm")
     slow = BertTokenizerLegacy.from_pretrained(str(folder))
     text = "Unbelievably, the café was 小猫 [weird] it's ok."
     cap = attnviz.capture(model, text, slow)

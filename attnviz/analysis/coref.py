@@ -280,7 +280,7 @@ class CorefRanking:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        from ..views.html import ranking_html
+        from ..views.html import ranking_html  # deferred: analyses import no view at module level
 
         return ranking_html(self)
 

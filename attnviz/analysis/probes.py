@@ -150,7 +150,7 @@ class ProbeResult:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        from ..views.html import probes_html
+        from ..views.html import probes_html  # deferred: analyses import no view at module level
 
         return probes_html(self)
 

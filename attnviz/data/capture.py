@@ -24,12 +24,13 @@ from ..attention import attention_output, build_mask, scaled_dot_product
 from ..engine.specs import PARTS
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError
 from .records import LayerRecord
+from .validate import ValidationReport
+from .validate import validate as validate_capture
 from .words import TokenSequence, Word, group_matrix
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .validate import ValidationReport
 
 __all__ = ["PARTS", "Capture", "LayerRecord", "TokenSequence"]
 
@@ -404,9 +405,7 @@ class Capture:
     # ------------------------------------------------------------------ outputs
     def validate(self, **kwargs) -> ValidationReport:
         """Recomputed outputs (and weights) against the model's own, per part, layer and head."""
-        from .validate import validate
-
-        return validate(self, **kwargs)
+        return validate_capture(self, **kwargs)
 
     def to_pandas(
         self, layer: int | None = None, head: int | None = None, *, part: str | None = None, words: bool = False
@@ -451,25 +450,31 @@ class Capture:
     def to_bertviz(self, *, words: bool = False) -> dict[str, Any]:
         """Keyword arguments for ``bertviz.head_view(**cap.to_bertviz())`` / ``model_view`` (see
         :func:`attnviz.views.interop.to_bertviz`)."""
-        from ..views.interop import to_bertviz
+        from ..views.interop import (
+            to_bertviz,  # deferred: the data model imports no view at module level (views bring plotly)
+        )
 
         return to_bertviz(self, words=words)
 
     def to_circuitsvis(self, layer: int, *, part: str | None = None, words: bool = False) -> dict[str, Any]:
         """Keyword arguments for ``circuitsvis.attention.attention_patterns(**cap.to_circuitsvis(3))``
         (see :func:`attnviz.views.interop.to_circuitsvis`)."""
-        from ..views.interop import to_circuitsvis
+        from ..views.interop import (
+            to_circuitsvis,  # deferred: the data model imports no view at module level (views bring plotly)
+        )
 
         return to_circuitsvis(self, layer, part=part, words=words)
 
     def _repr_html_(self) -> str:
-        from ..views.html import capture_html
+        from ..views.html import (
+            capture_html,  # deferred: the data model imports no view at module level (views bring plotly)
+        )
 
         return capture_html(self)
 
     def save(self, path: str | Path) -> Path:
         """Write the capture as one safetensors file with JSON metadata (no pickle)."""
-        from .io import save
+        from .io import save  # deferred: io builds Captures (a circle at module level)
 
         return save(self, path)
 

@@ -137,7 +137,7 @@ class ValidationReport:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        from ..views.html import report_html
+        from ..views.html import report_html  # deferred: the data model imports no view at module level
 
         return report_html(self)
 

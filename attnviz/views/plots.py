@@ -160,7 +160,7 @@ def rollout_figure(
     tokens each cell is the mean over a block of tokens (the title says how many), so the figure
     stays near 1.5 MB whatever the length. ``mark_new``: a generation's new tokens marked and the prompt
     boundary drawn (:mod:`attnviz.views.marks`)."""
-    from ..analysis.coref import sink_tokens
+    from ..analysis.coref import sink_tokens  # deferred: only the rollout figure needs it
 
     names = [f"{i}:{name}" for i, name in enumerate(labels(cap))]  # unique categories: hover names the token
     n = len(names)

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 import torch
 
+from ..data.predictions import token_text
 from ..errors import InputError
-from ..workflows.predictions import token_text
 
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ..data.predictions import Intervention
     from ..data.validate import ValidationReport
-    from ..workflows.predictions import Intervention
 
 __all__ = ["importance_map", "prediction_bars", "validation_map"]
 

@@ -19,11 +19,11 @@ import torch
 from torch import Tensor, nn
 
 from ..data.capture import Capture
+from ..data.predictions import Intervention, Prediction, continuation_ids, token_text
 from ..edits import Edit, LayerPlan, editing, plan
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError, ValidationError
 from .inputs import Encoded
 from .pipeline import Resolved, forward_inputs, resolve
-from .predictions import Intervention, Prediction, continuation_ids, token_text
 from .runner import capture_forward, encode_texts
 
 __all__ = ["head_importance", "intervene"]

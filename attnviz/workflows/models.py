@@ -79,7 +79,8 @@ def _package_folder(package: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _embedded_source(alias: str) -> tuple[Path, dict]:
+def embedded_source(alias: str) -> tuple[Path, dict]:
+    """(the folder an embedded model's package ships, the from_pretrained keyword arguments that load it)."""
     entry = EMBEDDED_MODELS[alias]
     folder = _package_folder(entry.package)
     if folder is None:
@@ -112,7 +113,7 @@ def _load_cached(name: str, device: str | None, dtype: torch.dtype | None, attn_
     kwargs: dict = {}
     source = name
     if name in EMBEDDED_MODELS:
-        folder, kwargs = _embedded_source(name)
+        folder, kwargs = embedded_source(name)
         source = str(folder)
     try:
         config = AutoConfig.from_pretrained(source, **kwargs)

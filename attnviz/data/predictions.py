@@ -9,13 +9,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from torch import Tensor
 
-from ..data.capture import Capture
-from ..edits import Edit
 from ..errors import InputError, OutOfRangeError
+from .capture import Capture
+
+if TYPE_CHECKING:
+    from ..workflows.edits import Edit
 
 __all__ = ["Intervention", "Prediction", "TokenChoice", "continuation_ids", "token_text"]
 

@@ -1,0 +1,314 @@
+"""The house rules of docs/architecture.md, read from the source: no import circle among module-level
+imports, no private name taken from another module, imports inside functions only where they defer
+something on purpose (and say so), and the folders' direction of flow.
+
+The modules are read as text (``ast``), never imported, so a circle that Python happens to tolerate
+today (a partly initialised module that already has the name asked for) is still found."""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+#: where each package of the distribution lives in the repository (pyproject's package-dir)
+SOURCES = {"attnviz": ROOT / "attnviz", "attnviz.dashboard": ROOT / "apps" / "dashboard"}
+#: what a function may import without a comment: optional or heavy dependencies a module defers
+DEFERRED_DEPENDENCIES = {
+    "IPython",
+    "accelerate",
+    "bertviz",
+    "circuitsvis",
+    "dash",
+    "datasets",
+    "diskcache",
+    "gguf",
+    "importlib",
+    "jieba",
+    "kaleido",
+    "pandas",
+    "plotly",
+    "pyarrow",
+    "safetensors",
+    "scipy",
+    "sklearn",
+    "torch",
+    "tqdm",
+    "transformers",
+    "umap",
+}
+#: the folders of attnviz and what each may import at module level (docs/architecture.md, "The flow")
+LAYERS = {
+    "engine": {"engine"},
+    "data": {"data", "engine"},
+    "analysis": {"analysis", "data", "engine"},
+    "views": {"views", "analysis", "data", "engine"},
+    "workflows": {"workflows", "analysis", "data", "engine"},
+}
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    tree: ast.Module
+    is_package: bool
+    imports: list[tuple[str, int]] = field(default_factory=list)  # (module, line) at module level, run time
+
+
+def modules() -> dict[str, Module]:
+    found = {}
+    for package, folder in SOURCES.items():
+        for path in sorted(folder.rglob("*.py")):
+            parts = path.relative_to(folder).with_suffix("").parts
+            is_package = parts[-1] == "__init__"
+            name = ".".join((package, *parts[:-1]) if is_package else (package, *parts))
+            found[name] = Module(name, path, ast.parse(path.read_text(), str(path)), is_package)
+    return found
+
+
+def absolute(module: Module, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = module.name.split(".")
+    if not module.is_package:
+        base = base[:-1]
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def targets(module: Module, node: ast.Import | ast.ImportFrom, known: dict[str, Module]) -> list[str]:
+    """The attnviz modules an import statement runs (``from . import x`` runs ``pkg.x`` when it is one)."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names if alias.name in known]
+    base = absolute(module, node)
+    out = [base] if base in known else []
+    out += [f"{base}.{alias.name}" for alias in node.names if f"{base}.{alias.name}" in known]
+    return out
+
+
+def is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def module_level_imports(module: Module) -> list[ast.Import | ast.ImportFrom]:
+    """Imports that run when the module is imported (not those under ``if TYPE_CHECKING:``)."""
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def walk(body: list[ast.stmt]) -> None:
+        for node in body:
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                found.append(node)
+            elif isinstance(node, ast.If) and not is_type_checking(node):
+                walk(node.body)
+                walk(node.orelse)
+            elif isinstance(node, ast.Try):
+                walk(node.body)
+                for handler in node.handlers:
+                    walk(handler.body)
+                walk(node.orelse)
+                walk(node.finalbody)
+
+    walk(module.tree.body)
+    return found
+
+
+def graph(known: dict[str, Module]) -> dict[str, set[str]]:
+    """Module → the modules its module-level imports run. Importing ``a.b.c`` also runs the package
+    ``a.b`` (its ``__init__``), unless that package is one the importer itself lives in (then it is
+    already being imported)."""
+    edges: dict[str, set[str]] = {name: set() for name in known}
+    for module in known.values():
+        own = {".".join(module.name.split(".")[:i]) for i in range(1, module.name.count(".") + 2)}
+        for node in module_level_imports(module):
+            for target in targets(module, node, known):
+                parts = target.split(".")
+                for i in range(1, len(parts) + 1):
+                    name = ".".join(parts[:i])
+                    if name in known and name not in own:
+                        edges[module.name].add(name)
+    return edges
+
+
+def circles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Every strongly connected set of more than one module (Tarjan), each as a sorted list."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def defined_names(tree: ast.Module) -> set[str]:
+    """Every name a module binds anywhere (functions, classes, attributes, assignments, arguments)."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.keyword) and node.arg:
+            names.add(node.arg)  # dataclass(field=...) and friends
+    return names
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def test_no_import_circle_among_module_level_imports():
+    found = circles(graph(modules()))
+    assert found == [], "module-level imports that go round in a circle (defer one, or move what both need):\n" + (
+        "\n".join(" → ".join(group) for group in found)
+    )
+
+
+def test_no_private_name_is_imported_from_another_module():
+    bad = []
+    for module in modules().values():
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.ImportFrom) and absolute(module, node).startswith("attnviz"):
+                bad += [
+                    f"{module.path.relative_to(ROOT)}:{node.lineno} {a.name}" for a in node.names if is_private(a.name)
+                ]
+    for path in sorted((ROOT / "tests").glob("*.py")) + sorted((ROOT / "bench").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("attnviz"):
+                bad += [f"{path.relative_to(ROOT)}:{node.lineno} {a.name}" for a in node.names if is_private(a.name)]
+    assert bad == [], "private names imported from another module (make them public API, with a docstring):\n" + (
+        "\n".join(bad)
+    )
+
+
+def test_no_private_attribute_of_another_module_is_used():
+    """``other._thing`` where ``_thing`` is bound nowhere in this module: a private name of another one."""
+    bad = []
+    for module in modules().values():
+        own = defined_names(module.tree)
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Attribute) and is_private(node.attr) and node.attr not in own:
+                if isinstance(node.value, ast.Name) and node.value.id in {"self", "cls"}:
+                    continue  # an attribute of the module's own class, set by a parent class it extends
+                if node.attr.startswith("_attn_implementation") or node.attr in ALLOWED_FOREIGN_PRIVATE:
+                    continue
+                bad.append(f"{module.path.relative_to(ROOT)}:{node.lineno} .{node.attr}")
+    assert bad == [], "private attributes of other modules (make them public, with a docstring):\n" + "\n".join(bad)
+
+
+#: private attributes of *other projects'* objects that attnviz reads on purpose, each for a reason
+ALLOWED_FOREIGN_PRIVATE = {
+    "_getframe",  # sys._getframe: the calling frame of the attention function (engine.interface)
+    "_local_mapping",  # transformers' AttentionInterface keeps local overrides there (engine.interface)
+    "_hf_hook",  # accelerate's hook on a dispatched model: such a model runs whole (workflows)
+    "_forward_hooks",  # torch: whether a module has hooks of its own (the corpus path's early stop)
+    "_forward_pre_hooks",
+    "_softmax",  # torch.ops.aten._softmax.out: the softmax written into a buffer of the corpus reduction
+}
+
+
+def test_imports_inside_functions_defer_something_and_say_so():
+    """An import inside a function is there to defer a heavy or optional dependency (allowed as it
+    is), or an attnviz module that must not load with its importer — then a comment says why."""
+    bad = []
+    for module in modules().values():
+        lines = module.path.read_text().splitlines()
+        for func in ast.walk(module.tree):
+            if not isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(func):
+                if not isinstance(node, ast.Import | ast.ImportFrom):
+                    continue
+                name = node.names[0].name if isinstance(node, ast.Import) else absolute(module, node)
+                if name.split(".")[0] in DEFERRED_DEPENDENCIES:
+                    continue
+                said = " ".join(lines[max(0, node.lineno - 3) : node.end_lineno or node.lineno])
+                if "#" not in said:
+                    bad.append(f"{module.path.relative_to(ROOT)}:{node.lineno} {name}")
+    assert bad == [], "imports inside functions with no comment saying what they defer and why:\n" + "\n".join(bad)
+
+
+def test_the_folders_import_only_in_the_direction_of_the_flow():
+    known = modules()
+    bad = []
+    for module in known.values():
+        parts = module.name.split(".")
+        if parts[0] != "attnviz" or len(parts) < 3 or parts[1] not in LAYERS:
+            continue
+        allowed = LAYERS[parts[1]]
+        for node in module_level_imports(module):
+            for target in targets(module, node, known):
+                t = target.split(".")
+                if len(t) >= 2 and t[1] in SUBPACKAGES and t[1] not in allowed:
+                    bad.append(f"{module.name} imports {target} at module level")
+    assert bad == [], "imports against the flow (docs/architecture.md):\n" + "\n".join(bad)
+
+
+SUBPACKAGES = set(LAYERS) | {"dashboard"}
+
+
+@pytest.mark.parametrize(
+    ("edges", "expected"),
+    [
+        ({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}, [["a", "b", "c"]]),
+        ({"a": {"b"}, "b": set()}, []),
+    ],
+)
+def test_the_circle_finder_finds_circles(edges, expected):
+    assert circles(edges) == expected
+
+
+def test_the_walk_reads_real_imports_and_sees_a_planted_circle(tmp_path, monkeypatch):
+    """The walk on a tiny package with a circle through a relative import and a TYPE_CHECKING one."""
+    pkg = tmp_path / "attnviz"
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "data" / "__init__.py").write_text("")
+    (pkg / "data" / "a.py").write_text("from .b import B\n")
+    (pkg / "data" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .c import C\n")
+    (pkg / "data" / "c.py").write_text("from . import a\nfrom ..data.b import B\n")
+    monkeypatch.setitem(SOURCES, "attnviz", pkg)
+    monkeypatch.delitem(SOURCES, "attnviz.dashboard")
+    assert circles(graph(modules())) == []  # b → c only under TYPE_CHECKING
+    (pkg / "data" / "b.py").write_text("from .c import C\n")
+    assert circles(graph(modules())) == [["attnviz.data.a", "attnviz.data.b", "attnviz.data.c"]]
