@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from attnviz.dashboard import create_app
 from attnviz.dashboard.export_view import view_figures
-from attnviz.dashboard.generation_view import generation_of, step_marks
+from attnviz.dashboard.generation_view import step_marks
+from attnviz.dashboard.generations import generation_of
 from attnviz.dashboard.ids import GID, ID
 from attnviz.dashboard.lab_view import token_roles
 from attnviz.dashboard.run_view import checked_new_tokens, generation_status

@@ -13,9 +13,9 @@ from attnviz.figures import coref_bars, message_figure, new_start, probe_accurac
 
 from .captures import FILE_PREFIX, Captures
 from .common import TABLE_STYLE, chip, job_controls, word_of
-from .edit_view import coref_panel
 from .errors import only_on, shows_errors
 from .ids import AID, ID
+from .panels import slot_panels
 
 VIEWS = [("coref", "Coreference")]
 _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
@@ -54,7 +54,7 @@ def layout() -> list:
         html.Div("Heads ranked (click a row to select the head):", style={"marginTop": "6px"}),
         dash_table.DataTable(id=AID.coref_table, sort_action="native", page_size=15, **TABLE_STYLE),
         dcc.Graph(id=AID.coref_heatmap),
-        coref_panel(),  # test it on the model, and the head-importance map (edit_view)
+        *slot_panels("coref", "test"),  # test it on the model, and the head-importance map (edit_view)
         html.H4("Probe set: every head's accuracy at picking the gold antecedent"),
         html.Div(
             [

@@ -3,8 +3,9 @@ applied to the real model (``attnviz.workflows.intervene``), the coreference vie
 attention to a candidate out of its top heads), and a head-importance map (``attnviz.head_importance``)
 computed as a background job with progress and Cancel.
 
-The panels sit in the AttentionLab and the Coreference view (their layouts include ``lab_panel()`` and
-``coref_panel()``); the callbacks are registered here.
+The panels sit in the AttentionLab and the Coreference view through the panel registry (``panels.py``:
+``lab_panel()`` in ``("lab", "apply")``, ``coref_panel()`` in ``("coref", "test")``); the callbacks are
+registered here.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from .captures import FILE_PREFIX, Captures
 from .common import job_controls, word_of
 from .errors import shows_errors
 from .ids import AID, EID, ID
+from .panels import adds_panel
 
 _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "middle"}
 _RESULT = {"margin": "6px 0", "fontSize": "1.05em"}
@@ -39,6 +41,7 @@ def _continuation_input(element_id: str, placeholder: str) -> html.Div:
     )
 
 
+@adds_panel("lab", "apply")
 def lab_panel() -> html.Div:
     """The AttentionLab's "apply to the model" controls and results."""
     return html.Div(
@@ -91,6 +94,7 @@ def lab_panel() -> html.Div:
     )
 
 
+@adds_panel("coref", "test")
 def coref_panel() -> html.Div:
     """The Coreference view's "test it" and head-importance controls and results."""
     return html.Div(

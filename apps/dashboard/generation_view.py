@@ -2,7 +2,10 @@
 replays a generation token by token (its figure: ``attnviz.figures.step_figure``). The generated tokens'
 marks are drawn by the library's figures themselves (``attnviz.views.marks``).
 
-``generation_of`` and ``step_marks`` are pure, tested without a browser.
+Its panels sit in other views' layouts through the panel registry (``panels.py``): the "Continue the
+text" control beside "Run model" (``("run", "generate")``), the step slider in the AttentionLab
+(``("lab", "steps")``). ``step_marks`` is pure, tested without a browser; ``generation_of`` and the page's
+bound on new tokens live in ``generations.py``.
 """
 
 from __future__ import annotations
@@ -12,25 +15,17 @@ from typing import TYPE_CHECKING
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-import attnviz
 from attnviz.figures import MARK, NEW_COLOUR, message_figure, new_start, step_figure, step_summary
 
 from .errors import only_on, shows_errors
+from .generations import MAX_NEW_TOKENS, generation_of
 from .ids import GID, ID
+from .panels import adds_panel
 
 if TYPE_CHECKING:
     from .captures import Captures
 
-MAX_NEW_TOKENS = 512  # the page's bound; the model's own context bounds it too (the library says so)
 DEFAULT_NEW_TOKENS = 20
-
-
-# ---------------------------------------------------------------- which tokens are new
-def generation_of(cap: attnviz.Capture | None) -> attnviz.Generation | None:
-    """The generation a capture holds, or None for a capture of one forward."""
-    if cap is None or "generation" not in cap.model:
-        return None
-    return attnviz.Generation.of(cap)
 
 
 # ---------------------------------------------------------------- the step slider
@@ -48,32 +43,36 @@ def step_marks(n: int, most: int = 11) -> dict[int, str]:
 
 
 # ---------------------------------------------------------------- layout and callbacks
-def controls() -> list:
+@adds_panel("run", "generate")
+def controls() -> html.Span:
     """The "Continue the text" control, placed beside "Run model"."""
-    return [
-        html.Span("Continue the text by ", style={"color": "#555"}),
-        dcc.Input(
-            id=GID.new_tokens,
-            type="number",
-            min=1,
-            max=MAX_NEW_TOKENS,
-            step=1,
-            value=DEFAULT_NEW_TOKENS,
-            style={"width": "64px"},
-        ),
-        html.Span(" new tokens ", style={"color": "#555"}),
-        html.Button(
-            "Generate",
-            id=GID.generate,
-            n_clicks=0,
-            style={"marginRight": "12px"},
-            title="the model writes the continuation (greedy); every view then shows prompt + new tokens, "
-            f"the new ones marked {MARK}",
-        ),
-        html.Span(id=GID.progress, style={"color": NEW_COLOUR, "marginRight": "8px"}),
-    ]
+    return html.Span(
+        [
+            html.Span("Continue the text by ", style={"color": "#555"}),
+            dcc.Input(
+                id=GID.new_tokens,
+                type="number",
+                min=1,
+                max=MAX_NEW_TOKENS,
+                step=1,
+                value=DEFAULT_NEW_TOKENS,
+                style={"width": "64px"},
+            ),
+            html.Span(" new tokens ", style={"color": "#555"}),
+            html.Button(
+                "Generate",
+                id=GID.generate,
+                n_clicks=0,
+                style={"marginRight": "12px"},
+                title="the model writes the continuation (greedy); every view then shows prompt + new tokens, "
+                f"the new ones marked {MARK}",
+            ),
+            html.Span(id=GID.progress, style={"color": NEW_COLOUR, "marginRight": "8px"}),
+        ]
+    )
 
 
+@adds_panel("lab", "steps")
 def lab_panel() -> html.Div:
     """The AttentionLab's step slider and its two rows (shown only for a generation)."""
     return html.Div(

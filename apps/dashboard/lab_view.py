@@ -1,6 +1,7 @@
 """The AttentionLab: click a token to make it the query, see its row of weights, and flip the causal
 mask, the ÷√d_k scaling and the temperature — the row recomputed from the model's real Q and K.
-(A generation's step slider lives beside it: generation_view.)"""
+Other views add their panels to it through the panel registry (``panels.py``): a generation's step
+slider in the slot ``"steps"`` (generation_view), "apply to the model" in ``"apply"`` (edit_view)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,9 @@ from attnviz.figures import message_figure, new_start
 
 from .captures import Captures
 from .common import chip, word_of
-from .edit_view import lab_panel as edit_panel
 from .errors import only_on, shows_errors
-from .generation_view import lab_panel
 from .ids import GID, ID
+from .panels import slot_panels
 
 _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
 VIEWS = [("lab", "AttentionLab")]
@@ -74,7 +74,7 @@ def layout(graph_config: dict) -> list:
             "and the ÷√d_k scaling, or change the temperature: the row is recomputed with attnviz's "
             "own SDPA from this model's real Q and K."
         ),
-        lab_panel(),
+        *slot_panels("lab", "steps"),  # a generation's step slider (generation_view)
         html.Div(id=ID.lab_tokens, style={"lineHeight": "2.1em", "margin": "6px 0"}),
         html.Div(
             [
@@ -106,7 +106,8 @@ def layout(graph_config: dict) -> list:
         ),
         html.Div(id=ID.lab_stats, style={"fontSize": "1.1em", "margin": "6px 0"}),
         dcc.Graph(id=ID.lab_graph, config=graph_config),
-        edit_panel(),  # apply the switches, the temperature and knocked-out keys to the model (edit_view)
+        # apply the switches, the temperature and knocked-out keys to the model (edit_view)
+        *slot_panels("lab", "apply"),
     ]
 
 

@@ -1,5 +1,7 @@
 """The page: the shared controls on top, then one tab per view — each view's layout comes from its
-own module (which also holds its callbacks); the page only places them.
+own module (which also holds its callbacks); the page only places them. A view that adds a panel to
+another registers it (``panels.py``); every view module is imported here, so each panel is registered
+before ``build_layout`` builds a host's layout.
 
 ``ID`` (every shared component id) lives in :mod:`.ids`; it is re-exported here for older imports."""
 
@@ -11,7 +13,9 @@ from . import (
     compare_view,
     coref_view,
     cost_view,
+    edit_view,
     export_view,
+    generation_view,
     head_view,
     lab_view,
     model_view,
@@ -22,6 +26,8 @@ from . import (
     validation_view,
 )
 from .ids import ID, view_id
+
+PANEL_VIEWS = (edit_view, generation_view)  # views with no tab of their own: their panels sit in others'
 
 VIEWS = [
     *overview_view.VIEWS,

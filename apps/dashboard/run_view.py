@@ -21,9 +21,9 @@ from attnviz.figures import MARK
 
 from .captures import Captures, default_query, is_encoder_decoder, wants_bos
 from .errors import shows_errors
-from .generation_view import MAX_NEW_TOKENS, generation_of
-from .generation_view import controls as generation_controls
+from .generations import MAX_NEW_TOKENS, generation_of
 from .ids import GID, ID
+from .panels import slot_panels
 
 BACKGROUND_FROM = 1024  # texts with more tokens are captured by a background job
 PART_LABELS = {
@@ -134,7 +134,7 @@ def layout(model_options: list[dict], default_model: str, default_text: str, exa
         html.Div(
             [
                 html.Button("Run model", id=ID.run, n_clicks=0, style={"marginRight": "12px"}),
-                *generation_controls(),
+                *slot_panels("run", "generate"),  # "Continue the text" (generation_view)
                 dcc.Checklist(
                     id=ID.bos,
                     value=["bos"] if bos else [],

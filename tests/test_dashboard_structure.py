@@ -1,0 +1,128 @@
+"""The dashboard's structure, read without a browser: views do not import each other (a view that adds
+a panel to another registers it in ``panels.py``), every registered panel has its host's slot, and the
+page places each panel in its host whatever the order the views registered in."""
+
+import ast
+from pathlib import Path
+
+import pytest
+from attnviz.dashboard import panels
+from attnviz.dashboard.ids import AID, EID, GID, ID, view_id
+from attnviz.dashboard.layout import build_layout
+from dash import html
+
+DASHBOARD = Path(__file__).resolve().parents[1] / "apps" / "dashboard"
+VIEW_FILES = sorted(DASHBOARD.glob("*_view.py"))
+
+
+def imported_modules(tree: ast.Module) -> set[str]:
+    """The dashboard modules a module imports, by their short name (``from .x import``, ``from . import x``,
+    ``attnviz.dashboard.x``), at module level or inside functions."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level and not module:  # from . import x, y
+                names.update(alias.name for alias in node.names)
+            elif node.level:  # from .x import y
+                names.add(module.split(".")[0])
+            elif module == "attnviz.dashboard":
+                names.update(alias.name for alias in node.names)
+            elif module.startswith("attnviz.dashboard."):
+                names.add(module.split(".")[2])
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.startswith("attnviz.dashboard."):
+                    names.add(alias.name.split(".")[2])
+    return names
+
+
+def view_imports(path: Path) -> set[str]:
+    """The other ``*_view`` modules the view at ``path`` imports."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {name for name in imported_modules(tree) if name.endswith("_view") and name != path.stem}
+
+
+def slot_calls(function: str) -> set[tuple[str, str, str]]:
+    """Every ``function("host", "slot")`` call in the dashboard's modules, as (host, slot, file stem)."""
+    found = set()
+    for path in DASHBOARD.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == function:
+                host, slot = (ast.literal_eval(arg) for arg in node.args)
+                found.add((host, slot, path.stem))
+    return found
+
+
+def test_the_views_are_found():
+    assert {"lab_view", "coref_view", "edit_view", "generation_view", "run_view"} <= {p.stem for p in VIEW_FILES}
+
+
+@pytest.mark.parametrize("path", VIEW_FILES, ids=lambda p: p.stem)
+def test_a_view_imports_no_other_view(path):
+    assert view_imports(path) == set(), (
+        f"{path.name} imports {sorted(view_imports(path))}: register a panel for another view's slot "
+        "(panels.adds_panel) and move shared helpers to a module that is not a view"
+    )
+
+
+def test_every_panel_sits_in_a_slot_its_host_places():
+    added = {(host, slot) for host, slot, _ in slot_calls("adds_panel")}
+    placed = {(host, slot) for host, slot, _ in slot_calls("slot_panels")}
+    assert added == placed and added, (added, placed)
+    assert all(stem == f"{host}_view" for host, _, stem in slot_calls("slot_panels"))  # a host asks for its own
+    guests = {(host, stem) for host, _, stem in slot_calls("adds_panel")}
+    assert all(stem != f"{host}_view" for host, stem in guests)  # a guest's panel sits in another view
+
+
+def test_every_panel_is_registered_before_the_page_is_built():
+    # layout.py imports every view, so the registry holds each panel the views' sources declare
+    assert {(host, slot) for host, slot, _ in panels.registered()} == {
+        (host, slot) for host, slot, _ in slot_calls("adds_panel")
+    }
+
+
+def test_a_slot_orders_its_panels_by_name_not_by_registration(monkeypatch):
+    monkeypatch.setattr(panels, "_PANELS", {})
+
+    def first() -> html.Div:
+        return html.Div(id="first")
+
+    def second() -> html.Div:
+        return html.Div(id="second")
+
+    panels.adds_panel("one", "slot")(second)
+    panels.adds_panel("one", "slot")(first)
+    panels.adds_panel("two", "slot")(first)
+    panels.adds_panel("two", "slot")(second)
+    panels.adds_panel("two", "slot")(second)  # registering again replaces, never doubles
+    assert [p.id for p in panels.slot_panels("one", "slot")] == ["first", "second"]
+    assert [p.id for p in panels.slot_panels("two", "slot")] == ["first", "second"]
+    assert panels.slot_panels("three", "slot") == []
+
+
+def ids_in(component) -> set[str]:
+    """Every string id in a component tree."""
+    found = set()
+    stack = [component]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (list, tuple)):
+            stack.extend(node)
+            continue
+        if getattr(node, "id", None) is not None and isinstance(node.id, str):
+            found.add(node.id)
+        children = getattr(node, "children", None)
+        if children is not None and not isinstance(children, str):
+            stack.append(children)
+    return found
+
+
+def test_the_page_places_each_panel_in_its_host():
+    page = build_layout([{"label": "m", "value": "m"}], "m", "The cat sat.")
+    views = {node.id: node for node in page.children if getattr(node, "id", None) in {view_id("lab"), view_id("coref")}}
+    lab, coref = ids_in(views[view_id("lab")]), ids_in(views[view_id("coref")])
+    assert {GID.step_box, EID.lab_apply, ID.lab_graph} <= lab and EID.coref_candidate not in lab
+    assert {EID.coref_candidate, AID.coref_bars} <= coref and EID.lab_apply not in coref
+    top = ids_in([node for node in page.children if node not in views.values()])
+    assert {GID.generate, GID.new_tokens, ID.run} <= top
