@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from ..data.capture import Capture, TokenSequence
 from ..data.validate import SAMPLE_ROWS, ValidationError, validate
-from ..engine.specs import PARTS, RESERVED_POSITIONS, refusal, supported_families
+from ..engine.specs import PARTS, RESERVED_POSITIONS, check_supported, supported_families
 from ..engine.taps import AttentionCall
 from ..errors import (
     ArgumentTypeError,
@@ -185,9 +185,7 @@ def resolve(
         )
     config = model.config
     name = name or getattr(config, "_name_or_path", "") or type(model).__name__
-    reason = refusal(config)
-    if reason:
-        raise UnsupportedModelError(f"{reason}. attnviz supports {supported_families()}")
+    check_supported(config)
     return Resolved(model, tokenizer, name)
 
 
