@@ -8,7 +8,8 @@ Every error is an :class:`AttnvizError` and says what was wrong and what to do::
     ├── ModelInTrainingModeError dropout would make the capture non-deterministic
     ├── InputError               bad text or arguments (also a ValueError / TypeError)
     │   ├── EmptyTextError
-    │   └── InputTooLongError
+    │   ├── InputTooLongError
+    │   └── CaptureMismatchError a capture that is not this model's (or is a generation's) where a text's is wanted
     ├── OutOfRangeError          a layer, head or batch index that does not exist (also an IndexError)
     ├── CaptureFileError         a file that is not a readable attnviz capture
     └── ValidationError          the recomputation does not reproduce the model (carries the report and the capture)
@@ -49,6 +50,11 @@ class EmptyTextError(InputError):
 
 class InputTooLongError(InputError):
     """The text has more tokens than the model accepts."""
+
+
+class CaptureMismatchError(InputError):
+    """A capture given in place of a text that this model cannot start from: another model's capture,
+    or a generation's."""
 
 
 class OutOfRangeError(AttnvizError, IndexError):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from ..engine.specs import PROJECTION_SPECS
 from ..engine.taps import AttentionCall, Recorder, tap
 from ..errors import ArgumentTypeError, InputError, InputTooLongError, UnsupportedModelError
 from .generation_result import Generation
-from .inputs import check_vocabulary, surfaces, tokenize
+from .inputs import Encoded, check_vocabulary, given_tokens, surfaces, tokenize
 from .pipeline import Item, captures, check_mode, resolve, tapped
 from .step_recorder import StepRecorder
 
@@ -59,6 +60,7 @@ def generate(
     keep_on_device: bool = False,
     check: str = "sample",
     seed: int | None = None,
+    tokenized: Sequence[Encoded] | None = None,
     **generate_kwargs: Any,
 ) -> Generation:
     """Generate from ``prompt`` with the model's own ``generate`` and record every step's attention.
@@ -72,6 +74,9 @@ def generate(
       several sequences and assisted decoding are refused: they rewrite the cache.
     - ``check``: ``"sample"`` (default) proves every generated row and a sample of the prompt's
       rows against the kernel output of the step that computed them; ``"full"`` every row; ``"off"``.
+    - ``tokenized``: the prompt as :func:`attnviz.workflows.inputs.tokenize` encoded it (with this
+      tokenizer and ``add_bos``), a list of one, for a caller that had to count its tokens first: it
+      is not tokenized again (as for :func:`attnviz.capture`).
 
     Returns a :class:`Generation`: ``.text`` and ``.new_tokens`` (the continuation), ``.ids`` and
     ``.prompt_length``, ``.capture`` (a :class:`Capture` over prompt and new tokens whose rows are
@@ -110,7 +115,10 @@ def generate(
     encoder_decoder = resolved.encoder_decoder
     wanted = resolved.layers(layers)
     limit, name = resolved.limit, resolved.name
-    encoded = tokenize(tokenizer, [prompt], None, limit, name, add_bos, what="prompt")
+    if tokenized is None:
+        encoded = tokenize(tokenizer, [prompt], None, limit, name, add_bos, what="prompt")
+    else:
+        encoded = given_tokens(tokenized, 1, limit, name, what="prompt")
     check_vocabulary(lm, encoded, "prompt")
     ids_list = encoded[0][0]
     n_prompt = 1 if encoder_decoder else len(ids_list)  # the generated sequence's positions before the new tokens

@@ -5,6 +5,7 @@ cannot read into clear errors."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -13,7 +14,16 @@ from torch import Tensor, nn
 from ..data.words import offsets_from_tokens
 from ..errors import ArgumentTypeError, EmptyTextError, InputError, InputTooLongError
 
-__all__ = ["Encoded", "check_texts", "check_vocabulary", "decoder_inputs", "ids_rows", "padded", "tokenize"]
+__all__ = [
+    "Encoded",
+    "check_texts",
+    "check_vocabulary",
+    "decoder_inputs",
+    "given_tokens",
+    "ids_rows",
+    "padded",
+    "tokenize",
+]
 
 Encoded = tuple[list[int], list[tuple[int, int]], list[str]]  # ids, offsets, tokens
 
@@ -119,6 +129,20 @@ def tokenize(
                 f"Shorten the {what} or pass max_length={limit} to truncate."
             )
         encoded.append((ids, offsets, tokenizer.convert_ids_to_tokens(ids)))
+    return encoded
+
+
+def given_tokens(
+    tokenized: Sequence[Encoded], n_texts: int, limit: int | None, model_name: str, what: str = "text"
+) -> list[Encoded]:
+    """``tokenized=`` of :func:`attnviz.capture` and :func:`attnviz.generate`: the texts as
+    :func:`tokenize` encoded them, one per text (not tokenized again), checked against the model's limit."""
+    encoded = list(tokenized)
+    if len(encoded) != n_texts:
+        raise InputError(f"tokenized holds {len(encoded)} texts for {n_texts}; give one per {what}")
+    longest = max(len(ids) for ids, _, _ in encoded)
+    if limit is not None and longest > limit:
+        raise InputTooLongError(f"The {what} has {longest:,} tokens; {model_name} accepts at most {limit:,}")
     return encoded
 
 

@@ -1,6 +1,7 @@
 """``intervene()`` and ``head_importance()``: what the model predicts when a head does something else.
 
-:func:`intervene` captures the text (the attention as the model computed it and its prediction),
+:func:`intervene` captures the text (the attention as the model computed it and its prediction) —
+or starts from a capture of it the caller holds, proved to be this model's and not tokenized again —
 proves that attnviz's own SDPA in place of the model's kernel leaves the output unchanged on the
 layers it will edit (so any change is the edit's doing), then runs the model with the edits —
 capturing the attention as the edited model computed it — and returns both predictions.
@@ -22,9 +23,10 @@ from ..data.capture import Capture
 from ..data.predictions import Intervention, Prediction, continuation_ids, token_text
 from ..edits import Edit, LayerPlan, editing, plan
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError, ValidationError
+from .from_capture import capture_inputs, verified_forward
 from .inputs import Encoded
 from .pipeline import Resolved, forward_inputs, resolve
-from .runner import capture_forward, encode_texts
+from .runner import TextInputs, capture_forward, encode_texts
 
 __all__ = ["head_importance", "intervene"]
 
@@ -59,9 +61,40 @@ def _position(cap: Capture, tokenizer: Any, at: int | None) -> int:
     return n - 1
 
 
+def _before(
+    resolved: Resolved,
+    text: str | Capture,
+    what: str,
+    *,
+    target: str | None,
+    add_bos: bool,
+    layers: set[int] | None = None,
+    check: str = "sample",
+    target_name: str = "target",
+) -> tuple[TextInputs, Capture, Any]:
+    """(the inputs, the capture as the model is, the model's own output): the text tokenized and
+    captured (``layers``, ``check``), or a :class:`Capture` of this model re-used as it is — its ids
+    not tokenized again, one forward for the output, that proves the capture this model's."""
+    if isinstance(text, Capture):
+        if target is not None or add_bos:
+            given = target_name if target is not None else "add_bos"
+            raise InputError(
+                f"{given}= reads a text, but {what} was given a capture, whose tokens are fixed (its target and "
+                f"BOS included); leave {given} out, or pass the text"
+            )
+        inputs = capture_inputs(resolved, text, what)
+        dtype = next(resolved.model.parameters()).dtype
+        return inputs, text, verified_forward(resolved, text, inputs, TOLERANCE.get(dtype, 1e-4))
+    if not isinstance(text, str):
+        raise ArgumentTypeError(f"text must be a string or an attnviz.Capture, got {type(text).__name__}")
+    inputs = encode_texts(resolved, text, target=target, add_bos=add_bos)
+    [cap], output = capture_forward(resolved, inputs, layers=layers, check=check)
+    return inputs, cap, output
+
+
 def intervene(
     model: str | Path | nn.Module,
-    text: str,
+    text: str | Capture,
     edits: Iterable[Edit] | Edit,
     tokenizer: Any = None,
     *,
@@ -82,6 +115,11 @@ def intervene(
     >>> out.before.top_tokens(5), out.after.top_tokens(5)
     >>> out.delta_logprob("好"), out.capture_after.attention(15, head=3)
 
+    - ``text``: the text, or a :class:`Capture` of it by this model (``attnviz.intervene(model, cap,
+      edits)``): the capture is the "before" as it is, its tokens (and target) are not tokenized again,
+      and one forward of its ids gives the prediction — and proves the capture this model's (a layer's
+      Q and output must be the capture's), else :class:`CaptureMismatchError`, as for a generation's
+      capture. ``target=`` and ``add_bos=`` belong to a text. The result equals the text's.
     - The prediction is the next token after the text (the decoder's ``target`` for an
       encoder-decoder model; the ``[MASK]`` for a masked LM; any position with ``at=``). A model
       without a language-model head (MiniLM) predicts no tokens: ``.similarity`` gives each token's
@@ -94,10 +132,7 @@ def intervene(
     """
     resolved = resolve(model, tokenizer, device, dtype, attn_implementation)
     lm, tokenizer = resolved.model, resolved.tokenizer
-    if not isinstance(text, str):
-        raise ArgumentTypeError(f"text must be a string, got {type(text).__name__}")
-    inputs = encode_texts(resolved, text, target=target, add_bos=add_bos)
-    [cap_before], output = capture_forward(resolved, inputs, check=check)
+    inputs, cap_before, output = _before(resolved, text, "intervene", target=target, add_bos=add_bos, check=check)
     plans = plan(edits, cap_before)
     edit_list = [edits] if isinstance(edits, Edit) else list(edits)
     reference = _main_output(output).float()
@@ -187,7 +222,7 @@ def _summed(logits: Tensor, rows: Tensor, wanted: Tensor) -> Tensor:  # [batch]
 
 def head_importance(
     model: str | Path | nn.Module,
-    text: str,
+    text: str | Capture,
     target: str | int,
     tokenizer: Any = None,
     *,
@@ -214,7 +249,9 @@ def head_importance(
     log P before − after: how much the prediction needs that head) — sorted by the drop, with
     ``attrs["logprob"]`` the unedited log P and ``attrs["target"]``. ``on_progress(done, total)``
     is called after each batch; ``progress`` shows a bar on stderr. For an encoder-decoder model
-    ``decoder_text`` is what the decoder has written so far (``target`` is its next token).
+    ``decoder_text`` is what the decoder has written so far (``target`` is its next token). ``text`` may
+    be a :class:`Capture` of it by this model instead, as for :func:`intervene` (not tokenized again; its
+    decoder's tokens are ``decoder_text``).
     """
     import pandas as pd  # deferred: pandas is heavy and only tables need it
 
@@ -224,8 +261,16 @@ def head_importance(
         raise InputError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}")
     resolved = resolve(model, tokenizer, device, dtype, attn_implementation)
     lm, tokenizer, name = resolved.model, resolved.tokenizer, resolved.name
-    inputs = encode_texts(resolved, text, target=decoder_text, add_bos=add_bos)
-    [cap], output = capture_forward(resolved, inputs, layers=resolved.layers([0]), check="off")
+    _, cap, output = _before(
+        resolved,
+        text,
+        "head_importance",
+        target=decoder_text,
+        add_bos=add_bos,
+        layers=resolved.layers([0]),
+        check="off",
+        target_name="decoder_text",
+    )
     if getattr(output, "logits", None) is None:
         raise InputError(
             f"{name} has no language-model head, so no continuation has a probability to drop; "

@@ -21,7 +21,7 @@ from ..data.capture import Capture, TokenSequence
 from ..data.words import words_from_offsets
 from ..engine.taps import tap
 from ..errors import InputError, InputTooLongError
-from .inputs import Encoded, check_texts, decoder_inputs, ids_rows, tokenize
+from .inputs import Encoded, check_texts, decoder_inputs, given_tokens, ids_rows, tokenize
 from .pipeline import Item, Resolved, captures, check_mode, forward_inputs, resolve, tapped
 
 __all__ = ["TextInputs", "capture", "capture_forward", "encode_texts"]
@@ -138,12 +138,7 @@ def encode_texts(
         if tokenized is None:
             encoded = tokenize(tokenizer, texts, max_length, limit, name, add_bos)
         else:
-            encoded = list(tokenized)
-            if len(encoded) != len(texts):
-                raise InputError(f"tokenized holds {len(encoded)} texts for {len(texts)}; give one per text")
-            longest = max(len(ids) for ids, _, _ in encoded)
-            if limit is not None and longest > limit:
-                raise InputTooLongError(f"The text has {longest:,} tokens; {name} accepts at most {limit:,}")
+            encoded = given_tokens(tokenized, len(texts), limit, name)
     targets, decoded = decoder_inputs(
         resolved.model,
         resolved.tokenizer,

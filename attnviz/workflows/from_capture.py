@@ -1,0 +1,84 @@
+"""A capture as the input of another forward of the model that made it (``intervene(model, cap, …)``).
+
+The capture's ids, offsets and tokens (its :class:`~attnviz.TokenSequence`, and the decoder's for an
+encoder-decoder) become the :class:`~attnviz.workflows.runner.TextInputs` of the pipeline again, so
+nothing is tokenized a second time (:func:`capture_inputs`). Before anything is read from it, the
+capture is proved to be this model's: the same class, then one forward of its ids with one layer
+tapped whose Q and output must be the capture's (:func:`verified_forward`) — a capture of another
+checkpoint of the same architecture is refused too. That forward's output (the logits) is what the
+capture lacks; a generation's capture (rows computed step by step with a KV cache) is refused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import Tensor
+
+from ..data.capture import Capture
+from ..errors import ArgumentTypeError, CaptureMismatchError
+from .pipeline import Resolved
+from .runner import TextInputs, capture_forward
+
+__all__ = ["capture_inputs", "verified_forward"]
+
+#: what to do about a capture of another model, the end of each message that refuses one
+FIX = "pass the model that made the capture (in the dtype it ran in), or the text, to capture it with this one"
+
+
+def capture_inputs(resolved: Resolved, cap: Capture, what: str) -> TextInputs:
+    """The inputs that made ``cap``, for ``what`` (the function's name, for the messages): its own ids,
+    offsets and tokens; a generation's capture or one of another kind of model refused."""
+    if not isinstance(cap, Capture):
+        raise ArgumentTypeError(f"{what} takes a text or an attnviz.Capture, got {type(cap).__name__}")
+    if "generation" in cap.model:
+        raise CaptureMismatchError(
+            f"this capture is of a generation (its rows were computed one step at a time, with a KV cache); "
+            f"{what} runs one forward of a text. Capture the prompt with its continuation, "
+            f"attnviz.capture(model, gen.capture.text), and pass that capture (or the text)"
+        )
+    model = resolved.model
+    theirs = (cap.model.get("class"), cap.model.get("model_type"))
+    ours = (type(model).__name__, getattr(model.config, "model_type", None))
+    if theirs != ours:
+        raise CaptureMismatchError(
+            f"this capture was made by {cap.model.get('name')!r} ({theirs[0]}, {theirs[1]}), not by this "
+            f"{ours[0]} ({ours[1]}); {FIX}: {what}(model, cap.text, …)"
+        )
+    source = (list(cap.token_ids), list(cap.offsets), list(cap.tokens))
+    if cap.target is None:
+        return TextInputs([cap.text], [source], None, [])
+    t = cap.target
+    return TextInputs([cap.text], [source], [t.text], [(list(t.token_ids), list(t.offsets), list(t.tokens))])
+
+
+def verified_forward(resolved: Resolved, cap: Capture, inputs: TextInputs, tolerance: float) -> Any:
+    """The model's own output (logits…) for ``cap``'s ids, from one forward that taps one layer of
+    the capture (its deepest) and proves it: that layer's Q and output must be the capture's within
+    ``tolerance`` (max |Δ|), else :class:`CaptureMismatchError` — the capture is another model's."""
+    deepest = max(layer for _, layer in cap.records)
+    [probe], output = capture_forward(resolved, inputs, layers={deepest}, check="off")
+    for fact in ("parts", "dtype"):
+        if probe.model.get(fact) != cap.model.get(fact):
+            raise CaptureMismatchError(
+                f"this capture's {fact} ({cap.model.get(fact)}) is not this model's ({probe.model.get(fact)}); {FIX}"
+            )
+    for key in sorted(set(probe.records) & set(cap.records)):
+        ours, theirs = probe.records[key], cap.records[key]
+        pairs = [(ours.q, theirs.q)] + (
+            [(ours.out, theirs.out)] if ours.out is not None and theirs.out is not None else []
+        )
+        error = max(_difference(a, b) for a, b in pairs)
+        if not error <= tolerance:
+            raise CaptureMismatchError(
+                f"this capture was not made by this model from these tokens: at {key[0]} layer {key[1]} this model "
+                f"computes other numbers (max |Δ| {error:.2e}, tolerance {tolerance:.0e}; captured by "
+                f"{cap.model.get('name')!r} in {cap.model.get('dtype')}); {FIX}"
+            )
+    return output
+
+
+def _difference(ours: Tensor, theirs: Tensor) -> float:
+    if ours.shape != theirs.shape:
+        return float("inf")
+    return float((ours.float().cpu() - theirs.float().cpu()).abs().max())
