@@ -207,8 +207,9 @@ class Captures:
         if model.startswith(FILE_PREFIX):
             return request
         loaded, tokenizer = attnviz.load_model(model)
-        if new_tokens:  # attnviz.generate tokenizes the prompt itself
-            request.n_tokens = len(tokenizer(text)["input_ids"]) + new_tokens
+        if new_tokens:  # the prompt tokenized once: attnviz.generate reads these tokens (tokenized=)
+            request.encoded = tokenize(tokenizer, [text], None, None, model, bos, what="prompt")[0]
+            request.n_tokens = len(request.encoded[0]) + new_tokens
             # the model's own limit: attnviz.generate says how many new tokens fit
             if self.max_tokens is not None and request.n_tokens > self.max_tokens:
                 raise attnviz.InputTooLongError(
@@ -300,9 +301,11 @@ class Captures:
             return cap
         loaded, _ = attnviz.load_model(model)
         with layer_progress(loaded, on_layer):
-            if request.new_tokens:
-                return attnviz.generate(model, text, max_new_tokens=request.new_tokens, add_bos=request.bos).capture
             tokenized = [request.encoded] if request.encoded is not None else None
+            if request.new_tokens:
+                return attnviz.generate(
+                    model, text, max_new_tokens=request.new_tokens, add_bos=request.bos, tokenized=tokenized
+                ).capture
             cap = attnviz.capture(model, text, add_bos=request.bos, target=request.target, tokenized=tokenized)
         assert isinstance(cap, attnviz.Capture)  # one text, one capture
         return cap

@@ -10,8 +10,6 @@ registered here.
 
 from __future__ import annotations
 
-from typing import Any
-
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
@@ -147,9 +145,9 @@ def coref_panel() -> html.Div:
     )
 
 
-def _model_of(store: dict | None, cap: attnviz.Capture | None, captures: Captures) -> tuple[Any, Any, dict]:
-    """(model, tokenizer, intervene's text keywords) of the page's run ``cap``; a capture file has no model.
-    The target is the capture's own (the key tells a target the user typed from the decoder's start token)."""
+def _model_of(store: dict | None) -> str:
+    """The model of the page's run, which edits start from with the page's capture as it is (its tokens,
+    BOS and target: ``attnviz.intervene(model, cap, …)`` tokenizes nothing); a capture file has no model."""
     if not store:
         raise attnviz.InputError("Run the model first.")
     model = store["model"]
@@ -159,12 +157,7 @@ def _model_of(store: dict | None, cap: attnviz.Capture | None, captures: Capture
         raise attnviz.InputError(
             "Edits run one forward of a text: run the prompt with its continuation as the text (Run model), then apply."
         )
-    loaded, tokenizer = attnviz.load_model(model)
-    keywords: dict[str, Any] = {"add_bos": bool(store.get("bos"))}
-    if loaded.config.is_encoder_decoder and cap is not None and cap.target is not None:
-        typed = captures.key(model, cap.text, keywords["add_bos"], cap.target.text) == store.get("key")
-        keywords["target"] = cap.target.text if typed else None
-    return loaded, tokenizer, keywords
+    return model
 
 
 def _continuation(value: str | None) -> str | None:
@@ -283,7 +276,7 @@ def register(app: Dash, captures: Captures) -> None:
         cap = captures.from_store(store)
         if cap is None or layer is None or head is None or query is None:
             return "Run the model, then click a token.", message_figure(""), message_figure("")
-        model, tokenizer, keywords = _model_of(store, cap, captures)
+        model = _model_of(store)
         part = part if len(cap.parts) > 1 else None
         words = units == "words"
         queries, _ = cap.sequences(part)
@@ -303,7 +296,7 @@ def register(app: Dash, captures: Captures) -> None:
                 message_figure(""),
                 message_figure(""),
             )
-        out = attnviz.intervene(model, cap.text, chosen, tokenizer, **keywords)
+        out = attnviz.intervene(model, cap, chosen)
         summary = _summary(out, _continuation(continuation), notes)
         bars = figures.prediction_bars(out, 5, _continuation(continuation))
         return summary, bars, _edited_row(out, layer, head, index, words, part)
@@ -341,7 +334,7 @@ def register(app: Dash, captures: Captures) -> None:
         cap = captures.self_part(store, part)
         if cap is None or not selection or candidate is None or candidate not in selection["candidates"]:
             return "Choose the pronoun and a candidate above.", message_figure("")
-        model, tokenizer, keywords = _model_of(store, captures.from_store(store), captures)
+        model = _model_of(store)
         top = int(top or TOP_HEADS)
         ranking = rank_heads(cap, selection["pronoun"], selection["candidates"], exclude_sinks="sinks" in (sinks or []))
         name = cap.words[candidate].text
@@ -354,7 +347,7 @@ def register(app: Dash, captures: Captures) -> None:
             edits.knockout(layer=int(r.layer), head=int(r.head), query=pronoun_named, key=key_named, part=the_part)
             for r in heads.itertuples(index=False)
         ]
-        out = attnviz.intervene(model, cap.text, chosen, tokenizer, **keywords)
+        out = attnviz.intervene(model, captures.from_store(store), chosen)  # the whole capture, not one part
         where = ", ".join(f"L{int(r.layer)}·H{int(r.head)}" for r in heads.itertuples(index=False))
         said = [
             html.Div(
@@ -395,21 +388,12 @@ def register(app: Dash, captures: Captures) -> None:
         if cont is None:
             return "Type the continuation whose probability the heads are ranked by (e.g. 好).", message_figure("")
         cap = captures.from_store(store)
-        model, tokenizer, keywords = _model_of(store, cap, captures)
+        model = _model_of(store)
 
         def progress(done: int, total: int) -> None:
             set_progress((str(done), str(total), f"{done} of {total} heads ablated"))
 
-        table = attnviz.head_importance(
-            model,
-            cap.text,
-            cont,
-            tokenizer,
-            add_bos=keywords["add_bos"],
-            decoder_text=keywords.get("target"),
-            progress=False,
-            on_progress=progress,
-        )
+        table = attnviz.head_importance(model, cap, cont, progress=False, on_progress=progress)
         set_progress(("1", "1", ""))
         shown = part if "part" in table.columns and part in set(table["part"]) else None
         top = table.iloc[0]
