@@ -1,17 +1,21 @@
 """Command line: ``attnviz capture | generate | validate | coref | probes | stats | export | app``.
 
 Exit status: 0 on success, 1 when validation fails (a head over tolerance, or a capture's own
-check), 2 for usage and input errors — each error one line on stderr."""
+check), 2 for usage and input errors, 75 (EX_TEMPFAIL: run it again) when SIGTERM or SIGINT stopped
+``attnviz stats`` after it wrote its checkpoint — each error one line on stderr."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
-from .errors import AttnvizError, InputError, ValidationError
+from .errors import AttnvizError, InputError, Interrupted, ValidationError
 
-__all__ = ["main"]
+__all__ = ["EXIT_INTERRUPTED", "main"]
+
+EXIT_INTERRUPTED = 75  # sysexits' EX_TEMPFAIL: stopped by a signal after checkpointing; resubmit with --resume
 
 
 def _layers(value: str) -> list[int]:
@@ -166,21 +170,26 @@ def _cmd_stats(args) -> int:
         _writable(args.out)
         if not args.out.endswith((".parquet", ".csv")):
             raise InputError(f"--out {args.out!r}: give a .parquet or .csv path")
+    interrupted = False
     try:
-        df = corpus_stats(
-            args.model,
-            args.corpus,
-            batch_size=args.batch_size,
-            max_length=args.max_length,
-            device_map=args.device_map,
-            **_loading(args),
-            add_bos=args.add_bos,
-            part=args.part,
-            truncate=not args.no_truncate,
-            checkpoint=args.checkpoint,
-            resume=args.resume,
-            progress=not args.quiet,
-        )
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line  # restored by catch_warnings
+            df = corpus_stats(
+                args.model,
+                args.corpus,
+                batch_size=args.batch_size,
+                max_length=args.max_length,
+                device_map=args.device_map,
+                **_loading(args),
+                add_bos=args.add_bos,
+                part=args.part,
+                truncate=not args.no_truncate,
+                checkpoint=args.checkpoint,
+                resume=args.resume,
+                checkpoint_every_texts=args.checkpoint_every_texts,
+                checkpoint_every_seconds=args.checkpoint_every_seconds,
+                progress=not args.quiet,
+            )
         if df.attrs["rank"] != 0:
             return 0
         shares = " + ".join(f"{n:,}" for n in df.attrs["per_process"])
@@ -197,16 +206,28 @@ def _cmd_stats(args) -> int:
         else:
             print(df.round(4).to_string(index=False))
         return 0
+    except Interrupted as err:
+        interrupted = True  # the other processes stop too (torchrun passes the signal on): no barrier to wait at
+        if err.rank == 0:
+            print(f"error: {err}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
-        _end_processes()
+        _end_processes(barrier=not interrupted)
 
 
-def _end_processes() -> None:
-    """Close a process group torchrun or accelerate launch made (one left open can abort at exit)."""
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr (``warning: …``), not Python's two-line form."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _end_processes(barrier: bool = True) -> None:
+    """Close a process group torchrun or accelerate launch made (one left open can abort at exit);
+    ``barrier=False`` where the others may have stopped already (a signal)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
-        dist.barrier()
+        if barrier:
+            dist.barrier()
         dist.destroy_process_group()
 
 
@@ -406,8 +427,30 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--no-truncate", action="store_true", help="refuse a text over the model's limit (default: cut and count it)"
     )
-    p.add_argument("--checkpoint", help="write the totals so far to this file after every pool of batches")
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run from --checkpoint")
+    p.add_argument(
+        "--checkpoint",
+        help="save the run's place to this file (atomically; under N processes each writes FILE.rank<i>-of-<N>) "
+        "every --checkpoint-every-texts texts or --checkpoint-every-seconds, at the end, and on SIGTERM/SIGINT, "
+        f"which then stop the run with exit status {EXIT_INTERRUPTED}",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from --checkpoint (same corpus, batch size and number of processes); with no checkpoint "
+        "there, start at the first text and say so",
+    )
+    p.add_argument(
+        "--checkpoint-every-texts",
+        type=int,
+        default=1000,
+        help="save after this many texts per process at most (default: 1000)",
+    )
+    p.add_argument(
+        "--checkpoint-every-seconds",
+        type=float,
+        default=60.0,
+        help="save after this many seconds at most (default: 60)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_stats)
 

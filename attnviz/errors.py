@@ -12,6 +12,7 @@ Every error is an :class:`AttnvizError` and says what was wrong and what to do::
     │   └── CaptureMismatchError a capture that is not this model's (or is a generation's) where a text's is wanted
     ├── OutOfRangeError          a layer, head or batch index that does not exist (also an IndexError)
     ├── CaptureFileError         a file that is not a readable attnviz capture
+    ├── Interrupted              SIGTERM/SIGINT stopped a long run after it wrote its checkpoint (carries the path)
     └── ValidationError          the recomputation does not reproduce the model (carries the report and the capture)
 """
 
@@ -63,6 +64,20 @@ class OutOfRangeError(AttnvizError, IndexError):
 
 class CaptureFileError(AttnvizError):
     """A file that is not a readable attnviz capture."""
+
+
+class Interrupted(AttnvizError):
+    """A long run (a corpus's statistics) was stopped by SIGTERM or SIGINT and wrote its checkpoint first.
+
+    ``.checkpoint`` is the file this process wrote, ``.signal`` the signal's name (``"SIGTERM"``),
+    ``.rank`` the process (0 outside torchrun); the same call with ``resume=True`` continues.
+    """
+
+    def __init__(self, message: str, checkpoint: Any = None, signal: str = "", rank: int = 0):
+        super().__init__(message)
+        self.checkpoint = checkpoint
+        self.signal = signal
+        self.rank = rank
 
 
 class ValidationError(AttnvizError):

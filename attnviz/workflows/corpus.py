@@ -15,7 +15,6 @@ processes give the one-process numbers. attnviz opens no socket and starts no pr
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -24,9 +23,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from ..analysis.stats import HeadStatsSums
-from ..errors import ArgumentTypeError, InputError, InputTooLongError
+from ..errors import ArgumentTypeError, InputError, InputTooLongError, Interrupted
 from .batched import BatchReducer
+from .corpus_checkpoint import EVERY_SECONDS, EVERY_TEXTS, CorpusCheckpoint, Place
 from .inputs import Encoded
+from .interrupts import stop_requests
 from .models import EMBEDDED_MODELS, load_model, resolve_dtype
 from .pipeline import Resolved, n_layers, resolve
 from .processes import process_state
@@ -128,6 +129,8 @@ def corpus_stats(
     truncate: bool = True,
     checkpoint: str | Path | None = None,
     resume: bool = False,
+    checkpoint_every_texts: int = EVERY_TEXTS,
+    checkpoint_every_seconds: float = EVERY_SECONDS,
     progress: bool = True,
 ) -> pd.DataFrame:
     """:func:`~attnviz.analysis.head_stats` over a whole corpus, pooled over every query token.
@@ -141,13 +144,17 @@ def corpus_stats(
       added over all processes; every process returns the same table.
     - ``truncate``: a text longer than the model's limit (or ``max_length``) is cut there and counted
       (``df.attrs["truncated"]``); ``truncate=False`` refuses it instead.
-    - ``checkpoint``: after every pool of batches the totals so far are written there;
-      ``resume=True`` continues from it (same corpus and ``batch_size``), counting no text twice.
+    - ``checkpoint``: where the run saves its place (atomically; under several processes each writes
+      ``<checkpoint>.rank<i>-of-<n>``): every ``checkpoint_every_texts`` texts a process added or
+      ``checkpoint_every_seconds`` seconds, at the end, and when SIGTERM or SIGINT arrives — then
+      :class:`~attnviz.errors.Interrupted` is raised (carrying the file) once the checkpoint is
+      written. ``resume=True`` continues from it (same corpus, ``batch_size`` and number of
+      processes), counting no text twice; with no checkpoint there, it warns and starts at the first text.
 
     Returns one row per layer and head with the :data:`~attnviz.analysis.stats.STATISTICS` (and
     detector) columns, plus ``texts`` and ``tokens`` (the corpus's, over all processes).
     ``df.attrs`` holds ``per_process`` (texts each process captured), ``padding`` (the share of
-    padding tokens in the batches), ``truncated`` and ``resumed_after`` (texts a resumed run skipped).
+    padding tokens in the batches), ``truncated`` and ``resumed_after`` (texts the checkpoint already held).
     """
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise InputError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}")
@@ -194,47 +201,58 @@ def corpus_stats(
             return cap_length
         return n
 
-    sums: HeadStatsSums | None = None
-    mine = [0, 0, 0]  # texts, real tokens, padded tokens this process captured
-    skip = 0
-    if checkpoint is not None and resume:
-        saved = _load_checkpoint(checkpoint, batch_size)
-        skip, truncated = saved["read"], saved["truncated"]
-        sums = HeadStatsSums.from_state(saved["sums"])
-        if state.is_main_process:  # the other processes start from zero: the totals are added once
-            mine = list(saved["mine"])
-        else:
-            sums.clear()
+    rank = state.process_index if state.num_processes > 1 else 0
+    saver = None
+    if checkpoint is not None:
+        saver = CorpusCheckpoint(
+            checkpoint,
+            rank=rank,
+            num_processes=state.num_processes,
+            batch_size=batch_size,
+            every_texts=checkpoint_every_texts,
+            every_seconds=checkpoint_every_seconds,
+        )
+    place = saver.load() if saver is not None and resume else Place()
+    sums, mine, truncated = place.sums, list(place.mine), place.truncated
+    resumed = mine[0]  # texts this process added before the run was stopped
     stream = read_texts(texts)
-    for _ in range(skip):
+    for _ in range(place.read):
         if next(stream, None) is None:
             break
-    read = skip
-    bar = _bar(progress and state.is_main_process, initial=skip)
-    for pool in length_batches(stream, count, batch_size):
-        with state.split_between_processes(pool) as share:
-            for batch in share:
-                batch_texts = [text for text, _ in batch]
-                if reducer is not None:
-                    sums, counts = reducer.add(sums, batch_texts, [encodings.get(text) for text in batch_texts])
-                else:
-                    sums, counts = _add_captures(
-                        sums, resolved, batch_texts, checked, cap_length, add_bos, part, detectors
-                    )
-                mine[0] += len(counts)
-                mine[1] += sum(counts)
-                mine[2] += max(counts) * len(counts)
-        encodings.clear()
-        if bar is not None:
-            bar.update(read - bar.n)
-            bar.set_postfix(tokens=f"~{mine[1] * state.num_processes:,}")
-        if checkpoint is not None:
-            if sums is None:
-                sums = _empty(model, wanted, part, detectors)
-            _save_checkpoint(state, checkpoint, sums, mine, read, truncated, batch_size)
+    read = place.read
+    skip_batches = place.done  # batches of this process's share of the first pool already added
+    bar = _bar(progress and state.is_main_process, initial=place.read)
+    with stop_requests(active=saver is not None) as stop:
+        for pool in length_batches(stream, count, batch_size):
+            with state.split_between_processes(pool) as share:
+                for index, batch in enumerate(share):
+                    if index < skip_batches:
+                        continue
+                    if saver is not None and (stop.signal is not None or saver.due(mine[0])):
+                        where = saver.save(Place(place.read, place.truncated, index, sums, (mine[0], mine[1], mine[2])))
+                        if stop.signal is not None:
+                            raise _interrupted(stop.signal.name, where, mine[0], rank, state.num_processes)
+                    batch_texts = [text for text, _ in batch]
+                    if reducer is not None:
+                        sums, counts = reducer.add(sums, batch_texts, [encodings.get(text) for text in batch_texts])
+                    else:
+                        sums, counts = _add_captures(
+                            sums, resolved, batch_texts, checked, cap_length, add_bos, part, detectors
+                        )
+                    mine[0] += len(counts)
+                    mine[1] += sum(counts)
+                    mine[2] += max(counts) * len(counts)
+            skip_batches = 0
+            place = Place(read, truncated)  # the next pool starts here
+            encodings.clear()
+            if bar is not None:
+                bar.update(read - bar.n)
+                bar.set_postfix(tokens=f"~{mine[1] * state.num_processes:,}")
+        if saver is not None:  # the whole share added: a stop from here on finds the run complete
+            saver.save(Place(read, truncated, 0, sums, (mine[0], mine[1], mine[2])))
     if sums is None:
         sums = _empty(model, wanted, part, detectors)
-    totals = _reduce(state, sums, mine)
+    totals = _reduce(state, sums, mine, resumed)
     if bar is not None:
         bar.close()
     if sums.texts == 0:
@@ -246,8 +264,8 @@ def corpus_stats(
         per_process=totals["per_process"],
         padding=totals["padding"],
         truncated=truncated,
-        resumed_after=skip,
-        rank=state.process_index if state.num_processes > 1 else 0,
+        resumed_after=totals["resumed"],
+        rank=rank,
     )
     return frame
 
@@ -265,50 +283,6 @@ def _add_captures(
         sums.add(cap)
     assert sums is not None
     return sums, [c.n_tokens for c in caps]
-
-
-def _save_checkpoint(state, path, sums: HeadStatsSums, mine: list[int], read: int, truncated: int, batch_size: int):
-    """The totals so far over every process, written by the main process after a whole pool."""
-    total = copy.deepcopy(sums)
-    counters = torch.tensor(mine, dtype=torch.float64)
-    if state.num_processes > 1:
-        from accelerate.utils import reduce  # deferred: accelerate is optional (attnviz[stats])
-
-        total.load_vector(reduce(sums.vector().to(state.device), reduction="sum"))
-        counters = reduce(counters.to(state.device), reduction="sum").cpu()
-    if state.is_main_process:
-        path = Path(path)
-        partial = path.with_name(path.name + ".partial")
-        torch.save(
-            {
-                "format": "attnviz corpus checkpoint",
-                "read": read,
-                "truncated": truncated,
-                "batch_size": batch_size,
-                "sums": total.state(),
-                "mine": [int(x) for x in counters.tolist()],
-            },
-            partial,
-        )
-        partial.replace(path)  # a run stopped while writing keeps the previous checkpoint
-
-
-def _load_checkpoint(path, batch_size: int) -> dict:
-    path = Path(path)
-    if not path.is_file():
-        raise InputError(f"no checkpoint at {str(path)!r} to resume from; start without resume")
-    try:
-        saved = torch.load(path, weights_only=True)
-    except Exception as err:  # noqa: BLE001 - any unreadable file is the same problem for the user
-        raise InputError(f"{str(path)!r} is not a corpus checkpoint ({type(err).__name__}: {err})") from err
-    if not isinstance(saved, dict) or saved.get("format") != "attnviz corpus checkpoint":
-        raise InputError(f"{str(path)!r} is not a corpus checkpoint written by attnviz stats")
-    if saved["batch_size"] != batch_size:
-        raise InputError(
-            f"the checkpoint was written with batch_size={saved['batch_size']}; resume with the same batch size "
-            "(the batches are cut the same way only then)"
-        )
-    return saved
 
 
 def _load(name: str, device, dtype, device_map, offload_folder=None):
@@ -334,16 +308,35 @@ def _empty(model, wanted, part, detectors) -> HeadStatsSums:
     return HeadStatsSums(wanted if wanted is not None else range(n_layers(config) or 0), heads, detectors=detectors)
 
 
-def _reduce(state, sums: HeadStatsSums, mine: list[int]) -> dict:
+def _reduce(state, sums: HeadStatsSums, mine: list[int], resumed: int) -> dict:
     if state.num_processes == 1:
-        return {"per_process": [mine[0]], "padding": 1 - mine[1] / mine[2] if mine[2] else 0.0}
+        padding = 1 - mine[1] / mine[2] if mine[2] else 0.0
+        return {"per_process": [mine[0]], "padding": padding, "resumed": resumed}
     from accelerate.utils import gather, reduce  # deferred: accelerate is optional (attnviz[stats])
 
     total = reduce(sums.vector().to(state.device), reduction="sum")
     sums.load_vector(total)
-    counts = gather(torch.tensor([mine], dtype=torch.float64, device=state.device)).cpu()
+    counts = gather(torch.tensor([[*mine, resumed]], dtype=torch.float64, device=state.device)).cpu()
     real, padded = float(counts[:, 1].sum()), float(counts[:, 2].sum())
-    return {"per_process": [int(x) for x in counts[:, 0].tolist()], "padding": 1 - real / padded if padded else 0.0}
+    return {
+        "per_process": [int(x) for x in counts[:, 0].tolist()],
+        "padding": 1 - real / padded if padded else 0.0,
+        "resumed": int(counts[:, 3].sum()),
+    }
+
+
+def _interrupted(signal: str, path: Path, added: int, rank: int, num_processes: int) -> Interrupted:
+    whose = (
+        f"process {rank} of {num_processes} saved its {added:,} texts"
+        if num_processes > 1
+        else f"{added:,} texts saved"
+    )
+    return Interrupted(
+        f"stopped by {signal}: {whose} in {str(path)!r}; run the same command with --resume (resume=True) to continue",
+        checkpoint=path,
+        signal=signal,
+        rank=rank,
+    )
 
 
 def _bar(show: bool, initial: int = 0):
