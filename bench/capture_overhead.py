@@ -11,9 +11,13 @@ the bytes attnviz keeps (q, k, v and the model's attention output) and L·h·n²
 Also: the time to recompute one head's pattern at the largest n.
 
 ``--long N`` adds one SmolLM2 run at N tokens (plain forward vs capture; memory as above).
+``--device``, ``--dtype`` and ``--attn`` run the models elsewhere (default: CPU, float32, sdpa for the
+plain forward and the capture); on a GPU the times wait for the device (``torch.cuda.synchronize``)
+and the resident-memory columns, which measure the host, are left out (``-``).
 
     python bench/capture_overhead.py                 # GPT-2 small table
     python bench/capture_overhead.py --long 4096     # and SmolLM2 at 4096 tokens
+    python bench/capture_overhead.py --device cuda --dtype bfloat16 --attn flash_attention_2
 """
 
 from __future__ import annotations
@@ -28,29 +32,35 @@ import time
 import torch
 
 
-def gpt2(backend: str):
+def gpt2(backend: str, device: str = "cpu", dtype: str = "float32"):
     from transformers import AutoModelForCausalLM, GPT2Config
 
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(GPT2Config(), attn_implementation=backend).eval()
+    model = AutoModelForCausalLM.from_config(GPT2Config(), attn_implementation=backend).eval()
+    return model.to(device, getattr(torch, dtype))
 
 
-def smollm2(backend: str):
+def smollm2(backend: str, device: str = "cpu", dtype: str = "float32"):
     import attnviz
 
-    model, _ = attnviz.load_model("smollm2", attn_implementation=backend)
+    model, _ = attnviz.load_model("smollm2", attn_implementation=backend, device=device, dtype=dtype)
     return model
 
 
 def run_once(mode: str, model, ids: torch.Tensor):
     import attnviz
 
+    ids = ids.to(model.device)
     with torch.no_grad():
         if mode == "attnviz":
-            return attnviz.capture(model, input_ids=ids)
-        if mode == "eager+oa":
-            return model(input_ids=ids, use_cache=False, output_attentions=True)
-        return model(input_ids=ids, use_cache=False)
+            out = attnviz.capture(model, input_ids=ids)
+        elif mode == "eager+oa":
+            out = model(input_ids=ids, use_cache=False, output_attentions=True)
+        else:
+            out = model(input_ids=ids, use_cache=False)
+    if model.device.type == "cuda":
+        torch.cuda.synchronize(model.device)  # a GPU runs asynchronously: time the work, not its launch
+    return out
 
 
 def _status(field: str) -> int:  # kB
@@ -86,19 +96,20 @@ def measure_memory(family: str, mode: str, n: int) -> dict:
 
 
 def mb(x: float) -> str:
-    return f"{x / 2**20:8.1f}"
+    return f"{'-':>8}" if x != x else f"{x / 2**20:8.1f}"  # NaN: not measured (a GPU run)
 
 
-def gpt2_table(sizes: list[int], repeats: int) -> None:
+def gpt2_table(sizes: list[int], repeats: int, device: str = "cpu", dtype: str = "float32", attn: str = "sdpa") -> None:
     import attnviz
 
-    models = {"plain": gpt2("sdpa"), "eager+oa": gpt2("eager")}
+    models = {"plain": gpt2(attn, device, dtype), "eager+oa": gpt2("eager", device, dtype)}
     models["attnviz"] = models["plain"]
     cfg = models["plain"].config
     L, h, d = cfg.n_layer, cfg.n_head, cfg.n_embd
+    where = "CPU" if device == "cpu" else device
     print(
-        f"GPT-2 small (GPT2Config(): {L} layers × {h} heads, d_model {d}), CPU, {torch.get_num_threads()} threads, "
-        f"median of {repeats} interleaved repeats"
+        f"GPT-2 small (GPT2Config(): {L} layers × {h} heads, d_model {d}), {where}, {dtype}, plain and attnviz on "
+        f"{attn}, {torch.get_num_threads()} threads, median of {repeats} interleaved repeats"
     )
     print(
         f"{'n':>5} {'plain s':>8} {'attnviz×':>9} {'eager+oa×':>10} | {'extra peak MB: plain':>21} {'attnviz':>8} "
@@ -115,7 +126,9 @@ def gpt2_table(sizes: list[int], repeats: int) -> None:
                 run_once(mode, model, ids)
                 times[mode].append(time.perf_counter() - t0)
         med = {m: statistics.median(v) for m, v in times.items()}
-        mem = {m: measure_memory("gpt2", m, n) for m in ("plain", "attnviz", "eager+oa")}
+        on_host = device == "cpu"  # the memory children measure the host's resident memory
+        none = {"extra": float("nan"), "kept": float("nan")}
+        mem = {m: measure_memory("gpt2", m, n) if on_host else none for m in ("plain", "attnviz", "eager+oa")}
         qkv = 3 * L * n * d * 4
         print(
             f"{n:>5} {med['plain']:8.3f} {med['attnviz'] / med['plain']:9.2f} {med['eager+oa'] / med['plain']:10.2f} | "
@@ -123,7 +136,7 @@ def gpt2_table(sizes: list[int], repeats: int) -> None:
             f"{mb(mem['attnviz']['kept'])} {mb(qkv)} {mb(L * h * n * n * 4):>10}"
         )
     n = sizes[-1]
-    cap = attnviz.capture(models["plain"], input_ids=torch.randint(0, cfg.vocab_size, (1, n)))
+    cap = attnviz.capture(models["plain"], input_ids=torch.randint(0, cfg.vocab_size, (1, n)).to(device))
     ts = []
     for i in range(20):
         t0 = time.perf_counter()
@@ -132,10 +145,10 @@ def gpt2_table(sizes: list[int], repeats: int) -> None:
     print(f"one head's pattern recomputed at n = {n}: median {statistics.median(ts) * 1000:.1f} ms")
 
 
-def long_run(n: int) -> None:
+def long_run(n: int, device: str = "cpu", dtype: str = "float32", attn: str = "sdpa") -> None:
     import attnviz
 
-    model = smollm2("sdpa")
+    model = smollm2(attn, device, dtype)
     ids = torch.randint(0, model.config.vocab_size, (1, n))
     run_once("plain", model, ids[:, :16])
     times = {}
@@ -143,7 +156,8 @@ def long_run(n: int) -> None:
         t0 = time.perf_counter()
         run_once(mode, model, ids)
         times[mode] = time.perf_counter() - t0
-    mem = {m: measure_memory("smollm2", m, n) for m in ("plain", "attnviz")}
+    none = {"extra": float("nan"), "kept": float("nan")}
+    mem = {m: measure_memory("smollm2", m, n) if device == "cpu" else none for m in ("plain", "attnviz")}
     cfg = model.config
     L, h, kv, dh = (
         cfg.num_hidden_layers,
@@ -153,12 +167,12 @@ def long_run(n: int) -> None:
     )
     qkv = L * n * dh * (h + 2 * kv) * 4
     print(
-        f"SmolLM2-135M at n = {n} (sdpa, CPU): plain {times['plain']:.1f} s, capture ×{times['attnviz'] / times['plain']:.2f}; "
+        f"SmolLM2-135M at n = {n} ({attn}, {device}, {dtype}): plain {times['plain']:.1f} s, capture ×{times['attnviz'] / times['plain']:.2f}; "
         f"extra peak MB plain {mb(mem['plain']['extra']).strip()}, attnviz {mb(mem['attnviz']['extra']).strip()}; "
         f"kept {mb(mem['attnviz']['kept']).strip()} MB (q/k/v {mb(qkv).strip()} MB) where every pattern would be "
         f"{L * h * n * n * 4 / 2**30:.1f} GiB"
     )
-    cap = attnviz.capture(model, input_ids=ids[:, :n])
+    cap = attnviz.capture(model, input_ids=ids[:, :n].to(device))
     t0 = time.perf_counter()
     cap.attention(15, head=3)
     print(f"one head's pattern recomputed at n = {n}: {(time.perf_counter() - t0) * 1000:.0f} ms")
@@ -169,15 +183,18 @@ def main() -> None:
     parser.add_argument("--sizes", default="128,512,1024")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--long", type=int, default=0, help="also run SmolLM2 at this many tokens (e.g. 4096)")
+    parser.add_argument("--device", default="cpu", help="where the models run: cpu (default), cuda, cuda:1 …")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    parser.add_argument("--attn", default="sdpa", help="the backend of the plain forward and the capture (sdpa …)")
     parser.add_argument("--memory-child", nargs=3, metavar=("FAMILY", "MODE", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.memory_child:
         family, mode, n = args.memory_child
         memory_child(family, mode, int(n))
         return
-    gpt2_table([int(s) for s in args.sizes.split(",")], args.repeats)
+    gpt2_table([int(s) for s in args.sizes.split(",")], args.repeats, args.device, args.dtype, args.attn)
     if args.long:
-        long_run(args.long)
+        long_run(args.long, args.device, args.dtype, args.attn)
 
 
 if __name__ == "__main__":

@@ -24,8 +24,13 @@ when a goal is missed.
 Models: ``smollm2`` (the embedded SmolLM2-135M, its tokenizer, an English prompt) and ``gpt2``
 (GPT-2 small, ``GPT2Config()``, random weights, a tokenizer whose words are token ids).
 
+``--device``, ``--dtype`` and ``--attn`` run the models elsewhere (default: CPU, float32, the model's own
+backend); off the CPU each timed call waits for the device and the peak resident-memory runs (which
+measure the host) are skipped.
+
     python bench/generation_overhead.py                         # both models, 128 new tokens
     python bench/generation_overhead.py --models gpt2 --rounds 3 --threads 2
+    python bench/generation_overhead.py --device cuda --dtype bfloat16 --attn sdpa
 """
 
 from __future__ import annotations
@@ -51,34 +56,42 @@ PROMPT = "The old lighthouse keeper climbed the spiral stairs every evening at d
 GPT2_PROMPT_TOKENS = 32
 
 
-def load(family: str) -> tuple[Any, Any, str, torch.Tensor]:
-    """(model, tokenizer, prompt, prompt ids [1, n])."""
+def load(
+    family: str, device: str = "cpu", dtype: str = "float32", attn: str | None = None
+) -> tuple[Any, Any, str, torch.Tensor]:
+    """(model, tokenizer, prompt, prompt ids [1, n] on the model's device)."""
     if family == "smollm2":
-        model, tok = attnviz.load_model("smollm2")
+        model, tok = attnviz.load_model("smollm2", device=device, dtype=dtype, attn_implementation=attn)
         assert callable(tok)
         ids = torch.tensor([tok(PROMPT)["input_ids"]])
-        return model, tok, PROMPT, ids
+        return model, tok, PROMPT, ids.to(next(model.parameters()).device)
     if family == "gpt2":
-        from transformers import GPT2Config, GPT2LMHeadModel
+        from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel
 
         torch.manual_seed(0)
-        model = GPT2LMHeadModel(GPT2Config()).eval()
+        if attn is None:
+            model = GPT2LMHeadModel(GPT2Config())
+        else:
+            model = AutoModelForCausalLM.from_config(GPT2Config(), attn_implementation=attn)
+        model = model.eval().to(device, getattr(torch, dtype))
         g = torch.Generator().manual_seed(1)
         ids = torch.randint(0, model.config.vocab_size, (1, GPT2_PROMPT_TOKENS), generator=g)
-        return model, IdsTokenizer(), " ".join(map(str, ids[0].tolist())), ids
+        return model, IdsTokenizer(), " ".join(map(str, ids[0].tolist())), ids.to(model.device)
     raise SystemExit(f"unknown model {family!r}: choose smollm2, gpt2")
 
 
 def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
-    """(CPU seconds, wall seconds, result)."""
+    """(CPU seconds, wall seconds, result); on a GPU after waiting for its work to finish."""
     c0, w0 = time.process_time(), time.perf_counter()
     result = fn()
+    if torch.cuda.is_initialized():
+        torch.cuda.synchronize()
     return time.process_time() - c0, time.perf_counter() - w0, result
 
 
-def setup(family: str, new_tokens: int):
+def setup(family: str, new_tokens: int, device: str = "cpu", dtype: str = "float32", attn: str | None = None):
     """(model, tokenizer, prompt, prompt ids, plain(), captured(check)) for one model."""
-    model, tok, prompt, ids = load(family)
+    model, tok, prompt, ids = load(family, device, dtype, attn)
     gc = model.generation_config
     if gc.pad_token_id is None:  # keeps generate from warning (and choosing) at every call
         gc.pad_token_id = gc.eos_token_id if isinstance(gc.eos_token_id, int) else 0
@@ -149,9 +162,11 @@ def measure_peaks(family: str, new_tokens: int, threads: int) -> dict[str, int] 
     return json.loads(out.strip().splitlines()[-1])
 
 
-def bench_model(family: str, new_tokens: int, rounds: int) -> dict[str, Any]:
+def bench_model(
+    family: str, new_tokens: int, rounds: int, device: str = "cpu", dtype: str = "float32", attn: str | None = None
+) -> dict[str, Any]:
     t0 = time.perf_counter()
-    model, tok, prompt, ids, plain, captured = setup(family, new_tokens)
+    model, tok, prompt, ids, plain, captured = setup(family, new_tokens, device, dtype, attn)
     load_s = time.perf_counter() - t0
     n_prompt = ids.shape[1]
 
@@ -222,6 +237,9 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-peak", action="store_true", help="skip the peak-memory runs (a fresh process per model)")
     parser.add_argument("--verbose", action="store_true", help="print every round's CPU seconds")
+    parser.add_argument("--device", default="cpu", help="where the models run: cpu (default), cuda, cuda:1 …")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    parser.add_argument("--attn", default=None, help="the models' backend: sdpa, eager … (default: the model's own)")
     parser.add_argument("--memory-child", metavar="FAMILY", help=argparse.SUPPRESS)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -235,8 +253,9 @@ def main() -> int:
     results = []
     for family in (f.strip() for f in args.models.split(",")):
         t0 = time.perf_counter()
-        res = bench_model(family, args.new_tokens, args.rounds)
-        res["peaks"] = None if args.no_peak else measure_peaks(family, args.new_tokens, args.threads)
+        res = bench_model(family, args.new_tokens, args.rounds, args.device, args.dtype, args.attn)
+        on_host = args.device == "cpu"  # the peak runs measure the host's resident memory
+        res["peaks"] = None if args.no_peak or not on_host else measure_peaks(family, args.new_tokens, args.threads)
         res["total_s"] = time.perf_counter() - t0
         results.append(res)
         prompt = res["prompt"] if len(res["prompt"]) <= 120 else res["prompt"][:117] + "…"
@@ -246,7 +265,8 @@ def main() -> int:
 
     print()
     print(
-        f"attnviz.generate vs model.generate, greedy, {args.new_tokens} new tokens, CPU, {args.threads} torch "
+        f"attnviz.generate vs model.generate, greedy, {args.new_tokens} new tokens, {args.device}, {args.dtype}, "
+        f"{args.attn or 'default'} backend, {args.threads} torch "
         f"thread(s), process CPU time over {args.rounds} interleaved rounds.\n"
         "Ratios to plain: 'paired' = median of each round's own ratio (judged), 'med' = ratio of the medians, "
         "'min' = ratio of the minima; 'wall' = ratio of the median wall times."
