@@ -339,6 +339,8 @@ def long_capture_step(model: Built, n: int, layers: list[int] | None) -> dict[st
 def build_step(model: Built, device: str) -> dict[str, Any]:
     import torch
 
+    if device.startswith("cuda"):
+        torch.cuda.reset_peak_memory_stats(device)  # the peak of the build alone
     m = model.get()
     params = sum(p.numel() for p in m.parameters())
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
@@ -387,6 +389,9 @@ def build_steps(args: argparse.Namespace, log: Log) -> list[Step]:
     return [s for s in steps if wanted is None or s.key in wanted]
 
 
+STEP_KEYS = ["tests", "capture-bench", "generation-bench", "smollm2", "llama"]
+
+
 def machine(device: str) -> str:
     import torch
     import transformers
@@ -403,7 +408,9 @@ def machine(device: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="gpu_check.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:1 …, or cpu with --quick")
     parser.add_argument(
         "--dtype", choices=["float32", "float16", "bfloat16"], help="default: bfloat16 on a GPU, float32 on the CPU"
@@ -412,12 +419,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes: a smoke test of the flow")
     parser.add_argument(
         "--only",
-        help="run only these steps: " + ", ".join(["tests", "capture-bench", "generation-bench", "smollm2", "llama"]),
+        help="run only these steps (comma-separated): " + ", ".join(STEP_KEYS),
     )
     parser.add_argument(
         "--total-s", type=float, default=TOTAL_S, help=f"start no step after this (default {TOTAL_S:.0f} s)"
     )
     args = parser.parse_args(argv)
+    unknown = sorted({k.strip() for k in (args.only or "").split(",") if k.strip()} - set(STEP_KEYS))
+    if unknown:
+        parser.error(f"--only: no step {', '.join(unknown)}; the steps are {', '.join(STEP_KEYS)}")
     import torch
 
     args.dtype = args.dtype or ("float32" if args.device == "cpu" else "bfloat16")  # CPUs are slow in bfloat16

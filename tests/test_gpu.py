@@ -76,3 +76,29 @@ def test_edits_on_cuda_equal_the_cpu_edits(family):
     torch.testing.assert_close(out.after.logprobs, on_cpu.after.logprobs, atol=1e-4, rtol=0)
     df = attnviz.head_importance(model, text, 40, IdsTokenizer(), progress=False, decoder_text=kw.get("target"))
     assert len(df) > 0 and df["logprob_drop"].is_monotonic_decreasing
+
+
+def test_a_long_bfloat16_capture_kept_on_cuda_validates_every_row():
+    """What bench/gpu_check.py's long captures rely on, at a size every GPU holds."""
+    model = attnviz.tiny_model("llama", attn_implementation="sdpa", max_position_embeddings=2048)
+    model = model.to("cuda", torch.bfloat16)
+    ids = torch.randint(3, 120, (1, 2048))
+    cap = attnviz.capture(model, input_ids=ids, layers=[1], keep_on_device=True)
+    assert cap.layer_indices() == [1] and cap.q(1).device.type == "cuda" and cap.q(1).dtype == torch.bfloat16
+    report = cap.validate()
+    assert report.dtype == "bfloat16" and {r["rows"] for r in report.rows} == {2048} and report.passed, str(report)
+
+
+def test_the_gpu_check_runs_its_long_captures_on_cuda(tmp_path):
+    """bench/gpu_check.py's CUDA path (peak memory, kept tensors) at the quick sizes, through its command line."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "gpu-check.md"
+    script = Path(__file__).resolve().parent.parent / "bench" / "gpu_check.py"
+    cmd = [sys.executable, str(script), "--quick", "--only", "llama", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    build, capture = (line.split(" | ") for line in out.read_text().splitlines() if line.startswith("| tiny"))
+    assert "on cuda" in build[6] and float(capture[3]) > 0 and "validation passed" in capture[6]

@@ -106,6 +106,15 @@ def test_the_table_is_markdown_with_dashes_for_what_a_step_did_not_measure():
     ]
 
 
+def test_an_unknown_step_is_refused_with_the_steps_there_are(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        gpu_check.main(["--only", "llama,lama"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        "gpu_check.py: error: --only: no step lama; the steps are tests, capture-bench, generation-bench, smollm2, llama"
+    )
+
+
 CAPTURE_BENCH = """\
 GPT-2 small (GPT2Config(): 12 layers × 12 heads, d_model 768), cuda, bfloat16, plain and attnviz on sdpa, 16 threads
     n  plain s  attnviz×  eager+oa× |  extra peak MB: plain  attnviz  eager+oa |  kept MB q/k/v MB  L·h·n² MB
