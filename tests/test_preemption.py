@@ -117,6 +117,8 @@ def test_checkpoints_are_written_every_n_texts_every_t_seconds_and_at_the_end(ru
     assert len(written) >= 3 and max(gaps) <= 10 * BATCH
     with pytest.raises(attnviz.InputError, match="checkpoint_every_texts must be a number > 0, got 0"):
         corpus_stats(model, texts, tok, checkpoint=tmp_path / "c", checkpoint_every_texts=0)
+    with pytest.raises(attnviz.InputError, match="no folder '.*nowhere' to write the checkpoint 'c' in: create it"):
+        corpus_stats(model, texts, tok, checkpoint=tmp_path / "nowhere" / "c")
     # the command line's defaults are the library's
     args = build_parser().parse_args(["stats", "m", "c.txt"])
     assert (args.checkpoint_every_texts, args.checkpoint_every_seconds) == (EVERY_TEXTS, EVERY_SECONDS)

@@ -60,6 +60,11 @@ class CorpusCheckpoint:
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                 raise InputError(f"{name} must be a number > 0, got {value!r}")
         self.named = Path(path)
+        if not self.named.parent.is_dir():
+            raise InputError(
+                f"no folder {str(self.named.parent)!r} to write the checkpoint {self.named.name!r} in: create it, "
+                "or give --checkpoint a path in an existing folder"
+            )
         self.path = rank_path(path, rank, num_processes)
         self.rank, self.num_processes, self.batch_size = rank, num_processes, batch_size
         self.every_texts, self.every_seconds = every_texts, every_seconds
