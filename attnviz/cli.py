@@ -2,7 +2,7 @@
 
 Exit status: 0 on success, 1 when validation fails (a head over tolerance, or a capture's own
 check), 2 for usage and input errors, 75 (EX_TEMPFAIL: run it again) when SIGTERM or SIGINT stopped
-``attnviz stats`` after it wrote its checkpoint — each error one line on stderr."""
+``attnviz stats`` or ``attnviz probes`` after it wrote its checkpoint — each error one line on stderr."""
 
 from __future__ import annotations
 
@@ -272,14 +272,32 @@ def _cmd_probes(args) -> int:
         evaluate_probes,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
+    if args.resume and not args.checkpoint:
+        raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
+    interrupted = False
     try:
-        result = evaluate_probes(args.model, args.probes, exclude_sinks=not args.keep_sinks, add_bos=not args.no_bos)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line  # restored by catch_warnings
+            result = evaluate_probes(
+                args.model,
+                args.probes,
+                exclude_sinks=not args.keep_sinks,
+                add_bos=not args.no_bos,
+                checkpoint=args.checkpoint,
+                resume=args.resume,
+                checkpoint_every_seconds=args.checkpoint_every_seconds,
+            )
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
             return 0
+    except Interrupted as err:
+        interrupted = True  # the other processes stop too (torchrun passes the signal on): no barrier to wait at
+        if err.rank == 0:
+            print(f"error: {err}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
-        _end_processes()
+        _end_processes(barrier=not interrupted)
     print(result)
     print(result.ranked().head(args.top).round(3).to_string(index=False))
     if args.csv:
@@ -408,6 +426,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-bos", action="store_true", help="do not prepend a BOS token to each probe")
     p.add_argument("--top", type=int, default=5, help="how many heads to print")
     p.add_argument("--csv", help="write the per-head accuracy to this CSV file")
+    p.add_argument(
+        "--checkpoint",
+        help="save the run's place to this file (atomically; one per process under torchrun) every 100 probes or "
+        f"--checkpoint-every-seconds, and on SIGTERM/SIGINT, which then stop the run with exit status {EXIT_INTERRUPTED}",
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="continue from --checkpoint; with none there, start and say so"
+    )
+    p.add_argument(
+        "--checkpoint-every-seconds",
+        type=float,
+        default=60.0,
+        help="save after this many seconds at most (default: 60)",
+    )
     p.set_defaults(func=_cmd_probes)
 
     p = sub.add_parser(

@@ -299,3 +299,52 @@ def test_two_processes_stopped_by_sigterm_each_save_their_share_and_resume_to_th
     _, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0 and "400 texts" in err and "resumed after" in err, err[-2000:]
     _assert_same_table(pd.read_parquet(out), whole)
+
+
+# ---- probe sets: the same, probe by probe ------------------------------------------------------------
+
+
+def _probe_set(count: int) -> list[dict]:
+    rng = random.Random(1)
+    animals = ["cat", "dog", "bird", "horse", "mouse", "fish"]
+    probes = []
+    for _ in range(count):
+        a, b = rng.sample(animals, 2)
+        probes.append(
+            {"text": f"The {a} saw the {b} because it was tired.", "pronoun": "it", "candidates": [a, b], "gold": a}
+        )
+    return probes
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_probe_run_stopped_by_a_signal_resumes_to_the_uninterrupted_result(
+    seed, tiny_bert_words, monkeypatch, tmp_path
+):
+    from attnviz.workflows import probing
+
+    model, tok = tiny_bert_words
+    probes = _probe_set(16)
+    whole = attnviz.evaluate_probes(model, probes, tok, progress=False)
+    at = random.Random(seed).randrange(1, 15)
+    original, calls = probing.capture_forward, [0]
+
+    def forward(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == at:
+            os.kill(os.getpid(), SIGNALS[seed % 2])
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(probing, "capture_forward", forward)
+    checkpoint = tmp_path / "probes.ckpt"
+    with pytest.raises(Interrupted, match=f"stopped by SIG(TERM|INT): {at:,} probes saved in '{checkpoint}'"):
+        attnviz.evaluate_probes(model, probes, tok, progress=False, checkpoint=checkpoint)
+    resumed = attnviz.evaluate_probes(model, probes, tok, progress=False, checkpoint=checkpoint, resume=True)
+    assert calls[0] == len(probes)  # every probe captured once over the two runs
+    pd.testing.assert_frame_equal(resumed.accuracy, whole.accuracy)
+    pd.testing.assert_frame_equal(resumed.per_probe, whole.per_probe)
+    assert resumed.baselines == whole.baselines
+    with pytest.raises(attnviz.InputError, match="was written for other probes"):
+        attnviz.evaluate_probes(model, probes[:-1], tok, progress=False, checkpoint=checkpoint, resume=True)
+    with pytest.warns(UserWarning, match="starting from the first probe"):
+        again = attnviz.evaluate_probes(model, probes, tok, progress=False, checkpoint=tmp_path / "n", resume=True)
+    pd.testing.assert_frame_equal(again.accuracy, whole.accuracy)

@@ -6,18 +6,25 @@ one capture is :func:`attnviz.analysis.rank_heads`, which never touches a model.
 
 from __future__ import annotations
 
+import hashlib
+import time
+import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..analysis.coref import rank_heads
 from ..analysis.probes import Probe, ProbeResult, load_probes
-from ..errors import ArgumentTypeError, InputError
+from ..errors import ArgumentTypeError, InputError, Interrupted
+from .checkpoints import rank_path, read_checkpoint, write_checkpoint, written_by
+from .interrupts import stop_requests
 from .pipeline import resolve
 from .processes import process_state
 from .runner import capture_forward, encode_texts
 
-__all__ = ["evaluate_probes"]
+__all__ = ["KIND", "evaluate_probes"]
+
+KIND = "attnviz probes checkpoint"
 
 
 def _probe_list(probes: Any) -> list[Probe]:
@@ -39,6 +46,27 @@ def _probe_list(probes: Any) -> list[Probe]:
     return out
 
 
+def _load_place(path: Path, named: str | Path, num_processes: int, digest: str) -> dict | None:
+    """This process's saved place; ``None`` (with a warning) where none was written."""
+    if not path.is_file():
+        others = [n for n in written_by(named) if n != num_processes]
+        if others:
+            raise InputError(
+                f"the checkpoint {str(named)!r} was written by {others[0]} process(es), this run has {num_processes}; "
+                f"resume with the same number (torchrun --nproc_per_node {others[0]} …), or start again without "
+                "--resume (resume=False)"
+            )
+        warnings.warn(f"no checkpoint at {str(path)!r} to resume from: starting from the first probe", stacklevel=3)
+        return None
+    saved = read_checkpoint(path, KIND)
+    if saved["probes"] != digest:
+        raise InputError(
+            f"the checkpoint {str(path)!r} was written for other probes; resume with the same probe set, or start "
+            "again without --resume (resume=False)"
+        )
+    return saved
+
+
 def evaluate_probes(
     model: Any,
     probes: Sequence[Probe] | str | Path,
@@ -50,6 +78,10 @@ def evaluate_probes(
     add_bos: bool = True,
     part: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    checkpoint: str | Path | None = None,
+    resume: bool = False,
+    checkpoint_every_probes: int = 100,
+    checkpoint_every_seconds: float = 60.0,
 ) -> ProbeResult:
     """Score every head of ``model`` on ``probes``: how often its preferred candidate is the gold one.
 
@@ -59,6 +91,12 @@ def evaluate_probes(
     ``part`` picks the encoder or the decoder of an encoder-decoder model (the probe text is then the
     source, or the target). ``on_progress(done, total)`` is called after each probe (a page's
     progress bar).
+
+    ``checkpoint``: a file where each process saves its place (atomically; under N processes
+    ``<checkpoint>.rank<i>-of-<N>``) every ``checkpoint_every_probes`` probes or
+    ``checkpoint_every_seconds`` seconds, and when SIGTERM or SIGINT arrives — then
+    :class:`~attnviz.errors.Interrupted` is raised once it is saved. ``resume=True`` continues from it
+    (the same probes and number of processes); with no checkpoint there it warns and starts.
     """
     import pandas as pd  # deferred: pandas is heavy and only tables need it
     from tqdm.auto import tqdm  # deferred: only a progress bar needs it
@@ -78,7 +116,38 @@ def evaluate_probes(
     state = process_state()  # one process, or this process's share under torchrun / accelerate launch
     with state.split_between_processes(probes) as share:
         mine = list(share)
-    for done, probe in enumerate(tqdm(mine, desc="probes", disable=not progress or not state.is_main_process)):
+    rank = state.process_index if state.num_processes > 1 else 0
+    path = rank_path(checkpoint, rank, state.num_processes) if checkpoint is not None else None
+    digest = hashlib.sha256(
+        repr([(p.id, p.text, p.pronoun, p.candidates, p.gold) for p in probes]).encode()
+    ).hexdigest()
+    start = 0
+    if checkpoint is not None and path is not None and resume:
+        saved = _load_place(path, checkpoint, state.num_processes, digest)
+        if saved is not None:
+            start, per_probe, skipped = saved["done"], saved["per_probe"], saved["skipped"]
+            correct = {(int(layer), int(head)): int(hits) for layer, head, hits in saved["correct"]}
+            nearest_hits, first_hits, shape = saved["nearest_hits"], saved["first_hits"], tuple(saved["shape"])
+
+    def save(done: int) -> Path:
+        assert path is not None
+        place = {
+            "format": KIND,
+            "probes": digest,
+            "rank": rank,
+            "num_processes": state.num_processes,
+            "done": done,
+            "per_probe": per_probe,
+            "skipped": skipped,
+            "correct": [[int(layer), int(head), int(hits)] for (layer, head), hits in correct.items()],
+            "nearest_hits": int(nearest_hits),
+            "first_hits": int(first_hits),
+            "shape": list(shape),
+        }
+        return write_checkpoint(path, place)
+
+    def score(probe: Probe, done: int) -> None:
+        nonlocal nearest_hits, first_hits, shape
         if on_progress is not None:
             on_progress(done, len(mine))
         target = probe.text if part == "decoder" else None
@@ -90,7 +159,7 @@ def evaluate_probes(
             )
         except InputError as err:
             skipped.append(f"{probe.id}: {err}")
-            continue
+            return
         shape = (cap.n_layers, cap.n_heads)
         gold = ranking.table.columns[2 + list(probe.candidates).index(probe.gold)]
         for row in ranking.table.itertuples(index=False):
@@ -113,9 +182,35 @@ def evaluate_probes(
                 "first": first,
                 "best_head": f"L{best['layer']}·H{best['head']}",
                 "best_head_pick": best["preferred"],
-                "best_head_weight": best[best["preferred"]],
+                "best_head_weight": float(best[best["preferred"]]),
             }
         )
+
+    last = (start, time.monotonic())
+    bar = tqdm(total=len(mine), initial=start, desc="probes", disable=not progress or not state.is_main_process)
+    with stop_requests(active=path is not None) as stop:
+        for done in range(start, len(mine)):
+            probe = mine[done]
+            bar.update(done - bar.n)
+            if path is not None:
+                due = (
+                    done - last[0] >= checkpoint_every_probes or time.monotonic() - last[1] >= checkpoint_every_seconds
+                )
+                if stop.signal is not None or due:
+                    where = save(done)
+                    last = (done, time.monotonic())
+                    if stop.signal is not None:
+                        raise Interrupted(
+                            f"stopped by {stop.signal.name}: {done:,} probes{' of this process' if rank else ''} "
+                            f"saved in {str(where)!r}; run the same command with --resume (resume=True) to continue",
+                            checkpoint=where,
+                            signal=stop.signal.name,
+                            rank=rank,
+                        )
+            score(probe, done)
+        if path is not None:
+            save(len(mine))
+    bar.close()
     if state.num_processes > 1:
         from accelerate.utils import gather_object  # deferred: accelerate is optional (attnviz[stats])
 
