@@ -120,3 +120,22 @@ def model_folder(tmp_path_factory):
         return folders[name]
 
     return save
+
+
+@pytest.fixture
+def tokenizer_calls(monkeypatch):
+    """tokenizer_calls(tokenizer) -> list: from then on, every call of that tokenizer's class appends
+    what it was given to tokenize (the text, or the target) to the list (undone after the test)."""
+
+    def count(tokenizer) -> list:
+        calls: list = []
+        original = type(tokenizer).__call__
+
+        def counted(self, *args, **kwargs):
+            calls.append(args[0] if args else kwargs.get("text", kwargs.get("text_target")))
+            return original(self, *args, **kwargs)
+
+        monkeypatch.setattr(type(tokenizer), "__call__", counted)
+        return calls
+
+    return count

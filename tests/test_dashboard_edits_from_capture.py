@@ -17,7 +17,7 @@ from attnviz import figures
 TEXT = "My cat is cute, and it loves to play."
 
 
-def test_apply_to_the_model_starts_from_the_pages_capture(model_folder, smol_tokenizer, monkeypatch):
+def test_apply_to_the_model_starts_from_the_pages_capture(model_folder, smol_tokenizer, monkeypatch, tokenizer_calls):
     tiny = attnviz.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=64)
     folder = model_folder("tiny-llama", tiny, smol_tokenizer)
     app = create_app({folder: "tiny Llama"}, default_model=folder)
@@ -26,14 +26,8 @@ def test_apply_to_the_model_starts_from_the_pages_capture(model_folder, smol_tok
     assert set(store) == {"key", "model", "bos"}, store
 
     tokenizer = attnviz.load_model(folder)[1]
-    tokenized, captured = [], []
-    original_call, original_capture = type(tokenizer).__call__, attnviz.capture
-
-    def counted(self, *args, **kwargs):
-        tokenized.append(args[0] if args else kwargs.get("text", kwargs.get("text_target")))
-        return original_call(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(tokenizer), "__call__", counted)
+    tokenized, captured = tokenizer_calls(tokenizer), []
+    original_capture = attnviz.capture
     monkeypatch.setattr(attnviz, "capture", lambda *a, **k: captured.append(a[1]) or original_capture(*a, **k))
     apply = next(key for key in app.callback_map if f"{EID.lab_result}.children" in key)
     state = {
@@ -64,7 +58,7 @@ def test_apply_to_the_model_starts_from_the_pages_capture(model_folder, smol_tok
     assert bars["before"][1] != pytest.approx(bars["after"][1], rel=1e-3)  # the edit moved the prediction
 
 
-def test_a_generation_run_tokenizes_the_prompt_once(model_folder, smol_tokenizer, monkeypatch, tmp_path):
+def test_a_generation_run_tokenizes_the_prompt_once(model_folder, smol_tokenizer, tmp_path, tokenizer_calls):
     """The Run of a generation counts the prompt's tokens for the page's limit, and attnviz.generate reads
     those tokens (tokenized=): the prompt is tokenized once, BOS included."""
     from attnviz.dashboard.captures import Captures
@@ -72,14 +66,7 @@ def test_a_generation_run_tokenizes_the_prompt_once(model_folder, smol_tokenizer
     tiny = attnviz.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=64)
     folder = model_folder("tiny-llama", tiny, smol_tokenizer)
     tokenizer = attnviz.load_model(folder)[1]
-    calls = []
-    original = type(tokenizer).__call__
-
-    def counted(self, *args, **kwargs):
-        calls.append(args[0] if args else kwargs.get("text", kwargs.get("text_target")))
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(tokenizer), "__call__", counted)
+    calls = tokenizer_calls(tokenizer)
     captures = Captures({folder: "tiny Llama"}, folder=tmp_path)
     request = captures.request(folder, TEXT, bos=True, new_tokens=3)
     cap = captures.run(request)

@@ -61,16 +61,9 @@ def test_the_stores_name_the_capture_and_never_hold_the_text(dash_duo, backgroun
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_one_run_tokenizes_the_text_once(dash_duo, monkeypatch):
+def test_one_run_tokenizes_the_text_once(dash_duo, tokenizer_calls):
     tokenizer = attnviz.load_model("minilm")[1]
-    calls = []
-    original = type(tokenizer).__call__
-
-    def counted(self, *args, **kwargs):
-        calls.append(args[0] if args else kwargs.get("text", kwargs.get("text_target")))
-        return original(self, *args, **kwargs)
-
-    monkeypatch.setattr(type(tokenizer), "__call__", counted)
+    calls = tokenizer_calls(tokenizer)
     start_minilm(dash_duo)
     calls.clear()  # the opening text's run is done: count only the Run below (and what it redraws)
     run_text(dash_duo, TEXT, expect="14 tokens")
