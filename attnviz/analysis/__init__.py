@@ -1,5 +1,6 @@
 """Analyses over captures (never over models): head statistics, pattern detectors, coreference
-rankings and probe sets, attention rollout, the long-text overview and the cost tables.
+rankings and probe sets, attention rollout, the long-text overview, the cost tables, and :func:`summarize`: one pass over a
+capture's heads for the thumbnails, statistics, rollout and validation the heavy views need.
 
 What runs a model lives in :mod:`attnviz.workflows`: :func:`corpus_stats` (re-exported here, the
 statistics of :func:`head_stats` over a corpus) and :func:`attnviz.evaluate_probes`."""
@@ -9,12 +10,14 @@ from .cost import cost_tables
 from .probes import Probe, ProbeResult, load_probes
 from .rollout import rollout, rollout_blocks, rollout_rows
 from .stats import DETECTORS, detect_heads, head_stats
+from .summary import Summary, summarize
 
 __all__ = [
     "CorefRanking",
     "DETECTORS",
     "Probe",
     "ProbeResult",
+    "Summary",
     "corpus_stats",
     "cost_tables",
     "detect_heads",
@@ -25,6 +28,7 @@ __all__ = [
     "rollout",
     "rollout_blocks",
     "rollout_rows",
+    "summarize",
 ]
 
 

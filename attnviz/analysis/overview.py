@@ -22,7 +22,7 @@ from ..errors import ArgumentTypeError, InputError, OutOfRangeError
 if TYPE_CHECKING:
     from ..data.capture import Capture
 
-__all__ = ["MODES", "Overview", "block_edges", "overview", "thumbnails", "window"]
+__all__ = ["MODEL_VIEW_CELLS", "MODES", "Overview", "ThumbnailPool", "block_edges", "overview", "thumbnails", "window"]
 
 MODES = ("max", "mean")
 
@@ -141,33 +141,52 @@ def window(
     return torch.cat(chunks).float()
 
 
+MODEL_VIEW_CELLS = 24  # a model-view thumbnail's cells per side at most (the model view's and summarize's default)
+
+
+class ThumbnailPool:
+    """A consumer of one layer's weight chunks (``rows, keys, weights [head, r, keys]``) that max-pools
+    every head's map to ``size = (rows, cols)`` cells, binned exactly as
+    ``torch.nn.functional.adaptive_max_pool2d`` bins it; :attr:`pooled` is ``[head, rows, cols]``.
+    Chunks may come in any order; under a causal mask a chunk may hold only the keys its rows see
+    (the rest of the row is 0, which a max over weights ≥ 0 never picks)."""
+
+    def __init__(self, n_heads: int, n_queries: int, n_keys: int, size: tuple[int, int]) -> None:
+        if (
+            not isinstance(size, (tuple, list))
+            or len(size) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) for x in size)
+        ):
+            raise ArgumentTypeError(f"size must be a (rows, cols) pair of ints, got {size!r}")
+        t_q, t_k = size
+        if not (1 <= t_q <= n_queries and 1 <= t_k <= n_keys):
+            raise OutOfRangeError(f"size {tuple(size)} must lie within 1..{n_queries} rows and 1..{n_keys} columns")
+        self.n_keys = n_keys
+        self.size = (t_q, t_k)
+        self.starts = [i * n_queries // t_q for i in range(t_q)]  # adaptive pooling's bins: they may overlap by a row
+        self.stops = [-(-(i + 1) * n_queries // t_q) for i in range(t_q)]
+        self.pooled = torch.zeros(n_heads, t_q, t_k)
+
+    def add(self, rows: Tensor, keys: slice, weights: Tensor, out: Tensor | None = None) -> None:
+        """Pool one chunk: ``rows`` [r] consecutive query rows, their ``keys``, ``weights`` [head, r, keys]."""
+        t_q, t_k = self.size
+        row = weights.new_zeros(*weights.shape[:2], self.n_keys)
+        row[..., keys] = weights
+        w = torch.nn.functional.adaptive_max_pool1d(row.float().cpu(), t_k)  # [head, chunk rows, cols]
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
+        for i in range(t_q):
+            a, b = max(self.starts[i], lo), min(self.stops[i], hi)
+            if a < b:
+                self.pooled[:, i] = torch.maximum(self.pooled[:, i], w[:, a - lo : b - lo].amax(1))
+
+
 def thumbnails(cap: Capture, layer: int, size: tuple[int, int], *, part: str | None = None) -> Tensor:
     """Every head of one layer, its map max-pooled to ``size = (rows, cols)`` cells, binned exactly as
     ``torch.nn.functional.adaptive_max_pool2d`` bins it (``[head, rows, cols]``) — the model view's
-    thumbnails — computed a chunk of query rows at a time, so the layer's n×n maps never exist whole."""
+    thumbnails — computed a chunk of query rows at a time (:class:`ThumbnailPool` fed by the layer's
+    ``weight_chunks``), so the layer's n×n maps never exist whole."""
     rec = cap.layer(layer, part)
-    n_q, n_k = rec.n_queries, rec.n_keys
-    if (
-        not isinstance(size, (tuple, list))
-        or len(size) != 2
-        or not all(isinstance(x, int) and not isinstance(x, bool) for x in size)
-    ):
-        raise ArgumentTypeError(f"size must be a (rows, cols) pair of ints, got {size!r}")
-    t_q, t_k = size
-    if not (1 <= t_q <= n_q and 1 <= t_k <= n_k):
-        raise OutOfRangeError(f"size {tuple(size)} must lie within 1..{n_q} rows and 1..{n_k} columns")
-    starts = [i * n_q // t_q for i in range(t_q)]  # adaptive pooling's bins: they may overlap by a row
-    stops = [-(-(i + 1) * n_q // t_q) for i in range(t_q)]
-    pooled = torch.zeros(rec.q.shape[0], t_q, t_k)
-    # under a causal mask a chunk holds only the keys its rows may see: the rest of the row is 0, which
-    # a max over weights ≥ 0 never picks
-    for r, keys, weights in rec.weight_chunks():
-        row = weights.new_zeros(*weights.shape[:2], n_k)
-        row[..., keys] = weights
-        w = torch.nn.functional.adaptive_max_pool1d(row.float().cpu(), t_k)  # [head, chunk rows, cols]
-        lo, hi = int(r[0]), int(r[-1]) + 1
-        for i in range(t_q):
-            a, b = max(starts[i], lo), min(stops[i], hi)
-            if a < b:
-                pooled[:, i] = torch.maximum(pooled[:, i], w[:, a - lo : b - lo].amax(1))
-    return pooled
+    pool = ThumbnailPool(rec.q.shape[0], rec.n_queries, rec.n_keys, size)
+    for rows, keys, weights in rec.weight_chunks():
+        pool.add(rows, keys, weights)
+    return pool.pooled

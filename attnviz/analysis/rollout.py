@@ -23,22 +23,47 @@ from ..errors import InputError
 if TYPE_CHECKING:
     from ..data.capture import Capture
 
-__all__ = ["rollout", "rollout_blocks", "rollout_rows"]
+__all__ = [
+    "FUSIONS",
+    "ROLLOUT_CELLS",
+    "RolloutStep",
+    "block_means",
+    "check_residual",
+    "missing_layers",
+    "rollout",
+    "rollout_blocks",
+    "rollout_rows",
+]
+
+
+ROLLOUT_CELLS = 512  # a rollout heatmap's cells per side at most (the rollout figure's and summarize's bound)
+
+
+def missing_layers(cap: Capture) -> str | None:
+    """Why rollout cannot run on this one-part capture (a layer is not captured), or None."""
+    layers = cap.layer_indices()
+    if layers != list(range(cap.n_layers)):
+        return f"rollout needs every layer; this capture has {layers} of {cap.n_layers}: capture with layers=None"
+    return None
+
+
+def check_residual(residual: float) -> None:
+    if not 0.0 <= residual <= 1.0:
+        raise InputError(f"residual must be in [0, 1], got {residual}")
+
+
+FUSIONS = {"mean": lambda a: a.mean(0), "max": lambda a: a.max(0).values, "min": lambda a: a.min(0).values}
 
 
 def _checked(cap: Capture, residual: float, head_fusion: str, part: str | None):
     cap = cap.select(part)
-    layers = cap.layer_indices()
-    if layers != list(range(cap.n_layers)):
-        raise InputError(
-            f"rollout needs every layer; this capture has {layers} of {cap.n_layers}: capture with layers=None"
-        )
-    if not 0.0 <= residual <= 1.0:
-        raise InputError(f"residual must be in [0, 1], got {residual}")
-    fuse = {"mean": lambda a: a.mean(0), "max": lambda a: a.max(0).values, "min": lambda a: a.min(0).values}
-    if head_fusion not in fuse:
-        raise InputError(f"head_fusion must be one of {', '.join(fuse)}, got {head_fusion!r}")
-    return cap, layers, fuse[head_fusion]
+    missing = missing_layers(cap)
+    if missing is not None:
+        raise InputError(missing)
+    check_residual(residual)
+    if head_fusion not in FUSIONS:
+        raise InputError(f"head_fusion must be one of {', '.join(FUSIONS)}, got {head_fusion!r}")
+    return cap, cap.layer_indices(), FUSIONS[head_fusion]
 
 
 def _mixed(cap: Capture, layer: int, fuse, residual: float) -> Tensor:  # Â = r·I + (1 - r)·A, rows renormalised
@@ -46,6 +71,32 @@ def _mixed(cap: Capture, layer: int, fuse, residual: float) -> Tensor:  # Â = r
     a = (1 - residual) * a
     a.diagonal().add_(residual)
     return a / a.sum(-1, keepdim=True)
+
+
+class RolloutStep:
+    """A consumer of one layer's weight chunks (``rows, keys, weights [head, r, keys]``) that takes
+    rollout's product one layer further to the left: given ``result`` ``[m, n]`` (rows already
+    multiplied through the later layers), :attr:`result` becomes ``result · Â`` with
+    ``Â = r·I + (1 - r)·fuse_heads(A)``, rows renormalised — each chunk adding
+    ``result[:, rows] · Â[rows, keys]`` to the new product's ``keys`` columns, so Â never exists whole.
+    A chunk must hold every key its rows may see (the others have weight 0): a row's sum is taken
+    within its chunk. Chunks may come in any order."""
+
+    def __init__(self, result: Tensor, *, residual: float = 0.5, fuse=FUSIONS["mean"]) -> None:
+        self.previous = result  # [m, n] float32
+        self.result = torch.zeros_like(result)
+        self.residual = residual
+        self.fuse = fuse
+
+    def add(self, rows: Tensor, keys: slice, weights: Tensor, out: Tensor | None = None) -> None:
+        rows = rows.cpu()
+        a = (1 - self.residual) * self.fuse(weights.float().cpu())  # [r, keys]
+        lo = keys.start
+        inside = (rows >= lo) & (rows < keys.stop)  # the rows' own key (the diagonal) in this chunk
+        a[torch.nonzero(inside).flatten(), rows[inside] - lo] += self.residual
+        a = a / a.sum(-1, keepdim=True)
+        first = int(rows[0])  # a chunk's rows are consecutive
+        self.result[:, keys] += self.previous[:, first : first + len(rows)] @ a
 
 
 def rollout(
@@ -97,7 +148,10 @@ def rollout_rows(
             raise InputError(f"rows must lie in 0..{n - 1}, got {weights.tolist()}")
         result = torch.eye(n)[index]
     for layer in reversed(layers):
-        result = result @ _mixed(cap, layer, fuse, residual)
+        step = RolloutStep(result, residual=residual, fuse=fuse)
+        for r, keys, w in cap.layer(layer).weight_chunks():
+            step.add(r, keys, w)
+        result = step.result
     return result
 
 
@@ -113,13 +167,15 @@ def rollout_blocks(
     each side holds what is left), as a long text's heatmap shows it, in layers·(n/block)·n² instead of
     layers·n³ and never holding an n×n product."""
     n = cap.select(part).n_tokens
-    if not isinstance(block, int) or isinstance(block, bool) or not 1 <= block <= n:
-        raise InputError(f"block must be a whole number of tokens in 1..{n}, got {block!r}")
-    means = _block_means(n, block)  # [m, n]
+    means = block_means(n, block)  # [m, n]
     return rollout_rows(cap, means, residual=residual, head_fusion=head_fusion, part=part) @ means.T
 
 
-def _block_means(n: int, block: int) -> Tensor:  # [m, n]: row i averages tokens i·block … (i+1)·block - 1
+def block_means(n: int, block: int) -> Tensor:  # [m, n]: row i averages tokens i·block … (i+1)·block - 1
+    """The ``[ceil(n / block), n]`` matrix whose row i averages tokens ``i·block … (i+1)·block - 1``:
+    :func:`rollout_blocks` is ``rollout_rows(cap, M) @ Mᵀ`` with it (``block`` checked here)."""
+    if not isinstance(block, int) or isinstance(block, bool) or not 1 <= block <= n:
+        raise InputError(f"block must be a whole number of tokens in 1..{n}, got {block!r}")
     owner = torch.arange(n) // block
     means = torch.zeros(int(owner[-1]) + 1, n)
     means[owner, torch.arange(n)] = 1.0

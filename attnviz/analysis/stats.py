@@ -25,6 +25,8 @@ __all__ = [
     "DETECTORS",
     "STATISTICS",
     "HeadStatsSums",
+    "LayerSums",
+    "TextSums",
     "detect_heads",
     "head_stats",
     "pattern_matrix",
@@ -182,41 +184,62 @@ def _scores_frame(cap: Capture, total: dict, rows_total: int) -> pd.DataFrame:
     )
 
 
-def _layer_sums(rec, columns: dict[str, Tensor], targets: dict[str, Tensor]) -> dict[str, Tensor]:
-    """One layer's per-head sums over its query rows ([head] float64 each): the mass on the ``columns``
-    keys, on the diagonals (self, previous, next) and on each detector's ``targets`` cells, the
-    distance and the entropy — a chunk of query rows at a time (``weight_chunks``: the keys a causal
-    chunk leaves out have weight 0 and add nothing)."""
-    heads = rec.q.shape[0]
-    sums = {name: torch.zeros(heads, dtype=torch.float64) for name in [*columns, "self", "previous", "next"]}
-    sums.update({name: torch.zeros(heads, dtype=torch.float64) for name in ["distance", "entropy", *targets]})
+class LayerSums:
+    """A consumer of one layer's weight chunks (``rows, keys, weights [head, r, keys]``) that adds up
+    the per-head sums behind :func:`head_stats` over its query rows ([head] float64 each, in
+    :attr:`sums`): the mass on the ``columns`` keys, on the diagonals (self, previous, next) and on
+    each detector's ``targets`` cells, the distance and the entropy. Chunks may come in any order and
+    may hold only the keys their rows see (the keys a causal chunk leaves out have weight 0 and add
+    nothing)."""
 
-    split = {name: (cells[:, 0].contiguous(), cells[:, 1].contiguous()) for name, cells in targets.items()}
+    def __init__(self, n_heads: int, columns: dict[str, Tensor], targets: dict[str, Tensor]) -> None:
+        names = [*columns, "self", "previous", "next", "distance", "entropy", *targets]
+        self.sums = {name: torch.zeros(n_heads, dtype=torch.float64) for name in names}
+        self.columns = columns
+        # [cells, 2] (query, key) in row order: a chunk's cells are one slice of them
+        self.targets = {name: (cells[:, 0].contiguous(), cells[:, 1].contiguous()) for name, cells in targets.items()}
 
-    def add(name: str, per_row: Tensor) -> None:  # [head, rows] float32 -> summed in float64
-        sums[name] += per_row.double().sum(-1)
+    def _add(self, name: str, per_row: Tensor) -> None:  # [head, rows] float32 -> summed in float64
+        self.sums[name] += per_row.double().sum(-1)
 
-    for rows, keys, a in rec.weight_chunks():
-        a = a.float().cpu()  # [head, chunk rows, keys of the chunk]
+    def add(self, rows: Tensor, keys: slice, weights: Tensor, out: Tensor | None = None) -> None:
+        """Add one chunk: ``rows`` [r] consecutive query rows, their ``keys``, ``weights`` [head, r, keys]."""
+        a = weights.float().cpu()  # [head, chunk rows, keys of the chunk]
         rows = rows.cpu()
         first_row, lo, hi = int(rows[0]), keys.start, keys.stop
-        for name, index in columns.items():
+        for name, index in self.columns.items():
             inside = index[(index >= lo) & (index < hi)] - lo
-            add(name, a[:, :, inside].sum(-1))
+            self._add(name, a[:, :, inside].sum(-1))
         for name, offset in (("self", 0), ("previous", -1), ("next", 1)):
             key = rows + offset
             inside = (key >= lo) & (key < hi)
-            add(name, a[:, (rows - first_row)[inside], key[inside] - lo])
+            self._add(name, a[:, (rows - first_row)[inside], key[inside] - lo])
         distance = (rows[:, None] - torch.arange(lo, hi)[None, :]).abs().float()
-        add("distance", (a * distance).sum(-1))
-        add("entropy", -torch.special.xlogy(a, a).sum(-1))
+        self._add("distance", (a * distance).sum(-1))
+        self._add("entropy", -torch.special.xlogy(a, a).sum(-1))
         last_row = int(rows[-1])
-        for name, (queries, keys_of) in split.items():  # cells in row order: the chunk's are one slice of them
+        for name, (queries, keys_of) in self.targets.items():
             start, stop = torch.searchsorted(queries, torch.tensor([first_row, last_row + 1])).tolist()
             query, key = queries[start:stop], keys_of[start:stop]
             inside = (key >= lo) & (key < hi)
-            add(name, a[:, query[inside] - first_row, key[inside] - lo])
-    return sums
+            self._add(name, a[:, query[inside] - first_row, key[inside] - lo])
+
+
+class TextSums:
+    """One text being added to :class:`HeadStatsSums` (:meth:`HeadStatsSums.start`): a
+    :class:`LayerSums` per layer (:meth:`layer`), each added to the statistics by :meth:`finish`."""
+
+    def __init__(self, owner: HeadStatsSums, columns: dict[str, Tensor], targets: dict[str, Tensor]) -> None:
+        self.owner, self.columns, self.targets = owner, columns, targets
+
+    def layer(self) -> LayerSums:
+        """A fresh consumer for one layer's chunks."""
+        return LayerSums(self.owner.n_heads, self.columns, self.targets)
+
+    def finish(self, layer: int, sums: LayerSums) -> None:
+        """Add a layer's consumer, fed every chunk of that layer, to the statistics."""
+        li = self.owner.layers.index(layer)
+        self.owner.sums[:, li] += torch.stack([sums.sums[k] for k in self.owner.keys])
 
 
 class HeadStatsSums:
@@ -239,6 +262,17 @@ class HeadStatsSums:
 
     def add(self, cap: Capture) -> None:
         """Add one text's rows (its capture's one self-attention part)."""
+        text = self.start(cap)
+        for layer in self.layers:
+            sums = text.layer()
+            for rows, keys, weights in cap.layer(layer).weight_chunks():
+                sums.add(rows, keys, weights)
+            text.finish(layer, sums)
+
+    def start(self, cap: Capture) -> TextSums:
+        """Count one text's scored rows and return what its layers' chunks are added through: for
+        each layer, :meth:`TextSums.layer` fed every chunk, then :meth:`TextSums.finish` (:meth:`add`
+        does just that; :func:`attnviz.analysis.summarize` feeds the chunks from its one pass)."""
         if cap.layer_indices() != self.layers or cap.n_heads != self.n_heads:
             raise InputError(
                 f"a capture with layers {cap.layer_indices()} × {cap.n_heads} heads cannot be added to statistics "
@@ -267,9 +301,7 @@ class HeadStatsSums:
             for name, index in (("first", [0]), ("special", special), ("punctuation", punct))
         }
         targets = {name: mask.nonzero() for name, mask in masks.items()}  # [cells, 2] (query, key), row-major
-        for li, layer in enumerate(self.layers):
-            parts = _layer_sums(cap.layer(layer), columns, targets)
-            self.sums[:, li] += torch.stack([parts[k] for k in self.keys])
+        return TextSums(self, columns, targets)
 
     def add_reduced(self, sums: Tensor, rows: Tensor, *, texts: int, tokens: int) -> None:
         """Add several texts already reduced: ``sums`` ``[statistic, layer, head]`` and ``rows``

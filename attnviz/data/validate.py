@@ -36,7 +36,19 @@ if TYPE_CHECKING:
 
     from .capture import Capture, LayerRecord
 
-__all__ = ["SAMPLE_ROWS", "TOLERANCES", "ValidationError", "ValidationReport", "sample_rows", "validate"]
+__all__ = [
+    "SAMPLE_ROWS",
+    "TOLERANCES",
+    "LayerErrors",
+    "ValidationError",
+    "ValidationReport",
+    "layer_rows",
+    "record_errors",
+    "report",
+    "sample_rows",
+    "tolerance",
+    "validate",
+]
 
 TOLERANCES: dict[str, tuple[float, float]] = {
     "float32": (1e-5, 1.3e-6),
@@ -149,32 +161,114 @@ def sample_rows(n: int, count: int = SAMPLE_ROWS) -> Tensor:  # [≤ count + 2] 
     )
 
 
-def record_errors(rec: LayerRecord, rows: Tensor | None = None) -> dict[str, tuple[Tensor, Tensor]]:
-    """{quantity: (max abs error [head], max |model| [head])} of one layer, over ``rows`` (default all)."""
-    compare_weights = rec.weights is not None
-    heads = rec.q.shape[0]
-    errors = {"output": (torch.zeros(heads), torch.zeros(heads))} if rec.out is not None else {}
-    if compare_weights:
-        errors["weights"] = (torch.zeros(heads), torch.zeros(heads))
-    if not errors:
-        return {}
-    chunks = attention_output(rec.q, rec.k, rec.v, rows=rows, all_keys=compare_weights, **rec.sdpa_arguments())
-    for r, keys, out, weights in chunks:
+class LayerErrors:
+    """A consumer of one layer's chunks with A·V (``rows, keys, weights [head, r, keys], out [head, r, d_v]``
+    from :func:`attnviz.attention.attention_output` with the layer's real V — and, when the record
+    holds the model's weights, ``all_keys=True``) that keeps, per head, the max |error| and the max
+    |model| of each quantity; :meth:`errors` gives them. Chunks may come in any order."""
+
+    def __init__(self, rec: LayerRecord) -> None:
+        self.rec = rec
+        heads = rec.q.shape[0]
+        self._errors = {"output": (torch.zeros(heads), torch.zeros(heads))} if rec.out is not None else {}
+        if rec.weights is not None:
+            self._errors["weights"] = (torch.zeros(heads), torch.zeros(heads))
+
+    @property
+    def wanted(self) -> bool:
+        """Whether this layer has anything to compare chunk by chunk (its output or its weights)."""
+        return bool(self._errors)
+
+    def add(self, rows: Tensor, keys: slice, weights: Tensor, out: Tensor | None = None) -> None:
+        rec = self.rec
         pairs = []
         if rec.out is not None:
-            pairs.append(("output", out, rec.out[:, r.to(rec.out.device)]))
+            if out is None:
+                raise ValueError("LayerErrors needs the chunks' A·V: feed attention_output with the layer's V")
+            pairs.append(("output", out, rec.out[:, rows.to(rec.out.device)]))
         if rec.weights is not None:
-            pairs.append(("weights", weights, rec.weights[:, r.to(rec.weights.device)][..., keys]))
+            pairs.append(("weights", weights, rec.weights[:, rows.to(rec.weights.device)][..., keys]))
         for quantity, ours, theirs in pairs:
             theirs = theirs.to(ours.device, torch.float32)
-            err, scale = errors[quantity]
-            errors[quantity] = (
+            err, scale = self._errors[quantity]
+            self._errors[quantity] = (
                 torch.maximum(err, head_max(ours - theirs).cpu()),
                 torch.maximum(scale, head_max(theirs).cpu()),
             )
-    if rec.weights is None and rec.weight_error is not None and rec.weight_scale is not None:
-        errors["weights"] = (rec.weight_error.float().cpu(), rec.weight_scale.float().cpu())  # measured while capturing
-    return errors
+
+    def errors(self) -> dict[str, tuple[Tensor, Tensor]]:
+        """{quantity: (max abs error [head], max |model| [head])} over the chunks fed (with the errors
+        measured while capturing for weights the record does not hold)."""
+        errors = dict(self._errors)
+        rec = self.rec
+        if rec.weights is None and rec.weight_error is not None and rec.weight_scale is not None:
+            errors["weights"] = (
+                rec.weight_error.float().cpu(),
+                rec.weight_scale.float().cpu(),
+            )  # measured while capturing
+        return errors
+
+
+def record_errors(rec: LayerRecord, rows: Tensor | None = None) -> dict[str, tuple[Tensor, Tensor]]:
+    """{quantity: (max abs error [head], max |model| [head])} of one layer, over ``rows`` (default all):
+    a :class:`LayerErrors` fed the layer's chunks with A·V."""
+    consumer = LayerErrors(rec)
+    if not consumer.wanted:
+        return {}
+    chunks = attention_output(rec.q, rec.k, rec.v, rows=rows, all_keys=rec.weights is not None, **rec.sdpa_arguments())
+    for r, keys, out, weights in chunks:
+        consumer.add(r, keys, weights, out)
+    return consumer.errors()
+
+
+def tolerance(cap: Capture, atol: float | None = None, rtol: float | None = None) -> tuple[float, float]:
+    """(atol, rtol) of a capture's validation: the given ones, else its dtype's (:data:`TOLERANCES`)."""
+    default_atol, default_rtol = TOLERANCES.get(cap.model.get("dtype", "float32"), TOLERANCES["float32"])
+    return (default_atol if atol is None else atol, default_rtol if rtol is None else rtol)
+
+
+def layer_rows(
+    part: str,
+    layer: int,
+    rec: LayerRecord,
+    errors: dict[str, tuple[Tensor, Tensor]],
+    n_rows: int,
+    atol: float,
+    rtol: float,
+) -> list[dict]:
+    """A report's rows (one per quantity and head) of one layer's :meth:`LayerErrors.errors`, over
+    ``n_rows`` compared query rows."""
+    out = []
+    for quantity, (errs, scales) in errors.items():
+        for head, (err, scale) in enumerate(zip(errs.tolist(), scales.tolist())):
+            tol = atol + rtol * scale
+            out.append(
+                {
+                    "part": part,
+                    "layer": layer,
+                    "head": head,
+                    "quantity": quantity,
+                    "rows": n_rows if quantity == "output" or rec.weights is not None else rec.n_queries,
+                    "max_abs_error": err,
+                    "rel_error": err / scale if scale > 0 else err,
+                    "tolerance": tol,
+                    "passed": err <= tol,
+                }
+            )
+    return out
+
+
+def report(cap: Capture, rows: list[dict], atol: float, rtol: float, *, sample: bool = False) -> ValidationReport:
+    """The :class:`ValidationReport` of a capture's rows (:func:`layer_rows`)."""
+    return ValidationReport(
+        rows,
+        str(cap.model.get("name")),
+        str(cap.model.get("backend")),
+        cap.model.get("dtype", "float32"),
+        atol,
+        rtol,
+        sample=sample,
+    )
 
 
 def validate(
@@ -190,37 +284,11 @@ def validate(
     text (plus the first and the last); a tensor compares those rows; ``{part: rows}`` chooses
     rows per part (a generation's self-check: a sample of the prompt and every generated row).
     """
-    dtype = cap.model.get("dtype", "float32")
-    default_atol, default_rtol = TOLERANCES.get(dtype, TOLERANCES["float32"])
-    atol = default_atol if atol is None else atol
-    rtol = default_rtol if rtol is None else rtol
+    atol, rtol = tolerance(cap, atol, rtol)
     report_rows = []
     for (part, layer), rec in sorted(cap.records.items(), key=lambda kv: (cap.parts.index(kv[0][0]), kv[0][1])):
         chosen = rows.get(part) if isinstance(rows, dict) else rows
         chosen = sample_rows(rec.n_queries, chosen) if isinstance(chosen, int) else chosen
         n_rows = rec.n_queries if chosen is None else len(chosen)
-        for quantity, (errors, scales) in record_errors(rec, chosen).items():
-            for head, (err, scale) in enumerate(zip(errors.tolist(), scales.tolist())):
-                tol = atol + rtol * scale
-                report_rows.append(
-                    {
-                        "part": part,
-                        "layer": layer,
-                        "head": head,
-                        "quantity": quantity,
-                        "rows": n_rows if quantity == "output" or rec.weights is not None else rec.n_queries,
-                        "max_abs_error": err,
-                        "rel_error": err / scale if scale > 0 else err,
-                        "tolerance": tol,
-                        "passed": err <= tol,
-                    }
-                )
-    return ValidationReport(
-        report_rows,
-        str(cap.model.get("name")),
-        str(cap.model.get("backend")),
-        dtype,
-        atol,
-        rtol,
-        sample=rows is not None,
-    )
+        report_rows += layer_rows(part, layer, rec, record_errors(rec, chosen), n_rows, atol, rtol)
+    return report(cap, report_rows, atol, rtol, sample=rows is not None)

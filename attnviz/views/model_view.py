@@ -8,7 +8,8 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from ..analysis.overview import thumbnails
+from ..analysis.overview import MODEL_VIEW_CELLS
+from ..analysis.overview import thumbnails as pool_layer
 from .common import labels
 from .marks import boundary, marked_title, new_starts
 
@@ -16,8 +17,6 @@ if TYPE_CHECKING:
     from ..data.capture import Capture
 
 __all__ = ["MODEL_VIEW_CELLS", "model_view", "model_view_cell", "thumb_size"]
-
-MODEL_VIEW_CELLS = 24  # a thumbnail's cells per side at most (model_view's default)
 
 
 def thumb_size(cap: Capture, words: bool, cells: int, part: str | None = None) -> tuple[int, int]:
@@ -45,6 +44,7 @@ def model_view(
     selected: tuple[int, int] | None = None,
     part: str | None = None,
     mark_new: bool = True,
+    thumbnails: dict[int, torch.Tensor] | None = None,
 ) -> go.Figure:
     """All layers × heads as thumbnails in one mosaic (each pattern max-pooled to ``cells``²).
 
@@ -52,7 +52,9 @@ def model_view(
     (:func:`attnviz.analysis.overview.thumbnails`): no layer's n×n maps exist whole, whatever the
     length (word thumbnails merge the full maps). Hover names the head; :func:`model_view_cell` maps a
     clicked point back to (layer, head). ``mark_new``: a generation's prompt boundary drawn in every
-    thumbnail, where it falls (:mod:`attnviz.views.marks`).
+    thumbnail, where it falls (:mod:`attnviz.views.marks`). ``thumbnails``: precomputed token
+    thumbnails ``{layer: [head, t_q, t_k]}`` (:func:`attnviz.analysis.summarize`'s), used for each
+    layer whose thumbnail has this figure's size — the others, and word thumbnails, are computed here.
     """
     layers = cap.layer_indices(part)
     h = cap.info(part)["n_heads"]
@@ -61,13 +63,16 @@ def model_view(
     size_r, size_c = len(layers) * (t_q + 1) - 1, h * (t_k + 1) - 1
     z = torch.full((size_r, size_c), float("nan"))
     for r, layer in enumerate(layers):
-        if n_q == t_q and n_k == t_k:
+        given = None if thumbnails is None or words else thumbnails.get(layer)
+        if given is not None and tuple(given.shape) == (h, t_q, t_k):
+            pooled = given.cpu()
+        elif n_q == t_q and n_k == t_k:
             pooled = cap.attention(layer, part=part, words=words).cpu()  # [head, q, k]
         elif words:
             w = cap.attention(layer, part=part, words=True).cpu()
             pooled = torch.nn.functional.adaptive_max_pool2d(w[None], (t_q, t_k))[0]
         else:
-            pooled = thumbnails(cap, layer, (t_q, t_k), part=part).cpu()  # [head, t_q, t_k]
+            pooled = pool_layer(cap, layer, (t_q, t_k), part=part).cpu()  # [head, t_q, t_k]
         for head in range(h):
             z[r * (t_q + 1) : r * (t_q + 1) + t_q, head * (t_k + 1) : head * (t_k + 1) + t_k] = pooled[head]
     # hover ids: [layer, head] of the thumbnail under each cell (gaps carry the neighbour's, never shown)

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 import torch
 
+from ..analysis.rollout import ROLLOUT_CELLS
 from ..analysis.stats import DETECTORS, STATISTICS
 from ..errors import InputError
 from .common import labels
@@ -141,7 +142,7 @@ def thinned_ticks(names: list[str], max_ticks: int = MAX_TICKS, *, new_from: int
     )
 
 
-MAX_CELLS = 512  # the rollout heatmap's cells per side at most
+MAX_CELLS = ROLLOUT_CELLS  # the rollout heatmap's cells per side at most
 
 
 def rollout_figure(

@@ -1,0 +1,145 @@
+"""One pass over a capture's heads for everything the heavy views need: :func:`summarize`.
+
+The model view's thumbnails (:class:`~attnviz.analysis.overview.ThumbnailPool`), the head
+statistics (:class:`~attnviz.analysis.stats.LayerSums`), rollout's block means
+(:class:`~attnviz.analysis.rollout.RolloutStep`) and the validation's errors over every row
+(:class:`~attnviz.data.validate.LayerErrors`) are each a consumer of one layer's chunks
+``(rows, keys, weights[, out])``. :func:`summarize` recomputes every layer once, a chunk of query rows
+at a time (:func:`attnviz.attention.attention_output`, all heads at once, the layer's n×n maps never
+whole), and hands each chunk to all four — instead of four passes, one per view. Layers are walked
+last to first, the order rollout's right-to-left product needs; the other consumers do not mind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from torch import Tensor
+
+from ..attention import attention_output
+from ..data.validate import LayerErrors, ValidationReport, layer_rows, report, tolerance
+from .overview import MODEL_VIEW_CELLS, ThumbnailPool
+from .rollout import ROLLOUT_CELLS, RolloutStep, block_means, check_residual, missing_layers
+from .stats import HeadStatsSums
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..data.capture import Capture
+    from ..data.records import LayerRecord
+
+__all__ = ["Summary", "summarize"]
+
+
+@dataclass
+class Summary:
+    """What :func:`summarize` computed for one self-attention part of a capture."""
+
+    part: str
+    layers: list[int]  # the part's captured layers, ascending
+    thumb_size: tuple[int, int]  # (query rows, key columns) of each thumbnail
+    thumbnails: dict[int, Tensor]  # layer -> [head, t_q, t_k]: thumbnails(cap, layer, thumb_size, part=part)
+    stats: HeadStatsSums  # the sums behind head_stats(cap, part=part, detectors=…)
+    rollout: Tensor | None  # [m, m]: rollout_blocks(cap, rollout_block, residual=…, part=part); None: rollout_error
+    rollout_block: int  # tokens per rollout cell per side
+    rollout_error: str | None  # why rollout is None (a layer not captured), else None
+    validation: ValidationReport  # validate(cap) restricted to this part's rows (every query row)
+
+    def head_stats(self) -> pd.DataFrame:
+        """The table of :func:`attnviz.analysis.head_stats` (``head_stats(cap, part=part)``)."""
+        return self.stats.frame()
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes of its tensors (what a bounded cache counts)."""
+        tensors = [*self.thumbnails.values(), self.stats.sums, self.stats.counts]
+        tensors += [self.rollout] if self.rollout is not None else []
+        return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def summarize(
+    cap: Capture,
+    *,
+    part: str | None = None,
+    thumb_size: tuple[int, int] | None = None,
+    rollout_block: int | None = None,
+    residual: float = 0.5,
+    detectors: bool = True,
+    on_layer: Callable[[int, int], None] | None = None,
+) -> Summary:
+    """Thumbnails, head statistics, rollout block means and the validation of one self-attention part,
+    in one pass over its heads (each layer's attention recomputed once, a chunk of rows at a time).
+
+    - ``part``: the encoder or the decoder of an encoder-decoder capture (``cap.select(part)``; the
+      cross-attention is refused, as by :func:`head_stats` and :func:`rollout`).
+    - ``thumb_size``: ``(rows, cols)`` of the model view's token thumbnails; ``None`` takes at most
+      :data:`~attnviz.analysis.overview.MODEL_VIEW_CELLS` per side.
+    - ``rollout_block``: tokens per rollout cell per side; ``None`` takes ``ceil(n / 512)``
+      (:data:`~attnviz.analysis.rollout.ROLLOUT_CELLS`); 1 gives ``rollout(cap)[-1]``. Rollout needs every layer: without them
+      ``rollout`` is None and ``rollout_error`` says why; the rest is computed all the same.
+    - ``residual``, ``detectors``: as :func:`rollout_blocks` and :func:`head_stats` take them.
+    - ``on_layer(done, total)``: called after each layer (``done`` = 1…total). If it raises, the pass
+      stops and the exception propagates — how a caller cancels; nothing half-done is returned.
+    """
+    sub = cap.select(part)
+    name = sub.resolve_part(None)
+    layers = sub.layer_indices()
+    check_residual(residual)
+    n = sub.n_tokens
+    block = -(-n // ROLLOUT_CELLS) if rollout_block is None else rollout_block
+    means = block_means(n, block)  # [m, n]; checks the block
+    size = (min(n, MODEL_VIEW_CELLS), min(n, MODEL_VIEW_CELLS)) if thumb_size is None else thumb_size
+    stats = HeadStatsSums.like(sub, detectors=detectors)
+    text = stats.start(sub)
+    rollout_error = missing_layers(sub)
+    result = means.float() if rollout_error is None else None
+    atol, rtol = tolerance(sub)
+    thumbs: dict[int, Tensor] = {}
+    rows: dict[int, list[dict]] = {}
+    for done, layer in enumerate(reversed(layers), start=1):
+        rec = sub.layer(layer)
+        pool = ThumbnailPool(rec.q.shape[0], rec.n_queries, rec.n_keys, size)
+        sums = text.layer()
+        errors = LayerErrors(rec)
+        step = None if result is None else RolloutStep(result, residual=residual)
+        for r, keys, weights, out in _chunks(rec, with_values=errors.wanted):
+            w = weights.float().cpu()  # once for the three consumers that read it on the CPU
+            pool.add(r, keys, w)
+            sums.add(r, keys, w)
+            if step is not None:
+                step.add(r, keys, w)
+            if errors.wanted:
+                errors.add(r, keys, weights, out)
+        text.finish(layer, sums)
+        thumbs[layer] = pool.pooled
+        rows[layer] = layer_rows(name, layer, rec, errors.errors(), rec.n_queries, atol, rtol)
+        if step is not None:
+            result = step.result
+        if on_layer is not None:
+            on_layer(done, len(layers))
+    return Summary(
+        part=name,
+        layers=layers,
+        thumb_size=(int(size[0]), int(size[1])),
+        thumbnails={layer: thumbs[layer] for layer in layers},
+        stats=stats,
+        rollout=None if result is None else result @ means.T,
+        rollout_block=block,
+        rollout_error=rollout_error,
+        validation=report(sub, [row for layer in layers for row in rows[layer]], atol, rtol),
+    )
+
+
+def _chunks(rec: LayerRecord, *, with_values: bool) -> Iterator[tuple[Tensor, slice, Tensor, Tensor | None]]:
+    """The layer's chunks ``(rows, keys, weights, out)``: with the real V (and every key when the
+    record holds the model's weights, as validation compares them) when there is something to
+    validate, else the weights only (``out`` None)."""
+    if with_values:
+        chunks = attention_output(rec.q, rec.k, rec.v, all_keys=rec.weights is not None, **rec.sdpa_arguments())
+        for r, keys, out, weights in chunks:
+            yield r, keys, weights, out
+    else:
+        for r, keys, weights in rec.weight_chunks():
+            yield r, keys, weights, None
