@@ -37,9 +37,9 @@ if TYPE_CHECKING:
     from .capture import Capture, LayerRecord
 
 __all__ = [
+    "LayerErrors",
     "SAMPLE_ROWS",
     "TOLERANCES",
-    "LayerErrors",
     "ValidationError",
     "ValidationReport",
     "layer_rows",
