@@ -14,7 +14,7 @@ from .views.head_view import MAX_LABELS, head_view, strongest
 from .views.html import to_html
 from .views.maps import heatmap, query_row, row_stats
 from .views.marks import MARK, NEW_COLOUR, marked, new_start
-from .views.model_view import MODEL_VIEW_CELLS, model_view, model_view_cell, thumb_size
+from .views.model_view import MODEL_VIEW_CELLS, model_view, model_view_cell, model_view_thumbnails, thumb_size
 from .views.overview import overview_figure, window_figure
 from .views.plots import coref_bars, head_map, probe_accuracy_map, rollout_figure
 from .views.reports import importance_map, prediction_bars, validation_map
@@ -39,6 +39,7 @@ __all__ = [
     "message_figure",
     "model_view",
     "model_view_cell",
+    "model_view_thumbnails",
     "new_start",
     "overview_figure",
     "prediction_bars",

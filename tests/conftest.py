@@ -122,6 +122,34 @@ def model_folder(tmp_path_factory):
     return save
 
 
+N_LONG = 4096  # the long text's tokens (without a BOS)
+
+
+@pytest.fixture(scope="session")
+def long_llama(smol_tokenizer):
+    """A tiny random Llama with 8,192 positions reading SmolLM2's vocabulary: 4,096 tokens in ~2 s."""
+    model = attnviz.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=8192)
+    return model, smol_tokenizer
+
+
+@pytest.fixture(scope="session")
+def llama_folder(model_folder, long_llama):
+    return model_folder("tiny-llama-8k", *long_llama)
+
+
+@pytest.fixture(scope="session")
+def long_text(smol_tokenizer):
+    """A text of exactly N_LONG (4,096) tokens by SmolLM2's tokenizer."""
+    base = " ".join(
+        f"In paragraph {i}, the cat chased the mouse because it was hungry, and the mouse hid in the box "
+        "because it was small."
+        for i in range(1, 300)
+    )
+    text = smol_tokenizer.decode(smol_tokenizer(base)["input_ids"][:N_LONG])
+    assert len(smol_tokenizer(text)["input_ids"]) == N_LONG
+    return text
+
+
 @pytest.fixture
 def tokenizer_calls(monkeypatch):
     """tokenizer_calls(tokenizer) -> list: from then on, every call of that tokenizer's class appends

@@ -28,34 +28,9 @@ MB2 = 2_000_000
 
 
 @pytest.fixture(scope="module")
-def long_llama(smol_tokenizer):
-    """A tiny random Llama with 8,192 positions reading SmolLM2's vocabulary: 4,096 tokens in ~2 s."""
-    model = attnviz.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=8192)
-    return model, smol_tokenizer
-
-
-@pytest.fixture(scope="module")
-def llama_folder(model_folder, long_llama):
-    return model_folder("tiny-llama-8k", *long_llama)
-
-
-@pytest.fixture(scope="module")
 def bert_folder(model_folder, tiny_bert_words):
     """A tiny random BERT with MiniLM's WordPiece vocabulary (64 positions): another tokenization."""
     return model_folder("tiny-bert", *tiny_bert_words)
-
-
-@pytest.fixture(scope="module")
-def long_text(smol_tokenizer):
-    """A text of exactly N_LONG tokens (SmolLM2's tokenizer)."""
-    base = " ".join(
-        f"In paragraph {i}, the cat chased the mouse because it was hungry, and the mouse hid in the box "
-        "because it was small."
-        for i in range(1, 300)
-    )
-    text = smol_tokenizer.decode(smol_tokenizer(base)["input_ids"][:N_LONG])
-    assert len(smol_tokenizer(text)["input_ids"]) == N_LONG
-    return text
 
 
 def set_text(dash_duo, element_id: str, text: str):

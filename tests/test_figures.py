@@ -117,6 +117,32 @@ def test_model_view_pools_long_texts(tiny):
     np.testing.assert_allclose(z[:12, :12], pooled[0].numpy(), atol=1e-3)
 
 
+def test_model_view_thumbnails_are_what_the_mosaic_draws_for_tokens_and_words(bert_cap):
+    """The dashboard pools the mosaic in a background job (model_view_thumbnails) and draws it from them:
+    the same figure as pooling in model_view itself."""
+    for words in (False, True):
+        seen: list = []
+        thumbs = figures.model_view_thumbnails(
+            bert_cap, words=words, cells=4, on_layer=lambda *a, seen=seen: seen.append(a)
+        )
+        assert seen == [(i, bert_cap.n_layers) for i in range(1, bert_cap.n_layers + 1)]
+        expected = torch.nn.functional.adaptive_max_pool2d(bert_cap.attention(1, words=words)[None], (4, 4))[0]
+        torch.testing.assert_close(thumbs[1], expected)
+        drawn = figures.model_view(bert_cap, words=words, cells=4, thumbnails=thumbs).data[0].z
+        assert np.array_equal(
+            np.array(drawn, dtype=float),
+            np.array(figures.model_view(bert_cap, words=words, cells=4).data[0].z, dtype=float),
+            equal_nan=True,
+        )
+        # thumbnails of another size are not drawn: the figure pools its own
+        other = figures.model_view_thumbnails(bert_cap, words=words, cells=3)
+        drawn = figures.model_view(bert_cap, words=words, cells=4, thumbnails=other).data[0].z
+        assert (
+            np.array(drawn, dtype=float).shape
+            == np.array(figures.model_view(bert_cap, words=words, cells=4).data[0].z).shape
+        )
+
+
 def test_query_row_bars_and_stats(bert_cap):
     fig = figures.query_row(bert_cap, 1, 2, 8)
     row = bert_cap.attention(1, 2)[8]

@@ -11,7 +11,7 @@ from numpy.testing import assert_array_equal
 import attnviz
 from attnviz.analysis import Summary, head_stats, rollout, rollout_blocks, summarize
 from attnviz.analysis.overview import MODEL_VIEW_CELLS, thumbnails
-from attnviz.figures import model_view
+from attnviz.figures import model_view, model_view_thumbnails
 
 N = 37  # > MODEL_VIEW_CELLS: the thumbnails are pooled
 
@@ -170,5 +170,5 @@ def test_model_view_draws_the_summary_thumbnails_and_ignores_ones_of_another_siz
     assert (drawn[:MODEL_VIEW_CELLS, :MODEL_VIEW_CELLS] == 0).all()  # L0·H0 is the given (zero) thumbnail
     other = summarize(cap, thumb_size=(7, 5)).thumbnails
     assert_array_equal(model_view(cap, thumbnails=other).data[0].z, z)  # not this figure's size: computed here
-    words = model_view(cap, words=True).data[0].z
-    assert_array_equal(model_view(cap, words=True, thumbnails=zeros).data[0].z, words)  # words: computed here
+    words = model_view(cap, words=True).data[0].z  # word thumbnails: model_view_thumbnails(words=True)'s
+    assert_array_equal(model_view(cap, words=True, thumbnails=model_view_thumbnails(cap, words=True)).data[0].z, words)

@@ -16,6 +16,7 @@ import atexit
 import shutil
 import sys
 import tempfile
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from . import (
     export_view,
     generation_view,
     head_view,
+    jobs_view,
     lab_view,
     model_view,
     overview_view,
@@ -39,7 +41,7 @@ from . import (
     stats_view,
     validation_view,
 )
-from .captures import FILE_PREFIX, Captures, wants_bos
+from .captures import BACKGROUND_FROM, FILE_PREFIX, Captures, wants_bos
 from .ids import ID, view_id
 from .layout import VIEWS, build_layout
 
@@ -70,7 +72,7 @@ def create_app(
     stats_file: str | None = None,
     cache_bytes: int = 1 << 30,
     max_tokens: int | None = None,
-    background_from: int = run_view.BACKGROUND_FROM,
+    background_from: int = BACKGROUND_FROM,
 ) -> Dash:
     """Build the dashboard.
 
@@ -81,7 +83,8 @@ def create_app(
     - ``cache_bytes``: bound on the server-side captures (least recently used go first).
     - ``max_tokens``: longest text the page accepts; None: the model's own limit (its position table).
       Long texts stay browsable: the heatmap shows a pooled overview and zooms to exact windows.
-    - ``background_from``: texts of more tokens are captured by a background job (progress, Cancel).
+    - ``background_from``: texts of more tokens are captured, and their heavy views (model view, head
+      statistics, rollout, validation) computed, by background jobs (progress, Cancel).
     """
     models = dict(models or DEFAULT_MODELS)
     startup_error = ""
@@ -110,7 +113,9 @@ def create_app(
             selected, default_text = value, opened.text
         except attnviz.AttnvizError as err:
             startup_error = f"Could not open the capture file: {err}"
-    captures = Captures(models, cache_bytes=cache_bytes, max_tokens=max_tokens, files=files)
+    captures = Captures(
+        models, cache_bytes=cache_bytes, max_tokens=max_tokens, files=files, background_from=background_from
+    )
     if opened is not None:
         captures.cache.put(captures.key(selected, opened.text), opened)
 
@@ -120,18 +125,17 @@ def create_app(
         suppress_callback_exceptions=True,
         background_callback_manager=background_manager(),
     )
-    app.layout = build_layout(
-        [{"label": label, "value": name} for name, label in models.items()],
-        selected,
-        default_text,
-        bos=wants_bos(selected) if selected in models else False,
-    )
+    options = [{"label": label, "value": name} for name, label in models.items()]
+    bos = wants_bos(selected) if selected in models else False
+    # a function: each page load gets its own id, which says whose background jobs are whose
+    app.layout = lambda: build_layout(options, selected, default_text, bos=bos, page=uuid.uuid4().hex)
 
     @app.callback(*[Output(view_id(key), "style") for key, _ in VIEWS], Input(ID.tabs, "value"))
     def show_view(tab):
         return [{"display": "block"} if key == tab else {"display": "none"} for key, _ in VIEWS]
 
-    run_view.register(app, captures, startup_error=startup_error, background_from=background_from)
+    run_view.register(app, captures, startup_error=startup_error)
+    jobs_view.register(app, captures)
     for view in (
         overview_view,
         head_view,

@@ -34,8 +34,10 @@ from attnviz.workflows.pipeline import max_positions
 
 from .cache import CaptureCache, capture_key
 from .common import text_limit, word_of
+from .jobs import Jobs, Progress
 
 FILE_PREFIX = "file:"
+BACKGROUND_FROM = 1024  # a text of more tokens is captured, and its heavy views computed, by background jobs
 BACKGROUND_NEW_TOKENS = 64  # a generation of more new tokens runs as a background job
 PRONOUNS = {"it", "he", "she", "they", "him", "her", "them", "它", "他", "她", "它们", "他们", "她们"}
 
@@ -158,6 +160,8 @@ class Captures:
         max_tokens: int | None = None,
         files: dict[str, str] | None = None,
         folder: str | Path | None = None,
+        background_from: int = BACKGROUND_FROM,
+        workers: int = 2,
     ) -> None:
         self.models = models
         self.cache = CaptureCache(cache_bytes)
@@ -169,6 +173,8 @@ class Captures:
         self.folder = Path(folder)
         self._adopt = threading.Lock()
         self._derived: OrderedDict[tuple, Any] = OrderedDict()
+        self.background_from = background_from  # a longer capture's heavy views are background jobs
+        self.jobs = Jobs(workers)
 
     # -- keys and checks
     @staticmethod
@@ -360,6 +366,35 @@ class Captures:
         cap = self.from_store(store)
         return None if cap is None else cap.select(part if len(cap.parts) > 1 else None)
 
+    def known(self, store: dict, what: tuple) -> Any:
+        """The derived result ``what`` of the store's capture if the server holds it, else None."""
+        with self._adopt:
+            value = self._derived.get((store["key"], *what))
+            if value is not None:
+                self._derived.move_to_end((store["key"], *what))
+            return value
+
+    def in_background(
+        self, store: dict, page: str, what: tuple, label: str, n_tokens: int, compute: Callable[[Progress], Any]
+    ) -> Any:
+        """The derived result ``what`` of the store's capture (as :meth:`derived`), where computing it
+        reads every head of a capture of ``n_tokens``: computed in the request up to ``background_from``
+        tokens; beyond, by a background job (:class:`Jobs`) that ``page`` waits for — None until it is
+        done (the page's job bar shows its progress). ``compute(progress)`` calls ``progress(done, total,
+        what)`` as it goes; ``label`` says what it computes. Raises :class:`JobStopped` when this page
+        cancelled the job or saw it fail."""
+        value = self.known(store, what)
+        if value is not None:
+            return value
+        if n_tokens <= self.background_from:
+            return self.derived(store, what, lambda: compute(_ignore))
+
+        def work(progress: Progress) -> None:
+            self.derived(store, what, lambda: compute(progress))
+
+        self.jobs.ask((store["key"], *what), page, label, work)
+        return self.known(store, what)  # a job that finished at once
+
     def opening_head(self, store: dict, part: str, view: attnviz.Capture, query: int) -> tuple[int, int]:
         """``default_head(view, query)``, computed once per (capture, part, query): running the same text
         again reuses it."""
@@ -369,8 +404,7 @@ class Captures:
         """``compute()``'s result for the capture the store names, computed once per ``what`` while it is
         among the last 256 results and the tensors among them hold at most ``cache_bytes / 4``."""
         memo = (store["key"], *what)
-        with self._adopt:
-            value = self._derived.get(memo)
+        value = self.known(store, what)
         if value is None:
             value = compute()
         with self._adopt:
@@ -416,5 +450,11 @@ class Request:
         return request
 
 
-def _nbytes(value: Any) -> int:
-    return value.numel() * value.element_size() if isinstance(value, torch.Tensor) else 0
+def _nbytes(value: Any) -> int:  # a tensor's bytes, or what a result says it holds (a Summary's .nbytes)
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    return int(getattr(value, "nbytes", 0) or 0)
+
+
+def _ignore(_done: int, _total: int, _what: str) -> None:  # progress nobody polls: a result inside the request
+    return None

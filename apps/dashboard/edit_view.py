@@ -1,7 +1,8 @@
 """Counterfactual attention in the page: the AttentionLab's switches, temperature and knocked-out keys
 applied to the real model (``attnviz.workflows.intervene``), the coreference view's "test it" (knock the pronoun's
-attention to a candidate out of its top heads), and a head-importance map (``attnviz.head_importance``)
-computed as a background job with progress and Cancel.
+attention to a candidate out of its top heads), and a head-importance map (``attnviz.head_importance``).
+"Apply to the model" and the head-importance map run as background jobs (Dash's, in another process)
+with progress and Cancel: forwards of the whole text, minutes at 8,192 tokens.
 
 The panels sit in the AttentionLab and the Coreference view through the panel registry (``panels.py``:
 ``lab_panel()`` in ``("lab", "apply")``, ``coref_panel()`` in ``("coref", "test")``); the callbacks are
@@ -17,7 +18,7 @@ from attnviz import edits, figures
 from attnviz.analysis import rank_heads
 from attnviz.figures import message_figure
 
-from .captures import FILE_PREFIX, Captures
+from .captures import FILE_PREFIX, Captures, layer_progress
 from .common import job_controls, word_of
 from .errors import shows_errors
 from .ids import AID, EID, ID
@@ -80,6 +81,9 @@ def lab_panel() -> html.Div:
             ),
             _continuation_input(EID.lab_continuation, "e.g. 好 (optional)"),
             html.Button("Apply to the model", id=EID.lab_apply, n_clicks=0, className="primary"),
+            html.Button("Cancel", id=EID.lab_apply_cancel, n_clicks=0, style={"display": "none"}),
+            html.Progress(id=EID.lab_apply_progress, value="0", max="1", style={"display": "none"}),
+            html.Span(id=EID.lab_apply_progress_text, style={"marginLeft": "6px", "color": "#555"}),
             dcc.Loading(html.Div(id=EID.lab_result, style=_RESULT)),
             html.Div(
                 [
@@ -270,9 +274,15 @@ def register(app: Dash, captures: Captures) -> None:
         State(EID.lab_knock, "data"),
         State(EID.lab_continuation, "value"),
         prevent_initial_call=True,
+        background=True,  # forwards of the whole text (minutes at 8,192 tokens): a job beside the server
+        interval=300,
+        **job_controls(EID.lab_apply, EID.lab_apply_cancel, EID.lab_apply_progress, EID.lab_apply_progress_text),
     )
     @shows_errors(lambda m: (m, message_figure(m), message_figure("")))
-    def apply_lab(_clicks, store, layer, head, units, query, switches, log_t, part, scope, knocked, continuation):
+    def apply_lab(
+        set_progress, _clicks, store, layer, head, units, query, switches, log_t, part, scope, knocked, continuation
+    ):
+        set_progress(("0", "1", ""))
         cap = captures.from_store(store)
         if cap is None or layer is None or head is None or query is None:
             return "Run the model, then click a token.", message_figure(""), message_figure("")
@@ -296,7 +306,20 @@ def register(app: Dash, captures: Captures) -> None:
                 message_figure(""),
                 message_figure(""),
             )
-        out = attnviz.intervene(model, cap, chosen)
+        loaded, _ = attnviz.load_model(model)
+
+        def progress(done: int, layers: int) -> None:  # the forwards intervene runs, layer by layer
+            set_progress(
+                (
+                    str(done % layers),
+                    str(layers),
+                    f"forward {done // layers + 1}, layer {done % layers + 1} of {layers}",
+                )
+            )
+
+        with layer_progress(loaded, progress):
+            out = attnviz.intervene(model, cap, chosen)
+        set_progress(("1", "1", ""))
         summary = _summary(out, _continuation(continuation), notes)
         bars = figures.prediction_bars(out, 5, _continuation(continuation))
         return summary, bars, _edited_row(out, layer, head, index, words, part)

@@ -53,6 +53,15 @@ class ID:
     job_cancel = "capture-cancel"
     job_progress = "capture-progress"
     job_progress_text = "capture-progress-text"
+    # the heavy views' background jobs for a long text (jobs_view)
+    page = "page-id"  # dcc.Store: this page's own id (made per page load): whose jobs are whose
+    view_job = "view-job"  # the job bar: progress, Cancel, Compute
+    view_job_progress = "view-job-progress"
+    view_job_text = "view-job-text"
+    view_job_cancel = "view-job-cancel"
+    view_job_start = "view-job-start"
+    view_job_poll = "view-job-poll"  # dcc.Interval: on while a job of this page runs
+    view_job_done = "view-job-done"  # dcc.Store: set when a job of this page finished (the views draw again)
 
 
 def view_id(key: str) -> str:
@@ -135,6 +144,9 @@ class EID:
     head-importance map (edit_view)."""
 
     lab_apply = "edit-lab-apply"
+    lab_apply_cancel = "edit-lab-apply-cancel"
+    lab_apply_progress = "edit-lab-apply-progress"
+    lab_apply_progress_text = "edit-lab-apply-progress-text"
     lab_scope = "edit-lab-scope"
     lab_knock = "edit-lab-knock"  # dcc.Store: the key token positions knocked out for the lab's query
     lab_knock_text = "edit-lab-knock-text"

@@ -17,6 +17,7 @@ from . import (
     export_view,
     generation_view,
     head_view,
+    jobs_view,
     lab_view,
     model_view,
     overview_view,
@@ -79,7 +80,10 @@ def _view(key: str, children: list) -> html.Div:
     return html.Div(id=view_id(key), children=children, style={"display": "none"})
 
 
-def build_layout(model_options: list[dict], default_model: str, default_text: str, *, bos: bool = False) -> html.Div:
+def build_layout(
+    model_options: list[dict], default_model: str, default_text: str, *, bos: bool = False, page: str = ""
+) -> html.Div:
+    """The page; ``page``: this page load's id (whose background jobs are whose)."""
     config = GRAPH_CONFIG
     views = {
         "heatmap": overview_view.layout(dcc.Loading(dcc.Graph(id=ID.heatmap, config=config))),
@@ -105,6 +109,7 @@ def build_layout(model_options: list[dict], default_model: str, default_text: st
             ),
             *run_view.layout(model_options, default_model, default_text, EXAMPLES, bos=bos),
             html.Div([*run_view.selectors(), *export_view.layout()], style={"margin": "8px 0"}),
+            *jobs_view.layout(page),
             dcc.Tabs(id=ID.tabs, value="heatmap", children=[dcc.Tab(label=label, value=key) for key, label in VIEWS]),
             *[_view(key, views[key]) for key, _ in VIEWS],
         ],

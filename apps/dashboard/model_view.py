@@ -1,6 +1,11 @@
 """The model view: every layer × head as a thumbnail of its map (``attnviz.figures.model_view``, which
 pools long texts a chunk of rows at a time and marks a generation's new tokens); a click opens that head
-in the heatmap."""
+in the heatmap.
+
+The thumbnails come from the fused summary of the capture (``background.summary_of``: one pass over every
+head shared with head statistics, rollout and the validation) — for a long text a background job, with
+the job bar's progress meanwhile. Word thumbnails, and a cross-attention part, are pooled by a job of
+their own (``model_view_thumbnails``)."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from dash import Dash, Input, Output, State, dcc, no_update
 from attnviz import figures
 from attnviz.figures import message_figure
 
+from .background import in_background, pending, summary_of
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import ID
@@ -29,15 +35,39 @@ def register(app: Dash, captures: Captures) -> None:
         Input(ID.head, "value"),
         Input(ID.tabs, "value"),
         Input(ID.part, "value"),
+        Input(ID.view_job_done, "data"),
+        State(ID.page, "data"),
     )
     @shows_errors(message_figure)
-    def model_view(store, units, layer, head, tab, part):
+    def model_view(store, units, layer, head, tab, part, _done, page):
         only_on(tab, "model")
         cap = captures.from_store(store)
         if cap is None:
             return message_figure("Run the model to see its attention.")
         selected = (layer, head) if layer is not None and head is not None else None
-        return figures.model_view(cap, words=units == "words", selected=selected, part=part)
+        words = units == "words"
+        part = cap.resolve_part(part if len(cap.parts) > 1 else None)
+        if words or part == "cross":  # not in the summary: pooled by a job of its own
+            label = f"the model view's {'word' if words else part} thumbnails"
+            thumbs = in_background(
+                captures,
+                store,
+                page,
+                ("model view", part, words),
+                label,
+                cap.n_tokens,
+                lambda progress: figures.model_view_thumbnails(
+                    cap, words=words, part=part, on_layer=lambda d, t: progress(d, t, f"layer {d} of {t}")
+                ),
+            )
+            if thumbs is None:
+                return message_figure(pending(label))
+        else:
+            summary = summary_of(captures, store, page, part)
+            if summary is None:
+                return message_figure(pending())
+            thumbs = summary.thumbnails
+        return figures.model_view(cap, words=words, selected=selected, part=part, thumbnails=thumbs)
 
     @app.callback(
         Output(ID.layer, "value", allow_duplicate=True),

@@ -1,14 +1,19 @@
 """Rollout (Abnar & Zuidema 2020): heads averaged, the residual mixed in, multiplied through the layers —
-for every token, or for the AttentionLab's query."""
+for every token, or for the AttentionLab's query.
+
+Every token's rollout (block means past ``MAX_CELLS`` tokens) comes from the capture's fused summary
+(``background.summary_of``); the query's row of a long text is a pass of its own (``rollout_rows``).
+Past the page's background threshold both are background jobs with the job bar's progress."""
 
 from __future__ import annotations
 
-from dash import Dash, Input, Output, dcc, html
+from dash import Dash, Input, Output, State, dcc, html
 
-from attnviz.analysis import rollout, rollout_blocks, rollout_rows
+from attnviz.analysis import rollout_rows
 from attnviz.figures import message_figure, rollout_figure
 from attnviz.views.plots import MAX_CELLS
 
+from .background import in_background, pending, summary_of
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import AID, ID
@@ -44,21 +49,37 @@ def register(app: Dash, captures: Captures) -> None:
         Input(ID.lab_query, "data"),
         Input(ID.tabs, "value"),
         Input(ID.part, "value"),
+        Input(ID.view_job_done, "data"),
+        State(ID.page, "data"),
     )
     @shows_errors(message_figure)
-    def rollout_view(store, mode, query, tab, part):
+    def rollout_view(store, mode, query, tab, part, _done, page):
         only_on(tab, "rollout")
         cap = captures.self_part(store, part)
         if cap is None:
             return message_figure("Run the model first.")
         n = cap.n_tokens
         query = None if query is None else min(query, n - 1)
-        if n <= MAX_CELLS:
-            # the final layer's rollout, once per capture and part: the mode and the lab's query pick from it
-            flow = captures.derived(store, ("rollout", part), lambda: rollout(cap)[-1].clone())
-        elif mode == "query" and query is not None:  # one row: layers·n² instead of layers·n³
-            flow = captures.derived(store, ("rollout row", part, query), lambda: rollout_rows(cap, [query])[0])
-        else:  # only the block means the heatmap shows: layers·(n/block)·n²
-            block = -(-n // MAX_CELLS)
-            flow = captures.derived(store, ("rollout blocks", part), lambda: rollout_blocks(cap, block))
+        if n > MAX_CELLS and mode == "query" and query is not None:  # one row: layers·n² instead of layers·n³
+            label = "the query's rollout row"
+            flow = in_background(
+                captures,
+                store,
+                page,
+                ("rollout row", part, query),
+                label,
+                n,
+                lambda progress: rollout_rows(cap, [query], on_layer=lambda d, t: progress(d, t, f"layer {d} of {t}"))[
+                    0
+                ],
+            )
+            if flow is None:
+                return message_figure(pending(label))
+        else:  # every token (n ≤ MAX_CELLS: the mode and the lab's query pick from it), or block means past it
+            summary = summary_of(captures, store, page, part)
+            if summary is None:
+                return message_figure(pending())
+            if summary.rollout is None:
+                return message_figure(summary.rollout_error)
+            flow = summary.rollout
         return rollout_figure(cap, flow, query=query if mode == "query" else None)

@@ -25,7 +25,6 @@ from .generations import MAX_NEW_TOKENS, generation_of
 from .ids import GID, ID
 from .panels import slot_panels
 
-BACKGROUND_FROM = 1024  # texts with more tokens are captured by a background job
 PART_LABELS = {
     "encoder": "encoder (source × source)",
     "decoder": "decoder (target × target)",
@@ -207,9 +206,10 @@ VIEW_OUTPUTS = [  # what a run sets: the store every view reads, the messages, a
 ]
 
 
-def register(app: Dash, captures: Captures, *, startup_error: str = "", background_from: int = BACKGROUND_FROM) -> None:
+def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
     """The run callbacks. ``startup_error`` is shown when the page opens (a capture or statistics file
-    that did not open); texts of more than ``background_from`` tokens are captured in a background job."""
+    that did not open); texts of more than ``captures.background_from`` tokens are captured in a
+    background job."""
     models = captures.models
 
     @app.callback(Output(ID.target_box, "style"), Input(ID.model, "value"))
@@ -289,7 +289,7 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "", backgrou
         cap = captures.cached(key)
         if cap is None:
             request = captures.request(model, text, bos, target, new_tokens)  # the one tokenization
-            if captures.long_job(request, background_from):
+            if captures.long_job(request, captures.background_from):
                 captures.leave_request(request)
                 job = {**store, "job": time.time()}  # a fresh request, even for the text of a cancelled job
                 return (*failed(""), "", job)

@@ -1,17 +1,19 @@
 """Head statistics: per head, where its attention goes on average (after Clark et al. 2019) with
 pattern detectors — for this text, or for a corpus table of ``attnviz stats`` the server was started
-with; a click on a row or the map selects the head."""
+with; a click on a row or the map selects the head. This text's statistics come from the capture's
+fused summary (``background.summary_of``): for a long text a background job, shared with the model view,
+rollout and the validation."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dash import Dash, Input, Output, ctx, dash_table, dcc, html, no_update
+from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
-from attnviz.analysis import head_stats
 from attnviz.analysis.stats import DETECTORS, STATISTICS
 from attnviz.figures import head_map, message_figure
 
+from .background import pending, summary_of
 from .captures import Captures
 from .common import TABLE_STYLE
 from .errors import only_on, shows_errors
@@ -85,19 +87,23 @@ def register(app: Dash, captures: Captures, corpus: pd.DataFrame | None = None, 
         Input(ID.tabs, "value"),
         Input(ID.part, "value"),
         Input(AID.stats_source, "value"),
+        Input(ID.view_job_done, "data"),
+        State(ID.page, "data"),
     )
     @shows_errors(lambda m: ([], [], message_figure(m)))
-    def statistics(store, column, tab, part, source):
+    def statistics(store, column, tab, part, source, _done, page):
         only_on(tab, "stats")
         if source == "corpus" and corpus is not None:
             df = corpus.drop(columns=["texts", "tokens"])
             figure = head_map(df, column)
             figure.update_layout(title=f"{figure.layout.title.text} — corpus {corpus_name}")
         else:
-            cap = captures.self_part(store, part)
-            if cap is None:
+            if not store:
                 return [], [], message_figure("Run the model first.")
-            df = head_stats(cap)
+            summary = summary_of(captures, store, page, part)
+            if summary is None:
+                return [], [], message_figure(pending())
+            df = summary.head_stats()
             figure = head_map(df, column)
         table = df.round(4)
         table.insert(0, "id", [f"{r.layer}-{r.head}" for r in table.itertuples(index=False)])

@@ -1,13 +1,19 @@
 """Recomputed vs model: how far attnviz's recomputation is from the model's own numbers, per layer ×
-head (a click selects the head), and the chosen head's two maps side by side."""
+head (a click selects the head), and the chosen head's two maps side by side.
+
+The report is the capture's fused summary's (``background.summary_of``: every query row of the part,
+checked in the same pass over every head as the model view, head statistics and rollout) — for a long
+text a background job; the chosen head's comparison does not wait for it. A cross-attention part is
+checked with every part (``Capture.validate``), as a job past the page's background threshold."""
 
 from __future__ import annotations
 
-from dash import Dash, Input, Output, dcc, html, no_update
+from dash import Dash, Input, Output, State, dcc, html, no_update
 
 from attnviz import figures
 from attnviz.figures import message_figure
 
+from .background import SUMMARY_LABEL, in_background, pending, summary_of
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import ID
@@ -33,21 +39,30 @@ def register(app: Dash, captures: Captures) -> None:
         Input(ID.head, "value"),
         Input(ID.tabs, "value"),
         Input(ID.part, "value"),
+        Input(ID.view_job_done, "data"),
+        State(ID.page, "data"),
     )
     @shows_errors(lambda m: (m, message_figure(m), message_figure("")))
-    def validation(store, layer, head, tab, part):
+    def validation(store, layer, head, tab, part, _done, page):
         only_on(tab, "validation")
         cap = captures.from_store(store)
         if cap is None or layer is None or head is None:
             return "", message_figure("Run the model first."), message_figure("")
-        report = cap.validate()
         part_ = cap.resolve_part(part if len(cap.parts) > 1 else None)
+        comparison = figures.comparison(cap, layer, head, part=part_)  # one head: never waits for the job
+        if part_ == "cross":
+            label = "the validation of every part"
+            report = in_background(
+                captures, store, page, ("validation",), label, cap.n_tokens, lambda _progress: cap.validate()
+            )
+        else:
+            label = SUMMARY_LABEL
+            summary = summary_of(captures, store, page, part_)
+            report = None if summary is None else summary.validation
+        if report is None:
+            return pending(label), message_figure(pending(label)), comparison
         quantity = "weights" if any(r["quantity"] == "weights" for r in report.rows) else "output"
-        return (
-            str(report),
-            figures.validation_map(report, quantity, part_),
-            figures.comparison(cap, layer, head, part=part_),
-        )
+        return str(report), figures.validation_map(report, quantity, part_), comparison
 
     @app.callback(
         Output(ID.layer, "value", allow_duplicate=True),

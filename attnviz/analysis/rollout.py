@@ -12,7 +12,7 @@ early tokens because they are visible to every later one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import torch
@@ -129,12 +129,15 @@ def rollout_rows(
     residual: float = 0.5,
     head_fusion: str = "mean",
     part: str | None = None,
+    on_layer: Callable[[int, int], None] | None = None,
 ) -> Tensor:  # [len(rows) or m, key_pos]
     """Rows of the final layer's rollout (``rollout(cap)[-1][rows]``) without the n×n products.
 
     ``rows``: query positions, or a float ``[m, query_pos]`` matrix of row weights (each output row
     is that mix of the rollout's rows; :func:`rollout_blocks` passes block means). Computed right to
-    left — ``W·R_L = (…((W·Â_L)·Â_{L-1})…)·Â_1`` — in layers·m·n² instead of layers·n³."""
+    left — ``W·R_L = (…((W·Â_L)·Â_{L-1})…)·Â_1`` — in layers·m·n² instead of layers·n³.
+    ``on_layer(done, total)``: called after each layer (last to first); an exception it raises stops
+    the computation."""
     cap, layers, fuse = _checked(cap, residual, head_fusion, part)
     n = cap.n_tokens
     weights = torch.as_tensor(rows)
@@ -147,11 +150,13 @@ def rollout_rows(
         if index.numel() and not (0 <= int(index.min()) and int(index.max()) < n):
             raise InputError(f"rows must lie in 0..{n - 1}, got {weights.tolist()}")
         result = torch.eye(n)[index]
-    for layer in reversed(layers):
+    for done, layer in enumerate(reversed(layers), 1):
         step = RolloutStep(result, residual=residual, fuse=fuse)
         for r, keys, w in cap.layer(layer).weight_chunks():
             step.add(r, keys, w)
         result = step.result
+        if on_layer is not None:
+            on_layer(done, len(layers))
     return result
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -16,7 +17,7 @@ from .marks import boundary, marked_title, new_starts
 if TYPE_CHECKING:
     from ..data.capture import Capture
 
-__all__ = ["MODEL_VIEW_CELLS", "model_view", "model_view_cell", "thumb_size"]
+__all__ = ["MODEL_VIEW_CELLS", "model_view", "model_view_cell", "model_view_thumbnails", "thumb_size"]
 
 
 def thumb_size(cap: Capture, words: bool, cells: int, part: str | None = None) -> tuple[int, int]:
@@ -36,6 +37,37 @@ def model_view_cell(
     return layers[row], col
 
 
+def model_view_thumbnails(
+    cap: Capture,
+    *,
+    words: bool = False,
+    cells: int = MODEL_VIEW_CELLS,
+    part: str | None = None,
+    layers: Sequence[int] | None = None,
+    on_layer: Callable[[int, int], None] | None = None,
+) -> dict[int, torch.Tensor]:
+    """What :func:`model_view` draws: ``{layer: [head, t_q, t_k]}``, each head's map max-pooled to
+    :func:`thumb_size` (the map itself when it fits), for ``layers`` (default: every captured layer).
+    Token maps are pooled a chunk of query rows at a time (:func:`attnviz.analysis.overview.thumbnails`);
+    word maps are merged whole, a layer at a time. ``on_layer(done, total)`` is called after each
+    layer; an exception it raises stops the pooling."""
+    layers = cap.layer_indices(part) if layers is None else list(layers)
+    n_q, n_k = len(labels(cap, words, part, "query")), len(labels(cap, words, part, "key"))
+    t_q, t_k = thumb_size(cap, words, cells, part)
+    pooled = {}
+    for done, layer in enumerate(layers, 1):
+        if n_q == t_q and n_k == t_k:
+            pooled[layer] = cap.attention(layer, part=part, words=words).cpu()  # [head, q, k]
+        elif words:
+            w = cap.attention(layer, part=part, words=True).cpu()
+            pooled[layer] = torch.nn.functional.adaptive_max_pool2d(w[None], (t_q, t_k))[0]
+        else:
+            pooled[layer] = pool_layer(cap, layer, (t_q, t_k), part=part).cpu()
+        if on_layer is not None:
+            on_layer(done, len(layers))
+    return pooled
+
+
 def model_view(
     cap: Capture,
     *,
@@ -52,9 +84,10 @@ def model_view(
     (:func:`attnviz.analysis.overview.thumbnails`): no layer's n×n maps exist whole, whatever the
     length (word thumbnails merge the full maps). Hover names the head; :func:`model_view_cell` maps a
     clicked point back to (layer, head). ``mark_new``: a generation's prompt boundary drawn in every
-    thumbnail, where it falls (:mod:`attnviz.views.marks`). ``thumbnails``: precomputed token
-    thumbnails ``{layer: [head, t_q, t_k]}`` (:func:`attnviz.analysis.summarize`'s), used for each
-    layer whose thumbnail has this figure's size — the others, and word thumbnails, are computed here.
+    thumbnail, where it falls (:mod:`attnviz.views.marks`). ``thumbnails``: precomputed thumbnails
+    ``{layer: [head, t_q, t_k]}`` — :func:`attnviz.analysis.summarize`'s (tokens) or
+    :func:`model_view_thumbnails`' (tokens or words, as ``words`` says) — used for each layer whose
+    thumbnail has this figure's size; the others are computed here.
     """
     layers = cap.layer_indices(part)
     h = cap.info(part)["n_heads"]
@@ -62,17 +95,12 @@ def model_view(
     t_q, t_k = thumb_size(cap, words, cells, part)
     size_r, size_c = len(layers) * (t_q + 1) - 1, h * (t_k + 1) - 1
     z = torch.full((size_r, size_c), float("nan"))
+    given = thumbnails or {}
+    missing = [layer for layer in layers if tuple(getattr(given.get(layer), "shape", ())) != (h, t_q, t_k)]
+    if missing:  # computed here: every layer not given at this figure's size
+        given = {**given, **model_view_thumbnails(cap, words=words, cells=cells, part=part, layers=missing)}
     for r, layer in enumerate(layers):
-        given = None if thumbnails is None or words else thumbnails.get(layer)
-        if given is not None and tuple(given.shape) == (h, t_q, t_k):
-            pooled = given.cpu()
-        elif n_q == t_q and n_k == t_k:
-            pooled = cap.attention(layer, part=part, words=words).cpu()  # [head, q, k]
-        elif words:
-            w = cap.attention(layer, part=part, words=True).cpu()
-            pooled = torch.nn.functional.adaptive_max_pool2d(w[None], (t_q, t_k))[0]
-        else:
-            pooled = pool_layer(cap, layer, (t_q, t_k), part=part).cpu()  # [head, t_q, t_k]
+        pooled = given[layer].cpu()
         for head in range(h):
             z[r * (t_q + 1) : r * (t_q + 1) + t_q, head * (t_k + 1) : head * (t_k + 1) + t_k] = pooled[head]
     # hover ids: [layer, head] of the thumbnail under each cell (gaps carry the neighbour's, never shown)
