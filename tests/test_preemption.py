@@ -8,8 +8,10 @@ import json
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -21,7 +23,7 @@ import attnviz
 from attnviz.analysis import corpus_stats
 from attnviz.cli import EXIT_INTERRUPTED, build_parser, main
 from attnviz.errors import Interrupted
-from attnviz.workflows import batched, checkpoints, corpus_checkpoint
+from attnviz.workflows import batched, checkpoints, corpus_checkpoint, interrupts, probing
 from attnviz.workflows.corpus_checkpoint import EVERY_SECONDS, EVERY_TEXTS, CorpusCheckpoint, Place
 from attnviz.workflows.interrupts import SIGNALS
 from attnviz.workflows.models import IdsTokenizer
@@ -218,6 +220,62 @@ def test_the_handlers_are_the_runs_only_while_it_runs_also_when_it_raises(run, m
             signal.signal(s, handler)
 
 
+class _TwoProcesses:
+    """Two processes played by two threads: ``largest`` is a real rendezvous (a barrier that breaks
+    after 10 s, as a collective one process never joins would hang), and every process's rounds are counted."""
+
+    def __init__(self) -> None:
+        self.barrier = threading.Barrier(2, timeout=10)
+        self.values: dict[int, list[int]] = {}
+        self.rounds = [0, 0]
+
+    def largest(self, state, values: list[int]) -> list[int]:
+        self.rounds[state.process_index] += 1
+        self.values[state.process_index] = values
+        self.barrier.wait()
+        out = [max(v[i] for v in self.values.values()) for i in range(len(values))]
+        self.barrier.wait()
+        return out
+
+
+@pytest.mark.parametrize(
+    ("signalled", "expected"),
+    [
+        (None, [("complete", 2), ("complete", 7)]),  # the first done after 2 batches waits for the other's 7
+        ((1, 4), [("stopped after its share", 2), ("stopped before batch", 5)]),  # the busy one signalled
+        ((0, 2), [("stopped after its share", 2), ("stopped before batch", 2)]),  # the done one signalled
+    ],
+)
+def test_processes_with_different_numbers_of_batches_stop_at_the_same_round(signalled, expected, monkeypatch):
+    """StopRounds: a signal on either process — also on one whose share is done — stops both at the
+    same round; with none, both leave at the same round; every process takes part in as many rounds."""
+    table = _TwoProcesses()
+    monkeypatch.setattr(interrupts, "largest", table.largest)
+    outcomes: list = [None, None]
+
+    def process(rank: int, batches: int) -> None:
+        state = type("State", (), {"num_processes": 2, "process_index": rank})()
+        request = interrupts.StopRequest()
+        rounds = interrupts.StopRounds(request, state)
+        for index in range(batches):
+            if rounds.stopped() is not None:
+                outcomes[rank] = ("stopped before batch", index)
+                return
+            if signalled == (rank, index):  # the signal lands while batch `index` runs
+                request.note(signal.SIGTERM, None)
+        if signalled == (rank, batches):  # … or after this process's last batch
+            request.note(signal.SIGTERM, None)
+        stop = rounds.finished()
+        outcomes[rank] = ("complete" if stop is None else "stopped after its share", batches)
+
+    threads = [threading.Thread(target=process, args=(rank, n)) for rank, n in ((0, 2), (1, 7))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert outcomes == expected and table.rounds[0] == table.rounds[1], (outcomes, table.rounds)
+
+
 # ---- the command line, and two processes under torchrun: real signals from outside -------------------
 
 
@@ -278,22 +336,16 @@ def test_attnviz_stats_stopped_by_sigterm_exits_75_with_one_line_and_resumes_to_
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=False,
-    reason="known race, to fix: a process that has left the loop for the final sum across processes when "
-    "SIGTERM lands waits for the other, which has stopped, until torchrun kills it (about 1 run in 3 here)",
-)
 def test_two_processes_stopped_by_sigterm_each_save_their_share_and_resume_to_the_same_table(
     cli_corpus, tmp_path, capsys
 ):
     """torchrun passes SIGTERM to both processes; each saves its own file; the same command with
     --resume gives the uninterrupted table (≤ 1e-12: the float64 sums are only added in another order);
-    resuming with one process is refused with what to do."""
+    resuming with one process is refused with what to do. The signal comes as soon as both files
+    exist: one process may be past its share by then (the race the next test makes certain)."""
     model, corpus, whole = cli_corpus
     checkpoint, out = tmp_path / "run.ckpt", tmp_path / "out.parquet"
     files = [tmp_path / f"run.ckpt.rank{r}-of-2" for r in (0, 1)]
-    # at once: a signal that lands after one process has left the loop for the final sum across
-    # processes is not caught yet (that process waits for the other, which has stopped) — a known gap
     code, err = _stop_once_saved(_stats(model, corpus, out, checkpoint, processes=2), files, random.Random(5), most=0)
     assert code != 0 and err.count("error: stopped by SIGTERM: process 0 of 2 saved its") == 1, err[-3000:]
     assert all(f.is_file() for f in files) and not out.exists()
@@ -308,6 +360,83 @@ def test_two_processes_stopped_by_sigterm_each_save_their_share_and_resume_to_th
     _, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0 and "400 texts" in err and "resumed after" in err, err[-2000:]
     _assert_same_table(pd.read_parquet(out), whole)
+
+
+WORKER = Path(__file__).with_name("preempted_ranks.py")
+
+
+def _two_ranks(job: dict, tmp_path: Path) -> list[dict]:
+    """Run tests/preempted_ranks.py as the two processes of one run (gloo, as torchrun would start
+    them); each one's exit status and what it wrote. A run that does not end is killed: the race."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    processes = []
+    for rank in (0, 1):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2"}
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+        out = tmp_path / f"rank{rank}.json"
+        out.unlink(missing_ok=True)
+        command = [sys.executable, str(WORKER), json.dumps({**job, "out": str(out)})]
+        processes.append((subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env), out))
+    results = []
+    try:
+        for process, out in processes:
+            _, err = process.communicate(timeout=240)  # a bound on waiting, not a measurement
+            assert out.is_file(), err[-3000:]
+            results.append({"code": process.returncode, **json.loads(out.read_text())})
+    except subprocess.TimeoutExpired:
+        for process, _ in processes:
+            process.kill()
+            process.communicate()
+        pytest.fail(f"the two processes of {job['kind']} did not end: one waits for the other, which has stopped")
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["corpus", "probes"])
+def test_a_signal_to_one_process_after_the_other_finished_its_share_stops_both_and_resume_gives_the_same_result(
+    kind, cli_corpus, tmp_path
+):
+    """The race, made certain. Process 0's checkpoint is set back to the start (what a kill can leave:
+    its last periodic save older than process 1's), so on --resume process 1 has nothing left to add
+    and waits before the final sum across processes while process 0 works; only then SIGTERM reaches
+    process 0 alone, at its third batch (probe). Both stop at the same round — exit 75, each with its
+    own checkpoint — and none waits for the other; resumed again, the two give the uninterrupted
+    result: batches of different numbers on each process, and no signal lost."""
+    model, corpus, whole = cli_corpus
+    if kind == "probes":
+        corpus = tmp_path / "probes.jsonl"
+        corpus.write_text("".join(json.dumps(p) + "\n" for p in _probe_set(40)), encoding="utf-8")
+        expected = attnviz.evaluate_probes(str(model), str(corpus), progress=False).accuracy
+    checkpoint = tmp_path / "run.ckpt"
+    files = [tmp_path / f"run.ckpt.rank{r}-of-2" for r in (0, 1)]
+    job = {"kind": kind, "model": str(model), "source": str(corpus), "checkpoint": str(checkpoint)}
+    job.update(marker=str(tmp_path / "rank1-done"), resume=False, stop_at=None)
+    assert [r["code"] for r in _two_ranks(job, tmp_path)] == [0, 0]  # both files hold a whole share now
+    if kind == "corpus":
+        CorpusCheckpoint(checkpoint, rank=0, num_processes=2, batch_size=2).save(Place())
+    else:
+        start = checkpoints.read_checkpoint(files[0], probing.KIND)
+        start.update(done=0, per_probe=[], skipped=[], correct=[], nearest_hits=0, first_hits=0, shape=[0, 0])
+        checkpoints.write_checkpoint(files[0], start)
+    stopped = _two_ranks({**job, "resume": True, "stop_at": 3}, tmp_path)
+    assert [r["code"] for r in stopped] == [EXIT_INTERRUPTED] * 2, stopped
+    if kind == "corpus":
+        assert stopped[0]["message"].startswith(f"stopped by SIGTERM: process 0 of 2 saved its 6 texts in '{files[0]}'")
+        assert stopped[1]["message"].startswith("stopped by SIGTERM: process 1 of 2 saved its ")
+        places = [CorpusCheckpoint(checkpoint, rank=r, num_processes=2, batch_size=2).load() for r in (0, 1)]
+        assert (places[0].read, places[0].done, places[1].read) == (0, 3, 400)  # process 1's share is whole
+    else:
+        assert stopped[0]["message"].startswith(f"stopped by SIGTERM: 3 probes saved in '{files[0]}'")
+        assert stopped[1]["message"].startswith(f"stopped by SIGTERM: 20 probes of this process saved in '{files[1]}'")
+        assert [checkpoints.read_checkpoint(f, probing.KIND)["done"] for f in files] == [3, 20]
+    resumed = _two_ranks({**job, "resume": True}, tmp_path)
+    assert [r["code"] for r in resumed] == [0, 0] and resumed[0]["table"] == resumed[1]["table"], resumed
+    if kind == "corpus":
+        _assert_same_table(pd.DataFrame(resumed[0]["table"]), whole)
+    else:
+        pd.testing.assert_frame_equal(pd.DataFrame(resumed[0]["table"]), expected)
 
 
 # ---- probe sets: the same, probe by probe ------------------------------------------------------------
@@ -329,8 +458,6 @@ def _probe_set(count: int) -> list[dict]:
 def test_a_probe_run_stopped_by_a_signal_resumes_to_the_uninterrupted_result(
     seed, tiny_bert_words, monkeypatch, tmp_path
 ):
-    from attnviz.workflows import probing
-
     model, tok = tiny_bert_words
     probes = _probe_set(16)
     whole = attnviz.evaluate_probes(model, probes, tok, progress=False)

@@ -10,7 +10,10 @@ encoder-decoder's batch is captured and added text by text (its parts read diffe
 Started by ``torchrun`` or ``accelerate launch``, each process takes its share of every pool of
 batches (accelerate's ``PartialState.split_between_processes``) and the sums are added across
 processes with accelerate's ``reduce`` over torch.distributed (gloo on CPU, nccl on GPU): N
-processes give the one-process numbers. attnviz opens no socket and starts no process itself.
+processes give the one-process numbers. attnviz opens no socket and starts no process itself. With a
+checkpoint, the processes agree before each batch whether the run stops
+(:class:`~attnviz.workflows.interrupts.StopRounds`): a signal that reaches any of them stops all of
+them, each saving its own place, so none is left waiting in the final sum for one that stopped.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from ..errors import ArgumentTypeError, InputError, InputTooLongError, Interrupt
 from .batched import BatchReducer
 from .corpus_checkpoint import EVERY_SECONDS, EVERY_TEXTS, CorpusCheckpoint, Place
 from .inputs import Encoded
-from .interrupts import stop_requests
+from .interrupts import StopRounds, stop_requests
 from .models import EMBEDDED_MODELS, load_model, resolve_dtype
 from .pipeline import Resolved, n_layers, resolve
 from .processes import process_state
@@ -148,7 +151,7 @@ def corpus_stats(
       ``<checkpoint>.rank<i>-of-<n>``): every ``checkpoint_every_texts`` texts a process added or
       ``checkpoint_every_seconds`` seconds, at the end, and when SIGTERM or SIGINT arrives — then
       :class:`~attnviz.errors.Interrupted` is raised (carrying the file) once the checkpoint is
-      written. ``resume=True`` continues from it (same corpus, ``batch_size`` and number of
+      written — on every process when the signal reached any of them. ``resume=True`` continues from it (same corpus, ``batch_size`` and number of
       processes), counting no text twice; with no checkpoint there, it warns and starts at the first text.
 
     Returns one row per layer and head with the :data:`~attnviz.analysis.stats.STATISTICS` (and
@@ -223,15 +226,18 @@ def corpus_stats(
     skip_batches = place.done  # batches of this process's share of the first pool already added
     bar = _bar(progress and state.is_main_process, initial=place.read)
     with stop_requests(active=saver is not None) as stop:
+        # under several processes they agree before each batch whether the run stops (a round each)
+        rounds = StopRounds(stop, state, agree=saver is not None)
         for pool in length_batches(stream, count, batch_size):
             with state.split_between_processes(pool) as share:
                 for index, batch in enumerate(share):
                     if index < skip_batches:
                         continue
-                    if saver is not None and (stop.signal is not None or saver.due(mine[0])):
+                    stopping = rounds.stopped()
+                    if saver is not None and (stopping is not None or saver.due(mine[0])):
                         where = saver.save(Place(place.read, place.truncated, index, sums, (mine[0], mine[1], mine[2])))
-                        if stop.signal is not None:
-                            raise _interrupted(stop.signal.name, where, mine[0], rank, state.num_processes)
+                        if stopping is not None:
+                            raise _interrupted(stopping.name, where, mine[0], rank, state.num_processes)
                     batch_texts = [text for text, _ in batch]
                     if reducer is not None:
                         sums, counts = reducer.add(sums, batch_texts, [encodings.get(text) for text in batch_texts])
@@ -248,11 +254,16 @@ def corpus_stats(
             if bar is not None:
                 bar.update(read - bar.n)
                 bar.set_postfix(tokens=f"~{mine[1] * state.num_processes:,}")
-        if saver is not None:  # the whole share added: a stop from here on finds the run complete
-            saver.save(Place(read, truncated, 0, sums, (mine[0], mine[1], mine[2])))
-    if sums is None:
-        sums = _empty(model, wanted, part, detectors)
-    totals = _reduce(state, sums, mine, resumed)
+        if saver is not None:  # the whole share added
+            where = saver.save(Place(read, truncated, 0, sums, (mine[0], mine[1], mine[2])))
+            # in the rounds until every process is past its last batch: a stop meanwhile stops this one too
+            stopping = rounds.finished()
+            if stopping is not None:
+                raise _interrupted(stopping.name, where, mine[0], rank, state.num_processes)
+        if sums is None:
+            sums = _empty(model, wanted, part, detectors)
+        # every process is here together: a signal from now on finds the run complete (noted, not obeyed)
+        totals = _reduce(state, sums, mine, resumed)
     if bar is not None:
         bar.close()
     if sums.texts == 0:

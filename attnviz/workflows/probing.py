@@ -7,6 +7,7 @@ one capture is :func:`attnviz.analysis.rank_heads`, which never touches a model.
 from __future__ import annotations
 
 import hashlib
+import signal
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -17,7 +18,7 @@ from ..analysis.coref import rank_heads
 from ..analysis.probes import Probe, ProbeResult, load_probes
 from ..errors import ArgumentTypeError, InputError, Interrupted
 from .checkpoints import rank_path, read_checkpoint, write_checkpoint, written_by
-from .interrupts import stop_requests
+from .interrupts import StopRounds, stop_requests
 from .pipeline import resolve
 from .processes import process_state
 from .runner import capture_forward, encode_texts
@@ -96,7 +97,9 @@ def evaluate_probes(
     ``<checkpoint>.rank<i>-of-<N>``) every ``checkpoint_every_probes`` probes or
     ``checkpoint_every_seconds`` seconds, and when SIGTERM or SIGINT arrives — then
     :class:`~attnviz.errors.Interrupted` is raised once it is saved. ``resume=True`` continues from it
-    (the same probes and number of processes); with no checkpoint there it warns and starts.
+    (the same probes and number of processes); with no checkpoint there it warns and starts. Under
+    several processes they agree before each probe whether the run stops
+    (:class:`~attnviz.workflows.interrupts.StopRounds`): a signal that reaches any of them stops all.
     """
     import pandas as pd  # deferred: pandas is heavy and only tables need it
     from tqdm.auto import tqdm  # deferred: only a progress bar needs it
@@ -188,42 +191,54 @@ def evaluate_probes(
 
     last = (start, time.monotonic())
     bar = tqdm(total=len(mine), initial=start, desc="probes", disable=not progress or not state.is_main_process)
+
+    def interrupted(stopping: signal.Signals, done: int, where: Path) -> Interrupted:
+        return Interrupted(
+            f"stopped by {stopping.name}: {done:,} probes{' of this process' if rank else ''} "
+            f"saved in {str(where)!r}; run the same command with --resume (resume=True) to continue",
+            checkpoint=where,
+            signal=stopping.name,
+            rank=rank,
+        )
+
     with stop_requests(active=path is not None) as stop:
+        # under several processes they agree before each probe whether the run stops (a round each)
+        rounds = StopRounds(stop, state, agree=path is not None)
         for done in range(start, len(mine)):
             probe = mine[done]
             bar.update(done - bar.n)
+            stopping = rounds.stopped()
             if path is not None:
                 due = (
                     done - last[0] >= checkpoint_every_probes or time.monotonic() - last[1] >= checkpoint_every_seconds
                 )
-                if stop.signal is not None or due:
+                if stopping is not None or due:
                     where = save(done)
                     last = (done, time.monotonic())
-                    if stop.signal is not None:
-                        raise Interrupted(
-                            f"stopped by {stop.signal.name}: {done:,} probes{' of this process' if rank else ''} "
-                            f"saved in {str(where)!r}; run the same command with --resume (resume=True) to continue",
-                            checkpoint=where,
-                            signal=stop.signal.name,
-                            rank=rank,
-                        )
+                    if stopping is not None:
+                        raise interrupted(stopping, done, where)
             score(probe, done)
         if path is not None:
-            save(len(mine))
-    bar.close()
-    if state.num_processes > 1:
-        from accelerate.utils import gather_object  # deferred: accelerate is optional (attnviz[stats])
+            where = save(len(mine))
+            # in the rounds until every process is past its last probe: a stop meanwhile stops this one too
+            stopping = rounds.finished()
+            if stopping is not None:
+                raise interrupted(stopping, len(mine), where)
+        # every process is here together: a signal from now on finds the run complete (noted, not obeyed)
+        if state.num_processes > 1:
+            from accelerate.utils import gather_object  # deferred: accelerate is optional (attnviz[stats])
 
-        per_probe = gather_object(per_probe)
-        skipped = gather_object(skipped)
-        parts = gather_object([(correct, nearest_hits, first_hits, shape)])
-        correct = {}
-        for counts, _, _, _ in parts:
-            for key, hits in counts.items():
-                correct[key] = correct.get(key, 0) + hits
-        nearest_hits = sum(p[1] for p in parts)
-        first_hits = sum(p[2] for p in parts)
-        shape = max(p[3] for p in parts)
+            per_probe = gather_object(per_probe)
+            skipped = gather_object(skipped)
+            parts = gather_object([(correct, nearest_hits, first_hits, shape)])
+            correct = {}
+            for counts, _, _, _ in parts:
+                for key, hits in counts.items():
+                    correct[key] = correct.get(key, 0) + hits
+            nearest_hits = sum(p[1] for p in parts)
+            first_hits = sum(p[2] for p in parts)
+            shape = max(p[3] for p in parts)
+    bar.close()
     n = len(per_probe)
     if n == 0:
         raise InputError("no probe could be scored: " + "; ".join(skipped))

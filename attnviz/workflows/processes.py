@@ -1,7 +1,9 @@
 """The processes a workflow runs in: one, or this process's share under ``torchrun`` / ``accelerate launch``.
 
 attnviz opens no socket and starts no process itself; a run started by a launcher reads its rank
-and world size through accelerate's ``PartialState`` (one GPU per process, or gloo on CPU).
+and world size through accelerate's ``PartialState`` (one GPU per process, or gloo on CPU), and
+:func:`largest` asks every process the same question at once (a collective: each process calls it
+the same number of times, or the ones that called wait for the others).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import torch
 
 from ..errors import InputError
 
-__all__ = ["OneProcess", "process_state"]
+__all__ = ["OneProcess", "largest", "process_state"]
 
 
 class OneProcess:
@@ -46,3 +48,13 @@ def process_state() -> Any:
 
     # PartialState on a CPU-only machine sees its rank only with cpu=True (it wants MPI otherwise)
     return PartialState(cpu=not torch.cuda.is_available())
+
+
+def largest(state: Any, values: list[int]) -> list[int]:
+    """Each of ``values`` as its largest over all processes (one ``all_reduce`` with ``MAX`` over
+    torch.distributed, on ``state.device``); the values themselves in one process."""
+    if state.num_processes == 1:
+        return list(values)
+    flags = torch.tensor(values, dtype=torch.int64, device=state.device)
+    torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
+    return [int(x) for x in flags.tolist()]
