@@ -7,7 +7,8 @@ by headless Chromium as a user drives it: type a text of n tokens (BOS included)
 tokens that is the page's background capture job, with its progress polls — then the heatmap, another
 head of the same layer, a 512 × 512 zoom (a drag on the overview; at n = 512 the map is exact already
 and plotly zooms on its own), the model view, the head view, head statistics, rollout and the
-AttentionLab. A WSGI middleware around the Flask app records every ``/_dash-update-component`` request:
+AttentionLab. A WSGI middleware around the Flask app (``bench/wsgi_recorder.py``, which
+``tests/test_dashboard_payload_bounds.py`` uses too) records every ``/_dash-update-component`` request:
 its outputs, the bytes of the JSON it answered (what the browser receives; the app does not compress)
 and the server's seconds from the request to the last byte of the response. Each step's row is the
 response carrying that view's figure; "all" sums every response of the step (other callbacks that fire
@@ -26,7 +27,6 @@ Exits 1 when a goal is missed. Needs Debian's chromium + chromium-driver (as the
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import logging
 import math
@@ -37,69 +37,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from wsgi_recorder import Recorder  # noqa: E402 - bench/ is the script's folder: on the path
+
 MB2 = 2_000_000
 ZOOM_GOAL_S = 0.200  # a 512 × 512 window at n = 8,192
 ROLLOUT_GOAL_S = 2.0  # from opening the Rollout tab until its figure is on the page, at n = 512
 SWITCH_GOAL_S = 0.100  # a head switch at n = 512
 WINDOW = 512
 STEP_TIMEOUT = 240.0
-
-
-# ---------------------------------------------------------------- the server side: every callback's bytes and time
-class Recorder:
-    """WSGI middleware: for each Dash callback request, its outputs, the bytes answered and the server time."""
-
-    def __init__(self, app) -> None:
-        self.app = app
-        self.records: list[dict] = []
-        self.in_flight = 0
-        self.last = time.time()
-        self._lock = threading.Lock()
-
-    def __call__(self, environ, start_response):
-        if not environ.get("PATH_INFO", "").endswith("_dash-update-component"):
-            return self.app(environ, start_response)
-        body = environ["wsgi.input"].read(int(environ.get("CONTENT_LENGTH") or 0))
-        environ["wsgi.input"] = io.BytesIO(body)
-        try:
-            request = json.loads(body)
-        except ValueError:
-            request = {}
-        status = []
-
-        def start(code, headers, *rest):
-            status.append((code, dict(headers)))
-            return start_response(code, headers, *rest)
-
-        with self._lock:
-            self.in_flight += 1
-        t0 = time.perf_counter()
-        try:
-            result = self.app(environ, start)
-            chunks = list(result)
-            if hasattr(result, "close"):
-                result.close()
-        finally:
-            seconds = time.perf_counter() - t0
-            with self._lock:
-                self.in_flight -= 1
-                self.last = time.time()
-        code, headers = status[0] if status else ("?", {})
-        record = {
-            "output": str(request.get("output", "")),
-            "changed": request.get("changedPropIds", []),
-            "bytes": sum(len(c) for c in chunks),
-            "seconds": seconds,
-            "status": code.split()[0],
-            "encoding": headers.get("Content-Encoding", ""),
-        }
-        with self._lock:
-            self.records.append(record)
-        return chunks
-
-    def quiet_for(self, seconds: float) -> bool:
-        with self._lock:
-            return self.in_flight == 0 and time.time() - self.last >= seconds
 
 
 # ---------------------------------------------------------------- the texts

@@ -1,11 +1,24 @@
 """Coreference: which word does the pronoun point to? Every head ranked by the pronoun's attention to
 each candidate (with how much the head gives that candidate from the other tokens), and probe sets
-— one forward per probe — run as a background job with progress and Cancel."""
+— one forward per probe — run as a background job with progress and Cancel.
+
+A long text keeps every response small (≤ 2 MB whatever its length) and hides nothing the model computed:
+
+- the word chips come a page of ``CHIP_PAGE`` words at a time; a list above them reaches every page,
+  and it opens on the pronoun's page (again whenever the pronoun changes);
+- the best head's map (:func:`coref_map`) is the word map up to ``LONG`` words; past it, the exact
+  token weights of the window from the first candidate to the pronoun (``figures.window_figure``),
+  or, when they lie more than ``WINDOW`` tokens apart, the head's pooled overview
+  (``figures.overview_figure``, ``OVERVIEW_BLOCKS`` blocks a side) — the title says which, and the
+  Heatmap tab zooms anywhere in the same head at full resolution.
+"""
 
 from __future__ import annotations
 
+import plotly.graph_objects as go
 from dash import ALL, Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
+import attnviz
 from attnviz import evaluate_probes, figures
 from attnviz.analysis import propose_candidates, rank_heads
 from attnviz.analysis.probes import PROBE_SETS
@@ -19,6 +32,53 @@ from .panels import slot_panels
 
 VIEWS = [("coref", "Coreference")]
 _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
+_HIDDEN = {"display": "none"}
+_PAGE_STYLE = {"width": "420px", "margin": "6px 0"}
+
+LONG = 512  # more words than this: no word map (n_words² cells; the Heatmap view's threshold too)
+WINDOW = 512  # tokens a side of the exact window from the first candidate to the pronoun, at most
+CONTEXT = 64  # tokens a side of that window at least (a pronoun right after its candidate keeps context)
+OVERVIEW_BLOCKS = 256  # blocks a side of the pooled overview (~0.5 MB; the response carries the table too)
+CHIP_PAGE = 400  # word chips on the page at once (one button each: thousands for a long text)
+# the chips' page list and the pronoun its page was chosen for (TODO: to ids.AID with the lead's next ids change)
+WORD_PAGE = "coref-word-page"
+WORD_PAGE_OF = "coref-word-page-of"
+
+
+def page_options(cap: attnviz.Capture, pronoun: int | None) -> list[dict]:
+    """The chips' pages: ``CHIP_PAGE`` words each, named by their word range (the pronoun's page says so)."""
+    n = len(cap.words)
+    options = []
+    for page, start in enumerate(range(0, n, CHIP_PAGE)):
+        stop = min(start + CHIP_PAGE, n)
+        mine = " — the pronoun's" if pronoun is not None and start <= pronoun < stop else ""
+        label = f"words {start:,}–{stop - 1:,} of {n:,} ({cap.words[start].text.strip()!r} …){mine}"
+        options.append({"label": label, "value": page})
+    return options
+
+
+def coref_map(cap: attnviz.Capture, layer: int, head: int, pronoun: int, candidates: list[int]) -> go.Figure:
+    """The best head's map in the Coreference view, bounded whatever the text's length: the word map
+    up to ``LONG`` words; past it the exact token window from the first candidate to the pronoun (at
+    least ``CONTEXT`` and at most ``WINDOW`` tokens a side), else the head's pooled token overview."""
+    n_words = len(cap.words)
+    if n_words <= LONG:
+        return figures.heatmap(cap, layer, head, words=True)
+    first = min(cap.words[i].token_start for i in [*candidates, pronoun])
+    stop = cap.words[pronoun].token_stop
+    heatmap_tab = "the Heatmap tab zooms anywhere in this head"
+    if stop - first <= WINDOW:
+        start = max(0, stop - max(stop - first, CONTEXT))
+        hint = (
+            f"{n_words:,} words, too many for a word map: the exact token weights from the first candidate "
+            f"to the pronoun; {heatmap_tab}"
+        )
+        return figures.window_figure(cap, layer, head, (start, stop), (start, stop), hint=hint)
+    hint = (
+        f"{n_words:,} words, too many for a word map, and the candidates lie more than {WINDOW} tokens before "
+        f"the pronoun: the pooled map; {heatmap_tab} at full resolution"
+    )
+    return figures.overview_figure(cap, layer, head, size=OVERVIEW_BLOCKS, hint=hint)
 
 
 def layout() -> list:
@@ -38,6 +98,8 @@ def layout() -> list:
                 {"label": " a click adds/removes a candidate", "value": "candidates"},
             ],
         ),
+        dcc.Store(id=WORD_PAGE_OF),
+        dcc.Dropdown(id=WORD_PAGE, clearable=False, searchable=False, style=_HIDDEN),
         html.Div(id=AID.coref_words, style={"lineHeight": "2.1em", "margin": "6px 0"}),
         dcc.Checklist(
             id=AID.coref_sinks,
@@ -98,21 +160,51 @@ def register(app: Dash, captures: Captures) -> None:
         return {"pronoun": pronoun, "candidates": candidates}
 
     @app.callback(
+        Output(WORD_PAGE, "options"),
+        Output(WORD_PAGE, "value"),
+        Output(WORD_PAGE, "style"),
+        Output(WORD_PAGE_OF, "data"),
+        Input(ID.store, "data"),
+        Input(AID.coref_selection, "data"),
+        Input(ID.part, "value"),
+        Input(ID.tabs, "value"),
+        State(WORD_PAGE, "value"),
+        State(WORD_PAGE_OF, "data"),
+    )
+    @shows_errors(lambda _m: ([], None, _HIDDEN, None))
+    def word_pages(store, selection, part, tab, page, page_of):
+        only_on(tab, "coref")
+        cap = captures.self_part(store, part)
+        if cap is None or not selection:
+            return [], None, _HIDDEN, None
+        pronoun = selection["pronoun"]
+        if len(cap.words) <= CHIP_PAGE:
+            return [], 0, _HIDDEN, pronoun
+        pages = -(-len(cap.words) // CHIP_PAGE)
+        if page_of != pronoun or not isinstance(page, int) or not 0 <= page < pages:
+            page = pronoun // CHIP_PAGE  # a new pronoun (or text): its page; a candidate's click keeps the page
+        return page_options(cap, pronoun), page, _PAGE_STYLE, pronoun
+
+    @app.callback(
         Output(AID.coref_words, "children"),
         Input(ID.store, "data"),
         Input(AID.coref_selection, "data"),
         Input(ID.part, "value"),
         Input(ID.tabs, "value"),
+        Input(WORD_PAGE, "value"),
     )
     @shows_errors(lambda _m: [])
-    def coref_words(store, selection, part, tab):
-        only_on(tab, "coref")  # thousands of chips for a long text: built only where they are seen
+    def coref_words(store, selection, part, tab, page):
+        only_on(tab, "coref")  # chips are built only where they are seen, a page at a time
         cap = captures.self_part(store, part)
         if cap is None or not selection:
             return []
+        if not isinstance(page, int) or page * CHIP_PAGE >= len(cap.words):
+            page = selection["pronoun"] // CHIP_PAGE
+        start = page * CHIP_PAGE
         chips = []
         first_new = new_start(cap, words=True)  # a generation's first new word (None otherwise)
-        for i, w in enumerate(cap.words):
+        for i, w in enumerate(cap.words[start : start + CHIP_PAGE], start):
             role = "pronoun" if i == selection["pronoun"] else "candidate" if i in selection["candidates"] else ""
             colour = {"pronoun": "#d62728", "candidate": "#2ca02c"}.get(role)
             new = " generated" if first_new is not None and i >= first_new else ""
@@ -176,7 +268,7 @@ def register(app: Dash, captures: Captures) -> None:
         table.insert(0, "id", [f"{r.layer}-{r.head}" for r in table.itertuples(index=False)])
         columns = [{"name": c, "id": c} for c in table.columns if c != "id"]
         best = ranking.best
-        heat = figures.heatmap(cap, int(best["layer"]), int(best["head"]), words=True)
+        heat = coref_map(cap, int(best["layer"]), int(best["head"]), selection["pronoun"], selection["candidates"])
         return headline, coref_bars(ranking), table.to_dict("records"), columns, heat
 
     @app.callback(

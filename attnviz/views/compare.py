@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -9,23 +10,66 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
+from ..analysis.overview import overview, window
 from ..errors import InputError, OutOfRangeError
 from .common import MASKED_COLOUR, allowed_cells, labels, part_label, ticks
 from .marks import boundary, marked_title, new_starts
+from .overview import categories
 
 if TYPE_CHECKING:
     from ..data.capture import Capture
 
-__all__ = ["compare_heads", "comparison"]
+__all__ = [
+    "COMPARE_BLOCKS",
+    "COMPARE_LONG",
+    "COMPARISON_CELLS",
+    "compare_heads",
+    "comparison",
+    "comparison_window",
+    "max_difference",
+]
 
 
-def comparison(cap: Capture, layer: int, head: int, *, part: str | None = None, mark_new: bool = True) -> go.Figure:
+COMPARISON_CELLS = 65_536  # cells a panel shows at most: three float32 panels, ~1 MB on the wire
+
+
+def comparison_window(shape: tuple[int, int], worst: tuple[int, int], cells: int = COMPARISON_CELLS) -> tuple:
+    """((row0, row1), (col0, col1)): the part of a ``shape`` map that :func:`comparison` shows — all of
+    it when it has at most ``cells`` cells, else a window of at most ``cells`` cells around ``worst``
+    (every column when that leaves room for a square's rows, as ``[n, d_head]`` outputs do)."""
+    n_r, n_c = shape
+    if n_r * n_c <= cells:
+        return (0, n_r), (0, n_c)
+    w_c = min(n_c, max(math.isqrt(cells), cells // n_r))
+    w_r = min(n_r, cells // w_c)
+
+    def around(i: int, width: int, n: int) -> tuple[int, int]:
+        start = min(max(i - width // 2, 0), n - width)
+        return start, start + width
+
+    return around(worst[0], w_r, n_r), around(worst[1], w_c, n_c)
+
+
+def comparison(
+    cap: Capture,
+    layer: int,
+    head: int,
+    *,
+    part: str | None = None,
+    mark_new: bool = True,
+    cells: int = COMPARISON_CELLS,
+) -> go.Figure:
     """The model's own numbers, attnviz's recomputation, and their difference, for one head.
 
     With the model's weights (eager backends, captured with ``keep_weights=True``) this compares
     attention matrices; otherwise the attention outputs A·V (``[pos, d_head]``), which every
     backend returns. ``mark_new``: a generation's prompt boundary in each panel — rows are positions;
     columns are keys only when weights are compared (:mod:`attnviz.views.marks`).
+
+    A long text's map (more than ``cells`` cells: past 1,024 rows of ``d_head`` 64, or 256² weights)
+    is shown as an exact window of it, around its largest |difference| (:func:`comparison_window`):
+    the title says which rows (and keys) and where the largest is, and the max |difference| in the
+    title and the colour scale is still the whole map's. The axes are the map's own positions.
     """
     rec = cap.layer(layer, part)
     cap.check_head(head, part)
@@ -35,35 +79,164 @@ def comparison(cap: Capture, layer: int, head: int, *, part: str | None = None, 
         theirs, ours, what = rec.out[head].float().cpu(), cap.output(layer, head, part=part).cpu(), "output A·V"
     else:
         raise InputError(f"layer {layer} holds neither the model's weights nor its output: nothing to compare")
-    diff = (ours - theirs).numpy()
+    weights = rec.weights is not None
+    full = (ours - theirs).abs()
+    worst = divmod(int(full.argmax()), full.shape[1])
+    lim = max(float(full.max()), 1e-12)
+    n_r, n_c = full.shape
+    (r0, r1), (c0, c1) = comparison_window((n_r, n_c), worst, cells)
+    windowed = (r1 - r0, c1 - c0) != (n_r, n_c)
+    model_z, ours_z = theirs[r0:r1, c0:c1].numpy(), ours[r0:r1, c0:c1].numpy()
+    diff = ours_z - model_z
+    rows, cols = list(range(r0, r1)), list(range(c0, c1))
     fig = make_subplots(
         rows=1, cols=3, subplot_titles=(f"model's {what}", f"attnviz's {what}", "difference"), horizontal_spacing=0.06
     )
-    lim = float(max(abs(diff.min()), abs(diff.max()), 1e-12))
     for col, (z, scale, kw) in enumerate(
-        ((theirs.numpy(), "Blues", {}), (ours.numpy(), "Blues", {}), (diff, "RdBu", dict(zmin=-lim, zmax=lim))), 1
+        ((model_z, "Blues", {}), (ours_z, "Blues", {}), (diff, "RdBu", dict(zmin=-lim, zmax=lim))), 1
     ):
         fig.add_trace(
             go.Heatmap(
-                z=z, colorscale=scale, showscale=col == 3, hovertemplate="%{y}, %{x}: %{z:.3e}<extra></extra>", **kw
+                z=z,
+                x=cols if windowed else None,
+                y=rows if windowed else None,
+                colorscale=scale,
+                showscale=col == 3,
+                hovertemplate="%{y}, %{x}: %{z:.3e}<extra></extra>",
+                **kw,
             ),
             row=1,
             col=col,
         )
         fig.update_yaxes(autorange="reversed", row=1, col=col)
     q_new, k_new = new_starts(cap, part, False, mark_new)
-    k_new = k_new if rec.weights is not None else None  # A·V's columns are d_head, not keys
+    k_new = k_new if weights else None  # A·V's columns are d_head, not keys
+    q_new = q_new if q_new is not None and r0 < q_new < r1 else None  # a boundary outside the window: none
+    k_new = k_new if k_new is not None and c0 < k_new < c1 else None
     shapes = []
     if q_new is not None:  # each panel's rows are positions
         for ref in ("", "2", "3"):
             shapes.append(boundary(y=q_new - 0.5, xref=f"x{ref} domain", yref=f"y{ref}"))
             if k_new is not None:
                 shapes.append(boundary(x=k_new - 0.5, xref=f"x{ref}", yref=f"y{ref} domain"))
+    title = f"{part_label(cap, part)}L{layer}·H{head}: max |difference| {lim:.2e}"
+    if windowed:
+        keys = f" × keys {c0}–{c1 - 1} of {n_c:,}" if weights else ""
+        at = f"query {worst[0]}, key {worst[1]}" if weights else f"position {worst[0]}, dimension {worst[1]}"
+        title += (
+            f"<br><sup>rows {r0}–{r1 - 1} of {n_r:,}{keys}, exact, around the largest |difference| ({at}); "
+            "the max is over the whole map</sup>"
+        )
+    fig.update_layout(title=marked_title(title, q_new), shapes=shapes, height=420, margin=dict(l=40, r=10, t=80, b=30))
+    return fig
+
+
+COMPARE_LONG = 512  # a grid with more rows or columns than this is compared pooled (the Heatmap view's threshold)
+COMPARE_BLOCKS = 256  # blocks a side of each pooled map: three float32 panels, ~1 MB on the wire
+
+
+def max_difference(
+    a: Capture, b: Capture, layer: int, head: int, *, part_a: str | None = None, part_b: str | None = None
+) -> float:
+    """max |A − B| over two token maps of one size, cell by cell, a chunk of query rows at a time (the
+    two n² maps never exist whole)."""
+    (n_q, n_k), rows = (len(labels(a, False, part_a, "query")), len(labels(a, False, part_a, "key"))), 256
+    top = 0.0
+    for r0 in range(0, n_q, rows):
+        span = (r0, min(r0 + rows, n_q))
+        wa = window(a, layer, head, span, (0, n_k), part=part_a)
+        wb = window(b, layer, head, span, (0, n_k), part=part_b)
+        top = max(top, float((wa - wb).abs().max()))
+    return top
+
+
+def _category_axis(cats: list[str], **extra) -> dict:
+    step = max(1, math.ceil(len(cats) / 32))
+    shown = cats[::step]
+    return dict(type="category", tickmode="array", tickvals=shown, ticktext=shown, showgrid=False, **extra)
+
+
+def _compare_pooled(
+    a: Capture,
+    b: Capture,
+    layer: int,
+    head: int,
+    part_a: str | None,
+    part_b: str | None,
+    names: tuple[str, str],
+    words: bool,
+    blocks: int,
+) -> go.Figure:
+    """:func:`compare_heads` of a long text: each map pooled into blocks of whole tokens (their mean)."""
+    pooled, axes, grids = [], [], []
+    for cap, part in ((a, part_a), (b, part_b)):
+        ov = overview(cap, layer, head, part=part, size=blocks, mode="mean")
+        q_names, k_names = labels(cap, False, part, "query"), labels(cap, False, part, "key")
+        pooled.append(ov)
+        axes.append((categories(q_names, ov.row_edges), categories(k_names, ov.col_edges)))
+        grids.append((q_names, k_names))
+    (qa, ka), (qb, kb) = grids
+    same_grid = len(qa) == len(qb) and len(ka) == len(kb)
+    titles = [f"{names[0]} — {a.model.get('name', '')}", f"{names[1]} — {b.model.get('name', '')}"]
+    if same_grid:
+        titles.append(f"{names[0]} − {names[1]} (block means)")
+    fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.08)
+    top = max(float(pooled[0].values.max()), float(pooled[1].values.max()), 1e-6)
+    hover = "queries %{y}<br>keys %{x}<br>"
+    for col, (ov, (rows, cols)) in enumerate(zip(pooled, axes), 1):
+        z = ov.values.clone()
+        z[z == 0] = float("nan")  # a block whose every cell is masked: left empty, as in the overview
+        fig.add_trace(
+            go.Heatmap(
+                z=z.numpy(),  # float32: base64 on the wire, 4 bytes a cell
+                x=cols,
+                y=rows,
+                colorscale="Blues",
+                zmin=0,
+                zmax=top,
+                showscale=col == 1,
+                colorbar=dict(title="mean weight", x=1.0 if same_grid else 1.02, len=0.9),
+                hovertemplate=hover + "mean weight %{z:.4f}<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+        fig.update_xaxes(row=1, col=col, **_category_axis(cols))
+        fig.update_yaxes(row=1, col=col, **_category_axis(rows, autorange="reversed"))
+    wr, wc = pooled[0].block
+    pooling = f"pooled: the mean of each block of {wr}×{wc} tokens (of {len(qa):,} × {len(ka):,})"
+    if words:
+        pooling += f"; more than {COMPARE_LONG} words, so in tokens"
+    if same_grid:
+        diff = pooled[0].values - pooled[1].values  # the mean of the differences in each block
+        lim = max(float(diff.abs().max()), 1e-6)
+        fig.add_trace(
+            go.Heatmap(
+                z=diff.numpy(),
+                x=axes[0][1],
+                y=axes[0][0],
+                colorscale="RdBu",
+                zmin=-lim,
+                zmax=lim,
+                colorbar=dict(title="A − B", x=1.09, len=0.9),
+                hovertemplate=hover + "mean A − B %{z:+.4f}<extra></extra>",
+            ),
+            row=1,
+            col=3,
+        )
+        fig.update_xaxes(row=1, col=3, **_category_axis(axes[0][1]))
+        fig.update_yaxes(row=1, col=3, **_category_axis(axes[0][0], autorange="reversed"))
+        exact = max_difference(a, b, layer, head, part_a=part_a, part_b=part_b)
+        differ = sum(p != q for p, q in zip(qa, qb))
+        count = "1 token differs" if differ == 1 else f"{differ:,} tokens differ"
+        note = f"max |A − B| {exact:.3f} cell by cell" + (f"; position by position, {count}" if differ else "")
+    else:
+        note = f"no difference map: the tokens differ ({len(qa):,} vs {len(qb):,})"
     fig.update_layout(
-        title=marked_title(f"{part_label(cap, part)}L{layer}·H{head}: max |difference| {lim:.2e}", q_new),
-        shapes=shapes,
-        height=420,
-        margin=dict(l=40, r=10, t=80, b=30),
+        title=f"L{layer}·H{head}, tokens: {note}<br><sup>{pooling}</sup>",
+        plot_bgcolor=MASKED_COLOUR,
+        height=820,
+        margin=dict(l=140, r=20, t=110, b=140),
     )
     return fig
 
@@ -78,10 +251,16 @@ def compare_heads(
     part_a: str | None = None,
     part_b: str | None = None,
     names: tuple[str, str] = ("A", "B"),
+    blocks: int = COMPARE_BLOCKS,
 ) -> go.Figure:
     """Two captures' same layer and head side by side — two texts on one model, or two models on
     one text — and, where their token (or word) grids have the same size, the difference A − B,
     position by position (a label that differs reads "big/small").
+
+    A grid of more than ``COMPARE_LONG`` rows or columns (a long text) is compared pooled, in tokens:
+    each map is the mean of each block of whole tokens (at most ``blocks`` a side,
+    :func:`attnviz.analysis.overview.overview`), so A − B is the mean of the differences in each
+    block, and the title's max |A − B| is still cell by cell, over the whole maps.
 
     A layer or head that one capture lacks is an :class:`OutOfRangeError` naming both sizes."""
     maps = []
@@ -92,6 +271,12 @@ def compare_heads(
                 f"{name} has layers {cap.layer_indices(part)} and heads 0..{info['n_heads'] - 1}; "
                 f"L{layer}·H{head} is not one of them: choose a layer and head both captures have"
             )
+    grids = [
+        (len(labels(c, words, p, "query")), len(labels(c, words, p, "key"))) for c, p in ((a, part_a), (b, part_b))
+    ]
+    if max(max(g) for g in grids) > COMPARE_LONG:
+        return _compare_pooled(a, b, layer, head, part_a, part_b, names, words, blocks)
+    for cap, part in ((a, part_a), (b, part_b)):
         w = cap.attention(layer, head, part=part, words=words).cpu()
         allowed = allowed_cells(cap, layer, None, words, part)
         maps.append(
