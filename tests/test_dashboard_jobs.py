@@ -153,3 +153,38 @@ def test_a_failing_job_and_a_killed_worker_become_messages_and_compute_starts_th
     job = jobs.ask("k", "page-a", "the summary", work)
     work.go(100)
     assert [j.state for j in finish(jobs, "page-a")] == ["done"]
+
+
+def test_a_forked_job_computes_even_when_its_forking_thread_had_used_torchs_thread_pool():
+    """Dash's background jobs are forks of the server; GNU libgomp is not fork-safe, and a child forked
+    by a thread that had used torch's OpenMP pool waited forever in its first parallel op (seen: a
+    Dash job's flash attention in gomp_team_end). The app makes every forked child single-threaded."""
+    import os
+
+    import torch
+    from attnviz.dashboard.app import background_manager
+
+    background_manager()
+    q = torch.randn(1, 4, 1024, 64)
+    hung = []
+
+    def fork_after_using_the_pool() -> None:
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:  # the job
+                torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+                os._exit(0)
+            deadline = time.monotonic() + 30
+            while not os.waitpid(pid, os.WNOHANG)[0]:
+                if time.monotonic() > deadline:
+                    hung.append(pid)
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.02)
+
+    thread = threading.Thread(target=fork_after_using_the_pool)
+    thread.start()
+    thread.join()
+    assert hung == []

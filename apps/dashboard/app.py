@@ -13,6 +13,8 @@ only builds the app: the captures, the layout, and each view's callbacks.
 from __future__ import annotations
 
 import atexit
+import functools
+import os
 import shutil
 import sys
 import tempfile
@@ -20,6 +22,7 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
 from dash import Dash, Input, Output
 
 import attnviz
@@ -54,14 +57,25 @@ DEFAULT_TEXT = "我家的小猫很可爱，它很好动。"
 
 def background_manager(folder: str | None = None):
     """Where long jobs (a probe set, a long text's capture) run beside the server: Dash's background
-    callbacks on a diskcache, so the page stays usable and the job can be cancelled."""
+    callbacks on a diskcache, so the page stays usable and the job can be cancelled.
+
+    A job is a fork of the server, whose threads compute with torch's OpenMP pool; GNU libgomp is not
+    fork-safe (a child whose forking thread had used the pool waits forever for the pool's threads,
+    which a fork does not copy), so every forked child computes on one thread."""
     import diskcache
     from dash import DiskcacheManager
+
+    _single_threaded_children()
 
     if folder is None:  # a folder of its own, removed when the server exits (a job's process does not run atexit)
         folder = tempfile.mkdtemp(prefix="attnviz-jobs-")
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
     return DiskcacheManager(diskcache.Cache(folder))
+
+
+@functools.cache
+def _single_threaded_children() -> None:  # once per process: os.register_at_fork cannot be undone
+    os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
 
 
 def create_app(
