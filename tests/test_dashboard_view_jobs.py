@@ -1,18 +1,25 @@
-"""The heavy views of a long text as background jobs, in the browser (#19): the model view shows the job's
-progress while the rest of the page answers, Cancel stops it and says so, Compute starts it again, the
-one fused pass then serves head statistics, rollout and the validation without another job, and a
-worker killed mid-job leaves the page usable with a message."""
+"""A long text's background jobs in the browser (#19): the model view shows its job's progress while the
+rest of the page answers, Cancel stops it and says so, Compute starts it again, the one fused pass then
+serves head statistics, rollout and the validation without another job; a view job's worker killed
+mid-job, and a background capture's process killed mid-capture, leave the page usable with a message."""
 
 from __future__ import annotations
 
 import ctypes
+import os
+import tempfile
 import threading
+import time
+from pathlib import Path
 
+import psutil
 import pytest
 from attnviz.dashboard import background, create_app
 from attnviz.dashboard.ids import AID, ID
 from test_dashboard import no_console_errors, open_tab, poll, wait_status
 from test_dashboard_long import set_text
+
+import attnviz
 
 N = 4096  # the long_text fixture's tokens (conftest)
 
@@ -138,4 +145,40 @@ def test_a_worker_killed_mid_job_leaves_the_page_usable_with_a_message(dash_duo,
     dash_duo.find_element(f"#{ID.view_job_start}").click()
     dash_duo.wait_for_contains_text(f"#{AID.rollout_graph} .gtitle", "a block of 9×9 tokens", timeout=60)
     assert gate.runs == 2
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+def test_a_background_capture_whose_process_is_killed_is_a_message_and_leaves_no_files(
+    dash_duo, monkeypatch, llama_folder, long_text
+):
+    """The capture job is a forked process (Dash's background callback): SIGKILL it mid-capture, as the
+    kernel's OOM killer would — the page says so, keeps the last capture, and the job's files go."""
+    server = os.getpid()
+    original = attnviz.capture
+
+    def capture(model, *args, **kwargs):  # in the job (a fork of this process): the first layer hangs
+        if os.getpid() != server:
+            attnviz.load_model(model)[0].model.layers[0].register_forward_hook(lambda *_: time.sleep(300))
+        return original(model, *args, **kwargs)
+
+    monkeypatch.setattr(attnviz, "capture", capture)
+    before = set(Path(tempfile.gettempdir()).glob("attnviz-captures-*"))
+    dash_duo.start_server(create_app({llama_folder: "tiny Llama (8k positions)"}, default_model=llama_folder))
+    wait_status(dash_duo, "tokens")
+    opening = dash_duo.find_element(f"#{ID.status}").text
+    [folder] = set(Path(tempfile.gettempdir()).glob("attnviz-captures-*")) - before
+    set_text(dash_duo, ID.text, long_text)
+    dash_duo.find_element(f"#{ID.run}").click()
+    dash_duo.wait_for_contains_text(f"#{ID.job_progress_text}", "Capturing in the background: layer", 60)
+    [pid_file] = folder.glob("*.job.pid")
+    job = psutil.Process(int(pid_file.read_text()))
+    assert job.ppid() == server
+    job.kill()
+    dash_duo.wait_for_contains_text(f"#{ID.message}", "The background capture stopped before it finished", 30)
+    poll(lambda: dash_duo.find_element(f"#{ID.run}").is_enabled(), timeout=30)
+    assert dash_duo.find_element(f"#{ID.status}").text == opening  # the last capture is still shown
+    assert sorted(p.name for p in folder.iterdir()) == []  # no request, pid or half-written file left
+    open_tab(dash_duo, "Shapes & cost")  # the page is usable
+    dash_duo.wait_for_contains_text(f"#{ID.cost}", "Shapes (one layer)", timeout=30)
     no_console_errors(dash_duo)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import tempfile
 import threading
@@ -25,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 import attnviz
@@ -332,12 +334,41 @@ class Captures:
             request = Request.from_json(json.loads(self.request_file(key).read_text()))
         except (OSError, ValueError, KeyError, TypeError) as err:
             raise CaptureGone(f"the background job's request is gone ({type(err).__name__}); press Run again") from err
-        cap = self.run(request, on_layer)
-        partial = self.folder / f"{key}.{threading.get_ident()}.partial"
-        cap.save(partial)
-        partial.replace(self.job_file(key))
-        with contextlib.suppress(OSError):
-            self.request_file(key).unlink()
+        pid_file = self.folder / f"{key}.job.pid"  # the server's watch: is the job's process still alive?
+        pid_file.write_text(str(os.getpid()))
+        try:
+            cap = self.run(request, on_layer)
+            partial = self.folder / f"{key}.{os.getpid()}.{threading.get_ident()}.partial"
+            cap.save(partial)
+            partial.replace(self.job_file(key))
+            with contextlib.suppress(OSError):
+                self.request_file(key).unlink()
+        finally:
+            with contextlib.suppress(OSError):
+                pid_file.unlink()
+
+    def job_state(self, key: str) -> str:
+        """Where the background capture of ``key`` is: ``"done"`` (its capture is here or in its file),
+        ``"running"`` (its process is alive), ``"starting"`` (requested, not begun), or ``"stopped"``
+        (its process ended without a capture: cancelled, killed, out of memory)."""
+        if self.cache.get(key) is not None or self.job_file(key).exists():
+            return "done"
+        pid_file = self.folder / f"{key}.job.pid"
+        try:
+            pid = int(pid_file.read_text())
+        except (OSError, ValueError):
+            return "starting" if self.request_file(key).exists() else "stopped"
+        try:
+            alive = psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+        except psutil.Error:
+            alive = False
+        return "running" if alive else "stopped"
+
+    def clean_job(self, key: str) -> None:
+        """Remove what a stopped background capture of ``key`` left: its request, its pid, half a file."""
+        for path in [self.request_file(key), self.folder / f"{key}.job.pid", *self.folder.glob(f"{key}.*.partial")]:
+            with contextlib.suppress(OSError):
+                path.unlink()
 
     def from_store(self, store: dict | None) -> attnviz.Capture | None:
         """The capture the page's store names by its key (None before the first run). The server does not

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 
-from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update, set_props
 
 import attnviz
 from attnviz.figures import MARK
@@ -90,6 +90,8 @@ def layout(model_options: list[dict], default_model: str, default_text: str, exa
         dcc.Store(id=ID.store),
         dcc.Store(id=ID.job),
         dcc.Store(id=ID.job_done),
+        dcc.Store(id=ID.job_watched),  # the running job's key and the Cancel clicks when it began
+        dcc.Interval(id=ID.job_watch, interval=1000, disabled=True),
         html.Div(
             [
                 html.Div(
@@ -268,10 +270,11 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
         State(ID.bos, "value"),
         State(ID.target, "value"),
         State(GID.new_tokens, "value"),
+        State(ID.job_cancel, "n_clicks"),
         running=[(Output(ID.run, "disabled"), True, False), (Output(GID.generate, "disabled"), True, False)],
     )
     @shows_errors(lambda m: (*failed(m), "", no_update))
-    def run_model(_clicks, _generate_clicks, text, model, bos_switch, target, new_tokens):
+    def run_model(_clicks, _generate_clicks, text, model, bos_switch, target, new_tokens, cancels):
         if startup_error and not ctx.triggered_id:
             return (*failed(startup_error), "", no_update)
         generate = ctx.triggered_id == GID.generate
@@ -292,6 +295,8 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
             if captures.long_job(request, captures.background_from):
                 captures.leave_request(request)
                 job = {**store, "job": time.time()}  # a fresh request, even for the text of a cancelled job
+                set_props(ID.job_watch, {"disabled": False})  # watch_job: a job that dies is a message
+                set_props(ID.job_watched, {"data": {"key": key, "cancels": cancels or 0}})
                 return (*failed(""), "", job)
             cap = captures.run(request)
         return (*opened(store, cap), "", no_update)
@@ -308,6 +313,32 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
             return failed((done or {}).get("error", ""))
         store = {k: v for k, v in done.items() if k != "job"}
         return opened(store, captures.from_store(store))
+
+    @app.callback(
+        Output(ID.job_watch, "disabled"),
+        Output(ID.message, "children", allow_duplicate=True),
+        Input(ID.job_watch, "n_intervals"),
+        State(ID.job_watched, "data"),
+        State(ID.job_cancel, "n_clicks"),
+        prevent_initial_call=True,
+    )
+    def watch_job(_n, watched, cancels):
+        """While a background capture runs: if its process ends without a capture, and not by Cancel
+        (killed, out of memory), the page says so; what it left on disk goes."""
+        if not watched:
+            return True, no_update
+        state = captures.job_state(watched["key"])
+        if state in ("running", "starting"):
+            return False, no_update
+        if state == "done":
+            return True, no_update
+        captures.clean_job(watched["key"])
+        if (cancels or 0) > watched["cancels"]:
+            return True, no_update  # Cancel: the page shows the last capture, as it said it would
+        return True, (
+            "The background capture stopped before it finished: its process ended (killed, or out of memory?). "
+            "The page still shows the last capture; press Run model to try again."
+        )
 
     def job_failed(message: str) -> dict:
         return {"error": message}
