@@ -10,7 +10,6 @@ import logging
 import math
 import time
 
-import plotly
 import pytest
 import torch
 from attnviz.dashboard import app as app_module
@@ -51,8 +50,33 @@ def test_no_server_path_reaches_the_page(tmp_path, tiny_bert_words):
     model, tok = tiny_bert_words
     path = attnviz.capture(model, "The cat sat on the mat.", tok).save(tmp_path / "secret-folder-cat.attnviz")
     app = create_app(MODELS, capture_file=str(path))
-    page = json.dumps(app.layout.to_plotly_json(), cls=plotly.utils.PlotlyJSONEncoder)
+    page = app.server.test_client().get("/_dash-layout").get_data(as_text=True)  # what a page load receives
     assert "secret-folder-cat.attnviz" in page and str(tmp_path) not in page
+
+
+def test_each_page_load_gets_its_own_page_id(tiny_bert_words):
+    """Whose background jobs are whose: the layout is made per page load, with a fresh id in its store."""
+    app = create_app(MODELS, default_model="minilm")
+
+    def page_id() -> str:
+        found = []
+
+        def walk(node) -> None:
+            if isinstance(node, dict):
+                if node.get("props", {}).get("id") == ID.page:
+                    found.append(node["props"]["data"])
+                for value in node.values():
+                    walk(value)
+            elif isinstance(node, list):
+                for value in node:
+                    walk(value)
+
+        walk(app.server.test_client().get("/_dash-layout").get_json())
+        [value] = found
+        return value
+
+    first, second = page_id(), page_id()
+    assert len(first) == 32 and first != second
 
 
 def test_a_public_host_warns_that_there_is_no_authentication(monkeypatch, capsys):
