@@ -18,8 +18,9 @@ from attnviz import edits, figures
 from attnviz.analysis import rank_heads
 from attnviz.figures import message_figure
 
-from .captures import FILE_PREFIX, Captures, layer_progress
+from .captures import Captures, layer_progress
 from .common import job_controls, word_of
+from .edit_text import check_line, continuation_of, edited_row, lab_edits, model_of, named, result_lines, tokens_of
 from .errors import shows_errors
 from .ids import AID, EID, ID
 from .panels import adds_panel
@@ -149,72 +150,6 @@ def coref_panel() -> html.Div:
     )
 
 
-def _model_of(store: dict | None) -> str:
-    """The model of the page's run, which edits start from with the page's capture as it is (its tokens,
-    BOS and target: ``attnviz.intervene(model, cap, …)`` tokenizes nothing); a capture file has no model."""
-    if not store:
-        raise attnviz.InputError("Run the model first.")
-    model = store["model"]
-    if model.startswith(FILE_PREFIX):
-        raise attnviz.InputError("A capture file holds no model to edit; pick a model in the list and run the text.")
-    if store.get("generate"):
-        raise attnviz.InputError(
-            "Edits run one forward of a text: run the prompt with its continuation as the text (Run model), then apply."
-        )
-    return model
-
-
-def _continuation(value: str | None) -> str | None:
-    return value if value and value.strip() else None
-
-
-def _tokens_of(seq: attnviz.TokenSequence, index: int, words: bool) -> list[int]:
-    return list(seq.words[index].tokens) if words else [index]
-
-
-def _named(seq: attnviz.TokenSequence, tokens: list[int]) -> list[int | str]:
-    """Tokens as the words they make up where each is a whole word that occurs once (the edit then reads
-    "它 ↛ 小猫"), else as positions."""
-    wanted = set(tokens)
-    counts: dict[str, int] = {}
-    for w in seq.words:
-        counts[w.text] = counts.get(w.text, 0) + 1
-    named: list[int | str] = []
-    covered: set[int] = set()
-    for w in seq.words:
-        span = set(w.tokens)
-        if span and span <= wanted and counts[w.text] == 1 and w.text.strip():
-            named.append(w.text)
-            covered |= span
-    return named + sorted(wanted - covered)
-
-
-def _lab_edits(
-    cap: attnviz.Capture, layer: int, head: int, part: str | None, query: list[int], switches, log_t, scope, knocked
-) -> tuple[list[edits.Edit], list[str]]:
-    """(the lab's state as edits, what of it could not be applied to the model)."""
-    where = {"head": {"layer": layer, "head": head}, "layer": {"layer": layer}, "all": {}}[scope or "head"]
-    chosen: list[edits.Edit] = []
-    notes = []
-    switches = switches or []
-    causal_model = cap.layer(layer, part).causal
-    if "causal" not in switches and causal_model:
-        chosen.append(edits.no_causal_mask(part=part, **where))
-    if "causal" in switches and not causal_model:
-        notes.append("The causal switch adds a mask this bidirectional attention never had: not applied to the model.")
-    if "scale" not in switches:
-        chosen.append(edits.no_scaling(part=part, **where))
-    temperature = 10 ** (log_t or 0)
-    if abs(temperature - 1) > 1e-9:
-        chosen.append(edits.temperature(temperature, part=part, **where))
-    if knocked:
-        queries, keys = cap.sequences(part)
-        chosen.append(
-            edits.knockout(query=_named(queries, query), key=_named(keys, sorted(knocked)), part=part, **where)
-        )
-    return chosen, notes
-
-
 def register(app: Dash, captures: Captures) -> None:
     @app.callback(
         Output(EID.lab_knock, "data"),
@@ -236,7 +171,7 @@ def register(app: Dash, captures: Captures) -> None:
             return []
         _, keys = cap.sequences(part if len(cap.parts) > 1 else None)
         index = int(click["points"][0]["x"])
-        tokens = set(_tokens_of(keys, index, units == "words"))
+        tokens = set(tokens_of(keys, index, units == "words"))
         knocked = set(knocked or [])
         return sorted(knocked - tokens if tokens <= knocked else knocked | tokens)
 
@@ -286,14 +221,14 @@ def register(app: Dash, captures: Captures) -> None:
         cap = captures.from_store(store)
         if cap is None or layer is None or head is None or query is None:
             return "Run the model, then click a token.", message_figure(""), message_figure("")
-        model = _model_of(store)
+        model = model_of(store)
         part = part if len(cap.parts) > 1 else None
         words = units == "words"
         queries, _ = cap.sequences(part)
         token = min(query, queries.n_tokens - 1)
         index = word_of(queries, token) if words else token
-        query_tokens = _tokens_of(queries, index, words)
-        chosen, notes = _lab_edits(cap, layer, head, part, query_tokens, switches, log_t, scope, knocked)
+        query_tokens = tokens_of(queries, index, words)
+        chosen, notes = lab_edits(cap, layer, head, part, query_tokens, switches, log_t, scope, knocked)
         if not chosen:
             return (
                 " ".join(
@@ -320,9 +255,9 @@ def register(app: Dash, captures: Captures) -> None:
         with layer_progress(loaded, progress):
             out = attnviz.intervene(model, cap, chosen)
         set_progress(("1", "1", ""))
-        summary = _summary(out, _continuation(continuation), notes)
-        bars = figures.prediction_bars(out, 5, _continuation(continuation))
-        return summary, bars, _edited_row(out, layer, head, index, words, part)
+        said = result_lines(out, continuation_of(continuation), notes)
+        bars = figures.prediction_bars(out, 5, continuation_of(continuation))
+        return said, bars, edited_row(out, layer, head, index, words, part)
 
     @app.callback(
         Output(EID.coref_candidate, "options"),
@@ -357,7 +292,7 @@ def register(app: Dash, captures: Captures) -> None:
         cap = captures.self_part(store, part)
         if cap is None or not selection or candidate is None or candidate not in selection["candidates"]:
             return "Choose the pronoun and a candidate above.", message_figure("")
-        model = _model_of(store)
+        model = model_of(store)
         top = int(top or TOP_HEADS)
         ranking = rank_heads(cap, selection["pronoun"], selection["candidates"], exclude_sinks="sinks" in (sinks or []))
         name = cap.words[candidate].text
@@ -365,7 +300,7 @@ def register(app: Dash, captures: Captures) -> None:
         the_part = cap.parts[0] if len(cap.parts) == 1 else None
         pronoun = list(cap.words[selection["pronoun"]].tokens)
         key = list(cap.words[candidate].tokens)
-        pronoun_named, key_named = _named(cap.source, pronoun), _named(cap.source, key)
+        pronoun_named, key_named = named(cap.source, pronoun), named(cap.source, key)
         chosen = [
             edits.knockout(layer=int(r.layer), head=int(r.head), query=pronoun_named, key=key_named, part=the_part)
             for r in heads.itertuples(index=False)
@@ -384,11 +319,11 @@ def register(app: Dash, captures: Captures) -> None:
             said.append(
                 html.Div(f"Next token: {b.token!r} {b.probability:.2f} → {a.token!r} {a.probability:.2f} ({verdict}).")
             )
-        cont = _continuation(continuation)
+        cont = continuation_of(continuation)
         if cont is not None and out.before is not None:
             before, after = out.logprob(cont)
             said.append(html.Div(f"log P({cont!r}): {before:.2f} → {after:.2f} (Δ {after - before:+.2f})."))
-        said.append(html.Div(_check_line(out), style={"color": "#555", "fontSize": "0.9em"}))
+        said.append(html.Div(check_line(out), style={"color": "#555", "fontSize": "0.9em"}))
         return html.Div(said), figures.prediction_bars(out, 5, cont)
 
     @app.callback(
@@ -407,11 +342,11 @@ def register(app: Dash, captures: Captures) -> None:
     @shows_errors(lambda m: (m, message_figure(m)))
     def importance(set_progress, _clicks, store, part, continuation):
         set_progress(("0", "1", ""))
-        cont = _continuation(continuation)
+        cont = continuation_of(continuation)
         if cont is None:
             return "Type the continuation whose probability the heads are ranked by (e.g. 好).", message_figure("")
         cap = captures.from_store(store)
-        model = _model_of(store)
+        model = model_of(store)
 
         def progress(done: int, total: int) -> None:
             set_progress((str(done), str(total), f"{done} of {total} heads ablated"))
@@ -437,38 +372,3 @@ def register(app: Dash, captures: Captures) -> None:
             return no_update, no_update
         point = click["points"][0]
         return int(point["y"]), int(point["x"])
-
-
-def _check_line(out: attnviz.Intervention) -> str:
-    if out.check_error == 0.0 and all(e.kind == "ablate" for e in out.edits):
-        return "Ablation keeps the model's own kernel."
-    return (
-        f"attnviz's SDPA without an edit reproduces the model on the edited layers: max |Δ| {out.check_error:.1e} "
-        f"(tolerance {out.check_tolerance:.0e}), so the change is the edit's."
-    )
-
-
-def _summary(out: attnviz.Intervention, continuation: str | None, notes: list[str]) -> html.Div:
-    lines = [html.Div("; ".join(str(e) for e in out.edits), style={"fontWeight": "bold"})]
-    if out.before is not None and out.after is not None:
-        b, a = out.before.top_tokens(1)[0], out.after.top_tokens(1)[0]
-        lines.append(html.Div(f"next token {b.token!r} {b.probability:.2f} → {a.token!r} {a.probability:.2f}"))
-        if continuation is not None:
-            before, after = out.logprob(continuation)
-            lines.append(html.Div(f"log P({continuation!r}): {before:.2f} → {after:.2f} (Δ {after - before:+.2f})"))
-    else:
-        lines.append(
-            html.Div(
-                f"no language-model head: final hidden states, cosine to the unedited ≥ {float(out.similarity.min()):.4f}"
-            )
-        )
-    lines.append(html.Div(_check_line(out), style={"color": "#555", "fontSize": "0.9em"}))
-    lines.extend(html.Div(note, style={"color": "#8a6d3b"}) for note in notes)
-    return html.Div(lines)
-
-
-def _edited_row(out: attnviz.Intervention, layer: int, head: int, index: int, words: bool, part: str | None):
-    fig = figures.query_row(out.capture_after, layer, head, index, words=words, part=part)
-    names = figures.labels(out.capture_after, words, part, "query")
-    fig.update_layout(title=f"{names[index]!r} → L{layer}·H{head} as the edited model computed it")
-    return fig
