@@ -1,6 +1,7 @@
-"""The dashboard's background jobs (apps/dashboard/jobs.py): one job per key whoever asks, one page's
-Cancel never stops another page's wait, a job nobody watches stops at its next step, a failed or killed
-worker becomes a message, and Compute starts it again."""
+"""The dashboard's background jobs: worker-thread jobs (apps/dashboard/jobs.py) — one job per key
+whoever asks, one page's Cancel never stops another page's wait, a job nobody watches stops at its next
+step, a failed or killed worker becomes a message, and Compute starts it again — and Dash's forked jobs
+(apps/dashboard/forking.py), which must not inherit a lock another server thread held."""
 
 from __future__ import annotations
 
@@ -187,4 +188,52 @@ def test_a_forked_job_computes_even_when_its_forking_thread_had_used_torchs_thre
     thread = threading.Thread(target=fork_after_using_the_pool)
     thread.start()
     thread.join()
+    assert hung == []
+
+
+def test_a_forked_job_writes_its_diskcache_while_server_threads_use_it(tmp_path):
+    """Dash's jobs report through diskcache's SQLite, which the server's threads poll meanwhile; a fork
+    while one of them was inside SQLite left the child waiting on SQLite's mutex forever (seen: a long
+    capture stuck at "starting…"; here 25 forks of 40 hung with a plain diskcache.Cache). The server's
+    cache takes a lock a fork waits for."""
+    import os
+
+    from attnviz.dashboard.forking import ForkSafeCache, fork_safely
+
+    fork_safely()
+    cache = ForkSafeCache(str(tmp_path))
+    stop, hung = threading.Event(), []
+
+    def poll_like_the_server() -> None:
+        i = 0
+        while not stop.is_set():
+            cache.set(f"k{i % 50}", "x" * 2000)
+            cache.get(f"k{(i * 7) % 50}")
+            i += 1
+
+    def fork_jobs() -> None:
+        for _ in range(20):
+            pid = os.fork()
+            if pid == 0:  # the job: its progress, then its result
+                cache.set("progress", 1)
+                cache.set("result", os.getpid())
+                os._exit(0)
+            deadline = time.monotonic() + 20
+            while not os.waitpid(pid, os.WNOHANG)[0]:
+                if time.monotonic() > deadline:
+                    hung.append(pid)
+                    os.kill(pid, 9)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.01)
+
+    pollers = [threading.Thread(target=poll_like_the_server) for _ in range(3)]
+    for thread in pollers:
+        thread.start()
+    forker = threading.Thread(target=fork_jobs)
+    forker.start()
+    forker.join()
+    stop.set()
+    for thread in pollers:
+        thread.join()
     assert hung == []

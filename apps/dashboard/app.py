@@ -13,8 +13,8 @@ only builds the app: the captures, the layout, and each view's callbacks.
 from __future__ import annotations
 
 import atexit
-import functools
-import os
+import contextlib
+import ctypes
 import shutil
 import sys
 import tempfile
@@ -22,7 +22,6 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
 from dash import Dash, Input, Output
 
 import attnviz
@@ -56,26 +55,26 @@ DEFAULT_TEXT = "我家的小猫很可爱，它很好动。"
 
 
 def background_manager(folder: str | None = None):
-    """Where long jobs (a probe set, a long text's capture) run beside the server: Dash's background
-    callbacks on a diskcache, so the page stays usable and the job can be cancelled.
-
-    A job is a fork of the server, whose threads compute with torch's OpenMP pool; GNU libgomp is not
-    fork-safe (a child whose forking thread had used the pool waits forever for the pool's threads,
-    which a fork does not copy), so every forked child computes on one thread."""
-    import diskcache
-    from dash import DiskcacheManager
-
-    _single_threaded_children()
+    """Where long jobs (a probe set, a long text's capture, head importance, "Apply to the model") run
+    beside the server: Dash's background callbacks on a diskcache, so the page stays usable and the job
+    can be cancelled. A job is a fork of the threaded server: :mod:`.forking` makes that safe."""
+    from .forking import ForkSafeManager  # deferred: diskcache and multiprocess, for a served app only
 
     if folder is None:  # a folder of its own, removed when the server exits (a job's process does not run atexit)
         folder = tempfile.mkdtemp(prefix="attnviz-jobs-")
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    return DiskcacheManager(diskcache.Cache(folder))
+    return ForkSafeManager(folder)
 
 
-@functools.cache
-def _single_threaded_children() -> None:  # once per process: os.register_at_fork cannot be undone
-    os.register_at_fork(after_in_child=lambda: torch.set_num_threads(1))
+def few_malloc_arenas() -> None:
+    """At most two glibc malloc arenas in this process. The server answers each request in a thread of
+    its own, and glibc gives threads arenas that keep what they freed: 8 sessions grew the server by
+    ~530 MB outside its caches (bench/soak.py), 16 MB with two arenas. Elsewhere than glibc: nothing."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, 2)
+
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter
 
 
 def create_app(
@@ -127,6 +126,7 @@ def create_app(
             selected, default_text = value, opened.text
         except attnviz.AttnvizError as err:
             startup_error = f"Could not open the capture file: {err}"
+    few_malloc_arenas()
     captures = Captures(
         models, cache_bytes=cache_bytes, max_tokens=max_tokens, files=files, background_from=background_from
     )

@@ -19,6 +19,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -40,7 +41,8 @@ from .jobs import Jobs, Progress
 
 FILE_PREFIX = "file:"
 BACKGROUND_FROM = 1024  # a text of more tokens is captured, and its heavy views computed, by background jobs
-BACKGROUND_NEW_TOKENS = 64  # a generation of more new tokens runs as a background job
+BACKGROUND_NEW_TOKENS = 64
+STALE_REQUEST_S = 120  # a job reads its request within seconds of the Run: one left this long never will be  # a generation of more new tokens runs as a background job
 PRONOUNS = {"it", "he", "she", "they", "him", "her", "them", "它", "他", "她", "它们", "他们", "她们"}
 
 
@@ -261,9 +263,12 @@ class Captures:
         """The capture of ``key`` if the server holds it, or a background job left its file (adopted
         into the cache then, the file removed)."""
         cap = self.cache.get(key)
-        if cap is not None:
-            return cap
         path = self.job_file(key)
+        if cap is not None:
+            if path.exists():  # a job saved a capture the server had by then (two pages ran the text)
+                with contextlib.suppress(OSError):
+                    path.unlink()
+            return cap
         with self._adopt:
             cap = self.cache.get(key)
             if cap is None and path.exists():
@@ -319,7 +324,16 @@ class Captures:
         return cap
 
     def leave_request(self, request: Request) -> None:
-        """Write ``request`` where a background job (another process) reads it: the page sends only its key."""
+        """Write ``request`` where a background job (another process) reads it: the page sends only its key.
+        What jobs that died left (their pid, half a file, a request no job will read) goes first."""
+        for pid_file in self.folder.glob("*.job.pid"):
+            key = pid_file.name.removesuffix(".job.pid")
+            if self.job_state(key) == "stopped":
+                self.clean_job(key)
+        for stale in self.folder.glob("*.request.json"):  # a job cancelled before it began: none reads it now
+            with contextlib.suppress(OSError):
+                if time.time() - stale.stat().st_mtime > STALE_REQUEST_S:
+                    stale.unlink()
         partial = self.folder / f"{request.key}.{threading.get_ident()}.request.partial"
         partial.write_text(json.dumps(request.to_json()))
         partial.replace(self.request_file(request.key))
@@ -330,19 +344,20 @@ class Captures:
         reads half a file."""
         if self.job_file(key).exists():
             return
+        pid_file = self.folder / f"{key}.job.pid"  # the server's watch: is the job's process still alive?
+        pid_file.write_text(str(os.getpid()))  # before the request goes: the job is never neither
         try:
             request = Request.from_json(json.loads(self.request_file(key).read_text()))
         except (OSError, ValueError, KeyError, TypeError) as err:
+            pid_file.unlink()
             raise CaptureGone(f"the background job's request is gone ({type(err).__name__}); press Run again") from err
-        pid_file = self.folder / f"{key}.job.pid"  # the server's watch: is the job's process still alive?
-        pid_file.write_text(str(os.getpid()))
+        with contextlib.suppress(OSError):  # read: a job cancelled or killed from here on leaves no request
+            self.request_file(key).unlink()
         try:
             cap = self.run(request, on_layer)
             partial = self.folder / f"{key}.{os.getpid()}.{threading.get_ident()}.partial"
             cap.save(partial)
             partial.replace(self.job_file(key))
-            with contextlib.suppress(OSError):
-                self.request_file(key).unlink()
         finally:
             with contextlib.suppress(OSError):
                 pid_file.unlink()
