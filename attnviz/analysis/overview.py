@@ -165,14 +165,21 @@ class ThumbnailPool:
         self.size = (t_q, t_k)
         self.starts = [i * n_queries // t_q for i in range(t_q)]  # adaptive pooling's bins: they may overlap by a row
         self.stops = [-(-(i + 1) * n_queries // t_q) for i in range(t_q)]
+        self.key_bins = [(j * n_keys // t_k, -(-(j + 1) * n_keys // t_k)) for j in range(t_k)]
         self.pooled = torch.zeros(n_heads, t_q, t_k)
 
     def add(self, rows: Tensor, keys: slice, weights: Tensor, out: Tensor | None = None) -> None:
         """Pool one chunk: ``rows`` [r] consecutive query rows, their ``keys``, ``weights`` [head, r, keys]."""
-        t_q, t_k = self.size
-        row = weights.new_zeros(*weights.shape[:2], self.n_keys)
-        row[..., keys] = weights
-        w = torch.nn.functional.adaptive_max_pool1d(row.float().cpu(), t_k)  # [head, chunk rows, cols]
+        t_q, _ = self.size
+        weights = weights.float().cpu()
+        # each key bin's max over the chunk's keys in it (0 for a bin it holds none of): what
+        # adaptive_max_pool1d gives for the whole row, whose other keys are 0, without padding it
+        k0, k1 = keys.start or 0, keys.stop if keys.stop is not None else self.n_keys
+        w = weights.new_zeros(*weights.shape[:2], len(self.key_bins))  # [head, chunk rows, cols]
+        for j, (a, b) in enumerate(self.key_bins):
+            a, b = max(a, k0), min(b, k1)
+            if a < b:
+                w[..., j] = weights[..., a - k0 : b - k0].amax(-1)
         lo, hi = int(rows[0]), int(rows[-1]) + 1
         for i in range(t_q):
             a, b = max(self.starts[i], lo), min(self.stops[i], hi)
