@@ -6,6 +6,7 @@ step, a failed or killed worker becomes a message, and Compute starts it again â
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 
@@ -156,12 +157,27 @@ def test_a_failing_job_and_a_killed_worker_become_messages_and_compute_starts_th
     assert [j.state for j in finish(jobs, "page-a")] == ["done"]
 
 
+def fork_hangs(job, timeout: float = 30) -> list[int]:
+    """Fork, run ``job()`` in the child and exit; ``[pid]`` if the child did not end in ``timeout`` s (then
+    killed), else ``[]``."""
+    pid = os.fork()
+    if pid == 0:
+        job()
+        os._exit(0)
+    deadline = time.monotonic() + timeout
+    while not os.waitpid(pid, os.WNOHANG)[0]:
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            return [pid]
+        time.sleep(0.01)
+    return []
+
+
 def test_a_forked_job_computes_even_when_its_forking_thread_had_used_torchs_thread_pool():
     """Dash's background jobs are forks of the server; GNU libgomp is not fork-safe, and a child forked
     by a thread that had used torch's OpenMP pool waited forever in its first parallel op (seen: a
     Dash job's flash attention in gomp_team_end). The app makes every forked child single-threaded."""
-    import os
-
     import torch
     from attnviz.dashboard.app import background_manager
 
@@ -171,19 +187,8 @@ def test_a_forked_job_computes_even_when_its_forking_thread_had_used_torchs_thre
 
     def fork_after_using_the_pool() -> None:
         torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
-        for _ in range(3):
-            pid = os.fork()
-            if pid == 0:  # the job
-                torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
-                os._exit(0)
-            deadline = time.monotonic() + 30
-            while not os.waitpid(pid, os.WNOHANG)[0]:
-                if time.monotonic() > deadline:
-                    hung.append(pid)
-                    os.kill(pid, 9)
-                    os.waitpid(pid, 0)
-                    break
-                time.sleep(0.02)
+        for _ in range(3):  # the job
+            hung.extend(fork_hangs(lambda: torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)))
 
     thread = threading.Thread(target=fork_after_using_the_pool)
     thread.start()
@@ -196,8 +201,6 @@ def test_a_forked_job_writes_its_diskcache_while_server_threads_use_it(tmp_path)
     while one of them was inside SQLite left the child waiting on SQLite's mutex forever (seen: a long
     capture stuck at "startingâ€¦"; here 25 forks of 40 hung with a plain diskcache.Cache). The server's
     cache takes a lock a fork waits for."""
-    import os
-
     from attnviz.dashboard.forking import ForkSafeCache, fork_safely
 
     fork_safely()
@@ -212,20 +215,8 @@ def test_a_forked_job_writes_its_diskcache_while_server_threads_use_it(tmp_path)
             i += 1
 
     def fork_jobs() -> None:
-        for _ in range(20):
-            pid = os.fork()
-            if pid == 0:  # the job: its progress, then its result
-                cache.set("progress", 1)
-                cache.set("result", os.getpid())
-                os._exit(0)
-            deadline = time.monotonic() + 20
-            while not os.waitpid(pid, os.WNOHANG)[0]:
-                if time.monotonic() > deadline:
-                    hung.append(pid)
-                    os.kill(pid, 9)
-                    os.waitpid(pid, 0)
-                    break
-                time.sleep(0.01)
+        for _ in range(20):  # the job: its progress, then its result
+            hung.extend(fork_hangs(lambda: (cache.set("progress", 1), cache.set("result", os.getpid())), timeout=20))
 
     pollers = [threading.Thread(target=poll_like_the_server) for _ in range(3)]
     for thread in pollers:

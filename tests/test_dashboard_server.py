@@ -237,11 +237,12 @@ def test_a_background_job_leaves_its_capture_for_the_server(tmp_path, model_fold
     request = server.request(folder, "The cat sat on the mat because it was tired.")
     key = request.key
     store = {"key": key, "model": folder, "bos": False}
-    server.leave_request(request)  # the page sends the key; the text reaches the job through the folder
+    run = server.leave_request(request)  # the page sends the key; the text reaches the job through the folder
     steps = []
-    job.save_for_server(key, lambda done, layers: steps.append((done, layers)))
+    job.save_for_server(key, run, lambda done, layers: steps.append((done, layers)))
     assert steps == [(1, 2), (2, 2)]  # one call per layer of the forward
     assert server.job_file(key).exists() and key not in server.cache
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{key}.attnviz"]  # the job read its request: gone
     cap = server.from_store(store)
     assert key in server.cache and not server.job_file(key).exists()
     torch.testing.assert_close(cap.attention(1, 2), job.from_store(store).attention(1, 2))

@@ -67,10 +67,8 @@ def figure_title(dash_duo, graph_id: str) -> str:
     )
 
 
-@pytest.mark.browser
-def test_a_long_texts_model_view_is_a_job_with_progress_cancel_and_compute(
-    dash_duo, monkeypatch, llama_folder, long_text
-):
+def open_long_text(dash_duo, monkeypatch, llama_folder: str, long_text: str) -> Gate:
+    """Serve the tiny 8k Llama with ``summarize`` gated, and run the long text (a background capture)."""
     gate = Gate()
     monkeypatch.setattr(background, "summarize", gate)
     dash_duo.start_server(create_app({llama_folder: "tiny Llama (8k positions)"}, default_model=llama_folder))
@@ -78,6 +76,14 @@ def test_a_long_texts_model_view_is_a_job_with_progress_cancel_and_compute(
     set_text(dash_duo, ID.text, long_text)
     dash_duo.find_element(f"#{ID.run}").click()
     wait_status(dash_duo, f"{N + 1} tokens", timeout=120)
+    return gate
+
+
+@pytest.mark.browser
+def test_a_long_texts_model_view_is_a_job_with_progress_cancel_and_compute(
+    dash_duo, monkeypatch, llama_folder, long_text
+):
+    gate = open_long_text(dash_duo, monkeypatch, llama_folder, long_text)
 
     # the model view: the job starts, the bar shows its progress, the view says it is computing
     open_tab(dash_duo, "Model view")
@@ -125,13 +131,7 @@ def test_a_long_texts_model_view_is_a_job_with_progress_cancel_and_compute(
 
 @pytest.mark.browser
 def test_a_worker_killed_mid_job_leaves_the_page_usable_with_a_message(dash_duo, monkeypatch, llama_folder, long_text):
-    gate = Gate()
-    monkeypatch.setattr(background, "summarize", gate)
-    dash_duo.start_server(create_app({llama_folder: "tiny Llama (8k positions)"}, default_model=llama_folder))
-    wait_status(dash_duo, "tokens")
-    set_text(dash_duo, ID.text, long_text)
-    dash_duo.find_element(f"#{ID.run}").click()
-    wait_status(dash_duo, f"{N + 1} tokens", timeout=120)
+    gate = open_long_text(dash_duo, monkeypatch, llama_folder, long_text)
     open_tab(dash_duo, "Rollout")
     assert gate.reached.wait(timeout=60)
     # kill the worker thread where it waits (an exception raised in it from outside)

@@ -20,6 +20,7 @@ import shutil
 import tempfile
 import threading
 import time
+import uuid
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -203,9 +204,10 @@ class Captures:
         """Where a background job leaves the capture of ``key``."""
         return self.folder / f"{key}.attnviz"
 
-    def request_file(self, key: str) -> Path:
-        """Where the server leaves a background job's request (the text stays on the server)."""
-        return self.folder / f"{key}.request.json"
+    def request_file(self, key: str, run: str) -> Path:
+        """Where the server leaves the request of one Run's background job (the text stays on the server):
+        one file per Run, so that two pages running the same text each have their own."""
+        return self.folder / f"{key}.{run}.request.json"
 
     def request(
         self, model: str, text: str, bos: bool = False, target: str | None = None, new_tokens: int | None = None
@@ -323,9 +325,10 @@ class Captures:
         assert isinstance(cap, attnviz.Capture)  # one text, one capture
         return cap
 
-    def leave_request(self, request: Request) -> None:
-        """Write ``request`` where a background job (another process) reads it: the page sends only its key.
-        What jobs that died left (their pid, half a file, a request no job will read) goes first."""
+    def leave_request(self, request: Request) -> str:
+        """Write ``request`` where a background job (another process) reads it, and return the Run's name
+        for it (the page's job sends only the key and that name). What jobs that died left (their pid,
+        half a file, a request no job will read) goes first."""
         for pid_file in self.folder.glob("*.job.pid"):
             key = pid_file.name.removesuffix(".job.pid")
             if self.job_state(key) == "stopped":
@@ -334,12 +337,14 @@ class Captures:
             with contextlib.suppress(OSError):
                 if time.time() - stale.stat().st_mtime > STALE_REQUEST_S:
                     stale.unlink()
-        partial = self.folder / f"{request.key}.{threading.get_ident()}.request.partial"
+        run = uuid.uuid4().hex[:12]
+        partial = self.folder / f"{request.key}.{run}.request.partial"
         partial.write_text(json.dumps(request.to_json()))
-        partial.replace(self.request_file(request.key))
+        partial.replace(self.request_file(request.key, run))
+        return run
 
-    def save_for_server(self, key: str, on_layer: Callable[[int, int], None] | None = None) -> None:
-        """In a background job: capture the request the server left under ``key`` and leave the capture
+    def save_for_server(self, key: str, run: str, on_layer: Callable[[int, int], None] | None = None) -> None:
+        """In a background job: capture the request the server left for ``run`` under ``key`` and leave the capture
         in ``folder`` for the server, written under a temporary name and renamed, so the server never
         reads half a file."""
         if self.job_file(key).exists():
@@ -347,12 +352,12 @@ class Captures:
         pid_file = self.folder / f"{key}.job.pid"  # the server's watch: is the job's process still alive?
         pid_file.write_text(str(os.getpid()))  # before the request goes: the job is never neither
         try:
-            request = Request.from_json(json.loads(self.request_file(key).read_text()))
+            request = Request.from_json(json.loads(self.request_file(key, run).read_text()))
         except (OSError, ValueError, KeyError, TypeError) as err:
             pid_file.unlink()
             raise CaptureGone(f"the background job's request is gone ({type(err).__name__}); press Run again") from err
         with contextlib.suppress(OSError):  # read: a job cancelled or killed from here on leaves no request
-            self.request_file(key).unlink()
+            self.request_file(key, run).unlink()
         try:
             cap = self.run(request, on_layer)
             partial = self.folder / f"{key}.{os.getpid()}.{threading.get_ident()}.partial"
@@ -372,7 +377,7 @@ class Captures:
         try:
             pid = int(pid_file.read_text())
         except (OSError, ValueError):
-            return "starting" if self.request_file(key).exists() else "stopped"
+            return "starting" if any(self.folder.glob(f"{key}.*.request.json")) else "stopped"
         try:
             alive = psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
         except psutil.Error:
@@ -381,7 +386,8 @@ class Captures:
 
     def clean_job(self, key: str) -> None:
         """Remove what a stopped background capture of ``key`` left: its request, its pid, half a file."""
-        for path in [self.request_file(key), self.folder / f"{key}.job.pid", *self.folder.glob(f"{key}.*.partial")]:
+        left = [*self.folder.glob(f"{key}.*.request.json"), *self.folder.glob(f"{key}.*.partial")]
+        for path in [self.folder / f"{key}.job.pid", *left]:
             with contextlib.suppress(OSError):
                 path.unlink()
 

@@ -293,8 +293,8 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
         if cap is None:
             request = captures.request(model, text, bos, target, new_tokens)  # the one tokenization
             if captures.long_job(request, captures.background_from):
-                captures.leave_request(request)
-                job = {**store, "job": time.time()}  # a fresh request, even for the text of a cancelled job
+                run = captures.leave_request(request)
+                job = {**store, "job": time.time(), "run": run}  # a fresh request, even for a cancelled job's text
                 set_props(ID.job_watch, {"disabled": False})  # watch_job: a job that dies is a message
                 set_props(ID.job_watched, {"data": {"key": key, "cancels": cancels or 0}})
                 return (*failed(""), "", job)
@@ -311,7 +311,7 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
         """A background job left the capture in the server's folder: open it as run_model does."""
         if not done or done.get("error"):
             return failed((done or {}).get("error", ""))
-        store = {k: v for k, v in done.items() if k != "job"}
+        store = {k: v for k, v in done.items() if k not in ("job", "run")}
         return opened(store, captures.from_store(store))
 
     @app.callback(
@@ -378,7 +378,7 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
                 set_progress((str(min(done, total)), str(total), f"Capturing in the background: {text}"))
 
         set_progress(("0", "1", "Capturing in the background: starting…"))
-        captures.save_for_server(request["key"], progress)
+        captures.save_for_server(request["key"], request["run"], progress)
         return request
 
     @app.callback(
