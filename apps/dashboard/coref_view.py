@@ -40,9 +40,6 @@ WINDOW = 512  # tokens a side of the exact window from the first candidate to th
 CONTEXT = 64  # tokens a side of that window at least (a pronoun right after its candidate keeps context)
 OVERVIEW_BLOCKS = 256  # blocks a side of the pooled overview (~0.5 MB; the response carries the table too)
 CHIP_PAGE = 400  # word chips on the page at once (one button each: thousands for a long text)
-# the chips' page list and the pronoun its page was chosen for (TODO: to ids.AID with the lead's next ids change)
-WORD_PAGE = "coref-word-page"
-WORD_PAGE_OF = "coref-word-page-of"
 
 
 def page_options(cap: attnviz.Capture, pronoun: int | None) -> list[dict]:
@@ -98,8 +95,8 @@ def layout() -> list:
                 {"label": " a click adds/removes a candidate", "value": "candidates"},
             ],
         ),
-        dcc.Store(id=WORD_PAGE_OF),
-        dcc.Dropdown(id=WORD_PAGE, clearable=False, searchable=False, style=_HIDDEN),
+        dcc.Store(id=AID.coref_word_page_of),
+        dcc.Dropdown(id=AID.coref_word_page, clearable=False, searchable=False, style=_HIDDEN),
         html.Div(id=AID.coref_words, style={"lineHeight": "2.1em", "margin": "6px 0"}),
         dcc.Checklist(
             id=AID.coref_sinks,
@@ -160,16 +157,16 @@ def register(app: Dash, captures: Captures) -> None:
         return {"pronoun": pronoun, "candidates": candidates}
 
     @app.callback(
-        Output(WORD_PAGE, "options"),
-        Output(WORD_PAGE, "value"),
-        Output(WORD_PAGE, "style"),
-        Output(WORD_PAGE_OF, "data"),
+        Output(AID.coref_word_page, "options"),
+        Output(AID.coref_word_page, "value"),
+        Output(AID.coref_word_page, "style"),
+        Output(AID.coref_word_page_of, "data"),
         Input(ID.store, "data"),
         Input(AID.coref_selection, "data"),
         Input(ID.part, "value"),
         Input(ID.tabs, "value"),
-        State(WORD_PAGE, "value"),
-        State(WORD_PAGE_OF, "data"),
+        State(AID.coref_word_page, "value"),
+        State(AID.coref_word_page_of, "data"),
     )
     @shows_errors(lambda _m: ([], None, _HIDDEN, None))
     def word_pages(store, selection, part, tab, page, page_of):
@@ -191,7 +188,7 @@ def register(app: Dash, captures: Captures) -> None:
         Input(AID.coref_selection, "data"),
         Input(ID.part, "value"),
         Input(ID.tabs, "value"),
-        Input(WORD_PAGE, "value"),
+        Input(AID.coref_word_page, "value"),
     )
     @shows_errors(lambda _m: [])
     def coref_words(store, selection, part, tab, page):

@@ -126,6 +126,8 @@ class AID:
     coref_bars = "coref-bars"
     coref_heatmap = "coref-heatmap"
     coref_word = "coref-word"  # pattern-matching type
+    coref_word_page = "coref-word-page"  # a long text's words, 400 a page: which page the chips show
+    coref_word_page_of = "coref-word-page-of"  # dcc.Store: the pronoun that page was chosen for
     probe_set = "probe-set"
     probe_run = "probe-run"
     probe_summary = "probe-summary"
