@@ -6,8 +6,10 @@ The real app (``create_app``, SmolLM2, BOS on as the page opens) is served by Fl
 by headless Chromium as a user drives it: type a text of n tokens (BOS included) and run it — past 1,024
 tokens that is the page's background capture job, with its progress polls — then the heatmap, another
 head of the same layer, a 512 × 512 zoom (a drag on the overview; at n = 512 the map is exact already
-and plotly zooms on its own), the model view, the head view, head statistics, rollout and the
-AttentionLab. A WSGI middleware around the Flask app (``bench/wsgi_recorder.py``, which
+and plotly zooms on its own), the model view, the head view, head statistics, rollout, *Recomputed vs
+model* and the AttentionLab. Past 1,024 tokens the model view, head statistics, rollout and the
+validation read one fused pass over every head, computed by a background job (the page polls its
+progress): the first of them to open waits for the pass ("shown s"), the others then open at once. A WSGI middleware around the Flask app (``bench/wsgi_recorder.py``, which
 ``tests/test_dashboard_payload_bounds.py`` uses too) records every ``/_dash-update-component`` request:
 its outputs, the bytes of the JSON it answered (what the browser receives; the app does not compress)
 and the server's seconds from the request to the last byte of the response. Each step's row is the
@@ -18,8 +20,9 @@ page (plotly has its new layout), "browser s" until the page is quiet (no reques
     .venv/bin/python bench/dashboard_payload.py                 # n = 512, 2048, 8192 (~11 min here; 8,192 needs ~5 GiB)
     .venv/bin/python bench/dashboard_payload.py --sizes 512     # one size
 
-The model view, head statistics and rollout are run up to ``--heavy-up-to`` tokens (2,048): beyond it their
-server time (minutes, growing as n²) would dominate the run; their rows then give the n² extrapolation.
+The model view, head statistics, rollout and the validation are run up to ``--heavy-up-to`` tokens (2,048):
+beyond it their pass (minutes, growing as n²) would dominate the run; their rows then give the n²
+extrapolation. ``--heavy-up-to 8192`` runs them at every size.
 
 Exits 1 when a goal is missed. Needs Debian's chromium + chromium-driver (as the browser tests do).
 """
@@ -160,7 +163,7 @@ def step(page: Page, label: str, output: str, action, *, done=None, quiet: float
     return row
 
 
-HEAVY = ("model view", "head statistics", "rollout")  # views that grow with n² or worse on the server
+HEAVY = ("model view", "head statistics", "rollout", "recomputed vs model")  # n² on the server: one fused pass
 
 
 def skipped(label: str, n: int, heavy_up_to: int, before: list[dict] | None, at: int | None) -> dict:
@@ -257,6 +260,13 @@ def bench_size(
         ("head view", f"{ID.head_view}.figure", "head", lambda: "lines" in page.title(ID.head_view), False),
         ("head statistics", f"{AID.stats_map}.figure", "stats", lambda: page.title(AID.stats_map), True),
         ("rollout", f"{AID.rollout_graph}.figure", "rollout", lambda: page.title(AID.rollout_graph), True),
+        (
+            "recomputed vs model",
+            f"{ID.validation_map}.figure",
+            "validation",
+            lambda: page.title(ID.validation_map),
+            True,
+        ),
     ]
     for label, output, tab, finished, heavy in views_in_order:
         if heavy and n > heavy_up_to:
