@@ -207,7 +207,7 @@ def _cmd_stats(args) -> int:
             print(df.round(4).to_string(index=False))
         return 0
     except Interrupted as err:
-        interrupted = True  # the other processes stop too (torchrun passes the signal on): no barrier to wait at
+        interrupted = True  # every process stopped too (they agree before each batch): no barrier to wait at
         if err.rank == 0:
             print(f"error: {err}", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -292,7 +292,7 @@ def _cmd_probes(args) -> int:
         if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
             return 0
     except Interrupted as err:
-        interrupted = True  # the other processes stop too (torchrun passes the signal on): no barrier to wait at
+        interrupted = True  # every process stopped too (they agree before each batch): no barrier to wait at
         if err.rank == 0:
             print(f"error: {err}", file=sys.stderr)
         return EXIT_INTERRUPTED
