@@ -54,7 +54,6 @@ class ID:
     job_progress = "capture-progress"
     job_progress_text = "capture-progress-text"
     job_watch = "capture-job-watch"  # dcc.Interval: on while a background capture runs (is it alive?)
-    job_watched = "capture-job-watched"  # dcc.Store: that job's key and the Cancel clicks when it began
     # the heavy views' background jobs for a long text (jobs_view)
     page = "page-id"  # dcc.Store: this page's own id (made per page load): whose jobs are whose
     view_job = "view-job"  # the job bar: progress, Cancel, Compute

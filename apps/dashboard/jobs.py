@@ -93,8 +93,7 @@ class Jobs:
         """The jobs ``page`` waits for (running or queued), and those that finished since it last asked:
         a finished job is reported once, then the page stops watching it."""
         with self._lock:
-            keys = self._pages.get(page, {})
-            jobs = [self._jobs[k] for k, said in keys.items() if said == "watching" and k in self._jobs]
+            keys, jobs = self._watched(page)
             for job in jobs:
                 if job.finished:
                     job.watchers.discard(page)
@@ -110,8 +109,7 @@ class Jobs:
         """``page`` stops waiting for its jobs (each one stops when no page watches it any more); the page
         then says they were cancelled until :meth:`restart`. Returns the jobs it watched."""
         with self._lock:
-            keys = self._pages.get(page, {})
-            jobs = [self._jobs[k] for k, said in keys.items() if said == "watching" and k in self._jobs]
+            keys, jobs = self._watched(page)
             for job in jobs:
                 job.watchers.discard(page)
                 keys[job.key] = (
@@ -140,6 +138,10 @@ class Jobs:
         """Every job not finished (for tests and the soak bench)."""
         with self._lock:
             return [job for job in self._jobs.values() if not job.finished]
+
+    def _watched(self, page: str) -> tuple[dict[Hashable, str], list[Job]]:  # with the lock held
+        keys = self._pages.get(page, {})
+        return keys, [self._jobs[k] for k, said in keys.items() if said == "watching" and k in self._jobs]
 
     # -- the worker
     def _run(self, job: Job, work: Work) -> None:

@@ -90,7 +90,6 @@ def layout(model_options: list[dict], default_model: str, default_text: str, exa
         dcc.Store(id=ID.store),
         dcc.Store(id=ID.job),
         dcc.Store(id=ID.job_done),
-        dcc.Store(id=ID.job_watched),  # the running job's key and the Cancel clicks when it began
         dcc.Interval(id=ID.job_watch, interval=1000, disabled=True),
         html.Div(
             [
@@ -294,9 +293,9 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
             request = captures.request(model, text, bos, target, new_tokens)  # the one tokenization
             if captures.long_job(request, captures.background_from):
                 run = captures.leave_request(request)
-                job = {**store, "job": time.time(), "run": run}  # a fresh request, even for a cancelled job's text
+                # a fresh request, even for a cancelled job's text; the Cancel clicks so far (watch_job)
+                job = {**store, "job": time.time(), "run": run, "cancels": cancels or 0}
                 set_props(ID.job_watch, {"disabled": False})  # watch_job: a job that dies is a message
-                set_props(ID.job_watched, {"data": {"key": key, "cancels": cancels or 0}})
                 return (*failed(""), "", job)
             cap = captures.run(request)
         return (*opened(store, cap), "", no_update)
@@ -311,14 +310,14 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
         """A background job left the capture in the server's folder: open it as run_model does."""
         if not done or done.get("error"):
             return failed((done or {}).get("error", ""))
-        store = {k: v for k, v in done.items() if k not in ("job", "run")}
+        store = {k: v for k, v in done.items() if k not in ("job", "run", "cancels")}
         return opened(store, captures.from_store(store))
 
     @app.callback(
         Output(ID.job_watch, "disabled"),
         Output(ID.message, "children", allow_duplicate=True),
         Input(ID.job_watch, "n_intervals"),
-        State(ID.job_watched, "data"),
+        State(ID.job, "data"),
         State(ID.job_cancel, "n_clicks"),
         prevent_initial_call=True,
     )
