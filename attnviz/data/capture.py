@@ -47,6 +47,8 @@ RECORD_TENSORS = (
     "sinks",
     "weight_error",
     "weight_scale",
+    "value_dots",
+    "projection_check",
 )
 
 
@@ -332,6 +334,73 @@ class Capture:
         weights = weights[0] if head is None else weights[0, 0]
         return self.to_words(weights, part) if words else weights
 
+    def value_norms(self, layer: int, *, part: str | None = None) -> Tensor:  # [head, key_pos]
+        """‖f_h(x_j)‖ per head and key, float32: the norm of what head *h* would move from key *j*
+        at weight 1 — ``f_h(x_j) = W_O^h v_j``, the head's slice of the layer's output projection
+        applied to the value it reads (the value projection's bias included; the output
+        projection's bias, added once per layer, is no head's). Kept while capturing."""
+        return self._moved(layer, part).value_norms  # type: ignore[return-value]
+
+    def _moved(self, layer: int, part: str | None) -> LayerRecord:
+        rec = self.layer(layer, part)
+        if rec.value_dots is None:
+            raise InputError(
+                f"this capture holds no value norms for layer {layer}: its attention module {rec.name!r} has no "
+                "output projection attnviz could read (or the capture was saved by an attnviz before 0.20); "
+                "capture it again, or show the weights instead"
+            )
+        return rec
+
+    def contributions(
+        self,
+        layer: int,
+        head: int | None = None,
+        *,
+        part: str | None = None,
+        causal: bool | None = None,
+        scale: bool | float = True,
+        temperature: float = 1.0,
+        words: bool = False,
+    ) -> Tensor:  # [head, query_pos, key_pos], or [query_pos, key_pos] for one head
+        """What each head moves from each key into each query: ``‖α_ij · f_h(x_j)‖ = α_ij · ‖f_h(x_j)‖``
+        (Kobayashi et al. 2020), float32, with the weights of :meth:`attention` under the same
+        ``causal``, ``scale`` and ``temperature``.
+
+        ``words=True`` gives ``[word, word]``: the norm of the *summed* vector a query word receives
+        from a key word's tokens, ``‖Σ_{j∈J} β_Ij f_h(x_j)‖`` with ``β_Ij`` the query word's mean weight
+        on token *j* — not the sum of the tokens' norms, which would count two tokens moving
+        opposite vectors as moving twice as much when together they move nothing.
+        """
+        rec = self._moved(layer, part)
+        weights = self.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature)
+        assert rec.value_dots is not None  # _moved refuses a record without
+        dots = rec.value_dots if head is None else rec.value_dots[head : head + 1]
+        if head is not None:
+            weights = weights[None]
+        if not words:
+            moved = weights * dots[..., 0].clamp_min(0).sqrt().to(weights)[:, None, :]
+            return moved[0] if head is not None else moved
+        queries, keys = self.sequences(part)
+        word_of = torch.empty(keys.n_tokens, dtype=torch.long)
+        for i, w in enumerate(keys.words):
+            word_of[w.token_start : w.token_stop] = i
+        longest = max((w.token_stop - w.token_start for w in keys.words), default=1)
+        if longest > dots.shape[-1]:
+            raise InputError(
+                f"layer {layer} keeps value dot products for words of up to {dots.shape[-1]} tokens, not {longest}"
+            )
+        to_sum = group_matrix(keys.words, keys.n_tokens).to(weights)  # [word, token]
+        from_mean = group_matrix(queries.words, queries.n_tokens, mean=True).to(weights)
+        mean = from_mean @ weights  # [head, query word, key token]: β
+        dots = dots.to(weights)
+        squared = (mean.square() * dots[:, None, :, 0]) @ to_sum.T
+        for t in range(1, min(longest, keys.n_tokens)):
+            same = (word_of[t:] == word_of[:-t]).to(weights)  # token j and j - t in one word
+            pair = mean[..., t:] * mean[..., :-t] * (dots[:, None, t:, t] * same)
+            squared = squared + 2 * pair @ to_sum[:, t:].T
+        moved = squared.clamp_min(0).sqrt()
+        return moved[0] if head is not None else moved
+
     def attention_rows(
         self, layer: int, rows: Sequence[int] | Tensor, *, part: str | None = None
     ) -> Tensor:  # [head, len(rows), key_pos]
@@ -410,7 +479,8 @@ class Capture:
     def to_pandas(
         self, layer: int | None = None, head: int | None = None, *, part: str | None = None, words: bool = False
     ) -> pd.DataFrame:
-        """A tidy table: part, layer, head, query_pos, key_pos, query_token, key_token, weight.
+        """A tidy table: part, layer, head, query_pos, key_pos, query_token, key_token, weight,
+        contribution (what the head moves, :meth:`contributions`; NaN for a layer without value norms).
 
         ``layer``/``head`` ``None`` means all captured layers / all heads (that computes every
         pattern asked for); ``part`` ``None`` means every part. With ``words=True`` positions and
@@ -430,6 +500,11 @@ class Capture:
                 self.check_head(head, p)
             for lay in self.layer_indices(p) if layer is None else [layer]:
                 w = self.attention(lay, part=p, words=words).cpu()  # [head, q, k]
+                c = (
+                    self.contributions(lay, part=p, words=words).cpu()
+                    if self.layer(lay, p).value_dots is not None
+                    else torch.full_like(w, float("nan"))
+                )
                 for h in range(w.shape[0]) if head is None else [head]:
                     frames.append(
                         pd.DataFrame(
@@ -442,6 +517,7 @@ class Capture:
                                 "query_token": [q_labels[i] for i in range(n_q) for _ in range(n_k)],
                                 "key_token": k_labels * n_q,
                                 "weight": w[h].reshape(-1).numpy(),
+                                "contribution": c[h].reshape(-1).numpy(),
                             }
                         )
                     )

@@ -40,6 +40,13 @@ class LayerRecord:
     sinks: Tensor | None = None  # [head] learned sink logits: one more entry in each row's softmax
     weight_error: Tensor | None = None  # [head] max |recomputed - model's weights|, measured while capturing
     weight_scale: Tensor | None = None  # [head] max |model's weights|
+    # what each head moves (Kobayashi et al. 2020): f_h(x_j) = W_O^h v_j, the head's slice of the
+    # output projection applied to the value; [h, j, t] = f_h(x_j)·f_h(x_{j-t}) for t < the longest
+    # word of the keys (0 where j - t < 0), so [..., 0] is ‖f_h(x_j)‖². None: no output projection found
+    value_dots: Tensor | None = None  # [head, key_pos, width]
+    # Σ_h Σ_j α_ij f_h(x_j) + b against the model's own projection output over a sample of rows,
+    # measured while capturing: (max |error|, the size of the terms summed, rows compared)
+    projection_check: Tensor | None = None  # [3]
 
     @property
     def n_queries(self) -> int:
@@ -48,6 +55,11 @@ class LayerRecord:
     @property
     def n_keys(self) -> int:
         return self.k.shape[-2]
+
+    @property
+    def value_norms(self) -> Tensor | None:  # [head, key_pos]
+        """‖f_h(x_j)‖ = ‖W_O^h v_j‖ per head and key, float32, or None without an output projection."""
+        return None if self.value_dots is None else self.value_dots[..., 0].clamp_min(0).sqrt()
 
     def bias_part(self, rows: Tensor | None = None, keys: slice = slice(None)) -> Tensor | None:  # [head or 1, r, k]
         """The additive score bias for these query rows and keys (dense), or None."""

@@ -22,7 +22,7 @@ float16: 1e-3, 1e-3; bfloat16: 1e-2, 1.6e-2). ``rel_error`` is the max absolute 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -43,6 +43,7 @@ __all__ = [
     "ValidationError",
     "ValidationReport",
     "layer_rows",
+    "projection_rows",
     "record_errors",
     "report",
     "sample_rows",
@@ -71,10 +72,20 @@ class ValidationReport:
     atol: float
     rtol: float
     sample: bool = False  # True when only a sample of query rows was compared
+    #: per part and layer: Σ_h Σ_j α_ij f_h(x_j) + b against the model's own output projection
+    #: (measured while capturing, over the rows the taps kept; :func:`projection_rows`)
+    projection: list[dict] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return all(r["passed"] for r in self.rows)
+        return all(r["passed"] for r in self.rows) and all(r["passed"] for r in self.projection)
+
+    def projection_table(self) -> pd.DataFrame:
+        """The output-projection check per part and layer: part, layer, quantity, rows, max_abs_error,
+        rel_error, tolerance, passed (empty when no layer had an output projection to check)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.projection, columns=[c for c in _COLUMNS if c != "head"])
 
     def __bool__(self) -> bool:  # so `assert cap.validate()` reads naturally
         return self.passed
@@ -132,6 +143,14 @@ class ValidationReport:
             found.append(
                 f"{what}: max error {w['max_abs_error']:.2e} at {where}L{w['layer']}·H{w['head']}"
                 + (f" ({failed} heads over tolerance)" if failed else "")
+            )
+        if self.projection:
+            w = max(self.projection, key=lambda r: r["max_abs_error"] / r["tolerance"])
+            where = f"{w['part']} " if len(parts) > 1 else ""
+            failed = sum(not r["passed"] for r in self.projection)
+            found.append(
+                f"Σ heads α·f(x) + b vs the model's output projection: max error {w['max_abs_error']:.2e} "
+                f"at {where}L{w['layer']}" + (f" ({failed} layers over tolerance)" if failed else "")
             )
         if not any(r["quantity"] == "weights" for r in self.rows):
             found.append(
@@ -258,8 +277,34 @@ def layer_rows(
     return out
 
 
+def projection_rows(cap: Capture, atol: float, rtol: float) -> list[dict]:
+    """One row per part and layer whose output projection was checked while capturing
+    (``LayerRecord.projection_check``); the tolerance is ``atol + rtol ·`` the size of the terms the
+    projection sums (what a float dot product's error is proportional to)."""
+    out = []
+    for (part, layer), rec in sorted(cap.records.items(), key=lambda kv: (cap.parts.index(kv[0][0]), kv[0][1])):
+        if rec.projection_check is None:
+            continue
+        error, size, n_rows = rec.projection_check.tolist()
+        tol = atol + rtol * size
+        out.append(
+            {
+                "part": part,
+                "layer": layer,
+                "quantity": "projection",
+                "rows": int(n_rows),
+                "max_abs_error": error,
+                "rel_error": error / size if size > 0 else error,
+                "tolerance": tol,
+                "passed": error <= tol,
+            }
+        )
+    return out
+
+
 def report(cap: Capture, rows: list[dict], atol: float, rtol: float, *, sample: bool = False) -> ValidationReport:
-    """The :class:`ValidationReport` of a capture's rows (:func:`layer_rows`)."""
+    """The :class:`ValidationReport` of a capture's rows (:func:`layer_rows`), with its output-projection
+    checks (:func:`projection_rows`)."""
     return ValidationReport(
         rows,
         str(cap.model.get("name")),
@@ -268,6 +313,7 @@ def report(cap: Capture, rows: list[dict], atol: float, rtol: float, *, sample: 
         atol,
         rtol,
         sample=sample,
+        projection=projection_rows(cap, atol, rtol),
     )
 
 

@@ -32,7 +32,9 @@ __all__ = [
     "FAMILIES",
     "INERT_ARGUMENTS",
     "INTERPRETED_ARGUMENTS",
+    "OUTPUT_PROJECTIONS",
     "PROJECTION_SPECS",
+    "TRANSPOSED_WEIGHTS",
     "Family",
     "ProjectionSpec",
     "check_supported",
@@ -115,6 +117,19 @@ INTERPRETED_ARGUMENTS = frozenset(
         "s_aux",  # gpt-oss: one learned sink logit per head
     }
 )
+
+
+# ---------------------------------------------------------------- what a head writes
+#: where an attention module's output projection sits (its input: the heads' A·V, concatenated
+#: head by head), tried in order from the module that called the attention: a child — Llama, Qwen,
+#: Mistral, gpt-oss ``o_proj``; BART, Marian ``out_proj``; GPT-2 ``c_proj``; T5 ``o`` — or, written
+#: ``../output/dense``, a child of the module's parent (BERT, RoBERTa: ``attention.self`` is the
+#: attention, ``attention.output.dense`` projects it before the residual and LayerNorm). Families
+#: computed inline name theirs in :attr:`ProjectionSpec.out`. The self-check proves each against the
+#: projection's own output, so a wrong guess fails instead of drawing.
+OUTPUT_PROJECTIONS = ("o_proj", "out_proj", "c_proj", "o", "dense", "../output/dense")
+#: module classes that store their weight as ``[in, out]`` (transformers' ``Conv1D``: GPT-2, GPT-1)
+TRANSPOSED_WEIGHTS = frozenset({"Conv1D"})
 
 
 # ---------------------------------------------------------------- families computed inline

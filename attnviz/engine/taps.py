@@ -35,7 +35,8 @@ from torch import Tensor, nn
 from ..attention import attention_output, head_max
 from .hooks import hooked
 from .interface import installed_backends, wrapped
-from .listeners import Call, Seen, listening
+from .listeners import Call, Seen, listening, recorders
+from .projections import ProjectionWatch
 from .specs import PROJECTION_SPECS, check_supported, locate
 
 __all__ = [
@@ -173,6 +174,8 @@ class Recorder:
     weight_mode: str = "keep"  # backend's weights: "keep" them, "compare" at once and keep only the errors, or "drop"
     lengths: dict[str, list[int]] | None = None  # per part: real query rows per batch item (right padding)
     calls: list[AttentionCall] = field(default_factory=list)
+    #: a sample of rows of each kept layer's output projection output (the self-check's reference)
+    projections: ProjectionWatch = field(default_factory=ProjectionWatch)
     #: flex BlockMasks already made dense, by id (:func:`attnviz.engine.interface.read_call` fills it)
     dense_masks: dict[int, Any] = field(default_factory=dict)
     _names: dict[int, str] = field(default_factory=dict)
@@ -276,6 +279,7 @@ class Recorder:
             elif isinstance(weights, Tensor) and self.weight_mode == "compare":
                 lengths = None if self.lengths is None else self.lengths.get(part)
                 call.weight_error, call.weight_scale = weight_errors(call, weights.detach(), lengths)
+            self.projections.arm(self.model, call.name, lambda: self in recorders(module), self.to_cpu)
             self.keep(call)
         else:
             self.calls.append(call)
@@ -337,5 +341,8 @@ def tap(
     are removed on exit, also when the block raises; the model is not modified.
     """
     recorder = recorder_class(model, layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)
-    with attached(model), listening(recorder):
-        yield recorder
+    try:
+        with attached(model), listening(recorder):
+            yield recorder
+    finally:
+        recorder.projections.remove()

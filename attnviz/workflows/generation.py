@@ -211,6 +211,7 @@ def generate(
         kept=recorder.assembled(),
         rows={**by_part, "decoder": rows, "cross": rows},
         extra={"generation": generation},
+        projections=recorder.projections,
     )
     return Generation(cap)
 

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 
 from ..data.capture import Capture, TokenSequence
 from ..data.validate import SAMPLE_ROWS, ValidationError, validate
+from ..engine.projections import ProjectionWatch
 from ..engine.specs import PARTS, RESERVED_POSITIONS, check_supported, supported_families
 from ..engine.taps import AttentionCall
 from ..errors import (
@@ -41,6 +42,7 @@ from ..errors import (
 from .call_records import build_records
 from .inputs import Encoded, check_vocabulary, padded
 from .models import load_model, resolve_dtype
+from .what_moves import add_value_terms
 
 __all__ = [
     "CHECKS",
@@ -319,9 +321,12 @@ def captures(
     kept: list[AttentionCall] | None = None,
     rows: dict[str, Tensor] | None = None,
     extra: dict[str, Any] | None = None,
+    projections: ProjectionWatch | None = None,
 ) -> list[Capture]:
     """One checked :class:`Capture` per item of the batch the ``calls`` recorded: its records (from
-    ``kept``, default the calls whose tensors were kept), the metadata (``extra`` added), and the
+    ``kept``, default the calls whose tensors were kept), what each head moves
+    (:func:`attnviz.workflows.what_moves.add_value_terms`, proved against the rows of the output
+    projections the taps kept in ``projections``), the metadata (``extra`` added), and the
     self-check unless ``check="off"`` (``rows``: per part, the query rows to prove)."""
     kept = [c for c in calls if c.q is not None] if kept is None else kept
     meta = capture_meta(resolved, kept[0], part_sizes(calls), check) | (extra or {})
@@ -330,6 +335,7 @@ def captures(
         Capture.of(item.source, build_records(kept, b, item.cut, batched), dict(meta), item.target)
         for b, item in enumerate(items)
     ]
+    add_value_terms(resolved.model, made, projections, check)
     if check != "off":
         self_check(made, check, rows)
     return made

@@ -176,7 +176,8 @@ def capture_forward(
         lengths=lengths,
     )
     recorder, output = tapped(resolved, taps, lambda _: model(**kwargs), layers)
-    return captures(resolved, recorder.calls, [_item(inputs, b) for b in range(len(inputs.encoded))], check), output
+    items = [_item(inputs, b) for b in range(len(inputs.encoded))]
+    return captures(resolved, recorder.calls, items, check, projections=recorder.projections), output
 
 
 def _item(inputs: TextInputs, b: int) -> Item:

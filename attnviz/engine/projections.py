@@ -1,0 +1,174 @@
+"""What a head writes: each attention layer's output projection, read (never changed) and watched.
+
+Head *h* adds to query *i* the vector ``Σ_j α_ij · f_h(x_j)`` with ``f_h(x_j) = W_O^h v_j`` — the
+head's slice of the output projection applied to the value the query reads (Kobayashi et al.
+2020). This module holds the two things the engine does for that:
+
+- :func:`output_projection` finds an attention module's output projection from the facts in
+  :data:`attnviz.engine.specs.OUTPUT_PROJECTIONS` and reads its weight as ``[hidden, head·d_v]``
+  (:class:`OutputProjection`): the head slices, their Gram matrices ``W_O^hᵀ W_O^h``, the dot
+  products of the ``f_h(x_j)`` a capture keeps (:meth:`OutputProjection.value_dots`), and the
+  sum over heads that must give back the model's own projection output (:meth:`OutputProjection.apply`);
+- :class:`ProjectionWatch` keeps a sample of query rows of each projection's *output* while a tap
+  records, so the self-check can compare attnviz's reconstruction with what the model computed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .specs import OUTPUT_PROJECTIONS, PROJECTION_SPECS, TRANSPOSED_WEIGHTS
+
+__all__ = ["OutputProjection", "ProjectionWatch", "output_projection", "projection_module", "watched_rows"]
+
+WATCHED_ROWS = 32  # query rows kept of each projection call's output, besides its first and last
+
+
+def watched_rows(n: int) -> Tensor:  # [≤ WATCHED_ROWS + 2]
+    """The rows of an ``n``-row projection call whose output is kept: the first, the last and
+    :data:`WATCHED_ROWS` spread between them (every row of a short call, or of a generation step)."""
+    return torch.unique(torch.linspace(0, n - 1, WATCHED_ROWS + 2).round().long()) if n > 0 else torch.zeros(0).long()
+
+
+def projection_module(model: nn.Module, attention_name: str) -> nn.Module | None:
+    """The output projection of the attention module at ``attention_name``, by the family's spec
+    (``ProjectionSpec.out``) or the first path of :data:`OUTPUT_PROJECTIONS` that names a module."""
+    spec = PROJECTION_SPECS.get(getattr(getattr(model, "config", None), "model_type", ""))
+    for path in (spec.out,) if spec is not None else OUTPUT_PROJECTIONS:
+        where = attention_name
+        for step in path.split("/"):
+            where = where.rpartition(".")[0] if step == ".." else f"{where}.{step}" if where else step
+        try:
+            found = model.get_submodule(where)
+        except AttributeError:
+            continue
+        if isinstance(getattr(found, "weight", None), Tensor):
+            return found
+    return None
+
+
+@dataclass
+class OutputProjection:
+    """One attention layer's output projection, its weight as ``[hidden, head·d_v]`` in float32."""
+
+    weight: Tensor  # [hidden, head·d_v]
+    bias: Tensor | None  # [hidden]
+    n_heads: int
+    d_v: int
+    _grams: Tensor | None = field(default=None, repr=False)
+
+    @property
+    def heads(self) -> Tensor:  # [head, hidden, d_v]: W_O^h, head h's columns of the weight
+        return self.weight.view(self.weight.shape[0], self.n_heads, self.d_v).transpose(0, 1)
+
+    @property
+    def grams(self) -> Tensor:  # [head, d_v, d_v]: W_O^hᵀ W_O^h, so ‖W_O^h v‖² = vᵀ G_h v
+        if self._grams is None:
+            heads = self.heads.double()
+            self._grams = (heads.transpose(-2, -1) @ heads).float()
+        return self._grams
+
+    @staticmethod
+    def per_head(v: Tensor, n_heads: int) -> Tensor:  # [kv_head, n, d_v] -> [head, n, d_v]
+        """The value each query head reads: GQA groups consecutive query heads on one kv head."""
+        return v.repeat_interleave(n_heads // v.shape[0], dim=0)
+
+    def value_dots(self, v: Tensor, width: int) -> Tensor:  # [head, key, width]
+        """``[h, j, t] = f_h(x_j) · f_h(x_{j-t})`` for ``t < width`` (0 where ``j - t < 0``), with
+        ``f_h(x_j) = W_O^h v_j``: ``[..., 0]`` is ``‖f_h(x_j)‖²``, the rest what a word of up to
+        ``width`` tokens needs for the norm of its tokens' summed vectors."""
+        vh = self.per_head(v.float(), self.n_heads)
+        grams = self.grams.to(vh.device)
+        moved = vh @ grams  # [head, n, d_v]: G_h v_j
+        n = vh.shape[1]
+        dots = vh.new_zeros(self.n_heads, n, max(1, width))
+        dots[..., 0] = (moved * vh).sum(-1).clamp_min(0)
+        for t in range(1, min(width, n)):
+            dots[:, t:, t] = (moved[:, t:] * vh[:, :-t]).sum(-1)
+        return dots
+
+    def apply(self, per_head: Tensor) -> Tensor:  # [head, rows, d_v] -> [rows, hidden], float64
+        """``Σ_h W_O^h o_h + b``: what the projection outputs for the heads' outputs ``o_h`` (each
+        ``Σ_j α_ij v_j`` with the value its head reads), summed in float64."""
+        heads = self.heads.to(per_head.device, torch.float64)
+        out = torch.einsum("hrd,hed->re", per_head.double(), heads)
+        return out if self.bias is None else out + self.bias.to(out.device, torch.float64)
+
+    def magnitude(self, per_head: Tensor) -> Tensor:  # [rows, hidden]: Σ |terms| of each output entry
+        """The size of the terms each output entry sums (``Σ_h Σ_d |W_O^h[e, d]|·|o_h[d]| + |b|``): what a
+        float dot product's error is proportional to, so the tolerance scales with it."""
+        heads = self.heads.to(per_head.device, torch.float64).abs()
+        out = torch.einsum("hrd,hed->re", per_head.double().abs(), heads)
+        return out if self.bias is None else out + self.bias.to(out.device, torch.float64).abs()
+
+
+def output_projection(model: nn.Module, attention_name: str, n_heads: int, d_v: int) -> OutputProjection | None:
+    """The output projection of the attention module at ``attention_name`` as an
+    :class:`OutputProjection`, or None when there is none whose input is ``n_heads × d_v`` wide."""
+    module = projection_module(model, attention_name)
+    if module is None:
+        return None
+    weight: Tensor = module.weight.detach()  # type: ignore[operator]
+    if type(module).__name__ in TRANSPOSED_WEIGHTS:
+        weight = weight.t()
+    if weight.dim() != 2 or weight.shape[1] != n_heads * d_v:
+        return None
+    bias = getattr(module, "bias", None)
+    return OutputProjection(
+        weight.float(), None if not isinstance(bias, Tensor) else bias.detach().float(), n_heads, d_v
+    )
+
+
+@dataclass
+class ProjectionWatch:
+    """A sample of query rows of each output projection's output while a tap records: per attention
+    module name, ``(positions [r], output [batch, r, hidden])`` per call, positions counted over the
+    module's calls in this tap (a generation's steps follow its prompt)."""
+
+    seen: dict[str, list[tuple[Tensor, Tensor]]] = field(default_factory=dict)
+    handles: dict[int, Any] = field(default_factory=dict)  # id(projection) -> its hook's handle
+    rows_before: dict[str, int] = field(default_factory=dict)
+    armed: dict[int, str] = field(default_factory=dict)  # id(projection) -> the attention module it answers for
+    found: dict[str, nn.Module | None] = field(default_factory=dict)  # attention module name -> its projection
+
+    def arm(self, model: nn.Module, name: str, listening: Any, to_cpu: bool) -> None:
+        """Keep the rows of the next output of the projection of the attention module at ``name`` (hooked on first use), when heard
+        in a context where ``listening()`` is true."""
+        if name not in self.found:
+            self.found[name] = projection_module(model, name)
+        projection = self.found[name]
+        if projection is None:
+            return
+        key = id(projection)
+        self.armed[key] = name
+        if key in self.handles:
+            return
+
+        def keep(_module, _args, output):
+            which = self.armed.pop(key, None)
+            if which is None or not isinstance(output, Tensor) or not listening():
+                return
+            n = output.shape[-2]
+            rows = watched_rows(n)
+            start = self.rows_before.get(which, 0)
+            self.rows_before[which] = start + n
+            kept = output.detach()[..., rows.to(output.device), :]
+            self.seen.setdefault(which, []).append((rows + start, kept.to("cpu") if to_cpu else kept))
+
+        self.handles[key] = projection.register_forward_hook(keep)
+
+    def remove(self) -> None:
+        for handle in self.handles.values():
+            handle.remove()
+        self.handles.clear()
+
+    def rows(self, name: str) -> tuple[Tensor, Tensor] | None:  # (positions [r], output [batch, r, hidden])
+        """Every kept row of the module at ``name``'s projection, in order, or None."""
+        calls = self.seen.get(name)
+        if not calls:
+            return None
+        return torch.cat([p for p, _ in calls]), torch.cat([o for _, o in calls], dim=-2)
