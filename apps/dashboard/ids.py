@@ -26,6 +26,7 @@ class ID:
     layer = "layer-select"
     head = "head-select"
     words = "word-level"
+    measure = "measure"  # "weights" (α) or "moved" (‖α·f(x)‖, what the head moves): every map view reads it
     tabs = "view-tabs"
     export_format = "export-format"
     csv_button = "csv-button"

@@ -185,6 +185,24 @@ def selectors() -> list:
             style=_CONTROL,
             title="words: attention to a word is summed over its pieces, from a word averaged",
         ),
+        html.Div(
+            [
+                html.Label("Show"),
+                dcc.RadioItems(
+                    id=ID.measure,
+                    value="weights",
+                    inline=True,
+                    options=[
+                        {"label": " weights ", "value": "weights"},
+                        {"label": " what moves (‖αf(x)‖)", "value": "moved"},
+                    ],
+                ),
+            ],
+            style=_CONTROL,
+            title="weights: where each query looks (α). What moves: how much of the head's output comes from "
+            "each key, ‖α·f(x)‖ with f(x) = W_O·v (Kobayashi et al. 2020): a high weight on a key whose "
+            "value the head barely projects moves little",
+        ),
     ]
 
 
