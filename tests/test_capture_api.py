@@ -90,12 +90,23 @@ def test_text_batch_is_padded_and_each_capture_trimmed(tiny_bert_words):
 
 def test_to_pandas_is_tidy(cap):
     df = cap.to_pandas(layer=1, head=2)
-    assert list(df.columns) == ["part", "layer", "head", "query_pos", "key_pos", "query_token", "key_token", "weight"]
+    assert list(df.columns) == [
+        "part",
+        "layer",
+        "head",
+        "query_pos",
+        "key_pos",
+        "query_token",
+        "key_token",
+        "weight",
+        "contribution",
+    ]
     assert set(df.part) == {"encoder"}
     assert len(df) == cap.n_tokens**2
     row = df[(df.query_pos == 8) & (df.key_pos == 2)].iloc[0]
     assert (row.query_token, row.key_token) == ("it", "cat")
     assert row.weight == pytest.approx(cap.attention(1, head=2)[8, 2].item())
+    assert row.contribution == pytest.approx(cap.contributions(1, head=2)[8, 2].item())
     assert df.groupby("query_pos").weight.sum().round(5).eq(1).all()
     words = cap.to_pandas(layer=0, words=True)
     assert len(words) == 4 * len(cap.words) ** 2 and "cat" in set(words.key_token)
@@ -107,7 +118,7 @@ def test_save_load_round_trip_is_exact(cap, tmp_path):
     assert back.text == cap.text and back.tokens == cap.tokens and back.words == cap.words
     assert back.offsets == cap.offsets and back.model == cap.model
     for key, rec in cap.records.items():
-        for name in ("q", "k", "v", "out", "weight_error", "weight_scale"):
+        for name in ("q", "k", "v", "out", "weight_error", "weight_scale", "value_dots", "projection_check"):
             assert torch.equal(getattr(back.records[key], name), getattr(rec, name))
         assert (back.records[key].scaling, back.records[key].causal) == (rec.scaling, rec.causal)
     assert torch.equal(back.attention(1), cap.attention(1))

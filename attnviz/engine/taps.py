@@ -35,7 +35,7 @@ from torch import Tensor, nn
 from ..attention import attention_output, head_max
 from .hooks import hooked
 from .interface import installed_backends, wrapped
-from .listeners import Call, Seen, listening, recorders
+from .listeners import Call, Seen, listening, owner, recorders
 from .projections import ProjectionWatch
 from .specs import PROJECTION_SPECS, check_supported, locate
 
@@ -279,7 +279,10 @@ class Recorder:
             elif isinstance(weights, Tensor) and self.weight_mode == "compare":
                 lengths = None if self.lengths is None else self.lengths.get(part)
                 call.weight_error, call.weight_scale = weight_errors(call, weights.detach(), lengths)
-            self.projections.arm(self.model, call.name, lambda: self in recorders(module), self.to_cpu)
+            if owner(module) is None:  # an edited call's head outputs may change after the kernel (ablation)
+                self.projections.arm(
+                    self.model, call.name, lambda: any(r is self for r in recorders(module)), self.to_cpu
+                )
             self.keep(call)
         else:
             self.calls.append(call)
