@@ -88,7 +88,7 @@ def test_padded_keys_get_no_weight_even_where_the_kernel_had_no_mask():
     and the check passes."""
     from attnviz.attention import scaled_dot_product
     from attnviz.engine.taps import AttentionCall
-    from attnviz.workflows.batch_texts import BatchTexts
+    from attnviz.workflows.batch_texts import COLUMNS, BatchTexts
     from attnviz.workflows.layer_reduction import reduce_layer
 
     g = torch.Generator().manual_seed(0)
@@ -105,14 +105,17 @@ def test_padded_keys_get_no_weight_even_where_the_kernel_had_no_mask():
     def call(q, k, v, out):
         return AttentionCall("attn", "encoder", 0, d**-0.5, False, None, None, "test", q=q, k=k, v=v, out=out)
 
-    batched, errors = reduce_layer(call(q, k, v, out), BatchTexts(encoded, texts, detectors=True))
+    norms = torch.rand(len(lengths), heads, n, generator=g) + 0.1  # the padded keys' too: they must move nothing
+    batched, errors = reduce_layer(call(q, k, v, out), BatchTexts(encoded, texts, detectors=True), norms=norms)
     singles = sum(
         reduce_layer(
             call(q[b : b + 1, :, :m], k[b : b + 1, :, :m], v[b : b + 1, :, :m], out[b : b + 1, :m]),
             BatchTexts([encoded[b]], [texts[b]], detectors=True),
+            norms=norms[b : b + 1, :, :m],
         )[0]
         for b, m in enumerate(lengths)
     )
+    assert batched.shape == (2 * len(COLUMNS), heads) and bool(batched[len(COLUMNS) :].abs().sum() > 0)
     # sums over 21 rows: the batch's softmax (11 keys, the padded ones blocked) and each text's own
     # differ in the last bits of a float32 weight, ~1e-6 once the distance sums 58 tokens' worth
     assert torch.allclose(batched, singles, atol=1e-6, rtol=1e-6), (batched - singles).abs().max()
@@ -129,9 +132,9 @@ def test_a_recomputation_that_misses_the_kernel_raises_validation_error(monkeypa
     model, tok = attnviz.tiny_model(family), IdsTokenizer()
     original = batched.reduce_layer
 
-    def off_scale(call, batch, budget=layer_reduction.BUDGET):
+    def off_scale(call, batch, budget=layer_reduction.BUDGET, norms=None):
         call.scaling *= 1.01
-        return original(call, batch, budget)
+        return original(call, batch, budget, norms)
 
     monkeypatch.setattr(batched, "reduce_layer", off_scale)
     with pytest.raises(attnviz.ValidationError, match="could not reproduce") as caught:

@@ -3,6 +3,14 @@
 All numbers are averages of attention *mass* over query positions, so each lies in [0, 1] except
 ``distance`` (in tokens) and ``entropy`` (in nats). They are computed from attnviz's recomputed
 weights with the model's own mask, at token level.
+
+Each mass (and ``distance`` and every detector) has a twin by norm, named ``<statistic>_moved``
+(:data:`MOVED_STATISTICS`): the same average taken over the *share of what the head moves* into
+the query instead of its weights — for row *i*, ``c_ij / Σ_k c_ik`` with ``c_ij = α_ij·‖f_h(x_j)‖``
+(Kobayashi et al. 2020; :meth:`attnviz.Capture.contributions`). A head whose weight goes to the
+first token but whose values there are near zero has a high ``first`` and a low ``first_moved``.
+Layers whose capture holds no value norms (no output projection found, a capture saved before
+attnviz 0.20) get NaN there, never 0.
 """
 
 from __future__ import annotations
@@ -24,13 +32,16 @@ if TYPE_CHECKING:
 __all__ = [
     "DETECTORS",
     "STATISTICS",
+    "MOVED_STATISTICS",
     "HeadStatsSums",
     "LayerSums",
     "TextSums",
     "detect_heads",
     "head_stats",
     "pattern_matrix",
+    "moved_name",
     "pattern_rows",
+    "statistic_keys",
     "text_positions",
 ]
 
@@ -43,6 +54,23 @@ STATISTICS = {
     "next": "mass on the token just after the query (0 under a causal mask)",
     "distance": "mean |query - key| in tokens, weighted by attention",
     "entropy": "mean entropy of a query's row, in nats (0 = one key, log n = uniform)",
+}
+
+
+# the statistics that gain a twin by norm (<name>_moved); every detector does too. The entropy does
+# not: the entropy of the moved shares needs a logarithm per weight, twice the pass's cost
+MOVED_OF = ("first", "special", "punctuation", "self", "previous", "next", "distance")
+
+
+def moved_name(statistic: str) -> str:
+    """The name of a statistic's twin by norm: ``first`` -> ``first_moved``."""
+    return f"{statistic}_moved"
+
+
+MOVED_STATISTICS = {
+    moved_name(name): f"{name} by norm: the share of what the head moves into the query (α·‖f(x)‖ normalised per row)"
+    + (" instead of its weight" if name != "distance" else ", as the weights of the mean distance")
+    for name in (*MOVED_OF, "previous_token", "duplicate_token", "induction")
 }
 
 
@@ -188,13 +216,32 @@ class LayerSums:
     """A consumer of one layer's weight chunks (``rows, keys, weights [head, r, keys]``) that adds up
     the per-head sums behind :func:`head_stats` over its query rows ([head] float64 each, in
     :attr:`sums`): the mass on the ``columns`` keys, on the diagonals (self, previous, next) and on
-    each detector's ``targets`` cells, the distance and the entropy. Chunks may come in any order and
-    may hold only the keys their rows see (the keys a causal chunk leaves out have weight 0 and add
-    nothing)."""
+    each detector's ``targets`` cells, the distance and the entropy — and, given the layer's value
+    ``norms`` ``[head, key]`` (``LayerRecord.value_norms``), the same masses and distance over each
+    row's shares of what the head moves (``<name>_moved``, :data:`MOVED_STATISTICS`): ``c_ij / Σ_k
+    c_ik``, ``c_ij = α_ij·‖f_h(x_j)‖``. Without norms those sums are NaN.
 
-    def __init__(self, n_heads: int, columns: dict[str, Tensor], targets: dict[str, Tensor]) -> None:
+    Chunks may come in any order and may hold only the keys their rows see (the keys a causal
+    chunk leaves out have weight 0 and add nothing), but each chunk must hold *every* key its rows
+    see — a row's moved total ``Σ_k c_ik`` is taken within its chunk — as the chunks of
+    :func:`attnviz.attention.attention_output` and ``LayerRecord.weight_chunks`` do (they cut the
+    query rows, never a row's keys)."""
+
+    def __init__(
+        self, n_heads: int, columns: dict[str, Tensor], targets: dict[str, Tensor], norms: Tensor | None = None
+    ) -> None:
         names = [*columns, "self", "previous", "next", "distance", "entropy", *targets]
+        moved = [moved_name(name) for name in names if name != "entropy"]
         self.sums = {name: torch.zeros(n_heads, dtype=torch.float64) for name in names}
+        self.sums.update(
+            {
+                name: torch.full((n_heads,), 0.0 if norms is not None else float("nan"), dtype=torch.float64)
+                for name in moved
+            }
+        )
+        if norms is not None and norms.shape[0] != n_heads:
+            raise InputError(f"value norms of {norms.shape[0]} heads given for a layer of {n_heads} heads")
+        self.norms = None if norms is None else norms.float().cpu()  # [head, key]
         self.columns = columns
         # [cells, 2] (query, key) in row order: a chunk's cells are one slice of them
         self.targets = {name: (cells[:, 0].contiguous(), cells[:, 1].contiguous()) for name, cells in targets.items()}
@@ -206,26 +253,37 @@ class LayerSums:
         """Add one chunk: ``rows`` [r] consecutive query rows, their ``keys``, ``weights`` [head, r, keys]."""
         a = weights.float().cpu()  # [head, chunk rows, keys of the chunk]
         rows = rows.cpu()
+        self._masses(a, rows, keys, moved=False)
+        # Σ_k a·log a as a batched dot product (no [head, r, keys] product is made); log of a clamped
+        # at the smallest float32: a weight of 0 adds 0·log(tiny) = 0, as xlogy's 0
+        log_a = a.clamp_min(torch.finfo(torch.float32).tiny).log_()
+        self._add("entropy", -torch.einsum("hrk,hrk->hr", a, log_a))
+        if self.norms is not None:
+            moved = a * self.norms[:, None, keys.start : keys.stop]  # c_ij = α_ij·‖f_h(x_j)‖
+            total = moved.sum(-1, keepdim=True)  # the chunk holds every key its rows see
+            self._masses(moved.div_(total.clamp_min_(torch.finfo(torch.float32).tiny)), rows, keys, moved=True)
+
+    def _masses(self, a: Tensor, rows: Tensor, keys: slice, *, moved: bool) -> None:
+        """The key classes', diagonals', distance's and detectors' sums of ``a`` [head, r, keys]: the
+        weights, or (``moved``) the shares of what is moved, into the ``_moved`` names."""
+        name_of = moved_name if moved else (lambda name: name)
         first_row, lo, hi = int(rows[0]), keys.start, keys.stop
         for name, index in self.columns.items():
             inside = index[(index >= lo) & (index < hi)] - lo
-            self._add(name, a[:, :, inside].sum(-1))
+            self._add(name_of(name), a[:, :, inside].sum(-1))
         for name, offset in (("self", 0), ("previous", -1), ("next", 1)):
             key = rows + offset
             inside = (key >= lo) & (key < hi)
-            self._add(name, a[:, (rows - first_row)[inside], key[inside] - lo])
+            self._add(name_of(name), a[:, (rows - first_row)[inside], key[inside] - lo])
         distance = (rows[:, None] - torch.arange(lo, hi)[None, :]).abs().float()
-        # Σ_k a·|i − k| and Σ_k a·log a as batched dot products (no [head, r, keys] product is made);
-        # log of a clamped at the smallest float32: a weight of 0 adds 0·log(tiny) = 0, as xlogy's 0
-        self._add("distance", torch.einsum("hrk,rk->hr", a, distance))
-        log_a = a.clamp_min(torch.finfo(torch.float32).tiny).log_()
-        self._add("entropy", -torch.einsum("hrk,hrk->hr", a, log_a))
+        # Σ_k a·|i − k| as a batched dot product
+        self._add(name_of("distance"), torch.einsum("hrk,rk->hr", a, distance))
         last_row = int(rows[-1])
         for name, (queries, keys_of) in self.targets.items():
             start, stop = torch.searchsorted(queries, torch.tensor([first_row, last_row + 1])).tolist()
             query, key = queries[start:stop], keys_of[start:stop]
             inside = (key >= lo) & (key < hi)
-            self._add(name, a[:, query[inside] - first_row, key[inside] - lo])
+            self._add(name_of(name), a[:, query[inside] - first_row, key[inside] - lo])
 
 
 class TextSums:
@@ -235,9 +293,10 @@ class TextSums:
     def __init__(self, owner: HeadStatsSums, columns: dict[str, Tensor], targets: dict[str, Tensor]) -> None:
         self.owner, self.columns, self.targets = owner, columns, targets
 
-    def layer(self) -> LayerSums:
-        """A fresh consumer for one layer's chunks."""
-        return LayerSums(self.owner.n_heads, self.columns, self.targets)
+    def layer(self, norms: Tensor | None = None) -> LayerSums:
+        """A fresh consumer for one layer's chunks; ``norms`` ``[head, key]``: the layer's value norms
+        (``LayerRecord.value_norms``), which the ``_moved`` statistics read (None: they are NaN)."""
+        return LayerSums(self.owner.n_heads, self.columns, self.targets, norms)
 
     def finish(self, layer: int, sums: LayerSums) -> None:
         """Add a layer's consumer, fed every chunk of that layer, to the statistics."""
@@ -253,7 +312,7 @@ class HeadStatsSums:
     def __init__(self, layers: Sequence[int], n_heads: int, *, detectors: bool = True) -> None:
         self.layers = list(layers)
         self.n_heads = n_heads
-        self.keys = list(STATISTICS) + (list(DETECTORS) if detectors else [])
+        self.keys = statistic_keys(detectors=detectors)
         self.sums = torch.zeros(len(self.keys), len(self.layers), n_heads, dtype=torch.float64)
         self.counts = torch.zeros(len(self.keys), dtype=torch.float64)  # scored query rows per statistic
         self.texts = 0
@@ -267,8 +326,9 @@ class HeadStatsSums:
         """Add one text's rows (its capture's one self-attention part)."""
         text = self.start(cap)
         for layer in self.layers:
-            sums = text.layer()
-            for rows, keys, weights in cap.layer(layer).weight_chunks():
+            rec = cap.layer(layer)
+            sums = text.layer(rec.value_norms)
+            for rows, keys, weights in rec.weight_chunks():
                 sums.add(rows, keys, weights)
             text.finish(layer, sums)
 
@@ -296,6 +356,7 @@ class HeadStatsSums:
             "entropy": n,
         }
         rows.update({name: int(mask.any(-1).sum()) for name, mask in masks.items()})
+        rows.update({moved_name(name): rows[name] for name in [*MOVED_OF, *masks]})  # the same rows, by norm
         self.counts += torch.tensor([rows[k] for k in self.keys], dtype=torch.float64)
         self.texts += 1
         self.tokens += n
@@ -326,7 +387,23 @@ class HeadStatsSums:
 
     @classmethod
     def from_state(cls, state: dict) -> HeadStatsSums:
-        sums = cls(state["layers"], state["n_heads"], detectors=any(k in DETECTORS for k in state["keys"]))
+        """The sums :meth:`state` saved. A state of other statistics — one saved by an attnviz before
+        the ``_moved`` columns, whose sums lack them — is refused (its texts were never summed by norm)."""
+        detectors = any(k in DETECTORS for k in state["keys"])
+        expected = statistic_keys(detectors=detectors)
+        if list(state["keys"]) != expected:
+            lacking = [k for k in expected if k not in state["keys"]]
+            raise InputError(
+                "these saved statistics were summed by another attnviz: they hold "
+                + (
+                    f"no {', '.join(lacking[:3])}{'…' if len(lacking) > 3 else ''} column"
+                    if lacking
+                    else "other columns"
+                )
+                + " (a checkpoint from before the by-norm columns *_moved), so they cannot be continued; start the "
+                "run again without --resume (resume=False)"
+            )
+        sums = cls(state["layers"], state["n_heads"], detectors=detectors)
         sums.load_vector(state["vector"])
         return sums
 
@@ -363,10 +440,20 @@ class HeadStatsSums:
         return pd.DataFrame(rows)
 
 
+def statistic_keys(*, detectors: bool = True) -> list[str]:
+    """The columns of :func:`head_stats` after ``layer, head``, in order: :data:`STATISTICS`, the
+    :data:`DETECTORS` (with ``detectors``), then their twins by norm (:data:`MOVED_STATISTICS`)."""
+    base = list(STATISTICS) + (list(DETECTORS) if detectors else [])
+    return base + [moved_name(k) for k in base if k in MOVED_OF or k in DETECTORS]
+
+
 def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True, part: str | None = None) -> pd.DataFrame:
     """Per layer and head, the statistics of :data:`STATISTICS`, averaged over every query of every text.
 
-    With ``detectors=True`` the :data:`DETECTORS` scores are added as columns. ``part`` picks the
+    With ``detectors=True`` the :data:`DETECTORS` scores are added as columns. Then each mass, the
+    distance and each detector again by norm, ``<name>_moved`` (:data:`MOVED_STATISTICS`): averaged
+    over each row's shares of what the head moves, ``α_ij·‖f_h(x_j)‖ / Σ_k α_ik·‖f_h(x_k)‖``, where
+    ``<name>`` averages the weights ``α_ij`` (NaN for a layer the capture holds no value norms of). ``part`` picks the
     encoder or the decoder of an encoder-decoder capture. (Over a corpus too large for memory:
     :func:`attnviz.analysis.corpus_stats`.)
     """

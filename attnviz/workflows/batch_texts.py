@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..analysis.stats import DETECTORS, pattern_rows
+from ..analysis.stats import DETECTORS, MOVED_OF, moved_name, pattern_rows
 from ..analysis.stats import is_punct as stats_is_punct
 from ..attention import build_mask
 from ..data.validate import SAMPLE_ROWS, sample_rows
@@ -39,9 +39,15 @@ __all__ = [
 PATTERNS = ("duplicate_token", "induction")
 BLOCKED = -1e30  # a blocked score in the plain reduction: finite (its weight × its score is 0, not NaN)
 
-# The columns of reduce_layer's [column, head] sums, and the column each statistic reads.
+# The columns of reduce_layer's [column, head] sums: COLUMNS over the weights, then the same COLUMNS
+# over the shares of what is moved (the by-norm statistics, <name>_moved; that half's entropy is never
+# read), and the column each statistic reads.
 COLUMNS = ("first", "special", "punctuation", "distance", "self", "previous", "next", "entropy") + PATTERNS
-STATISTIC_COLUMNS = {**{name: COLUMNS.index(name) for name in COLUMNS}, "previous_token": COLUMNS.index("previous")}
+_BY_WEIGHT = {**{name: COLUMNS.index(name) for name in COLUMNS}, "previous_token": COLUMNS.index("previous")}
+STATISTIC_COLUMNS = {
+    **_BY_WEIGHT,
+    **{moved_name(name): len(COLUMNS) + i for name, i in _BY_WEIGHT.items() if name in MOVED_OF or name in DETECTORS},
+}
 assert set(STATISTIC_COLUMNS) >= set(DETECTORS)
 KEYED = 3  # the first COLUMNS depend on the key alone (its features): a product with the weights' column sums
 POSITIONAL = 4  # the next depend on the query and key positions alone: a product with the weights summed over texts
@@ -91,6 +97,7 @@ class BatchTexts:
             found = [pattern_rows(self.ids[i, :m].tolist()) for i, m in enumerate(self.lengths)]
             for p, name in enumerate(PATTERNS):
                 counts[name] = torch.tensor(float(sum(f[p] for f in found)), dtype=torch.float64)
+        counts.update({moved_name(name): count for name, count in list(counts.items())})  # the same rows, by norm
         return torch.stack([counts[k].double() for k in keys])
 
     def chunk(self, start: int, stop: int, keys: int, device: torch.device) -> Chunk:

@@ -28,6 +28,7 @@ from torch import Tensor
 
 from ..analysis.stats import HeadStatsSums
 from ..data.validate import TOLERANCES, ValidationReport, sample_rows
+from ..engine.projections import OutputProjection, output_projection, projection_module
 from ..engine.specs import PROJECTION_SPECS
 from ..engine.taps import CALL_TENSORS, AttentionCall, Recorder, tap
 from ..errors import AttnvizError, InputError, ValidationError
@@ -75,6 +76,35 @@ class BatchReducer:
         hooked = any(m._forward_hooks or m._forward_pre_hooks or hasattr(m, "_hf_hook") for m in model.modules())
         wanted = self.layers if self.layers is not None else set(range(count)) if count else None
         self.stop_after = None if hooked or not wanted else frozenset(wanted)
+        self.projections: dict[str, OutputProjection | None] = {}  # attention module -> its output projection
+
+    def value_norms(self, call: AttentionCall) -> Tensor | None:  # [batch, head, key]
+        """‖f_h(x_j)‖ of every text, head and key of a call, from its module's output projection
+        (what a capture keeps as ``LayerRecord.value_norms``), or None where the module has none
+        attnviz can read (those layers' ``_moved`` statistics are NaN)."""
+        assert call.q is not None and call.v is not None
+        if call.name not in self.projections:
+            self.projections[call.name] = self._projection(call.name, call.q.shape[1], call.v.shape[-1])
+        projection = self.projections[call.name]
+        if projection is None:
+            return None
+        return torch.stack([projection.value_dots(v, 1)[..., 0] for v in call.v]).sqrt_()
+
+    def _projection(self, name: str, n_heads: int, d_v: int) -> OutputProjection | None:
+        """The output projection of the attention module ``name``, its weights copied; a module
+        accelerate offloads (its weights on the meta device between its own forwards) is loaded for
+        the copy. None where there is none, or where its weights cannot be read."""
+        module = projection_module(self.model, name)
+        if module is None or not hasattr(module, "_hf_hook"):
+            return output_projection(self.model, name, n_heads, d_v)
+        from accelerate.utils import align_module_device  # deferred: accelerate is optional (attnviz[stats])
+
+        with align_module_device(module):  # the offloaded weights, for the copy below
+            found = output_projection(self.model, name, n_heads, d_v)
+            if found is None or found.weight.is_meta:
+                return None
+            bias = None if found.bias is None else found.bias.clone()
+            return OutputProjection(found.weight.clone(), bias, found.n_heads, found.d_v)
 
     def encode(self, text: str) -> Encoded:
         """One text tokenized as :meth:`add` tokenizes it, but never cut (its full length)."""
@@ -100,7 +130,7 @@ class BatchReducer:
         def reduce(call: AttentionCall) -> None:
             assert call.q is not None
             dtypes.add(str(call.q.dtype).removeprefix("torch."))
-            values, errors = reduce_layer(call, batch, self.budget)
+            values, errors = reduce_layer(call, batch, self.budget, self.value_norms(call))
             reduced.append((call, values, errors))
             for name in CALL_TENSORS:  # this layer is done: its tensors go at once
                 setattr(call, name, None)

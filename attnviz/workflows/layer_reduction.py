@@ -13,6 +13,9 @@ weights, so that each sum reads the real rows alone:
   rows, times the texts' key features; ``distance``, ``self``, ``previous``, ``next``: the weights
   summed over texts, times the (row, key) features — each one product, in float64;
 - the detectors' (row, key) pairs gathered;
+- given the layer's value norms ``‖f_h(x_j)‖`` (``norms``), the same sums — all but the entropy —
+  over each row's shares of what is moved, ``α_ij·‖f_h(x_j)‖ / Σ_k α_ik·‖f_h(x_k)‖`` (the
+  ``<name>_moved`` statistics; a chunk holds every key its rows see, so each row's total is whole);
 - the self-check's numbers: A·V of the sampled rows of each text against the kernel's own output
   (and an eager kernel's weights, compared while capturing).
 
@@ -29,7 +32,7 @@ from torch import Tensor
 
 from ..attention import query_chunks, scaled_dot_product, weighted_values
 from ..engine.taps import AttentionCall
-from .batch_texts import COLUMNS, PATTERNS, BatchTexts, ScoreMask, rows_of
+from .batch_texts import COLUMNS, KEYED, POSITIONAL, BatchTexts, Chunk, ScoreMask, rows_of
 
 __all__ = ["BUDGET", "reduce_layer"]
 
@@ -40,16 +43,21 @@ _SAFE_REF = 1e-30  # a reference weight above this reads its logarithm to float 
 
 @torch.inference_mode()
 def reduce_layer(
-    call: AttentionCall, batch: BatchTexts, budget: int = BUDGET
+    call: AttentionCall, batch: BatchTexts, budget: int = BUDGET, norms: Tensor | None = None
 ) -> tuple[Tensor, dict[str, tuple[Tensor, Tensor]]]:
-    """One layer of a padded batch: ``[column, head]`` float64 sums (COLUMNS) over every real query
-    row of every text, and the self-check's ``{quantity: (max error, max |model|)}``, each
-    ``[batch, head]``."""
+    """One layer of a padded batch: ``[column, head]`` float64 sums over every real query row of
+    every text — COLUMNS over the weights, then COLUMNS over the shares of what is moved given the
+    layer's value norms ``norms`` ``[batch, head, key]`` (NaN without them) — and the self-check's
+    ``{quantity: (max error, max |model|)}``, each ``[batch, head]``."""
     q, k, v, out = call.q, call.k, call.v, call.out
     assert q is not None and k is not None and v is not None
     b, h, n = q.shape[0], q.shape[1], q.shape[2]
     device = q.device
-    sums = torch.zeros(len(COLUMNS), h, dtype=torch.float64, device=device)
+    sums = torch.zeros(2, len(COLUMNS), h, dtype=torch.float64, device=device)  # by weight, by norm
+    if norms is None:
+        sums[1] = float("nan")
+    else:
+        norms = norms.to(device, torch.float32)
     found: list[Tensor] = []  # per chunk: the check's [2, b, h] (max error, max |model|)
     chunks = list(query_chunks(n, n, b * h, budget=budget))
     causal = len(chunks) > 1 and _keys_after_blocked(call)
@@ -65,13 +73,12 @@ def reduce_layer(
                 call, start, stop, hi, batch.additive_mask(call, start, stop, hi), batch.scratch
             )
         # a [b, h, r, hi]: the padded rows and keys 0, so each sum reads the real rows alone
-        keyed = torch.bmm(a.sum(2).double(), part.keyed).sum(0)  # [h, KEYED]: mass on each key class
-        by_position = a.sum(0, dtype=torch.float64).view(h, -1)  # [h, r·hi]: summed over the texts, exactly
-        positional = torch.mm(part.positional, by_position.T)  # [POSITIONAL, h]: distance, self, previous, next
         entropy = entropy.masked_fill_(part.padded, 0).sum((0, 2))  # padded rows: NaN or not, 0
-        sums[: -len(PATTERNS)] += torch.cat([keyed.T, positional, entropy[None]])
-        t, i, j = part.pairs
-        sums.index_add_(0, part.columns, a[t, :, i, j].double())  # the detectors' single keys
+        _add_masses(sums[0], a, part, entropy)
+        if norms is not None:  # the shares of what is moved: c_ij = α_ij·‖f_h(x_j)‖ over the row's Σ_k c_ik
+            moved = torch.mul(a, norms[:, :, None, :hi], out=batch.scratch("moved", a.shape, a.device))
+            total = moved.sum(-1, keepdim=True).clamp_min_(_TINY)  # padded rows: 0 / tiny = 0
+            _add_masses(sums[1], moved.div_(total), part, None)
         if out is not None and part.checks:  # the self-check: A·V of the sampled rows against the kernel's
             theirs = out[:, start:stop]  # [b, r, h, d]
             if part.checked is not None:  # each text's own sampled rows, picked as whole rows of memory
@@ -89,7 +96,22 @@ def reduce_layer(
         errors["output"] = (err, scale)
     if call.weight_error is not None and call.weight_scale is not None:  # eager: measured while capturing
         errors["weights"] = (call.weight_error.float().cpu(), call.weight_scale.float().cpu())
-    return sums.cpu(), errors
+    return sums.view(-1, h).cpu(), errors
+
+
+def _add_masses(sums: Tensor, a: Tensor, part: Chunk, entropy: Tensor | None) -> None:
+    """Add a chunk's ``a`` [b, h, r, keys] (its weights, or its shares of what is moved) to the
+    ``[column, head]`` ``sums`` of COLUMNS: the key classes, the positional features and the
+    detectors' pairs, each a product in float64 (and the rows' ``entropy`` [h] where given)."""
+    h = a.shape[1]
+    keyed = torch.bmm(a.sum(2).double(), part.keyed).sum(0)  # [h, KEYED]: mass on each key class
+    by_position = a.sum(0, dtype=torch.float64).view(h, -1)  # [h, r·hi]: summed over the texts, exactly
+    positional = torch.mm(part.positional, by_position.T)  # [POSITIONAL, h]: distance, self, previous, next
+    sums[: KEYED + POSITIONAL] += torch.cat([keyed.T, positional])
+    if entropy is not None:
+        sums[KEYED + POSITIONAL] += entropy
+    t, i, j = part.pairs
+    sums.index_add_(0, part.columns, a[t, :, i, j].double())  # the detectors' single keys
 
 
 def _weights_and_entropy(
