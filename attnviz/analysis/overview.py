@@ -6,6 +6,12 @@ shows where any strong cell is, ``mean`` where the mass is), computed in chunks 
 the n×n map never exists whole; :func:`window` recomputes just the rows a zoom shows, at full
 resolution; :func:`thumbnails` pools every head of a layer to a few cells (a model view's mosaic),
 again a chunk of rows at a time. Both use the model's own mask, bias, sinks and scaling, as :meth:`Capture.attention` does.
+
+Each takes a ``measure`` (:data:`MEASURES`): ``"weights"``, the weights α, or ``"moved"``, what the head
+moves, ``‖α_ij · f_h(x_j)‖ = α_ij · ‖f_h(x_j)‖`` (:meth:`Capture.contributions`): every chunk of weights
+is multiplied by the layer's value norms (:meth:`Capture.value_norms`) before it is pooled, so a pooled
+cell of "moved" is the max (or mean) of the block's contributions, as a pooled cell of weights is the
+max (or mean) of its weights.
 """
 
 from __future__ import annotations
@@ -22,9 +28,41 @@ from ..errors import ArgumentTypeError, InputError, OutOfRangeError
 if TYPE_CHECKING:
     from ..data.capture import Capture
 
-__all__ = ["MODEL_VIEW_CELLS", "MODES", "Overview", "ThumbnailPool", "block_edges", "overview", "thumbnails", "window"]
+__all__ = [
+    "MEASURES",
+    "MODEL_VIEW_CELLS",
+    "MODES",
+    "Overview",
+    "ThumbnailPool",
+    "block_edges",
+    "check_measure",
+    "measure_norms",
+    "overview",
+    "thumbnails",
+    "window",
+]
 
 MODES = ("max", "mean")
+MEASURES = ("weights", "moved")  # the weights α, or what each head moves: ‖α_ij · f_h(x_j)‖
+
+
+def check_measure(measure: object) -> str:
+    """``measure`` itself when it is one of :data:`MEASURES`, else an :class:`InputError` naming them."""
+    if not isinstance(measure, str) or measure not in MEASURES:
+        raise InputError(
+            f"measure must be 'weights' (the attention weights α) or 'moved' (what each head moves, "
+            f"‖α·f(x)‖), got {measure!r}"
+        )
+    return measure
+
+
+def measure_norms(cap: Capture, layer: int, measure: str, part: str | None = None) -> Tensor | None:  # [head, key]
+    """What a chunk of weights is multiplied by to give ``measure``: None for ``"weights"``, the layer's
+    value norms ‖f_h(x_j)‖ for ``"moved"`` (the :class:`InputError` of :meth:`Capture.value_norms` for
+    a layer that has none)."""
+    if check_measure(measure) == "weights":
+        return None
+    return cap.value_norms(layer, part=part).float()
 
 
 @dataclass
@@ -79,11 +117,21 @@ def _one_head(cap: Capture, layer: int, head: int, part: str | None):
 
 
 def overview(
-    cap: Capture, layer: int, head: int, *, part: str | None = None, size: int = 512, mode: str = "max"
+    cap: Capture,
+    layer: int,
+    head: int,
+    *,
+    part: str | None = None,
+    size: int = 512,
+    mode: str = "max",
+    measure: str = "weights",
 ) -> Overview:
     """One head's map pooled into at most ``size × size`` blocks (``mode`` ``"max"`` or ``"mean"``).
 
+    ``measure="moved"`` pools the head's contributions α_ij·‖f_h(x_j)‖ instead of its weights: a cell
+    is the largest (or the mean) contribution of a key of the block to a query of the block.
     Masked cells count as 0 in a mean. Memory stays at one chunk of rows whatever the length."""
+    norms = measure_norms(cap, layer, measure, part)
     if mode not in MODES:
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
@@ -98,6 +146,8 @@ def overview(
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
     for r, _keys, _, weights in attention_output(q, k, v, all_keys=True, **args):
         w = weights[0].float()  # [chunk rows, keys]
+        if norms is not None:
+            w = w * norms[head].to(w.device)[None, :]
         pad = n_c * width_c - n_k
         if pad:
             w = torch.nn.functional.pad(w, (0, pad))
@@ -123,9 +173,11 @@ def window(
     keys: tuple[int, int],
     *,
     part: str | None = None,
+    measure: str = "weights",
 ) -> Tensor:  # [rows, keys]
     """The head's exact weights for queries ``rows[0]:rows[1]`` and keys ``keys[0]:keys[1]``,
-    computing only those rows."""
+    computing only those rows; ``measure="moved"``: its contributions α_ij·‖f_h(x_j)‖ there."""
+    norms = measure_norms(cap, layer, measure, part)
     rec, args = _one_head(cap, layer, head, part)
     spans = {"rows": (rows, rec.n_queries), "keys": (keys, rec.n_keys)}
     for what, (span, n) in spans.items():
@@ -138,7 +190,8 @@ def window(
         weights[0][:, keys[0] : keys[1]]
         for _, _, _, weights in attention_output(q, k, v, rows=torch.arange(*rows), all_keys=True, **args)
     ]
-    return torch.cat(chunks).float()
+    out = torch.cat(chunks).float()
+    return out if norms is None else out * norms[head, keys[0] : keys[1]].to(out.device)[None, :]
 
 
 MODEL_VIEW_CELLS = 24  # a model-view thumbnail's cells per side at most (the model view's and summarize's default)
@@ -149,9 +202,15 @@ class ThumbnailPool:
     every head's map to ``size = (rows, cols)`` cells, binned exactly as
     ``torch.nn.functional.adaptive_max_pool2d`` bins it; :attr:`pooled` is ``[head, rows, cols]``.
     Chunks may come in any order; under a causal mask a chunk may hold only the keys its rows see
-    (the rest of the row is 0, which a max over weights ≥ 0 never picks)."""
+    (the rest of the row is 0, which a max over weights ≥ 0 never picks).
 
-    def __init__(self, n_heads: int, n_queries: int, n_keys: int, size: tuple[int, int]) -> None:
+    ``value_norms`` ([head, n_keys], :meth:`Capture.value_norms`): each chunk's weights are multiplied
+    by them before pooling, so :attr:`pooled` holds the largest contribution α_ij·‖f_h(x_j)‖ of each
+    cell (what the head moves) instead of the largest weight."""
+
+    def __init__(
+        self, n_heads: int, n_queries: int, n_keys: int, size: tuple[int, int], value_norms: Tensor | None = None
+    ) -> None:
         if (
             not isinstance(size, (tuple, list))
             or len(size) != 2
@@ -167,6 +226,11 @@ class ThumbnailPool:
         self.stops = [-(-(i + 1) * n_queries // t_q) for i in range(t_q)]
         self.key_bins = [(j * n_keys // t_k, -(-(j + 1) * n_keys // t_k)) for j in range(t_k)]
         self.pooled = torch.zeros(n_heads, t_q, t_k)
+        if value_norms is not None and tuple(value_norms.shape) != (n_heads, n_keys):
+            raise ArgumentTypeError(
+                f"value_norms must be [head, key] = ({n_heads}, {n_keys}), got {tuple(value_norms.shape)}"
+            )
+        self.value_norms = None if value_norms is None else value_norms.float().cpu()
 
     def add(self, rows: Tensor, keys: slice, weights: Tensor, out: Tensor | None = None) -> None:
         """Pool one chunk: ``rows`` [r] consecutive query rows, their ``keys``, ``weights`` [head, r, keys]."""
@@ -175,6 +239,8 @@ class ThumbnailPool:
         # each key bin's max over the chunk's keys in it (0 for a bin it holds none of): what
         # adaptive_max_pool1d gives for the whole row, whose other keys are 0, without padding it
         k0, k1 = keys.start or 0, keys.stop if keys.stop is not None else self.n_keys
+        if self.value_norms is not None:
+            weights = weights * self.value_norms[:, None, k0:k1]
         w = weights.new_zeros(*weights.shape[:2], len(self.key_bins))  # [head, chunk rows, cols]
         for j, (a, b) in enumerate(self.key_bins):
             a, b = max(a, k0), min(b, k1)
@@ -187,13 +253,17 @@ class ThumbnailPool:
                 self.pooled[:, i] = torch.maximum(self.pooled[:, i], w[:, a - lo : b - lo].amax(1))
 
 
-def thumbnails(cap: Capture, layer: int, size: tuple[int, int], *, part: str | None = None) -> Tensor:
+def thumbnails(
+    cap: Capture, layer: int, size: tuple[int, int], *, part: str | None = None, measure: str = "weights"
+) -> Tensor:
     """Every head of one layer, its map max-pooled to ``size = (rows, cols)`` cells, binned exactly as
     ``torch.nn.functional.adaptive_max_pool2d`` bins it (``[head, rows, cols]``) — the model view's
     thumbnails — computed a chunk of query rows at a time (:class:`ThumbnailPool` fed by the layer's
-    ``weight_chunks``), so the layer's n×n maps never exist whole."""
+    ``weight_chunks``), so the layer's n×n maps never exist whole. ``measure="moved"``: each cell is
+    the largest contribution α_ij·‖f_h(x_j)‖ in its block."""
+    norms = measure_norms(cap, layer, measure, part)
     rec = cap.layer(layer, part)
-    pool = ThumbnailPool(rec.q.shape[0], rec.n_queries, rec.n_keys, size)
+    pool = ThumbnailPool(rec.q.shape[0], rec.n_queries, rec.n_keys, size, value_norms=norms)
     for rows, keys, weights in rec.weight_chunks():
         pool.add(rows, keys, weights)
     return pool.pooled

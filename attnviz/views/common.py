@@ -1,5 +1,6 @@
 """What every figure module shares: colours, axis labels and ticks, the title above a top axis, the
-settings line of a head's map, and the empty figure that carries a message."""
+settings line of a head's map, what a map measures (weights or what moves), and the empty figure that
+carries a message."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 import torch
 
+from ..analysis.overview import check_measure
 from ..data.words import group_matrix
 from .marks import mark_labels
 
@@ -21,6 +23,9 @@ __all__ = [
     "above_top_axis",
     "allowed_cells",
     "labels",
+    "measure_map",
+    "measure_name",
+    "measure_symbol",
     "message_figure",
     "part_label",
     "settings_text",
@@ -81,6 +86,35 @@ def allowed_cells(
     from_q = group_matrix(queries.words, queries.n_tokens)
     to_k = group_matrix(keys.words, keys.n_tokens)
     return (from_q @ allowed.float() @ to_k.T) > 0
+
+
+def measure_map(
+    cap: Capture,
+    layer: int,
+    head: int | None,
+    measure: str,
+    *,
+    part: str | None = None,
+    causal: bool | None = None,
+    scale: bool | float = True,
+    temperature: float = 1.0,
+    words: bool = False,
+) -> torch.Tensor:  # [query, key] for one head, else [head, query, key]; float32 on the CPU
+    """A map of ``measure``: the weights (:meth:`Capture.attention`) for ``"weights"``, what each head
+    moves, α_ij·‖f_h(x_j)‖ (:meth:`Capture.contributions`), for ``"moved"`` — with the same settings.
+    A bad measure, or a layer without value norms, is an :class:`InputError`."""
+    of = cap.contributions if check_measure(measure) == "moved" else cap.attention
+    return of(layer, head, part=part, causal=causal, scale=scale, temperature=temperature, words=words).float().cpu()
+
+
+def measure_symbol(measure: str) -> str:
+    """A colour scale's title: "α" (the weights) or "‖α·f(x)‖" (what the head moves)."""
+    return {"weights": "α", "moved": "‖α·f(x)‖"}[check_measure(measure)]
+
+
+def measure_name(measure: str) -> str:
+    """What a title calls the measure: "weights" or "what moves (‖α·f(x)‖)"."""
+    return {"weights": "weights", "moved": "what moves (‖α·f(x)‖)"}[check_measure(measure)]
 
 
 def above_top_axis(text: str, tick_labels: list[str], *, angle: float | None = None, width: int = 700) -> dict:

@@ -10,9 +10,9 @@ import plotly.graph_objects as go
 import torch
 from plotly.subplots import make_subplots
 
-from ..analysis.overview import overview, window
+from ..analysis.overview import check_measure, overview, window
 from ..errors import InputError, OutOfRangeError
-from .common import MASKED_COLOUR, allowed_cells, labels, part_label, ticks
+from .common import MASKED_COLOUR, allowed_cells, labels, measure_map, measure_name, measure_symbol, part_label, ticks
 from .marks import boundary, marked_title, new_starts
 from .overview import categories
 
@@ -58,6 +58,7 @@ def comparison(
     part: str | None = None,
     mark_new: bool = True,
     cells: int = COMPARISON_CELLS,
+    measure: str = "weights",
 ) -> go.Figure:
     """The model's own numbers, attnviz's recomputation, and their difference, for one head.
 
@@ -70,10 +71,25 @@ def comparison(
     is shown as an exact window of it, around its largest |difference| (:func:`comparison_window`):
     the title says which rows (and keys) and where the largest is, and the max |difference| in the
     title and the colour scale is still the whole map's. The axes are the map's own positions.
+
+    ``measure="moved"`` compares what the head moves, α_ij·‖f_h(x_j)‖: the model's own weights times
+    the captured value norms against :meth:`Capture.contributions` — only where the model's weights
+    were kept (the output A·V has no per-key numbers to weigh).
     """
+    moved = check_measure(measure) == "moved"
     rec = cap.layer(layer, part)
     cap.check_head(head, part)
-    if rec.weights is not None:
+    if moved:
+        if rec.weights is None:
+            raise InputError(
+                f"layer {layer} holds the model's output A·V, not its weights: what moves is compared only "
+                "against the model's own weights — capture with keep_weights=True on an eager backend, or "
+                "compare the weights"
+            )
+        norms = cap.value_norms(layer, part=part)[head].float().cpu()
+        theirs = rec.weights[head].float().cpu() * norms[None, :]
+        ours, what = cap.contributions(layer, head, part=part).cpu(), "‖A·f(x)‖ (what moves)"
+    elif rec.weights is not None:
         theirs, ours, what = rec.weights[head].float().cpu(), cap.attention(layer, head, part=part).cpu(), "weights A"
     elif rec.out is not None:
         theirs, ours, what = rec.out[head].float().cpu(), cap.output(layer, head, part=part).cpu(), "output A·V"
@@ -81,6 +97,7 @@ def comparison(
         raise InputError(f"layer {layer} holds neither the model's weights nor its output: nothing to compare")
     weights = rec.weights is not None
     full = (ours - theirs).abs()
+    top = max(float(theirs.max()), float(ours.max()), 1e-12)
     worst = divmod(int(full.argmax()), full.shape[1])
     lim = max(float(full.max()), 1e-12)
     n_r, n_c = full.shape
@@ -92,8 +109,9 @@ def comparison(
     fig = make_subplots(
         rows=1, cols=3, subplot_titles=(f"model's {what}", f"attnviz's {what}", "difference"), horizontal_spacing=0.06
     )
+    shared = dict(zmin=0, zmax=top) if moved else {}  # what moves: both panels on one scale, 0..the largest
     for col, (z, scale, kw) in enumerate(
-        ((model_z, "Blues", {}), (ours_z, "Blues", {}), (diff, "RdBu", dict(zmin=-lim, zmax=lim))), 1
+        ((model_z, "Blues", shared), (ours_z, "Blues", shared), (diff, "RdBu", dict(zmin=-lim, zmax=lim))), 1
     ):
         fig.add_trace(
             go.Heatmap(
@@ -119,7 +137,9 @@ def comparison(
             shapes.append(boundary(y=q_new - 0.5, xref=f"x{ref} domain", yref=f"y{ref}"))
             if k_new is not None:
                 shapes.append(boundary(x=k_new - 0.5, xref=f"x{ref}", yref=f"y{ref} domain"))
-    title = f"{part_label(cap, part)}L{layer}·H{head}: max |difference| {lim:.2e}"
+    title = (
+        f"{part_label(cap, part)}L{layer}·H{head}" + (", what moves" if moved else "") + f": max |difference| {lim:.2e}"
+    )
     if windowed:
         keys = f" × keys {c0}–{c1 - 1} of {n_c:,}" if weights else ""
         at = f"query {worst[0]}, key {worst[1]}" if weights else f"position {worst[0]}, dimension {worst[1]}"
@@ -136,16 +156,23 @@ COMPARE_BLOCKS = 256  # blocks a side of each pooled map: three float32 panels, 
 
 
 def max_difference(
-    a: Capture, b: Capture, layer: int, head: int, *, part_a: str | None = None, part_b: str | None = None
+    a: Capture,
+    b: Capture,
+    layer: int,
+    head: int,
+    *,
+    part_a: str | None = None,
+    part_b: str | None = None,
+    measure: str = "weights",
 ) -> float:
-    """max |A − B| over two token maps of one size, cell by cell, a chunk of query rows at a time (the
-    two n² maps never exist whole)."""
+    """max |A − B| over two token maps of one size (weights, or ``measure="moved"``: contributions),
+    cell by cell, a chunk of query rows at a time (the two n² maps never exist whole)."""
     (n_q, n_k), rows = (len(labels(a, False, part_a, "query")), len(labels(a, False, part_a, "key"))), 256
     top = 0.0
     for r0 in range(0, n_q, rows):
         span = (r0, min(r0 + rows, n_q))
-        wa = window(a, layer, head, span, (0, n_k), part=part_a)
-        wb = window(b, layer, head, span, (0, n_k), part=part_b)
+        wa = window(a, layer, head, span, (0, n_k), part=part_a, measure=measure)
+        wb = window(b, layer, head, span, (0, n_k), part=part_b, measure=measure)
         top = max(top, float((wa - wb).abs().max()))
     return top
 
@@ -166,11 +193,13 @@ def _compare_pooled(
     names: tuple[str, str],
     words: bool,
     blocks: int,
+    measure: str = "weights",
 ) -> go.Figure:
     """:func:`compare_heads` of a long text: each map pooled into blocks of whole tokens (their mean)."""
     pooled, axes, grids = [], [], []
+    symbol = measure_symbol(measure)
     for cap, part in ((a, part_a), (b, part_b)):
-        ov = overview(cap, layer, head, part=part, size=blocks, mode="mean")
+        ov = overview(cap, layer, head, part=part, size=blocks, mode="mean", measure=measure)
         q_names, k_names = labels(cap, False, part, "query"), labels(cap, False, part, "key")
         pooled.append(ov)
         axes.append((categories(q_names, ov.row_edges), categories(k_names, ov.col_edges)))
@@ -195,8 +224,8 @@ def _compare_pooled(
                 zmin=0,
                 zmax=top,
                 showscale=col == 1,
-                colorbar=dict(title="mean weight", x=1.0 if same_grid else 1.02, len=0.9),
-                hovertemplate=hover + "mean weight %{z:.4f}<extra></extra>",
+                colorbar=dict(title=f"mean {symbol}", x=1.0 if same_grid else 1.02, len=0.9),
+                hovertemplate=hover + f"mean {symbol} %{{z:.4g}}<extra></extra>",
             ),
             row=1,
             col=col,
@@ -205,6 +234,8 @@ def _compare_pooled(
         fig.update_yaxes(row=1, col=col, **_category_axis(rows, autorange="reversed"))
     wr, wc = pooled[0].block
     pooling = f"pooled: the mean of each block of {wr}×{wc} tokens (of {len(qa):,} × {len(ka):,})"
+    if measure == "moved":
+        pooling += ", of what moves (‖α·f(x)‖)"
     if words:
         pooling += f"; more than {COMPARE_LONG} words, so in tokens"
     if same_grid:
@@ -226,14 +257,14 @@ def _compare_pooled(
         )
         fig.update_xaxes(row=1, col=3, **_category_axis(axes[0][1]))
         fig.update_yaxes(row=1, col=3, **_category_axis(axes[0][0], autorange="reversed"))
-        exact = max_difference(a, b, layer, head, part_a=part_a, part_b=part_b)
+        exact = max_difference(a, b, layer, head, part_a=part_a, part_b=part_b, measure=measure)
         differ = sum(p != q for p, q in zip(qa, qb))
         count = "1 token differs" if differ == 1 else f"{differ:,} tokens differ"
         note = f"max |A − B| {exact:.3f} cell by cell" + (f"; position by position, {count}" if differ else "")
     else:
         note = f"no difference map: the tokens differ ({len(qa):,} vs {len(qb):,})"
     fig.update_layout(
-        title=f"L{layer}·H{head}, tokens: {note}<br><sup>{pooling}</sup>",
+        title=f"L{layer}·H{head}, tokens, {measure_name(measure)}: {note}<br><sup>{pooling}</sup>",
         plot_bgcolor=MASKED_COLOUR,
         height=820,
         margin=dict(l=140, r=20, t=110, b=140),
@@ -252,6 +283,7 @@ def compare_heads(
     part_b: str | None = None,
     names: tuple[str, str] = ("A", "B"),
     blocks: int = COMPARE_BLOCKS,
+    measure: str = "weights",
 ) -> go.Figure:
     """Two captures' same layer and head side by side — two texts on one model, or two models on
     one text — and, where their token (or word) grids have the same size, the difference A − B,
@@ -262,7 +294,11 @@ def compare_heads(
     :func:`attnviz.analysis.overview.overview`), so A − B is the mean of the differences in each
     block, and the title's max |A − B| is still cell by cell, over the whole maps.
 
+    ``measure="moved"`` compares what the head moves, α_ij·‖f_h(x_j)‖ (:meth:`Capture.contributions`;
+    pooled: the mean contribution of each block), on one colour scale 0..the larger map's largest.
+
     A layer or head that one capture lacks is an :class:`OutOfRangeError` naming both sizes."""
+    check_measure(measure)
     maps = []
     for cap, part, name in ((a, part_a, names[0]), (b, part_b, names[1])):
         info = cap.info(part)
@@ -275,9 +311,9 @@ def compare_heads(
         (len(labels(c, words, p, "query")), len(labels(c, words, p, "key"))) for c, p in ((a, part_a), (b, part_b))
     ]
     if max(max(g) for g in grids) > COMPARE_LONG:
-        return _compare_pooled(a, b, layer, head, part_a, part_b, names, words, blocks)
+        return _compare_pooled(a, b, layer, head, part_a, part_b, names, words, blocks, measure)
     for cap, part in ((a, part_a), (b, part_b)):
-        w = cap.attention(layer, head, part=part, words=words).cpu()
+        w = measure_map(cap, layer, head, measure, part=part, words=words)
         allowed = allowed_cells(cap, layer, None, words, part)
         maps.append(
             (
@@ -301,13 +337,13 @@ def compare_heads(
     for col, (w, q_names, k_names) in enumerate(maps, 1):
         fig.add_trace(
             go.Heatmap(
-                z=w.numpy().round(5),
+                z=w.numpy() if measure == "moved" else w.numpy().round(5),  # what moves: no fixed scale
                 colorscale="Blues",
                 zmin=0,
                 zmax=top,
                 showscale=col == 1,
-                colorbar=dict(title="weight", x=1.0 if same_grid else 1.02, len=0.9),
-                hovertemplate="query %{y} → key %{x}: %{z:.4f}<extra></extra>",
+                colorbar=dict(title=measure_symbol(measure), x=1.0 if same_grid else 1.02, len=0.9),
+                hovertemplate="query %{y} → key %{x}: %{z:.4g}<extra></extra>",
             ),
             row=1,
             col=col,
@@ -319,7 +355,7 @@ def compare_heads(
         lim = float(max(np.nanmax(np.abs(diff)) if np.isfinite(diff).any() else 0.0, 1e-6))
         fig.add_trace(
             go.Heatmap(
-                z=diff.round(5),
+                z=diff if measure == "moved" else diff.round(5),
                 colorscale="RdBu",
                 zmin=-lim,
                 zmax=lim,
@@ -341,7 +377,7 @@ def compare_heads(
             "" if words else "; compare words instead"
         )
     fig.update_layout(
-        title=f"L{layer}·H{head}, {unit}: {note}",
+        title=f"L{layer}·H{head}, {unit}, {measure_name(measure)}: {note}",
         plot_bgcolor=MASKED_COLOUR,
         height=max(420, min(900, 14 * max(len(qa), len(qb)) + 180)),
         margin=dict(l=60, r=20, t=90, b=100),

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError, OutOfRangeError
-from .common import HEAD_COLOURS, labels, part_label
+from .common import HEAD_COLOURS, labels, measure_map, measure_name, part_label
 from .marks import MARK, boundary, mark_labels, marked_title, new_starts
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ def head_view(
     queries: tuple[int, int] | None = None,
     part: str | None = None,
     mark_new: bool = True,
+    measure: str = "weights",
 ) -> go.Figure:
     """Token-to-token arcs: queries on the left, keys on the right, opacity by weight, a colour a head.
 
@@ -60,7 +61,14 @@ def head_view(
     query's ``top_k`` strongest keys and/or the keys that together hold ``mass`` of its row. At most
     :data:`MAX_LABELS` tokens per side are labelled; hover names every token. ``mark_new``: a
     generation's new tokens marked (:mod:`attnviz.views.marks`), a dotted line under the prompt.
+
+    ``measure="moved"``: lines by what each head moves from a key into a query, α_ij·‖f_h(x_j)‖
+    (:meth:`Capture.contributions`), not by weight. Those do not sum to 1, so each line's value is its
+    contribution divided by the largest contribution among the heads and queries drawn (the title
+    gives that largest value): ``threshold`` and the opacity levels apply to that share of the largest,
+    ``top_k`` ranks the contributions, and ``mass`` is the share of each row's total contribution.
     """
+    moved = measure_name(measure) != "weights"  # checks the measure
     heads = list(range(cap.info(part)["n_heads"])) if heads is None else list(heads)
     q_names, k_names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
     n = len(q_names)
@@ -79,10 +87,17 @@ def head_view(
     fig = go.Figure()
     levels = [(0.0, 0.1, 0.15), (0.1, 0.3, 0.35), (0.3, 0.6, 0.6), (0.6, 1.01, 0.95)]
     lines = 0
+    maps = {head: measure_map(cap, layer, head, measure, part=part, words=words)[rows] for head in heads}
+    largest = max((float(m.max()) for m in maps.values() if m.numel()), default=0.0)
     for head in heads:
         colour = HEAD_COLOURS[head % len(HEAD_COLOURS)]
-        w = cap.attention(layer, head, part=part, words=words).cpu()[rows]
-        keep = strongest(w, threshold=threshold, top_k=top_k, mass=mass)
+        w = maps[head]
+        if moved:  # a share of the largest contribution drawn; mass: of each row's total
+            shares = w / w.sum(-1, keepdim=True).clamp_min(1e-30)
+            w = w / max(largest, 1e-30)
+            keep = strongest(w, threshold=threshold, top_k=top_k) & strongest(shares, mass=mass)
+        else:
+            keep = strongest(w, threshold=threshold, top_k=top_k, mass=mass)
         first = True
         for lo, hi, alpha in levels:
             i, j = torch.nonzero(keep & (w >= lo) & (w < hi), as_tuple=True)
@@ -128,14 +143,14 @@ def head_view(
                 name=side,
             )
         )
-    rule = [f"weights ≥ {threshold:g}"]
+    rule = [f"‖α·f(x)‖ ≥ {threshold:g} × the largest ({largest:.3g})" if moved else f"weights ≥ {threshold:g}"]
     if top_k is not None:
         rule.append(f"top {top_k} per query")
     if mass is not None:
-        rule.append(f"{mass:.0%} of each row")
+        rule.append(f"{mass:.0%} of each row" + (" (of what it receives)" if moved else ""))
     if queries is not None and query is None:
         rule.append(f"queries {queries[0]}–{queries[1] - 1}")
-    title = f"{part_label(cap, part)}L{layer} head view — " + (
+    title = f"{part_label(cap, part)}L{layer} head view{', what moves' if moved else ''} — " + (
         "every query" if query is None else f"from {q_names[query]!r} (#{query})"
     )
     rows_shown = max(n, len(k_names))

@@ -9,7 +9,18 @@ import plotly.graph_objects as go
 import torch
 
 from ..errors import OutOfRangeError
-from .common import MASKED_COLOUR, above_top_axis, allowed_cells, labels, part_label, settings_text, ticks
+from .common import (
+    MASKED_COLOUR,
+    above_top_axis,
+    allowed_cells,
+    labels,
+    measure_map,
+    measure_name,
+    measure_symbol,
+    part_label,
+    settings_text,
+    ticks,
+)
 from .marks import boundary, marked_title, new_starts
 
 if TYPE_CHECKING:
@@ -29,14 +40,22 @@ def heatmap(
     temperature: float = 1.0,
     part: str | None = None,
     mark_new: bool = True,
+    measure: str = "weights",
 ) -> go.Figure:
     """One head's query × key weights; masked cells (the causal triangle) are left empty.
 
-    Cross-attention is drawn target (queries, rows) × source (keys, columns). ``mark_new``: a
-    generation's new tokens marked (:mod:`attnviz.views.marks`)."""
-    w = cap.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature, words=words).cpu()
+    ``measure="moved"`` draws what the head moves from each key into each query instead,
+    α_ij·‖f_h(x_j)‖ (:meth:`Capture.contributions`, with the same settings): its rows do not sum to 1,
+    so the colour scale runs from 0 to the map's largest value, and the title and colour bar say
+    "what moves (‖α·f(x)‖)". Cross-attention is drawn target (queries, rows) × source (keys, columns).
+    ``mark_new``: a generation's new tokens marked (:mod:`attnviz.views.marks`)."""
+    w = measure_map(
+        cap, layer, head, measure, part=part, causal=causal, scale=scale, temperature=temperature, words=words
+    )
     allowed = allowed_cells(cap, layer, causal, words, part)
-    z = torch.where(allowed, w, torch.full_like(w, float("nan"))).numpy().round(5)
+    moved = measure == "moved"
+    z = torch.where(allowed, w, torch.full_like(w, float("nan"))).numpy()
+    z = z if moved else z.round(5)  # what moves has no fixed scale: its float32 values as they are
     q_names, k_names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
     n_q, n_k = len(q_names), len(k_names)
     q_new, k_new = new_starts(cap, part, words, mark_new)
@@ -53,8 +72,9 @@ def heatmap(
             zmax=max(float(w.max()), 1e-6),
             customdata=hover,
             hovertemplate=("%{customdata}<br>" if hover else "query %{y} → key %{x}<br>")
-            + "weight %{z:.4f}<extra></extra>",
-            colorbar=dict(title="weight"),
+            + ("moved ‖α·f(x)‖ %{z:.4g}" if moved else "weight %{z:.4f}")
+            + "<extra></extra>",
+            colorbar=dict(title=measure_symbol(measure)),
         )
     )
     unit = "word" if words else "token"
@@ -62,8 +82,8 @@ def heatmap(
     key_side, query_side = ("source ", "target ") if cross else ("", "")
     top = above_top_axis(
         marked_title(
-            f"{part_label(cap, part)}L{layer}·H{head} — {query_side}{unit} × {key_side}{unit} attention "
-            f"({settings_text(cap, layer, causal, scale, temperature, part)})",
+            f"{part_label(cap, part)}L{layer}·H{head} — {query_side}{unit} × {key_side}{unit} attention"
+            f"{': ' if moved else ' '}{measure_name(measure)} ({settings_text(cap, layer, causal, scale, temperature, part)})",
             q_new,
             k_new,
         ),

@@ -9,9 +9,9 @@ import numpy as np
 import plotly.graph_objects as go
 import torch
 
-from ..analysis.overview import MODEL_VIEW_CELLS
+from ..analysis.overview import MODEL_VIEW_CELLS, check_measure
 from ..analysis.overview import thumbnails as pool_layer
-from .common import labels
+from .common import labels, measure_map, measure_symbol
 from .marks import boundary, marked_title, new_starts
 
 if TYPE_CHECKING:
@@ -45,24 +45,28 @@ def model_view_thumbnails(
     part: str | None = None,
     layers: Sequence[int] | None = None,
     on_layer: Callable[[int, int], None] | None = None,
+    measure: str = "weights",
 ) -> dict[int, torch.Tensor]:
     """What :func:`model_view` draws: ``{layer: [head, t_q, t_k]}``, each head's map max-pooled to
     :func:`thumb_size` (the map itself when it fits), for ``layers`` (default: every captured layer).
     Token maps are pooled a chunk of query rows at a time (:func:`attnviz.analysis.overview.thumbnails`);
     word maps are merged whole, a layer at a time. ``on_layer(done, total)`` is called after each
-    layer; an exception it raises stops the pooling."""
+    layer; an exception it raises stops the pooling. ``measure="moved"``: each head's contributions
+    α_ij·‖f_h(x_j)‖ (:meth:`Capture.contributions`) max-pooled the same way — a cell is the largest
+    amount any of its (query, key) pairs moves."""
+    check_measure(measure)
     layers = cap.layer_indices(part) if layers is None else list(layers)
     n_q, n_k = len(labels(cap, words, part, "query")), len(labels(cap, words, part, "key"))
     t_q, t_k = thumb_size(cap, words, cells, part)
     pooled = {}
     for done, layer in enumerate(layers, 1):
         if n_q == t_q and n_k == t_k:
-            pooled[layer] = cap.attention(layer, part=part, words=words).cpu()  # [head, q, k]
+            pooled[layer] = measure_map(cap, layer, None, measure, part=part, words=words)  # [head, q, k]
         elif words:
-            w = cap.attention(layer, part=part, words=True).cpu()
+            w = measure_map(cap, layer, None, measure, part=part, words=True)
             pooled[layer] = torch.nn.functional.adaptive_max_pool2d(w[None], (t_q, t_k))[0]
         else:
-            pooled[layer] = pool_layer(cap, layer, (t_q, t_k), part=part).cpu()
+            pooled[layer] = pool_layer(cap, layer, (t_q, t_k), part=part, measure=measure).cpu()
         if on_layer is not None:
             on_layer(done, len(layers))
     return pooled
@@ -77,6 +81,7 @@ def model_view(
     part: str | None = None,
     mark_new: bool = True,
     thumbnails: dict[int, torch.Tensor] | None = None,
+    measure: str = "weights",
 ) -> go.Figure:
     """All layers × heads as thumbnails in one mosaic (each pattern max-pooled to ``cells``²).
 
@@ -86,9 +91,14 @@ def model_view(
     clicked point back to (layer, head). ``mark_new``: a generation's prompt boundary drawn in every
     thumbnail, where it falls (:mod:`attnviz.views.marks`). ``thumbnails``: precomputed thumbnails
     ``{layer: [head, t_q, t_k]}`` — :func:`attnviz.analysis.summarize`'s (tokens) or
-    :func:`model_view_thumbnails`' (tokens or words, as ``words`` says) — used for each layer whose
-    thumbnail has this figure's size; the others are computed here.
+    :func:`model_view_thumbnails`' (tokens or words, as ``words`` says, and of this ``measure``) — used
+    for each layer whose thumbnail has this figure's size; the others are computed here.
+
+    ``measure="moved"``: the thumbnails of what each head moves, α_ij·‖f_h(x_j)‖, max-pooled; they
+    share one colour scale from 0 to the largest cell of the mosaic (shown, titled "‖α·f(x)‖"), where
+    the weights' scale is 0..1.
     """
+    moved = check_measure(measure) == "moved"
     layers = cap.layer_indices(part)
     h = cap.info(part)["n_heads"]
     n_q, n_k = len(labels(cap, words, part, "query")), len(labels(cap, words, part, "key"))
@@ -98,7 +108,10 @@ def model_view(
     given = thumbnails or {}
     missing = [layer for layer in layers if tuple(getattr(given.get(layer), "shape", ())) != (h, t_q, t_k)]
     if missing:  # computed here: every layer not given at this figure's size
-        given = {**given, **model_view_thumbnails(cap, words=words, cells=cells, part=part, layers=missing)}
+        given = {
+            **given,
+            **model_view_thumbnails(cap, words=words, cells=cells, part=part, layers=missing, measure=measure),
+        }
     for r, layer in enumerate(layers):
         pooled = given[layer].cpu()
         for head in range(h):
@@ -107,15 +120,19 @@ def model_view(
     row_layer = np.array(layers)[np.minimum(np.arange(size_r) // (t_q + 1), len(layers) - 1)]
     col_head = np.minimum(np.arange(size_c) // (t_k + 1), h - 1)
     ids = np.stack(np.broadcast_arrays(row_layer[:, None], col_head[None, :]), axis=-1)
+    top = float(z.nan_to_num(0).max()) if moved else 1.0
     fig = go.Figure(
         go.Heatmap(
-            z=z.numpy().round(3),
+            z=z.numpy().round(3) if not moved else z.numpy(),  # float32: what moves has no fixed scale to round to
             colorscale="Blues",
             zmin=0,
-            zmax=1,
-            showscale=False,
+            zmax=max(top, 1e-6),
+            showscale=moved,
+            colorbar=dict(title=measure_symbol(measure)),
             customdata=ids,
-            hovertemplate="L%{customdata[0]}·H%{customdata[1]}<extra></extra>",
+            hovertemplate="L%{customdata[0]}·H%{customdata[1]}"
+            + ("<br>max ‖α·f(x)‖ %{z:.4g}" if moved else "")
+            + "<extra></extra>",
             xgap=0,
             ygap=0,
         )
@@ -124,7 +141,8 @@ def model_view(
     fig.update_layout(
         title=marked_title(
             f"Model view{': ' + cap.resolve_part(part) if len(cap.parts) > 1 else ''}: {len(layers)} layers × {h} "
-            "heads (click a head to select it)",
+            + ("heads, what moves (‖α·f(x)‖, max of each cell) " if moved else "heads ")
+            + "(click a head to select it)",
             q_new,
             k_new,
         ),

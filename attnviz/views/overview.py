@@ -1,6 +1,7 @@
 """A long text's map: one head pooled into blocks of whole tokens (the *overview*), and the exact
 weights of a window of it. Both are drawn on category axes, one category per block, named by its
-token range ("512–519 ('the'…'cat')"), so hover reads them whatever the length."""
+token range ("512–519 ('the'…'cat')"), so hover reads them whatever the length. Each shows the
+weights, or (``measure="moved"``) what the head moves, α_ij·‖f_h(x_j)‖, pooled the same way."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import plotly.graph_objects as go
 import torch
 
 from ..analysis.overview import overview, window
-from .common import MASKED_COLOUR, above_top_axis, labels, part_label
+from .common import MASKED_COLOUR, above_top_axis, labels, measure_symbol, part_label
 from .marks import MARK, boundary, mark_labels, new_starts
 
 if TYPE_CHECKING:
@@ -64,6 +65,7 @@ def _grid_figure(
     hover: str,
     part: str | None,
     mark_new: bool,
+    measure: str = "weights",
 ) -> go.Figure:
     q_names, k_names = labels(cap, False, part, "query"), labels(cap, False, part, "key")
     q_new, k_new = new_starts(cap, part if part in cap.parts else None, False, mark_new)
@@ -79,7 +81,7 @@ def _grid_figure(
             zmin=0,
             zmax=top,
             hovertemplate=hover,
-            colorbar=dict(title="weight"),
+            colorbar=dict(title=measure_symbol(measure)),
         )
     )
     shapes = []  # a generation's prompt boundary, where it falls among the blocks
@@ -119,23 +121,39 @@ def overview_figure(
     size: int = OVERVIEW_SIZE,
     hint: str | None = None,
     mark_new: bool = True,
+    measure: str = "weights",
 ) -> go.Figure:
     """The head's map pooled (:func:`attnviz.analysis.overview.overview`) into at most ``size``² blocks
     of whole tokens, each the ``mode`` ("max" or "mean") of its weights; a block whose every cell is
     masked is left empty. ``hint``: a line under the title (the dashboard's "drag a box…");
-    ``mark_new``: a generation's prompt boundary drawn where it falls (:mod:`attnviz.views.marks`)."""
-    ov = overview(cap, layer, head, part=part, size=size, mode=mode)
+    ``mark_new``: a generation's prompt boundary drawn where it falls (:mod:`attnviz.views.marks`).
+
+    ``measure="moved"``: each block is the max (or mean) of the head's contributions α_ij·‖f_h(x_j)‖
+    in it — the most (or the average) any query of the block receives from any key of it; the colour
+    scale runs from 0 to the largest block."""
+    ov = overview(cap, layer, head, part=part, size=size, mode=mode, measure=measure)
+    moved = measure == "moved"
+    what = "‖α·f(x)‖" if moved else "weight"
     n_q, n_k = len(labels(cap, False, part, "query")), len(labels(cap, False, part, "key"))
     z = ov.values.clone()
     z[z == 0] = float("nan")  # a block whose every cell is masked (or exactly 0): left empty
     wr, wc = ov.block
     title = (
         f"{part_label(cap, part)}L{layer}·H{head} — overview of {n_q:,} × {n_k:,} tokens: "
-        f"the {mode} weight of each block of {wr}×{wc} tokens"
+        f"the {mode} {what}{' (what moves)' if moved else ''} of each block of {wr}×{wc} tokens"
     )
-    hover = f"queries %{{y}}<br>keys %{{x}}<br>{mode} weight %{{z:.4f}}<extra></extra>"
+    hover = f"queries %{{y}}<br>keys %{{x}}<br>{mode} {what} %{{z:.4{'g' if moved else 'f'}}}<extra></extra>"
     return _grid_figure(
-        cap, z, ov.row_edges, ov.col_edges, title=title, hint=hint, hover=hover, part=part, mark_new=mark_new
+        cap,
+        z,
+        ov.row_edges,
+        ov.col_edges,
+        title=title,
+        hint=hint,
+        hover=hover,
+        part=part,
+        mark_new=mark_new,
+        measure=measure,
     )
 
 
@@ -149,17 +167,31 @@ def window_figure(
     part: str | None = None,
     hint: str | None = None,
     mark_new: bool = True,
+    measure: str = "weights",
 ) -> go.Figure:
     """The exact weights of queries ``rows[0]:rows[1]`` × keys ``keys[0]:keys[1]`` of a long text
-    (:func:`attnviz.analysis.overview.window`), masked cells empty, on the overview's category axes."""
-    w = window(cap, layer, head, (rows[0], rows[1]), (keys[0], keys[1]), part=part)
+    (:func:`attnviz.analysis.overview.window`), masked cells empty, on the overview's category axes;
+    ``measure="moved"``: the exact contributions α_ij·‖f_h(x_j)‖ there, on a scale 0..their largest."""
+    w = window(cap, layer, head, (rows[0], rows[1]), (keys[0], keys[1]), part=part, measure=measure)
+    moved = measure == "moved"
     allowed = cap.allowed(layer, part=part)[rows[0] : rows[1], keys[0] : keys[1]]
     z = torch.where(allowed, w, torch.full_like(w, float("nan")))
     n_q, n_k = len(labels(cap, False, part, "query")), len(labels(cap, False, part, "key"))
     row_edges, col_edges = list(range(rows[0], rows[1] + 1)), list(range(keys[0], keys[1] + 1))
     title = (
-        f"{part_label(cap, part)}L{layer}·H{head} — exact weights of queries {rows[0]}–{rows[1] - 1} × keys "
-        f"{keys[0]}–{keys[1] - 1} (of {n_q:,} × {n_k:,} tokens)"
+        f"{part_label(cap, part)}L{layer}·H{head} — exact {'‖α·f(x)‖ (what moves)' if moved else 'weights'} of queries {rows[0]}–{rows[1] - 1} "
+        f"× keys {keys[0]}–{keys[1] - 1} (of {n_q:,} × {n_k:,} tokens)"
     )
-    hover = "query %{y} → key %{x}<br>weight %{z:.4f}<extra></extra>"
-    return _grid_figure(cap, z, row_edges, col_edges, title=title, hint=hint, hover=hover, part=part, mark_new=mark_new)
+    hover = "query %{y} → key %{x}<br>" + ("moved ‖α·f(x)‖ %{z:.4g}" if moved else "weight %{z:.4f}")
+    return _grid_figure(
+        cap,
+        z,
+        row_edges,
+        col_edges,
+        title=title,
+        hint=hint,
+        hover=hover + "<extra></extra>",
+        part=part,
+        mark_new=mark_new,
+        measure=measure,
+    )
