@@ -1,0 +1,264 @@
+"""Head statistics by norm (``<name>_moved``): each row's shares of what a head moves,
+``α_ij·‖f_h(x_j)‖ / Σ_k α_ik·‖f_h(x_k)‖`` (Kobayashi et al. 2020), averaged like the weights —
+against a hand computation from the capture's own ``attention`` and ``value_norms``, in
+``head_stats``, the fused pass (``summarize``), ``corpus_stats`` and ``attnviz stats``."""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import replace
+
+import pandas as pd
+import pytest
+import torch
+
+import attnviz
+from attnviz.analysis import corpus_stats, head_stats, summarize
+from attnviz.analysis.stats import MOVED_STATISTICS, HeadStatsSums, statistic_keys
+from attnviz.cli import main
+from attnviz.workflows.checkpoints import read_checkpoint, write_checkpoint
+from attnviz.workflows.corpus_checkpoint import KIND
+from attnviz.workflows.models import IdsTokenizer
+
+MOVED = [
+    "first_moved",
+    "special_moved",
+    "punctuation_moved",
+    "self_moved",
+    "previous_moved",
+    "next_moved",
+    "distance_moved",
+    "previous_token_moved",
+    "duplicate_token_moved",
+    "induction_moved",
+]
+
+
+def _punct(text: str) -> bool:
+    text = text.strip()
+    return bool(text) and all(unicodedata.category(c)[0] in "PS" for c in text)
+
+
+def by_hand(caps: list[attnviz.Capture]) -> pd.DataFrame:
+    """The by-norm columns computed from each capture's own tensors: the shares ``S = C / ΣC`` with
+    ``C = cap.attention(layer) * cap.value_norms(layer)[:, None, :]``, each column's cells summed
+    over its scored rows of every text, over the scored rows' count."""
+    totals: dict[tuple[int, int, str], float] = {}
+    counts: dict[str, int] = {}
+    for cap in caps:
+        n = cap.n_tokens
+        i = torch.arange(n)[:, None]
+        j = torch.arange(n)[None, :]
+        ids = torch.tensor(cap.token_ids)
+        special = [p for p, (s, e) in enumerate(cap.offsets) if s == e and p != 0]
+        punct = [p for p, (s, e) in enumerate(cap.offsets) if e > s and _punct(cap.text[s:e])]
+        cells = {  # [q, k] bool: the keys each column counts, per row
+            "first": (j == 0).expand(n, n),
+            "special": torch.zeros(n, n, dtype=torch.bool).index_fill_(
+                1, torch.tensor(special, dtype=torch.long), True
+            ),
+            "punctuation": torch.zeros(n, n, dtype=torch.bool).index_fill_(
+                1, torch.tensor(punct, dtype=torch.long), True
+            ),
+            "self": j == i,
+            "previous": j == i - 1,
+            "next": j == i + 1,
+            "previous_token": j == i - 1,
+            "duplicate_token": (ids[:, None] == ids[None, :]) & (j < i),
+            "induction": torch.cat([torch.zeros(n, 1, dtype=torch.bool), ids[:, None] == ids[None, :-1]], 1) & (j < i),
+        }
+        scored = {name: cell.any(-1) for name, cell in cells.items()}
+        scored["first"] = scored["self"] = scored["punctuation"] = torch.ones(n, dtype=torch.bool)
+        scored["special"] = torch.full((n,), bool(special))
+        scored["distance"] = torch.ones(n, dtype=torch.bool)
+        for name, rows in scored.items():
+            counts[name] = counts.get(name, 0) + int(rows.sum())
+        for layer in cap.layer_indices():
+            c = cap.attention(layer).double() * cap.value_norms(layer).double()[:, None, :]
+            s = c / c.sum(-1, keepdim=True)
+            for name, rows in scored.items():
+                if name == "distance":
+                    per_row = (s * (i - j).abs()).sum(-1)
+                else:
+                    per_row = (s * cells[name]).sum(-1)
+                for head, value in enumerate(per_row[:, rows].sum(-1).tolist()):
+                    totals[(layer, head, name)] = totals.get((layer, head, name), 0.0) + value
+    cap = caps[0]
+    return pd.DataFrame(
+        [
+            {
+                "layer": layer,
+                "head": head,
+                **{
+                    f"{name}_moved": totals[(layer, head, name)] / counts[name] if counts[name] else float("nan")
+                    for name in counts
+                },
+            }
+            for layer in cap.layer_indices()
+            for head in range(cap.n_heads)
+        ]
+    )[["layer", "head", *MOVED]]
+
+
+def assert_moved_equal(table: pd.DataFrame, expected: pd.DataFrame, atol: float = 1e-6) -> None:
+    pd.testing.assert_frame_equal(
+        table[["layer", "head"]].reset_index(drop=True), expected[["layer", "head"]].reset_index(drop=True)
+    )
+    ours, theirs = table[MOVED].to_numpy(), expected[MOVED].to_numpy()
+    assert (pd.isna(ours) == pd.isna(theirs)).all()  # NaN exactly where a column has no scored row
+    diff = abs(ours - theirs)
+    assert float(diff[~pd.isna(diff)].max()) <= atol
+
+
+def _ids_texts(count: int, seed: int = 0) -> list[str]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(4, 30, (count,), generator=g).tolist()
+    return [" ".join(str(t) for t in torch.randint(3, 20, (m,), generator=g).tolist()) for m in lengths]
+
+
+SENTENCES = ["The cat sat on the mat, and it slept.", "Dogs bark; cats purr!", "It was tired."]
+
+
+@pytest.fixture(scope="module")
+def decoder_caps():
+    """Two decoders — llama with GQA (4 query heads on 2 value heads) and GPT-2 (a transposed Conv1D
+    projection) — each over three texts of different lengths, with repeated tokens (detectors)."""
+    tok = IdsTokenizer()
+    made = {}
+    for family, overrides in (("llama", {"num_key_value_heads": 2}), ("gpt2", {})):
+        model = attnviz.tiny_model(family, **overrides)
+        made[family] = model, [attnviz.capture(model, t, tok) for t in _ids_texts(3)]
+    return made
+
+
+@pytest.fixture(scope="module")
+def bert(bert_tokenizer):
+    model = attnviz.tiny_model("bert", vocab_size=bert_tokenizer.vocab_size)
+    return model, [attnviz.capture(model, t, bert_tokenizer) for t in SENTENCES]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_decoder_moved_columns_equal_a_hand_computation(decoder_caps, family):
+    _, caps = decoder_caps[family]
+    table = head_stats(caps)
+    assert table.columns.tolist() == ["layer", "head", *statistic_keys()]
+    assert set(MOVED) <= set(table.columns) and set(MOVED) == set(MOVED_STATISTICS)
+    assert_moved_equal(table, by_hand(caps))
+    # the shares really differ from the weights: a random model's values have unequal norms
+    assert float((table["first_moved"] - table["first"]).abs().max()) > 1e-3
+    assert (table["next_moved"] == 0).all()  # causal: nothing is moved from a later token
+
+
+def test_encoder_moved_columns_equal_a_hand_computation_with_special_and_punctuation_tokens(bert):
+    _, caps = bert
+    table = head_stats(caps)
+    expected = by_hand(caps)
+    assert expected[["special_moved", "punctuation_moved", "next_moved"]].gt(0).all().all()  # [SEP], ",", "."
+    assert_moved_equal(table, expected)
+
+
+def test_a_layer_without_value_norms_gets_nan_by_norm_and_its_weight_columns_unchanged(decoder_caps):
+    _, caps = decoder_caps["llama"]
+    stripped = [
+        replace(
+            cap,
+            records={key: replace(rec, value_dots=None) if key[1] == 1 else rec for key, rec in cap.records.items()},
+        )
+        for cap in caps
+    ]
+    table, full = head_stats(stripped), head_stats(caps)
+    layer1 = table["layer"] == 1
+    assert table.loc[layer1, MOVED].isna().all().all()
+    pd.testing.assert_frame_equal(table[~layer1], full[~layer1])
+    weights = [c for c in table.columns if c not in MOVED]
+    pd.testing.assert_frame_equal(table[weights], full[weights])
+
+
+def test_the_fused_pass_gives_the_same_moved_columns_also_over_chunks_of_a_long_text():
+    """At 1,030 tokens the pass is cut into chunks of query rows, each causal chunk holding only
+    the keys its rows see: every row's moved total is still whole."""
+    model = attnviz.tiny_model("llama", max_position_embeddings=1100)
+    ids = torch.randint(3, 40, (1, 1030), generator=torch.Generator().manual_seed(3))
+    cap = attnviz.capture(model, input_ids=ids)
+    fused = summarize(cap).head_stats()
+    pd.testing.assert_frame_equal(fused, head_stats(cap), rtol=1e-5, atol=1e-6)
+    assert_moved_equal(fused, by_hand([cap]), atol=1e-5)
+
+
+def test_the_fused_pass_of_an_encoder_decoder_part(tiny):
+    g = torch.Generator().manual_seed(1)
+    cap = attnviz.capture(
+        attnviz.tiny_model("t5"),
+        input_ids=torch.randint(3, 100, (1, 17), generator=g),
+        decoder_input_ids=torch.randint(3, 100, (1, 11), generator=g),
+    )
+    for part in ("encoder", "decoder"):
+        fused = summarize(cap, part=part).head_stats()
+        pd.testing.assert_frame_equal(fused, head_stats(cap, part=part), rtol=1e-5, atol=1e-6)
+        assert_moved_equal(fused, by_hand([cap.select(part)]))
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_corpus_stats_moved_columns_equal_the_hand_computation_over_the_same_texts(decoder_caps, family):
+    model, caps = decoder_caps[family]
+    df = corpus_stats(model, [cap.text for cap in caps], IdsTokenizer(), batch_size=2, progress=False)
+    assert not df[MOVED].drop(columns=["special_moved"]).isna().any().any()
+    assert_moved_equal(df, by_hand(caps))
+
+
+def test_corpus_stats_of_an_encoder_with_a_layer_offloaded_to_disk_read_its_projection(tmp_path, bert, bert_tokenizer):
+    """accelerate keeps an offloaded layer's weights on the meta device between its forwards: the
+    reduction loads its output projection to read the value norms instead of giving up."""
+    model, caps = bert
+    folder = tmp_path / "bert"
+    model.save_pretrained(folder)
+    bert_tokenizer.save_pretrained(folder)
+    on_disk = {"embeddings": "cpu", "encoder.layer.0": "cpu", "encoder.layer.1": "disk", "pooler": "cpu"}
+    df = corpus_stats(str(folder), SENTENCES, device_map=on_disk, offload_folder=tmp_path / "off", progress=False)
+    assert not df[MOVED].isna().any().any()
+    assert_moved_equal(df, by_hand(caps))
+
+
+def test_cli_stats_prints_and_writes_the_moved_columns(tmp_path, capsys, bert, bert_tokenizer):
+    model, caps = bert
+    folder = tmp_path / "bert"
+    model.save_pretrained(folder)
+    bert_tokenizer.save_pretrained(folder)
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    assert main(["stats", str(folder), str(corpus), "--quiet"]) == 0
+    printed = capsys.readouterr().out
+    assert all(name in printed for name in MOVED)
+    assert main(["stats", str(folder), str(corpus), "--quiet", "--out", str(tmp_path / "s.csv")]) == 0
+    written = pd.read_csv(tmp_path / "s.csv")
+    assert_moved_equal(written, by_hand(caps))
+
+
+def test_saved_sums_without_the_moved_columns_are_refused_with_what_to_do(tmp_path, decoder_caps):
+    model, caps = decoder_caps["gpt2"]
+    sums = HeadStatsSums.like(caps[0])
+    for cap in caps:
+        sums.add(cap)
+    again = HeadStatsSums.from_state(sums.state())  # this attnviz's own state loads
+    pd.testing.assert_frame_equal(again.frame(), sums.frame())
+
+    # a checkpoint written before the by-norm columns: its keys and vector lack them
+    texts = [cap.text for cap in caps]
+    checkpoint = tmp_path / "run.ckpt"
+    corpus_stats(model, texts, IdsTokenizer(), batch_size=1, checkpoint=checkpoint, progress=False)
+    saved = read_checkpoint(checkpoint, KIND)
+    state = saved["sums"]
+    old_keys = [k for k in state["keys"] if not k.endswith("_moved")]
+    n_layers, n_heads = len(state["layers"]), state["n_heads"]
+    sums_part = state["vector"][: len(state["keys"]) * n_layers * n_heads].view(len(state["keys"]), -1)
+    keep = [state["keys"].index(k) for k in old_keys]
+    tail = state["vector"][len(state["keys"]) * n_layers * n_heads :]
+    counts, rest = tail[: len(state["keys"])], tail[len(state["keys"]) :]
+    state["keys"] = old_keys
+    state["vector"] = torch.cat([sums_part[keep].flatten(), counts[keep], rest])
+    write_checkpoint(checkpoint, saved)
+    with pytest.raises(
+        attnviz.InputError, match=r"no first_moved, special_moved, punctuation_moved… column"
+    ) as refused:
+        corpus_stats(model, texts, IdsTokenizer(), batch_size=1, checkpoint=checkpoint, resume=True, progress=False)
+    assert "start the run again without --resume (resume=False)" in str(refused.value)
