@@ -1,13 +1,18 @@
 """The AttentionLab: click a token to make it the query, see its row of weights, and flip the causal
-mask, the ÷√d_k scaling and the temperature — the row recomputed from the model's real Q and K.
+mask, the ÷√d_k scaling and the temperature — the row recomputed from the model's real Q and K. The
+shared "Show" control (weights | what moves) switches its bars to each key's share of what the head
+moves into the query, ‖α·f(x)‖, drawn beside the weights, and two lines say the row's own numbers.
 Other views add their panels to it through the panel registry (``panels.py``): a generation's step
 slider in the slot ``"steps"`` (generation_view), "apply to the model" in ``"apply"`` (edit_view)."""
 
 from __future__ import annotations
 
+import math
+
 from dash import ALL, Dash, Input, Output, State, dcc, html
 
 import attnviz
+import attnviz.analysis
 from attnviz import figures
 from attnviz.figures import message_figure, new_start
 
@@ -67,12 +72,89 @@ def lessons(cap: attnviz.Capture, layer: int, head: int, index: int, words: bool
     return [html.Div(line, className="lab-lesson", style={"color": "#555", "fontSize": "0.9em"}) for line in said]
 
 
+def head_label(cap: attnviz.Capture, layer: int, head: int, part: str | None) -> str:
+    """ "L13·H8", with its part before it ("decoder L3·H1") when the capture has several."""
+    return f"{cap.resolve_part(part) + ' ' if len(cap.parts) > 1 else ''}L{layer}·H{head}"
+
+
+def percent(share: float) -> str:
+    """A share as the lab says it: "28 %", or "0.4 %" below one per cent."""
+    return f"{100 * share:.0f} %" if share >= 0.01 or share == 0 else f"{100 * share:.1f} %"
+
+
+def moved_lines(cap: attnviz.Capture, layer: int, head: int, index: int, kwargs: dict) -> list[str]:
+    """What moves, said with this row's own numbers: for the key with the largest weight (and the first
+    key — the BOS, [CLS] — when it is not that one), its share of the weight and of what the head
+    writes into the query, then one line on why the two differ. Empty when the layer holds no value
+    norms. ``kwargs``: the lab's switches (``words``, ``causal``, ``scale``, ``temperature``, ``part``)."""
+    part = kwargs.get("part")
+    if cap.layer(layer, part).value_dots is None:
+        return []
+    weight, _, share = attnviz.analysis.row_shares(cap, layer, head, index, **kwargs)
+    words = kwargs.get("words", False)
+    q_names, names = figures.labels(cap, words, part, "query"), figures.labels(cap, words, part, "key")
+    head_name = head_label(cap, layer, head, part)
+    top = int(weight.argmax())
+    keys = [top] if top == 0 else [top, 0]
+    said = [
+        f"{names[j]!r} takes {percent(float(weight[j]))} of the weight and {percent(float(share[j]))} of what "
+        f"{head_name} writes into {q_names[index]!r}."
+        for j in keys
+    ]
+    ratios = {j: float(share[j] / weight[j]) for j in keys if float(weight[j]) > 0}
+    if not ratios or float(share.sum()) == 0:
+        return said
+    far = max(ratios, key=lambda j: abs(math.log(max(ratios[j], 1e-12))))
+    ratio = ratios[far]
+    why = (
+        "Why they differ: a key moves its weight times the length of the vector the head writes from it, "
+        f"‖f(x)‖ = ‖W_O·v‖. The vector of {names[far]!r} is {ratio:.2g}× the row's weight-averaged length, so "
+    )
+    if ratio < 0.8:
+        why += "its weight moves little: a large weight on a key whose value the head barely projects is no copy."
+    elif ratio > 1.25:
+        why += "it moves more than its weight says: a smaller weight on a long vector can carry more."
+    else:
+        why = (
+            f"Here weight and what moves agree (the vector of {names[far]!r} is {ratio:.2g}× the row's weight-averaged "
+            "length ‖f(x)‖ = ‖W_O·v‖); they need not: a large weight on a key whose value the head barely "
+            "projects moves little."
+        )
+    return [*said, why]
+
+
+def stats_line(cap: attnviz.Capture, layer: int, head: int, index: int, measure: str, kwargs: dict) -> str:
+    """The lab's first line: the row's top weight and entropy, or (``measure="moved"``) where most of
+    what the head writes into the query comes from."""
+    words, part = kwargs.get("words", False), kwargs.get("part")
+    q_names, names = figures.labels(cap, words, part, "query"), figures.labels(cap, words, part, "key")
+    unit = "words" if words else "tokens"
+    if measure == "moved":
+        weight, _, share = attnviz.analysis.row_shares(cap, layer, head, index, **kwargs)
+        top = int(share.argmax())
+        return (
+            f"query {q_names[index]!r} (#{index}) → {percent(float(share[top]))} of what "
+            f"{head_label(cap, layer, head, part)} writes into it comes from {names[top]!r} "
+            f"(weight {float(weight[top]):.2f}), over {int((weight > 0).sum())} visible {unit}; "
+            f"temperature {kwargs['temperature']:.2g}"
+        )
+    row = cap.attention(layer, head, **kwargs)[index]
+    stats = figures.row_stats(row)
+    return (
+        f"query {q_names[index]!r} (#{index}) → top weight {stats['top_weight']:.2f} on "
+        f"{names[stats['top_index']]!r}; entropy {stats['entropy']:.2f} nats "
+        f"({100 * stats['entropy_share']:.0f}% of the uniform row over {stats['support']} visible "
+        f"{unit}); temperature {kwargs['temperature']:.2g}"
+    )
+
+
 def layout(graph_config: dict) -> list:
     return [
         html.P(
             "Click a token to make it the query, and see its row of weights. Switch the causal mask "
             "and the ÷√d_k scaling, or change the temperature: the row is recomputed with attnviz's "
-            "own SDPA from this model's real Q and K."
+            "own SDPA from this model's real Q and K. Show \"what moves\" to see, beside each key's "
+            "weight, its share of what the head writes into the query (‖α·f(x)‖)."
         ),
         *slot_panels("lab", "steps"),  # a generation's step slider (generation_view)
         html.Div(id=ID.lab_tokens, style={"lineHeight": "2.1em", "margin": "6px 0"}),
@@ -196,9 +278,10 @@ def register(app: Dash, captures: Captures) -> None:
         Input(ID.lab_temperature, "value"),
         Input(ID.tabs, "value"),
         Input(ID.part, "value"),
+        Input(ID.measure, "value"),
     )
     @shows_errors(lambda m: (message_figure(m), m))
-    def lab(store, layer, head, units, query, switches, log_temperature, tab, part):
+    def lab(store, layer, head, units, query, switches, log_temperature, tab, part, measure):
         only_on(tab, "lab")
         cap = captures.from_store(store)
         if cap is None or layer is None or head is None or query is None:
@@ -216,16 +299,13 @@ def register(app: Dash, captures: Captures) -> None:
             temperature=temperature,
             part=part,
         )
-        fig = figures.query_row(cap, layer, head, index, **kwargs)
-        row = cap.attention(
-            layer, head, causal=kwargs["causal"], scale=kwargs["scale"], temperature=temperature, words=words, part=part
-        )[index]
-        stats = figures.row_stats(row)
-        q_names, names = figures.labels(cap, words, part, "query"), figures.labels(cap, words, part, "key")
-        text = (
-            f"query {q_names[index]!r} (#{index}) → top weight {stats['top_weight']:.2f} on "
-            f"{names[stats['top_index']]!r}; entropy {stats['entropy']:.2f} nats "
-            f"({100 * stats['entropy_share']:.0f}% of the uniform row over {stats['support']} visible "
-            f"{'words' if words else 'tokens'}); temperature {temperature:.2g}"
+        measure = measure or "weights"
+        fig = figures.query_row(cap, layer, head, index, measure=measure, **kwargs)
+        text = stats_line(cap, layer, head, index, measure, kwargs)
+        moved = [
+            html.Div(line, className="lab-moved", style={"color": "#8c4a00" if i else "#333"})
+            for i, line in enumerate(moved_lines(cap, layer, head, index, kwargs))
+        ]
+        return fig, html.Div(
+            [html.Div(text, className="lab-row"), *moved, *lessons(cap, layer, head, index, words, kwargs)]
         )
-        return fig, html.Div([html.Div(text), *lessons(cap, layer, head, index, words, kwargs)])

@@ -7,6 +7,7 @@ statistics of :func:`head_stats` over a corpus) and :func:`attnviz.evaluate_prob
 
 from .coref import CorefRanking, propose_candidates, rank_heads
 from .cost import cost_tables
+from .moved import moved_shares, row_shares
 from .probes import Probe, ProbeResult, load_probes
 from .rollout import rollout, rollout_blocks, rollout_rows
 from .stats import DETECTORS, detect_heads, head_stats
@@ -23,11 +24,13 @@ __all__ = [
     "detect_heads",
     "head_stats",
     "load_probes",
+    "moved_shares",
     "propose_candidates",
     "rank_heads",
     "rollout",
     "rollout_blocks",
     "rollout_rows",
+    "row_shares",
     "summarize",
 ]
 

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 import torch
 
+from ..analysis.moved import row_shares
+from ..analysis.overview import check_measure
 from ..errors import OutOfRangeError
 from .common import (
     MASKED_COLOUR,
@@ -135,38 +137,88 @@ def query_row(
     temperature: float = 1.0,
     part: str | None = None,
     mark_new: bool = True,
+    measure: str = "weights",
 ) -> go.Figure:
     """The AttentionLab bar chart: one query's row of weights, with entropy and top weight.
 
-    ``mark_new``: a generation's new keys marked (:mod:`attnviz.views.marks`)."""
+    ``measure="moved"``: each key's share of what the head moves into the query,
+    ``α_ij·‖f(x_j)‖ / Σ_j' α_ij'·‖f(x_j')‖`` (:func:`attnviz.analysis.row_shares`), drawn beside its
+    weight (the first trace the shares, the second the weights); with ``"weights"`` the weights alone,
+    each key's moved share in its hover where the layer holds value norms. ``mark_new``: a
+    generation's new keys marked (:mod:`attnviz.views.marks`)."""
+    check_measure(measure)
     q_names, names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
     if not 0 <= query < len(q_names):
         raise OutOfRangeError(f"query {query} is out of range: 0..{len(q_names) - 1}")
-    row = cap.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature, words=words)[
-        query
-    ].cpu()
+    share = None
+    if measure == "moved" or cap.layer(layer, part).value_dots is not None:  # "moved" without norms: InputError
+        row, _, share = row_shares(
+            cap, layer, head, query, part=part, causal=causal, scale=scale, temperature=temperature, words=words
+        )
+    else:
+        row = cap.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature, words=words)
+        row = row[query].cpu()
     stats = row_stats(row)
     _, k_new = new_starts(cap, part, words, mark_new)
-    colours = ["#d62728" if i == stats["top_index"] else "#1f77b4" for i in range(len(names))]
-    fig = go.Figure(
-        go.Bar(
-            x=list(range(len(names))),
-            y=row.numpy().round(5),
-            marker_color=colours,
-            customdata=names,
-            hovertemplate="%{customdata}: %{y:.4f}<extra></extra>",
+    x = list(range(len(names)))
+    colours = ["#d62728" if i == stats["top_index"] else "#1f77b4" for i in x]
+    head_name = f"{part_label(cap, part)}L{layer}·H{head}"
+    settings = settings_text(cap, layer, causal, scale, temperature, part)
+    if measure == "moved" and share is not None:
+        top_moved = int(share.argmax())
+        weights = row.numpy().round(5)
+        bars = [
+            go.Bar(
+                x=x,
+                y=share.numpy().round(5),
+                name="share of what moves",
+                marker_color=["#d62728" if i == top_moved else "#ff7f0e" for i in x],
+                customdata=[[n, w] for n, w in zip(names, weights, strict=True)],
+                hovertemplate="%{customdata[0]}: %{y:.1%} of what moves · weight %{customdata[1]:.4f}<extra></extra>",
+            ),
+            go.Bar(
+                x=x,
+                y=weights,
+                name="weight α",
+                marker_color="#1f77b4",
+                opacity=0.45,
+                customdata=names,
+                hovertemplate="%{customdata}: weight %{y:.4f}<extra></extra>",
+            ),
+        ]
+        title = (
+            f"{q_names[query]!r} → {head_name} ({settings}): what moves (‖α·f(x)‖) — "
+            f"{100 * float(share[top_moved]):.0f} % from {names[top_moved]!r}, "
+            f"top weight {stats['top_weight']:.2f} on {names[stats['top_index']]!r}"
         )
-    )
-    title = (
-        f"{q_names[query]!r} → {part_label(cap, part)}L{layer}·H{head} "
-        f"({settings_text(cap, layer, causal, scale, temperature, part)}): "
-        f"top {stats['top_weight']:.2f} on {names[stats['top_index']]!r}, "
-        f"entropy {stats['entropy']:.2f} nats"
-    )
+        y_title = "share of what moves · weight"
+    else:
+        bars = [
+            go.Bar(
+                x=x,
+                y=row.numpy().round(5),
+                name="weight α",
+                marker_color=colours,
+                customdata=names if share is None else [[n, s] for n, s in zip(names, share.tolist(), strict=True)],
+                hovertemplate="%{customdata}: %{y:.4f}<extra></extra>"
+                if share is None
+                else "%{customdata[0]}: weight %{y:.4f} · %{customdata[1]:.1%} of what moves<extra></extra>",
+            )
+        ]
+        title = (
+            f"{q_names[query]!r} → {head_name} ({settings}): "
+            f"top {stats['top_weight']:.2f} on {names[stats['top_index']]!r}, "
+            f"entropy {stats['entropy']:.2f} nats"
+        )
+        y_title = "weight"
+    fig = go.Figure(bars)
     fig.update_layout(
         title=marked_title(title, k_new),
         xaxis=dict(**ticks(names, new_from=k_new), tickangle=-45),
-        yaxis=dict(title="weight", range=[0, 1.02]),
+        yaxis=dict(title=y_title, range=[0, 1.02]),
+        barmode="group",
+        showlegend=len(bars) > 1,
+        legend=dict(orientation="h", x=1, xanchor="right", y=1.0, yanchor="bottom"),
         height=380,
         margin=dict(l=50, r=10, t=60, b=80),
         shapes=[] if k_new is None else [boundary(x=k_new - 0.5, yref="paper")],
