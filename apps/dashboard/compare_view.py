@@ -44,13 +44,29 @@ def second_part(cap: attnviz.Capture, part: str | None) -> str | None:
 
 
 def compare_figure(
-    a: attnviz.Capture, b: attnviz.Capture, layer: int, head: int, *, words: bool, part: str | None
+    a: attnviz.Capture,
+    b: attnviz.Capture,
+    layer: int,
+    head: int,
+    *,
+    words: bool,
+    part: str | None,
+    measure: str = "weights",
 ) -> tuple:
-    """(figure, message): the comparison, or the library's message (as a figure too) when it fails."""
+    """(figure, message): the comparison (of the weights, or of what moves: ``measure="moved"``), or
+    the library's message (as a figure too) when it fails."""
     try:
         part_a = part if len(a.parts) > 1 else None
         fig = figures.compare_heads(
-            a, b, layer, head, words=words, part_a=part_a, part_b=second_part(b, part), names=("A", "B")
+            a,
+            b,
+            layer,
+            head,
+            words=words,
+            part_a=part_a,
+            part_b=second_part(b, part),
+            names=("A", "B"),
+            measure=measure,
         )
         return fig, ""
     except attnviz.AttnvizError as err:
@@ -124,13 +140,14 @@ def register(app: Dash, captures: Captures) -> None:
         Input(ID.part, "value"),
         Input(ID.words, "value"),
         Input(ID.tabs, "value"),
+        Input(ID.measure, "value"),
         State(CID.text, "value"),
         State(CID.model, "value"),
         State(ID.message, "children"),
         prevent_initial_call=True,
     )
     @shows_errors(lambda m: (message_figure(m), "", PREFIX + m))
-    def compare(clicks, store, layer, head, part, units, tab, text, model, message):
+    def compare(clicks, store, layer, head, part, units, tab, measure, text, model, message):
         only_on(tab, "compare")
         ours = isinstance(message, str) and message.startswith(PREFIX)
         clear = "" if ours else no_update
@@ -142,7 +159,9 @@ def register(app: Dash, captures: Captures) -> None:
         text_b = text.strip() if isinstance(text, str) and text.strip() else a.text
         model_b = model or store["model"]
         b = captures.get(model_b, text_b, bool(store.get("bos")))
-        fig, problem = compare_figure(a, b, layer, head, words=units == "words", part=part)
+        fig, problem = compare_figure(
+            a, b, layer, head, words=units == "words", part=part, measure=measure or "weights"
+        )
         note = (
             f"A: {a.model.get('name')} on {_quote(a.text)} ({a.n_tokens} tokens) · "
             f"B: {b.model.get('name')} on {_quote(b.text)} ({b.n_tokens} tokens)"

@@ -156,9 +156,10 @@ def register(app: Dash, captures: Captures) -> None:
         Input(HID.top_k, "value"),
         Input(HID.mass, "value"),
         Input(HID.queries, "value"),
+        Input(ID.measure, "value"),
     )
     @shows_errors(message_figure)
-    def head_view(store, layer, heads, units, hover, tab, part, top_k, mass, queries):
+    def head_view(store, layer, heads, units, hover, tab, part, top_k, mass, queries, measure):
         only_on(tab, "head")
         cap = captures.from_store(store)
         if cap is None or layer is None:
@@ -171,5 +172,7 @@ def register(app: Dash, captures: Captures) -> None:
             if point.get("x") == 0 and isinstance(point.get("customdata"), int) and point["customdata"] < n:
                 query = point["customdata"]
         kwargs = rules(top_k, mass, queries, n)
-        fig = figures.head_view(cap, layer, heads or [0], words=words, query=query, part=part, **kwargs)
+        fig = figures.head_view(
+            cap, layer, heads or [0], words=words, query=query, part=part, measure=measure or "weights", **kwargs
+        )
         return fig

@@ -4,7 +4,8 @@ in the heatmap.
 
 The thumbnails come from the fused summary of the capture (``background.summary_of``: one pass over every
 head shared with head statistics, rollout and the validation) — for a long text a background job, with
-the job bar's progress meanwhile. Word thumbnails, and a cross-attention part, are pooled by a job of
+the job bar's progress meanwhile. Word thumbnails, a cross-attention part, and the thumbnails of what
+each head moves (the page's "Show: what moves" — ‖α·f(x)‖, ``measure="moved"``) are pooled by a job of
 their own (``model_view_thumbnails``)."""
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ def register(app: Dash, captures: Captures) -> None:
         Input(ID.head, "value"),
         Input(ID.tabs, "value"),
         Input(ID.part, "value"),
+        Input(ID.measure, "value"),
         Input(ID.view_job_done, "data"),
         State(ID.page, "data"),
     )
     @shows_errors(message_figure)
-    def model_view(store, units, layer, head, tab, part, _done, page):
+    def model_view(store, units, layer, head, tab, part, measure, _done, page):
         only_on(tab, "model")
         cap = captures.from_store(store)
         if cap is None:
@@ -47,17 +49,24 @@ def register(app: Dash, captures: Captures) -> None:
         selected = (layer, head) if layer is not None and head is not None else None
         words = units == "words"
         part = cap.resolve_part(part if len(cap.parts) > 1 else None)
-        if words or part == "cross":  # not in the summary: pooled by a job of its own
-            label = f"the model view's {'word' if words else part} thumbnails"
+        measure = measure or "weights"
+        moved = measure == "moved"
+        if words or part == "cross" or moved:  # not in the summary: pooled by a job of its own
+            kind = "word" if words else part if part == "cross" else "token"
+            label = f"the model view's {kind} thumbnails" + (" of what moves" if moved else "")
             thumbs = in_background(
                 captures,
                 store,
                 page,
-                ("model view", part, words),
+                ("model view", part, words) + (("moved",) if moved else ()),
                 label,
                 cap.n_tokens,
                 lambda progress: figures.model_view_thumbnails(
-                    cap, words=words, part=part, on_layer=lambda d, t: progress(d, t, f"layer {d} of {t}")
+                    cap,
+                    words=words,
+                    part=part,
+                    measure=measure,
+                    on_layer=lambda d, t: progress(d, t, f"layer {d} of {t}"),
                 ),
             )
             if thumbs is None:
@@ -67,7 +76,7 @@ def register(app: Dash, captures: Captures) -> None:
             if summary is None:
                 return message_figure(pending())
             thumbs = summary.thumbnails
-        return figures.model_view(cap, words=words, selected=selected, part=part, thumbnails=thumbs)
+        return figures.model_view(cap, words=words, selected=selected, part=part, thumbnails=thumbs, measure=measure)
 
     @app.callback(
         Output(ID.layer, "value", allow_duplicate=True),

@@ -51,10 +51,17 @@ def _view(rows: list[int], cols: list[int], full: bool) -> dict:
 
 
 def shown_overview(
-    cap: attnviz.Capture, layer: int, head: int, *, part: str | None = None, mode: str = "max"
+    cap: attnviz.Capture,
+    layer: int,
+    head: int,
+    *,
+    part: str | None = None,
+    mode: str = "max",
+    measure: str = "weights",
 ) -> tuple[go.Figure, dict]:
-    """The head's overview (``figures.overview_figure``, at most ``OVERVIEW_SIZE``² blocks) and the view's
-    store (its block edges)."""
+    """The head's overview (``figures.overview_figure``, at most ``OVERVIEW_SIZE``² blocks) of its weights
+    or (``measure="moved"``) of what it moves, and the view's store (its block edges)."""
+    exact = "exact values" if measure == "moved" else "exact weights"
     fig = figures.overview_figure(
         cap,
         layer,
@@ -62,7 +69,8 @@ def shown_overview(
         part=part,
         mode=mode,
         size=OVERVIEW_SIZE,
-        hint=f"drag a box over at most {WINDOW}×{WINDOW} tokens for the exact weights; double-click to come back",
+        hint=f"drag a box over at most {WINDOW}×{WINDOW} tokens for the {exact}; double-click to come back",
+        measure=measure,
     )
     queries, keys = cap.sequences(part)
     rows, cols = block_edges(queries.n_tokens, OVERVIEW_SIZE), block_edges(keys.n_tokens, OVERVIEW_SIZE)
@@ -77,9 +85,13 @@ def shown_window(
     keys: tuple[int, int],
     *,
     part: str | None = None,
+    measure: str = "weights",
 ) -> tuple[go.Figure, dict]:
-    """The exact weights of a window (``figures.window_figure``) and the view's store."""
-    fig = figures.window_figure(cap, layer, head, rows, keys, part=part, hint="double-click: back to the overview")
+    """The exact weights (or what moves: ``measure="moved"``) of a window (``figures.window_figure``) and
+    the view's store."""
+    fig = figures.window_figure(
+        cap, layer, head, rows, keys, part=part, hint="double-click: back to the overview", measure=measure
+    )
     return fig, _view(list(range(rows[0], rows[1] + 1)), list(range(keys[0], keys[1] + 1)), False)
 
 
@@ -112,10 +124,12 @@ def is_long(cap: attnviz.Capture, words: bool, part: str | None) -> bool:
     return max(len(figures.labels(cap, words, part, "query")), len(figures.labels(cap, words, part, "key"))) > LONG
 
 
-def note_for(cap: attnviz.Capture, view: dict | None, words: bool, part: str | None) -> str:
-    """The line above the heatmap: how what is shown relates to the text."""
+def note_for(cap: attnviz.Capture, view: dict | None, words: bool, part: str | None, measure: str = "weights") -> str:
+    """The line above the heatmap: how what is shown relates to the text (``measure``: the weights, or
+    what moves, ‖α·f(x)‖)."""
     if view is None:
         return ""
+    exact = "Exact ‖α·f(x)‖ (what moves)" if measure == "moved" else "Exact weights"
     n = len(figures.labels(cap, False, part, "query"))
     unit = (
         f" (the text has {len(figures.labels(cap, True, part, 'query')):,} words, more than the {LONG} a word "
@@ -127,10 +141,10 @@ def note_for(cap: attnviz.Capture, view: dict | None, words: bool, part: str | N
         wr, wc = view["rows"][2], view["cols"][2]
         return (
             f"{n:,} tokens: each cell pools a block of {wr}×{wc} tokens{unit}. Drag a box over at most "
-            f"{WINDOW}×{WINDOW} tokens to see the exact weights; double-click to return to the overview."
+            f"{WINDOW}×{WINDOW} tokens to see the {exact[0].lower() + exact[1:]}; double-click to return to the overview."
         )
     (r0, r1, _), (k0, k1, _) = view["rows"], view["cols"]
-    return f"Exact weights: queries {r0}–{r1 - 1} × keys {k0}–{k1 - 1} of {n:,} tokens. Double-click: the overview."
+    return f"{exact}: queries {r0}–{r1 - 1} × keys {k0}–{k1 - 1} of {n:,} tokens. Double-click: the overview."
 
 
 # ---------------------------------------------------------------- layout and callbacks
@@ -198,18 +212,20 @@ def register(app: Dash, captures: Captures) -> None:
         Input(ID.tabs, "value"),
         Input(ID.part, "value"),
         Input(OID.mode, "value"),
+        Input(ID.measure, "value"),
         Input(OID.zoom, "data"),
         State(OID.view, "data"),
         State(OID.shown, "data"),
     )
     @shows_errors(lambda m: (message_figure(m), None, "", no_update, None))
-    def heatmap(store, layer, head, units, tab, part, mode, relayout, view, shown):
+    def heatmap(store, layer, head, units, tab, part, mode, measure, relayout, view, shown):
         only_on(tab, "heatmap")
         cap = captures.from_store(store)
         if cap is None or layer is None or head is None:
             return message_figure("Run the model to see its attention."), None, "", _HIDDEN, None
         words = units == "words"
         mode = mode if mode in MODES else "max"
+        measure = measure or "weights"
         trigger = ctx.triggered_id
         if trigger == OID.zoom:
             span = zoom_span(relayout, view)
@@ -218,32 +234,40 @@ def register(app: Dash, captures: Captures) -> None:
             if span == "reset":
                 if view["full"]:
                     return (no_update,) * 5  # plotly has reset the overview itself
-                fig, view = shown_overview(cap, layer, head, part=part, mode=mode)
-                return fig, view, note_for(cap, view, words, part), _SHOWN, no_update
+                fig, view = shown_overview(cap, layer, head, part=part, mode=mode, measure=measure)
+                return fig, view, note_for(cap, view, words, part, measure), _SHOWN, no_update
             (r0, r1), (k0, k1) = span
             if not view["full"] or r1 - r0 > WINDOW or k1 - k0 > WINDOW:
                 return (no_update,) * 5  # exact already, or too wide: plotly zooms the shown cells
-            fig, view = shown_window(cap, layer, head, (r0, r1), (k0, k1), part=part)
-            return fig, view, note_for(cap, view, words, part), _SHOWN, no_update
+            fig, view = shown_window(cap, layer, head, (r0, r1), (k0, k1), part=part, measure=measure)
+            return fig, view, note_for(cap, view, words, part, measure), _SHOWN, no_update
         # what the figure on the page shows: coming back to the tab, or the same selection set again
         # (a run sets the part, whose callback sets layer and head once more), sends nothing
-        key = {"store": store, "layer": layer, "head": head, "units": units, "part": part, "mode": mode}
+        key = {
+            "store": store,
+            "layer": layer,
+            "head": head,
+            "units": units,
+            "part": part,
+            "mode": mode,
+            "measure": measure,
+        }
         if shown == key:
             return (no_update,) * 5
         if not is_long(cap, words, part):
-            fig = figures.heatmap(cap, layer, head, words=words, part=part)
+            fig = figures.heatmap(cap, layer, head, words=words, part=part, measure=measure)
             return fig, None, "", _HIDDEN, key
         queries, keys = cap.sequences(part)
         if (
             view
             and not view["full"]
-            and trigger in (ID.layer, ID.head)
+            and trigger in (ID.layer, ID.head, ID.measure)
             and view["rows"][1] <= queries.n_tokens
             and view["cols"][1] <= keys.n_tokens
         ):
-            # another head, same window: heads compared at full resolution
+            # another head (or the other measure), same window: compared at full resolution
             (r0, r1, _), (k0, k1, _) = view["rows"], view["cols"]
-            fig, view = shown_window(cap, layer, head, (r0, r1), (k0, k1), part=part)
+            fig, view = shown_window(cap, layer, head, (r0, r1), (k0, k1), part=part, measure=measure)
         else:
-            fig, view = shown_overview(cap, layer, head, part=part, mode=mode)
-        return fig, view, note_for(cap, view, words, part), _SHOWN, key
+            fig, view = shown_overview(cap, layer, head, part=part, mode=mode, measure=measure)
+        return fig, view, note_for(cap, view, words, part, measure), _SHOWN, key
