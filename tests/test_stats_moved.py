@@ -5,12 +5,16 @@ against a hand computation from the capture's own ``attention`` and ``value_norm
 
 from __future__ import annotations
 
+import base64
+import json
 import unicodedata
 from dataclasses import replace
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
+from attnviz.dashboard.ids import AID, ID
 
 import attnviz
 from attnviz.analysis import corpus_stats, head_stats, summarize
@@ -262,3 +266,92 @@ def test_saved_sums_without_the_moved_columns_are_refused_with_what_to_do(tmp_pa
     ) as refused:
         corpus_stats(model, texts, IdsTokenizer(), batch_size=1, checkpoint=checkpoint, resume=True, progress=False)
     assert "start the run again without --resume (resume=False)" in str(refused.value)
+
+
+def _array(z) -> np.ndarray:
+    """A figure's array as its JSON carries it: a list, or plotly's base64 ``{dtype, bdata, shape}``."""
+    if isinstance(z, dict):
+        shape = [int(x) for x in str(z.get("shape", "-1")).split(",")]
+        return np.frombuffer(base64.b64decode(z["bdata"]), dtype=z["dtype"]).reshape(shape)
+    return np.array(z, dtype=float)
+
+
+def _post(app, inputs: dict) -> dict:
+    """The head-statistics view's callback answered as the page asks for it (its inputs by id)."""
+    output = next(key for key in app.callback_map if f"{AID.stats_table}.data" in key)
+    callback = app.callback_map[output]
+    outputs = [o.split(".") for o in output.strip(".").split("...")]
+    body = {
+        "output": output,
+        "outputs": [{"id": i, "property": p} for i, p in outputs],
+        "inputs": [
+            {"id": i["id"], "property": i["property"], "value": inputs.get(i["id"])} for i in callback["inputs"]
+        ],
+        "state": [{"id": s["id"], "property": s["property"], "value": None} for s in callback["state"]],
+        "changedPropIds": [f"{AID.stats_column}.value"],
+    }
+    response = app.server.test_client().post("/_dash-update-component", json=body)
+    assert response.status_code == 200, response.data[:500]
+    return response.get_json()["response"]
+
+
+def test_the_statistics_view_shows_weight_and_norm_side_by_side_and_maps_the_one_shown(tmp_path, tiny_bert_words):
+    from attnviz.dashboard import create_app
+    from attnviz.dashboard.stats_view import map_column, side_by_side
+
+    from attnviz.workflows.corpus import write_table
+
+    model, tok = tiny_bert_words
+    table = corpus_stats(model, ["The cat sat.", "It was tired, so it slept."], tok, progress=False)
+    app = create_app(
+        {"minilm": "MiniLM"}, default_model="minilm", stats_file=str(write_table(table, tmp_path / "s.csv"))
+    )
+    asked = {ID.tabs: "stats", AID.stats_source: "corpus", AID.stats_column: "first"}
+    for measure, shown in (("weights", "first"), ("moved", "first_moved"), (None, "first")):
+        answer = _post(app, {**asked, ID.measure: measure})
+        names = [c["id"] for c in answer[AID.stats_table]["columns"]]
+        assert names[:6] == ["layer", "head", "first", "first_moved", "special", "special_moved"]
+        assert names.index("entropy") + 1 == names.index("previous_token")  # no twin by norm
+        figure = answer[AID.stats_map]["figure"]
+        assert figure["layout"]["title"]["text"].startswith(f"{shown}: ")
+        z = _array(figure["data"][0]["z"])
+        assert z.flatten().tolist() == pytest.approx(table[shown].tolist(), abs=1e-6)  # layer-major, as the rows
+    assert map_column("entropy", "moved") == "entropy" and map_column("induction", "moved") == "induction_moved"
+    assert side_by_side(table).columns.tolist()[-2:] == ["texts", "tokens"]
+
+    old = table[[c for c in table.columns if not c.endswith("_moved")]]  # a table of an attnviz before
+    app = create_app({"minilm": "MiniLM"}, default_model="minilm", stats_file=str(write_table(old, tmp_path / "o.csv")))
+    answer = _post(app, {**asked, ID.measure: "moved"})
+    assert "no first_moved column" in json.dumps(answer[AID.stats_map]["figure"])
+    assert len(answer[AID.stats_table]["data"]) == len(old)  # the table it has is still shown
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_show_what_moves_maps_the_statistics_by_norm_in_the_browser(dash_duo, minilm):
+    from test_dashboard import CAT, no_console_errors, open_tab, poll, run_text, start_minilm
+
+    model, tok = minilm
+    expected = head_stats(attnviz.capture(model, CAT, tok))
+    start_minilm(dash_duo)
+    run_text(dash_duo, CAT, expect="minilm: 13 tokens")
+    open_tab(dash_duo, "Head statistics")
+    dash_duo.wait_for_contains_text(f"#{AID.stats_map} .gtitle", "previous_token: attends to the token just before")
+    headers = [h.text for h in dash_duo.find_elements(f"#{AID.stats_table} th")]
+    first = next(i for i, h in enumerate(headers) if h.strip() == "first")
+    assert headers[first + 1].strip() == "first_moved", headers
+
+    def drawn() -> list[float]:
+        z = dash_duo.driver.execute_script(  # the cells as plotly drew them
+            f"const gd = document.querySelector('#{AID.stats_map} .js-plotly-plot'); "
+            "return gd.calcdata[0][0].z.map(row => Array.from(row));"
+        )
+        return [v for row in z for v in row]
+
+    dash_duo.find_elements(f"#{ID.measure} input")[1].click()  # Show: what moves
+    dash_duo.wait_for_contains_text(f"#{AID.stats_map} .gtitle", "previous_token_moved: previous_token by norm")
+    poll(lambda: drawn() == pytest.approx(expected["previous_token_moved"].tolist(), abs=1e-5))
+    dash_duo.find_elements(f"#{ID.measure} input")[0].click()  # and back to the weights
+    dash_duo.wait_for_contains_text(f"#{AID.stats_map} .gtitle", "previous_token: attends")
+    poll(lambda: drawn() == pytest.approx(expected["previous_token"].tolist(), abs=1e-5))
+    no_console_errors(dash_duo)

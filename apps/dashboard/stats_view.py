@@ -2,7 +2,11 @@
 pattern detectors — for this text, or for a corpus table of ``attnviz stats`` the server was started
 with; a click on a row or the map selects the head. This text's statistics come from the capture's
 fused summary (``background.summary_of``): for a long text a background job, shared with the model view,
-rollout and the validation."""
+rollout and the validation.
+
+Each statistic by weight sits beside its twin by norm (``<name>_moved``: the share of what the head
+moves, α·‖f(x)‖, :data:`~attnviz.analysis.stats.MOVED_STATISTICS`) in the table; the map shows the
+column chosen, and under the page's "Show: what moves" a weight column's twin by norm."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
-from attnviz.analysis.stats import DETECTORS, STATISTICS
+from attnviz.analysis.stats import DETECTORS, MOVED_STATISTICS, STATISTICS, moved_name
 from attnviz.figures import head_map, message_figure
 
 from .background import pending, summary_of
@@ -29,8 +33,9 @@ def layout() -> list:
     return [
         html.P(
             "Per head, averaged over every query token (after Clark et al. 2019), with pattern detectors: "
-            "each number is the share of attention that goes where the column says. Sort by a column; "
-            "click a row or the map to select the head."
+            "each number is the share of attention that goes where the column says. Beside each, its twin "
+            "by norm (…_moved): the share of what the head moves into the query (α·‖f(x)‖), which the map "
+            "shows under Show: what moves. Sort by a column; click a row or the map to select the head."
         ),
         html.Div(
             [
@@ -53,7 +58,10 @@ def layout() -> list:
                     value="previous_token",
                     clearable=False,
                     style={"width": "420px"},
-                    options=[{"label": f"{k} — {v}", "value": k} for k, v in {**STATISTICS, **DETECTORS}.items()],
+                    options=[
+                        {"label": f"{k} — {v}", "value": k}
+                        for k, v in {**STATISTICS, **DETECTORS, **MOVED_STATISTICS}.items()
+                    ],
                 ),
             ]
         ),
@@ -88,23 +96,32 @@ def register(app: Dash, captures: Captures, corpus: pd.DataFrame | None = None, 
         Input(ID.part, "value"),
         Input(AID.stats_source, "value"),
         Input(ID.view_job_done, "data"),
+        Input(ID.measure, "value"),
         State(ID.page, "data"),
     )
     @shows_errors(lambda m: ([], [], message_figure(m)))
-    def statistics(store, column, tab, part, source, _done, page):
+    def statistics(store, column, tab, part, source, _done, measure, page):
         only_on(tab, "stats")
         if source == "corpus" and corpus is not None:
             df = corpus.drop(columns=["texts", "tokens"])
-            figure = head_map(df, column)
-            figure.update_layout(title=f"{figure.layout.title.text} — corpus {corpus_name}")
+            where = f" — corpus {corpus_name}"
         else:
             if not store:
                 return [], [], message_figure("Run the model first.")
             summary = summary_of(captures, store, page, part)
             if summary is None:
                 return [], [], message_figure(pending())
-            df = summary.head_stats()
-            figure = head_map(df, column)
+            df, where = summary.head_stats(), ""
+        df = side_by_side(df)
+        shown = map_column(column, measure or "weights")
+        if shown not in df.columns:
+            figure = message_figure(
+                f"This table has no {shown} column: it was written by an attnviz before the statistics by norm "
+                "(…_moved). Run attnviz stats again, or choose a column by weight."
+            )
+        else:
+            meaning = MOVED_STATISTICS.get(shown) or STATISTICS.get(shown) or DETECTORS.get(shown) or shown
+            figure = head_map(df, shown, title=f"{shown}: {meaning}{where}")
         table = df.round(4)
         table.insert(0, "id", [f"{r.layer}-{r.head}" for r in table.itertuples(index=False)])
         return table.to_dict("records"), [{"name": c, "id": c} for c in table.columns if c != "id"], figure
@@ -124,3 +141,22 @@ def register(app: Dash, captures: Captures, corpus: pd.DataFrame | None = None, 
             return no_update
         layer, head = (int(x) for x in str(cell["row_id"]).split("-"))
         return layer, head
+
+
+def map_column(column: str, measure: str) -> str:
+    """The column the map shows: the one chosen, or under ``measure="moved"`` a weight column's twin
+    by norm (the entropy has none: it stays)."""
+    twin = moved_name(column)
+    return twin if measure == "moved" and twin in MOVED_STATISTICS else column
+
+
+def side_by_side(df: pd.DataFrame) -> pd.DataFrame:
+    """The table's columns with each statistic by weight followed by its twin by norm (``_moved``)."""
+    columns = [c for c in df.columns if not c.endswith("_moved")]
+    ordered: list[str] = []
+    for c in columns:
+        ordered.append(c)
+        if moved_name(c) in df.columns:
+            ordered.append(moved_name(c))
+    ordered += [c for c in df.columns if c not in ordered]
+    return df[ordered]
