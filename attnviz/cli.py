@@ -444,8 +444,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "stats",
-        help="head statistics over a corpus, streamed and batched; under torchrun / accelerate launch, spread "
-        "over the processes",
+        help="head statistics over a corpus, each mass by weight and by norm (its *_moved twin: the share of what "
+        "the head moves, α·‖f(x)‖), streamed and batched; under torchrun / accelerate launch, spread over the "
+        "processes",
     )
     p.add_argument("model", help="embedded alias, hub name or local folder")
     p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')

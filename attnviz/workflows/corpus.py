@@ -155,7 +155,10 @@ def corpus_stats(
       processes), counting no text twice; with no checkpoint there, it warns and starts at the first text.
 
     Returns one row per layer and head with the :data:`~attnviz.analysis.stats.STATISTICS` (and
-    detector) columns, plus ``texts`` and ``tokens`` (the corpus's, over all processes).
+    detector) columns, their twins by norm (:data:`~attnviz.analysis.stats.MOVED_STATISTICS`,
+    ``<name>_moved``: each layer's value norms read from its output projection; NaN where it has
+    none), plus ``texts`` and ``tokens`` (the corpus's, over all processes). A checkpoint written
+    before the ``_moved`` columns is refused on ``resume`` (its texts were never summed by norm).
     ``df.attrs`` holds ``per_process`` (texts each process captured), ``padding`` (the share of
     padding tokens in the batches), ``truncated`` and ``resumed_after`` (texts the checkpoint already held).
     """
