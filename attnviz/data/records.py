@@ -45,7 +45,7 @@ class LayerRecord:
     # word of the keys (0 where j - t < 0), so [..., 0] is ‖f_h(x_j)‖². None: no output projection found
     value_dots: Tensor | None = None  # [head, key_pos, width]
     # Σ_h Σ_j α_ij f_h(x_j) + b against the model's own projection output over a sample of rows,
-    # measured while capturing: (max |error|, the size of the terms summed, rows compared)
+    # measured while capturing: (max |error|, a bound on the size of the terms summed, rows compared)
     projection_check: Tensor | None = None  # [3]
 
     @property

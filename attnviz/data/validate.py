@@ -279,8 +279,9 @@ def layer_rows(
 
 def projection_rows(cap: Capture, atol: float, rtol: float) -> list[dict]:
     """One row per part and layer whose output projection was checked while capturing
-    (``LayerRecord.projection_check``); the tolerance is ``atol + rtol ·`` the size of the terms the
-    projection sums (what a float dot product's error is proportional to)."""
+    (``LayerRecord.projection_check``); the tolerance is ``atol + rtol ·`` a bound on the size of the
+    terms the projection sums, ``max_e Σ_k |W[e, k]| · max |o| + max |b|`` (what a float dot product's
+    error is proportional to)."""
     out = []
     for (part, layer), rec in sorted(cap.records.items(), key=lambda kv: (cap.parts.index(kv[0][0]), kv[0][1])):
         if rec.projection_check is None:

@@ -15,6 +15,7 @@ head's slice of the output projection applied to the value the query reads (Koba
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,7 @@ class OutputProjection:
     n_heads: int
     d_v: int
     _grams: Tensor | None = field(default=None, repr=False)
+    _row_sizes: Tensor | None = field(default=None, repr=False)
 
     @property
     def heads(self) -> Tensor:  # [head, hidden, d_v]: W_O^h, head h's columns of the weight
@@ -68,22 +70,22 @@ class OutputProjection:
     @property
     def grams(self) -> Tensor:  # [head, d_v, d_v]: W_O^hᵀ W_O^h, so ‖W_O^h v‖² = vᵀ G_h v
         if self._grams is None:
-            heads = self.heads.double()
-            self._grams = (heads.transpose(-2, -1) @ heads).float()
+            heads = self.heads
+            self._grams = heads.transpose(-2, -1) @ heads
         return self._grams
 
     @staticmethod
     def per_head(v: Tensor, n_heads: int) -> Tensor:  # [kv_head, n, d_v] -> [head, n, d_v]
         """The value each query head reads: GQA groups consecutive query heads on one kv head."""
-        return v.repeat_interleave(n_heads // v.shape[0], dim=0)
+        groups = n_heads // v.shape[0]
+        return v if groups == 1 else v.repeat_interleave(groups, dim=0)
 
     def value_dots(self, v: Tensor, width: int) -> Tensor:  # [head, key, width]
         """``[h, j, t] = f_h(x_j) · f_h(x_{j-t})`` for ``t < width`` (0 where ``j - t < 0``), with
         ``f_h(x_j) = W_O^h v_j``: ``[..., 0]`` is ``‖f_h(x_j)‖²``, the rest what a word of up to
         ``width`` tokens needs for the norm of its tokens' summed vectors."""
         vh = self.per_head(v.float(), self.n_heads)
-        grams = self.grams.to(vh.device)
-        moved = vh @ grams  # [head, n, d_v]: G_h v_j
+        moved = vh @ self.grams.to(vh.device)  # [head, n, d_v]: G_h v_j
         n = vh.shape[1]
         dots = vh.new_zeros(self.n_heads, n, max(1, width))
         dots[..., 0] = (moved * vh).sum(-1).clamp_min(0)
@@ -91,19 +93,29 @@ class OutputProjection:
             dots[:, t:, t] = (moved[:, t:] * vh[:, :-t]).sum(-1)
         return dots
 
-    def apply(self, per_head: Tensor) -> Tensor:  # [head, rows, d_v] -> [rows, hidden], float64
+    def apply(self, per_head: Tensor) -> Tensor:  # [head, rows, d_v] -> [rows, hidden], float32
         """``Σ_h W_O^h o_h + b``: what the projection outputs for the heads' outputs ``o_h`` (each
-        ``Σ_j α_ij v_j`` with the value its head reads), summed in float64."""
-        heads = self.heads.to(per_head.device, torch.float64)
-        out = torch.einsum("hrd,hed->re", per_head.double(), heads)
-        return out if self.bias is None else out + self.bias.to(out.device, torch.float64)
+        ``Σ_j α_ij v_j`` with the value its head reads), through the same head slices (:attr:`heads`)
+        the value norms are made of — so the self-check proves those."""
+        out = torch.einsum("hrd,hed->re", per_head.float(), self.heads.to(per_head.device))
+        return out if self.bias is None else out + self.bias.to(out.device)
 
-    def magnitude(self, per_head: Tensor) -> Tensor:  # [rows, hidden]: Σ |terms| of each output entry
-        """The size of the terms each output entry sums (``Σ_h Σ_d |W_O^h[e, d]|·|o_h[d]| + |b|``): what a
-        float dot product's error is proportional to, so the tolerance scales with it."""
-        heads = self.heads.to(per_head.device, torch.float64).abs()
-        out = torch.einsum("hrd,hed->re", per_head.double().abs(), heads)
-        return out if self.bias is None else out + self.bias.to(out.device, torch.float64).abs()
+    @property
+    def row_sizes(self) -> Tensor:  # [hidden]: Σ_k |W[e, k]|
+        if self._row_sizes is None:
+            self._row_sizes = self.weight.abs().sum(-1)
+        return self._row_sizes
+
+    def magnitude(self, per_head: Tensor) -> float:
+        """A bound on the size of the terms any output entry sums, ``max_e Σ_k |W[e, k]| · max |o| +
+        max |b|``: what a float dot product's error is proportional to, so the tolerance scales with it."""
+        bias = 0.0 if self.bias is None else float(self.bias.abs().max())
+        return float(self.row_sizes.max()) * float(per_head.abs().max()) + bias
+
+
+#: per output projection module: (its weight's data pointer and version, what was derived from it) —
+#: a model's Gram matrices are computed once, not per capture
+_DERIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def output_projection(model: nn.Module, attention_name: str, n_heads: int, d_v: int) -> OutputProjection | None:
@@ -118,9 +130,15 @@ def output_projection(model: nn.Module, attention_name: str, n_heads: int, d_v: 
     if weight.dim() != 2 or weight.shape[1] != n_heads * d_v:
         return None
     bias = getattr(module, "bias", None)
-    return OutputProjection(
+    key = (weight.data_ptr(), module.weight._version, n_heads, d_v)  # type: ignore[union-attr]
+    cached = _DERIVED.get(module)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    found = OutputProjection(
         weight.float(), None if not isinstance(bias, Tensor) else bias.detach().float(), n_heads, d_v
     )
+    _DERIVED[module] = (key, found)
+    return found
 
 
 @dataclass

@@ -4,9 +4,10 @@ For every record whose attention module has an output projection
 (:func:`attnviz.engine.projections.output_projection`), the dot products of the vectors
 ``f_h(x_j) = W_O^h v_j`` its keys' words need (``LayerRecord.value_dots``: O(head · key · longest
 word)), and — unless the check is off — the proof that they are the right vectors: over the rows
-of the projection's output the taps kept, ``Σ_h Σ_j α_ij f_h(x_j) + b`` (attnviz's own weights,
-the value each head reads, the head's slice of the weight) against the model's own projection
-output (``LayerRecord.projection_check``, reported by :func:`attnviz.data.validate.validate`).
+of the projection's output the taps kept, ``Σ_h W_O^h o_ih + b`` (the heads' outputs through the
+same head slices the norms are made of) against the model's own projection output
+(``LayerRecord.projection_check``, reported by :func:`attnviz.data.validate.validate`; see
+:func:`projection_errors` for why, with the output line, that proves ``Σ_h Σ_j α_ij f_h(x_j) + b``).
 """
 
 from __future__ import annotations
@@ -23,18 +24,27 @@ __all__ = ["add_value_terms", "projection_errors"]
 
 
 def projection_errors(rec: LayerRecord, projection: OutputProjection, rows: torch.Tensor, model_out: torch.Tensor):
-    """``(max |error|, max size of the terms summed)`` of ``Σ_h Σ_j α_ij f_h(x_j) + b`` against the
-    model's projection output ``model_out [r, hidden]`` at query ``rows``."""
-    value = OutputProjection.per_head(rec.v, projection.n_heads)
-    moved = []
-    for _rows, keys, _, weights in attention_output(
-        rec.q, rec.k, rec.v[..., :0], rows=rows, all_keys=True, **rec.sdpa_arguments()
-    ):
-        moved.append(torch.einsum("hrk,hkd->hrd", weights.double(), value[:, keys].to(weights.device).double()))
-    per_head = torch.cat(moved, dim=1)
+    """``(max |error|, a bound on the size of the terms summed)`` of ``Σ_h W_O^h o_ih + b`` against the model's
+    projection output ``model_out [r, hidden]`` at query ``rows``.
+
+    ``o_ih`` is the kernel's own output for head *h* (the record's ``out``), which the self-check's
+    output line proves equal to attnviz's ``Σ_j α_ij v_j`` (GQA's value sharing included): the two
+    lines together prove ``Σ_h Σ_j α_ij f_h(x_j) + b`` is what the projection computed, and this one
+    proves the head slices, their order and that nothing sits between the kernel and the projection.
+    A record without the kernel's output is checked with attnviz's own ``Σ_j α_ij v_j``."""
+    if rec.out is not None:
+        per_head = rec.out[:, rows.to(rec.out.device)].float()
+    else:
+        value = OutputProjection.per_head(rec.v, projection.n_heads)
+        moved = []
+        for _rows, keys, _, weights in attention_output(
+            rec.q, rec.k, rec.v[..., :0], rows=rows, all_keys=True, **rec.sdpa_arguments()
+        ):
+            moved.append(weights @ value[:, keys].to(weights))
+        per_head = torch.cat(moved, dim=1)
     ours = projection.apply(per_head)
-    error = (ours - model_out.to(ours.device, torch.float64)).abs().max()
-    return float(error), float(projection.magnitude(per_head).max())
+    error = (ours - model_out.to(ours.device, torch.float32)).abs().max()
+    return float(error), projection.magnitude(per_head)
 
 
 def add_value_terms(model: nn.Module, made: list[Capture], watch: ProjectionWatch | None, check: str) -> None:
@@ -42,6 +52,10 @@ def add_value_terms(model: nn.Module, made: list[Capture], watch: ProjectionWatc
     records; item ``b`` of the batch is ``made[b]``."""
     projections: dict[str, OutputProjection | None] = {}
     for b, cap in enumerate(made):
+        widths = {  # the longest word of each part's keys, in tokens
+            part: max((w.token_stop - w.token_start for w in cap.sequences(part)[1].words), default=1)
+            for part in cap.parts
+        }
         for (part, _), rec in cap.records.items():
             n_heads = rec.q.shape[0]
             if rec.name not in projections:
@@ -49,9 +63,7 @@ def add_value_terms(model: nn.Module, made: list[Capture], watch: ProjectionWatc
             projection = projections[rec.name]
             if projection is None:
                 continue
-            keys = cap.sequences(part)[1]
-            width = max((w.token_stop - w.token_start for w in keys.words), default=1)
-            rec.value_dots = projection.value_dots(rec.v, width)
+            rec.value_dots = projection.value_dots(rec.v, widths[part])
             seen = None if watch is None or check == "off" else watch.rows(rec.name)
             if seen is None:
                 continue
