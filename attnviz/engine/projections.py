@@ -130,7 +130,7 @@ def output_projection(model: nn.Module, attention_name: str, n_heads: int, d_v: 
     if weight.dim() != 2 or weight.shape[1] != n_heads * d_v:
         return None
     bias = getattr(module, "bias", None)
-    key = (weight.data_ptr(), module.weight._version, n_heads, d_v)  # type: ignore[union-attr]
+    key = (weight.data_ptr(), module.weight._version, n_heads, d_v)
     cached = _DERIVED.get(module)
     if cached is not None and cached[0] == key:
         return cached[1]
