@@ -244,6 +244,7 @@ ALLOWED_FOREIGN_PRIVATE = {
     "_forward_hooks",  # torch: whether a module has hooks of its own (the corpus path's early stop)
     "_forward_pre_hooks",
     "_softmax",  # torch.ops.aten._softmax.out: the softmax written into a buffer of the corpus reduction
+    "_version",  # torch: a tensor's in-place version counter, so a changed weight's Gram matrices are redone
 }
 
 
