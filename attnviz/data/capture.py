@@ -346,8 +346,8 @@ class Capture:
         if rec.value_dots is None:
             raise InputError(
                 f"this capture holds no value norms for layer {layer}: its attention module {rec.name!r} has no "
-                "output projection attnviz could read (or the capture was saved by an attnviz before 0.20); "
-                "capture it again, or show the weights instead"
+                "output projection attnviz could read (or the capture file was written before attnviz kept value "
+                "norms); capture it again, or show the weights instead"
             )
         return rec
 
