@@ -8,6 +8,8 @@ Needs Debian's chromium + chromium-driver, and a CJK font for the Chinese exampl
 or fonts-noto-cjk; without one Chromium draws 它 as empty boxes). The pictures (all SmolLM2, the page's BOS on):
 
 - lab-zh, coref-zh: the opening Chinese example in the AttentionLab and Coreference views.
+- lab-zh-moved: the AttentionLab on that example, words, L13·H8, 它's row with Show: "what moves" — each
+  key's share of what the head writes into 它 beside its weight, and the lines that say it.
 - view-edits: that example, words, L13·H8, the key 小猫 knocked out of 它's row and "Apply to the model"
   with the continuation 好 (next-token bars before/after, the edited row).
 - view-importance: Coreference's "Map head importance" for 好 (a background job, ~30–120 s).
@@ -39,7 +41,7 @@ import attnviz  # noqa: E402
 
 OUT = Path(__file__).parent
 ROOT = OUT.parent
-SHOTS = ["lab-zh", "coref-zh", "edits", "importance", "compare", "views", "head-512", "overview-8k"]
+SHOTS = ["lab-zh", "lab-zh-moved", "coref-zh", "edits", "importance", "compare", "views", "head-512", "overview-8k"]
 ZH = "我家的小猫很可爱，它很好动。"
 BIG = "The trophy doesn't fit in the suitcase because it is too big."
 LONG_N = 8000  # tokens, the BOS included
@@ -60,8 +62,13 @@ def main(port: int = 8077) -> None:
     try:
         driver.get(f"http://127.0.0.1:{port}/")
         wait(driver, lambda: "tokens" in driver.find_element("id", ID.status).text, 120)
-        if "lab-zh" in only:
-            shoot(driver, "tab-lab", "lab-zh", extra=lambda: click_words(driver))
+        if "lab-zh" in only:  # a taller window: the row's lines on what moves sit above the bars
+            open_tab(driver, "AttentionLab")
+            click_words(driver)
+            time.sleep(6)
+            save(driver, "lab-zh", height=1300)
+        if "lab-zh-moved" in only:
+            shoot_lab_moved(driver)
         if "coref-zh" in only:
             shoot(driver, "tab-coref", "coref-zh")
         if "edits" in only:
@@ -90,6 +97,25 @@ def main(port: int = 8077) -> None:
 
 
 # ---------------------------------------------------------------- the new pictures
+def shoot_lab_moved(driver) -> None:
+    """The AttentionLab showing what moves: 它's row at L13·H8 (words), shares beside weights."""
+    run(driver, ZH, "27 tokens")
+    driver.find_elements("css selector", f"#{ID.words} input")[1].click()  # words
+    choose(driver, ID.layer, 13)
+    choose(driver, ID.head, 8)
+    open_tab(driver, "AttentionLab")
+    wait(driver, lambda: "query '它'" in driver.find_element("id", ID.lab_stats).text, 60)
+    driver.find_elements("css selector", f"#{ID.measure} input")[1].click()  # Show: what moves
+    wait(driver, lambda: "what moves" in title(driver, ID.lab_graph), 60)
+    wait(driver, lambda: "of what L13·H8 writes" in driver.find_element("id", ID.lab_stats).text, 60)
+    time.sleep(4)
+    print(driver.find_element("id", ID.lab_stats).text)
+    scroll_to(driver, ID.layer, offset=40)  # the Show control, the lines and the bars
+    save(driver, "lab-zh-moved", height=1000)
+    driver.find_elements("css selector", f"#{ID.measure} input")[0].click()  # back to the weights for the next
+    wait(driver, lambda: "what moves" not in title(driver, ID.lab_graph), 60)
+
+
 def shoot_edits(driver) -> None:
     """The AttentionLab's "Apply to the model": 小猫 knocked out of 它's row at L13·H8, continuation 好."""
     run(driver, ZH, "27 tokens")

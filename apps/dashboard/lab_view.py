@@ -302,9 +302,9 @@ def register(app: Dash, captures: Captures) -> None:
         measure = measure or "weights"
         fig = figures.query_row(cap, layer, head, index, measure=measure, **kwargs)
         text = stats_line(cap, layer, head, index, measure, kwargs)
-        moved = [
-            html.Div(line, className="lab-moved", style={"color": "#8c4a00" if i else "#333"})
-            for i, line in enumerate(moved_lines(cap, layer, head, index, kwargs))
+        moved = [  # the row's numbers, then (brown) why weight and what moves differ
+            html.Div(line, className="lab-moved", style={"color": "#333" if " takes " in line else "#8c4a00"})
+            for line in moved_lines(cap, layer, head, index, kwargs)
         ]
         return fig, html.Div(
             [html.Div(text, className="lab-row"), *moved, *lessons(cap, layer, head, index, words, kwargs)]
