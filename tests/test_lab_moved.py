@@ -249,3 +249,23 @@ def test_lab_switches_to_what_moves_and_back(dash_duo, llama_folder, long_llama)
     poll(lambda: "entropy" in dash_duo.find_element(f"#{ID.lab_graph} .gtitle").text)
     poll(lambda: dash_duo.find_element(".lab-row").text == stats_line(cap, 1, 2, query, "weights", kwargs))
     no_console_errors(dash_duo)
+
+
+def test_every_part_of_an_encoder_decoder(bert_tokenizer):
+    """BART: encoder, decoder and cross rows — shares by hand, the lab's lines naming the part."""
+    model = attnviz.tiny_model("bart", vocab_size=bert_tokenizer.vocab_size, decoder_start_token_id=102)
+    cap = attnviz.capture(model, CAT, bert_tokenizer, target="The cat was tired.")
+    for part in ("encoder", "decoder", "cross"):
+        queries, keys = cap.sequences(part)
+        query = queries.n_tokens - 2
+        alpha = cap.attention(1, 1, part=part)[query]
+        share = alpha * cap.value_norms(1, part=part)[1]
+        share = share / share.sum()
+        _, _, got = attnviz.analysis.row_shares(cap, 1, 1, query, part=part)
+        torch.testing.assert_close(got, share, rtol=1e-5, atol=1e-7)
+        kwargs = dict(words=False, part=part, causal=part == "decoder", scale=True, temperature=1.0)
+        lines = moved_lines(cap, 1, 1, query, kwargs)
+        assert f"of what {part} L1·H1 writes into {queries.token_labels[query]!r}" in lines[0]
+        fig = figures.query_row(cap, 1, 1, query, part=part, measure="moved")
+        np.testing.assert_allclose(np.array(fig.data[0].y), share.numpy(), atol=1e-5)
+        assert len(fig.data[0].y) == keys.n_tokens
