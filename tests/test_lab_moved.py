@@ -140,6 +140,12 @@ def test_the_lab_text_says_the_rows_own_numbers(llama, bert_cat, words, switches
                 moved = alpha * cap.value_norms(layer)[head]
             share = moved / moved.sum()
             lines = moved_lines(cap, layer, head, query, kwargs)
+            given = attnviz.analysis.row_shares(cap, layer, head, query, **kwargs)  # as the callback passes them
+            assert moved_lines(cap, layer, head, query, kwargs, given) == lines
+            for measure in ("weights", "moved"):
+                assert stats_line(cap, layer, head, query, measure, kwargs, given) == stats_line(
+                    cap, layer, head, query, measure, kwargs
+                )
             top = int(alpha.argmax())
             keys = [top] if top == 0 else [top, 0]
             assert len(lines) == len(keys) + 1, lines

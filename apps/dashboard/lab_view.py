@@ -82,15 +82,18 @@ def percent(share: float) -> str:
     return f"{100 * share:.0f} %" if share >= 0.01 or share == 0 else f"{100 * share:.1f} %"
 
 
-def moved_lines(cap: attnviz.Capture, layer: int, head: int, index: int, kwargs: dict) -> list[str]:
+def moved_lines(
+    cap: attnviz.Capture, layer: int, head: int, index: int, kwargs: dict, shares: tuple | None = None
+) -> list[str]:
     """What moves, said with this row's own numbers: for the key with the largest weight (and the first
     key — the BOS, [CLS] — when it is not that one), its share of the weight and of what the head
     writes into the query, then one line on why the two differ. Empty when the layer holds no value
-    norms. ``kwargs``: the lab's switches (``words``, ``causal``, ``scale``, ``temperature``, ``part``)."""
+    norms. ``kwargs``: the lab's switches (``words``, ``causal``, ``scale``, ``temperature``, ``part``);
+    ``shares``: the row's :func:`attnviz.analysis.row_shares`, when the caller has computed them."""
     part = kwargs.get("part")
     if cap.layer(layer, part).value_dots is None:
         return []
-    weight, _, share = attnviz.analysis.row_shares(cap, layer, head, index, **kwargs)
+    weight, _, share = shares or attnviz.analysis.row_shares(cap, layer, head, index, **kwargs)
     words = kwargs.get("words", False)
     q_names, names = figures.labels(cap, words, part, "query"), figures.labels(cap, words, part, "key")
     head_name = head_label(cap, layer, head, part)
@@ -123,14 +126,16 @@ def moved_lines(cap: attnviz.Capture, layer: int, head: int, index: int, kwargs:
     return [*said, why]
 
 
-def stats_line(cap: attnviz.Capture, layer: int, head: int, index: int, measure: str, kwargs: dict) -> str:
+def stats_line(
+    cap: attnviz.Capture, layer: int, head: int, index: int, measure: str, kwargs: dict, shares: tuple | None = None
+) -> str:
     """The lab's first line: the row's top weight and entropy, or (``measure="moved"``) where most of
-    what the head writes into the query comes from."""
+    what the head writes into the query comes from (``shares`` as in :func:`moved_lines`)."""
     words, part = kwargs.get("words", False), kwargs.get("part")
     q_names, names = figures.labels(cap, words, part, "query"), figures.labels(cap, words, part, "key")
     unit = "words" if words else "tokens"
     if measure == "moved":
-        weight, _, share = attnviz.analysis.row_shares(cap, layer, head, index, **kwargs)
+        weight, _, share = shares or attnviz.analysis.row_shares(cap, layer, head, index, **kwargs)
         top = int(share.argmax())
         return (
             f"query {q_names[index]!r} (#{index}) → {percent(float(share[top]))} of what "
@@ -138,7 +143,7 @@ def stats_line(cap: attnviz.Capture, layer: int, head: int, index: int, measure:
             f"(weight {float(weight[top]):.2f}), over {int((weight > 0).sum())} visible {unit}; "
             f"temperature {kwargs['temperature']:.2g}"
         )
-    row = cap.attention(layer, head, **kwargs)[index]
+    row = shares[0] if shares else cap.attention(layer, head, **kwargs)[index]
     stats = figures.row_stats(row)
     return (
         f"query {q_names[index]!r} (#{index}) → top weight {stats['top_weight']:.2f} on "
@@ -301,10 +306,12 @@ def register(app: Dash, captures: Captures) -> None:
         )
         measure = measure or "weights"
         fig = figures.query_row(cap, layer, head, index, measure=measure, **kwargs)
-        text = stats_line(cap, layer, head, index, measure, kwargs)
+        has_norms = cap.layer(layer, part).value_dots is not None
+        shares = attnviz.analysis.row_shares(cap, layer, head, index, **kwargs) if has_norms else None  # once
+        text = stats_line(cap, layer, head, index, measure, kwargs, shares)
         moved = [  # the row's numbers, then (brown) why weight and what moves differ
             html.Div(line, className="lab-moved", style={"color": "#333" if " takes " in line else "#8c4a00"})
-            for line in moved_lines(cap, layer, head, index, kwargs)
+            for line in moved_lines(cap, layer, head, index, kwargs, shares)
         ]
         return fig, html.Div(
             [html.Div(text, className="lab-row"), *moved, *lessons(cap, layer, head, index, words, kwargs)]
