@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DETECTORS",
-    "STATISTICS",
     "MOVED_STATISTICS",
+    "STATISTICS",
     "HeadStatsSums",
     "LayerSums",
     "TextSums",
