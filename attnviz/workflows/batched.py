@@ -99,7 +99,9 @@ class BatchReducer:
             return output_projection(self.model, name, n_heads, d_v)
         from accelerate.utils import align_module_device  # deferred: accelerate is optional (attnviz[stats])
 
-        with align_module_device(module):  # the offloaded weights, for the copy below
+        # the offloaded weights, for the copy below; loaded outside inference mode (the reduction runs
+        # in it), so that they are ordinary tensors (an inference tensor has no version to read)
+        with torch.inference_mode(False), align_module_device(module):
             found = output_projection(self.model, name, n_heads, d_v)
             if found is None or found.weight.is_meta:
                 return None
