@@ -210,6 +210,25 @@ def test_corpus_stats_moved_columns_equal_the_hand_computation_over_the_same_tex
     assert_moved_equal(df, by_hand(caps))
 
 
+@pytest.mark.parametrize("family", ["gpt_oss", "bloom", "mistral", "roberta"])
+def test_a_padded_chunked_batch_moves_what_its_captures_move(family):
+    """Learned sinks (gpt_oss: a row's weights sum to < 1, its moved shares to 1), projection hooks
+    and ALiBi (bloom), a sliding window (mistral: a chunk's keys start after 0) and an encoder
+    (roberta), in one padded batch cut into chunks of rows: the by-norm columns equal the captures'
+    hand computation, NaN in the same places."""
+    from attnviz.workflows.batched import BatchReducer
+
+    model, tok = attnviz.tiny_model(family), IdsTokenizer()
+    texts = [
+        "5 6",
+        " ".join(str(3 + i % 7) for i in range(45)),
+        "9 9 9 10 9 10",
+        " ".join(str(20 + i) for i in range(23)),
+    ]
+    sums, _ = BatchReducer(model, tok, budget=300).add(None, texts)
+    assert_moved_equal(sums.frame(), by_hand([attnviz.capture(model, t, tok) for t in texts]))
+
+
 def test_corpus_stats_of_an_encoder_with_a_layer_offloaded_to_disk_read_its_projection(tmp_path, bert, bert_tokenizer):
     """accelerate keeps an offloaded layer's weights on the meta device between its forwards: the
     reduction loads its output projection to read the value norms instead of giving up."""
