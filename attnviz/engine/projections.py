@@ -120,23 +120,41 @@ _DERIVED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def output_projection(model: nn.Module, attention_name: str, n_heads: int, d_v: int) -> OutputProjection | None:
     """The output projection of the attention module at ``attention_name`` as an
-    :class:`OutputProjection`, or None when there is none whose input is ``n_heads × d_v`` wide."""
+    :class:`OutputProjection`, or None when there is none whose input is ``n_heads × d_v`` wide.
+
+    A module accelerate offloads (its weights on the meta device between its own forwards) is
+    loaded for a copy of its weights; None when they cannot be read."""
     module = projection_module(model, attention_name)
     if module is None:
         return None
+    if not hasattr(module, "_hf_hook"):
+        return _read(module, n_heads, d_v, copy=False)
+    from accelerate.utils import align_module_device  # deferred: accelerate is optional (attnviz[stats])
+
+    # loaded outside inference mode, so that the copies are ordinary tensors
+    with torch.inference_mode(False), align_module_device(module):
+        found = _read(module, n_heads, d_v, copy=True)
+    return None if found is None or found.weight.is_meta else found
+
+
+def _read(module: nn.Module, n_heads: int, d_v: int, *, copy: bool) -> OutputProjection | None:
     weight: Tensor = module.weight.detach()  # type: ignore[operator]
     if type(module).__name__ in TRANSPOSED_WEIGHTS:
         weight = weight.t()
     if weight.dim() != 2 or weight.shape[1] != n_heads * d_v:
         return None
     bias = getattr(module, "bias", None)
-    key = (weight.data_ptr(), module.weight._version, n_heads, d_v)
+    bias = bias.detach().float() if isinstance(bias, Tensor) else None
+    if copy:  # weights that live only for this block (offloaded): nothing derived from them is kept
+        return OutputProjection(weight.float().clone(), None if bias is None else bias.clone(), n_heads, d_v)
+    try:
+        key = (weight.data_ptr(), module.weight._version, n_heads, d_v)
+    except RuntimeError:  # an inference tensor has no version counter: nothing is kept for it
+        return OutputProjection(weight.float(), bias, n_heads, d_v)
     cached = _DERIVED.get(module)
     if cached is not None and cached[0] == key:
         return cached[1]
-    found = OutputProjection(
-        weight.float(), None if not isinstance(bias, Tensor) else bias.detach().float(), n_heads, d_v
-    )
+    found = OutputProjection(weight.float(), bias, n_heads, d_v)
     _DERIVED[module] = (key, found)
     return found
 

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from ..analysis.stats import HeadStatsSums
 from ..data.validate import TOLERANCES, ValidationReport, sample_rows
-from ..engine.projections import OutputProjection, output_projection, projection_module
+from ..engine.projections import OutputProjection, output_projection
 from ..engine.specs import PROJECTION_SPECS
 from ..engine.taps import CALL_TENSORS, AttentionCall, Recorder, tap
 from ..errors import AttnvizError, InputError, ValidationError
@@ -84,29 +84,11 @@ class BatchReducer:
         attnviz can read (those layers' ``_moved`` statistics are NaN)."""
         assert call.q is not None and call.v is not None
         if call.name not in self.projections:
-            self.projections[call.name] = self._projection(call.name, call.q.shape[1], call.v.shape[-1])
+            self.projections[call.name] = output_projection(self.model, call.name, call.q.shape[1], call.v.shape[-1])
         projection = self.projections[call.name]
         if projection is None:
             return None
         return torch.stack([projection.value_dots(v, 1)[..., 0] for v in call.v]).sqrt_()
-
-    def _projection(self, name: str, n_heads: int, d_v: int) -> OutputProjection | None:
-        """The output projection of the attention module ``name``, its weights copied; a module
-        accelerate offloads (its weights on the meta device between its own forwards) is loaded for
-        the copy. None where there is none, or where its weights cannot be read."""
-        module = projection_module(self.model, name)
-        if module is None or not hasattr(module, "_hf_hook"):
-            return output_projection(self.model, name, n_heads, d_v)
-        from accelerate.utils import align_module_device  # deferred: accelerate is optional (attnviz[stats])
-
-        # the offloaded weights, for the copy below; loaded outside inference mode (the reduction runs
-        # in it), so that they are ordinary tensors (an inference tensor has no version to read)
-        with torch.inference_mode(False), align_module_device(module):
-            found = output_projection(self.model, name, n_heads, d_v)
-            if found is None or found.weight.is_meta:
-                return None
-            bias = None if found.bias is None else found.bias.clone()
-            return OutputProjection(found.weight.clone(), bias, found.n_heads, found.d_v)
 
     def encode(self, text: str) -> Encoded:
         """One text tokenized as :meth:`add` tokenizes it, but never cut (its full length)."""
