@@ -86,11 +86,13 @@ class OutputProjection:
         ``width`` tokens needs for the norm of its tokens' summed vectors."""
         vh = self.per_head(v.float(), self.n_heads)
         moved = vh @ self.grams.to(vh.device)  # [head, n, d_v]: G_h v_j
+        if width <= 1:
+            return moved.mul_(vh).sum(-1, keepdim=True).clamp_min_(0)
         n = vh.shape[1]
-        dots = vh.new_zeros(self.n_heads, n, max(1, width))
-        dots[..., 0] = (moved * vh).sum(-1).clamp_min(0)
+        dots = vh.new_zeros(self.n_heads, n, width)
         for t in range(1, min(width, n)):
-            dots[:, t:, t] = (moved[:, t:] * vh[:, :-t]).sum(-1)
+            dots[:, t:, t] = torch.linalg.vecdot(moved[:, t:], vh[:, :-t])
+        dots[..., 0] = moved.mul_(vh).sum(-1).clamp_min_(0)  # last: in place over G_h v_j
         return dots
 
     def apply(self, per_head: Tensor) -> Tensor:  # [head, rows, d_v] -> [rows, hidden], float32
