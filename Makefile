@@ -61,6 +61,8 @@ bench: setup
 	-$(PY) bench/dashboard_payload.py   # the lab's token chips miss 2 MB at 8,192 tokens (see README); reported, not a gate
 	$(PY) bench/summary_cost.py
 	$(PY) bench/soak.py   # 8 sessions x 50 interactions on one server
+	$(PY) bench/moved_cost.py   # what keeping "what moves" costs a capture
+	$(PY) bench/moved_shares.py   # weight vs what moves on the carried models (reported)
 
 # On a CUDA machine (a CUDA torch build in the venv): tests/test_gpu.py, the capture and generation benches
 # in bfloat16 on sdpa (and flash-attention when flash_attn imports), long captures (SmolLM2 at 8,192 tokens,
