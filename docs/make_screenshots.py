@@ -97,14 +97,19 @@ def main(port: int = 8077) -> None:
 
 
 # ---------------------------------------------------------------- the new pictures
-def shoot_lab_moved(driver) -> None:
-    """The AttentionLab showing what moves: 它's row at L13·H8 (words), shares beside weights."""
+def lab_at_it(driver) -> None:
+    """The AttentionLab on 它's row at L13·H8, in words, after a run of the Chinese example."""
     run(driver, ZH, "27 tokens")
     driver.find_elements("css selector", f"#{ID.words} input")[1].click()  # words
     choose(driver, ID.layer, 13)
     choose(driver, ID.head, 8)
     open_tab(driver, "AttentionLab")
     wait(driver, lambda: "query '它'" in driver.find_element("id", ID.lab_stats).text, 60)
+
+
+def shoot_lab_moved(driver) -> None:
+    """The AttentionLab showing what moves: 它's row at L13·H8 (words), shares beside weights."""
+    lab_at_it(driver)
     driver.find_elements("css selector", f"#{ID.measure} input")[1].click()  # Show: what moves
     wait(driver, lambda: "what moves" in title(driver, ID.lab_graph), 60)
     wait(driver, lambda: "of what L13·H8 writes" in driver.find_element("id", ID.lab_stats).text, 60)
@@ -118,12 +123,7 @@ def shoot_lab_moved(driver) -> None:
 
 def shoot_edits(driver) -> None:
     """The AttentionLab's "Apply to the model": 小猫 knocked out of 它's row at L13·H8, continuation 好."""
-    run(driver, ZH, "27 tokens")
-    driver.find_elements("css selector", f"#{ID.words} input")[1].click()  # words
-    choose(driver, ID.layer, 13)
-    choose(driver, ID.head, 8)
-    open_tab(driver, "AttentionLab")
-    wait(driver, lambda: "query '它'" in driver.find_element("id", ID.lab_stats).text, 60)
+    lab_at_it(driver)
     words = attnviz.capture("smollm2", ZH, add_bos=True, layers=[0]).word_labels
     wait(driver, lambda: "none" in driver.find_element("id", EID.lab_knock_text).text, 30)
     click_point(driver, ID.lab_graph, words.index("小猫"))
