@@ -132,3 +132,19 @@ def test_compare_figure_passes_the_measure(long_cap):
     assert problem == "" and "tokens, what moves (‖α·f(x)‖): max |A − B| 0.000" in fig.layout.title.text
     fig, problem = compare_figure(long_cap, long_cap, 1, 2, words=False, part=None, measure="norm")
     assert problem.startswith("measure must be 'weights'")
+
+
+def test_the_exports_follow_the_switch(cat_capture):
+    """The CSV of the shown matrix and the HTML export carry what the page shows."""
+    from attnviz.dashboard.export_view import matrix_frame, view_figures
+
+    cap = cat_capture
+    moved = matrix_frame(cap, 2, 5, words=True, measure="moved")
+    np.testing.assert_allclose(moved.to_numpy(), cap.contributions(2, 5, words=True).numpy(), rtol=1e-6)
+    weights = matrix_frame(cap, 2, 5, words=True)
+    np.testing.assert_allclose(weights.to_numpy(), cap.attention(2, 5, words=True).numpy(), rtol=1e-6)
+    for tab in ("heatmap", "head", "model"):
+        [fig] = view_figures(cap, tab, 2, 5, words=False, part=None, measure="moved")
+        assert "what moves" in fig.layout.title.text or "‖α·f(x)‖" in fig.layout.title.text, tab
+    [row] = view_figures(cap, "lab", 2, 5, words=False, part=None, query=8, measure="moved")
+    assert "what moves" in row.layout.title.text

@@ -374,3 +374,9 @@ def test_show_what_moves_maps_the_statistics_by_norm_in_the_browser(dash_duo, mi
     dash_duo.wait_for_contains_text(f"#{AID.stats_map} .gtitle", "previous_token: attends")
     poll(lambda: drawn() == pytest.approx(expected["previous_token"].tolist(), abs=1e-5))
     no_console_errors(dash_duo)
+
+
+def test_head_map_names_a_by_norm_column_by_its_meaning():
+    cap = attnviz.capture(attnviz.tiny_model("gpt2"), input_ids=torch.arange(3, 12)[None])
+    fig = attnviz.figures.head_map(attnviz.analysis.head_stats(cap), "first_moved")
+    assert "by norm" in fig.layout.title.text and "what the head moves" in fig.layout.title.text

@@ -22,10 +22,18 @@ _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "
 
 
 def matrix_frame(
-    cap: attnviz.Capture, layer: int, head: int, *, words: bool = False, part: str | None = None
+    cap: attnviz.Capture,
+    layer: int,
+    head: int,
+    *,
+    words: bool = False,
+    part: str | None = None,
+    measure: str = "weights",
 ) -> pd.DataFrame:
-    """The shown matrix as a table: one row per query, one column per key, labelled."""
-    matrix = cap.attention(layer, head, words=words, part=part).numpy()
+    """The shown matrix as a table: one row per query, one column per key, labelled — the weights, or
+    with ``measure="moved"`` what the head moves (``cap.contributions``)."""
+    shown = cap.contributions if measure == "moved" else cap.attention
+    matrix = shown(layer, head, words=words, part=part).numpy()
     return pd.DataFrame(
         matrix,
         index=pd.Index(figures.labels(cap, words, part, "query"), name="query"),
@@ -43,24 +51,25 @@ def view_figures(
     part: str | None,
     heads: list[int] | None = None,
     query: int | None = None,
+    measure: str = "weights",
 ) -> list:
     """The figures of a view, for the self-contained HTML export (tables' views give the heatmap), with
-    a generation's new tokens marked as in the page."""
+    a generation's new tokens marked as in the page and the page's measure (weights or what moves)."""
     if tab == "head":
-        return [figures.head_view(cap, layer, heads or [head], words=words, part=part)]
+        return [figures.head_view(cap, layer, heads or [head], words=words, part=part, measure=measure)]
     if tab == "model":
-        return [figures.model_view(cap, words=words, selected=(layer, head), part=part)]
+        return [figures.model_view(cap, words=words, selected=(layer, head), part=part, measure=measure)]
     if tab == "lab" and query is not None:
         queries, _ = cap.sequences(part)
         token = min(query, queries.n_tokens - 1)
         index = word_of(queries, token) if words else token
-        return [figures.query_row(cap, layer, head, index, words=words, part=part)]
+        return [figures.query_row(cap, layer, head, index, words=words, part=part, measure=measure)]
     if tab == "validation":
         return [
             figures.validation_map(cap.validate(), part=cap.resolve_part(part)),
             figures.comparison(cap, layer, head, part=part),
         ]
-    return [figures.heatmap(cap, layer, head, words=words, part=part)]
+    return [figures.heatmap(cap, layer, head, words=words, part=part, measure=measure)]
 
 
 def layout() -> list:
@@ -117,10 +126,11 @@ def register(app: Dash, captures: Captures) -> None:
         State(ID.tabs, "value"),
         State(ID.heads_multi, "value"),
         State(ID.lab_query, "data"),
+        State(ID.measure, "value"),
         prevent_initial_call=True,
     )
     @shows_errors(lambda m: (no_update, m))
-    def download(_csv, _file, _html, store, layer, head, units, part, tab, heads, query):
+    def download(_csv, _file, _html, store, layer, head, units, part, tab, heads, query, measure):
         cap = captures.from_store(store)
         if cap is None or layer is None or head is None:
             return no_update, "Run the model first."
@@ -131,9 +141,13 @@ def register(app: Dash, captures: Captures) -> None:
                 path = cap.save(Path(tmp) / "capture.attnviz")
                 return dcc.send_bytes(path.read_bytes(), "capture.attnviz"), ""
         if ctx.triggered_id == ID.html_button:
-            figs = view_figures(cap, tab, layer, head, words=words, part=part, heads=heads, query=query)
+            figs = view_figures(
+                cap, tab, layer, head, words=words, part=part, heads=heads, query=query, measure=measure or "weights"
+            )
             name = f"attnviz-{tab}-{part + '-' if part else ''}L{layer}-H{head}.html"
             page = figures.to_html(figs, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}")
             return dcc.send_string(page, name), ""
-        df = matrix_frame(cap, layer, head, words=words, part=part)
-        return dcc.send_data_frame(df.to_csv, f"attention-{part + '-' if part else ''}L{layer}-H{head}-{units}.csv"), ""
+        moved = measure == "moved"
+        df = matrix_frame(cap, layer, head, words=words, part=part, measure="moved" if moved else "weights")
+        name = f"{'moved' if moved else 'attention'}-{part + '-' if part else ''}L{layer}-H{head}-{units}.csv"
+        return dcc.send_data_frame(df.to_csv, name), ""

@@ -8,7 +8,7 @@ import plotly.graph_objects as go
 import torch
 
 from ..analysis.rollout import ROLLOUT_CELLS
-from ..analysis.stats import DETECTORS, STATISTICS
+from ..analysis.stats import DETECTORS, MOVED_STATISTICS, STATISTICS
 from ..errors import InputError
 from .common import labels
 from .marks import boundary, mark_labels, marked_title, new_starts
@@ -31,7 +31,7 @@ def head_map(table: pd.DataFrame, column: str, *, title: str | None = None, colo
     grid = torch.full((layers, heads), float("nan"))
     for row in table.itertuples(index=False):
         grid[row.layer, row.head] = float(getattr(row, column))
-    meaning = STATISTICS.get(column) or DETECTORS.get(column) or column
+    meaning = STATISTICS.get(column) or DETECTORS.get(column) or MOVED_STATISTICS.get(column) or column
     fig = go.Figure(
         go.Heatmap(
             z=grid.numpy(),
