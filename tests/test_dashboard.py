@@ -69,6 +69,8 @@ def figure_title(dash_duo, graph_id: str) -> str:
 def open_tab(dash_duo, label: str):
     for tab in dash_duo.find_elements(".tab"):
         if tab.text.strip() == label:
+            # in view first: a view above the tabs may have scrolled them to the window's edge
+            dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", tab)
             tab.click()
             return
     raise AssertionError(f"no tab {label!r}")
