@@ -23,7 +23,9 @@ from torch import Tensor
 from ..attention import attention_output, build_mask, scaled_dot_product
 from ..engine.specs import PARTS
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError
+from .moved import word_contributions
 from .records import LayerRecord
+from .tables import capture_table
 from .validate import ValidationReport
 from .validate import validate as validate_capture
 from .words import TokenSequence, Word, group_matrix
@@ -372,34 +374,15 @@ class Capture:
         opposite vectors as moving twice as much when together they move nothing.
         """
         rec = self._moved(layer, part)
-        weights = self.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature)
         assert rec.value_dots is not None  # _moved refuses a record without
+        weights = self.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature)
         dots = rec.value_dots if head is None else rec.value_dots[head : head + 1]
-        if head is not None:
-            weights = weights[None]
-        if not words:
+        weights = weights if head is None else weights[None]
+        if words:
+            moved = word_contributions(weights, dots, *self.sequences(part))
+        else:
             moved = weights * dots[..., 0].clamp_min(0).sqrt().to(weights)[:, None, :]
-            return moved[0] if head is not None else moved
-        queries, keys = self.sequences(part)
-        word_of = torch.empty(keys.n_tokens, dtype=torch.long)
-        for i, w in enumerate(keys.words):
-            word_of[w.token_start : w.token_stop] = i
-        longest = max((w.token_stop - w.token_start for w in keys.words), default=1)
-        if longest > dots.shape[-1]:
-            raise InputError(
-                f"layer {layer} keeps value dot products for words of up to {dots.shape[-1]} tokens, not {longest}"
-            )
-        to_sum = group_matrix(keys.words, keys.n_tokens).to(weights)  # [word, token]
-        from_mean = group_matrix(queries.words, queries.n_tokens, mean=True).to(weights)
-        mean = from_mean @ weights  # [head, query word, key token]: β
-        dots = dots.to(weights)
-        squared = (mean.square() * dots[:, None, :, 0]) @ to_sum.T
-        for t in range(1, min(longest, keys.n_tokens)):
-            same = (word_of[t:] == word_of[:-t]).to(weights)  # token j and j - t in one word
-            pair = mean[..., t:] * mean[..., :-t] * (dots[:, None, t:, t] * same)
-            squared = squared + 2 * pair @ to_sum[:, t:].T
-        moved = squared.clamp_min(0).sqrt()
-        return moved[0] if head is not None else moved
+        return moved if head is None else moved[0]
 
     def attention_rows(
         self, layer: int, rows: Sequence[int] | Tensor, *, part: str | None = None
@@ -487,41 +470,7 @@ class Capture:
         tokens are words. Masked pairs (weight exactly 0 by the mask) are kept, so every table is
         queries × keys per head.
         """
-        import pandas as pd
-
-        parts = self.parts if part is None else (self.resolve_part(part),)
-        frames = []
-        for p in parts:
-            queries, keys = self.sequences(p)
-            q_labels = queries.word_labels if words else queries.tokens
-            k_labels = keys.word_labels if words else keys.tokens
-            n_q, n_k = len(q_labels), len(k_labels)
-            if head is not None:
-                self.check_head(head, p)
-            for lay in self.layer_indices(p) if layer is None else [layer]:
-                w = self.attention(lay, part=p, words=words).cpu()  # [head, q, k]
-                c = (
-                    self.contributions(lay, part=p, words=words).cpu()
-                    if self.layer(lay, p).value_dots is not None
-                    else torch.full_like(w, float("nan"))
-                )
-                for h in range(w.shape[0]) if head is None else [head]:
-                    frames.append(
-                        pd.DataFrame(
-                            {
-                                "part": p,
-                                "layer": lay,
-                                "head": h,
-                                "query_pos": torch.arange(n_q).repeat_interleave(n_k).numpy(),
-                                "key_pos": torch.arange(n_k).repeat(n_q).numpy(),
-                                "query_token": [q_labels[i] for i in range(n_q) for _ in range(n_k)],
-                                "key_token": k_labels * n_q,
-                                "weight": w[h].reshape(-1).numpy(),
-                                "contribution": c[h].reshape(-1).numpy(),
-                            }
-                        )
-                    )
-        return pd.concat(frames, ignore_index=True)
+        return capture_table(self, layer, head, part=part, words=words)
 
     def to_bertviz(self, *, words: bool = False) -> dict[str, Any]:
         """Keyword arguments for ``bertviz.head_view(**cap.to_bertviz())`` / ``model_view`` (see

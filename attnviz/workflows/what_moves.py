@@ -15,7 +15,6 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..attention import attention_output
 from ..data.capture import Capture
 from ..data.records import LayerRecord
 from ..engine.projections import OutputProjection, ProjectionWatch, output_projection
@@ -30,18 +29,9 @@ def projection_errors(rec: LayerRecord, projection: OutputProjection, rows: torc
     ``o_ih`` is the kernel's own output for head *h* (the record's ``out``), which the self-check's
     output line proves equal to attnviz's ``Σ_j α_ij v_j`` (GQA's value sharing included): the two
     lines together prove ``Σ_h Σ_j α_ij f_h(x_j) + b`` is what the projection computed, and this one
-    proves the head slices, their order and that nothing sits between the kernel and the projection.
-    A record without the kernel's output is checked with attnviz's own ``Σ_j α_ij v_j``."""
-    if rec.out is not None:
-        per_head = rec.out[:, rows.to(rec.out.device)].float()
-    else:
-        value = OutputProjection.per_head(rec.v, projection.n_heads)
-        moved = []
-        for _rows, keys, _, weights in attention_output(
-            rec.q, rec.k, rec.v[..., :0], rows=rows, all_keys=True, **rec.sdpa_arguments()
-        ):
-            moved.append(weights @ value[:, keys].to(weights))
-        per_head = torch.cat(moved, dim=1)
+    proves the head slices, their order and that nothing sits between the kernel and the projection."""
+    assert rec.out is not None  # a record the taps just made holds the kernel's output
+    per_head = rec.out[:, rows.to(rec.out.device)].float()
     ours = projection.apply(per_head)
     error = (ours - model_out.to(ours.device, torch.float32)).abs().max()
     return float(error), projection.magnitude(per_head)
