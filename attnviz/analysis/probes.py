@@ -8,18 +8,13 @@ ranking one capture's heads is :func:`attnviz.analysis.rank_heads`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import torch
-from torch import Tensor
+from typing import Any
 
 from ..errors import InputError
-
-if TYPE_CHECKING:
-    import pandas as pd
+from .probe_result import ProbeResult  # re-exported here, its first home
 
 __all__ = ["PROBE_SETS", "Probe", "ProbeResult", "load_probes"]
 
@@ -106,54 +101,3 @@ def load_probes(source: str | Path) -> list[Probe]:
     if not probes:
         raise InputError(f"{where} holds no probes")
     return probes
-
-
-@dataclass
-class ProbeResult:
-    """Per-head accuracy at picking the gold antecedent, with two baselines."""
-
-    accuracy: pd.DataFrame  # layer, head, accuracy, correct, n
-    per_probe: pd.DataFrame  # id, text, pronoun, gold, nearest, first, best_head_pick, best_head_weight
-    baselines: dict[str, float]  # nearest candidate, first candidate
-    model: str
-    how: str = ""
-    n_layers: int = 0
-    n_heads: int = 0
-    skipped: list[str] = field(default_factory=list)
-
-    @property
-    def best(self) -> dict:
-        return self.ranked().iloc[0].to_dict()
-
-    def accuracy_map(self) -> Tensor:  # [layer, head]
-        grid = torch.full((self.n_layers, self.n_heads), float("nan"))
-        for row in self.accuracy.itertuples():
-            grid[row.layer, row.head] = row.accuracy
-        return grid
-
-    def ranked(self) -> pd.DataFrame:
-        """Heads by accuracy, best first (ties: lower layer, then lower head)."""
-        return self.accuracy.sort_values(["accuracy", "layer", "head"], ascending=[False, True, True], kind="stable")
-
-    def __str__(self) -> str:
-        b = self.best
-        n = int(b["n"])
-        return (
-            f"{n} probes on {self.model} ({self.how}): best head L{int(b['layer'])}·H{int(b['head'])} picks the gold "
-            f"antecedent {b['accuracy']:.0%} of the time; baselines — nearest candidate "
-            f"{self.baselines['nearest']:.0%}, first candidate {self.baselines['first']:.0%}; "
-            + _count((self.accuracy.accuracy > max(self.baselines.values())).sum(), "head beats", "heads beat")
-            + " both"
-            + (f"; skipped {len(self.skipped)}" if self.skipped else "")
-        )
-
-    __repr__ = __str__
-
-    def _repr_html_(self) -> str:
-        from ..views.html import probes_html  # deferred: analyses import no view at module level
-
-        return probes_html(self)
-
-
-def _count(n: int, one: str, many: str) -> str:  # '1 head beats', '3 heads beat'
-    return f"{n} {one if n == 1 else many}"
