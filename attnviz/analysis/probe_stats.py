@@ -1,0 +1,192 @@
+"""The statistics of a probe set, as plain functions on counts and boolean arrays (numpy and the
+standard library only; the tests hold them against scipy and statsmodels).
+
+- :func:`wilson`: the 95 % Wilson score interval of a proportion ``k / n``.
+- :func:`binomial_sf`, :func:`poisson_binomial_pmf`, :func:`chance_sf`: the exact one-sided p-value
+  of "at least ``k`` hits" when each probe ``i`` is a hit by chance with probability ``1 /
+  n_candidates[i]`` — binomial when every probe has the same number of candidates, Poisson-binomial
+  (by convolution) when they differ.
+- :func:`mcnemar_exact`: the exact two-sided McNemar test of two pickers on the same probes (the
+  discordant probes only).
+- :func:`holm`: Holm's step-down adjusted p-values (family-wise error at ``alpha``).
+- :func:`twin_groups`: probes whose texts differ in a few words (Winograd twins), as group labels.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+from collections.abc import Sequence
+from statistics import NormalDist
+
+import numpy as np
+
+from ..errors import InputError
+
+__all__ = [
+    "TWIN_SHARE",
+    "TWIN_TOKENS",
+    "Z95",
+    "binomial_pmf",
+    "binomial_sf",
+    "chance_sf",
+    "holm",
+    "mcnemar_exact",
+    "poisson_binomial_pmf",
+    "twin_groups",
+    "wilson",
+]
+
+Z95 = NormalDist().inv_cdf(0.975)  # 1.959963984540054: the two-sided 95 % normal quantile
+
+
+def wilson(k: np.ndarray | int, n: np.ndarray | int, z: float = Z95) -> tuple[np.ndarray, np.ndarray]:
+    """The Wilson score interval of ``k`` successes in ``n`` trials (elementwise; 95 % by default):
+    centre ``(k + z²/2) / (n + z²)``, half-width ``z √(k(n−k)/n + z²/4) / (n + z²)``. Unlike the
+    normal interval it stays inside [0, 1] and is not empty at 0 or ``n`` hits. ``n == 0`` gives
+    NaN."""
+    k = np.asarray(k, dtype=float)
+    n = np.asarray(n, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        denominator = n + z * z
+        centre = (k + z * z / 2) / denominator
+        half = z * np.sqrt(k * (n - k) / n + z * z / 4) / denominator
+        low = np.where(n > 0, np.clip(centre - half, 0.0, 1.0), np.nan)
+        high = np.where(n > 0, np.clip(centre + half, 0.0, 1.0), np.nan)
+    return low, high
+
+
+def binomial_pmf(n: int, p: float) -> np.ndarray:  # [n + 1]: P(X = 0 … n), X ~ Binomial(n, p)
+    """The binomial distribution's probabilities, computed in log space (exact to rounding)."""
+    if n < 0 or not 0.0 <= p <= 1.0:
+        raise InputError(f"a binomial needs n ≥ 0 and 0 ≤ p ≤ 1, got n={n}, p={p}")
+    if p in (0.0, 1.0):
+        out = np.zeros(n + 1)
+        out[0 if p == 0.0 else n] = 1.0
+        return out
+    k = np.arange(n + 1)
+    log_choose = np.array([math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1) for i in k])
+    return np.exp(log_choose + k * math.log(p) + (n - k) * math.log1p(-p))
+
+
+def binomial_sf(k: int, n: int, p: float) -> float:
+    """P(X ≥ k) for X ~ Binomial(n, p): the exact one-sided p-value of ``k`` or more hits."""
+    return _tail(binomial_pmf(n, p), k)
+
+
+def poisson_binomial_pmf(probabilities: Sequence[float] | np.ndarray) -> np.ndarray:  # [n + 1]
+    """The distribution of the number of hits among independent trials with these hit probabilities
+    (the Poisson-binomial distribution), exactly: the trials are grouped by probability, each group's
+    count is binomial, and the groups' distributions are convolved."""
+    ps = np.asarray(probabilities, dtype=float).ravel()
+    if ((ps < 0) | (ps > 1) | np.isnan(ps)).any():
+        raise InputError("hit probabilities must lie in [0, 1]")
+    out = np.ones(1)
+    values, counts = np.unique(ps, return_counts=True)
+    for p, m in zip(values, counts, strict=True):
+        out = np.convolve(out, binomial_pmf(int(m), float(p)))
+    return out
+
+
+def chance_sf(k: int, n_candidates: Sequence[int] | np.ndarray) -> float:
+    """P(at least ``k`` hits) when probe ``i`` is hit by chance with probability ``1 / n_candidates[i]``:
+    binomial when every probe has as many candidates, Poisson-binomial otherwise."""
+    counts = np.asarray(n_candidates, dtype=float)
+    if (counts < 1).any():
+        raise InputError("every probe needs at least one candidate to have a chance level")
+    return _tail(poisson_binomial_pmf(1.0 / counts), k)
+
+
+def _tail(pmf: np.ndarray, k: int) -> float:  # P(X ≥ k), clipped to [0, 1] against rounding
+    if k <= 0:
+        return 1.0
+    return float(min(1.0, max(0.0, pmf[k:].sum())))
+
+
+def mcnemar_exact(a_right: np.ndarray, b_right: np.ndarray) -> tuple[int, int, float]:
+    """The exact two-sided McNemar test of two pickers scored on the same probes.
+
+    Returns ``(b, c, p)``: ``b`` probes only ``a`` got right, ``c`` only ``b`` got right, and the p-value
+    ``min(1, 2 · P(Binomial(b + c, ½) ≤ min(b, c)))`` — under "equally good" each discordant probe is
+    a fair coin. Probes both got right (or wrong) say nothing about which is better."""
+    a_right = np.asarray(a_right, dtype=bool)
+    b_right = np.asarray(b_right, dtype=bool)
+    if a_right.shape != b_right.shape:
+        raise InputError(f"McNemar needs the same probes for both: {a_right.shape} vs {b_right.shape}")
+    only_a = int((a_right & ~b_right).sum())
+    only_b = int((~a_right & b_right).sum())
+    discordant = only_a + only_b
+    if discordant == 0:
+        return only_a, only_b, 1.0
+    lower = float(binomial_pmf(discordant, 0.5)[: min(only_a, only_b) + 1].sum())
+    return only_a, only_b, min(1.0, 2.0 * lower)
+
+
+def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
+    """Holm's step-down adjusted p-values: sorted ascending, the ``i``-th (0-based) of ``m`` is
+    multiplied by ``m − i``, made non-decreasing and capped at 1. A hypothesis is rejected at family-wise
+    level ``alpha`` when its adjusted p-value is ≤ ``alpha``."""
+    p = np.asarray(p_values, dtype=float).ravel()
+    m = p.size
+    if m == 0:
+        return p.copy()
+    order = np.argsort(p, kind="stable")
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    adjusted = np.empty(m)
+    adjusted[order] = np.maximum.accumulate(scaled)
+    return adjusted
+
+
+TWIN_TOKENS = 3  # texts whose tokens differ in at most this many places are twins …
+TWIN_SHARE = 0.25  # … and in at most this share of the longer text's tokens
+
+
+def _tokens(text: str) -> list[str]:  # words, with each CJK character a token of its own
+    return re.findall(r"[\u3400-\u9fff\uf900-\ufaff]|[^\W\u3400-\u9fff\uf900-\ufaff]+|[^\w\s]", text.lower())
+
+
+def _differing(a: list[str], b: list[str]) -> int:  # tokens of the longer text that the other lacks
+    matched = sum(block.size for block in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks())
+    return max(len(a), len(b)) - matched
+
+
+def twin_groups(
+    texts: Sequence[str],
+    pronouns: Sequence[str],
+    candidates: Sequence[Sequence[str]],
+    *,
+    max_diff: int = TWIN_TOKENS,
+    max_share: float = TWIN_SHARE,
+) -> np.ndarray:  # [probe]: a group label per probe (0, 1, …)
+    """Group label per probe: probes with the same pronoun and the same candidates (in any order, any
+    case) whose texts differ in at most ``max_diff`` tokens (words; a CJK character is a token), and in
+    at most ``max_share`` of the longer text's tokens, are twins — "…because it is too big." / "…too small." — and so are twins of twins. A held-out split
+    keeps a group together, so a probe's twin never tells the other split the answer."""
+    n = len(texts)
+    if not len(pronouns) == len(candidates) == n:
+        raise InputError(
+            f"twin_groups needs one pronoun and candidate list per text, got {n}, {len(pronouns)}, {len(candidates)}"
+        )
+    parent = list(range(n))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    buckets: dict[tuple, list[int]] = {}
+    for i in range(n):
+        key = (str(pronouns[i]).lower(), tuple(sorted(str(c).lower() for c in candidates[i])))
+        buckets.setdefault(key, []).append(i)
+    tokens = [_tokens(str(t)) for t in texts]
+    for members in buckets.values():
+        for x, i in enumerate(members):
+            for j in members[x + 1 :]:
+                longer = max(len(tokens[i]), len(tokens[j]))
+                limit = min(max_diff, max_share * longer)
+                if abs(len(tokens[i]) - len(tokens[j])) <= limit and _differing(tokens[i], tokens[j]) <= limit:
+                    parent[root(j)] = root(i)
+    labels: dict[int, int] = {}
+    return np.array([labels.setdefault(root(i), len(labels)) for i in range(n)], dtype=np.int64)
