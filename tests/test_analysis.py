@@ -203,14 +203,22 @@ def test_bad_probe_files_report_every_bad_line_at_once(tmp_path):
         encoding="utf-8",
     )
     with pytest.raises(attnviz.InputError) as err:
-        load_probes(bad)
+        load_probes(bad, strict=True)
     message = str(err.value)
-    assert message.startswith(f"{bad}: 4 bad line(s), nothing was scored — line 1: ")
+    assert message.startswith(
+        f"attnviz bad.jsonl: 1 probe from 5 lines; 4 unusable (1× gold not a candidate, 1× not JSON, "
+        "1× fewer than 2 candidates, 1× missing field) — see .problems. Nothing was scored: strict=True refuses "
+        "any unusable probe — line 1 (bad-1): "
+    )
     assert "gold 'z' is not one of the candidates ['x', 'y']" in message and "line 3: not JSON" in message
     assert (
-        "line 4: probe 'bad-4': needs at least 2 candidates" in message
-        and "line 5: a probe needs candidates" in message
+        "line 4 (bad-4): needs at least 2 candidates" in message
+        and "line 5 (bad-5): a probe needs candidates" in message
     )
+    # without strict: the usable probe is kept, every other one is reported (and warned of), none silently
+    with pytest.warns(UserWarning, match=r"1 probe from 5 lines; 4 unusable"):
+        probes = load_probes(bad)
+    assert [p.text for p in probes] == ["a b it"] and probes.problems["row"].tolist() == [1, 3, 4, 5]
     bad.write_text(good + "\n", encoding="utf-8")
     assert len(load_probes(bad)) == 1
 

@@ -8,18 +8,22 @@ ranking one capture's heads is :func:`attnviz.analysis.rank_heads`.
 
 from __future__ import annotations
 
+import csv
 import json
 import operator
 import re
+import warnings
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from ..errors import InputError
+from ..errors import ArgumentTypeError, InputError
+from . import probe_formats as pf
+from .probe_formats import PROBE_FORMATS
 from .probe_result import ProbeResult  # re-exported here, its first home
 
-__all__ = ["DETERMINERS", "PROBE_SETS", "Probe", "ProbeResult", "load_probes"]
+__all__ = ["DETERMINERS", "PROBE_FORMATS", "PROBE_SETS", "Probe", "ProbeResult", "ProbeSet", "load_probes"]
 
 #: Leading words a candidate may carry that the text may say differently ("the son" is "his son").
 DETERMINERS = ("the", "a", "an", "this", "that", "these", "those", "his", "her", "its", "their", "my", "our", "your")
@@ -250,30 +254,185 @@ class Probe:
 
 PROBE_SETS = {"en": "en.jsonl", "zh": "zh.jsonl"}
 
+_TABLES = {".csv": ",", ".tsv": "\t", ".tab": "\t"}
+_SUFFIXES = (".jsonl", ".ndjson", ".json", ".csv", ".tsv", ".tab", ".parquet", ".pq")
 
-def load_probes(source: str | Path) -> list[Probe]:
-    """Read a probe set: a shipped name (``"en"``, ``"zh"``) or a JSONL file, one object a line:
-    ``{"text": ..., "pronoun": ..., "candidates": [...], "gold": ...}`` (``id``, ``lang`` optional)."""
-    if str(source) in PROBE_SETS:
+
+class ProbeSet(list):
+    """The probes a source held that can be used (a ``list`` of :class:`Probe`, so old code keeps
+    working), with what could not be:
+
+    - ``problems``: a DataFrame, one row per unusable probe: ``id`` (its id where it had one), ``row``
+      (its line in a JSONL file, else its 1-based row; a grouped format's first row), ``rows`` (every
+      row it came from), ``kind`` (a short stable name: "candidate not in the text") and ``reason``;
+    - ``summary``: one line, e.g. "GAP gap-test: 1,998 probes from 2,000 rows; 2 unusable
+      (2× neither candidate is coreferent) — see .problems";
+    - ``format``: the format it was read as, and ``source``: what it was read from.
+    """
+
+    problems: Any
+    summary: str
+    format: str
+    source: str
+
+    def __init__(self, probes: Any = (), problems: Any = None, summary: str = "", format: str = "", source: str = ""):
+        super().__init__(probes)
+        if problems is None:
+            import pandas as pd
+
+            problems = pd.DataFrame({c: [] for c in _PROBLEM_COLUMNS})
+        self.problems, self.summary, self.format, self.source = problems, summary, format, source
+
+
+_PROBLEM_COLUMNS = ("id", "row", "rows", "kind", "reason")
+
+
+def _reason(err: InputError) -> tuple[str, str]:
+    """(kind, reason) of a probe's problem: the reason without the "probe 'x': " prefix."""
+    reason = getattr(err, "reason", None) or str(err)
+    return getattr(err, "kind", None) or reason, reason
+
+
+def _read(source: Any) -> tuple[list[Any], list[tuple[int, InputError]], str, str | None]:
+    """(records, lines that are no records, a name for messages, the format the source implies)."""
+    import pandas as pd
+
+    if isinstance(source, (str, Path)) and str(source) in PROBE_SETS:
         text = resources.files("attnviz").joinpath("probes", PROBE_SETS[str(source)]).read_text(encoding="utf-8")
-        where = f"the shipped probe set {source!r}"
-    else:
-        path = Path(source)
-        if not path.is_file():
-            raise InputError(f"no probe file at {str(path)!r}; use a JSONL file or one of {', '.join(PROBE_SETS)}")
-        text, where = path.read_text(encoding="utf-8"), str(path)
-    probes, problems = [], []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or line.lstrip().startswith("//"):
-            continue
+        return (*pf.records_from_jsonl(text), f"the shipped set {str(source)!r}", "attnviz")
+    if isinstance(source, pd.DataFrame):
+        return pf.records_from_table(source), [], "DataFrame", None
+    if hasattr(source, "to_pandas") and not isinstance(source, (str, Path)):
+        return pf.records_from_table(pf.frame_of_dataset(source)), [], type(source).__name__, None
+    if isinstance(source, (list, tuple)):
+        records = []
+        for i, item in enumerate(source, 1):
+            if isinstance(item, Probe):
+                fields = {f: getattr(item, f) for f in Probe.__dataclass_fields__}
+                records.append((i, {**fields, "candidates": list(item.candidates)}))
+            elif isinstance(item, dict):
+                records.append((i, item))
+            else:
+                records.append((i, {"__not_a_probe__": type(item).__name__}))
+        return records, [], "list", None
+    if not isinstance(source, (str, Path)):
+        raise ArgumentTypeError(
+            "probes come from a shipped set's name (" + ", ".join(PROBE_SETS) + "), a JSONL/JSON/CSV/TSV/Parquet "
+            f"file, a pandas DataFrame, a Hugging Face Dataset or a list of dicts; got {type(source).__name__}"
+        )
+    path = Path(source)
+    if not path.is_file():
+        raise InputError(
+            f"no probe file at {str(path)!r}; use a JSONL, JSON, CSV, TSV or Parquet file, or one of "
+            + ", ".join(PROBE_SETS)
+        )
+    suffix = path.suffix.lower()
+    where = str(path)
+    try:
+        if suffix in _TABLES:
+            quoting = csv.QUOTE_NONE if _TABLES[suffix] == "\t" else csv.QUOTE_MINIMAL  # GAP's TSV quotes nothing
+            frame = pd.read_csv(
+                path, sep=_TABLES[suffix], quoting=quoting, keep_default_na=False, na_values=[""], encoding="utf-8"
+            )
+            return pf.records_from_table(frame), [], where, None
+        if suffix in (".parquet", ".pq"):
+            return pf.records_from_table(pd.read_parquet(path)), [], where, None
+    except (ValueError, OSError, ImportError) as err:
+        raise InputError(f"cannot read {where} as a {suffix[1:].upper()} table: {err}") from err
+    text = path.read_text(encoding="utf-8")
+    if suffix == ".json":
         try:
-            probes.append(Probe.from_dict(json.loads(line), f"{Path(str(source)).stem}-{number}"))
-        except json.JSONDecodeError as err:
-            problems.append(f"line {number}: not JSON ({err.msg})")
+            whole = json.loads(text)
+        except json.JSONDecodeError:
+            whole = None  # JSON lines named .json, as CLUEWSC2020 ships them
+        if isinstance(whole, list):
+            records = [
+                (i, item if isinstance(item, dict) else {"__not_a_probe__": type(item).__name__})
+                for i, item in enumerate(whole, 1)
+            ]
+            return records, [], where, None
+    elif suffix not in (".jsonl", ".ndjson", ""):
+        raise InputError(f"cannot tell how to read {where}: name it .jsonl, .json, .csv, .tsv or .parquet")
+    return (*pf.records_from_jsonl(text), where, None)
+
+
+def load_probes(
+    source: Any,
+    *,
+    format: str | None = None,
+    columns: dict[str, Any] | None = None,
+    strict: bool = False,
+) -> ProbeSet:
+    """Read a probe set, keep every probe that can be used, and say why each other one cannot.
+
+    ``source``: a shipped set's name (``"en"``, ``"zh"``); a file, read by its suffix (``.jsonl``; ``.json``
+    as a list of records or JSON lines; ``.csv``; ``.tsv`` unquoted, as GAP ships it; ``.parquet``); a
+    pandas DataFrame; a Hugging Face ``datasets.Dataset`` (anything with ``.to_pandas()``; class labels
+    are read as their names); or a list of dicts / :class:`Probe`.
+
+    ``format``: one of :data:`~attnviz.analysis.probe_formats.PROBE_FORMATS` — ``attnviz``, ``gap``,
+    ``superglue-wsc``, ``cluewsc``, ``wsc``, ``winograd`` (see that module for each layout); told from
+    the columns when ``None``. ``columns`` maps a field the format reads to a column of yours
+    (``{"text": "sentence", "pronoun": "pron", "candidates": ["option1", "option2"]}``) before that.
+
+    Each probe is built and located (:meth:`Probe.locate`) here, so a candidate not in the text, an offset that
+    does not match, one candidate only, no or two gold answers, a missing field or a line that is not
+    JSON are found now, not when scoring. They are left out and reported: the :class:`ProbeSet` has
+    ``.problems`` and ``.summary``, and a ``UserWarning`` carries the summary; ``strict=True`` raises an
+    :class:`InputError` listing them instead. An :class:`InputError` also when no probe is usable.
+    """
+    records, bad_lines, where, implied = _read(source)
+    if columns:
+        records = pf.apply_columns(records, columns, where)
+        implied = None
+    name = format if format is not None else implied or pf.detect_format(records, where)
+    fmt = pf.check_format(name, records, where)
+    jsonl = bool(bad_lines) or (
+        isinstance(source, (str, Path))
+        and (str(source) in PROBE_SETS or Path(source).suffix.lower() in (".jsonl", ".ndjson", ".json", ""))
+    )
+    unit = "line" if jsonl else "row"
+    problems: list[dict[str, Any]] = []
+    for number, err in bad_lines:
+        kind, reason = _reason(err)
+        problems.append({"id": "", "row": number, "rows": (number,), "kind": kind, "reason": reason})
+    probes: list[tuple[int, Probe]] = []
+    stem = Path(str(source)).stem if isinstance(source, (str, Path)) else "probe"
+    for rows, ident, item in fmt.read(records):
+        default_id = ident or f"{stem}-{rows[0]}"
+        try:
+            if isinstance(item, InputError):
+                raise item
+            probe = Probe.from_dict(item, default_id)
+            probe.locate()
         except InputError as err:
-            problems.append(f"line {number}: {err}")
+            kind, reason = _reason(err)
+            problems.append({"id": default_id, "row": rows[0], "rows": rows, "kind": kind, "reason": reason})
+            continue
+        probes.append((rows[0], probe))
+    import pandas as pd
+
+    problems.sort(key=lambda p: p["row"])
+    table = pd.DataFrame(problems, columns=list(_PROBLEM_COLUMNS))
+    n_rows = len(records) + len(bad_lines)
+    if isinstance(source, (str, Path)):
+        label = where if str(source) in PROBE_SETS else f"{fmt.label} {Path(source).name}"
+    else:
+        label = f"{fmt.label} {where}"
+    summary = f"{label}: {len(probes):,} probe{'s' * (len(probes) != 1)} from {n_rows:,} {unit}{'s' * (n_rows != 1)}"
     if problems:
-        raise InputError(f"{where}: {len(problems)} bad line(s), nothing was scored — " + "; ".join(problems))
+        counts = table["kind"].value_counts(sort=True)
+        summary += (
+            f"; {len(problems):,} unusable ({', '.join(f'{n:,}× {k}' for k, n in counts.items())}) — see .problems"
+        )
+    if problems and (strict or not probes):
+        listed = "; ".join(
+            f"{unit} {p['row']}" + (f" ({p['id']})" if p["id"] else "") + f": {p['reason']}" for p in problems
+        )
+        why = "strict=True refuses any unusable probe" if probes else "no probe is usable"
+        raise InputError(f"{summary}. Nothing was scored: {why} — {listed}")
     if not probes:
         raise InputError(f"{where} holds no probes")
-    return probes
+    if problems:
+        warnings.warn(summary, UserWarning, stacklevel=2)
+    return ProbeSet([p for _, p in probes], table, summary, fmt.name, where)
