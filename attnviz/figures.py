@@ -16,7 +16,7 @@ from .views.maps import heatmap, query_row, row_stats
 from .views.marks import MARK, NEW_COLOUR, marked, new_start
 from .views.model_view import MODEL_VIEW_CELLS, model_view, model_view_cell, model_view_thumbnails, thumb_size
 from .views.overview import overview_figure, window_figure
-from .views.plots import coref_bars, head_map, probe_accuracy_map, rollout_figure
+from .views.plots import coref_bars, head_map, probe_accuracy_map, probe_intervals, rollout_figure
 from .views.reports import importance_map, prediction_bars, validation_map
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "overview_figure",
     "prediction_bars",
     "probe_accuracy_map",
+    "probe_intervals",
     "query_row",
     "rollout_figure",
     "row_stats",

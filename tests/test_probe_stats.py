@@ -4,6 +4,7 @@ statsmodels on the same counts, and ProbeResult built by hand from picks whose c
 from __future__ import annotations
 
 import itertools
+from html import escape
 
 import numpy as np
 import pandas as pd
@@ -297,3 +298,55 @@ def test_a_layer_not_captured_is_left_out():
     s = ProbeResult.from_picks(picks, r.gold, r.nearest, r.first, r.n_candidates, pd.DataFrame(r.per_probe), model="x")
     assert s.accuracy.layer.unique().tolist() == [0] and len(s.accuracy) == 3
     np.testing.assert_allclose(s.accuracy.p_holm, multipletests(s.accuracy.p_chance, method="holm")[1])
+
+
+# --- the figure and the HTML ----------------------------------------------------------------------
+
+
+def test_probe_intervals_draws_the_top_heads_intervals_lines_and_held_out_row():
+    from attnviz.figures import probe_intervals
+
+    r = random_result(n_probes=80)
+    fig = probe_intervals(r, top=5)
+    heads, held, *lines = fig.data
+    top = r.ranked().head(5)
+    assert list(heads.y) == [f"L{a}·H{b}" for a, b in zip(top.layer, top["head"], strict=True)]
+    np.testing.assert_allclose(heads.x, top.accuracy)
+    np.testing.assert_allclose(np.asarray(heads.x) + heads.error_x.array, top.high)
+    np.testing.assert_allclose(np.asarray(heads.x) - heads.error_x.arrayminus, top.low)
+    h = r.held_out()
+    assert held.y == (f"held out: {h.label}",) and held.x == (h.accuracy_b,)
+    assert held.x[0] + held.error_x.array[0] == pytest.approx(h.high_b)
+    assert held.x[0] - held.error_x.arrayminus[0] == pytest.approx(h.low_b)
+    assert {line.name.rsplit(" ", 2)[0]: line.x[0] for line in lines} == {
+        "chance": pytest.approx(r.chance),
+        "nearest candidate": pytest.approx(r.baselines["nearest"]),
+        "first candidate": pytest.approx(r.baselines["first"]),
+    }
+    assert list(fig.layout.yaxis.categoryarray) == list(heads.y)[::-1] + [held.y[0]]  # best at the top
+    assert "optimistic" in fig.layout.title.text
+
+
+def test_probe_intervals_and_the_map_say_what_is_missing():
+    from attnviz.figures import probe_accuracy_map, probe_intervals
+
+    r = hand_result()
+    bare = ProbeResult(
+        r.accuracy[["layer", "head", "accuracy", "correct", "n"]], r.per_probe, r.baselines, "x", "", 2, 3
+    )
+    with pytest.raises(attnviz.InputError, match="probe_intervals needs the per-probe picks"):
+        probe_intervals(bare)
+    with pytest.raises(attnviz.InputError, match="top is how many heads"):
+        probe_intervals(r, top=0)
+    assert "[83.9, 100.0]" in probe_accuracy_map(r).layout.title.text
+    assert "1 of 6 heads beat chance after Holm" in probe_accuracy_map(r).layout.title.text
+    assert "probes: best L0·H0 100.0 %" in probe_accuracy_map(bare).layout.title.text
+
+
+def test_html_holds_the_sentence_the_tests_and_the_top_heads():
+    r = hand_result(40)
+    html = r._repr_html_()
+    assert escape(str(r)) in html
+    for comparison in r.tests().comparison:
+        assert comparison in html
+    assert "<th" in html and "p_holm" in html and "beats_chance" in html

@@ -114,10 +114,25 @@ def ranking_html(ranking: CorefRanking, top: int = 10) -> str:
     )
 
 
+PROBE_COLUMNS = ("layer", "head", "accuracy", "low", "high", "correct", "n", "p_chance", "p_holm", "beats_chance")
+
+
 def probes_html(result: ProbeResult, top: int = 10) -> str:
+    """A probe set's result: its sentence (:class:`~attnviz.analysis.ProbeResult`'s ``str``), the
+    best head's tests against chance and the baselines, and the ``top`` heads with their 95 % Wilson
+    intervals, chance p-values and Holm's adjustment."""
+    ranked = result.ranked()
+    heads = ranked[[c for c in PROBE_COLUMNS if c in ranked.columns]].head(top)
+    tests = ""
+    if result.has_picks and "p_chance" in result.accuracy.columns:
+        table = result.tests()
+        tests = "<div>the best head's tests (optimistic: it was chosen on these probes):</div>" + _table(
+            ["comparison", "test", "statistic", "p-value", "meaning"],
+            table[["comparison", "test", "statistic", "p_value", "meaning"]].itertuples(index=False),
+        )
     return (
         f'<div style="{_BOX}"><b>attnviz probe set</b><div>{escape(str(result))}</div>'
-        f"{_frame(result.ranked().round(3), top)}</div>"
+        f"{tests}<div>the top {len(heads)} heads:</div>{_table(list(heads.columns), heads.itertuples(index=False))}</div>"
     )
 
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..analysis.probes import ProbeResult
     from ..data.capture import Capture
 
-__all__ = ["coref_bars", "head_map", "probe_accuracy_map", "rollout_figure"]
+__all__ = ["coref_bars", "head_map", "probe_accuracy_map", "probe_intervals", "rollout_figure"]
 
 
 def head_map(table: pd.DataFrame, column: str, *, title: str | None = None, colorscale: str = "Viridis") -> go.Figure:
@@ -67,16 +67,130 @@ def probe_accuracy_map(result: ProbeResult) -> go.Figure:
             colorbar=dict(title="accuracy", tickformat=".0%"),
         )
     )
+    interval = f" [{100 * best['low']:.1f}, {100 * best['high']:.1f}]" if "low" in best else ""
+    holm = (
+        f"<br><sub>{result.beating_chance} of {len(result.accuracy)} heads beat chance after Holm (α = 0.05); "
+        "the best head was chosen on these probes: see probe_intervals for its held-out score</sub>"
+        if result.has_picks and "beats_chance" in result.accuracy.columns
+        else ""
+    )
     fig.update_layout(
         title=(
-            f"{int(best['n'])} probes: best L{int(best['layer'])}·H{int(best['head'])} {best['accuracy']:.0%} — "
-            f"baselines: nearest {result.baselines['nearest']:.0%}, first {result.baselines['first']:.0%} "
-            "(red beats both)"
+            f"{int(best['n'])} probes: best L{int(best['layer'])}·H{int(best['head'])} {100 * best['accuracy']:.1f} %"
+            f"{interval} — baselines: nearest {100 * result.baselines['nearest']:.1f} %, first "
+            f"{100 * result.baselines['first']:.1f} % (red beats both){holm}"
         ),
         xaxis=dict(title="head", dtick=1),
         yaxis=dict(title="layer", autorange="reversed", dtick=1),
         height=max(320, 22 * grid.shape[0] + 140),
         margin=dict(l=60, r=10, t=60, b=40),
+    )
+    return fig
+
+
+def probe_intervals(result: ProbeResult, top: int = 15) -> go.Figure:
+    """The ``top`` heads' accuracy with its 95 % Wilson interval, as horizontal interval bars (best at
+    the top; green: beats chance after Holm's correction over every head), with chance and both
+    baselines as vertical lines, and a first row for the held-out estimate
+    (:meth:`~attnviz.analysis.ProbeResult.held_out` with seed 0): the head chosen on half the probes,
+    scored on the other half — the top heads' own intervals are optimistic, since they were chosen on
+    the probes they are scored on."""
+    if top < 1:
+        raise InputError(f"top is how many heads to draw, at least 1; got {top}")
+    ranked = result.ranked().head(top)
+    if not result.has_picks or "low" not in ranked.columns:
+        raise InputError(
+            "probe_intervals needs the per-probe picks and the intervals: build the result with "
+            "ProbeResult.from_picks (attnviz.evaluate_probes does)"
+        )
+    names = [f"L{int(r.layer)}·H{int(r.head)}" for r in ranked.itertuples(index=False)]
+    colour = ["#1a7f37" if beats else "#555555" for beats in ranked.beats_chance]
+    traces = [
+        go.Scatter(
+            x=ranked.accuracy.to_numpy(),
+            y=names,
+            mode="markers",
+            name="chosen on these probes",
+            marker=dict(color=colour, size=8),
+            error_x=dict(
+                type="data",
+                symmetric=False,
+                array=(ranked.high - ranked.accuracy).to_numpy(),
+                arrayminus=(ranked.accuracy - ranked.low).to_numpy(),
+                color="#777777",
+                thickness=2,
+                width=0,
+            ),
+            customdata=ranked[["low", "high", "correct", "n", "p_chance", "p_holm"]].to_numpy(),
+            hovertemplate=(
+                "%{y}: %{x:.1%} [%{customdata[0]:.1%}, %{customdata[1]:.1%}], %{customdata[2]} of %{customdata[3]}"
+                "<br>vs chance p = %{customdata[4]:.2g}, after Holm %{customdata[5]:.2g}<extra></extra>"
+            ),
+        )
+    ]
+    rows = list(names)
+    try:
+        held = result.held_out()
+    except InputError:  # too few probes (or groups) to hold any out: the figure says so in its title
+        held = None
+    if held is not None:
+        label = f"held out: {held.label}"
+        rows.insert(0, label)
+        traces.append(
+            go.Scatter(
+                x=[held.accuracy_b],
+                y=[label],
+                mode="markers",
+                name=f"held out (seed {held.seed}): chosen on {held.n_a}, scored on {held.n_b}",
+                marker=dict(color="#d62728", size=10, symbol="diamond"),
+                error_x=dict(
+                    type="data",
+                    symmetric=False,
+                    array=[held.high_b - held.accuracy_b],
+                    arrayminus=[held.accuracy_b - held.low_b],
+                    color="#d62728",
+                    thickness=2,
+                    width=0,
+                ),
+                hovertemplate=(
+                    f"{held.label} chosen on {held.n_a} probes ({100 * held.accuracy_a:.1f} %), "
+                    f"{held.correct_b} of {held.n_b} on the others: %{{x:.1%}} "
+                    f"[{100 * held.low_b:.1f}, {100 * held.high_b:.1f}] (seed {held.seed})<extra></extra>"
+                ),
+            )
+        )
+    lines = {"chance": (result.chance, "#000000", "dash")}
+    for (name, value), c in zip(result.baselines.items(), ("#1f77b4", "#ff7f0e", "#9467bd"), strict=False):
+        lines[f"{name} candidate"] = (value, c, "dot")
+    for name, (value, c, dash) in lines.items():  # a line across every row, named in the legend
+        traces.append(
+            go.Scatter(
+                x=[value, value],
+                y=[rows[0], rows[-1]],
+                mode="lines",
+                name=f"{name} {100 * value:.1f} %",
+                line=dict(color=c, dash=dash, width=1.5),
+                hovertemplate=f"{name}: {100 * value:.1f} %<extra></extra>",
+            )
+        )
+    fig = go.Figure(traces)
+    n = len(result.gold)
+    held_text = "" if held is not None else " (too few probes to hold any out)"
+    fig.update_layout(
+        title=dict(
+            text=(
+                f"top {len(names)} of {len(result.accuracy)} heads on {n} probes: accuracy, 95 % Wilson intervals"
+                f"{held_text}<br><sub>{result.beating_chance} heads beat chance after Holm (α = 0.05, green); "
+                "chosen on these probes, so optimistic — the red row is scored on probes it was not chosen on</sub>"
+            ),
+            font=dict(size=13),
+        ),
+        xaxis=dict(title="accuracy (gold antecedent picked)", range=[0, 1], tickformat=".0%"),
+        yaxis=dict(categoryorder="array", categoryarray=rows[::-1]),
+        showlegend=True,
+        legend=dict(orientation="h", y=-0.15),
+        height=max(320, 24 * len(rows) + 200),
+        margin=dict(l=110, r=20, t=90, b=80),
     )
     return fig
 
