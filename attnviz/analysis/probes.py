@@ -242,10 +242,10 @@ class Probe:
             m = re.compile(_pattern(form), re.IGNORECASE).match(text, start)
             if m is not None:
                 return m.start(), m.end()
-        end = start + len(phrase.strip())
-        while end < len(text) and re.match(r"\w", text[end]) and not _CJK.match(text[end]):
+        end = min(start + len(phrase.strip()), len(text))
+        while 0 < end < len(text) and re.fullmatch(r"\w\w", text[end - 1 : end + 1]) and not _CJK.search(text[end]):
             end += 1  # show the whole word the offset points into: 'its', not 'it'
-        there = text[start:end]
+        there = text[start:end].rstrip() or text[start:end]
         label = "pronoun" if what == "pronoun" else f"candidate {phrase!r}"
         raise _problem(
             f"{label} offset {start} does not match: the text there is {there!r}", f"{what} offset does not match"
