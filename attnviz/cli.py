@@ -274,13 +274,20 @@ def _cmd_probes(args) -> int:
 
     if args.resume and not args.checkpoint:
         raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
+    if args.per_probe:
+        _writable(args.per_probe)
+    from .analysis.probes import load_probes
+
     interrupted = False
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _warning_line  # restored by catch_warnings
+            # read (and every unusable probe reported) before the model loads: a bad file costs no model
+            probes = load_probes(args.probes, format=args.format, columns=_columns(args.columns), strict=args.strict)
             result = evaluate_probes(
                 args.model,
-                args.probes,
+                probes,
+                batch_size=args.batch_size,
                 exclude_sinks=not args.keep_sinks,
                 add_bos=not args.no_bos,
                 checkpoint=args.checkpoint,
@@ -303,7 +310,23 @@ def _cmd_probes(args) -> int:
     if args.csv:
         result.accuracy.to_csv(args.csv, index=False)
         print(f"per-head accuracy written to {args.csv}")
+    if args.per_probe:
+        result.picks_table(top=args.top).to_csv(args.per_probe, index=False)
+        print(f"each probe with the picks of the top {args.top} heads written to {args.per_probe}")
     return 0
+
+
+def _columns(pairs: list[str] | None) -> dict[str, str] | None:
+    """``--column text=sentence --column pronoun=pron`` as load_probes' ``columns`` mapping."""
+    if not pairs:
+        return None
+    mapping = {}
+    for pair in pairs:
+        field, sep, column = pair.partition("=")
+        if not sep or not field.strip() or not column.strip():
+            raise InputError(f"--column takes FIELD=COLUMN (e.g. text=sentence), got {pair!r}")
+        mapping[field.strip()] = column.strip()
+    return mapping
 
 
 EXPORT_VIEWS = ("heatmap", "head", "model", "validation")
@@ -419,9 +442,28 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_coref)
 
-    p = sub.add_parser("probes", help="score every head on a probe set (en, zh, or a JSONL file)")
+    p = sub.add_parser(
+        "probes", help="score every head on a probe set (en, zh, or a JSONL/CSV/TSV/Parquet file of a known format)"
+    )
     p.add_argument("model", help="embedded alias, hub name or local folder")
-    p.add_argument("probes", help="en, zh, or a JSONL file of {text, pronoun, candidates, gold}")
+    p.add_argument(
+        "probes",
+        help="en, zh, or a file: attnviz JSONL {text, pronoun, candidates, gold}, or one of the --format presets",
+    )
+    p.add_argument(
+        "--format",
+        help="the file's layout: attnviz, gap, superglue-wsc, cluewsc, wsc, winograd (default: told by its columns)",
+    )
+    p.add_argument(
+        "--column",
+        dest="columns",
+        action="append",
+        metavar="FIELD=COLUMN",
+        help="read a probe field from a column of another name (repeatable), e.g. --column text=sentence",
+    )
+    p.add_argument("--strict", action="store_true", help="refuse the file if any probe in it cannot be used")
+    p.add_argument("--batch-size", type=int, default=8, help="probes per forward, grouped by length (default: 8)")
+    p.add_argument("--per-probe", help="write each probe with the candidate each top head picked to this CSV file")
     p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
     p.add_argument("--no-bos", action="store_true", help="do not prepend a BOS token to each probe")
     p.add_argument("--top", type=int, default=5, help="how many heads to print")

@@ -58,7 +58,7 @@ def main(job: dict) -> int:
             df = corpus_stats(job["model"], job["source"], batch_size=2, **common)
             table = df.to_dict("records")
         else:
-            result = probing.evaluate_probes(job["model"], job["source"], **common)
+            result = probing.evaluate_probes(job["model"], job["source"], batch_size=2, **common)
             table = result.accuracy.to_dict("records")
     except Interrupted as err:
         out.write_text(json.dumps({"outcome": "interrupted", "message": str(err)}))

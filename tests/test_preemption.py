@@ -418,7 +418,7 @@ def test_a_signal_to_one_process_after_the_other_finished_its_share_stops_both_a
         CorpusCheckpoint(checkpoint, rank=0, num_processes=2, batch_size=2).save(Place())
     else:
         start = checkpoints.read_checkpoint(files[0], probing.KIND)
-        start.update(done=0, per_probe=[], skipped=[], correct=[], nearest_hits=0, first_hits=0, shape=[0, 0])
+        start.update(done=0, scored=[], skipped=[])
         checkpoints.write_checkpoint(files[0], start)
     stopped = _two_ranks({**job, "resume": True, "stop_at": 3}, tmp_path)
     assert [r["code"] for r in stopped] == [EXIT_INTERRUPTED] * 2, stopped
@@ -428,9 +428,10 @@ def test_a_signal_to_one_process_after_the_other_finished_its_share_stops_both_a
         places = [CorpusCheckpoint(checkpoint, rank=r, num_processes=2, batch_size=2).load() for r in (0, 1)]
         assert (places[0].read, places[0].done, places[1].read) == (0, 3, 400)  # process 1's share is whole
     else:
-        assert stopped[0]["message"].startswith(f"stopped by SIGTERM: 3 probes saved in '{files[0]}'")
+        # batches of 2 probes (preempted_ranks): the third batch starts after 4 probes
+        assert stopped[0]["message"].startswith(f"stopped by SIGTERM: 4 probes saved in '{files[0]}'")
         assert stopped[1]["message"].startswith(f"stopped by SIGTERM: 20 probes of this process saved in '{files[1]}'")
-        assert [checkpoints.read_checkpoint(f, probing.KIND)["done"] for f in files] == [3, 20]
+        assert [checkpoints.read_checkpoint(f, probing.KIND)["done"] for f in files] == [4, 20]
     resumed = _two_ranks({**job, "resume": True}, tmp_path)
     assert [r["code"] for r in resumed] == [0, 0] and resumed[0]["table"] == resumed[1]["table"], resumed
     if kind == "corpus":
@@ -462,6 +463,7 @@ def test_a_probe_run_stopped_by_a_signal_resumes_to_the_uninterrupted_result(
     probes = _probe_set(16)
     whole = attnviz.evaluate_probes(model, probes, tok, progress=False)
     at = random.Random(seed).randrange(1, 15)
+    one = {"batch_size": 1}  # a forward a probe: the signal lands between any two probes
     original, calls = probing.capture_forward, [0]
 
     def forward(*args, **kwargs):
@@ -473,14 +475,14 @@ def test_a_probe_run_stopped_by_a_signal_resumes_to_the_uninterrupted_result(
     monkeypatch.setattr(probing, "capture_forward", forward)
     checkpoint = tmp_path / "probes.ckpt"
     with pytest.raises(Interrupted, match=f"stopped by SIG(TERM|INT): {at:,} probes saved in '{checkpoint}'"):
-        attnviz.evaluate_probes(model, probes, tok, progress=False, checkpoint=checkpoint)
-    resumed = attnviz.evaluate_probes(model, probes, tok, progress=False, checkpoint=checkpoint, resume=True)
+        attnviz.evaluate_probes(model, probes, tok, progress=False, checkpoint=checkpoint, **one)
+    resumed = attnviz.evaluate_probes(model, probes, tok, progress=False, checkpoint=checkpoint, resume=True, **one)
     assert calls[0] == len(probes)  # every probe captured once over the two runs
     pd.testing.assert_frame_equal(resumed.accuracy, whole.accuracy)
     pd.testing.assert_frame_equal(resumed.per_probe, whole.per_probe)
     assert resumed.baselines == whole.baselines
     with pytest.raises(attnviz.InputError, match="was written for other probes"):
-        attnviz.evaluate_probes(model, probes[:-1], tok, progress=False, checkpoint=checkpoint, resume=True)
+        attnviz.evaluate_probes(model, probes[:-1], tok, progress=False, checkpoint=checkpoint, resume=True, **one)
     with pytest.warns(UserWarning, match="starting from the first probe"):
         again = attnviz.evaluate_probes(model, probes, tok, progress=False, checkpoint=tmp_path / "n", resume=True)
     pd.testing.assert_frame_equal(again.accuracy, whole.accuracy)

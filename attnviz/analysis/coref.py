@@ -189,9 +189,18 @@ def span_attention(
     exclude: Sequence[int] = (),
     renormalise: bool = True,
 ) -> Tensor:  # [head, key span]
-    """Attention from ``query`` (averaged over its tokens) to each key span (summed over its tokens)."""
-    a = _rows(cap, layer, exclude, renormalise)[:, list(query.tokens), :].mean(1)  # [head, key_pos]
-    return _to_spans(a, keys, exclude)
+    """Attention from ``query`` (averaged over its tokens) to each key span (summed over its tokens), the
+    tokens ``exclude`` left out and (``renormalise``) each row renormalised over the rest.
+
+    Only the query's rows are recomputed (:meth:`Capture.attention_rows`): what :func:`rank_heads`
+    ranks by, at a probe set's scale."""
+    a = cap.attention_rows(layer, list(query.tokens)).cpu()  # [head, query token, key]
+    if exclude:
+        a = a.clone()
+        a[..., list(exclude)] = 0.0
+        if renormalise:
+            a = a / a.sum(-1, keepdim=True).clamp_min(1e-12)
+    return _to_spans(a.mean(1), keys, exclude)
 
 
 def _from_others(
@@ -329,7 +338,7 @@ def rank_heads(
     rows = []
     for layer in cap.layer_indices():
         a = _rows(cap, layer, exclude, renormalise)
-        w = _to_spans(a[:, list(p.tokens), :].mean(1), spans, exclude)  # [head, candidate]
+        w = span_attention(cap, layer, p, spans, exclude=exclude, renormalise=renormalise)  # [head, candidate]
         others = _from_others(a, p, spans, exclude, causal)
         for head in range(w.shape[0]):
             values = w[head].tolist()

@@ -19,9 +19,9 @@ them, each saving its own place, so none is left waiting in the final sum for on
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
@@ -43,6 +43,7 @@ __all__ = ["MAX_PADDING", "corpus_stats", "length_batches", "read_table", "read_
 
 MAX_PADDING = 0.10  # at most this share of a batch's tokens is padding
 POOL = 64  # batches' worth of texts read ahead and sorted by length
+T = TypeVar("T")  # what length_batches batches: texts, or a caller's own indices
 
 
 def read_texts(source: str | Path | Iterable[str]) -> Iterator[str]:
@@ -82,11 +83,11 @@ def _read_file(path: Path) -> Iterator[str]:
 
 
 def length_batches(
-    texts: Iterable[str], lengths, batch_size: int, *, pool: int = POOL
-) -> Iterator[list[list[tuple[str, int]]]]:
+    texts: Iterable[T], lengths: Callable[[T], int], batch_size: int, *, pool: int = POOL
+) -> Iterator[list[list[tuple[T, int]]]]:
     """Pools of batches: ``pool × batch_size`` texts at a time, sorted by ``lengths(text)`` (tokens)
     and cut into batches of at most ``batch_size`` whose padding stays within :data:`MAX_PADDING`."""
-    buffer: list[tuple[str, int]] = []
+    buffer: list[tuple[T, int]] = []
     for text in texts:
         buffer.append((text, lengths(text)))
         if len(buffer) >= pool * batch_size:
@@ -96,10 +97,10 @@ def length_batches(
         yield _cut(buffer, batch_size)
 
 
-def _cut(items: list[tuple[str, int]], batch_size: int) -> list[list[tuple[str, int]]]:
+def _cut(items: list[tuple[T, int]], batch_size: int) -> list[list[tuple[T, int]]]:
     items = sorted(items, key=lambda item: item[1])
-    batches: list[list[tuple[str, int]]] = []
-    batch: list[tuple[str, int]] = []
+    batches: list[list[tuple[T, int]]] = []
+    batch: list[tuple[T, int]] = []
     for item in items:
         candidate = batch + [item]
         longest = item[1]  # sorted: the newest is the longest

@@ -1,7 +1,8 @@
 """Probe sets run through a model: every head scored on Winograd-style coreference probes.
 
-This runs models (one capture per probe), so it sits beside :mod:`attnviz.workflows.runner`; the scoring of
-one capture is :func:`attnviz.analysis.rank_heads`, which never touches a model.
+This runs models (the probes in padded batches, by length), so it sits beside :mod:`attnviz.workflows.runner`;
+ranking one capture's heads is :func:`attnviz.analysis.rank_heads`, which never touches a model, and both read
+a pronoun's weights through :func:`attnviz.analysis.coref.span_attention`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..analysis.coref import rank_heads
+import numpy as np
+import torch
+
+from ..analysis.coref import find_span, sink_tokens, span_attention
 from ..analysis.probes import Probe, ProbeResult, load_probes
+from ..data.capture import Capture
 from ..errors import ArgumentTypeError, InputError, Interrupted
 from .checkpoints import rank_path, read_checkpoint, write_checkpoint, written_by
+from .corpus import length_batches
+from .inputs import Encoded, tokenize
 from .interrupts import StopRounds, stop_requests
 from .pipeline import resolve
 from .processes import process_state
@@ -25,7 +32,7 @@ from .runner import capture_forward, encode_texts
 
 __all__ = ["KIND", "evaluate_probes"]
 
-KIND = "attnviz probes checkpoint"
+KIND = "attnviz probes checkpoint 2"  # 2: the picks of every head per probe (1 kept only counts)
 
 
 def _probe_list(probes: Any) -> list[Probe]:
@@ -73,6 +80,7 @@ def evaluate_probes(
     probes: Sequence[Probe] | str | Path,
     tokenizer: Any = None,
     *,
+    batch_size: int = 8,
     progress: bool = True,
     exclude_sinks: bool = True,
     renormalise: bool = True,
@@ -86,51 +94,58 @@ def evaluate_probes(
 ) -> ProbeResult:
     """Score every head of ``model`` on ``probes``: how often its preferred candidate is the gold one.
 
-    ``model`` is anything :func:`attnviz.capture` takes (a name is loaded once). Each probe runs one
-    forward, with a BOS token prepended (``add_bos``) so that a decoder's attention sink is not the
-    first word — many probes begin with a candidate. A progress bar shows unless ``progress=False``.
+    ``model`` is anything :func:`attnviz.capture` takes (a name is loaded once); ``probes`` a shipped set's
+    name, a file :func:`~attnviz.analysis.load_probes` reads, or a list of :class:`Probe` / dicts. A
+    probe's pronoun and candidates are found where :meth:`Probe.locate` says (its offsets when given).
+
+    The probes run ``batch_size`` at a time, sorted by length and right-padded (padding ≤ 10 % of a
+    batch's tokens, as :func:`~attnviz.workflows.corpus.corpus_stats` batches): each text's records hold
+    only its own tokens, so a head's pick is the one a forward of that probe alone gives
+    (``batch_size=1``). A BOS token is prepended (``add_bos``) so that a decoder's attention sink is not
+    the first word — many probes begin with a candidate. A progress bar shows unless ``progress=False``.
     ``part`` picks the encoder or the decoder of an encoder-decoder model (the probe text is then the
-    source, or the target). ``on_progress(done, total)`` is called after each probe (a page's
-    progress bar).
+    source, or the target; such a model runs probe by probe). ``on_progress(done, total)`` is called
+    before each batch (a page's progress bar).
+
+    A probe that cannot be scored (a candidate after the pronoun in a causal decoder, a text too long
+    for the model, no token under a span) is left out and named in ``result.skipped`` with why.
 
     ``checkpoint``: a file where each process saves its place (atomically; under N processes
     ``<checkpoint>.rank<i>-of-<N>``) every ``checkpoint_every_probes`` probes or
     ``checkpoint_every_seconds`` seconds, and when SIGTERM or SIGINT arrives — then
     :class:`~attnviz.errors.Interrupted` is raised once it is saved. ``resume=True`` continues from it
-    (the same probes and number of processes); with no checkpoint there it warns and starts. Under
-    several processes they agree before each probe whether the run stops
+    (the same probes, ``batch_size`` and number of processes); with no checkpoint there it warns and
+    starts. Under several processes they agree before each batch whether the run stops
     (:class:`~attnviz.workflows.interrupts.StopRounds`): a signal that reaches any of them stops all.
     """
-    import pandas as pd  # deferred: pandas is heavy and only tables need it
     from tqdm.auto import tqdm  # deferred: only a progress bar needs it
 
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise InputError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}")
     probes = _probe_list(probes)
+    loaded_problems = _load_problems(probes)
     resolved = resolve(model, tokenizer)  # a name is loaded once, for every probe
-    name = resolved.name
-    correct: dict[tuple[int, int], int] = {}
-    per_probe, skipped = [], []
-    nearest_hits = first_hits = 0
-    shape = (0, 0)
+    tokenizer = resolved.require_tokenizer()
     how = (
         "first token and special tokens left out" + (", rows renormalised" if renormalise else "")
         if exclude_sinks
         else "raw attention"
     )
     state = process_state()  # one process, or this process's share under torchrun / accelerate launch
-    with state.split_between_processes(probes) as share:
-        mine = list(share)
+    with state.split_between_processes(list(enumerate(probes))) as share:
+        mine: list[tuple[int, Probe]] = list(share)
     rank = state.process_index if state.num_processes > 1 else 0
     path = rank_path(checkpoint, rank, state.num_processes) if checkpoint is not None else None
-    digest = hashlib.sha256(
-        repr([(p.id, p.text, p.pronoun, p.candidates, p.gold) for p in probes]).encode()
-    ).hexdigest()
+    digest = hashlib.sha256(repr([(_identity(p), batch_size, add_bos) for p in probes]).encode()).hexdigest()
+
+    scored: list[dict] = []  # one entry per scored probe: its index in probes, its picks, its per_probe row
+    skipped: list[str] = []
+    encoded, order = _by_length(resolved, mine, add_bos, skipped)
     start = 0
     if checkpoint is not None and path is not None and resume:
         saved = _load_place(path, checkpoint, state.num_processes, digest)
         if saved is not None:
-            start, per_probe, skipped = saved["done"], saved["per_probe"], saved["skipped"]
-            correct = {(int(layer), int(head)): int(hits) for layer, head, hits in saved["correct"]}
-            nearest_hits, first_hits, shape = saved["nearest_hits"], saved["first_hits"], tuple(saved["shape"])
+            start, scored, skipped = saved["done"], saved["scored"], saved["skipped"]
 
     def save(done: int) -> Path:
         assert path is not None
@@ -140,57 +155,30 @@ def evaluate_probes(
             "rank": rank,
             "num_processes": state.num_processes,
             "done": done,
-            "per_probe": per_probe,
+            "scored": scored,
             "skipped": skipped,
-            "correct": [[int(layer), int(head), int(hits)] for (layer, head), hits in correct.items()],
-            "nearest_hits": int(nearest_hits),
-            "first_hits": int(first_hits),
-            "shape": list(shape),
         }
         return write_checkpoint(path, place)
 
-    def score(probe: Probe, done: int) -> None:
-        nonlocal nearest_hits, first_hits, shape
-        if on_progress is not None:
-            on_progress(done, len(mine))
-        target = probe.text if part == "decoder" else None
-        [captured], _ = capture_forward(resolved, encode_texts(resolved, probe.text, target=target, add_bos=add_bos))
-        cap = captured.select(part)
-        try:
-            ranking = rank_heads(
-                cap, probe.pronoun, probe.candidates, exclude_sinks=exclude_sinks, renormalise=renormalise
-            )
-        except InputError as err:
-            skipped.append(f"{probe.id}: {err}")
-            return
-        shape = (cap.n_layers, cap.n_heads)
-        gold = ranking.table.columns[2 + list(probe.candidates).index(probe.gold)]
-        for row in ranking.table.itertuples(index=False):
-            key = (row.layer, row.head)
-            correct[key] = correct.get(key, 0) + int(row.preferred == gold)
-        spans = ranking.candidates
-        before = [s for s in spans if s.char_end <= ranking.pronoun.char_start] or spans
-        nearest = min(before, key=lambda s: abs(ranking.pronoun.char_start - s.char_end)).text
-        first = min(spans, key=lambda s: s.char_start).text
-        nearest_hits += nearest == spans[list(probe.candidates).index(probe.gold)].text
-        first_hits += first == spans[list(probe.candidates).index(probe.gold)].text
-        best = ranking.best
-        per_probe.append(
-            {
-                "id": probe.id,
-                "text": probe.text,
-                "pronoun": probe.pronoun,
-                "gold": probe.gold,
-                "nearest": nearest,
-                "first": first,
-                "best_head": f"L{best['layer']}·H{best['head']}",
-                "best_head_pick": best["preferred"],
-                "best_head_weight": float(best[best["preferred"]]),
-            }
+    def score_batch(batch: list[int]) -> None:
+        texts = [mine[b][1].text for b in batch]
+        inputs = encode_texts(
+            resolved,
+            texts,
+            target=texts if part == "decoder" else None,
+            add_bos=add_bos,
+            tokenized=None if resolved.encoder_decoder else [encoded[b] for b in batch],
         )
+        captured, _ = capture_forward(resolved, inputs)
+        for b, cap in zip(batch, captured):
+            index, probe = mine[b]
+            try:
+                scored.append(_score(cap.select(part), index, probe, exclude_sinks, renormalise))
+            except InputError as err:
+                skipped.append(f"{probe.id}: {err}")
 
     last = (start, time.monotonic())
-    bar = tqdm(total=len(mine), initial=start, desc="probes", disable=not progress or not state.is_main_process)
+    bar = tqdm(total=len(order), initial=start, desc="probes", disable=not progress or not state.is_main_process)
 
     def interrupted(stopping: signal.Signals, done: int, where: Path) -> Interrupted:
         return Interrupted(
@@ -202,11 +190,13 @@ def evaluate_probes(
         )
 
     with stop_requests(active=path is not None) as stop:
-        # under several processes they agree before each probe whether the run stops (a round each)
+        # under several processes they agree before each batch whether the run stops (a round each)
         rounds = StopRounds(stop, state, agree=path is not None)
-        for done in range(start, len(mine)):
-            probe = mine[done]
+        done = start
+        for batch in _batches(order[start:], encoded, 1 if resolved.encoder_decoder else batch_size):
             bar.update(done - bar.n)
+            if on_progress is not None:
+                on_progress(done, len(order))
             stopping = rounds.stopped()
             if path is not None:
                 due = (
@@ -217,44 +207,138 @@ def evaluate_probes(
                     last = (done, time.monotonic())
                     if stopping is not None:
                         raise interrupted(stopping, done, where)
-            score(probe, done)
+            score_batch(batch)
+            done += len(batch)
+        bar.update(done - bar.n)
         if path is not None:
-            where = save(len(mine))
+            where = save(len(order))
             # in the rounds until every process is past its last probe: a stop meanwhile stops this one too
             stopping = rounds.finished()
             if stopping is not None:
-                raise interrupted(stopping, len(mine), where)
+                raise interrupted(stopping, len(order), where)
         # every process is here together: a signal from now on finds the run complete (noted, not obeyed)
         if state.num_processes > 1:
             from accelerate.utils import gather_object  # deferred: accelerate is optional (attnviz[stats])
 
-            per_probe = gather_object(per_probe)
+            scored = gather_object(scored)
             skipped = gather_object(skipped)
-            parts = gather_object([(correct, nearest_hits, first_hits, shape)])
-            correct = {}
-            for counts, _, _, _ in parts:
-                for key, hits in counts.items():
-                    correct[key] = correct.get(key, 0) + hits
-            nearest_hits = sum(p[1] for p in parts)
-            first_hits = sum(p[2] for p in parts)
-            shape = max(p[3] for p in parts)
     bar.close()
-    n = len(per_probe)
-    if n == 0:
-        raise InputError("no probe could be scored: " + "; ".join(skipped))
-    accuracy = pd.DataFrame(
-        [
-            {"layer": layer, "head": head, "accuracy": hits / n, "correct": hits, "n": n}
-            for (layer, head), hits in sorted(correct.items())
-        ]
+    if not scored:
+        raise InputError("no probe could be scored: " + "; ".join(loaded_problems + skipped))
+    return _result(sorted(scored, key=lambda s: s["index"]), resolved.name, how, loaded_problems + skipped)
+
+
+def _identity(probe: Probe) -> tuple:  # what a checkpoint must have been written for
+    return (
+        probe.id,
+        probe.text,
+        probe.pronoun,
+        probe.candidates,
+        probe.gold,
+        getattr(probe, "pronoun_start", None),
+        tuple(getattr(probe, "candidate_starts", ())),
     )
-    return ProbeResult(
-        accuracy,
-        pd.DataFrame(per_probe),
-        {"nearest": nearest_hits / n, "first": first_hits / n},
-        name,
-        how,
-        shape[0],
-        shape[1],
-        skipped,
+
+
+def _load_problems(probes: list[Probe]) -> list[str]:
+    """The probes a loaded set could not use (``ProbeSet.problems``), as the result's skipped lines."""
+    problems = getattr(probes, "problems", None)
+    if problems is None or len(problems) == 0:
+        return []
+    return [
+        f"{row.get('id') or row.get('row', '?')}: {row['reason']} (when loading)" for row in problems.to_dict("records")
+    ]
+
+
+def _by_length(
+    resolved: Any, mine: list[tuple[int, Probe]], add_bos: bool, skipped: list[str]
+) -> tuple[dict[int, Encoded], list[int]]:
+    """Each probe of this process tokenized once, and the order they run in: by length (stable), so that a
+    batch pads little. A text the model cannot take whole is skipped, with why."""
+    encoded: dict[int, Encoded] = {}
+    for b, (_, probe) in enumerate(mine):
+        try:
+            [encoded[b]] = tokenize(resolved.tokenizer, [probe.text], None, resolved.limit, resolved.name, add_bos)
+        except InputError as err:
+            skipped.append(f"{probe.id}: {err}")
+    order = sorted(encoded, key=lambda b: len(encoded[b][0]))
+    return encoded, order
+
+
+def _batches(order: list[int], encoded: dict[int, Encoded], batch_size: int) -> list[list[int]]:
+    """``order`` (already by length) cut as :func:`~attnviz.workflows.corpus.length_batches` cuts a pool."""
+    if not order:
+        return []
+    [cut] = length_batches(order, lambda b: len(encoded[b][0]), batch_size, pool=len(order))
+    return [[b for b, _ in batch] for batch in cut]
+
+
+def _score(cap: Capture, index: int, probe: Probe, exclude_sinks: bool, renormalise: bool) -> dict:
+    """One probe's picks in every head of one capture, and its row of ``per_probe``."""
+    (p_start, p_end), places = probe.locate()
+    pronoun = find_span(cap, (p_start, p_end))
+    spans = [find_span(cap, place) for place in places]
+    causal = any(r.causal for r in cap.records.values())
+    if causal:
+        unseen = [s.text for s in spans if s.tokens[0] > max(pronoun.tokens)]
+        if unseen:
+            raise InputError(
+                f"{', '.join(map(repr, unseen))} come(s) after {pronoun.text!r}: in a causal decoder the pronoun "
+                "cannot attend to a later word"
+            )
+    exclude = [t for t in sink_tokens(cap) if t not in pronoun.tokens] if exclude_sinks else []
+    picks = torch.full((cap.n_layers, cap.n_heads), -1, dtype=torch.int16)
+    top = torch.full((cap.n_layers, cap.n_heads), -1.0)
+    for layer in cap.layer_indices():
+        w = span_attention(cap, layer, pronoun, spans, exclude=exclude, renormalise=renormalise)  # [head, cand]
+        most, choice = w.max(-1)  # the first candidate on a tie, as rank_heads
+        picks[layer], top[layer] = choice.to(torch.int16), most
+    layer, head = divmod(int(top.flatten().argmax()), cap.n_heads)  # the first head on a tie
+    before = [i for i, s in enumerate(spans) if s.char_end <= pronoun.char_start] or list(range(len(spans)))
+    nearest = min(before, key=lambda i: abs(pronoun.char_start - spans[i].char_end))
+    first = min(range(len(spans)), key=lambda i: spans[i].char_start)
+    gold = list(probe.candidates).index(probe.gold)
+    pick = int(picks[layer, head])
+    return {
+        "index": index,
+        "picks": picks,
+        "gold": gold,
+        "nearest": nearest,
+        "first": first,
+        "row": {
+            "id": probe.id,
+            "text": probe.text,
+            "pronoun": probe.pronoun,
+            "pronoun_start": pronoun.char_start,
+            "pronoun_end": pronoun.char_end,
+            "candidates": list(probe.candidates),
+            "gold": probe.gold,
+            "nearest": probe.candidates[nearest],
+            "first": probe.candidates[first],
+            "best_head": f"L{layer}·H{head}",
+            "best_head_pick": probe.candidates[pick],
+            "best_head_weight": float(top[layer, head]),
+        },
+    }
+
+
+def _result(scored: list[dict], model: str, how: str, skipped: list[str]) -> ProbeResult:
+    """The scored probes (in the set's order) as a :class:`ProbeResult`: the picks and what follows from them."""
+    import pandas as pd  # deferred: pandas is heavy and only tables need it
+
+    layers = max(s["picks"].shape[0] for s in scored)
+    heads = max(s["picks"].shape[1] for s in scored)
+    picks = np.full((len(scored), layers, heads), -1, dtype=np.int16)
+    for i, s in enumerate(scored):
+        picks[i, : s["picks"].shape[0], : s["picks"].shape[1]] = s["picks"].numpy()
+    return ProbeResult.from_picks(
+        picks,
+        gold=np.array([s["gold"] for s in scored], dtype=np.int16),
+        nearest=np.array([s["nearest"] for s in scored], dtype=np.int16),
+        first=np.array([s["first"] for s in scored], dtype=np.int16),
+        n_candidates=np.array([len(s["row"]["candidates"]) for s in scored], dtype=np.int16),
+        per_probe=pd.DataFrame([s["row"] for s in scored]),
+        model=model,
+        how=how,
+        skipped=skipped,
     )

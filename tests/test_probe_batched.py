@@ -1,0 +1,138 @@
+"""Probe sets scored in padded batches (issue #21): every head's pick equals what the model's own eager
+weights give for that probe run alone, the batch size changes nothing, and what cannot be scored is named."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import attnviz
+from attnviz.analysis.probes import Probe
+
+PROBES = [  # lengths differ: several batches, padded
+    ("The cat sat on the mat because it was tired.", "it", ["cat", "mat"], "cat"),
+    ("The dog saw the bird because it was loud.", "it", ["dog", "bird"], "bird"),
+    (
+        "A small girl gave the old man her umbrella because he was wet and it was raining hard.",
+        "he",
+        ["girl", "man"],
+        "man",
+    ),
+    ("Tom thanked Bill because he had helped.", "he", ["Tom", "Bill"], "Bill"),
+    ("The trophy would not fit in the brown suitcase because it was too big.", "it", ["trophy", "suitcase"], "trophy"),
+    ("Anna told Maria that she had won.", "she", ["Anna", "Maria"], "Anna"),
+    (
+        "The lawyer asked the witness a question, but he was reluctant to repeat it.",
+        "he",
+        ["lawyer", "witness"],
+        "witness",
+    ),
+]
+
+
+def _probes() -> list[Probe]:
+    return [Probe(text, pronoun, tuple(c), gold, id=f"p{i}") for i, (text, pronoun, c, gold) in enumerate(PROBES)]
+
+
+def _eager_picks(model, tok, probe: Probe, bos: bool) -> np.ndarray:
+    """[layer, head]: the candidate each head prefers, from the model's own eager weights for this probe
+    alone — tokens found by the tokenizer's own offsets, sinks (first and special tokens) left out and each
+    row renormalised, the pronoun's rows averaged, each candidate's tokens summed."""
+    enc = tok(probe.text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    ids, offsets, special = enc["input_ids"], enc["offset_mapping"], enc["special_tokens_mask"]
+    if bos:
+        ids, offsets, special = [tok.bos_token_id] + ids, [(0, 0)] + offsets, [1] + special
+    (ps, pe), places = probe.locate()
+
+    def tokens(start: int, end: int) -> list[int]:
+        return [i for i, (s, e) in enumerate(offsets) if s < end and e > start and e > s]
+
+    pronoun = tokens(ps, pe)
+    sinks = sorted(({0} | {i for i, m in enumerate(special) if m}) - set(pronoun))
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids]), output_attentions=True)
+    picks = []
+    for a in out.attentions:  # [1, head, q, k]
+        rows = a[0][:, pronoun, :].clone()
+        rows[..., sinks] = 0
+        rows = rows / rows.sum(-1, keepdim=True)
+        mean = rows.mean(1)  # [head, key]
+        weights = torch.stack([mean[:, [t for t in tokens(s, e) if t not in sinks]].sum(-1) for s, e in places], -1)
+        picks.append(weights.argmax(-1).numpy())
+    return np.stack(picks)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_batched_picks_are_the_models_own_eager_picks_for_each_probe_alone(
+    family, tiny, bert_tokenizer, smol_tokenizer
+):
+    tok = bert_tokenizer if family == "bert" else smol_tokenizer
+    model = tiny(family, "eager", vocab_size=len(tok))
+    probes = _probes()
+    result = attnviz.evaluate_probes(model, probes, tok, batch_size=3, progress=False)
+    assert result.per_probe.id.tolist() == [p.id for p in probes]  # the set's order, not the batches'
+    assert result.picks.shape == (len(probes), model.config.num_hidden_layers, model.config.num_attention_heads)
+    bos = family == "llama"  # add_bos: SmolLM2's tokenizer adds none itself; BERT's [CLS] is first already
+    for i, probe in enumerate(probes):
+        np.testing.assert_array_equal(result.picks[i], _eager_picks(model, tok, probe, bos), err_msg=probe.id)
+    gold = np.array([list(p.candidates).index(p.gold) for p in probes])
+    np.testing.assert_array_equal(result.gold, gold)
+    hits = (result.picks == gold[:, None, None]).sum(0)
+    for row in result.accuracy.itertuples(index=False):
+        assert row.correct == hits[row.layer, row.head] and row.accuracy == pytest.approx(row.correct / len(probes))
+
+
+def test_the_batch_size_changes_no_pick_and_padding_stays_small(tiny, smol_tokenizer):
+    model = tiny("llama", vocab_size=len(smol_tokenizer))  # sdpa: the kernel that runs in practice
+    probes = _probes() * 3
+    probes = [Probe(p.text, p.pronoun, p.candidates, p.gold, id=f"{p.id}-{i}") for i, p in enumerate(probes)]
+    one = attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=1, progress=False)
+    calls, padding = [], []
+    from attnviz.workflows import probing
+    from attnviz.workflows.corpus import MAX_PADDING
+
+    original = probing.capture_forward
+
+    def counted(resolved, inputs, **kwargs):
+        lengths = [len(e[0]) for e in inputs.encoded]
+        calls.append(len(lengths))
+        padding.append(1 - sum(lengths) / (max(lengths) * len(lengths)))
+        return original(resolved, inputs, **kwargs)
+
+    probing.capture_forward = counted
+    try:
+        batched = attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=8, progress=False)
+    finally:
+        probing.capture_forward = original
+    assert sum(calls) == len(probes) and 1 < max(calls) <= 8 and len(calls) < len(probes) / 2
+    assert max(padding) <= MAX_PADDING  # cut by length as corpus_stats cuts: little padding
+    np.testing.assert_array_equal(batched.picks, one.picks)
+    pd.testing.assert_frame_equal(batched.accuracy, one.accuracy)
+    pd.testing.assert_frame_equal(batched.per_probe, one.per_probe)  # best_head_weight within float tolerance
+
+
+def test_what_cannot_be_scored_is_named_and_the_rest_is_scored(tiny, smol_tokenizer):
+    model = tiny("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=24)
+    probes = _probes()[:2] + [
+        Probe("The cat saw it, then a dog came.", "it", ("cat", "dog"), "cat", id="later"),
+        Probe(
+            "The cat " + "sat and sat " * 12 + "on the mat because it was tired.",
+            "it",
+            ("cat", "mat"),
+            "cat",
+            id="long",
+        ),
+    ]
+    result = attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=4, progress=False)
+    assert result.per_probe.id.tolist() == ["p0", "p1"]
+    reasons = dict(line.split(": ", 1) for line in result.skipped)
+    assert set(reasons) == {"later", "long"}
+    assert "'dog' come(s) after 'it': in a causal decoder" in reasons["later"]
+    assert "accepts at most 24" in reasons["long"]
+    assert "skipped 2" in str(result)
+    with pytest.raises(attnviz.InputError, match="no probe could be scored: later: 'dog' come"):
+        attnviz.evaluate_probes(model, probes[2:3], smol_tokenizer, progress=False)
+    with pytest.raises(attnviz.InputError, match="batch_size must be a whole number ≥ 1, got 0"):
+        attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=0, progress=False)
