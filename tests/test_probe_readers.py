@@ -484,3 +484,35 @@ def test_the_shipped_sets_and_old_files_still_load_and_locate(tmp_path):
             assert pronoun.lower() == probe.pronoun.lower()
             assert [c.lower() for c in candidates] == [c.lower() for c in probe.candidates]
     assert load_probes("en").summary == "the shipped set 'en': 42 probes from 42 lines"
+
+
+def test_a_file_of_only_bad_lines_reports_them_and_names_are_never_read_as_missing(tmp_path):
+    path = tmp_path / "broken.jsonl"
+    path.write_text("{oops\n", encoding="utf-8")
+    with pytest.raises(attnviz.InputError, match=r"no probe is usable — line 1: not JSON"):
+        load_probes(path)
+    # GAP has people called Nan and NA: a TSV cell is text, not a missing value
+    text = "Nan met NA at noon, and she waved."
+    gap = tmp_path / "gap.tsv"
+    gap.write_text(
+        GAP_HEADER + "\n" + gap_row("t-1", text, "she", text.index("she"), "Nan", "TRUE", "NA", "FALSE") + "\n",
+        encoding="utf-8",
+    )
+    assert load_probes(gap)[0].candidates == ("Nan", "NA")
+    with pytest.raises(attnviz.InputError, match=r"^columns\['candidates'\] must name a column"):
+        load_probes(pd.DataFrame({"a": [1]}), columns={"candidates": 3})
+    # offsets and candidates in a CSV of attnviz's fields: a JSON list, texts split on |, gaps as None
+    csv = tmp_path / "own.csv"
+    sentence = "It fell because it was heavy, the box on the shelf."
+    pd.DataFrame(
+        [
+            {"text": sentence, "pronoun": "it", "pronoun_start": 0, "candidates": "box|shelf", "gold": "box"},
+            {"text": sentence, "pronoun": "it", "pronoun_start": None, "candidates": '["box", "shelf"]', "gold": 1},
+        ]
+    ).to_csv(csv, index=False)
+    first, second = load_probes(csv)
+    assert first.locate()[0] == (0, 2) and second.locate()[0] == (
+        sentence.index(" it ") + 1,
+        sentence.index(" it ") + 3,
+    )
+    assert (first.gold, second.gold, second.pronoun_start) == ("box", "shelf", None)

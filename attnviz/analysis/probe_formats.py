@@ -498,6 +498,12 @@ def apply_columns(records: Sequence[Record], columns: Mapping[str, str | Sequenc
     keys = _keys(records)
     absent = []
     for field, source in columns.items():
+        if not isinstance(source, str) and not (
+            isinstance(source, Sequence) and source and all(isinstance(n, str) for n in source)
+        ):
+            raise InputError(
+                f"columns[{field!r}] must name a column (or, for candidates, a list of columns); got {source!r}"
+            )
         for name in [source] if isinstance(source, str) else list(source):
             if name not in keys:
                 absent.append(f"{field} → {name!r}")

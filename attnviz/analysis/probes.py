@@ -132,7 +132,8 @@ class Probe:
         ``candidate_starts`` optional).
 
         A candidate is its text or ``{"text": "the trophy", "start": 0}`` (``start`` optional);
-        ``gold`` is a candidate's text or its 0-based index in ``candidates``.
+        ``gold`` is a candidate's text or its 0-based index in ``candidates`` (digits in a string count as
+        the index when no candidate is written so).
         """
         if not isinstance(item, dict):
             raise _problem(
@@ -168,6 +169,8 @@ class Probe:
         elif given is not None:
             raise _problem(f"candidate_starts must be a list of offsets, got {given!r}", "bad offset")
         gold = item["gold"]
+        if isinstance(gold, str) and gold not in texts and gold.strip().isdigit():
+            gold = int(gold)  # a CSV's gold column mixing texts and indices is read as texts
         if isinstance(gold, bool) or not isinstance(gold, str):
             try:
                 index = operator.index(gold)
@@ -268,6 +271,12 @@ class ProbeSet(list):
     - ``summary``: one line, e.g. "GAP gap-test: 1,998 probes from 2,000 rows; 2 unusable
       (2× neither candidate is coreferent) — see .problems";
     - ``format``: the format it was read as, and ``source``: what it was read from.
+
+    The kinds: "not JSON", "not a probe", "missing field", "bad candidates", "bad offset", "bad label",
+    "no label", "fewer than 2 candidates", "gold not a candidate", "gold given twice", "no gold candidate",
+    "several gold candidates", "conflicting labels", "neither candidate is coreferent", "both candidates
+    coreferent", "pronoun not in the text", "candidate not in the text", "pronoun offset does not match",
+    "candidate offset does not match" (and "no text" / "no pronoun" / "no gold" for empty ones).
     """
 
     problems: Any
@@ -385,7 +394,12 @@ def load_probes(
     if columns:
         records = pf.apply_columns(records, columns, where)
         implied = None
-    name = format if format is not None else implied or pf.detect_format(records, where)
+    if format is not None:
+        name = format
+    elif implied is not None or not records:  # nothing to tell a format from: report the lines as they are
+        name = implied or "attnviz"
+    else:
+        name = pf.detect_format(records, where)
     fmt = pf.check_format(name, records, where)
     jsonl = bool(bad_lines) or (
         isinstance(source, (str, Path))
