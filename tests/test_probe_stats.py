@@ -350,3 +350,37 @@ def test_html_holds_the_sentence_the_tests_and_the_top_heads():
     for comparison in r.tests().comparison:
         assert comparison in html
     assert "<th" in html and "p_holm" in html and "beats_chance" in html
+
+
+# --- the max-statistic permutation test -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [12, 15])
+def test_max_statistic_of_one_head_is_its_exact_chance_p_value(seed):
+    from attnviz.analysis.probe_stats import max_statistic
+
+    rng = np.random.default_rng(seed)
+    counts = rng.choice([2, 5], 60)  # up to 5 candidates: a draw that left some out would show
+    gold = rng.integers(0, counts)
+    pick = np.where(rng.random(60) < 0.08, gold, rng.integers(0, counts))[:, None]  # one head, near chance
+    k = int((pick[:, 0] == gold).sum())
+    _, p = max_statistic(pick, counts, gold, n_permutations=20_000, seed=1)
+    exact = chance_sf(k, counts)
+    assert 0.01 < exact < 0.5  # a p-value in the range where a wrong null distribution shows
+    assert p[0] == pytest.approx(exact, abs=4 * np.sqrt(exact * (1 - exact) / 20_000) + 1e-4)
+
+
+def test_max_statistic_pays_nothing_for_copies_of_a_head_and_holm_pays_for_each():
+    r = random_result(n_probes=80)
+    layer, head = int(r.best["layer"]), int(r.best["head"])
+    copies = np.repeat(r.picks[:, layer : layer + 1, head : head + 1], 8, axis=2)  # one layer of 8 identical heads
+    s = ProbeResult.from_picks(copies, r.gold, r.nearest, r.first, r.n_candidates, r.per_probe, model="copies")
+    one = ProbeResult.from_picks(copies[:, :, :1], r.gold, r.nearest, r.first, r.n_candidates, r.per_probe, model="one")
+    m8, m1 = s.max_statistic(n_permutations=4000), one.max_statistic(n_permutations=4000)
+    assert m8.p_max.nunique() == 1 and m8.p_max.iloc[0] == m1.p_max.iloc[0]  # same seed, same draws, same max
+    assert s.accuracy.p_holm.iloc[0] == pytest.approx(min(1, 8 * s.accuracy.p_chance.iloc[0]))
+    full = r.max_statistic(n_permutations=500)
+    assert (full.p_max >= r.accuracy.p_chance - 0.05).all() and (full.p_max >= 1 / 501).all()
+    assert full.equals(r.max_statistic(n_permutations=500)) and not full.p_max.equals(
+        r.max_statistic(500, seed=3).p_max
+    )

@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
-from .probe_stats import holm, mcnemar_exact, poisson_binomial_pmf, twin_groups, wilson
+from .probe_stats import holm, max_statistic, mcnemar_exact, poisson_binomial_pmf, twin_groups, wilson
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -330,6 +330,23 @@ class ProbeResult:
                 }
             )
         return pd.DataFrame(rows)
+
+    def max_statistic(self, n_permutations: int = 1000, seed: int = 0) -> pd.DataFrame:
+        """Every head against chance by a max-statistic permutation test, beside Holm: ``accuracy``'s
+        ``layer, head, accuracy, correct, n`` with ``z`` (hits over chance in standard units) and
+        ``p_max`` (the family-wise adjusted p-value: the share of ``n_permutations`` seeded rounds, each
+        redrawing every probe's gold at random among its candidates, whose best head reaches this
+        ``z``; :func:`~attnviz.analysis.probe_stats.max_statistic`) and ``beats_chance_max``
+        (``p_max ≤ 0.05``). Unlike Holm it keeps the heads' dependence (heads that pick alike share
+        their luck), so it is less conservative; its p-values are never below ``1 / (n_permutations + 1)``."""
+        self._need_picks("max_statistic")
+        layers, heads = self.accuracy.layer.to_numpy(), self.accuracy["head"].to_numpy()
+        z, p = max_statistic(
+            self.picks[:, layers, heads], self.n_candidates, self.gold, n_permutations=n_permutations, seed=seed
+        )
+        table = self.accuracy[["layer", "head", "accuracy", "correct", "n"]].copy()
+        table["z"], table["p_max"], table["beats_chance_max"] = z, p, p <= ALPHA
+        return table
 
     def groups(self) -> np.ndarray:  # [probe]
         """The default held-out groups: each probe with its Winograd twins (same pronoun and candidates,

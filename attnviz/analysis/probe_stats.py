@@ -9,6 +9,8 @@ standard library only; the tests hold them against scipy and statsmodels).
 - :func:`mcnemar_exact`: the exact two-sided McNemar test of two pickers on the same probes (the
   discordant probes only).
 - :func:`holm`: Holm's step-down adjusted p-values (family-wise error at ``alpha``).
+- :func:`max_statistic`: the max-statistic permutation test over every head at once (the heads'
+  dependence kept: each probe's gold redrawn at random among its candidates).
 - :func:`twin_groups`: probes whose texts differ in a few words (Winograd twins), as group labels.
 """
 
@@ -32,6 +34,7 @@ __all__ = [
     "binomial_sf",
     "chance_sf",
     "holm",
+    "max_statistic",
     "mcnemar_exact",
     "poisson_binomial_pmf",
     "twin_groups",
@@ -136,6 +139,58 @@ def holm(p_values: Sequence[float] | np.ndarray) -> np.ndarray:
     adjusted = np.empty(m)
     adjusted[order] = np.maximum.accumulate(scaled)
     return adjusted
+
+
+def max_statistic(
+    picks: np.ndarray, n_candidates: np.ndarray, gold: np.ndarray, *, n_permutations: int = 1000, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every head against chance at once, by a max-statistic permutation test (Westfall–Young).
+
+    ``picks``: ``[probe, head]`` candidate indices (-1: not scored); ``n_candidates``, ``gold``:
+    ``[probe]``. Each head's statistic is its hits over chance in standard units,
+    ``z = (hits − Σ pᵢ) / √(Σ pᵢ(1 − pᵢ))`` with ``pᵢ = 1 / n_candidatesᵢ`` over the probes it scored.
+    Under "no head knows the answer" every probe's gold could as well be any of its candidates: each of
+    ``n_permutations`` rounds (``numpy.random.default_rng(seed)``) redraws every gold uniformly among
+    its probe's candidates, keeps every head's picks — so the heads' dependence stays as it is — and
+    notes the largest ``z`` over the heads. Returns ``(z [head], p [head])``: a head's adjusted p-value
+    is ``(1 + #rounds whose max ≥ its z) / (1 + n_permutations)``; ``p ≤ α`` controls the family-wise
+    error at ``α`` over every head, and is never below ``1 / (1 + n_permutations)``."""
+    picks = np.asarray(picks)
+    counts = np.asarray(n_candidates, dtype=np.int64)
+    gold = np.asarray(gold, dtype=np.int64)
+    if picks.ndim != 2 or picks.shape[0] != counts.size or gold.shape != counts.shape:
+        raise InputError(
+            f"max_statistic needs picks [probe, head] and [probe] arrays, got {picks.shape}, {counts.shape}, {gold.shape}"
+        )
+    if n_permutations < 1:
+        raise InputError(f"n_permutations must be at least 1, got {n_permutations}")
+    valid = (picks >= 0).astype(float)  # [probe, head]
+    chance = 1.0 / counts
+    mean = chance @ valid
+    sd = np.sqrt((chance * (1 - chance)) @ valid)
+    sd = np.where(sd > 0, sd, np.inf)
+
+    def z(hits: np.ndarray) -> np.ndarray:  # [..., head]
+        return (hits - mean) / sd
+
+    observed = z(((picks == gold[:, None]) & (picks >= 0)).sum(axis=0))
+    width = int(counts.max())
+    chosen = np.zeros((picks.shape[0], width, picks.shape[1]))  # [probe, candidate, head]: 1 where the head picked it
+    probe, head = np.nonzero(picks >= 0)
+    chosen[probe, picks[probe, head], head] = 1.0
+    flat = chosen.reshape(-1, picks.shape[1])  # [probe · candidate, head]
+    rng = np.random.default_rng(seed)
+    maxima = np.empty(n_permutations)
+    for start in range(
+        0, n_permutations, 256
+    ):  # rounds in blocks: [block, probe · candidate] @ [probe · candidate, head]
+        block = min(256, n_permutations - start)
+        drawn = np.floor(rng.random((block, counts.size)) * counts).astype(np.int64)
+        onehot = np.zeros((block, counts.size, width))
+        np.put_along_axis(onehot, drawn[:, :, None], 1.0, axis=2)
+        maxima[start : start + block] = z(onehot.reshape(block, -1) @ flat).max(axis=1)
+    exceed = (maxima[None, :] >= observed[:, None] - 1e-12).sum(axis=1)
+    return observed, (1.0 + exceed) / (1.0 + n_permutations)
 
 
 TWIN_TOKENS = 3  # texts whose tokens differ in at most this many places are twins …
