@@ -171,7 +171,7 @@ def superglue_rows(text, pronoun_word, candidates):
     words = text.split()
     out = []
     for n, (candidate, index, label) in enumerate(candidates):
-        assert words[index].startswith(candidate.split()[0]), (words[index], candidate)
+        assert words[index].lower().startswith(candidate.split()[0].lower()), (words[index], candidate)
         out.append(
             {
                 "text": text,
@@ -516,3 +516,26 @@ def test_a_file_of_only_bad_lines_reports_them_and_names_are_never_read_as_missi
         sentence.index(" it ") + 3,
     )
     assert (first.gold, second.gold, second.pronoun_start) == ("box", "shelf", None)
+
+
+def test_the_other_reasons_conflicting_or_unreadable_labels_and_bad_places(tmp_path):
+    text = "Ann met Bea and she left."
+    rows = superglue_rows(text, 4, [("Ann", 0, True), ("Bea", 2, False), ("ann", 0, False)])  # Ann: true and false
+    rows += superglue_rows("Cy met Di and he left.", 4, [("Cy", 0, "maybe"), ("Di", 2, False)])
+    rows += superglue_rows("Cy met Di and he left now.", 4, [("Cy", 0, True), ("Di", 2, False)])
+    rows[-1]["target"]["span1_index"] = 40
+    with pytest.raises(attnviz.InputError) as err:
+        load_probes(jsonl(tmp_path / "wsc.jsonl", rows))
+    assert str(err.value).endswith(
+        "no probe is usable — "
+        "line 1 (0+1+2): candidate 'ann' is labelled both true and false for the pronoun 'she' at word 4; "
+        "line 4 (0): label must be true or false, got 'maybe'; "
+        "line 5 (1): only one candidate ('Di') for the pronoun 'he' at word 4; "
+        "line 6 (0): only one candidate ('Cy') for the pronoun 'he' at word 4; "
+        "line 7 (1): span1_index 40 is not a word of the text (it has 7 words)"
+    )
+    with pytest.warns(UserWarning, match=r"^attnviz list: 1 probe from 2 rows; 1 unusable \(1× not a probe\)"):
+        listed = load_probes([{"text": "a b it", "pronoun": "it", "candidates": ["a", "b"], "gold": "a"}, 7])
+    assert listed.problems[["row", "kind", "reason"]].values.tolist() == [
+        [2, "not a probe", "a probe is a dict, got int"]
+    ]
