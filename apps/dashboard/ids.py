@@ -135,6 +135,17 @@ class AID:
     probe_cancel = "probe-cancel"
     probe_progress = "probe-progress"
     probe_progress_text = "probe-progress-text"
+    probe_upload = "probe-upload"  # dcc.Upload: a probe file of the researcher's own (kept on the server)
+    probe_format = "probe-format"  # the uploaded file's format, as load_probes names it ("auto": from the file)
+    probe_source = "probe-source"  # dcc.Store: the upload's token on the server and its file name
+    probe_loaded = "probe-loaded"  # what the loaded file says: its summary line
+    probe_problems = "probe-problems"  # the probes it could not use, each with its reason
+    probe_problems_box = "probe-problems-box"
+    probe_intervals = "probe-intervals"  # the top heads' accuracies with their intervals
+    probe_result = "probe-result"  # dcc.Store: the key of the result the server keeps, and its model
+    probe_table = "probe-table"  # the per-probe table, a page at a time (a cell opens the probe in the Lab)
+    probe_note = "probe-note"
+    probe_drill = "probe-drill"  # dcc.Store: the probe on its way to the Lab (its capture key, query, head)
     stats_table = "stats-table"
     stats_source = "stats-source"
     stats_column = "stats-column"

@@ -1,0 +1,192 @@
+"""What the Coreference view's probe-set section shows of a result, as plain functions (the view's
+callbacks call them; tests call them without a page):
+
+- :func:`table_page`: one page of the per-probe table — each probe's pronoun and gold antecedent, and
+  the candidate each of the set's top heads picked, marked right (✓) or wrong (✗). Pages are cut on
+  the server, so a set of thousands of probes sends ``PAGE`` rows at a time (and each text at most
+  ``TEXT_CHARS`` characters: the drill-down reads the whole text on the server);
+- :func:`chosen_head`: the head a click in that table means (a head's column: that head; the probe's
+  own best head: that one; anywhere else: the set's best head);
+- :func:`pronoun_token`: the token of a capture that holds a character range of its text (the Lab's query);
+- :func:`load_rows`: what a loaded probe file says about itself — its summary and the probes it could
+  not use, each with its reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any
+
+import attnviz
+from attnviz.analysis import ProbeResult
+from attnviz.analysis.probe_result import head_label
+
+PAGE = 20  # probes per page of the table
+TOP = 5  # heads whose picks the table shows (the set's best by accuracy)
+TEXT_CHARS = 240  # characters of a probe's text in the table
+PROBLEM_ROWS = 500  # unusable probes listed at most (the summary counts them all)
+RIGHT, WRONG = "✓", "✗"
+
+
+def top_heads(result: ProbeResult, top: int = TOP) -> list[tuple[int, int, float]]:
+    """The ``top`` heads by accuracy (ties: lower layer, then head), as (layer, head, accuracy)."""
+    ranked = result.ranked().head(top)
+    return [(int(r.layer), int(r.head), float(r.accuracy)) for r in ranked.itertuples(index=False)]
+
+
+def head_column(rank: int) -> str:
+    """The table's column id of the ``rank``-th top head (``"h0"`` is the best)."""
+    return f"h{rank}"
+
+
+def table_columns(result: ProbeResult, top: int = TOP) -> list[dict]:
+    """The per-probe table's columns: the probe, its text, pronoun and gold, each top head's pick (named
+    by the head and its accuracy over the set), and the probe's own best head."""
+    heads = [
+        {"name": f"{head_label(layer, head)} ({accuracy:.0%})", "id": head_column(i)}
+        for i, (layer, head, accuracy) in enumerate(top_heads(result, top))
+    ]
+    return [
+        {"name": "probe", "id": "probe"},
+        {"name": "text", "id": "text"},
+        {"name": "pronoun", "id": "pronoun"},
+        {"name": "gold", "id": "gold"},
+        *heads,
+        {"name": "its best head", "id": "best_head"},
+    ]
+
+
+def table_styles(result: ProbeResult, top: int = TOP) -> list[dict]:
+    """The table's ``style_data_conditional``: a head's right pick green, a wrong one red."""
+    styles = []
+    for i in range(len(top_heads(result, top))):
+        column = head_column(i)
+        styles.append({"if": {"filter_query": f'{{{column}}} contains "{RIGHT}"', "column_id": column}, **_GREEN})
+        styles.append({"if": {"filter_query": f'{{{column}}} contains "{WRONG}"', "column_id": column}, **_RED})
+    return styles
+
+
+_GREEN = {"backgroundColor": "#e3f4e6", "color": "#1b5e20"}
+_RED = {"backgroundColor": "#fde4e4", "color": "#b00020"}
+
+
+def page_count(result: ProbeResult) -> int:
+    """How many pages the table has (at least one)."""
+    return max(1, math.ceil(len(result.per_probe) / PAGE))
+
+
+def table_page(result: ProbeResult, page: int | None, top: int = TOP) -> list[dict]:
+    """Page ``page`` (0-based; out of range: the last) of the per-probe table: ``PAGE`` rows of
+    :meth:`ProbeResult.picks_table`, each with ``id`` its probe's row in the result (the table's row id,
+    which the drill-down reads)."""
+    pages = page_count(result)
+    page = page if isinstance(page, int) and 0 <= page < pages else (0 if not isinstance(page, int) else pages - 1)
+    start, stop = page * PAGE, min((page + 1) * PAGE, len(result.per_probe))
+    picks = result.picks_table(top).iloc[start:stop]
+    names = [head_label(layer, head) for layer, head, _ in top_heads(result, top)]
+    rows = []
+    for i, probe in zip(range(start, stop), picks.to_dict("records"), strict=True):
+        text = str(probe["text"])
+        row = {
+            "id": i,
+            "probe": str(probe.get("id", "")),
+            "text": text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "…",
+            "pronoun": str(probe["pronoun"]),
+            "gold": str(probe["gold"]),
+            "best_head": str(probe.get("best_head", "")),
+        }
+        for rank, name in enumerate(names):
+            picked = probe[name]
+            row[head_column(rank)] = (
+                "— (layer not captured)" if picked is None else f"{RIGHT if probe[f'{name} gold'] else WRONG} {picked}"
+            )
+        rows.append(row)
+    return rows
+
+
+_HEAD = re.compile(r"L(\d+)·H(\d+)")
+
+
+def chosen_head(result: ProbeResult, row: int, column: str | None, top: int = TOP) -> tuple[int, int]:
+    """The head a click on probe ``row``'s cell in ``column`` opens: a top head's column, that head; the
+    "its best head" column, the probe's own best head; any other, the set's best head."""
+    heads = top_heads(result, top)
+    for rank, (layer, head, _) in enumerate(heads):
+        if column == head_column(rank):
+            return layer, head
+    if column == "best_head":
+        found = _HEAD.fullmatch(str(result.per_probe.iloc[row].get("best_head", "")))
+        if found:
+            return int(found[1]), int(found[2])
+    if not heads:
+        raise attnviz.InputError("this probe set's result has no head with an accuracy; run the probe set again")
+    return heads[0][0], heads[0][1]
+
+
+def pronoun_range(result: ProbeResult, row: int) -> tuple[int, int]:
+    """The character range of probe ``row``'s pronoun in its text, where the evaluator found it."""
+    probe = result.per_probe.iloc[row]
+    start, end = probe.get("pronoun_start"), probe.get("pronoun_end")
+    if start is None or end is None or start != start or end != end:  # NaN: a row without the place
+        raise attnviz.InputError(
+            f"probe {probe.get('id', row)!r}: this result does not say where its pronoun is; run the probe set again"
+        )
+    return int(start), int(end)
+
+
+def lab_text(text: str, start: int, end: int) -> tuple[str, int, int]:
+    """The text as the page's text box will hold it (a browser's textarea turns ``\\r\\n`` and ``\\r`` into
+    ``\\n``), with the character range ``start..end`` moved to match."""
+
+    def plain(part: str) -> str:
+        return re.sub("\r\n?", "\n", part)
+
+    return plain(text), len(plain(text[:start])), len(plain(text[:end]))
+
+
+def pronoun_token(cap: attnviz.Capture, start: int, end: int) -> int:
+    """The first token of ``cap`` whose characters overlap ``start..end`` of its text (special tokens,
+    which cover no character, never)."""
+    for token, (lo, hi) in enumerate(cap.offsets):
+        if hi > lo and lo < end and hi > start:
+            return token
+    raise attnviz.InputError(
+        f"no token of this capture covers characters {start}–{end} ({cap.text[start:end]!r}); run the probe set again"
+    )
+
+
+def load_rows(loaded: Any) -> tuple[str, list[dict], int]:
+    """A loaded probe set's summary line, its unusable probes as table rows (at most ``PROBLEM_ROWS``), and
+    how many there are. Reads the set's ``summary`` and ``problems`` where it has them."""
+    summary = getattr(loaded, "summary", None)
+    summary = summary() if callable(summary) else summary
+    problems = getattr(loaded, "problems", None)
+    if summary is None:
+        summary = f"{len(loaded):,} probes"
+    if problems is None:
+        return str(summary), [], 0
+    if hasattr(problems, "to_dict"):  # a DataFrame
+        total = len(problems)
+        rows = problems.head(PROBLEM_ROWS).to_dict("records")
+    else:
+        items = list(problems)
+        total = len(items)
+        rows = [_problem_row(item) for item in items[:PROBLEM_ROWS]]
+    return str(summary), [{k: _cell(v) for k, v in row.items()} for row in rows], total
+
+
+def _problem_row(item: Any) -> dict:
+    if isinstance(item, dict):
+        return item
+    if dataclasses.is_dataclass(item) and not isinstance(item, type):
+        return dataclasses.asdict(item)
+    if isinstance(item, (tuple, list)) and len(item) == 2:
+        return {"where": item[0], "reason": item[1]}
+    return {"problem": item}
+
+
+def _cell(value: Any) -> Any:
+    """A table cell: numbers and text as they are, anything else as text."""
+    return value if isinstance(value, (int, float, str)) or value is None else str(value)
