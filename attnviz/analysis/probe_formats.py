@@ -7,22 +7,19 @@ format's reader, which gives one attnviz probe dict — ``text``, ``pronoun``, `
 probe. :class:`~attnviz.analysis.Probe` checks the dict and :meth:`~attnviz.analysis.Probe.locate`
 places it; nothing here knows what a probe is beyond its fields.
 
-========================  ==========================================================  ============
-format                    reads                                                       offsets
-========================  ==========================================================  ============
-``attnviz``               text, pronoun, candidates, gold (+ id, lang, pronoun_start,  characters
-                          candidate_starts; a candidate may be ``{"text", "start"}``)  (optional)
-``gap``                   GAP TSV: ID, Text, Pronoun, Pronoun-offset, A, A-offset,      characters
-                          A-coref, B, B-offset, B-coref, URL
-``superglue-wsc``         SuperGLUE WSC JSONL: text, target {span1_text, span1_index,   words of
-                          span2_text, span2_index}, label, idx — one row a candidate    ``text.split()``
-``cluewsc``               CLUEWSC2020 JSON lines: the same layout, Chinese, label       characters
-                          "true"/"false"
-``wsc``                   Hugging Face ``winograd_wsc``: text, pronoun, pronoun_loc,    characters
-                          quote, quote_loc, options, label (index into options), source (pronoun)
-``winograd``              before, pronoun, after (the text split around the pronoun),   from the
-                          candidates, answer (a candidate's text or index)              split
-========================  ==========================================================  ============
+The formats (offsets: how a given place counts):
+
+- ``attnviz``: text, pronoun, candidates, gold (+ id, lang, pronoun_start, candidate_starts; a candidate
+  may be ``{"text", "start"}``) — characters, optional;
+- ``gap``: the GAP TSV: ID, Text, Pronoun, Pronoun-offset, A, A-offset, A-coref, B, B-offset, B-coref,
+  URL — characters;
+- ``superglue-wsc``: SuperGLUE WSC JSONL: text, target {span1_text, span1_index, span2_text,
+  span2_index}, label, idx; one row a candidate — words of ``text.split()``;
+- ``cluewsc``: CLUEWSC2020 JSON lines, the same layout in Chinese, label "true"/"false" — characters;
+- ``wsc``: Hugging Face ``winograd_wsc``: text, pronoun, pronoun_loc, quote, quote_loc, options, label
+  (index into options), source — characters (the pronoun's; options are found in the text);
+- ``winograd``: before, pronoun, after (the text split around the pronoun), candidates, answer (a
+  candidate's text or index) — the pronoun's place comes from the split.
 """
 
 from __future__ import annotations
@@ -39,7 +36,17 @@ import numpy as np
 
 from ..errors import InputError
 
-__all__ = ["PROBE_FORMATS", "ProbeFormat", "Record", "apply_columns", "detect_format", "records_from_jsonl"]
+__all__ = [
+    "PROBE_FORMATS",
+    "ProbeFormat",
+    "Record",
+    "apply_columns",
+    "check_format",
+    "detect_format",
+    "frame_of_dataset",
+    "records_from_jsonl",
+    "records_from_table",
+]
 
 #: One row or line of a source: its 1-based number (a JSONL file's line) and its fields.
 Record = tuple[int, dict[str, Any]]
