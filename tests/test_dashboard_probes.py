@@ -272,6 +272,35 @@ def test_a_probe_row_opens_its_text_in_the_lab_at_its_pronoun_and_head(tmp_path,
     assert shown[AID.probe_drill]["data"] is None
 
 
+def test_a_probe_scored_on_a_decoder_opens_with_its_text_as_the_target(tmp_path, model_folder, bert_tokenizer):
+    """An encoder-decoder's decoder read each probe as the target (the evaluator's part="decoder"): the Lab
+    opens on that part, at the pronoun's token of the target."""
+    bart = attnviz.tiny_model("bart", vocab_size=bert_tokenizer.vocab_size, pad_token_id=0, decoder_start_token_id=102)
+    folder = model_folder("tiny-bart", bart, bert_tokenizer)
+    app = probe_app({folder: "tiny BART"}, tmp_path)
+    result = hand_result(3)
+    text = result.per_probe.loc[0, "text"]  # the short one (the tiny model reads 64 positions)
+    kept = {"key": ProbeRuns(tmp_path / "probes").keep(result), "model": folder, "part": "decoder", "n": 3}
+    cell = {"row": 0, "column": 1, "column_id": "text", "row_id": 0}
+    opened = _post(
+        app, callback(app, f"{ID.text}.value"), {AID.probe_table: cell}, {AID.probe_result: kept, ID.model: folder}
+    )
+    assert opened[ID.text]["value"] == opened[ID.target]["value"] == text
+    drill = opened[AID.probe_drill]["data"]
+    assert (
+        drill["key"] == Captures.key(folder, text, True, text)
+        and (drill["layer"], drill["head"]) == best_heads(result, 1)[0]
+    )
+    app.captures.get(folder, text, bos=True, target=text)
+    store = {"key": drill["key"], "model": folder, "bos": True}
+    shown = _post(app, callback(app, f"{ID.lab_query}.data"), {ID.store: store}, {AID.probe_drill: drill})
+    assert shown[ID.part]["value"] == "decoder"
+    target = app.captures.from_store(store).sequences("decoder")[0]
+    lo, hi = target.offsets[shown[ID.lab_query]["data"]]
+    start = int(result.per_probe.loc[0, "pronoun_start"])
+    assert (lo, hi) == (start, start + 2) and target.text[lo:hi] == "it"
+
+
 def test_the_probe_job_scores_the_uploaded_file_and_keeps_the_result_on_the_server(
     tmp_path, model_folder, tiny_bert_words
 ):
@@ -296,6 +325,15 @@ def test_the_probe_job_scores_the_uploaded_file_and_keeps_the_result_on_the_serv
 
 
 # ---------------------------------------------------------------- the whole path, in the browser
+def probe_cell(dash_duo, probe: str, column: str):
+    """The per-probe table's cell of ``probe`` (its id) in ``column``."""
+    for row in dash_duo.find_elements(f"#{AID.probe_table} tr"):
+        ids = row.find_elements("css selector", 'td[data-dash-column="probe"]')
+        if ids and ids[0].text == probe:
+            return row.find_element("css selector", f'td[data-dash-column="{column}"]')
+    raise AssertionError(f"no row for probe {probe!r}")
+
+
 @pytest.mark.browser
 @pytest.mark.slow
 def test_an_uploaded_probe_set_runs_and_a_probe_opens_in_the_lab_at_its_pronoun_and_head(
@@ -319,14 +357,7 @@ def test_an_uploaded_probe_set_runs_and_a_probe_opens_in_the_lab_at_its_pronoun_
     assert text[start : start + 2] == "it" and start < text.rindex(" it ")
     header = dash_duo.find_element(f'#{AID.probe_table} th[data-dash-column="h1"]').text
     layer, head = (int(x) for x in header.split(" ")[0].lstrip("L").split("·H"))
-    rows = dash_duo.find_elements(f"#{AID.probe_table} tr")
-    row = next(
-        r
-        for r in rows
-        if r.find_elements("css selector", 'td[data-dash-column="probe"]')
-        and "p4" == r.find_element("css selector", 'td[data-dash-column="probe"]').text
-    )
-    cell = row.find_element("css selector", 'td[data-dash-column="h1"]')
+    cell = probe_cell(dash_duo, "p4", "h1")
     assert cell.text[0] in "✓✗" and cell.text[2:] in ("cat", "dog")
     dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", cell)
     cell.click()
@@ -341,4 +372,15 @@ def test_an_uploaded_probe_set_runs_and_a_probe_opens_in_the_lab_at_its_pronoun_
     dash_duo.wait_for_contains_text(f"#{ID.lab_graph} .gtitle", f"L{layer}·H{head}")
     chips = [c.text for c in dash_duo.find_elements(".lab-token.selected")]
     assert chips == ["it"], chips
+
+    # the same probe at the best head: its capture is the page's already (the Run is a cache hit)
+    open_tab(dash_duo, "Coreference")
+    header = dash_duo.find_element(f'#{AID.probe_table} th[data-dash-column="h0"]').text
+    best = tuple(int(x) for x in header.split(" ")[0].lstrip("L").split("·H"))
+    assert best != (layer, head)
+    cell = probe_cell(dash_duo, "p4", "h0")
+    dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", cell)
+    cell.click()
+    dash_duo.wait_for_contains_text(f"#{ID.lab_graph} .gtitle", f"L{best[0]}·H{best[1]}", timeout=60)
+    assert f"query 'it' (#{token})" in dash_duo.find_element(f"#{ID.lab_stats}").text
     no_console_errors(dash_duo)

@@ -480,6 +480,7 @@ def register(app: Dash, captures: Captures) -> None:
 
     @app.callback(
         Output(ID.text, "value", allow_duplicate=True),
+        Output(ID.target, "value", allow_duplicate=True),
         Output(ID.bos, "value", allow_duplicate=True),
         Output(ID.model, "value", allow_duplicate=True),
         Output(ID.run, "n_clicks", allow_duplicate=True),
@@ -493,25 +494,42 @@ def register(app: Dash, captures: Captures) -> None:
     @shows_errors()
     def open_probe(cell, kept, model, clicks):
         """A click on a probe's row: its text goes into the page's text box and is run as the page runs any
-        text (Run model, on the model that scored the set, with the BOS the set was scored with); its
-        pronoun and the chosen head wait in the drill store for that capture (:func:`show_probe`)."""
+        text (Run model, on the model that scored the set, with the BOS the set was scored with; an
+        encoder-decoder's decoder reads it as the target, as the evaluator gave it); its pronoun and the
+        chosen head wait in the drill store for that capture (:func:`show_probe`)."""
         if not cell or not kept or cell.get("row_id") is None:
-            return (no_update,) * 5
+            return (no_update,) * 6
         result = runs.result(kept.get("key"))
         row = int(cell["row_id"])
         if not 0 <= row < len(result.per_probe):
             raise attnviz.InputError(f"probe row {row} is not in this result; run the probe set again")
         layer, head = chosen_head(result, row, cell.get("column_id"))
         text, start, end = lab_text(str(result.per_probe.iloc[row]["text"]), *pronoun_range(result, row))
-        scored = kept["model"]
+        scored, part = kept["model"], kept.get("part")
         captures.check_model(scored)
-        drill = {"key": captures.key(scored, text, True), "start": start, "end": end, "layer": layer, "head": head}
-        return text, ["bos"], no_update if scored == model else scored, (clicks or 0) + 1, drill
+        target = text if part == "decoder" else None
+        drill = {
+            "key": captures.key(scored, text, True, target),
+            "part": part,
+            "start": start,
+            "end": end,
+            "layer": layer,
+            "head": head,
+        }
+        return (
+            text,
+            no_update if part is None else target or "",  # the encoder of an encoder-decoder reads no target
+            ["bos"],
+            no_update if scored == model else scored,
+            (clicks or 0) + 1,
+            drill,
+        )
 
     @app.callback(
         Output(ID.lab_query, "data", allow_duplicate=True),
         Output(ID.layer, "value", allow_duplicate=True),
         Output(ID.head, "value", allow_duplicate=True),
+        Output(ID.part, "value", allow_duplicate=True),
         Output(ID.tabs, "value", allow_duplicate=True),
         Output(AID.probe_drill, "data", allow_duplicate=True),
         Input(ID.store, "data"),
@@ -520,15 +538,19 @@ def register(app: Dash, captures: Captures) -> None:
     )
     @shows_errors()
     def show_probe(store, drill):
-        """The probe's capture is the page's now: the Lab opens on its pronoun's token at the chosen head.
-        Any other capture (the user ran another text meanwhile) drops the drill-down."""
+        """The probe's capture is the page's now: the Lab opens on its pronoun's token (in the part the set
+        was scored on) at the chosen head. Any other capture (the user ran another text meanwhile) drops the
+        drill-down."""
         if not drill:
-            return (no_update,) * 5
+            return (no_update,) * 6
         if not store or store.get("key") != drill.get("key"):
-            return no_update, no_update, no_update, no_update, None
+            return (no_update,) * 5 + (None,)
         cap = captures.from_store(store)
-        token = pronoun_token(cap, int(drill["start"]), int(drill["end"]))
-        return token, int(drill["layer"]), int(drill["head"]), "lab", None
+        part = drill.get("part")
+        queries = cap.sequences(part)[0] if part is not None and len(cap.parts) > 1 else cap
+        token = pronoun_token(queries, int(drill["start"]), int(drill["end"]))
+        shown_part = no_update if part is None else part
+        return token, int(drill["layer"]), int(drill["head"]), shown_part, "lab", None
 
     @app.callback(
         Output(ID.layer, "value", allow_duplicate=True),

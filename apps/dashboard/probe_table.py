@@ -146,9 +146,9 @@ def lab_text(text: str, start: int, end: int) -> tuple[str, int, int]:
     return plain(text), len(plain(text[:start])), len(plain(text[:end]))
 
 
-def pronoun_token(cap: attnviz.Capture, start: int, end: int) -> int:
-    """The first token of ``cap`` whose characters overlap ``start..end`` of its text (special tokens,
-    which cover no character, never)."""
+def pronoun_token(cap: attnviz.Capture | attnviz.TokenSequence, start: int, end: int) -> int:
+    """The first token of ``cap`` (a capture, or one of its token sequences: an encoder-decoder's target)
+    whose characters overlap ``start..end`` of its text (special tokens, which cover no character, never)."""
     for token, (lo, hi) in enumerate(cap.offsets):
         if hi > lo and lo < end and hi > start:
             return token
