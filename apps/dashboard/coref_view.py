@@ -1,6 +1,15 @@
 """Coreference: which word does the pronoun point to? Every head ranked by the pronoun's attention to
 each candidate (with how much the head gives that candidate from the other tokens), and probe sets
-— one forward per probe — run as a background job with progress and Cancel.
+— a shipped one or the researcher's own file — run as a background job with progress and Cancel.
+
+The probe-set section keeps its data on the server (``probe_runs.ProbeRuns``): an uploaded file is
+written to the server's folder and read there (its summary and every unusable probe with its reason
+shown), and a result stays there too — the page holds its key. The result is shown as its summary
+(intervals, held-out estimate, tests, heads beating chance after Holm), the top heads' interval bars
+beside the accuracy map, and a per-probe table of what the top heads picked (✓/✗), cut into pages
+on the server (``probe_table``). A click on a probe's cell opens it in the AttentionLab: its text goes
+into the text box and is run as any text is, then the Lab selects the pronoun's token as the query
+and that column's head (the probe's own best head in its column; the set's best elsewhere).
 
 A long text keeps every response small (≤ 2 MB whatever its length) and hides nothing the model computed:
 
