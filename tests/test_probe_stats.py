@@ -384,3 +384,33 @@ def test_max_statistic_pays_nothing_for_copies_of_a_head_and_holm_pays_for_each(
     assert full.equals(r.max_statistic(n_permutations=500)) and not full.p_max.equals(
         r.max_statistic(500, seed=3).p_max
     )
+
+
+def test_twins_two_words_apart_are_found_and_a_templated_set_is_not_one_group():
+    a = "The city councilmen refused the demonstrators a permit because they feared violence."
+    b = "The city councilmen refused the demonstrators a permit because they strongly advocated violence."
+    c = "The city councilmen refused the demonstrators a permit since they wanted peace and quiet."
+    g = twin_groups([a, b, c], ["they"] * 3, [["councilmen", "demonstrators"]] * 3)
+    assert g[0] == g[1] != g[2]
+    feelings = ["tired", "late", "right", "wrong", "sick"]
+    texts = [f"The doctor told the nurse that she was {f} because of the {w}." for f in feelings for w in "abcdefgh"]
+    g = twin_groups(texts, ["she"] * len(texts), [["doctor", "nurse"]] * len(texts))
+    sizes = np.bincount(g)
+    assert sizes.max() <= 4 and len(sizes) >= len(texts) // 4
+    for group in range(len(sizes)):  # each group is sentences one word apart from another of the group
+        members = [texts[i].split() for i in np.flatnonzero(g == group)]
+        for x in members:
+            assert (
+                any(sum(p != q for p, q in zip(x, y, strict=True)) == 1 for y in members if y is not x)
+                or len(members) == 1
+            )
+
+
+def test_a_result_without_texts_holds_out_each_probe_alone():
+    r = hand_result(20)
+    bare = ProbeResult.from_picks(
+        r.picks, r.gold, r.nearest, r.first, r.n_candidates, [{"id": f"p{i}"} for i in range(20)], model="x"
+    )
+    h = bare.held_out()
+    assert h.n_groups == 20 and "no texts" in h.grouped_by
+    assert "held out:" in str(bare)

@@ -19,7 +19,17 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError
-from .probe_stats import holm, max_statistic, mcnemar_exact, poisson_binomial_pmf, twin_groups, wilson
+from .probe_stats import (
+    TWIN_GROUP,
+    TWIN_SHARE,
+    TWIN_TOKENS,
+    holm,
+    max_statistic,
+    mcnemar_exact,
+    poisson_binomial_pmf,
+    twin_groups,
+    wilson,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -349,18 +359,21 @@ class ProbeResult:
         return table
 
     def groups(self) -> np.ndarray:  # [probe]
-        """The default held-out groups: each probe with its Winograd twins (same pronoun and candidates,
-        texts that differ in at most 3 tokens and a quarter of them: :func:`~attnviz.analysis.probe_stats.twin_groups`)."""
+        """The default held-out groups: each probe with its Winograd twins — same pronoun and candidates,
+        texts that differ in at most 3 tokens and a quarter of them, at most 4 probes a group
+        (:func:`~attnviz.analysis.probe_stats.twin_groups`); each probe alone when ``per_probe`` has no
+        ``text``. Computed once."""
         self._need_picks("groups")
+        if self._groups is None and "text" not in self.per_probe.columns:
+            self._groups = np.arange(len(self.gold))  # no texts to find twins in: each probe alone
         if self._groups is None:
             table = self.per_probe
+            pronouns = table["pronoun"].astype(str).tolist() if "pronoun" in table.columns else [""] * len(table)
             if "candidates" in table.columns:
                 candidates = [list(c) for c in table["candidates"]]
             else:  # a result without its candidates' texts: twins are told by pronoun and text alone
                 candidates = [[] for _ in range(len(table))]
-            self._groups = twin_groups(
-                table["text"].astype(str).tolist(), table["pronoun"].astype(str).tolist(), candidates
-            )
+            self._groups = twin_groups(table["text"].astype(str).tolist(), pronouns, candidates)
         return self._groups
 
     def held_out(
@@ -383,9 +396,12 @@ class ProbeResult:
             )
         n = len(self.gold)
         if groups is None:
-            labels, grouped_by = (
-                self.groups(),
-                "Winograd twins: same pronoun and candidates, texts ≤ 3 tokens and ≤ 25 % apart",
+            labels = self.groups()
+            grouped_by = (
+                f"Winograd twins: same pronoun and candidates, texts ≤ {TWIN_TOKENS} tokens and "
+                f"≤ {100 * TWIN_SHARE:.0f} % apart, ≤ {TWIN_GROUP} a group"
+                if "text" in self.per_probe.columns
+                else "each probe alone: per_probe has no texts to find twins in"
             )
         elif isinstance(groups, str):
             if groups not in self.per_probe.columns:

@@ -27,6 +27,8 @@ import numpy as np
 from ..errors import InputError
 
 __all__ = [
+    "COMMON_BIGRAM",
+    "TWIN_GROUP",
     "TWIN_SHARE",
     "TWIN_TOKENS",
     "Z95",
@@ -195,6 +197,8 @@ def max_statistic(
 
 TWIN_TOKENS = 3  # texts whose tokens differ in at most this many places are twins …
 TWIN_SHARE = 0.25  # … and in at most this share of the longer text's tokens
+TWIN_GROUP = 4  # a group of twins holds at most this many probes (the closest pairs join first)
+COMMON_BIGRAM = 64  # a bigram in more texts than this is no witness of a twin (templated sets)
 
 
 def _tokens(text: str) -> list[str]:  # words, with each CJK character a token of its own
@@ -206,6 +210,26 @@ def _differing(a: list[str], b: list[str]) -> int:  # tokens of the longer text 
     return max(len(a), len(b)) - matched
 
 
+def _one_edit_pairs(members: list[int], tokens: list[list[str]]) -> set[tuple[int, int]]:
+    """Pairs of texts one token apart (one replaced, or one more in the longer), found by signature in
+    linear time: the text with position k left out, keyed with and without k's place."""
+    keys: dict[tuple, list[int]] = {}
+    for i in members:
+        t = tuple(tokens[i])
+        keys.setdefault(("whole", t), []).append(i)
+        for k in range(len(t)):
+            keys.setdefault(("replaced", k, t[:k] + t[k + 1 :]), []).append(i)
+            keys.setdefault(("dropped", t[:k] + t[k + 1 :]), []).append(i)
+    pairs = set()
+    for key, texts in keys.items():
+        if key[0] == "dropped":  # a text with one token left out is another text whole
+            found = [(i, j) for i in texts for j in keys.get(("whole", key[1]), [])]
+        else:  # the same text, or the same but at position k
+            found = [(i, j) for x, i in enumerate(texts) for j in texts[x + 1 :]]
+        pairs.update((min(i, j), max(i, j)) for i, j in found if i != j)
+    return pairs
+
+
 def twin_groups(
     texts: Sequence[str],
     pronouns: Sequence[str],
@@ -213,17 +237,25 @@ def twin_groups(
     *,
     max_diff: int = TWIN_TOKENS,
     max_share: float = TWIN_SHARE,
+    max_group: int = TWIN_GROUP,
 ) -> np.ndarray:  # [probe]: a group label per probe (0, 1, …)
     """Group label per probe: probes with the same pronoun and the same candidates (in any order, any
     case) whose texts differ in at most ``max_diff`` tokens (words; a CJK character is a token), and in
-    at most ``max_share`` of the longer text's tokens, are twins — "…because it is too big." / "…too small." — and so are twins of twins. A held-out split
-    keeps a group together, so a probe's twin never tells the other split the answer."""
+    at most ``max_share`` of the longer text's tokens, are twins — "…because it is too big." / "…too
+    small." A held-out split keeps a group together, so a probe's twin never tells the other split the
+    answer.
+
+    Twins of twins join too, the closest pairs first, up to ``max_group`` probes a group: a templated
+    set, where every sentence is a word away from many others, is not fused into one group. Pairs one
+    token apart are found by signature; pairs further apart among texts that share a rare bigram (one a
+    twin must keep, in at most :data:`COMMON_BIGRAM` texts), so a large set is not compared pair by pair.
+    """
     n = len(texts)
     if not len(pronouns) == len(candidates) == n:
         raise InputError(
             f"twin_groups needs one pronoun and candidate list per text, got {n}, {len(pronouns)}, {len(candidates)}"
         )
-    parent = list(range(n))
+    parent, size = list(range(n)), [1] * n
 
     def root(i: int) -> int:
         while parent[i] != i:
@@ -236,12 +268,32 @@ def twin_groups(
         key = (str(pronouns[i]).lower(), tuple(sorted(str(c).lower() for c in candidates[i])))
         buckets.setdefault(key, []).append(i)
     tokens = [_tokens(str(t)) for t in texts]
+    grams = [set(zip(["^", *t], [*t, "$"], strict=True)) for t in tokens]
+    pairs: list[tuple[int, int, int]] = []  # (differing tokens, i, j)
     for members in buckets.values():
-        for x, i in enumerate(members):
-            for j in members[x + 1 :]:
-                longer = max(len(tokens[i]), len(tokens[j]))
-                limit = min(max_diff, max_share * longer)
-                if abs(len(tokens[i]) - len(tokens[j])) <= limit and _differing(tokens[i], tokens[j]) <= limit:
-                    parent[root(j)] = root(i)
+        close = _one_edit_pairs(members, tokens)
+        pairs += [(0 if tokens[i] == tokens[j] else 1, i, j) for i, j in close]
+        if max_diff < 2:
+            continue
+        # a twin keeps at least one of a text's 2·max_diff + 1 rarest bigrams (an edit breaks at most two)
+        postings: dict[tuple[str, str], list[int]] = {}
+        for i in members:
+            for gram in grams[i]:
+                postings.setdefault(gram, []).append(i)
+        for i in members:
+            rare = sorted(grams[i], key=lambda gram: len(postings[gram]))[: 2 * max_diff + 1]
+            witnesses = [postings[gram] for gram in rare if len(postings[gram]) <= COMMON_BIGRAM]
+            for j in sorted({j for texts_ in witnesses for j in texts_ if j > i and (i, j) not in close}):
+                limit = min(max_diff, max_share * max(len(tokens[i]), len(tokens[j])))
+                if abs(len(tokens[i]) - len(tokens[j])) <= limit:
+                    diff = _differing(tokens[i], tokens[j])
+                    if diff <= limit:
+                        pairs.append((diff, i, j))
+    for diff, i, j in sorted(pairs):
+        limit = min(max_diff, max_share * max(len(tokens[i]), len(tokens[j])))
+        ri, rj = root(i), root(j)
+        if diff <= limit and ri != rj and size[ri] + size[rj] <= max_group:
+            parent[rj] = ri
+            size[ri] += size[rj]
     labels: dict[int, int] = {}
     return np.array([labels.setdefault(root(i), len(labels)) for i in range(n)], dtype=np.int64)
