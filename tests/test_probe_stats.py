@@ -414,3 +414,29 @@ def test_a_result_without_texts_holds_out_each_probe_alone():
     h = bare.held_out()
     assert h.n_groups == 20 and "no texts" in h.grouped_by
     assert "held out:" in str(bare)
+
+
+# --- on a real model ------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_minilm_on_the_shipped_winograd_pairs_states_its_numbers(minilm):
+    model, tok = minilm
+    r = attnviz.evaluate_probes(model, "en", tok, progress=False)
+    acc = r.accuracy
+    low, high = proportion_confint(acc.correct, acc.n, method="wilson")
+    np.testing.assert_allclose(acc.low, low, rtol=1e-12)
+    np.testing.assert_allclose(acc.high, high, rtol=1e-12)
+    p = [binomtest(int(k), int(n), 0.5, alternative="greater").pvalue for k, n in zip(acc.correct, acc.n, strict=True)]
+    np.testing.assert_allclose(acc.p_chance, p, rtol=1e-9)
+    np.testing.assert_allclose(acc.p_holm, multipletests(p, method="holm")[1], rtol=1e-9)
+    # the 42 probes are 21 twin pairs (en-01/en-02 …): each pair is one group, on one side of the split
+    assert (np.bincount(r.groups()) == 2).all()
+    h = r.held_out(seed=0)
+    for i in range(1, 43, 2):
+        assert (f"en-{i:02d}" in h.ids_a) == (f"en-{i + 1:02d}" in h.ids_a)
+    table = r.picks_table(top=3)
+    best = f"L{int(r.best['layer'])}·H{int(r.best['head'])}"
+    assert (table[f"{best} gold"] == (table[best] == table["gold"])).all()
+    text = str(r)
+    assert f"best head {best} " in text and "held out:" in text and "heads beat chance after Holm" in text
