@@ -198,7 +198,7 @@ def test_an_uploaded_file_stays_on_the_server_and_is_read_at_once(tmp_path):
     # a line that is no probe: the others are kept, and the table says which line and why
     bad = upload(app, "mine.jsonl", content + b"\n{not json")
     loaded = json.dumps(bad[AID.probe_loaded]["children"], ensure_ascii=False)
-    assert "mine.jsonl: attnviz mine.jsonl: 4 probes from 5 lines; 1 unusable (1× not JSON)" in loaded, loaded
+    assert "attnviz mine.jsonl: 4 probes from 5 lines; 1 unusable (1× not JSON)" in loaded, loaded
     [problem] = bad[AID.probe_problems]["data"]
     assert problem["row"] == 5 and problem["kind"] == "not JSON", problem
     assert bad[AID.probe_problems_box]["style"]["display"] == "block"
@@ -207,8 +207,13 @@ def test_an_uploaded_file_stays_on_the_server_and_is_read_at_once(tmp_path):
         app, "none.jsonl", b'{"text": "No pronoun here.", "pronoun": "it", "candidates": ["a", "b"], "gold": "a"}'
     )
     message = json.dumps(none[AID.probe_loaded]["children"])
-    assert "none.jsonl: " in message and "no probe is usable" in message, message
+    assert "none.jsonl: 0 probes" in message and "no probe is usable" in message, message
     assert AID.probe_set not in none or "value" not in none[AID.probe_set]
+    # columns no format knows: the message names the file, never the server's folder
+    odd = upload(app, "odd columns.csv", b"a,b\n1,2\n")
+    message = json.dumps(odd[AID.probe_loaded]["children"])
+    assert "odd_columns.csv" in message and str(tmp_path) not in message, message
+    assert "cluewsc" in json.dumps(upload(app, "odd columns.csv", b"a,b\n1,2\n", fmt="cluewsc")[AID.probe_loaded])
 
     wrong = upload(app, "mine.docx", content)
     assert "a probe file ends in .jsonl, .json, .csv, .tsv, .parquet" in json.dumps(wrong[AID.probe_loaded]["children"])
@@ -359,6 +364,10 @@ def test_an_uploaded_probe_set_runs_and_a_probe_opens_in_the_lab_at_its_pronoun_
     layer, head = (int(x) for x in header.split(" ")[0].lstrip("L").split("·H"))
     cell = probe_cell(dash_duo, "p4", "h1")
     assert cell.text[0] in "✓✗" and cell.text[2:] in ("cat", "dog")
+    right = cell.text[2:] == PROBES[3]["gold"]
+    assert cell.text[0] == ("✓" if right else "✗")
+    colour = cell.value_of_css_property("background-color")  # the marks' colours (style_data_conditional)
+    assert colour == ("rgba(227, 244, 230, 1)" if right else "rgba(253, 228, 228, 1)"), colour
     dash_duo.driver.execute_script("arguments[0].scrollIntoView({block: 'center'});", cell)
     cell.click()
 

@@ -226,6 +226,7 @@ def layout() -> list:
             page_count=1,
             css=[{"selector": "td.dash-cell", "rule": "cursor: pointer;"}],
             style_data={"whiteSpace": "normal", "height": "auto"},
+            style_cell_conditional=[{"if": {"column_id": "text"}, "textAlign": "left", "minWidth": "260px"}],
             **TABLE_STYLE,
         ),
     ]
@@ -367,7 +368,10 @@ def register(app: Dash, captures: Captures) -> None:
         ``fmt``."""
         if probe_set == UPLOADED:
             path = runs.upload_path((source or {}).get("file"))
-            return load_probes(path, format=None if fmt in (None, "auto") else str(fmt))
+            try:
+                return load_probes(path, format=None if fmt in (None, "auto") else str(fmt))
+            except attnviz.AttnvizError as err:  # said with the file's name: the server's folder stays unsaid
+                raise attnviz.InputError(str(err).replace(str(path), path.name)) from err
         if probe_set not in PROBE_SETS:
             raise attnviz.InputError(f"{str(probe_set)[:40]!r} is not a probe set here; choose one in the list")
         return load_probes(probe_set)
@@ -401,12 +405,11 @@ def register(app: Dash, captures: Captures) -> None:
         try:
             loaded = read_probes(UPLOADED, source, fmt)
         except Exception as err:  # noqa: BLE001 - the file stays on the server: another format may read it
-            message = f"{source['name']}: {page_message(err)}"
-            return source, None, _error(message), [], [], _HIDDEN, options, no_update
+            return source, None, _error(page_message(err)), [], [], _HIDDEN, options, no_update
         summary, problems, total = load_rows(loaded)
         columns = [{"name": c, "id": c} for c in (problems[0] if problems else {})]
         shown = "" if total <= len(problems) else f" (the first {len(problems):,} of {total:,} listed)"
-        loaded_line = html.Div(f"{source['name']}: {summary}{shown}", className="probe-loaded")
+        loaded_line = html.Div(f"{summary}{shown}", className="probe-loaded")
         label = f"uploaded: {source['name']} ({len(loaded):,} probes)"
         options[-1] = {"label": label, "value": UPLOADED}
         box = {"display": "block", "margin": "4px 0"} if problems else _HIDDEN
