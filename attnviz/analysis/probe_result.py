@@ -121,6 +121,11 @@ class ProbeResult:
     :meth:`from_picks`, ``low, high`` (its 95 % Wilson interval), ``p_chance`` (the exact one-sided
     p-value of ``correct`` or more hits if the head picked a candidate at random), ``p_holm`` (Holm's
     adjustment over every head) and ``beats_chance`` (``p_holm ≤ 0.05``).
+
+    What follows from the picks: :meth:`tests` (the best head against chance and each baseline),
+    :meth:`held_out` (the best head chosen on one seeded split, scored on the other), :meth:`max_statistic`
+    (a permutation test of every head against chance), :meth:`picks_table` (which candidate each top
+    head picked), :attr:`chance` and :attr:`beating_chance`; ``str(result)`` says them in one paragraph.
     """
 
     accuracy: pd.DataFrame  # layer, head, accuracy, correct, n, low, high, p_chance, p_holm, beats_chance
