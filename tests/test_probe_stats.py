@@ -440,3 +440,17 @@ def test_minilm_on_the_shipped_winograd_pairs_states_its_numbers(minilm):
     assert (table[f"{best} gold"] == (table[best] == table["gold"])).all()
     text = str(r)
     assert f"best head {best} " in text and "held out:" in text and "heads beat chance after Holm" in text
+
+
+def test_a_pair_of_twins_alone_has_no_held_out_estimate_and_says_why():
+    from attnviz.figures import probe_intervals
+
+    r = hand_result(2)  # en-00 and en-01: one pair of twins, one group
+    assert r.groups().tolist() == [0, 0]
+    with pytest.raises(attnviz.InputError, match="cannot hold out: the 2 probes form one group"):
+        r.held_out()
+    assert "no held-out estimate: cannot hold out: the 2 probes form one group" in str(r)
+    fig = probe_intervals(r)
+    assert "too few probes to hold any out" in fig.layout.title.text
+    assert not any(str(t.name).startswith("held out") for t in fig.data)
+    assert r.held_out(groups="id").n_b == 1
