@@ -25,6 +25,7 @@ from attnviz.dashboard.probe_table import (
     chosen_head,
     lab_text,
     pronoun_token,
+    skipped_lines,
     table_columns,
     table_page,
 )
@@ -132,6 +133,13 @@ def test_a_click_chooses_that_columns_head_the_probes_own_or_the_sets_best():
     assert chosen_head(result, 7, "h2") == heads[2]
     assert chosen_head(result, 7, "best_head") == (7 % 3, 7 % 4)  # the probe's own best head, 'L1·H3'
     assert chosen_head(result, 7, "text") == chosen_head(result, 7, None) == heads[0]
+
+
+def test_the_probes_the_evaluator_skipped_are_listed_with_their_reasons():
+    result = hand_result(3)
+    result.skipped = [f"q{i}: the pronoun 'it' falls outside the model's {i} tokens" for i in range(7)]
+    assert skipped_lines(result) == result.skipped
+    assert skipped_lines(result, at_most=5) == [*result.skipped[:5], "… and 2 more"]
 
 
 def test_the_pronoun_token_is_the_one_at_the_evaluators_offsets(tiny_bert_words):
@@ -311,15 +319,22 @@ def test_the_probe_job_scores_the_uploaded_file_and_keeps_the_result_on_the_serv
 ):
     folder = model_folder("tiny-bert", *tiny_bert_words)
     app = probe_app({folder: "tiny BERT"}, tmp_path)
-    source = upload(app, "mine.jsonl", jsonl(PROBES))[AID.probe_source]["data"]
+    long = {"id": "long", "text": "The cat slept because it was tired." + " Then it slept more." * 20, "pronoun": "it",
+            "candidates": ["cat", "slept"], "gold": "cat"}  # fmt: skip
+    probes = [*PROBES, long]  # more tokens than the tiny model's 64 positions: skipped, with why
+    source = upload(app, "mine.jsonl", jsonl(probes))[AID.probe_source]["data"]
     app.captures.get(folder, "The cat sat.")
     store = {"key": Captures.key(folder, "The cat sat."), "model": folder, "bos": False}
     state = {ID.store: store, AID.probe_set: "upload", AID.probe_source: source, AID.probe_format: "auto"}
     response = _post(
         app, callback(app, f"{AID.probe_summary}.children"), {AID.probe_run: 1}, {**state, AID.coref_sinks: ["sinks"]}
     )
-    expected = attnviz.evaluate_probes(folder, [attnviz.analysis.Probe.from_dict(p) for p in PROBES], progress=False)
-    assert response[AID.probe_summary]["children"] == str(expected)
+    expected = attnviz.evaluate_probes(folder, [attnviz.analysis.Probe.from_dict(p) for p in probes], progress=False)
+    assert len(expected.skipped) == 1 and expected.skipped[0].startswith("long: ")
+    summary, skipped = response[AID.probe_summary]["children"]
+    assert summary == str(expected)
+    listed = json.dumps(skipped, ensure_ascii=False)
+    assert "1 probe skipped when scoring: why" in listed and json.dumps(expected.skipped[0])[1:-1] in listed
     kept = response[AID.probe_result]["data"]
     assert set(kept) == {"key", "model", "part", "n"} and kept["n"] == 4  # a key, not the result
     held = ProbeRuns(tmp_path / "probes").result(kept["key"])

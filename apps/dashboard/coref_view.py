@@ -52,6 +52,7 @@ from .probe_table import (
     page_count,
     pronoun_range,
     pronoun_token,
+    skipped_lines,
     table_columns,
     table_page,
     table_styles,
@@ -452,7 +453,12 @@ def register(app: Dash, captures: Captures) -> None:
         )
         set_progress(("1", "1", ""))
         kept = {"key": runs.keep(result), "model": model, "part": part, "n": len(result.per_probe)}
-        return str(result), probe_accuracy_map(result), probe_intervals(result, top=INTERVAL_HEADS), kept
+        summary: Any = str(result)
+        if result.skipped:  # the probes it could not score, and why (the summary counts them)
+            skipped = skipped_lines(result)
+            title = f"{len(result.skipped):,} probe{'s' * (len(result.skipped) != 1)} skipped when scoring: why"
+            summary = [summary, html.Details([html.Summary(title), html.Ul([html.Li(line) for line in skipped])])]
+        return summary, probe_accuracy_map(result), probe_intervals(result, top=INTERVAL_HEADS), kept
 
     @app.callback(
         Output(AID.probe_table, "data"),

@@ -9,7 +9,7 @@ callbacks call them; tests call them without a page):
   own best head: that one; anywhere else: the set's best head);
 - :func:`pronoun_token`: the token of a capture that holds a character range of its text (the Lab's query);
 - :func:`load_rows`: what a loaded probe file says about itself — its summary and the probes it could
-  not use, each with its reason.
+  not use, each with its reason; :func:`skipped_lines`: the probes the evaluator could not score.
 """
 
 from __future__ import annotations
@@ -155,6 +155,15 @@ def pronoun_token(cap: attnviz.Capture | attnviz.TokenSequence, start: int, end:
     raise attnviz.InputError(
         f"no token of this capture covers characters {start}–{end} ({cap.text[start:end]!r}); run the probe set again"
     )
+
+
+def skipped_lines(result: ProbeResult, at_most: int = PROBLEM_ROWS) -> list[str]:
+    """The probes the evaluator could not score, each "id: reason" (at most ``at_most``, then how many
+    more)."""
+    lines = [str(s) for s in result.skipped[:at_most]]
+    if len(result.skipped) > at_most:
+        lines.append(f"… and {len(result.skipped) - at_most:,} more")
+    return lines
 
 
 def load_rows(loaded: Any) -> tuple[str, list[dict], int]:
