@@ -30,6 +30,7 @@ from attnviz.dashboard.probe_table import (
     table_page,
 )
 from dash import Dash, html
+from dash._utils import to_json
 from test_dashboard_server import _post
 
 import attnviz
@@ -246,6 +247,12 @@ def test_the_table_of_three_thousand_probes_comes_a_page_at_a_time_under_2_mb(tm
     assert max(client_bytes) < 100_000 < MB2, client_bytes  # ~20 rows of at most 240 characters of text
     first = _post(app, table, {AID.probe_result: kept, AID.probe_table: 77}, {})  # a new result: its first page
     assert first[AID.probe_table]["page_current"] == 0 and first[AID.probe_table]["data"][0]["id"] == 0
+    # what the job sends the page for such a set: the summary and two figures of heads, not of probes
+    full = ProbeResult.from_picks(
+        result.picks, result.gold, result.nearest, result.first, result.n_candidates, result.per_probe, model="hand"
+    )
+    sent = to_json([str(full), figures.probe_accuracy_map(full), figures.probe_intervals(full, top=15)])
+    assert len(sent) < 200_000, len(sent)
     gone = _post(app, table, {AID.probe_result: {**kept, "key": "0" * 32}, AID.probe_table: 0}, {})
     assert "no longer on the server" in json.dumps(gone[AID.probe_note]["children"])
 
