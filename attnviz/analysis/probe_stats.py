@@ -220,7 +220,7 @@ def _one_edit_pairs(members: list[int], tokens: list[list[str]]) -> set[tuple[in
         for k in range(len(t)):
             keys.setdefault(("replaced", k, t[:k] + t[k + 1 :]), []).append(i)
             keys.setdefault(("dropped", t[:k] + t[k + 1 :]), []).append(i)
-    pairs = set()
+    pairs: set[tuple[int, int]] = set()
     for key, texts in keys.items():
         if key[0] == "dropped":  # a text with one token left out is another text whole
             found = [(i, j) for i in texts for j in keys.get(("whole", key[1]), [])]
