@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -28,6 +29,7 @@ from attnviz.dashboard.probe_table import (
     skipped_lines,
     table_columns,
     table_page,
+    text_cell,
 )
 from dash import Dash, html
 from dash._utils import to_json
@@ -120,12 +122,33 @@ def test_a_page_of_the_table_shows_each_top_heads_pick_marked_right_or_wrong():
         i = row["id"]
         probe = result.per_probe.iloc[i]
         assert row["probe"] == probe["id"] and row["gold"] == probe["gold"] and row["pronoun"] == "it"
-        assert row["text"] == (
-            probe["text"] if len(probe["text"]) <= TEXT_CHARS else probe["text"][: TEXT_CHARS - 1] + "…"
-        )
+        shown, at = unmarked(row["text"])
+        assert probe["text"].startswith(shown.rstrip("…")) and at == probe["pronoun_start"]
+        assert len(shown.rstrip("…")) == min(TEXT_CHARS, len(probe["text"]))
         for rank, (layer, head) in enumerate(heads):
             picked = probe["candidates"][result.picks[i, layer, head]]
             assert row[f"h{rank}"] == ("✓ " if picked == probe["gold"] else "✗ ") + picked, (i, rank)
+
+
+def unmarked(cell: str) -> tuple[str, int]:
+    """A table cell's text without its markdown, and where its bold part starts in it."""
+    at = cell.index("**")
+    plain = re.sub(r"\\(.)", r"\1", cell[:at]) + re.sub(r"\\(.)", r"\1", cell[at:].replace("**", ""))
+    return plain, len(re.sub(r"\\(.)", r"\1", cell[:at]))
+
+
+def test_the_text_cell_bolds_the_scored_pronoun_and_keeps_the_characters_around_it():
+    text = "The cat (a *big* one) chased the dog until it was tired, and it slept."
+    first = text.index(" it ") + 1
+    cell = text_cell(text, first, first + 2)
+    assert unmarked(cell) == (text, first) and cell.count("**") == 2  # the first 'it', all of the text
+    long = "Before. " * 60 + "Anna met Maria, and she smiled. " + "After. " * 60
+    start = long.index("she")
+    shown, at = unmarked(text_cell(long, start, start + 3))
+    assert shown.startswith("…") and shown.endswith("…") and len(shown) == TEXT_CHARS + 2
+    assert long[start - at + 1 : start - at + 1 + TEXT_CHARS] == shown[1:-1]  # the window, as in the text
+    assert shown[at : at + 3] == "she" and abs(at - TEXT_CHARS // 2) <= 1
+    assert text_cell("A\r\nB", None, None) == "A B"
 
 
 def test_a_click_chooses_that_columns_head_the_probes_own_or_the_sets_best():
@@ -384,6 +407,10 @@ def test_an_uploaded_probe_set_runs_and_a_probe_opens_in_the_lab_at_its_pronoun_
     assert text[start : start + 2] == "it" and start < text.rindex(" it ")
     header = dash_duo.find_element(f'#{AID.probe_table} th[data-dash-column="h1"]').text
     layer, head = (int(x) for x in header.split(" ")[0].lstrip("L").split("·H"))
+    bold = probe_cell(dash_duo, "p4", "text").find_elements("css selector", "strong")
+    assert [b.text for b in bold] == ["it"]  # the text's cell says which 'it' was scored
+    html_ = bold[0].find_element("xpath", "..").get_attribute("innerHTML")
+    assert "until <strong>it</strong> was tired, and it slept." in html_, html_  # the first of the two
     cell = probe_cell(dash_duo, "p4", "h1")
     assert cell.text[0] in "✓✗" and cell.text[2:] in ("cat", "dog")
     right = cell.text[2:] == PROBES[3]["gold"]

@@ -3,8 +3,9 @@ callbacks call them; tests call them without a page):
 
 - :func:`table_page`: one page of the per-probe table — each probe's pronoun and gold antecedent, and
   the candidate each of the set's top heads picked, marked right (✓) or wrong (✗). Pages are cut on
-  the server, so a set of thousands of probes sends ``PAGE`` rows at a time (and each text at most
-  ``TEXT_CHARS`` characters: the drill-down reads the whole text on the server);
+  the server, so a set of thousands of probes sends ``PAGE`` rows at a time (and of each text the
+  ``TEXT_CHARS`` characters around its pronoun, the pronoun in bold: the drill-down reads the whole
+  text on the server);
 - :func:`chosen_head`: the head a click in that table means (a head's column: that head; the probe's
   own best head: that one; anywhere else: the set's best head);
 - :func:`pronoun_token`: the token of a capture that holds a character range of its text (the Lab's query);
@@ -50,7 +51,7 @@ def table_columns(result: ProbeResult, top: int = TOP) -> list[dict]:
     ]
     return [
         {"name": "probe", "id": "probe"},
-        {"name": "text", "id": "text"},
+        {"name": "text (the pronoun in bold)", "id": "text", "presentation": "markdown"},
         {"name": "pronoun", "id": "pronoun"},
         {"name": "gold", "id": "gold"},
         *heads,
@@ -92,7 +93,7 @@ def table_page(result: ProbeResult, page: int | None, top: int = TOP) -> list[di
         row = {
             "id": i,
             "probe": str(probe.get("id", "")),
-            "text": text if len(text) <= TEXT_CHARS else text[: TEXT_CHARS - 1] + "…",
+            "text": text_cell(text, probe.get("pronoun_start"), probe.get("pronoun_end")),
             "pronoun": str(probe["pronoun"]),
             "gold": str(probe["gold"]),
             "best_head": str(probe.get("best_head", "")),
@@ -104,6 +105,33 @@ def table_page(result: ProbeResult, page: int | None, top: int = TOP) -> list[di
             )
         rows.append(row)
     return rows
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~])")
+
+
+def markdown_text(text: str) -> str:
+    """``text`` as literal markdown: its punctuation escaped, its line breaks spaces."""
+    return _MARKDOWN.sub(r"\\\1", re.sub(r"\s*[\r\n]+\s*", " ", text))
+
+
+def text_cell(text: str, start: Any, end: Any) -> str:
+    """A probe's text for the table (markdown): the pronoun at ``start..end`` in bold — the occurrence the
+    evaluator scored, where the text says it twice — and, for a long text, the ``TEXT_CHARS`` characters
+    around it (… where cut). Without a place (NaN, None): the text's start, unmarked."""
+    if start is None or end is None or start != start or end != end:
+        cut = text[:TEXT_CHARS]
+        return markdown_text(cut) + ("…" if len(text) > TEXT_CHARS else "")
+    start, end = int(start), int(end)
+    lo = max(0, min(start - TEXT_CHARS // 2, len(text) - TEXT_CHARS))
+    hi = min(len(text), lo + TEXT_CHARS)
+    return (
+        ("…" if lo > 0 else "")
+        + markdown_text(text[lo:start])
+        + f"**{markdown_text(text[start:end])}**"
+        + markdown_text(text[end:hi])
+        + ("…" if hi < len(text) else "")
+    )
 
 
 _HEAD = re.compile(r"L(\d+)·H(\d+)")
