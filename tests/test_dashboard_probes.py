@@ -25,7 +25,9 @@ from attnviz.dashboard.probe_table import (
     TEXT_CHARS,
     chosen_head,
     lab_text,
+    page_count,
     pronoun_token,
+    shown_rows,
     skipped_lines,
     table_columns,
     table_page,
@@ -149,6 +151,18 @@ def test_the_text_cell_bolds_the_scored_pronoun_and_keeps_the_characters_around_
     assert long[start - at + 1 : start - at + 1 + TEXT_CHARS] == shown[1:-1]  # the window, as in the text
     assert shown[at : at + 3] == "she" and abs(at - TEXT_CHARS // 2) <= 1
     assert text_cell("A\r\nB", None, None) == "A B"
+
+
+def test_the_table_can_list_only_the_probes_the_best_head_gets_wrong_or_right():
+    result = hand_result(90)
+    (layer, head), n = best_heads(result, 1)[0], len(result.per_probe)
+    wrong = [i for i in range(n) if result.picks[i, layer, head] != result.gold[i]]
+    assert list(shown_rows(result, "wrong")) == wrong and list(shown_rows(result, "all")) == list(range(n))
+    assert sorted([*shown_rows(result, "right"), *wrong]) == list(range(n))
+    pages = [table_page(result, p, rows=shown_rows(result, "wrong")) for p in range(page_count(result, wrong))]
+    listed = [row for page in pages for row in page]
+    assert [row["id"] for row in listed] == wrong  # each row keeps its probe's row in the result
+    assert all(row["h0"].startswith("✗ ") for row in listed) and len(pages) == -(-len(wrong) // PAGE)
 
 
 def test_a_click_chooses_that_columns_head_the_probes_own_or_the_sets_best():
@@ -276,6 +290,17 @@ def test_the_table_of_three_thousand_probes_comes_a_page_at_a_time_under_2_mb(tm
     )
     sent = to_json([str(full), figures.probe_accuracy_map(full), figures.probe_intervals(full, top=15)])
     assert len(sent) < 200_000, len(sent)
+    only = _post(
+        app,
+        table,
+        {AID.probe_result: kept, AID.probe_table: 3, AID.probe_show: "wrong"},
+        {},
+        changed=[f"{AID.probe_show}.value"],
+    )
+    wrong = shown_rows(result, "wrong")
+    assert only[AID.probe_table]["page_current"] == 0 and only[AID.probe_table]["page_count"] == -(-len(wrong) // PAGE)
+    assert only[AID.probe_table]["data"] == table_page(result, 0, rows=wrong)
+    assert f"{len(wrong):,} of 3,000 probes, 20 a page" in only[AID.probe_note]["children"]
     gone = _post(app, table, {AID.probe_result: {**kept, "key": "0" * 32}, AID.probe_table: 0}, {})
     assert "no longer on the server" in json.dumps(gone[AID.probe_note]["children"])
 

@@ -44,6 +44,7 @@ from .probe_runs import MAX_UPLOAD_BYTES, ProbeRuns
 from .probe_table import (
     PAGE,
     RIGHT,
+    SHOW,
     TOP,
     WRONG,
     chosen_head,
@@ -52,6 +53,7 @@ from .probe_table import (
     page_count,
     pronoun_range,
     pronoun_token,
+    shown_rows,
     skipped_lines,
     table_columns,
     table_page,
@@ -217,6 +219,20 @@ def layout() -> list:
                 html.Div(dcc.Graph(id=AID.probe_intervals), style=_HALF),
                 html.Div(dcc.Graph(id=AID.probe_map), style=_HALF),
             ]
+        ),
+        html.Div(
+            [
+                html.Label("list ", style={"marginRight": "4px"}),
+                dcc.Dropdown(
+                    id=AID.probe_show,
+                    value="all",
+                    clearable=False,
+                    searchable=False,
+                    options=[{"label": label, "value": key} for key, label in SHOW.items()],
+                    style={"width": "320px", "display": "inline-block", "verticalAlign": "middle"},
+                ),
+            ],
+            style={"margin": "6px 0"},
         ),
         html.Div(id=AID.probe_note, style={"margin": "6px 0", "color": "#555"}),
         dash_table.DataTable(
@@ -470,24 +486,32 @@ def register(app: Dash, captures: Captures) -> None:
         Output(AID.probe_note, "children"),
         Input(AID.probe_result, "data"),
         Input(AID.probe_table, "page_current"),
+        Input(AID.probe_show, "value"),
         prevent_initial_call=True,
     )
     @shows_errors(lambda m: ([], [], 1, 0, [], None, _error(m)))
-    def probe_table(kept, page):
-        """One page of the per-probe table, cut on the server (a new result opens on its first page)."""
+    def probe_table(kept, page, show):
+        """One page of the per-probe table over the probes ``show`` lists, cut on the server (a new result,
+        or a new choice of probes, opens on the first page)."""
         if not kept:
             return [], [], 1, 0, [], None, ""
         result = runs.result(kept.get("key"))
-        page = 0 if ctx.triggered_id == AID.probe_result else page
-        pages = page_count(result)
+        rows = shown_rows(result, show)
+        page = 0 if ctx.triggered_id in (AID.probe_result, AID.probe_show) else page
+        pages = page_count(result, rows)
         page = min(max(int(page or 0), 0), pages - 1)
+        listed = (
+            f"{len(rows):,} probes"
+            if len(rows) == len(result.per_probe)
+            else f"{len(rows):,} of {len(result.per_probe):,} probes"
+        )
         note = (
-            f"{len(result.per_probe):,} probes, {PAGE} a page: what each of the {TOP} best heads picked "
+            f"{listed}, {PAGE} a page: what each of the {TOP} best heads picked "
             f"({RIGHT} the gold antecedent, {WRONG} another candidate). Click a cell to open the probe's text in "
             "the AttentionLab with its pronoun as the query, at that column's head (else at the set's best head)."
         )
         return (
-            table_page(result, page),
+            table_page(result, page, rows=rows),
             table_columns(result),
             pages,
             page,

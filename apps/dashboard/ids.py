@@ -145,6 +145,7 @@ class AID:
     probe_result = "probe-result"  # dcc.Store: the key of the result the server keeps, and its model
     probe_table = "probe-table"  # the per-probe table, a page at a time (a cell opens the probe in the Lab)
     probe_note = "probe-note"
+    probe_show = "probe-show"  # which probes the table lists: all, or where the best head is wrong / right
     probe_drill = "probe-drill"  # dcc.Store: the probe on its way to the Lab (its capture key, query, head)
     stats_table = "stats-table"
     stats_source = "stats-source"

@@ -20,6 +20,8 @@ import math
 import re
 from typing import Any
 
+import numpy as np
+
 import attnviz
 from attnviz.analysis import ProbeResult
 from attnviz.analysis.probe_result import head_label
@@ -73,22 +75,47 @@ _GREEN = {"backgroundColor": "#e3f4e6", "color": "#1b5e20"}
 _RED = {"backgroundColor": "#fde4e4", "color": "#b00020"}
 
 
-def page_count(result: ProbeResult) -> int:
-    """How many pages the table has (at least one)."""
-    return max(1, math.ceil(len(result.per_probe) / PAGE))
+SHOW = {  # which probes the table lists
+    "all": "every probe",
+    "wrong": "the probes the best head gets wrong",
+    "right": "the probes the best head gets right",
+}
 
 
-def table_page(result: ProbeResult, page: int | None, top: int = TOP) -> list[dict]:
-    """Page ``page`` (0-based; out of range: the last) of the per-probe table: ``PAGE`` rows of
-    :meth:`ProbeResult.picks_table`, each with ``id`` its probe's row in the result (the table's row id,
-    which the drill-down reads)."""
-    pages = page_count(result)
+def shown_rows(result: ProbeResult, show: str | None) -> np.ndarray:
+    """The result's rows the table lists for ``show`` (a key of ``SHOW``; anything else: every probe):
+    for "wrong" / "right", the probes where the set's best head picks another candidate / the gold one
+    (a probe whose layer it did not capture is neither)."""
+    every = np.arange(len(result.per_probe))
+    if show not in ("wrong", "right"):
+        return every
+    heads = top_heads(result, 1)
+    if not heads:
+        return every[:0]
+    layer, head, _ = heads[0]
+    picks = result.picks[:, layer, head].astype(np.int64)
+    right = picks == result.gold.astype(np.int64)
+    return every[right if show == "right" else (picks >= 0) & ~right]
+
+
+def page_count(result: ProbeResult, rows: np.ndarray | None = None) -> int:
+    """How many pages the table has for ``rows`` (default: every probe), at least one."""
+    n = len(result.per_probe) if rows is None else len(rows)
+    return max(1, math.ceil(n / PAGE))
+
+
+def table_page(result: ProbeResult, page: int | None, top: int = TOP, rows: np.ndarray | None = None) -> list[dict]:
+    """Page ``page`` (0-based; out of range: the last) of the per-probe table over ``rows`` (default: every
+    probe; :func:`shown_rows`): ``PAGE`` rows of :meth:`ProbeResult.picks_table`, each with ``id`` its
+    probe's row in the result (the table's row id, which the drill-down reads)."""
+    rows = np.arange(len(result.per_probe)) if rows is None else np.asarray(rows, dtype=np.int64)
+    pages = page_count(result, rows)
     page = page if isinstance(page, int) and 0 <= page < pages else (0 if not isinstance(page, int) else pages - 1)
-    start, stop = page * PAGE, min((page + 1) * PAGE, len(result.per_probe))
-    picks = result.picks_table(top).iloc[start:stop]
+    chosen = rows[page * PAGE : (page + 1) * PAGE]
+    picks = result.picks_table(top).iloc[chosen]
     names = [head_label(layer, head) for layer, head, _ in top_heads(result, top)]
-    rows = []
-    for i, probe in zip(range(start, stop), picks.to_dict("records"), strict=True):
+    out = []
+    for i, probe in zip(chosen.tolist(), picks.to_dict("records"), strict=True):
         text = str(probe["text"])
         row = {
             "id": i,
@@ -103,8 +130,8 @@ def table_page(result: ProbeResult, page: int | None, top: int = TOP) -> list[di
             row[head_column(rank)] = (
                 "— (layer not captured)" if picked is None else f"{RIGHT if probe[f'{name} gold'] else WRONG} {picked}"
             )
-        rows.append(row)
-    return rows
+        out.append(row)
+    return out
 
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~])")
