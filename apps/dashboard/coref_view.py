@@ -173,7 +173,13 @@ def layout() -> list:
                 html.Div(
                     dcc.Upload(
                         id=AID.probe_upload,
-                        children=html.Div(["or bring your own: drop a probe file here, or ", html.A("choose one")]),
+                        children=html.Div(
+                            [
+                                "or bring your own: drop a probe file here, or ",
+                                html.A("choose one"),
+                                f" (up to {MAX_UPLOAD_BYTES >> 20} MB)",
+                            ]
+                        ),
                         max_size=MAX_UPLOAD_BYTES,
                         multiple=False,
                         style=_UPLOAD_STYLE,
