@@ -267,6 +267,29 @@ def test_an_uploaded_file_stays_on_the_server_and_is_read_at_once(tmp_path):
         ProbeRuns(tmp_path / "probes").upload_path("../../etc/passwd")
 
 
+GAP = (  # GAP's own TSV layout (unquoted), two rows: 'her' is Maria in the first, Anna in the second
+    "ID\tText\tPronoun\tPronoun-offset\tA\tA-offset\tA-coref\tB\tB-offset\tB-coref\tURL\n"
+    "dev-1\tAnna thanked Maria because her help came in time.\ther\t27\tAnna\t0\tFALSE\tMaria\t13\tTRUE\thttp://x\n"
+    "dev-2\tAnna called Maria because her car broke down.\ther\t26\tAnna\t0\tTRUE\tMaria\t12\tFALSE\thttp://x\n"
+)
+
+
+def test_a_new_format_reads_the_uploaded_file_again(tmp_path):
+    app = probe_app({"minilm": "MiniLM"}, tmp_path)
+    first = upload(app, "dev.tsv", GAP.encode())
+    source = first[AID.probe_source]["data"]
+    assert "GAP dev.tsv: 2 probes from 2 rows" in json.dumps(first[AID.probe_loaded]["children"])
+    reread = callback(app, f"{AID.probe_source}.data")
+    changed = [f"{AID.probe_format}.value"]
+    wrong = _post(app, reread, {AID.probe_format: "cluewsc"}, {AID.probe_source: source}, changed=changed)
+    assert "dev.tsv is not in the cluewsc format" in json.dumps(wrong[AID.probe_loaded]["children"])
+    assert wrong[AID.probe_source]["data"] == source  # the same file, kept for another try
+    right = _post(app, reread, {AID.probe_format: "gap"}, {AID.probe_source: source}, changed=changed)
+    assert "GAP dev.tsv: 2 probes" in json.dumps(right[AID.probe_loaded]["children"])
+    assert right[AID.probe_set]["value"] == "upload"
+    assert _post(app, reread, {AID.probe_format: "gap"}, {}, changed=changed) == {}  # no upload yet: nothing to read
+
+
 def test_the_table_of_three_thousand_probes_comes_a_page_at_a_time_under_2_mb(tmp_path):
     app = probe_app({"minilm": "MiniLM"}, tmp_path)
     result = hand_result(3000, n_layers=30, n_heads=9)
