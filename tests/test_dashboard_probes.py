@@ -254,12 +254,13 @@ def test_an_uploaded_file_stays_on_the_server_and_is_read_at_once(tmp_path):
     )
     message = json.dumps(none[AID.probe_loaded]["children"])
     assert "none.jsonl: 0 probes" in message and "no probe is usable" in message, message
-    assert AID.probe_set not in none or "value" not in none[AID.probe_set]
+    assert "value" not in none[AID.probe_set]
     # columns no format knows: the message names the file, never the server's folder
     odd = upload(app, "odd columns.csv", b"a,b\n1,2\n")
     message = json.dumps(odd[AID.probe_loaded]["children"])
     assert "odd_columns.csv" in message and str(tmp_path) not in message, message
-    assert "cluewsc" in json.dumps(upload(app, "odd columns.csv", b"a,b\n1,2\n", fmt="cluewsc")[AID.probe_loaded])
+    named = json.dumps(upload(app, "odd columns.csv", b"a,b\n1,2\n", fmt="cluewsc")[AID.probe_loaded])
+    assert "odd_columns.csv is not in the cluewsc format" in named, named
 
     wrong = upload(app, "mine.docx", content)
     assert "a probe file ends in .jsonl, .json, .csv, .tsv, .parquet" in json.dumps(wrong[AID.probe_loaded]["children"])
