@@ -75,6 +75,7 @@ def hand_result(n: int, *, n_layers: int = 3, n_heads: int = 4, seed: int = 0) -
                 "gold": words[gold[i]],
                 "candidates": words,
                 "best_head": f"L{i % n_layers}·H{i % n_heads}",
+                "best_head_pick": words[i % len(words)],
                 "pronoun_start": at,
                 "pronoun_end": at + 2,
             }
@@ -127,6 +128,8 @@ def test_a_page_of_the_table_shows_each_top_heads_pick_marked_right_or_wrong():
         shown, at = unmarked(row["text"])
         assert probe["text"].startswith(shown.rstrip("…")) and at == probe["pronoun_start"]
         assert len(shown.rstrip("…")) == min(TEXT_CHARS, len(probe["text"]))
+        mark = "✓" if probe["best_head_pick"] == probe["gold"] else "✗"
+        assert row["best_head"] == f"{probe['best_head']}: {mark} {probe['best_head_pick']}"
         for rank, (layer, head) in enumerate(heads):
             picked = probe["candidates"][result.picks[i, layer, head]]
             assert row[f"h{rank}"] == ("✓ " if picked == probe["gold"] else "✗ ") + picked, (i, rank)

@@ -64,8 +64,7 @@ def table_columns(result: ProbeResult, top: int = TOP) -> list[dict]:
 def table_styles(result: ProbeResult, top: int = TOP) -> list[dict]:
     """The table's ``style_data_conditional``: a head's right pick green, a wrong one red."""
     styles = []
-    for i in range(len(top_heads(result, top))):
-        column = head_column(i)
+    for column in [head_column(i) for i in range(len(top_heads(result, top)))] + ["best_head"]:
         styles.append({"if": {"filter_query": f'{{{column}}} contains "{RIGHT}"', "column_id": column}, **_GREEN})
         styles.append({"if": {"filter_query": f'{{{column}}} contains "{WRONG}"', "column_id": column}, **_RED})
     return styles
@@ -123,7 +122,7 @@ def table_page(result: ProbeResult, page: int | None, top: int = TOP, rows: np.n
             "text": text_cell(text, probe.get("pronoun_start"), probe.get("pronoun_end")),
             "pronoun": str(probe["pronoun"]),
             "gold": str(probe["gold"]),
-            "best_head": str(probe.get("best_head", "")),
+            "best_head": own_best(probe),
         }
         for rank, name in enumerate(names):
             picked = probe[name]
@@ -132,6 +131,15 @@ def table_page(result: ProbeResult, page: int | None, top: int = TOP, rows: np.n
             )
         out.append(row)
     return out
+
+
+def own_best(probe: dict) -> str:
+    """The "its best head" cell: the head that gives its pick the most weight on this probe, and that
+    pick, marked (``L3·H1: ✗ dog``); the head alone where the row has no pick."""
+    head, pick = str(probe.get("best_head", "")), probe.get("best_head_pick")
+    if pick is None or pick != pick:
+        return head
+    return f"{head}: {RIGHT if pick == probe['gold'] else WRONG} {pick}"
 
 
 _MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+\-.!|<>~])")
@@ -172,7 +180,7 @@ def chosen_head(result: ProbeResult, row: int, column: str | None, top: int = TO
         if column == head_column(rank):
             return layer, head
     if column == "best_head":
-        found = _HEAD.fullmatch(str(result.per_probe.iloc[row].get("best_head", "")))
+        found = _HEAD.fullmatch(str(result.per_probe.iloc[row].get("best_head", "")))  # the head alone
         if found:
             return int(found[1]), int(found[2])
     if not heads:
