@@ -276,7 +276,7 @@ def _cmd_probes(args) -> int:
         raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
     if args.per_probe:
         _writable(args.per_probe)
-    from .analysis.probes import load_probes
+    from .analysis.probes import load_probes  # deferred: a refused argument answers before pandas loads
 
     interrupted = False
     try:

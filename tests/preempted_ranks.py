@@ -38,7 +38,7 @@ def main(job: dict) -> int:
 
         interrupts.StopRounds.finished = mark_then_finish  # type: ignore[method-assign]
     elif job["stop_at"] is not None:  # process 0
-        owner, name = (batched.BatchReducer, "add") if job["kind"] == "corpus" else (probing, "capture_forward")
+        owner, name = (batched.BatchReducer, "add") if job["kind"] == "corpus" else (probing.ProbeRun, "score")
         original, calls = getattr(owner, name), [0]
 
         def stop_once_the_other_is_done(*args, **kwargs):

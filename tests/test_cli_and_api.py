@@ -3,6 +3,7 @@
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 import attnviz
@@ -100,7 +101,15 @@ def test_cli_coref_and_probes(tmp_path, capsys):
     out = capsys.readouterr().out
     assert out.startswith("'它' → 小猫 / 我家 over 270 heads of smollm2 (leaving out '我₁' and renormalising each row)")
     assert "prepend a BOS" in out
-    assert main(["probes", "minilm", "zh", "--top", "2", "--csv", str(tmp_path / "acc.csv")]) == 0
+    per_probe = tmp_path / "picks.csv"
+    assert (
+        main(
+            ["probes", "minilm", "en", "--top", "2", "--csv", str(tmp_path / "acc.csv"), "--per-probe", str(per_probe)]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
-    assert "25 probes on minilm" in out and "nearest candidate 68%, first candidate 32%" in out
+    assert "42 probes on minilm" in out and "nearest candidate 50.0 %, first candidate 50.0 %" in out
+    assert "heads beat chance after Holm" in out and "held out:" in out
+    assert pd.read_csv(per_probe).shape[0] == 42
     assert (tmp_path / "acc.csv").read_text().startswith("layer,head,accuracy,correct,n")

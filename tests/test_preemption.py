@@ -428,10 +428,10 @@ def test_a_signal_to_one_process_after_the_other_finished_its_share_stops_both_a
         places = [CorpusCheckpoint(checkpoint, rank=r, num_processes=2, batch_size=2).load() for r in (0, 1)]
         assert (places[0].read, places[0].done, places[1].read) == (0, 3, 400)  # process 1's share is whole
     else:
-        # batches of 2 probes (preempted_ranks): the third batch starts after 4 probes
-        assert stopped[0]["message"].startswith(f"stopped by SIGTERM: 4 probes saved in '{files[0]}'")
+        # batches of 2 probes (preempted_ranks): the signal comes in the third, which ends first: 6 probes
+        assert stopped[0]["message"].startswith(f"stopped by SIGTERM: 6 probes saved in '{files[0]}'")
         assert stopped[1]["message"].startswith(f"stopped by SIGTERM: 20 probes of this process saved in '{files[1]}'")
-        assert [checkpoints.read_checkpoint(f, probing.KIND)["done"] for f in files] == [4, 20]
+        assert [checkpoints.read_checkpoint(f, probing.KIND)["done"] for f in files] == [6, 20]
     resumed = _two_ranks({**job, "resume": True}, tmp_path)
     assert [r["code"] for r in resumed] == [0, 0] and resumed[0]["table"] == resumed[1]["table"], resumed
     if kind == "corpus":
@@ -464,7 +464,7 @@ def test_a_probe_run_stopped_by_a_signal_resumes_to_the_uninterrupted_result(
     whole = attnviz.evaluate_probes(model, probes, tok, progress=False)
     at = random.Random(seed).randrange(1, 15)
     one = {"batch_size": 1}  # a forward a probe: the signal lands between any two probes
-    original, calls = probing.capture_forward, [0]
+    original, calls = probing.ProbeRun.score, [0]
 
     def forward(*args, **kwargs):
         calls[0] += 1
@@ -472,7 +472,7 @@ def test_a_probe_run_stopped_by_a_signal_resumes_to_the_uninterrupted_result(
             os.kill(os.getpid(), SIGNALS[seed % 2])
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(probing, "capture_forward", forward)
+    monkeypatch.setattr(probing.ProbeRun, "score", forward)
     checkpoint = tmp_path / "probes.ckpt"
     with pytest.raises(Interrupted, match=f"stopped by SIG(TERM|INT): {at:,} probes saved in '{checkpoint}'"):
         attnviz.evaluate_probes(model, probes, tok, progress=False, checkpoint=checkpoint, **one)

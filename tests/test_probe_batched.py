@@ -9,7 +9,10 @@ import pytest
 import torch
 
 import attnviz
+from attnviz.analysis import rank_heads
 from attnviz.analysis.probes import Probe
+from attnviz.workflows import probing
+from attnviz.workflows.corpus import MAX_PADDING
 
 PROBES = [  # lengths differ: several batches, padded
     ("The cat sat on the mat because it was tired.", "it", ["cat", "mat"], "cat"),
@@ -84,33 +87,37 @@ def test_batched_picks_are_the_models_own_eager_picks_for_each_probe_alone(
         assert row.correct == hits[row.layer, row.head] and row.accuracy == pytest.approx(row.correct / len(probes))
 
 
-def test_the_batch_size_changes_no_pick_and_padding_stays_small(tiny, smol_tokenizer):
+def test_the_batch_size_changes_no_pick_and_each_pick_is_rank_heads_on_the_probes_own_capture(
+    tiny, smol_tokenizer, monkeypatch
+):
     model = tiny("llama", vocab_size=len(smol_tokenizer))  # sdpa: the kernel that runs in practice
     probes = _probes() * 3
     probes = [Probe(p.text, p.pronoun, p.candidates, p.gold, id=f"{p.id}-{i}") for i, p in enumerate(probes)]
     one = attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=1, progress=False)
     calls, padding = [], []
-    from attnviz.workflows import probing
-    from attnviz.workflows.corpus import MAX_PADDING
+    original = probing.ProbeRun.score
 
-    original = probing.capture_forward
-
-    def counted(resolved, inputs, **kwargs):
-        lengths = [len(e[0]) for e in inputs.encoded]
+    def counted(self, batch):
+        lengths = [len(self.encoded[b][0]) for b in batch]
         calls.append(len(lengths))
         padding.append(1 - sum(lengths) / (max(lengths) * len(lengths)))
-        return original(resolved, inputs, **kwargs)
+        return original(self, batch)
 
-    probing.capture_forward = counted
-    try:
-        batched = attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=8, progress=False)
-    finally:
-        probing.capture_forward = original
+    monkeypatch.setattr(probing.ProbeRun, "score", counted)
+    batched = attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=8, progress=False)
     assert sum(calls) == len(probes) and 1 < max(calls) <= 8 and len(calls) < len(probes) / 2
     assert max(padding) <= MAX_PADDING  # cut by length as corpus_stats cuts: little padding
     np.testing.assert_array_equal(batched.picks, one.picks)
     pd.testing.assert_frame_equal(batched.accuracy, one.accuracy)
     pd.testing.assert_frame_equal(batched.per_probe, one.per_probe)  # best_head_weight within float tolerance
+    # the other path: each probe captured alone, its heads ranked by rank_heads (a capture's own weights)
+    for i, probe in enumerate(probes[:7]):
+        cap = attnviz.capture(model, probe.text, smol_tokenizer, add_bos=True)
+        (ps, pe), places = probe.locate()
+        ranking = rank_heads(cap, (ps, pe), places)
+        names = ranking.names
+        for row in ranking.table.itertuples(index=False):
+            assert names.index(row.preferred) == batched.picks[i, row.layer, row.head], (probe.id, row)
 
 
 def test_what_cannot_be_scored_is_named_and_the_rest_is_scored(tiny, smol_tokenizer):
@@ -132,7 +139,23 @@ def test_what_cannot_be_scored_is_named_and_the_rest_is_scored(tiny, smol_tokeni
     assert "'dog' come(s) after 'it': in a causal decoder" in reasons["later"]
     assert "accepts at most 24" in reasons["long"]
     assert "skipped 2" in str(result)
-    with pytest.raises(attnviz.InputError, match="no probe could be scored: later: 'dog' come"):
+    with pytest.raises(attnviz.InputError, match=r"no probe could be scored \(1 left out\): later: 'dog' come"):
         attnviz.evaluate_probes(model, probes[2:3], smol_tokenizer, progress=False)
     with pytest.raises(attnviz.InputError, match="batch_size must be a whole number ≥ 1, got 0"):
         attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=0, progress=False)
+
+
+def test_a_word_the_tokenizer_reads_as_unknown_is_refused_not_scored(tiny_bert_words):
+    """MiniLM's WordPiece vocabulary has no 它: its weight would be [UNK]'s, not the pronoun's."""
+    model, tok = tiny_bert_words
+    probes = [
+        Probe("我家的小猫很可爱，它很好动。", "它", ("小猫", "我家"), "小猫", id="zh"),
+        Probe("The cat sat on the mat because it was tired.", "it", ("cat", "mat"), "cat", id="en"),
+    ]
+    assert tok.unk_token_id in tok("它")["input_ids"]  # the premise: the tokenizer cannot read it
+    result = attnviz.evaluate_probes(model, probes, tok, progress=False)
+    assert result.per_probe.id.tolist() == ["en"]
+    assert result.skipped == [
+        "zh: the tokenizer reads '它' as its unknown token only: a head's weight on it would be the weight of "
+        "that token, not of the word; use a model whose vocabulary has it"
+    ]

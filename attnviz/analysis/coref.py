@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CorefRanking",
     "Span",
+    "candidate_weights",
+    "covering_tokens",
     "find_span",
     "propose_candidates",
     "rank_heads",
@@ -110,8 +112,13 @@ class Span:
     tokens: tuple[int, ...]
 
 
+def covering_tokens(offsets: Sequence[tuple[int, int]], start: int, end: int) -> tuple[int, ...]:
+    """The tokens whose characters overlap ``start:end`` (a token that covers no character never does)."""
+    return tuple(i for i, (s, e) in enumerate(offsets) if s < end and e > start and e > s)
+
+
 def _span(cap: Capture, start: int, end: int) -> Span:
-    tokens = tuple(i for i, (s, e) in enumerate(cap.offsets) if s < end and e > start and e > s)
+    tokens = covering_tokens(cap.offsets, start, end)
     if not tokens:
         raise InputError(f"no token covers characters {start}..{end} ({cap.text[start:end]!r}) of the text")
     return Span(cap.text[start:end], start, end, tokens)
@@ -195,12 +202,23 @@ def span_attention(
     Only the query's rows are recomputed (:meth:`Capture.attention_rows`): what :func:`rank_heads`
     ranks by, at a probe set's scale."""
     a = cap.attention_rows(layer, list(query.tokens)).cpu()  # [head, query token, key]
+    return candidate_weights(a, [k.tokens for k in keys], exclude, renormalise)
+
+
+def candidate_weights(
+    rows: Tensor, keys: Sequence[Sequence[int]], exclude: Sequence[int], renormalise: bool
+) -> Tensor:  # [..., key span]
+    """A query span's rows of weights ``[..., query token, key]`` as what it gives each key span: the tokens
+    ``exclude`` left out (and, ``renormalise``, each row renormalised over the rest), the rows averaged,
+    each span's tokens summed — the number :func:`rank_heads` and the probe sets rank by."""
+    a = rows
     if exclude:
         a = a.clone()
         a[..., list(exclude)] = 0.0
         if renormalise:
             a = a / a.sum(-1, keepdim=True).clamp_min(1e-12)
-    return _to_spans(a.mean(1), keys, exclude)
+    a = a.mean(-2)
+    return torch.stack([a[..., [t for t in k if t not in exclude]].sum(-1) for k in keys], dim=-1)
 
 
 def _from_others(

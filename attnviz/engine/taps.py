@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor, nn
@@ -176,6 +176,8 @@ class Recorder:
     calls: list[AttentionCall] = field(default_factory=list)
     #: a sample of rows of each kept layer's output projection output (the self-check's reference)
     projections: ProjectionWatch = field(default_factory=ProjectionWatch)
+    #: whether :attr:`projections` watches the kept layers (a recorder that makes no record needs none)
+    proves_projections: ClassVar[bool] = True
     #: flex BlockMasks already made dense, by id (:func:`attnviz.engine.interface.read_call` fills it)
     dense_masks: dict[int, Any] = field(default_factory=dict)
     _names: dict[int, str] = field(default_factory=dict)
@@ -279,7 +281,8 @@ class Recorder:
             elif isinstance(weights, Tensor) and self.weight_mode == "compare":
                 lengths = None if self.lengths is None else self.lengths.get(part)
                 call.weight_error, call.weight_scale = weight_errors(call, weights.detach(), lengths)
-            if owner(module) is None:  # an edited call's head outputs may change after the kernel (ablation)
+            # an edited call's head outputs may change after the kernel (ablation): its projection is not proved
+            if self.proves_projections and owner(module) is None:
                 self.projections.arm(
                     self.model, call.name, lambda: any(r is self for r in recorders(module)), self.to_cpu
                 )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -34,7 +34,7 @@ from ..engine.taps import CALL_TENSORS, AttentionCall, Recorder, tap
 from ..errors import AttnvizError, InputError, ValidationError
 from .batch_texts import STATISTIC_COLUMNS, BatchTexts
 from .inputs import Encoded, tokenize
-from .layer_reduction import BUDGET, reduce_layer
+from .layer_reduction import BUDGET, PickedRows, reduce_layer
 from .pipeline import forward_inputs, n_layers, resolve, tapped
 from .runner import capture_forward, encode_texts
 
@@ -55,6 +55,7 @@ class BatchReducer:
         add_bos: bool = False,
         part: str | None = None,
         detectors: bool = True,
+        moved: bool = True,
         budget: int = BUDGET,
     ) -> None:
         self.resolved = resolved = resolve(model, tokenizer)
@@ -68,6 +69,7 @@ class BatchReducer:
         self.add_bos = add_bos
         self.part = part
         self.detectors = detectors
+        self.moved = moved  # False: no value norms read (the _moved sums stay NaN), for a caller that needs none
         self.budget = budget
         self.inline = getattr(model.config, "model_type", "") in PROJECTION_SPECS  # reduced after the forward
         # The forward stops after the last wanted layer's attention unless a module's hooks (forward
@@ -95,11 +97,16 @@ class BatchReducer:
         return tokenize(self.tokenizer, [text], None, None, self.name, self.add_bos)[0]
 
     def add(
-        self, sums: HeadStatsSums | None, texts: list[str], given: list[Encoded | None] | None = None
+        self,
+        sums: HeadStatsSums | None,
+        texts: list[str],
+        given: list[Encoded | None] | None = None,
+        picked: PickedRows | None = None,
     ) -> tuple[HeadStatsSums, list[int]]:
         """Capture ``texts`` in one padded forward and add them to ``sums`` (made on the first call);
         returns the sums and each text's token count. ``given``: texts already tokenized by
-        :meth:`encode` (None where not, or where the text must be cut at ``max_length``)."""
+        :meth:`encode` (None where not, or where the text must be cut at ``max_length``). ``picked``:
+        query rows of each text whose weights every layer also keeps whole (:class:`PickedRows`)."""
         model = self.model
         known: list[Encoded | None] = list(given) if given is not None else [None] * len(texts)
         missing = [text for text, enc in zip(texts, known) if enc is None]
@@ -114,7 +121,8 @@ class BatchReducer:
         def reduce(call: AttentionCall) -> None:
             assert call.q is not None
             dtypes.add(str(call.q.dtype).removeprefix("torch."))
-            values, errors = reduce_layer(call, batch, self.budget, self.value_norms(call))
+            norms = self.value_norms(call) if self.moved else None
+            values, errors = reduce_layer(call, batch, self.budget, norms, picked)
             reduced.append((call, values, errors))
             for name in CALL_TENSORS:  # this layer is done: its tensors go at once
                 setattr(call, name, None)
@@ -175,6 +183,7 @@ class ReducingRecorder(Recorder):
 
     reduce: Callable[[AttentionCall], None] | None = None
     awaited: set[int] | None = None  # layers still to come; once none is left the forward stops (None: never)
+    proves_projections: ClassVar[bool] = False  # no record is made: nothing reads the projections' rows
 
     def keep(self, call: AttentionCall) -> None:
         if self.reduce is None:

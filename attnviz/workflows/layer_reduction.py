@@ -34,21 +34,51 @@ from ..attention import query_chunks, scaled_dot_product, weighted_values
 from ..engine.taps import AttentionCall
 from .batch_texts import COLUMNS, KEYED, POSITIONAL, BatchTexts, Chunk, ScoreMask, rows_of
 
-__all__ = ["BUDGET", "reduce_layer"]
+__all__ = ["BUDGET", "PickedRows", "reduce_layer"]
 
 BUDGET = 1 << 22  # weights (floats) recomputed per step: a chunk of query rows of the whole batch
 _TINY = torch.finfo(torch.float32).tiny
 _SAFE_REF = 1e-30  # a reference weight above this reads its logarithm to float precision
 
 
+class PickedRows:
+    """Some query rows of each text, kept whole from every layer's recomputed weights while the layer is
+    reduced (a probe's pronoun): ``positions`` ``[batch, rows]`` (-1: none; a text's list padded with
+    -1). After the forward, ``weights[layer]`` is ``[batch, head, rows, key]`` float32 (0 for a -1 row and
+    for the padded keys) and ``causal[layer]`` whether no row of that layer sees a later key."""
+
+    def __init__(self, positions: Tensor) -> None:
+        self.positions = positions.long()
+        self.weights: dict[int, Tensor] = {}
+        self.causal: dict[int, bool] = {}
+
+    def take(self, call: AttentionCall, a: Tensor, start: int, stop: int) -> None:
+        """Copy the rows in ``start:stop`` out of a chunk's weights ``a`` ``[batch, head, stop - start, keys]``."""
+        b, h, _, keys = a.shape
+        if call.layer not in self.weights:
+            n = call.q.shape[2] if call.q is not None else keys
+            self.weights[call.layer] = torch.zeros(b, h, self.positions.shape[1], n)
+            self.causal[call.layer] = _keys_after_blocked(call)
+        pos = self.positions.to(a.device)
+        texts, rows = torch.nonzero((pos >= start) & (pos < stop), as_tuple=True)
+        if texts.numel():
+            picked = a[texts, :, pos[texts, rows] - start, :].float().cpu()  # [picked, head, keys]
+            self.weights[call.layer][texts.cpu(), :, rows.cpu(), :keys] = picked
+
+
 @torch.inference_mode()
 def reduce_layer(
-    call: AttentionCall, batch: BatchTexts, budget: int = BUDGET, norms: Tensor | None = None
+    call: AttentionCall,
+    batch: BatchTexts,
+    budget: int = BUDGET,
+    norms: Tensor | None = None,
+    picked: PickedRows | None = None,
 ) -> tuple[Tensor, dict[str, tuple[Tensor, Tensor]]]:
     """One layer of a padded batch: ``[column, head]`` float64 sums over every real query row of
     every text — COLUMNS over the weights, then COLUMNS over the shares of what is moved given the
     layer's value norms ``norms`` ``[batch, head, key]`` (NaN without them) — and the self-check's
-    ``{quantity: (max error, max |model|)}``, each ``[batch, head]``."""
+    ``{quantity: (max error, max |model|)}``, each ``[batch, head]``. ``picked``: rows of each text
+    whose weights are also kept whole (:class:`PickedRows`), from the same recomputation."""
     q, k, v, out = call.q, call.k, call.v, call.out
     assert q is not None and k is not None and v is not None
     b, h, n = q.shape[0], q.shape[1], q.shape[2]
@@ -73,6 +103,8 @@ def reduce_layer(
                 call, start, stop, hi, batch.additive_mask(call, start, stop, hi), batch.scratch
             )
         # a [b, h, r, hi]: the padded rows and keys 0, so each sum reads the real rows alone
+        if picked is not None:
+            picked.take(call, a, start, stop)
         entropy = entropy.masked_fill_(part.padded, 0).sum((0, 2))  # padded rows: NaN or not, 0
         _add_masses(sums[0], a, part, entropy)
         if norms is not None:  # the shares of what is moved: c_ij = α_ij·‖f_h(x_j)‖ over the row's Σ_k c_ik

@@ -12,21 +12,25 @@ import signal
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from torch import Tensor
 
-from ..analysis.coref import find_span, sink_tokens, span_attention
+from ..analysis.coref import Span, candidate_weights, covering_tokens, span_attention
 from ..analysis.probes import Probe, ProbeResult, load_probes
 from ..data.capture import Capture
 from ..errors import ArgumentTypeError, InputError, Interrupted
+from .batched import BatchReducer
 from .checkpoints import rank_path, read_checkpoint, write_checkpoint, written_by
 from .corpus import length_batches
 from .inputs import Encoded, tokenize
 from .interrupts import StopRounds, stop_requests
-from .pipeline import resolve
+from .layer_reduction import PickedRows
+from .pipeline import Resolved, resolve
 from .processes import process_state
 from .runner import capture_forward, encode_texts
 
@@ -160,22 +164,7 @@ def evaluate_probes(
         }
         return write_checkpoint(path, place)
 
-    def score_batch(batch: list[int]) -> None:
-        texts = [mine[b][1].text for b in batch]
-        inputs = encode_texts(
-            resolved,
-            texts,
-            target=texts if part == "decoder" else None,
-            add_bos=add_bos,
-            tokenized=None if resolved.encoder_decoder else [encoded[b] for b in batch],
-        )
-        captured, _ = capture_forward(resolved, inputs)
-        for b, cap in zip(batch, captured):
-            index, probe = mine[b]
-            try:
-                scored.append(_score(cap.select(part), index, probe, exclude_sinks, renormalise))
-            except InputError as err:
-                skipped.append(f"{probe.id}: {err}")
+    run = ProbeRun(resolved, mine, encoded, part, add_bos, exclude_sinks, renormalise)
 
     last = (start, time.monotonic())
     bar = tqdm(total=len(order), initial=start, desc="probes", disable=not progress or not state.is_main_process)
@@ -207,7 +196,9 @@ def evaluate_probes(
                     last = (done, time.monotonic())
                     if stopping is not None:
                         raise interrupted(stopping, done, where)
-            score_batch(batch)
+            done_now, skipped_now = run.score(batch)
+            scored += done_now
+            skipped += skipped_now
             done += len(batch)
         bar.update(done - bar.n)
         if path is not None:
@@ -224,8 +215,14 @@ def evaluate_probes(
             skipped = gather_object(skipped)
     bar.close()
     if not scored:
-        raise InputError("no probe could be scored: " + "; ".join(loaded_problems + skipped))
+        raise InputError(_none_scored(loaded_problems + skipped))
     return _result(sorted(scored, key=lambda s: s["index"]), resolved.name, how, loaded_problems + skipped)
+
+
+def _none_scored(reasons: list[str], shown: int = 3) -> str:
+    """Why no probe could be scored: the first reasons, and how many more (a set can hold thousands)."""
+    more = f"; and {len(reasons) - shown:,} more" if len(reasons) > shown else ""
+    return f"no probe could be scored ({len(reasons):,} left out): " + "; ".join(reasons[:shown]) + more
 
 
 def _identity(probe: Probe) -> tuple:  # what a checkpoint must have been written for
@@ -273,30 +270,176 @@ def _batches(order: list[int], encoded: dict[int, Encoded], batch_size: int) -> 
     return [[b for b, _ in batch] for batch in cut]
 
 
-def _score(cap: Capture, index: int, probe: Probe, exclude_sinks: bool, renormalise: bool) -> dict:
-    """One probe's picks in every head of one capture, and its row of ``per_probe``."""
-    (p_start, p_end), places = probe.locate()
-    pronoun = find_span(cap, (p_start, p_end))
-    spans = [find_span(cap, place) for place in places]
-    causal = any(r.causal for r in cap.records.values())
+@dataclass
+class ProbeRun:
+    """How this process scores its probes, a batch at a time (:meth:`score`).
+
+    One-stack models run each batch through :class:`~attnviz.workflows.batched.BatchReducer` — one
+    padded forward, each layer's weights recomputed for the whole batch as its kernel returns and
+    checked against the kernel's own output (``capture(check="sample")``'s rows and tolerances) — and
+    keep only the pronoun's rows (:class:`~attnviz.workflows.layer_reduction.PickedRows`); no per-probe
+    :class:`~attnviz.Capture` is made. An encoder-decoder's probes are captured one by one
+    (:func:`~attnviz.workflows.runner.capture_forward`: its parts read different tokens)."""
+
+    resolved: Resolved
+    mine: list[tuple[int, Probe]]  # (index in the whole set, probe)
+    encoded: dict[int, Encoded]  # by position in mine
+    part: str | None
+    add_bos: bool
+    exclude_sinks: bool
+    renormalise: bool
+    reducer: BatchReducer | None = None
+
+    @property
+    def unknown(self) -> int | None:
+        """The tokenizer's unknown token (None: a byte-level tokenizer reads every text)."""
+        return getattr(self.resolved.tokenizer, "unk_token_id", None)
+
+    def __post_init__(self) -> None:
+        if not self.resolved.encoder_decoder:
+            self.reducer = BatchReducer(
+                self.resolved.model,
+                self.resolved.tokenizer,
+                add_bos=self.add_bos,
+                part=self.part,
+                detectors=False,
+                moved=False,  # the probes read weights only
+            )
+
+    def score(self, batch: list[int]) -> tuple[list[dict], list[str]]:
+        """(each scored probe's picks and ``per_probe`` row, "id: reason" for each probe it could not score)."""
+        scored, skipped = [], []
+        for b, outcome in zip(batch, self._weights(batch)):
+            index, probe = self.mine[b]
+            try:
+                if isinstance(outcome, InputError):
+                    raise outcome
+                scored.append(_outcome(index, probe, *outcome))
+            except InputError as err:
+                skipped.append(f"{probe.id}: {err}")
+        return scored, skipped
+
+    def _weights(self, batch: list[int]) -> list:
+        """Per probe of ``batch``: (pronoun range, candidate ranges, {layer: [head, candidate]}, layers, heads),
+        or the InputError that says why it cannot be scored."""
+        texts = [self.mine[b][1].text for b in batch]
+        if self.reducer is None:
+            inputs = encode_texts(
+                self.resolved, texts, target=texts if self.part == "decoder" else None, add_bos=self.add_bos
+            )
+            captured, _ = capture_forward(self.resolved, inputs)
+            return [self._from_capture(cap.select(self.part), self.mine[b][1]) for b, cap in zip(batch, captured)]
+        places: list[tuple[_Place, list[_Place]] | InputError] = []
+        for b in batch:
+            try:
+                places.append(_places(self.mine[b][1], self.encoded[b][1], self.encoded[b][0], self.unknown))
+            except InputError as err:
+                places.append(err)
+        rows = [p[0][2] if not isinstance(p, InputError) else () for p in places]
+        positions = torch.full((len(batch), max(1, max(len(r) for r in rows))), -1, dtype=torch.long)
+        for i, r in enumerate(rows):
+            positions[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        picked = PickedRows(positions)
+        self.reducer.add(None, texts, [self.encoded[b] for b in batch], picked)
+        causal = any(picked.causal.values())
+        layers = sorted(picked.weights)
+        every = torch.stack([picked.weights[layer] for layer in layers], 1)  # [batch, layer, head, row, key]
+        out: list = []
+        for i, (b, place) in enumerate(zip(batch, places)):
+            if isinstance(place, InputError):
+                out.append(place)
+                continue
+            (p_range, p_text, p_tokens), spans = place
+            offsets = self.encoded[b][1]
+            n = len(offsets)
+            try:
+                _check_order(causal, p_text, p_tokens, spans)
+            except InputError as err:
+                out.append(err)
+                continue
+            exclude = _sinks(offsets, p_tokens) if self.exclude_sinks else []
+            tokens = [t for _, _, t in spans]
+            mine = candidate_weights(every[i, :, :, : len(p_tokens), :n], tokens, exclude, self.renormalise)
+            weights = dict(zip(layers, mine))  # layer: [head, candidate]
+            out.append((p_range, [r for r, _, _ in spans], weights, layers[-1] + 1, every.shape[2]))
+        return out
+
+    def _from_capture(self, cap: Capture, probe: Probe):
+        try:
+            (p_range, p_text, p_tokens), spans = _places(probe, cap.offsets, cap.token_ids, self.unknown)
+            causal = any(r.causal for r in cap.records.values())
+            _check_order(causal, p_text, p_tokens, spans)
+        except InputError as err:
+            return err
+        exclude = _sinks(cap.offsets, p_tokens) if self.exclude_sinks else []
+        pronoun = Span(p_text, p_range[0], p_range[1], p_tokens)
+        keys = [Span(text, r[0], r[1], t) for r, text, t in spans]
+        weights = {
+            layer: span_attention(cap, layer, pronoun, keys, exclude=exclude, renormalise=self.renormalise)
+            for layer in cap.layer_indices()
+        }
+        return (p_range, [r for r, _, _ in spans], weights, cap.n_layers, cap.n_heads)
+
+
+_Place = tuple[tuple[int, int], str, tuple[int, ...]]  # (start, end), its text, the tokens under it
+
+
+def _places(
+    probe: Probe, offsets: Sequence[tuple[int, int]], ids: Sequence[int], unknown: int | None
+) -> tuple[_Place, list[_Place]]:
+    """The probe's pronoun and candidates (:meth:`Probe.locate`) with the tokens under each. A span the
+    tokenizer could only read as its unknown token (``unknown``: MiniLM's vocabulary has no 它) is refused:
+    its weight would be the weight of [UNK], not of the word."""
+    (p_start, p_end), ranges = probe.locate()
+    found = []
+    for start, end in [(p_start, p_end), *ranges]:
+        tokens = covering_tokens(offsets, start, end)
+        if not tokens:
+            raise InputError(f"no token covers characters {start}..{end} ({probe.text[start:end]!r}) of the text")
+        if unknown is not None and all(ids[t] == unknown for t in tokens):
+            raise InputError(
+                f"the tokenizer reads {probe.text[start:end]!r} as its unknown token only: a head's weight on it "
+                "would be the weight of that token, not of the word; use a model whose vocabulary has it"
+            )
+        found.append(((start, end), probe.text[start:end], tokens))
+    return found[0], found[1:]
+
+
+def _check_order(causal: bool, pronoun: str, tokens: tuple[int, ...], spans: list[_Place]) -> None:
     if causal:
-        unseen = [s.text for s in spans if s.tokens[0] > max(pronoun.tokens)]
+        unseen = [text for _, text, t in spans if t[0] > max(tokens)]
         if unseen:
             raise InputError(
-                f"{', '.join(map(repr, unseen))} come(s) after {pronoun.text!r}: in a causal decoder the pronoun "
+                f"{', '.join(map(repr, unseen))} come(s) after {pronoun!r}: in a causal decoder the pronoun "
                 "cannot attend to a later word"
             )
-    exclude = [t for t in sink_tokens(cap) if t not in pronoun.tokens] if exclude_sinks else []
-    picks = torch.full((cap.n_layers, cap.n_heads), -1, dtype=torch.int16)
-    top = torch.full((cap.n_layers, cap.n_heads), -1.0)
-    for layer in cap.layer_indices():
-        w = span_attention(cap, layer, pronoun, spans, exclude=exclude, renormalise=renormalise)  # [head, cand]
-        most, choice = w.max(-1)  # the first candidate on a tie, as rank_heads
-        picks[layer], top[layer] = choice.to(torch.int16), most
-    layer, head = divmod(int(top.flatten().argmax()), cap.n_heads)  # the first head on a tie
-    before = [i for i, s in enumerate(spans) if s.char_end <= pronoun.char_start] or list(range(len(spans)))
-    nearest = min(before, key=lambda i: abs(pronoun.char_start - spans[i].char_end))
-    first = min(range(len(spans)), key=lambda i: spans[i].char_start)
+
+
+def _sinks(offsets: Sequence[tuple[int, int]], pronoun: tuple[int, ...]) -> list[int]:
+    """The first token and every token that covers no character ([CLS], [SEP], a BOS), as
+    :func:`attnviz.analysis.coref.sink_tokens` finds them — the pronoun's own tokens kept."""
+    return [t for t in sorted({0, *(i for i, (s, e) in enumerate(offsets) if s == e)}) if t not in pronoun]
+
+
+def _outcome(
+    index: int,
+    probe: Probe,
+    pronoun: tuple[int, int],
+    places: list[tuple[int, int]],
+    weights: dict[int, Tensor],
+    n_layers: int,
+    n_heads: int,
+) -> dict:
+    """One probe's picks in every head (``weights[layer]``: ``[head, candidate]``) and its row of ``per_probe``."""
+    picks = torch.full((n_layers, n_heads), -1, dtype=torch.int16)
+    top = torch.full((n_layers, n_heads), -1.0)
+    layers = list(weights)
+    most, choice = torch.stack([weights[layer] for layer in layers]).max(-1)  # the first candidate on a tie
+    picks[layers], top[layers] = choice.to(torch.int16), most
+    layer, head = divmod(int(top.flatten().argmax()), n_heads)  # the first head on a tie
+    before = [i for i, (_, end) in enumerate(places) if end <= pronoun[0]] or list(range(len(places)))
+    nearest = min(before, key=lambda i: abs(pronoun[0] - places[i][1]))
+    first = min(range(len(places)), key=lambda i: places[i][0])
     gold = list(probe.candidates).index(probe.gold)
     pick = int(picks[layer, head])
     return {
@@ -309,8 +452,8 @@ def _score(cap: Capture, index: int, probe: Probe, exclude_sinks: bool, renormal
             "id": probe.id,
             "text": probe.text,
             "pronoun": probe.pronoun,
-            "pronoun_start": pronoun.char_start,
-            "pronoun_end": pronoun.char_end,
+            "pronoun_start": pronoun[0],
+            "pronoun_end": pronoun[1],
             "candidates": list(probe.candidates),
             "gold": probe.gold,
             "nearest": probe.candidates[nearest],
