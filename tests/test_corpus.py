@@ -132,9 +132,9 @@ def test_a_recomputation_that_misses_the_kernel_raises_validation_error(monkeypa
     model, tok = attnviz.tiny_model(family), IdsTokenizer()
     original = batched.reduce_layer
 
-    def off_scale(call, batch, budget=layer_reduction.BUDGET, norms=None):
+    def off_scale(call, batch, budget=layer_reduction.BUDGET, norms=None, picked=None):
         call.scaling *= 1.01
-        return original(call, batch, budget, norms)
+        return original(call, batch, budget, norms, picked)
 
     monkeypatch.setattr(batched, "reduce_layer", off_scale)
     with pytest.raises(attnviz.ValidationError, match="could not reproduce") as caught:

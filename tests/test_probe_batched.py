@@ -159,3 +159,46 @@ def test_a_word_the_tokenizer_reads_as_unknown_is_refused_not_scored(tiny_bert_w
         "zh: the tokenizer reads '它' as its unknown token only: a head's weight on it would be the weight of "
         "that token, not of the word; use a model whose vocabulary has it"
     ]
+
+
+def test_a_recomputation_that_misses_the_kernel_stops_the_probe_set(tiny, smol_tokenizer, monkeypatch):
+    """The probes read weights attnviz recomputed: checked against the kernel's own output, as a capture's."""
+    from attnviz.workflows import batched, layer_reduction
+
+    model = tiny("llama", vocab_size=len(smol_tokenizer))
+    original = batched.reduce_layer
+
+    def off_scale(call, batch, budget=layer_reduction.BUDGET, norms=None, picked=None):
+        call.scaling *= 1.01
+        return original(call, batch, budget, norms, picked)
+
+    monkeypatch.setattr(batched, "reduce_layer", off_scale)
+    with pytest.raises(attnviz.ValidationError, match="could not reproduce"):
+        attnviz.evaluate_probes(model, _probes(), smol_tokenizer, progress=False)
+
+
+def test_chinese_from_a_cluewsc_file_end_to_end(tiny, smol_tokenizer, tmp_path):
+    """CLUEWSC's character offsets pick which 它 is meant; the evaluator scores that one (jieba words)."""
+    import json
+
+    from attnviz.analysis import load_probes
+
+    text = "小猫看见了老鼠，它跑开了，后来它又回来了。"
+    first = text.index("它")
+    rows = [
+        {
+            "target": {"span1_index": text.index(c), "span1_text": c, "span2_index": first, "span2_text": "它"},
+            "idx": 0,
+            "label": label,
+            "text": text,
+        }
+        for c, label in (("小猫", "false"), ("老鼠", "true"))
+    ]
+    path = tmp_path / "dev.json"
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    probes = load_probes(path, format="cluewsc")
+    model = tiny("llama", "eager", vocab_size=len(smol_tokenizer))
+    result = attnviz.evaluate_probes(model, probes, smol_tokenizer, progress=False)
+    row = result.per_probe.iloc[0]
+    assert (row.pronoun_start, row.gold) == (first, "老鼠") and first < text.rindex("它")
+    np.testing.assert_array_equal(result.picks[0], _eager_picks(model, smol_tokenizer, probes[0], bos=True))
