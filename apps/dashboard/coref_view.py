@@ -451,7 +451,7 @@ def register(app: Dash, captures: Captures) -> None:
         State(AID.coref_sinks, "value"),
         State(ID.part, "value"),
         prevent_initial_call=True,
-        background=True,  # one forward per probe: a job beside the server, the page stays usable
+        background=True,  # the probes' forwards: a job beside the server, the page stays usable
         **job_controls(AID.probe_run, AID.probe_cancel, AID.probe_progress, AID.probe_progress_text),
     )
     @shows_errors(lambda m: (m, message_figure(m), message_figure(""), None))
