@@ -206,7 +206,7 @@ def test_bad_probe_files_report_every_bad_line_at_once(tmp_path):
         load_probes(bad, strict=True)
     message = str(err.value)
     assert message.startswith(
-        f"attnviz bad.jsonl: 1 probe from 5 lines; 4 unusable (1× gold not a candidate, 1× not JSON, "
+        "attnviz bad.jsonl: 1 probe from 5 lines; 4 unusable (1× gold not a candidate, 1× not JSON, "
         "1× fewer than 2 candidates, 1× missing field) — see .problems. Nothing was scored: strict=True refuses "
         "any unusable probe — line 1 (bad-1): "
     )
