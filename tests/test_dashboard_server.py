@@ -194,17 +194,30 @@ def _post(app, callback_output: str, inputs: dict, state: dict, changed: list | 
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_a_probe_set_runs_in_the_background_with_progress_and_can_be_cancelled(dash_duo):
-    from test_dashboard import choose, open_tab, run_text, start_minilm
+def test_a_probe_set_runs_in_the_background_with_progress_and_can_be_cancelled(dash_duo, tmp_path):
+    import json
 
+    from test_dashboard import open_tab, run_text, start_minilm
+
+    from attnviz.analysis import load_probes
+
+    # the shipped en set 60 times (2,520 probes): batched, MiniLM scores it in tens of seconds, not at once
+    many = [
+        {**p.__dict__, "candidates": list(p.candidates), "id": f"{p.id}-{c}"}
+        for c in range(60)
+        for p in load_probes("en")
+    ]
+    path = tmp_path / "many.jsonl"
+    path.write_text("".join(json.dumps(p) + "\n" for p in many), encoding="utf-8")
     start_minilm(dash_duo)
     open_tab(dash_duo, "Coreference")
-    choose(dash_duo, f"#{AID.probe_set}", 0)  # en: 42 probes, one forward each
+    dash_duo.find_element(f"#{AID.probe_upload} input").send_keys(str(path))
+    dash_duo.wait_for_contains_text(f"#{AID.probe_loaded}", "2,520 probes", timeout=30)
     dash_duo.find_element(f"#{AID.probe_run}").click()
     dash_duo.wait_for_contains_text(f"#{AID.probe_progress_text}", "probe ", timeout=60)
     assert dash_duo.find_element(f"#{AID.probe_run}").get_attribute("disabled")
     cancel = dash_duo.find_element(f"#{AID.probe_cancel}")
-    dash_duo.driver.execute_script("arguments[0].click();", cancel)  # 41 probes still to go
+    dash_duo.driver.execute_script("arguments[0].click();", cancel)  # most of the probes still to go
     dash_duo.wait_for_style_to_equal(f"#{AID.probe_cancel}", "display", "none", timeout=30)
     run_text(dash_duo, "The dog chased the cat.")  # the page keeps working
     assert "probes on minilm" not in dash_duo.find_element(f"#{AID.probe_summary}").text

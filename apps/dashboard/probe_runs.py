@@ -42,11 +42,11 @@ class ProbeRunGone(attnviz.AttnvizError):
 
 
 class ProbeRuns:
-    """The uploads and results of one app, in ``folder`` (made if missing)."""
+    """The uploads and results of one app, in ``folder`` (made with the first of them: a server that never
+    runs a probe set leaves nothing in the captures' folder)."""
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._results: OrderedDict[str, ProbeResult] = OrderedDict()
 
@@ -71,7 +71,7 @@ class ProbeRuns:
         token = uuid.uuid4().hex
         stem = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(name).stem).strip("._")[:80] or "probes"
         folder = self.folder / f"upload-{token}"
-        folder.mkdir()
+        folder.mkdir(parents=True)
         self._write(folder / f"{stem}{suffix}", raw)
         self._forget_old("upload-*")
         return token
@@ -123,6 +123,7 @@ class ProbeRuns:
     def _write(self, path: Path, data: bytes) -> None:
         """``data`` at ``path``, written under a temporary name and renamed: a reader never sees half a file."""
         partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
+        path.parent.mkdir(parents=True, exist_ok=True)
         partial.write_bytes(data)
         partial.replace(path)
 

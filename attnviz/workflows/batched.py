@@ -56,6 +56,7 @@ class BatchReducer:
         part: str | None = None,
         detectors: bool = True,
         moved: bool = True,
+        statistics: bool = True,
         budget: int = BUDGET,
     ) -> None:
         self.resolved = resolved = resolve(model, tokenizer)
@@ -70,6 +71,7 @@ class BatchReducer:
         self.part = part
         self.detectors = detectors
         self.moved = moved  # False: no value norms read (the _moved sums stay NaN), for a caller that needs none
+        self.statistics = statistics  # False: every sum NaN — the check and the picked rows only (probe sets)
         self.budget = budget
         self.inline = getattr(model.config, "model_type", "") in PROJECTION_SPECS  # reduced after the forward
         # The forward stops after the last wanted layer's attention unless a module's hooks (forward
@@ -122,7 +124,7 @@ class BatchReducer:
             assert call.q is not None
             dtypes.add(str(call.q.dtype).removeprefix("torch."))
             norms = self.value_norms(call) if self.moved else None
-            values, errors = reduce_layer(call, batch, self.budget, norms, picked)
+            values, errors = reduce_layer(call, batch, self.budget, norms, picked, self.statistics)
             reduced.append((call, values, errors))
             for name in CALL_TENSORS:  # this layer is done: its tensors go at once
                 setattr(call, name, None)

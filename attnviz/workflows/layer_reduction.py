@@ -73,17 +73,22 @@ def reduce_layer(
     budget: int = BUDGET,
     norms: Tensor | None = None,
     picked: PickedRows | None = None,
+    statistics: bool = True,
 ) -> tuple[Tensor, dict[str, tuple[Tensor, Tensor]]]:
     """One layer of a padded batch: ``[column, head]`` float64 sums over every real query row of
     every text — COLUMNS over the weights, then COLUMNS over the shares of what is moved given the
     layer's value norms ``norms`` ``[batch, head, key]`` (NaN without them) — and the self-check's
     ``{quantity: (max error, max |model|)}``, each ``[batch, head]``. ``picked``: rows of each text
-    whose weights are also kept whole (:class:`PickedRows`), from the same recomputation."""
+    whose weights are also kept whole (:class:`PickedRows`), from the same recomputation.
+    ``statistics=False``: the weights, the picked rows and the check only — no entropy, no sums (NaN)."""
     q, k, v, out = call.q, call.k, call.v, call.out
     assert q is not None and k is not None and v is not None
     b, h, n = q.shape[0], q.shape[1], q.shape[2]
     device = q.device
     sums = torch.zeros(2, len(COLUMNS), h, dtype=torch.float64, device=device)  # by weight, by norm
+    if not statistics:
+        sums.fill_(float("nan"))
+        norms = None
     if norms is None:
         sums[1] = float("nan")
     else:
@@ -97,16 +102,18 @@ def reduce_layer(
         part = batch.chunk(start, stop, hi, device)
         mask = batch.score_mask(call, start, stop, hi) if plain else None
         if mask is not None:
-            a, entropy = _weights_and_entropy(call, start, stop, hi, mask, batch.scratch)
+            a, entropy = _weights_and_entropy(call, start, stop, hi, mask, batch.scratch, statistics)
         else:
             a, entropy = _weights_then_entropy(
-                call, start, stop, hi, batch.additive_mask(call, start, stop, hi), batch.scratch
+                call, start, stop, hi, batch.additive_mask(call, start, stop, hi), batch.scratch, statistics
             )
         # a [b, h, r, hi]: the padded rows and keys 0, so each sum reads the real rows alone
         if picked is not None:
             picked.take(call, a, start, stop)
-        entropy = entropy.masked_fill_(part.padded, 0).sum((0, 2))  # padded rows: NaN or not, 0
-        _add_masses(sums[0], a, part, entropy)
+        if statistics:
+            assert entropy is not None
+            entropy = entropy.masked_fill_(part.padded, 0).sum((0, 2))  # padded rows: NaN or not, 0
+            _add_masses(sums[0], a, part, entropy)
         if norms is not None:  # the shares of what is moved: c_ij = α_ij·‖f_h(x_j)‖ over the row's Σ_k c_ik
             moved = torch.mul(a, norms[:, :, None, :hi], out=batch.scratch("moved", a.shape, a.device))
             total = moved.sum(-1, keepdim=True).clamp_min_(_TINY)  # padded rows: 0 / tiny = 0
@@ -147,8 +154,14 @@ def _add_masses(sums: Tensor, a: Tensor, part: Chunk, entropy: Tensor | None) ->
 
 
 def _weights_and_entropy(
-    call: AttentionCall, start: int, stop: int, hi: int, mask: ScoreMask, scratch: Callable[..., Tensor]
-) -> tuple[Tensor, Tensor]:
+    call: AttentionCall,
+    start: int,
+    stop: int,
+    hi: int,
+    mask: ScoreMask,
+    scratch: Callable[..., Tensor],
+    entropy: bool = True,
+) -> tuple[Tensor, Tensor | None]:
     """The weights ``softmax(Q·Kᵀ·scale + mask)`` ``[b, h, r, hi]`` of rows ``start:stop`` (as
     :func:`~attnviz.attention.scaled_dot_product` computes them: one GEMM, the mask, a softmax; the
     padded rows then set to 0) and each row's entropy ``[b, h, r]`` (float64; NaN on padded rows)
@@ -156,7 +169,8 @@ def _weights_and_entropy(
     ``-log a_j = lse - s_j`` for every key with weight and the entropy is ``Σ a_j (lse - s_j)``:
     terms ≥ 0, summed without cancellation. ``lse = s_i - log a_ii`` is read at the row's own key
     (its diagonal), in float64; its float32 rounding is added back afterwards. A real row whose own
-    key weighs under ``_SAFE_REF`` (its logarithm imprecise) sends the chunk to ``-Σ a log a``."""
+    key weighs under ``_SAFE_REF`` (its logarithm imprecise) sends the chunk to ``-Σ a log a``.
+    ``entropy=False``: the weights alone (None for the entropy)."""
     q, k = call.q, call.k
     assert q is not None and k is not None
     b, h, kv, dh = q.shape[0], q.shape[1], k.shape[1], q.shape[-1]
@@ -171,17 +185,25 @@ def _weights_and_entropy(
     own = a.diagonal(start, -2, -1)  # [b, h, r]: each row's weight on its own key
     if mask.real is not None:  # a padded row's scores are all BLOCKED: its weights, even, become 0
         a.mul_(mask.real)
+    if not entropy:
+        return a, None
     if int(torch.count_nonzero(own < _SAFE_REF)) > mask.padded_rows * h:  # padded rows' are 0: a real one is tiny
         return a, _row_entropy(a, scratch)
     lse = scores.diagonal(start, -2, -1).double().sub_(own.double().log_())  # padded rows: inf
     lse32 = lse.float()
-    entropy = torch.sub(lse32[..., None], scores, out=scores).mul_(a).sum(-1)  # blocked: (lse - BLOCKED)·0
-    return a, entropy.double().add_(lse.sub_(lse32))  # each real row's weights sum to 1
+    rows = torch.sub(lse32[..., None], scores, out=scores).mul_(a).sum(-1)  # blocked: (lse - BLOCKED)·0
+    return a, rows.double().add_(lse.sub_(lse32))  # each real row's weights sum to 1
 
 
 def _weights_then_entropy(
-    call: AttentionCall, start: int, stop: int, hi: int, mask: Tensor, scratch: Callable[..., Tensor]
-) -> tuple[Tensor, Tensor]:
+    call: AttentionCall,
+    start: int,
+    stop: int,
+    hi: int,
+    mask: Tensor,
+    scratch: Callable[..., Tensor],
+    entropy: bool = True,
+) -> tuple[Tensor, Tensor | None]:
     """The weights by :func:`~attnviz.attention.scaled_dot_product` (any bias, sinks, soft-cap or
     mask) and each row's entropy from them (``-Σ a log a``, one logarithm per weight)."""
     q, k, v = call.q, call.k, call.v
@@ -196,7 +218,7 @@ def _weights_then_entropy(
         sinks=call.sinks,
         softcap=call.softcap,
     )  # [b, h, r, hi]; padded rows and keys 0
-    return a, _row_entropy(a, scratch)
+    return a, _row_entropy(a, scratch) if entropy else None
 
 
 def _row_entropy(a: Tensor, scratch: Callable[..., Tensor]) -> Tensor:  # [b, h, r] float64

@@ -303,7 +303,8 @@ class ProbeRun:
                 add_bos=self.add_bos,
                 part=self.part,
                 detectors=False,
-                moved=False,  # the probes read weights only
+                moved=False,  # the probes read weights only: no value norms,
+                statistics=False,  # no head statistics — each layer's check and the pronoun's rows
             )
 
     def score(self, batch: list[int]) -> tuple[list[dict], list[str]]:
