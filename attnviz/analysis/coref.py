@@ -18,7 +18,6 @@ import torch
 from torch import Tensor
 
 from ..errors import ArgumentTypeError, InputError
-from .stats import special_positions
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -32,7 +31,9 @@ __all__ = [
     "covering_tokens",
     "find_span",
     "propose_candidates",
+    "refuse_later_candidates",
     "rank_heads",
+    "sink_positions",
 ]
 
 STOP_WORDS = {
@@ -155,7 +156,24 @@ def find_span(cap: Capture, what: str | int | tuple[int, int] | Span, *, last: b
 
 def sink_tokens(cap: Capture) -> list[int]:
     """The first token and every special token: where heads park attention."""
-    return sorted({0, *special_positions(cap)})
+    return sink_positions(cap.offsets)
+
+
+def sink_positions(offsets: Sequence[tuple[int, int]], keep: Sequence[int] = ()) -> list[int]:
+    """:func:`sink_tokens` from a text's token offsets — the first token and every token that covers no
+    character ([CLS], [SEP], a BOS) — leaving out the tokens ``keep`` (a pronoun's own)."""
+    return [t for t in sorted({0, *(i for i, (s, e) in enumerate(offsets) if s == e)}) if t not in keep]
+
+
+def refuse_later_candidates(causal: bool, pronoun: Span, candidates: Sequence[Span]) -> None:
+    """In a causal model a pronoun cannot attend to a later word: an :class:`InputError` naming any such
+    candidate (its weight would be 0 by construction)."""
+    unseen = [c.text for c in candidates if causal and c.tokens[0] > max(pronoun.tokens)]
+    if unseen:
+        raise InputError(
+            f"{', '.join(map(repr, unseen))} come(s) after {pronoun.text!r}: in a causal decoder the pronoun cannot "
+            "attend to a later word, so its weight would be 0 by construction; leave it out"
+        )
 
 
 def propose_candidates(cap: Capture, pronoun: str | int | Span, *, limit: int = 6) -> list[Span]:
@@ -335,15 +353,9 @@ def rank_heads(
     spans = [find_span(cap, c) for c in candidates] if candidates is not None else propose_candidates(cap, p)
     if not spans:
         raise InputError(f"no candidate antecedents for {p.text!r}: pass candidates=[...]")
-    if any(r.causal for r in cap.records.values()):
-        unseen = [s.text for s in spans if s.tokens[0] > max(p.tokens)]
-        if unseen:
-            raise InputError(
-                f"{', '.join(map(repr, unseen))} come(s) after {p.text!r}: in a causal decoder the pronoun cannot "
-                "attend to a later word, so its weight would be 0 by construction; leave it out"
-            )
+    refuse_later_candidates(any(r.causal for r in cap.records.values()), p, spans)
     names = _unique([s.text for s in spans])
-    exclude = [t for t in sink_tokens(cap) if t not in p.tokens] if exclude_sinks else []
+    exclude = sink_positions(cap.offsets, p.tokens) if exclude_sinks else []
     notes = [
         f"{s.text!r} holds the sink token {cap.token_labels[t]!r}, left out of its weight"
         + ("" if set(s.tokens) - set(exclude) else " (so it gets 0)")

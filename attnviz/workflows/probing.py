@@ -20,7 +20,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..analysis.coref import Span, candidate_weights, covering_tokens, span_attention
+from ..analysis.coref import (
+    Span,
+    candidate_weights,
+    covering_tokens,
+    refuse_later_candidates,
+    sink_positions,
+    span_attention,
+)
 from ..analysis.probes import Probe, ProbeResult, load_probes
 from ..data.capture import Capture
 from ..errors import ArgumentTypeError, InputError, Interrupted
@@ -290,11 +297,6 @@ class ProbeRun:
     renormalise: bool
     reducer: BatchReducer | None = None
 
-    @property
-    def unknown(self) -> int | None:
-        """The tokenizer's unknown token (None: a byte-level tokenizer reads every text)."""
-        return getattr(self.resolved.tokenizer, "unk_token_id", None)
-
     def __post_init__(self) -> None:
         if not self.resolved.encoder_decoder:
             self.reducer = BatchReducer(
@@ -312,17 +314,15 @@ class ProbeRun:
         scored, skipped = [], []
         for b, outcome in zip(batch, self._weights(batch)):
             index, probe = self.mine[b]
-            try:
-                if isinstance(outcome, InputError):
-                    raise outcome
+            if isinstance(outcome, InputError):
+                skipped.append(f"{probe.id}: {outcome}")
+            else:
                 scored.append(_outcome(index, probe, *outcome))
-            except InputError as err:
-                skipped.append(f"{probe.id}: {err}")
         return scored, skipped
 
     def _weights(self, batch: list[int]) -> list:
-        """Per probe of ``batch``: (pronoun range, candidate ranges, {layer: [head, candidate]}, layers, heads),
-        or the InputError that says why it cannot be scored."""
+        """Per probe of ``batch``: (pronoun, candidates, {layer: [head, candidate]}, layers, heads), or the
+        InputError that says why it cannot be scored."""
         texts = [self.mine[b][1].text for b in batch]
         if self.reducer is None:
             inputs = encode_texts(
@@ -330,13 +330,8 @@ class ProbeRun:
             )
             captured, _ = capture_forward(self.resolved, inputs)
             return [self._from_capture(cap.select(self.part), self.mine[b][1]) for b, cap in zip(batch, captured)]
-        places: list[tuple[_Place, list[_Place]] | InputError] = []
-        for b in batch:
-            try:
-                places.append(_places(self.mine[b][1], self.encoded[b][1], self.encoded[b][0], self.unknown))
-            except InputError as err:
-                places.append(err)
-        rows = [p[0][2] if not isinstance(p, InputError) else () for p in places]
+        places = [self._places(self.mine[b][1], self.encoded[b]) for b in batch]
+        rows = [() if isinstance(p, InputError) else p[0].tokens for p in places]
         positions = torch.full((len(batch), max(1, max(len(r) for r in rows))), -1, dtype=torch.long)
         for i, r in enumerate(rows):
             positions[i, : len(r)] = torch.tensor(r, dtype=torch.long)
@@ -345,88 +340,74 @@ class ProbeRun:
         causal = any(picked.causal.values())
         layers = sorted(picked.weights)
         every = torch.stack([picked.weights[layer] for layer in layers], 1)  # [batch, layer, head, row, key]
-        out: list = []
-        for i, (b, place) in enumerate(zip(batch, places)):
-            if isinstance(place, InputError):
-                out.append(place)
-                continue
-            (p_range, p_text, p_tokens), spans = place
-            offsets = self.encoded[b][1]
-            n = len(offsets)
-            try:
-                _check_order(causal, p_text, p_tokens, spans)
-            except InputError as err:
-                out.append(err)
-                continue
-            exclude = _sinks(offsets, p_tokens) if self.exclude_sinks else []
-            tokens = [t for _, _, t in spans]
-            mine = candidate_weights(every[i, :, :, : len(p_tokens), :n], tokens, exclude, self.renormalise)
-            weights = dict(zip(layers, mine))  # layer: [head, candidate]
-            out.append((p_range, [r for r, _, _ in spans], weights, layers[-1] + 1, every.shape[2]))
-        return out
+        return [
+            place
+            if isinstance(place, InputError)
+            else self._from_rows(place, every[i], layers, causal, self.encoded[b])
+            for i, (b, place) in enumerate(zip(batch, places))
+        ]
 
-    def _from_capture(self, cap: Capture, probe: Probe):
+    def _places(self, probe: Probe, encoded: Encoded) -> tuple[Span, list[Span]] | InputError:
+        """The probe's pronoun and candidates (:meth:`Probe.locate`) as spans of its tokens. A span the
+        tokenizer could only read as its unknown token (MiniLM's vocabulary has no 它) is refused: its
+        weight would be the weight of [UNK], not of the word."""
+        ids, offsets, _ = encoded
+        unknown = getattr(self.resolved.tokenizer, "unk_token_id", None)  # None: a byte-level tokenizer
         try:
-            (p_range, p_text, p_tokens), spans = _places(probe, cap.offsets, cap.token_ids, self.unknown)
-            causal = any(r.causal for r in cap.records.values())
-            _check_order(causal, p_text, p_tokens, spans)
+            (p_start, p_end), ranges = probe.locate()
+            spans = []
+            for start, end in [(p_start, p_end), *ranges]:
+                text, tokens = probe.text[start:end], covering_tokens(offsets, start, end)
+                if not tokens:
+                    raise InputError(f"no token covers characters {start}..{end} ({text!r}) of the text")
+                if unknown is not None and all(ids[t] == unknown for t in tokens):
+                    raise InputError(
+                        f"the tokenizer reads {text!r} as its unknown token only: a head's weight on it would be "
+                        "the weight of that token, not of the word; use a model whose vocabulary has it"
+                    )
+                spans.append(Span(text, start, end, tokens))
         except InputError as err:
             return err
-        exclude = _sinks(cap.offsets, p_tokens) if self.exclude_sinks else []
-        pronoun = Span(p_text, p_range[0], p_range[1], p_tokens)
-        keys = [Span(text, r[0], r[1], t) for r, text, t in spans]
+        return spans[0], spans[1:]
+
+    def _from_rows(
+        self, place: tuple[Span, list[Span]], rows: Tensor, layers: list[int], causal: bool, encoded: Encoded
+    ):
+        """One probe from the pronoun's rows ``[layer, head, row, key]`` the reducer kept."""
+        pronoun, spans = place
+        offsets = encoded[1]
+        try:
+            refuse_later_candidates(causal, pronoun, spans)
+        except InputError as err:
+            return err
+        exclude = sink_positions(offsets, pronoun.tokens) if self.exclude_sinks else []
+        rows = rows[:, :, : len(pronoun.tokens), : len(offsets)]
+        weights = candidate_weights(rows, [s.tokens for s in spans], exclude, self.renormalise)
+        return pronoun, spans, dict(zip(layers, weights)), layers[-1] + 1, rows.shape[1]
+
+    def _from_capture(self, cap: Capture, probe: Probe):
+        """One probe from its own capture (an encoder-decoder's part)."""
+        place = self._places(probe, (cap.token_ids, cap.offsets, cap.tokens))
+        if isinstance(place, InputError):
+            return place
+        pronoun, spans = place
+        try:
+            refuse_later_candidates(any(r.causal for r in cap.records.values()), pronoun, spans)
+        except InputError as err:
+            return err
+        exclude = sink_positions(cap.offsets, pronoun.tokens) if self.exclude_sinks else []
         weights = {
-            layer: span_attention(cap, layer, pronoun, keys, exclude=exclude, renormalise=self.renormalise)
+            layer: span_attention(cap, layer, pronoun, spans, exclude=exclude, renormalise=self.renormalise)
             for layer in cap.layer_indices()
         }
-        return (p_range, [r for r, _, _ in spans], weights, cap.n_layers, cap.n_heads)
-
-
-_Place = tuple[tuple[int, int], str, tuple[int, ...]]  # (start, end), its text, the tokens under it
-
-
-def _places(
-    probe: Probe, offsets: Sequence[tuple[int, int]], ids: Sequence[int], unknown: int | None
-) -> tuple[_Place, list[_Place]]:
-    """The probe's pronoun and candidates (:meth:`Probe.locate`) with the tokens under each. A span the
-    tokenizer could only read as its unknown token (``unknown``: MiniLM's vocabulary has no 它) is refused:
-    its weight would be the weight of [UNK], not of the word."""
-    (p_start, p_end), ranges = probe.locate()
-    found = []
-    for start, end in [(p_start, p_end), *ranges]:
-        tokens = covering_tokens(offsets, start, end)
-        if not tokens:
-            raise InputError(f"no token covers characters {start}..{end} ({probe.text[start:end]!r}) of the text")
-        if unknown is not None and all(ids[t] == unknown for t in tokens):
-            raise InputError(
-                f"the tokenizer reads {probe.text[start:end]!r} as its unknown token only: a head's weight on it "
-                "would be the weight of that token, not of the word; use a model whose vocabulary has it"
-            )
-        found.append(((start, end), probe.text[start:end], tokens))
-    return found[0], found[1:]
-
-
-def _check_order(causal: bool, pronoun: str, tokens: tuple[int, ...], spans: list[_Place]) -> None:
-    if causal:
-        unseen = [text for _, text, t in spans if t[0] > max(tokens)]
-        if unseen:
-            raise InputError(
-                f"{', '.join(map(repr, unseen))} come(s) after {pronoun!r}: in a causal decoder the pronoun "
-                "cannot attend to a later word"
-            )
-
-
-def _sinks(offsets: Sequence[tuple[int, int]], pronoun: tuple[int, ...]) -> list[int]:
-    """The first token and every token that covers no character ([CLS], [SEP], a BOS), as
-    :func:`attnviz.analysis.coref.sink_tokens` finds them — the pronoun's own tokens kept."""
-    return [t for t in sorted({0, *(i for i, (s, e) in enumerate(offsets) if s == e)}) if t not in pronoun]
+        return pronoun, spans, weights, cap.n_layers, cap.n_heads
 
 
 def _outcome(
     index: int,
     probe: Probe,
-    pronoun: tuple[int, int],
-    places: list[tuple[int, int]],
+    pronoun: Span,
+    spans: list[Span],
     weights: dict[int, Tensor],
     n_layers: int,
     n_heads: int,
@@ -438,9 +419,9 @@ def _outcome(
     most, choice = torch.stack([weights[layer] for layer in layers]).max(-1)  # the first candidate on a tie
     picks[layers], top[layers] = choice.to(torch.int16), most
     layer, head = divmod(int(top.flatten().argmax()), n_heads)  # the first head on a tie
-    before = [i for i, (_, end) in enumerate(places) if end <= pronoun[0]] or list(range(len(places)))
-    nearest = min(before, key=lambda i: abs(pronoun[0] - places[i][1]))
-    first = min(range(len(places)), key=lambda i: places[i][0])
+    before = [i for i, s in enumerate(spans) if s.char_end <= pronoun.char_start] or list(range(len(spans)))
+    nearest = min(before, key=lambda i: abs(pronoun.char_start - spans[i].char_end))
+    first = min(range(len(spans)), key=lambda i: spans[i].char_start)
     gold = list(probe.candidates).index(probe.gold)
     pick = int(picks[layer, head])
     return {
@@ -453,8 +434,8 @@ def _outcome(
             "id": probe.id,
             "text": probe.text,
             "pronoun": probe.pronoun,
-            "pronoun_start": pronoun[0],
-            "pronoun_end": pronoun[1],
+            "pronoun_start": pronoun.char_start,
+            "pronoun_end": pronoun.char_end,
             "candidates": list(probe.candidates),
             "gold": probe.gold,
             "nearest": probe.candidates[nearest],
