@@ -15,7 +15,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from attnviz.dashboard import coref_view
+from attnviz.dashboard import coref_view, probe_view
 from attnviz.dashboard.app import background_manager
 from attnviz.dashboard.captures import Captures
 from attnviz.dashboard.ids import AID, ID
@@ -206,8 +206,9 @@ def probe_app(models: dict, folder) -> Dash:
     """An app with the Coreference view only, its server folder ``folder`` (the tests read it too)."""
     app = Dash(__name__, suppress_callback_exceptions=True, background_callback_manager=background_manager())
     captures = Captures(models, folder=folder)
-    app.layout = html.Div(coref_view.layout())
+    app.layout = html.Div(coref_view.layout())  # its probes slot holds probe_view's panel
     coref_view.register(app, captures)
+    probe_view.register(app, captures)
     app.captures = captures  # the tests' way in: what the server holds
     return app
 

@@ -21,6 +21,7 @@ from . import (
     lab_view,
     model_view,
     overview_view,
+    probe_view,
     rollout_view,
     run_view,
     stats_view,
@@ -28,7 +29,7 @@ from . import (
 )
 from .ids import ID, view_id
 
-PANEL_VIEWS = (edit_view, generation_view)  # views with no tab of their own: their panels sit in others'
+PANEL_VIEWS = (edit_view, generation_view, probe_view)  # views with no tab of their own: their panels sit in others'
 
 VIEWS = [
     *overview_view.VIEWS,
