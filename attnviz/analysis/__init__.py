@@ -8,7 +8,7 @@ statistics of :func:`head_stats` over a corpus) and :func:`attnviz.evaluate_prob
 from .coref import CorefRanking, propose_candidates, rank_heads
 from .cost import cost_tables
 from .moved import moved_shares, row_shares
-from .probes import PROBE_FORMATS, Probe, ProbeResult, ProbeSet, load_probes
+from .probes import PROBE_FORMATS, Probe, ProbeResult, ProbeSet, UnusableProbe, load_probes
 from .rollout import rollout, rollout_blocks, rollout_rows
 from .stats import DETECTORS, detect_heads, head_stats
 from .summary import Summary, summarize
@@ -20,6 +20,7 @@ __all__ = [
     "Probe",
     "ProbeResult",
     "ProbeSet",
+    "UnusableProbe",
     "Summary",
     "corpus_stats",
     "cost_tables",

@@ -40,6 +40,7 @@ __all__ = [
     "PROBE_FORMATS",
     "ProbeFormat",
     "Record",
+    "UnusableProbe",
     "apply_columns",
     "check_format",
     "detect_format",
@@ -58,10 +59,14 @@ _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
 _FIELDS = ("text", "pronoun", "pronoun_start", "candidates", "candidate_starts", "gold", "id", "lang")
 
 
-def _problem(reason: str, kind: str) -> InputError:
-    err = InputError(reason)
-    err.kind = kind  # type: ignore[attr-defined]
-    return err
+class UnusableProbe(InputError):
+    """A probe that cannot be used: ``reason`` what is wrong (the message, which may name the probe
+    first), ``kind`` its stable name (what a probe set's summary counts and ``ProbeSet.problems`` lists)."""
+
+    def __init__(self, message: str, kind: str = "unusable", reason: str | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.reason = message if reason is None else reason
 
 
 def _missing(value: Any) -> bool:
@@ -87,7 +92,7 @@ def _need(fields: Mapping[str, Any], *keys: str) -> list[Any]:
     """The values of ``keys``; a "missing field" problem naming every one that is absent or empty."""
     absent = [k for k in keys if _get(fields, k) is None]
     if absent:
-        raise _problem(f"missing {', '.join(absent)}", "missing field")
+        raise UnusableProbe(f"missing {', '.join(absent)}", "missing field")
     return [fields[k] for k in keys]
 
 
@@ -96,7 +101,7 @@ def _as_int(value: Any, what: str) -> int | None:
     if value is None or _missing(value):
         return None
     if isinstance(value, bool):
-        raise _problem(f"{what} must be a whole number, got {value!r}", "bad offset")
+        raise UnusableProbe(f"{what} must be a whole number, got {value!r}", "bad offset")
     if isinstance(value, float) and value.is_integer():
         return int(value)
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
@@ -104,7 +109,7 @@ def _as_int(value: Any, what: str) -> int | None:
     try:
         return operator.index(value)
     except TypeError:
-        raise _problem(f"{what} must be a whole number, got {value!r}", "bad offset") from None
+        raise UnusableProbe(f"{what} must be a whole number, got {value!r}", "bad offset") from None
 
 
 def _truth(value: Any, what: str) -> bool:
@@ -115,7 +120,7 @@ def _truth(value: Any, what: str) -> bool:
         return bool(value)
     if isinstance(value, str) and value.strip().lower() in {"true", "false", "yes", "no", "1", "0", "t", "f"}:
         return value.strip().lower() in {"true", "yes", "1", "t"}
-    raise _problem(f"{what} must be true or false, got {value!r}", "bad label")
+    raise UnusableProbe(f"{what} must be true or false, got {value!r}", "bad label")
 
 
 def _list(value: Any, what: str) -> list[Any]:
@@ -130,11 +135,13 @@ def _list(value: Any, what: str) -> list[Any]:
             try:
                 parsed = json.loads(text)
             except json.JSONDecodeError:
-                raise _problem(f"{what} is not a JSON list: {value!r}", "bad candidates") from None
+                raise UnusableProbe(f"{what} is not a JSON list: {value!r}", "bad candidates") from None
             if isinstance(parsed, list):
                 return parsed
         return [part.strip() for part in text.split("|")]
-    raise _problem(f"{what} must be a list (or a JSON list, or texts separated by |), got {value!r}", "bad candidates")
+    raise UnusableProbe(
+        f"{what} must be a list (or a JSON list, or texts separated by |), got {value!r}", "bad candidates"
+    )
 
 
 def _id(fields: Mapping[str, Any], *keys: str) -> str:
@@ -151,7 +158,7 @@ def _id(fields: Mapping[str, Any], *keys: str) -> str:
 def _read_attnviz(records: Sequence[Record]) -> Iterator[Item]:
     for row, fields in records:
         if "__not_a_probe__" in fields:
-            yield (row,), "", _problem(f"a probe is a dict, got {fields['__not_a_probe__']}", "not a probe")
+            yield (row,), "", UnusableProbe(f"a probe is a dict, got {fields['__not_a_probe__']}", "not a probe")
             continue
         try:
             out = {k: v for k, v in fields.items() if not (k in _FIELDS and _missing(v))}
@@ -179,11 +186,11 @@ def _read_gap(records: Sequence[Record]) -> Iterator[Item]:
             )
             a_true, b_true = _truth(a_coref, "A-coref"), _truth(b_coref, "B-coref")
             if a_true and b_true:
-                raise _problem(
+                raise UnusableProbe(
                     "both candidates are marked coreferent (A-coref and B-coref)", "both candidates coreferent"
                 )
             if not (a_true or b_true):
-                raise _problem(
+                raise UnusableProbe(
                     "neither candidate is coreferent (A-coref and B-coref are false)", "neither candidate is coreferent"
                 )
             yield (
@@ -211,7 +218,7 @@ def _spans(fields: Mapping[str, Any]) -> tuple[str, int, str, int]:
         try:
             target = json.loads(target)
         except json.JSONDecodeError:
-            raise _problem(f"target is not a JSON object: {target!r}", "missing field") from None
+            raise UnusableProbe(f"target is not a JSON object: {target!r}", "missing field") from None
     source = target if isinstance(target, Mapping) else fields
     s1, i1, s2, i2 = _need(source, "span1_text", "span1_index", "span2_text", "span2_index")
     return str(s1), _as_int(i1, "span1_index"), str(s2), _as_int(i2, "span2_index")  # type: ignore[return-value]
@@ -231,13 +238,13 @@ def _grouped(records: Sequence[Record], *, words: bool, lang: str) -> Iterator[I
             (text,) = _need(fields, "text")
             s1, i1, s2, i2 = _spans(fields)
             if _get(fields, "label") is None:
-                raise _problem("no label (a test split has none)", "no label")
+                raise UnusableProbe("no label (a test split has none)", "no label")
             label = _truth(fields["label"], "label")
             if words:
                 starts = _word_starts(text)
                 for name, index in (("span1_index", i1), ("span2_index", i2)):
                     if not 0 <= index < len(starts):
-                        raise _problem(
+                        raise UnusableProbe(
                             f"{name} {index} is not a word of the text (it has {len(starts)} words)", "bad offset"
                         )
                 i1, i2 = starts[i1], starts[i2]
@@ -255,18 +262,18 @@ def _grouped(records: Sequence[Record], *, words: bool, lang: str) -> Iterator[I
             for _, _, s1, i1, label, _ in items:
                 key = s1.strip().lower()
                 if key in candidates and candidates[key][2] != label:
-                    raise _problem(
+                    raise UnusableProbe(
                         f"candidate {s1!r} is labelled both true and false for {where}", "conflicting labels"
                     )
                 candidates.setdefault(key, (s1, i1, label))
             if len(candidates) < 2:
                 names = [c[0] for c in candidates.values()]
-                raise _problem(f"only one candidate ({names[0]!r}) for {where}", "fewer than 2 candidates")
+                raise UnusableProbe(f"only one candidate ({names[0]!r}) for {where}", "fewer than 2 candidates")
             golds = [c[0] for c in candidates.values() if c[2]]
             if not golds:
-                raise _problem(f"no candidate is labelled true for {where}", "no gold candidate")
+                raise UnusableProbe(f"no candidate is labelled true for {where}", "no gold candidate")
             if len(golds) > 1:
-                raise _problem(
+                raise UnusableProbe(
                     f"{len(golds)} candidates are labelled true for {where}: {golds}", "several gold candidates"
                 )
         except InputError as err:
@@ -541,10 +548,10 @@ def records_from_jsonl(text: str) -> tuple[list[Record], list[tuple[int, InputEr
         try:
             value = json.loads(line)
         except json.JSONDecodeError as err:
-            bad.append((number, _problem(f"not JSON ({err.msg})", "not JSON")))
+            bad.append((number, UnusableProbe(f"not JSON ({err.msg})", "not JSON")))
             continue
         if not isinstance(value, dict):
-            bad.append((number, _problem(f"not a JSON object but {type(value).__name__}", "not JSON")))
+            bad.append((number, UnusableProbe(f"not a JSON object but {type(value).__name__}", "not JSON")))
             continue
         records.append((number, value))
     return records, bad

@@ -20,10 +20,19 @@ from typing import Any
 
 from ..errors import ArgumentTypeError, InputError
 from . import probe_formats as pf
-from .probe_formats import PROBE_FORMATS
+from .probe_formats import PROBE_FORMATS, UnusableProbe
 from .probe_result import ProbeResult  # re-exported here, its first home
 
-__all__ = ["DETERMINERS", "PROBE_FORMATS", "PROBE_SETS", "Probe", "ProbeResult", "ProbeSet", "load_probes"]
+__all__ = [
+    "DETERMINERS",
+    "PROBE_FORMATS",
+    "PROBE_SETS",
+    "Probe",
+    "ProbeResult",
+    "ProbeSet",
+    "UnusableProbe",
+    "load_probes",
+]
 
 #: Leading words a candidate may carry that the text may say differently ("the son" is "his son").
 DETERMINERS = ("the", "a", "an", "this", "that", "these", "those", "his", "her", "its", "their", "my", "our", "your")
@@ -32,26 +41,20 @@ _CJK = re.compile(r"[\u3400-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af]")
 _LEADING = re.compile(rf"^(?:{'|'.join(DETERMINERS)})\s+(?=\S)", re.IGNORECASE)
 
 
-def _problem(reason: str, kind: str) -> InputError:
-    """An :class:`InputError` whose message is ``reason``, with ``.kind``: the stable name of the problem
-    (what a probe set's summary counts)."""
-    err = InputError(reason)
-    err.kind = kind  # type: ignore[attr-defined]
-    return err
-
-
 def _offset(value: Any, what: str) -> int | None:
     """A character offset: a non-negative int (numpy ints too), or ``None`` for "not given"."""
     if value is None:
         return None
     if isinstance(value, bool):
-        raise _problem(f"{what} must be a character offset (an int ≥ 0) or None, got {value!r}", "bad offset")
+        raise UnusableProbe(f"{what} must be a character offset (an int ≥ 0) or None, got {value!r}", "bad offset")
     try:
         offset = operator.index(value)
     except TypeError:
-        raise _problem(f"{what} must be a character offset (an int ≥ 0) or None, got {value!r}", "bad offset") from None
+        raise UnusableProbe(
+            f"{what} must be a character offset (an int ≥ 0) or None, got {value!r}", "bad offset"
+        ) from None
     if offset < 0:
-        raise _problem(f"{what} must be a character offset (an int ≥ 0), got {offset}", "bad offset")
+        raise UnusableProbe(f"{what} must be a character offset (an int ≥ 0), got {offset}", "bad offset")
     return offset
 
 
@@ -109,7 +112,7 @@ class Probe:
             object.__setattr__(self, "pronoun_start", _offset(self.pronoun_start, "pronoun_start"))
             starts = self.candidate_starts
             if isinstance(starts, (str, bytes)) or not hasattr(starts, "__len__"):
-                raise _problem(f"candidate_starts must be a tuple of offsets, got {starts!r}", "bad offset")
+                raise UnusableProbe(f"candidate_starts must be a tuple of offsets, got {starts!r}", "bad offset")
             starts = tuple(_offset(s, f"candidate_starts[{i}]") for i, s in enumerate(starts))
         except InputError as err:
             raise self._bad(str(err), "bad offset") from None
@@ -122,9 +125,7 @@ class Probe:
         object.__setattr__(self, "candidate_starts", starts)
 
     def _bad(self, reason: str, kind: str) -> InputError:
-        err = _problem(f"probe {self.id or self.text!r}: {reason}", kind)
-        err.reason = reason  # type: ignore[attr-defined]
-        return err
+        return UnusableProbe(f"probe {self.id or self.text!r}: {reason}", kind, reason)
 
     @classmethod
     def from_dict(cls, item: Any, default_id: str = "") -> Probe:
@@ -136,24 +137,24 @@ class Probe:
         the index when no candidate is written so).
         """
         if not isinstance(item, dict):
-            raise _problem(
+            raise UnusableProbe(
                 f"a probe is a dict with text, pronoun, candidates and gold; got {type(item).__name__}", "not a probe"
             )
         missing = [k for k in ("text", "pronoun", "candidates", "gold") if k not in item or item[k] is None]
         if missing:
-            raise _problem(f"a probe needs {', '.join(missing)}; got keys {sorted(item)}", "missing field")
+            raise UnusableProbe(f"a probe needs {', '.join(missing)}; got keys {sorted(item)}", "missing field")
         candidates = item["candidates"]
         if isinstance(candidates, (str, bytes)) or not isinstance(candidates, (list, tuple)):
             if hasattr(candidates, "tolist"):  # a numpy array (a DataFrame's or a Dataset's list column)
                 candidates = candidates.tolist()
             else:
-                raise _problem(f"candidates must be a list of strings, got {candidates!r}", "bad candidates")
+                raise UnusableProbe(f"candidates must be a list of strings, got {candidates!r}", "bad candidates")
         texts: list[Any] = []
         starts: list[int | None] = []
         for c in candidates:
             if isinstance(c, dict):
                 if "text" not in c:
-                    raise _problem(f"a candidate given as a dict needs 'text', got {c!r}", "bad candidates")
+                    raise UnusableProbe(f"a candidate given as a dict needs 'text', got {c!r}", "bad candidates")
                 texts.append(c["text"])
                 starts.append(c.get("start"))
             else:
@@ -162,12 +163,12 @@ class Probe:
         given = item.get("candidate_starts")
         if given is not None and not isinstance(given, (str, bytes)) and hasattr(given, "__len__"):
             if any(s is not None for s in starts):
-                raise _problem(
+                raise UnusableProbe(
                     "give candidate offsets either as candidate_starts or as 'start's, not both", "bad offset"
                 )
             starts = list(given.tolist() if hasattr(given, "tolist") else given)
         elif given is not None:
-            raise _problem(f"candidate_starts must be a list of offsets, got {given!r}", "bad offset")
+            raise UnusableProbe(f"candidate_starts must be a list of offsets, got {given!r}", "bad offset")
         gold = item["gold"]
         if isinstance(gold, str) and gold not in texts and gold.strip().isdigit():
             gold = int(gold)  # a CSV's gold column mixing texts and indices is read as texts
@@ -175,11 +176,11 @@ class Probe:
             try:
                 index = operator.index(gold)
             except TypeError:
-                raise _problem(
+                raise UnusableProbe(
                     f"gold must be a candidate's text or its index, got {gold!r}", "gold not a candidate"
                 ) from None
             if not 0 <= index < len(texts):
-                raise _problem(
+                raise UnusableProbe(
                     f"gold index {index} is not a candidate's: there are {len(texts)} candidates {texts}",
                     "gold not a candidate",
                 )
@@ -212,7 +213,7 @@ class Probe:
         else:
             found = list(re.finditer(_pattern(self.pronoun), text, flags=re.IGNORECASE))
             if not found:
-                raise _problem(f"pronoun {self.pronoun!r} is not in the text", "pronoun not in the text")
+                raise UnusableProbe(f"pronoun {self.pronoun!r} is not in the text", "pronoun not in the text")
             pronoun = (found[-1].start(), found[-1].end())
         starts = self.candidate_starts or (None,) * len(self.candidates)
         ranges = []
@@ -227,7 +228,7 @@ class Probe:
                 if m is not None
             ]
             if not matches:
-                raise _problem(f"candidate {candidate!r} is not in the text", "candidate not in the text")
+                raise UnusableProbe(f"candidate {candidate!r} is not in the text", "candidate not in the text")
             best = min(matches, key=lambda m: (m.start(), -m.end()))
             ranges.append((best.start(), best.end()))
         return pronoun, ranges
@@ -236,7 +237,7 @@ class Probe:
         """The range of ``phrase`` at ``start`` in the text (or of its head without the determiner)."""
         text = self.text
         if start >= len(text):
-            raise _problem(
+            raise UnusableProbe(
                 f"{what} offset {start} is past the end of the text ({len(text)} characters)",
                 f"{what} offset does not match",
             )
@@ -250,7 +251,7 @@ class Probe:
             end += 1  # show the whole word the offset points into: 'its', not 'it'
         there = text[start:end].rstrip() or text[start:end]
         label = "pronoun" if what == "pronoun" else f"candidate {phrase!r}"
-        raise _problem(
+        raise UnusableProbe(
             f"{label} offset {start} does not match: the text there is {there!r}", f"{what} offset does not match"
         )
 
@@ -298,8 +299,9 @@ _PROBLEM_COLUMNS = ("id", "row", "rows", "kind", "reason")
 
 def _reason(err: InputError) -> tuple[str, str]:
     """(kind, reason) of a probe's problem: the reason without the "probe 'x': " prefix."""
-    reason = getattr(err, "reason", None) or str(err)
-    return getattr(err, "kind", None) or reason, reason
+    if isinstance(err, UnusableProbe):
+        return err.kind, err.reason
+    return str(err), str(err)
 
 
 def _read(source: Any) -> tuple[list[Any], list[tuple[int, InputError]], str, str | None]:
