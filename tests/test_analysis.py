@@ -411,7 +411,7 @@ def test_head_stats_over_chunks_of_rows_equal_the_full_maps(family, monkeypatch,
     chunked = records.attention_output
 
     def three_rows(q, k, v, **kwargs):
-        return chunked(q, k, v, budget=3 * q.shape[0] * k.shape[-2], **kwargs)
+        return chunked(q, k, v, **{**kwargs, "budget": 3 * q.shape[0] * k.shape[-2]})
 
     monkeypatch.setattr(records, "attention_output", three_rows)
     df = head_stats(cap)

@@ -243,47 +243,98 @@ class LayerSums:
             raise InputError(f"value norms of {norms.shape[0]} heads given for a layer of {n_heads} heads")
         self.norms = None if norms is None else norms.float().cpu()  # [head, key]
         self.columns = columns
+        self._work = torch.empty(0)  # the entropy's a·log a, reused by each chunk
         # [cells, 2] (query, key) in row order: a chunk's cells are one slice of them
         self.targets = {name: (cells[:, 0].contiguous(), cells[:, 1].contiguous()) for name, cells in targets.items()}
 
-    def _add(self, name: str, per_row: Tensor) -> None:  # [head, rows] float32 -> summed in float64
-        self.sums[name] += per_row.double().sum(-1)
+    def _add(self, name: str, values: Tensor) -> None:  # [head, rows or cells] -> summed in float64
+        self.sums[name] += values.sum(-1, dtype=torch.float64)
 
     def add(self, rows: Tensor, keys: slice, weights: Tensor, out: Tensor | None = None) -> None:
-        """Add one chunk: ``rows`` [r] consecutive query rows, their ``keys``, ``weights`` [head, r, keys]."""
-        a = weights.float().cpu()  # [head, chunk rows, keys of the chunk]
-        rows = rows.cpu()
-        self._masses(a, rows, keys, moved=False)
-        # Σ_k a·log a as a batched dot product (no [head, r, keys] product is made); log of a clamped
-        # at the smallest float32: a weight of 0 adds 0·log(tiny) = 0, as xlogy's 0
-        log_a = a.clamp_min(torch.finfo(torch.float32).tiny).log_()
-        self._add("entropy", -torch.einsum("hrk,hrk->hr", a, log_a))
-        if self.norms is not None:
-            moved = a * self.norms[:, None, keys.start : keys.stop]  # c_ij = α_ij·‖f_h(x_j)‖
-            total = moved.sum(-1, keepdim=True)  # the chunk holds every key its rows see
-            self._masses(moved.div_(total.clamp_min_(torch.finfo(torch.float32).tiny)), rows, keys, moved=True)
+        """Add one chunk: ``rows`` [r] consecutive query rows, their ``keys``, ``weights`` [head, r, keys].
 
-    def _masses(self, a: Tensor, rows: Tensor, keys: slice, *, moved: bool) -> None:
-        """The key classes', diagonals', distance's and detectors' sums of ``a`` [head, r, keys]: the
-        weights, or (``moved``) the shares of what is moved, into the ``_moved`` names."""
-        name_of = moved_name if moved else (lambda name: name)
-        first_row, lo, hi = int(rows[0]), keys.start, keys.stop
-        for name, index in self.columns.items():
-            inside = index[(index >= lo) & (index < hi)] - lo
-            self._add(name_of(name), a[:, :, inside].sum(-1))
-        for name, offset in (("self", 0), ("previous", -1), ("next", 1)):
-            key = rows + offset
+        However many statistics, the chunk's weights are read by one batched product with a few
+        features per key — each key class, and the distance's parts left and right of the chunk's
+        rows; with value norms each also times the norms, and the norms themselves for each row's
+        moved total — and by the entropy's ``a·log a``. The band of keys among the chunk's own rows,
+        where ``|i − k|`` changes sign, is taken as it is: every term is ≥ 0, nothing cancels. The
+        diagonals and the detectors gather their cells once for both the weights and the shares."""
+        a = weights.float().cpu().contiguous()  # [head, chunk rows, keys of the chunk] (sinks' are a slice)
+        rows = rows.cpu()
+        h, lo, hi = a.shape[0], keys.start, keys.stop
+        first, last = int(rows[0]), int(rows[-1])  # a chunk's rows are consecutive
+        f = self._key_features(lo, hi, first, last)  # [keys, F]
+        norms = None if self.norms is None else self.norms[:, lo:hi]  # [head, keys]
+        total = None
+        if norms is None:
+            per = (a.view(-1, hi - lo) @ f).view(h, -1, f.shape[1])  # [head, r, F]
+        else:
+            g = torch.cat([f.expand(h, -1, -1), norms[..., None] * f, norms[..., None]], -1)  # [head, keys, 2F + 1]
+            both = torch.bmm(a, g)
+            per, moved = both[..., : f.shape[1]], both[..., f.shape[1] : -1]
+            total = both[..., -1].clamp_min(torch.finfo(torch.float32).tiny)  # [head, r]: Σ_k c_ik (0 rows: 0 / tiny)
+        # the band of keys among the chunk's rows, where |i − k| is taken as it is
+        b0, b1 = max(lo, first), min(hi, last + 1)
+        band = a[:, :, b0 - lo : b1 - lo]  # [head, r, w]
+        gap = (rows[:, None] - torch.arange(b0, b1)[None, :]).abs().float()  # [r, w]
+        self._features(per, band, gap, rows, name_of=lambda name: name)
+        if norms is not None and total is not None:
+            shares = band * norms[:, None, b0 - lo : b1 - lo] / total[..., None]
+            self._features(moved / total[..., None], shares, gap, rows, name_of=moved_name)
+        self._cells(a, rows, keys, norms, total)
+        # Σ_k a·log a with log a clamped at the smallest float32 (a weight of 0 adds 0·log(tiny) = 0),
+        # in a buffer kept across chunks (xlogy is 3× slower)
+        if self._work.numel() < a.numel():
+            self._work = torch.empty(a.numel())
+        work = self._work[: a.numel()].view_as(a)
+        log_a = torch.clamp_min(a, torch.finfo(torch.float32).tiny, out=work).log_()
+        self._add("entropy", log_a.mul_(a).sum(-1).neg_())
+
+    def _key_features(self, lo: int, hi: int, first: int, last: int) -> Tensor:
+        """``[keys lo:hi, F]``: one column per key class (0/1), then whether the key lies left of the
+        chunk's rows ``first..last``, right of them, and its distance from the nearer end on each side."""
+        key = torch.arange(lo, hi, dtype=torch.float32)
+        c = len(self.columns)
+        f = torch.zeros(hi - lo, c + 4)
+        for j, index in enumerate(self.columns.values()):
+            f[index[(index >= lo) & (index < hi)] - lo, j] = 1.0
+        f[: max(0, first - lo), c] = 1.0
+        f[max(0, last + 1 - lo) :, c + 1] = 1.0
+        f[:, c + 2] = (first - key).clamp_min_(0)
+        f[:, c + 3] = (key - last).clamp_min_(0)
+        return f
+
+    def _features(self, per: Tensor, band: Tensor, gap: Tensor, rows: Tensor, *, name_of: Callable[[str], str]) -> None:
+        """The key classes' masses and the distance from a chunk's ``per`` [head, r, F] (the products
+        with :meth:`_key_features`: of the weights, or of the shares of what is moved, into the
+        ``_moved`` names) and the ``band`` [head, r, w] of keys among its rows (``gap`` = |i − k|)."""
+        c = len(self.columns)
+        for j, name in enumerate(self.columns):
+            self._add(name_of(name), per[..., j])
+        offset = (rows - rows[0]).float()  # i − first; last − i = (last − first) − offset
+        distance = offset * per[..., c] + per[..., c + 2] + (offset[-1] - offset) * per[..., c + 1] + per[..., c + 3]
+        self._add(name_of("distance"), distance + torch.einsum("hrk,rk->hr", band, gap))
+
+    def _cells(self, a: Tensor, rows: Tensor, keys: slice, norms: Tensor | None, total: Tensor | None) -> None:
+        """The diagonals' and detectors' masses: ``a`` gathered at their (query, key) cells once, summed
+        as weights and — given the layer's ``norms`` [head, keys] and each row's ``total`` [head, r] —
+        as shares of what is moved."""
+        first, last, lo, hi = int(rows[0]), int(rows[-1]), keys.start, keys.stop
+        flat = a.view(a.shape[0], -1)  # [head, r·keys]: one index_select of columns, much faster than a[:, q, k]
+
+        def add(name: str, query: Tensor, key: Tensor) -> None:
             inside = (key >= lo) & (key < hi)
-            self._add(name_of(name), a[:, (rows - first_row)[inside], key[inside] - lo])
-        distance = (rows[:, None] - torch.arange(lo, hi)[None, :]).abs().float()
-        # Σ_k a·|i − k| as a batched dot product
-        self._add(name_of("distance"), torch.einsum("hrk,rk->hr", a, distance))
-        last_row = int(rows[-1])
+            query, key = query[inside] - first, key[inside] - lo
+            value = flat.index_select(1, query * (hi - lo) + key)  # [head, cells]
+            self._add(name, value)
+            if norms is not None and total is not None:
+                self._add(moved_name(name), value.mul_(norms.index_select(1, key)).div_(total.index_select(1, query)))
+
+        for name, step in (("self", 0), ("previous", -1), ("next", 1)):
+            add(name, rows, rows + step)
         for name, (queries, keys_of) in self.targets.items():
-            start, stop = torch.searchsorted(queries, torch.tensor([first_row, last_row + 1])).tolist()
-            query, key = queries[start:stop], keys_of[start:stop]
-            inside = (key >= lo) & (key < hi)
-            self._add(name_of(name), a[:, query[inside] - first_row, key[inside] - lo])
+            start, stop = torch.searchsorted(queries, torch.tensor([first, last + 1])).tolist()
+            add(name, queries[start:stop], keys_of[start:stop])
 
 
 class TextSums:
