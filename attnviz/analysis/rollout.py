@@ -96,7 +96,13 @@ class RolloutStep:
         a[torch.nonzero(inside).flatten(), rows[inside] - lo] += self.residual
         a = a / a.sum(-1, keepdim=True)
         first = int(rows[0])  # a chunk's rows are consecutive
-        self.result[:, keys] += self.previous[:, first : first + len(rows)] @ a
+        previous = self.previous[:, first : first + len(rows)]  # [m, r]
+        # only the result's rows that reach these tokens: under a causal mask the earlier cells' are
+        # exactly 0 (a product of lower-triangular maps), so about half of the product is skipped
+        reached = previous.any(1).nonzero().flatten()
+        if len(reached):
+            lo, hi = int(reached[0]), int(reached[-1]) + 1
+            self.result[lo:hi, keys] += previous[lo:hi] @ a
 
 
 def rollout(
