@@ -18,7 +18,31 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
-__all__ = ["attention_output", "build_mask", "head_max", "scaled_dot_product", "weighted_values"]
+__all__ = ["Scratch", "attention_output", "build_mask", "head_max", "scaled_dot_product", "weighted_values"]
+
+
+class Scratch:
+    """Float32 buffers kept by name, each as large as the largest shape asked of it, that a chunked
+    computation writes its weights-sized temporaries into instead of allocating them per chunk (on
+    the CPU a fresh tensor of tens of MB is fresh pages, faulted in again each time: in a worker
+    thread's malloc arena that cost SmolLM2's fused pass at 4,096 tokens a third more wall time).
+    Calling it gives a view of its buffer: the previous view's contents are overwritten."""
+
+    def __init__(self) -> None:
+        self._buffers: dict[tuple[str, str], Tensor] = {}
+
+    def __call__(self, name: str, shape: torch.Size | tuple[int, ...], device: torch.device | str) -> Tensor:
+        size = math.prod(shape)
+        return self.reserve(name, size, device)[:size].view(shape)
+
+    def reserve(self, name: str, size: int, device: torch.device | str) -> Tensor:
+        """The buffer ``name`` on ``device``, grown to at least ``size`` floats (a computation whose
+        chunks grow reserves its largest first, so that the buffer is made once)."""
+        key = (name, str(device))
+        if key not in self._buffers or self._buffers[key].numel() < size:
+            self._buffers.pop(key, None)  # the old one freed first
+            self._buffers[key] = torch.empty(size, device=device)
+        return self._buffers[key]
 
 
 def build_mask(
@@ -79,6 +103,7 @@ def scaled_dot_product(
     query_positions: Tensor | None = None,  # [query_pos]
     key_positions: Tensor | None = None,  # [key_pos]
     dtype: torch.dtype | None = torch.float32,
+    scratch: Scratch | None = None,
 ) -> tuple[Tensor, Tensor]:  # out [batch, head, query_pos, d_head_v], weights [batch, head, query_pos, key_pos]
     """Scaled dot-product attention, returning the output and the attention weights.
 
@@ -95,6 +120,8 @@ def scaled_dot_product(
     - GQA: query head h uses key/value head ``h // (head / kv_head)``, as ``repeat_kv`` does — read
       through a reshape, never copied.
     - ``dtype``: the precision of the computation (fp32 by default); ``None`` keeps q's dtype.
+    - ``scratch``: a :class:`Scratch` whose buffers hold the scores and the weights (float32 only):
+      the weights returned are then a view of it, overwritten by the next call with that scratch.
 
     A query row with every key masked gets all-zero weights (not NaN).
     """
@@ -121,7 +148,13 @@ def scaled_dot_product(
     k3 = k.expand(rows, -1, -1, -1).reshape(rows * n_kv, n_k, k.shape[-1])
     # Q·Kᵀ·scale in one GEMM (the scale applied inside it), all heads of a key/value group at once
     alpha = 1.0 if isinstance(scale, Tensor) else float(scale)
-    scores = torch.baddbmm(q3.new_zeros(1, 1, 1), q3, k3.transpose(1, 2), beta=0, alpha=alpha)
+    if scratch is not None and q3.dtype != torch.float32:
+        raise ValueError(f"a Scratch holds float32 buffers; the computation is in {q3.dtype}")
+    if scratch is None:
+        scores = torch.baddbmm(q3.new_zeros(1, 1, 1), q3, k3.transpose(1, 2), beta=0, alpha=alpha)
+    else:
+        scores = scratch("scores", (q3.shape[0], q3.shape[1], n_k), q3.device)
+        torch.baddbmm(scores, q3, k3.transpose(1, 2), beta=0, alpha=alpha, out=scores)
     scores = scores.view(rows, n_head, n_q, n_k)
     if isinstance(scale, Tensor):  # one factor per head
         scores *= scale.to(scores).view(1, n_head, 1, 1)
@@ -145,8 +178,10 @@ def scaled_dot_product(
     if sinks is not None:
         sink = (sinks.to(scores).view(1, n_head, 1, 1) / temperature).expand(scores.shape[0], n_head, n_q, 1)
         weights = torch.softmax(torch.cat([scores, sink], dim=-1), dim=-1)[..., :-1]
-    else:
+    elif scratch is None:
         weights = torch.softmax(scores, dim=-1)
+    else:
+        weights = torch.ops.aten._softmax.out(scores, -1, False, out=scratch("weights", scores.shape, scores.device))
     if mask is not None or window is not None or (causal and n_q > n_k):
         weights = weights.nan_to_num_(nan=0.0)  # rows with every key masked
     return weighted_values(weights, v), weights
@@ -224,6 +259,7 @@ def attention_output(
     softcap: float | None = None,
     all_keys: bool = False,
     budget: int = 1 << 21,
+    scratch: Scratch | None = None,
 ) -> Iterator[
     tuple[Tensor, slice, Tensor, Tensor]
 ]:  # per chunk: rows [r], keys, out [head, r, d_v], weights [head, r, keys]
@@ -233,12 +269,18 @@ def attention_output(
     just the chunk's part. When the mask is the causal (and window) structure, each chunk computes
     only the keys its rows may see — the upper triangle is never computed — unless ``all_keys``.
     Memory stays near ``budget`` floats per chunk whatever the length. Queries align with the
-    keys as in a prefill.
+    keys as in a prefill. With a ``scratch`` (:class:`Scratch`) each chunk's weights are written into
+    its buffers: a chunk's weights are valid until the next chunk is asked for.
     """
     n_q, n_k = q.shape[-2], k.shape[-2]
     offset = n_k - n_q
     rows = torch.arange(n_q) if rows is None else rows.cpu()
-    for start, stop in query_chunks(len(rows), n_k, q.shape[0], budget=budget):
+    chunks = list(query_chunks(len(rows), n_k, q.shape[0], budget=budget))
+    if scratch is not None:  # the largest chunk's (a causal chunk's keys grow with its rows): made once
+        largest = max(stop - start for start, stop in chunks) * q.shape[0] * n_k
+        for name in ("scores", "weights"):
+            scratch.reserve(name, largest, q.device)
+    for start, stop in chunks:
         r = rows[start:stop]
         positions = r + offset
         lo, hi = 0, n_k
@@ -261,6 +303,7 @@ def attention_output(
             softcap=softcap,
             query_positions=positions.to(q.device),
             key_positions=torch.arange(lo, hi, device=q.device),
+            scratch=scratch,
         )
         yield r, keys, out[0], weights[0]
 

@@ -85,3 +85,33 @@ def test_bad_shapes_and_groups_are_explained():
         scaled_dot_product(q, k, v)
     with pytest.raises(ValueError, match="expected 4-d tensors"):
         scaled_dot_product(q[0], k[0], v[0])
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_chunks_written_into_a_scratch_equal_fresh_ones(causal):
+    """attention_output with a Scratch writes each chunk's scores and weights into one buffer (what
+    summarize does to allocate no weights-sized memory per chunk): every chunk, read before the next
+    is asked for, equals torch's SDPA and the fresh chunks; the buffer is reused, not grown per chunk."""
+    from attnviz.attention import Scratch, attention_output
+
+    q, k, v = (t[0] for t in qkv(heads=6, kv_heads=2, n=40))
+    ref = F.scaled_dot_product_attention(q[None], k[None], v[None], is_causal=causal, enable_gqa=True)[0]
+    scratch = Scratch()
+    fresh = list(attention_output(q, k, v, scale=q.shape[-1] ** -0.5, causal=causal, budget=6 * 40 * 7))
+    reused = attention_output(q, k, v, scale=q.shape[-1] ** -0.5, causal=causal, budget=6 * 40 * 7, scratch=scratch)
+    buffers = set()
+    for (rows, keys, out, weights), (_, keys_2, out_2, weights_2) in zip(fresh, reused, strict=True):
+        assert keys == keys_2
+        torch.testing.assert_close(out, ref[:, rows], atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(out_2, out, atol=0, rtol=0)
+        torch.testing.assert_close(weights_2, weights, atol=0, rtol=0)
+        buffers.add(weights_2.untyped_storage().data_ptr())
+    assert len(fresh) == 6 and len(buffers) == 1  # 40 rows in chunks of 7: one buffer for all
+
+
+def test_a_scratch_refuses_other_precisions():
+    from attnviz.attention import Scratch
+
+    q, k, v = qkv()
+    with pytest.raises(ValueError, match="float32"):
+        scaled_dot_product(q.double(), k.double(), v.double(), dtype=None, scratch=Scratch())

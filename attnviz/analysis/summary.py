@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from torch import Tensor
 
-from ..attention import attention_output
+from ..attention import Scratch, attention_output
 from ..data.validate import LayerErrors, ValidationReport, layer_rows, report, tolerance
 from .overview import MODEL_VIEW_CELLS, ThumbnailPool
 from .rollout import ROLLOUT_CELLS, RolloutStep, block_means, check_residual, missing_layers
@@ -31,6 +31,11 @@ if TYPE_CHECKING:
     from ..data.records import LayerRecord
 
 __all__ = ["Summary", "summarize"]
+
+# weights (floats) recomputed per chunk: 4× attention_output's default (32 MB), since each chunk
+# feeds four consumers whose fixed cost per chunk — rollout's product most — then counts 4× less
+# (with the consumers' cheaper passes, SmolLM2's pass at 8,192 tokens went from 157 s to 80–97 s; README)
+BUDGET = 1 << 23
 
 
 @dataclass
@@ -98,13 +103,14 @@ def summarize(
     atol, rtol = tolerance(sub)
     thumbs: dict[int, Tensor] = {}
     rows: dict[int, list[dict]] = {}
+    scratch = Scratch()  # each chunk's scores and weights: weights-sized memory allocated once
     for done, layer in enumerate(reversed(layers), start=1):
         rec = sub.layer(layer)
         pool = ThumbnailPool(rec.q.shape[0], rec.n_queries, rec.n_keys, size)
         sums = text.layer(rec.value_norms)  # the _moved statistics read the layer's value norms
         errors = LayerErrors(rec)
         step = None if result is None else RolloutStep(result, residual=residual)
-        for r, keys, weights, out in _chunks(rec, with_values=errors.wanted):
+        for r, keys, weights, out in _chunks(rec, with_values=errors.wanted, scratch=scratch):
             w = weights.float().cpu()  # once for the three consumers that read it on the CPU
             pool.add(r, keys, w)
             sums.add(r, keys, w)
@@ -132,14 +138,19 @@ def summarize(
     )
 
 
-def _chunks(rec: LayerRecord, *, with_values: bool) -> Iterator[tuple[Tensor, slice, Tensor, Tensor | None]]:
+def _chunks(
+    rec: LayerRecord, *, with_values: bool, scratch: Scratch
+) -> Iterator[tuple[Tensor, slice, Tensor, Tensor | None]]:
     """The layer's chunks ``(rows, keys, weights, out)``: with the real V (and every key when the
     record holds the model's weights, as validation compares them) when there is something to
-    validate, else the weights only (``out`` None)."""
+    validate, else the weights only (``out`` None). Each chunk's weights are in ``scratch``'s
+    buffers, valid until the next chunk: no consumer keeps them."""
     if with_values:
-        chunks = attention_output(rec.q, rec.k, rec.v, all_keys=rec.weights is not None, **rec.sdpa_arguments())
+        every = rec.weights is not None
+        args = rec.sdpa_arguments()
+        chunks = attention_output(rec.q, rec.k, rec.v, all_keys=every, budget=BUDGET, scratch=scratch, **args)
         for r, keys, out, weights in chunks:
             yield r, keys, weights, out
     else:
-        for r, keys, weights in rec.weight_chunks():
+        for r, keys, weights in rec.weight_chunks(budget=BUDGET, scratch=scratch):
             yield r, keys, weights, None

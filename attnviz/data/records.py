@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..attention import attention_output
+from ..attention import Scratch, attention_output
 
 __all__ = ["LayerRecord"]
 
@@ -91,11 +91,17 @@ class LayerRecord:
             softcap=self.softcap,
         )
 
-    def weight_chunks(self) -> Iterator[tuple[Tensor, slice, Tensor]]:  # rows [r], keys, weights [head, r, keys]
-        """This layer's weights a chunk of query rows at a time, as the model computed them: no head's
-        n×n map exists whole, no A·V is computed (values of width 0), and under a causal mask a chunk
-        holds only the keys its rows may see (every other key's weight is 0)."""
-        for rows, keys, _, weights in attention_output(self.q, self.k, self.v[..., :0], **self.sdpa_arguments()):
+    def weight_chunks(
+        self, *, budget: int = 1 << 21, scratch: Scratch | None = None
+    ) -> Iterator[tuple[Tensor, slice, Tensor]]:
+        """This layer's weights ``(rows [r], keys, weights [head, r, keys])`` a chunk of query rows at a
+        time (about ``budget`` weights each), as the model computed them: no head's n×n map exists
+        whole, no A·V is computed (values of width 0), and under a causal mask a chunk holds only the
+        keys its rows may see (every other key's weight is 0). With a ``scratch``, each chunk's
+        weights live in its buffers until the next chunk."""
+        values = self.v[..., :0]
+        chunks = attention_output(self.q, self.k, values, budget=budget, scratch=scratch, **self.sdpa_arguments())
+        for rows, keys, _, weights in chunks:
             yield rows, keys, weights
 
     def mask_part(self, rows: Tensor | None = None, keys: slice = slice(None)) -> Tensor | None:  # [head or 1, r, k]

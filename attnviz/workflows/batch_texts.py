@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..analysis.stats import DETECTORS, MOVED_OF, moved_name, pattern_rows
 from ..analysis.stats import is_punct as stats_is_punct
-from ..attention import build_mask
+from ..attention import Scratch, build_mask
 from ..data.validate import SAMPLE_ROWS, sample_rows
 from ..engine.taps import AttentionCall
 
@@ -79,6 +79,7 @@ class BatchTexts:
         self.has_special = torch.tensor(has_special)
         self.samples = [_sample_rows(m) for m in self.lengths]  # the rows the self-check compares, per text
         self._cache: dict[tuple, Any] = {}
+        self._scratch = Scratch()
 
     def rows(self, keys: list[str]) -> Tensor:  # [statistic] float64: scored query rows over the batch
         n = torch.tensor(self.lengths, dtype=torch.float64)
@@ -141,13 +142,10 @@ class BatchTexts:
         return found
 
     def scratch(self, name: str, shape: torch.Size, device: torch.device) -> Tensor:
-        """A float32 buffer of this shape: one per name and batch (as large as its largest chunk), that
-        each layer writes into instead of allocating weights-sized memory again."""
-        key = ("scratch", name, str(device))
-        size = shape.numel()
-        if key not in self._cache or self._cache[key].numel() < size:
-            self._cache[key] = torch.empty(size, device=device)
-        return self._cache[key][:size].view(shape)
+        """A float32 buffer of this shape (:class:`attnviz.attention.Scratch`): one per name and batch,
+        as large as its largest chunk, that each layer writes into instead of allocating
+        weights-sized memory again."""
+        return self._scratch(name, shape, device)
 
     def additive_mask(self, call: AttentionCall, start: int, stop: int, keys: int) -> Tensor:
         """The model's mask for a chunk as added scores ``[batch, 1, rows, keys]`` (0 / -inf, or the
