@@ -24,8 +24,7 @@ __all__ = ["Scratch", "attention_output", "build_mask", "head_max", "scaled_dot_
 class Scratch:
     """Float32 buffers kept by name, each as large as the largest shape asked of it, that a chunked
     computation writes its weights-sized temporaries into instead of allocating them per chunk (on
-    the CPU a fresh tensor of tens of MB is fresh pages, faulted in again each time: in a worker
-    thread's malloc arena that cost SmolLM2's fused pass at 4,096 tokens a third more wall time).
+    the CPU a fresh tensor of tens of MB is fresh pages from the system, faulted in again each time).
     Calling it gives a view of its buffer: the previous view's contents are overwritten."""
 
     def __init__(self) -> None:
