@@ -462,7 +462,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="read a probe field from a column of another name (repeatable), e.g. --column text=sentence",
     )
     p.add_argument("--strict", action="store_true", help="refuse the file if any probe in it cannot be used")
-    p.add_argument("--batch-size", type=int, default=8, help="probes per forward, grouped by length (default: 8)")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,  # attnviz.workflows.probing.BATCH_SIZE (not imported: --help loads no torch)
+        help="probes per forward, grouped by length, at most 4,096 padded tokens each (default: 64)",
+    )
     p.add_argument("--per-probe", help="write each probe with the candidate each top head picked to this CSV file")
     p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
     p.add_argument("--no-bos", action="store_true", help="do not prepend a BOS token to each probe")

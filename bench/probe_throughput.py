@@ -3,7 +3,8 @@
 Probes per second of ``attnviz.evaluate_probes(model, probes, batch_size=B, progress=False)`` against
 a plain batched forward of the same texts: the SAME batches (the probes tokenized as the evaluator
 tokenizes them — a BOS prepended — sorted by length and cut by ``length_batches`` into at most ``B``
-texts with padding ≤ 10 %), right-padded with the keyword arguments attnviz's capture passes
+texts (default: the library's ``BATCH_SIZE``, 64) of at most ``BATCH_TOKENS`` padded tokens, with
+padding ≤ 10 %), right-padded with the keyword arguments attnviz's capture passes
 (``attnviz.workflows.pipeline.forward_inputs``), ``model(**kwargs)`` under ``torch.no_grad``. The
 plain batches are built before its clock starts (the baseline is the forward alone); the evaluator
 does everything itself: it tokenizes, runs each batch under the taps, checks the sampled rows
@@ -42,6 +43,7 @@ from attnviz.analysis import load_probes
 from attnviz.workflows.corpus import length_batches
 from attnviz.workflows.inputs import tokenize
 from attnviz.workflows.pipeline import forward_inputs, resolve
+from attnviz.workflows.probing import BATCH_SIZE, BATCH_TOKENS
 
 GOAL = 0.80
 
@@ -55,7 +57,7 @@ def plain_batches(resolved, probes, batch_size: int) -> list[dict]:
     """The evaluator's batches: its tokenizing (BOS prepended), its sort by length, its cut."""
     encoded = tokenize(resolved.tokenizer, [p.text for p in probes], None, resolved.limit, resolved.name, True)
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
-    [cut] = length_batches(order, lambda i: len(encoded[i][0]), batch_size, pool=len(order))
+    [cut] = length_batches(order, lambda i: len(encoded[i][0]), batch_size, pool=len(order), max_tokens=BATCH_TOKENS)
     return [forward_inputs(resolved, [encoded[i] for i, _ in batch])[0] for batch in cut]
 
 
@@ -120,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=["minilm", "smollm2"])
     parser.add_argument("--copies", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument(
+        "--batch-size", type=int, default=BATCH_SIZE, help=f"probes per batch (default {BATCH_SIZE}, the library's)"
+    )
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

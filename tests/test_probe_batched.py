@@ -120,6 +120,43 @@ def test_the_batch_size_changes_no_pick_and_each_pick_is_rank_heads_on_the_probe
             assert names.index(row.preferred) == batched.picks[i, row.layer, row.head], (probe.id, row)
 
 
+def test_the_default_batch_holds_many_short_probes_and_few_long_ones(tiny, smol_tokenizer, monkeypatch):
+    """By default 64 probes go through one forward, but never more than BATCH_TOKENS padded tokens (a
+    longer probe alone): short probes share the layers' fixed cost, long ones stay one batch's size."""
+    model = tiny("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=512)
+    first = _probes()[0]  # one length: padding cuts nothing, only the batch size does
+    short = [Probe(first.text, first.pronoun, first.candidates, first.gold, id=f"s{i}") for i in range(70)]
+    filler = "and the cat sat on the mat again " * 12  # ~100 tokens
+    long = [
+        Probe(
+            f"The cat {filler * (1 + i % 3)}saw the dog because it was tired.", "it", ("cat", "dog"), "cat", id=f"l{i}"
+        )
+        for i in range(30)
+    ]
+    monkeypatch.setattr(probing, "BATCH_TOKENS", 1024)  # the cap's rule at a size this test can reach
+    sizes: list[tuple[int, int]] = []
+    original = probing.ProbeRun.score
+
+    def counted(self, batch):
+        lengths = [len(self.encoded[b][0]) for b in batch]
+        sizes.append((len(lengths), max(lengths) * len(lengths)))
+        return original(self, batch)
+
+    monkeypatch.setattr(probing.ProbeRun, "score", counted)
+    result = attnviz.evaluate_probes(model, short + long, smol_tokenizer, progress=False)
+    assert sum(n for n, _ in sizes) == len(short) + len(long) and not result.skipped
+    assert max(n for n, _ in sizes) == probing.BATCH_SIZE == 64  # the short ones, 64 at a time
+    assert all(tokens <= 1024 or n == 1 for n, tokens in sizes)  # the long ones: within the cap
+    assert any(n > 1 and tokens > 512 for n, tokens in sizes)  # and still several at a time
+
+
+def test_the_command_lines_probe_batch_is_the_librarys():
+    from attnviz.cli import build_parser
+
+    args = build_parser().parse_args(["probes", "tiny-llama", "en"])
+    assert args.batch_size == probing.BATCH_SIZE
+
+
 def test_what_cannot_be_scored_is_named_and_the_rest_is_scored(tiny, smol_tokenizer):
     model = tiny("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=24)
     probes = _probes()[:2] + [

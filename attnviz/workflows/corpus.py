@@ -83,21 +83,27 @@ def _read_file(path: Path) -> Iterator[str]:
 
 
 def length_batches(
-    texts: Iterable[T], lengths: Callable[[T], int], batch_size: int, *, pool: int = POOL
+    texts: Iterable[T],
+    lengths: Callable[[T], int],
+    batch_size: int,
+    *,
+    pool: int = POOL,
+    max_tokens: int | None = None,
 ) -> Iterator[list[list[tuple[T, int]]]]:
     """Pools of batches: ``pool × batch_size`` texts at a time, sorted by ``lengths(text)`` (tokens)
-    and cut into batches of at most ``batch_size`` whose padding stays within :data:`MAX_PADDING`."""
+    and cut into batches of at most ``batch_size`` whose padding stays within :data:`MAX_PADDING`
+    (and, given ``max_tokens``, whose padded tokens stay within it: a longer text is a batch alone)."""
     buffer: list[tuple[T, int]] = []
     for text in texts:
         buffer.append((text, lengths(text)))
         if len(buffer) >= pool * batch_size:
-            yield _cut(buffer, batch_size)
+            yield _cut(buffer, batch_size, max_tokens)
             buffer = []
     if buffer:
-        yield _cut(buffer, batch_size)
+        yield _cut(buffer, batch_size, max_tokens)
 
 
-def _cut(items: list[tuple[T, int]], batch_size: int) -> list[list[tuple[T, int]]]:
+def _cut(items: list[tuple[T, int]], batch_size: int, max_tokens: int | None) -> list[list[tuple[T, int]]]:
     items = sorted(items, key=lambda item: item[1])
     batches: list[list[tuple[T, int]]] = []
     batch: list[tuple[T, int]] = []
@@ -105,7 +111,8 @@ def _cut(items: list[tuple[T, int]], batch_size: int) -> list[list[tuple[T, int]
         candidate = batch + [item]
         longest = item[1]  # sorted: the newest is the longest
         padding = 1 - sum(n for _, n in candidate) / (longest * len(candidate))
-        if batch and (len(candidate) > batch_size or padding > MAX_PADDING):
+        too_many = max_tokens is not None and longest * len(candidate) > max_tokens
+        if batch and (len(candidate) > batch_size or padding > MAX_PADDING or too_many):
             batches.append(batch)
             batch = [item]
         else:

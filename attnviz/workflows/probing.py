@@ -41,7 +41,15 @@ from .pipeline import Resolved, resolve
 from .processes import process_state
 from .runner import capture_forward, encode_texts
 
-__all__ = ["KIND", "evaluate_probes"]
+__all__ = ["BATCH_SIZE", "BATCH_TOKENS", "KIND", "evaluate_probes"]
+
+# Probes per forward, and padded tokens per forward at most. Each layer's taps, recomputation and
+# check cost about the same whatever the batch, so short probes want many per forward: MiniLM's
+# scoring went from 0.63x of a plain forward's speed at 8 per batch to 0.83x at 64
+# (bench/probe_throughput.py). The token cap keeps a batch of long probes (GAP's paragraphs) as
+# large in memory and time as 64 short ones: a signal still stops the run within one such batch.
+BATCH_SIZE = 64
+BATCH_TOKENS = 4096
 
 KIND = "attnviz probes checkpoint 2"  # 2: the picks of every head per probe (1 kept only counts)
 
@@ -91,7 +99,7 @@ def evaluate_probes(
     probes: Sequence[Probe] | str | Path,
     tokenizer: Any = None,
     *,
-    batch_size: int = 8,
+    batch_size: int = BATCH_SIZE,
     progress: bool = True,
     exclude_sinks: bool = True,
     renormalise: bool = True,
@@ -110,7 +118,8 @@ def evaluate_probes(
     probe's pronoun and candidates are found where :meth:`Probe.locate` says (its offsets when given).
 
     The probes run ``batch_size`` at a time, sorted by length and right-padded (padding ≤ 10 % of a
-    batch's tokens, as :func:`~attnviz.workflows.corpus.corpus_stats` batches): each text's records hold
+    batch's tokens, as :func:`~attnviz.workflows.corpus.corpus_stats` batches; at most
+    :data:`BATCH_TOKENS` padded tokens, so long probes run fewer at a time): each text's records hold
     only its own tokens, so a head's pick is the one a forward of that probe alone gives
     (``batch_size=1``). A BOS token is prepended (``add_bos``) so that a decoder's attention sink is not
     the first word — many probes begin with a candidate. A progress bar shows unless ``progress=False``.
@@ -273,7 +282,7 @@ def _batches(order: list[int], encoded: dict[int, Encoded], batch_size: int) -> 
     """``order`` (already by length) cut as :func:`~attnviz.workflows.corpus.length_batches` cuts a pool."""
     if not order:
         return []
-    [cut] = length_batches(order, lambda b: len(encoded[b][0]), batch_size, pool=len(order))
+    [cut] = length_batches(order, lambda b: len(encoded[b][0]), batch_size, pool=len(order), max_tokens=BATCH_TOKENS)
     return [[b for b, _ in batch] for batch in cut]
 
 
