@@ -45,8 +45,8 @@ __all__ = ["BATCH_SIZE", "BATCH_TOKENS", "KIND", "evaluate_probes"]
 
 # Probes per forward, and padded tokens per forward at most. Each layer's taps, recomputation and
 # check cost about the same whatever the batch, so short probes want many per forward: MiniLM's
-# scoring went from 0.63x of a plain forward's speed at 8 per batch to 0.83x at 64
-# (bench/probe_throughput.py). The token cap keeps a batch of long probes (GAP's paragraphs) as
+# scoring went from 0.72x of a plain forward's speed at 8 per batch to 0.77-0.78x at 64 on a quiet
+# machine (bench/probe_throughput.py). The token cap keeps a batch of long probes (GAP's paragraphs) as
 # large in memory and time as 64 short ones: a signal still stops the run within one such batch.
 BATCH_SIZE = 64
 BATCH_TOKENS = 4096
