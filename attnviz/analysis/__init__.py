@@ -1,14 +1,15 @@
 """Analyses over captures (never over models): head statistics, pattern detectors, coreference
-rankings and probe sets, attention rollout, the long-text overview, the cost tables, and :func:`summarize`: one pass over a
+rankings and probe sets, attention rollout, one head's query–key space over many texts (:func:`qk_space`), the long-text overview, the cost tables, and :func:`summarize`: one pass over a
 capture's heads for the thumbnails, statistics, rollout and validation the heavy views need.
 
 What runs a model lives in :mod:`attnviz.workflows`: :func:`corpus_stats` (re-exported here, the
-statistics of :func:`head_stats` over a corpus) and :func:`attnviz.evaluate_probes`."""
+statistics of :func:`head_stats` over a corpus), :func:`head_atlas` (re-exported here: each head's roles over a corpus) and :func:`attnviz.evaluate_probes`."""
 
 from .coref import CorefRanking, propose_candidates, rank_heads
 from .cost import cost_tables
 from .moved import moved_shares, row_shares
 from .probes import PROBE_FORMATS, Probe, ProbeResult, ProbeSet, UnusableProbe, load_probes
+from .qk_space import QKVectors, qk_space, qk_vectors
 from .rollout import rollout, rollout_blocks, rollout_rows
 from .stats import DETECTORS, detect_heads, head_stats
 from .summary import Summary, summarize
@@ -20,15 +21,19 @@ __all__ = [
     "Probe",
     "ProbeResult",
     "ProbeSet",
+    "QKVectors",
     "UnusableProbe",
     "Summary",
     "corpus_stats",
+    "head_atlas",
     "cost_tables",
     "detect_heads",
     "head_stats",
     "load_probes",
     "moved_shares",
     "propose_candidates",
+    "qk_space",
+    "qk_vectors",
     "rank_heads",
     "rollout",
     "rollout_blocks",
@@ -45,4 +50,8 @@ def __getattr__(name: str):
         from ..workflows.corpus import corpus_stats
 
         return corpus_stats
+    if name == "head_atlas":  # runs a model too (attnviz.workflows.atlas): imported on first use, as corpus_stats
+        from ..workflows.atlas import head_atlas
+
+        return head_atlas
     raise AttributeError(f"module 'attnviz.analysis' has no attribute {name!r}")
