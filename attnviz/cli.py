@@ -1,4 +1,4 @@
-"""Command line: ``attnviz capture | generate | validate | coref | probes | stats | export | app``.
+"""Command line: ``attnviz capture | generate | validate | coref | probes | stats | atlas | export | app``.
 
 Exit status: 0 on success, 1 when validation fails (a head over tolerance, or a capture's own
 check), 2 for usage and input errors, 75 (EX_TEMPFAIL: run it again) when SIGTERM or SIGINT stopped
@@ -213,6 +213,58 @@ def _cmd_stats(args) -> int:
         return EXIT_INTERRUPTED
     finally:
         _end_processes(barrier=not interrupted)
+
+
+def _cmd_atlas(args) -> int:
+    from .workflows.atlas import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        head_atlas,
+    )
+
+    if args.output:
+        _writable(args.output)
+        if not args.output.endswith((".parquet", ".csv", ".html")):
+            raise InputError(f"-o {args.output!r}: give a .csv, .parquet or .html path")
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line  # restored by catch_warnings
+            df = head_atlas(
+                args.model,
+                args.corpus,
+                batch_size=args.batch_size,
+                probes=args.probes,
+                seed=args.seed,
+                roles=args.roles,
+                layers=args.layers,
+                max_length=args.max_length,
+                add_bos=args.add_bos,
+                device=args.device,
+                dtype=args.dtype,
+                progress=not args.quiet,
+            )
+        if df.attrs["rank"] != 0:
+            return 0
+        met = [r for cell in df["roles"] for r in cell.split(", ") if r]
+        counts = ", ".join(f"{name} {met.count(name)}" for name in dict.fromkeys(met)) or "none"
+        print(
+            f"{df.attrs['texts']:,} texts, {df.attrs['tokens']:,} tokens, {len(df)} heads; heads per role: {counts}",
+            file=sys.stderr,
+        )
+        if args.output:
+            if args.output.endswith(".html"):
+                from .views.atlas import atlas_page  # deferred: plotly loads only for a page
+
+                atlas_page(df, args.output)
+                print(f"wrote {args.output}", file=sys.stderr)
+            else:
+                from .workflows.corpus import write_table  # deferred with the rest of the workflows
+
+                print(f"wrote {write_table(df, args.output)}", file=sys.stderr)
+        else:
+            shown = ["part", "layer", "head", "roles", "positional_offset", *(r for r in args.roles or [] if r)]
+            print(df[[c for c in shown if c in df.columns]].to_string(index=False))
+        return 0
+    finally:
+        _end_processes()
 
 
 def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
@@ -533,6 +585,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=_cmd_stats)
+
+    p = sub.add_parser(
+        "atlas",
+        help="name each head's roles (previous/next-token, positional, broad/focused, sink, special-token, "
+        "duplicate-token, induction, rare-word, coreference) with published criteria over a corpus; under "
+        "torchrun / accelerate launch, spread over the processes",
+    )
+    p.add_argument("model", help="embedded alias, hub name or local folder")
+    p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')
+    p.add_argument(
+        "-o", "--output", help="write the atlas here: .csv, .parquet or .html (map and table) (default: print it)"
+    )
+    p.add_argument("--batch-size", type=int, default=8, help="texts per forward, grouped by length (default: 8)")
+    p.add_argument(
+        "--probes",
+        default=None,
+        help="a probe file or a shipped set's name (as attnviz probes reads) for the coreference role",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the repeated random sequences (induction; default: 0)")
+    p.add_argument(
+        "--roles",
+        type=lambda v: [r for r in v.split(",") if r],
+        default=None,
+        help="report only these roles, comma-separated (default: all)",
+    )
+    p.add_argument("--max-length", type=int, default=None, help="truncate each text to this many tokens")
+    _add_loading_args(p, backend=False)
+    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token to each text")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_atlas)
 
     p = sub.add_parser("export", help="write figures as one self-contained HTML file that opens offline")
     _add_model_args(p, text_required=False)

@@ -7,6 +7,7 @@ Figures with token axes take ``mark_new=True``: a capture from :func:`attnviz.ge
 generated tokens marked ``▸`` (:mod:`attnviz.views.marks`).
 """
 
+from .views.atlas import ROLE_COLOURS, atlas_page, head_atlas
 from .views.common import HEAD_COLOURS, MASKED_COLOUR, above_top_axis, labels, message_figure
 from .views.compare import compare_heads, comparison
 from .views.generation import step_figure, step_summary
@@ -27,11 +28,14 @@ __all__ = [
     "MAX_LABELS",
     "MODEL_VIEW_CELLS",
     "NEW_COLOUR",
+    "ROLE_COLOURS",
     "SPACE_COLOURS",
     "above_top_axis",
+    "atlas_page",
     "compare_heads",
     "comparison",
     "coref_bars",
+    "head_atlas",
     "head_map",
     "head_view",
     "heatmap",

@@ -33,6 +33,7 @@ from ..engine.specs import PROJECTION_SPECS
 from ..engine.taps import CALL_TENSORS, AttentionCall, Recorder, tap
 from ..errors import AttnvizError, InputError, ValidationError
 from .batch_texts import STATISTIC_COLUMNS, BatchTexts
+from .head_tally import HeadTally
 from .inputs import Encoded, tokenize
 from .layer_reduction import BUDGET, PickedRows, reduce_layer
 from .pipeline import forward_inputs, n_layers, resolve, tapped
@@ -104,11 +105,13 @@ class BatchReducer:
         texts: list[str],
         given: list[Encoded | None] | None = None,
         picked: PickedRows | None = None,
+        tally: HeadTally | None = None,
     ) -> tuple[HeadStatsSums, list[int]]:
         """Capture ``texts`` in one padded forward and add them to ``sums`` (made on the first call);
         returns the sums and each text's token count. ``given``: texts already tokenized by
         :meth:`encode` (None where not, or where the text must be cut at ``max_length``). ``picked``:
-        query rows of each text whose weights every layer also keeps whole (:class:`PickedRows`)."""
+        query rows of each text whose weights every layer also keeps whole (:class:`PickedRows`).
+        ``tally``: where each row's maximum falls, added in the same reduction (:class:`HeadTally`)."""
         model = self.model
         known: list[Encoded | None] = list(given) if given is not None else [None] * len(texts)
         missing = [text for text, enc in zip(texts, known) if enc is None]
@@ -117,6 +120,8 @@ class BatchReducer:
         inputs, lengths_by_part = forward_inputs(self.resolved, encoded)
         lengths = lengths_by_part["encoder"]
         batch = BatchTexts(encoded, texts, detectors=self.detectors)
+        if tally is not None:
+            tally.batch(batch.ids, texts)
         reduced: list[tuple[AttentionCall, Tensor, dict[str, tuple[Tensor, Tensor]]]] = []
         dtypes: set[str] = set()
 
@@ -124,7 +129,7 @@ class BatchReducer:
             assert call.q is not None
             dtypes.add(str(call.q.dtype).removeprefix("torch."))
             norms = self.value_norms(call) if self.moved else None
-            values, errors = reduce_layer(call, batch, self.budget, norms, picked, self.statistics)
+            values, errors = reduce_layer(call, batch, self.budget, norms, picked, self.statistics, tally)
             reduced.append((call, values, errors))
             for name in CALL_TENSORS:  # this layer is done: its tensors go at once
                 setattr(call, name, None)

@@ -29,6 +29,7 @@ from ..analysis.stats import HeadStatsSums
 from ..errors import ArgumentTypeError, InputError, InputTooLongError, Interrupted
 from .batched import BatchReducer
 from .corpus_checkpoint import EVERY_SECONDS, EVERY_TEXTS, CorpusCheckpoint, Place
+from .head_tally import HeadTally
 from .inputs import Encoded
 from .interrupts import StopRounds, stop_requests
 from .models import EMBEDDED_MODELS, load_model, resolve_dtype
@@ -143,6 +144,7 @@ def corpus_stats(
     checkpoint_every_texts: int = EVERY_TEXTS,
     checkpoint_every_seconds: float = EVERY_SECONDS,
     progress: bool = True,
+    tally: HeadTally | None = None,
 ) -> pd.DataFrame:
     """:func:`~attnviz.analysis.head_stats` over a whole corpus, pooled over every query token.
 
@@ -167,6 +169,9 @@ def corpus_stats(
     ``<name>_moved``: each layer's value norms read from its output projection; NaN where it has
     none), plus ``texts`` and ``tokens`` (the corpus's, over all processes). A checkpoint written
     before the ``_moved`` columns is refused on ``resume`` (its texts were never summed by norm).
+    ``tally``: per-head counts of where each row's maximum falls, added in the same reduction
+    (:class:`~attnviz.workflows.head_tally.HeadTally`, what :func:`~attnviz.analysis.head_atlas` reads;
+    this process's share — the caller adds them over processes); one-stack models, no checkpoint.
     ``df.attrs`` holds ``per_process`` (texts each process captured), ``padding`` (the share of
     padding tokens in the batches), ``truncated`` and ``resumed_after`` (texts the checkpoint already held).
     """
@@ -186,6 +191,11 @@ def corpus_stats(
     bounds = [x for x in (max_length, limit) if x is not None]
     cap_length: int | None = min(bounds) if bounds else None
     reducer = None  # an encoder-decoder is captured text by text (its parts read different tokens)
+    if tally is not None and (checkpoint is not None or getattr(model.config, "is_encoder_decoder", False)):
+        raise InputError(
+            "a tally of row maxima reads one-stack models without a checkpoint: give a decoder or an encoder, "
+            "and no checkpoint"
+        )
     if not getattr(model.config, "is_encoder_decoder", False):
         reducer = BatchReducer(
             resolved, layers=wanted, max_length=cap_length, add_bos=add_bos, part=part, detectors=detectors
@@ -251,7 +261,8 @@ def corpus_stats(
                             raise _interrupted(stopping.name, where, mine[0], rank, state.num_processes)
                     batch_texts = [text for text, _ in batch]
                     if reducer is not None:
-                        sums, counts = reducer.add(sums, batch_texts, [encodings.get(text) for text in batch_texts])
+                        given = [encodings.get(text) for text in batch_texts]
+                        sums, counts = reducer.add(sums, batch_texts, given, tally=tally)
                     else:
                         sums, counts = _add_captures(
                             sums, resolved, batch_texts, checked, cap_length, add_bos, part, detectors

@@ -32,7 +32,8 @@ from torch import Tensor
 
 from ..attention import query_chunks, scaled_dot_product, weighted_values
 from ..engine.taps import AttentionCall
-from .batch_texts import COLUMNS, KEYED, POSITIONAL, BatchTexts, Chunk, ScoreMask, rows_of
+from .batch_texts import COLUMNS, KEYED, PATTERNS, POSITIONAL, BatchTexts, Chunk, ScoreMask, rows_of
+from .head_tally import HeadTally
 
 __all__ = ["BUDGET", "PickedRows", "reduce_layer"]
 
@@ -74,13 +75,16 @@ def reduce_layer(
     norms: Tensor | None = None,
     picked: PickedRows | None = None,
     statistics: bool = True,
+    tally: HeadTally | None = None,
 ) -> tuple[Tensor, dict[str, tuple[Tensor, Tensor]]]:
     """One layer of a padded batch: ``[column, head]`` float64 sums over every real query row of
     every text — COLUMNS over the weights, then COLUMNS over the shares of what is moved given the
     layer's value norms ``norms`` ``[batch, head, key]`` (NaN without them) — and the self-check's
     ``{quantity: (max error, max |model|)}``, each ``[batch, head]``. ``picked``: rows of each text
     whose weights are also kept whole (:class:`PickedRows`), from the same recomputation.
-    ``statistics=False``: the weights, the picked rows and the check only — no entropy, no sums (NaN)."""
+    ``statistics=False``: the weights, the picked rows and the check only — no entropy, no sums (NaN).
+    ``tally``: where each row's maximum falls, and each role's example rows, added from the same
+    weights (:class:`~attnviz.workflows.head_tally.HeadTally`, what the head atlas reads)."""
     q, k, v, out = call.q, call.k, call.v, call.out
     assert q is not None and k is not None and v is not None
     b, h, n = q.shape[0], q.shape[1], q.shape[2]
@@ -110,6 +114,13 @@ def reduce_layer(
         # a [b, h, r, hi]: the padded rows and keys 0, so each sum reads the real rows alone
         if picked is not None:
             picked.take(call, a, start, stop)
+        if tally is not None:
+            seen = mask.scores == 0 if mask is not None else torch.isfinite(batch.additive_mask(call, start, stop, hi))
+            columns = {name: COLUMNS.index(name) for name in PATTERNS}
+            visible = seen.any(1) & batch.on("valid", device)[:, None, :hi]  # [b, r, hi]
+            tally.take(
+                call.part, call.layer, a, start, visible, part.keyed[..., 1], part.pairs, part.columns, columns, entropy
+            )
         if statistics:
             assert entropy is not None
             entropy = entropy.masked_fill_(part.padded, 0).sum((0, 2))  # padded rows: NaN or not, 0

@@ -1,0 +1,255 @@
+"""The head atlas over a corpus: :func:`head_atlas` (re-exported as ``attnviz.analysis.head_atlas``).
+
+One pass over the corpus through :func:`~attnviz.workflows.corpus.corpus_stats` — batched by length,
+reduced layer by layer as the forward goes, spread over the processes of ``torchrun`` / ``accelerate
+launch`` — gives the mass-based roles (its statistics) and, in the same reduction, where each row's
+maximum falls (:class:`~attnviz.workflows.head_tally.HeadTally`: the positional and rare-word roles,
+and each role's example row). Before it the texts are tokenized once more, without the model, for
+the corpus's own token counts (rarity). The induction role reads repeated random sequences the atlas
+generates from ``seed`` (Olsson et al. 2022), run through the same reducer; coreference, a probe set
+through :func:`attnviz.evaluate_probes`. :func:`~attnviz.analysis.atlas.atlas_table` names the roles.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from ..analysis.atlas import ROLES, AtlasSums, atlas_table
+from ..analysis.probes import Probe
+from ..errors import InputError
+from .batched import BatchReducer
+from .corpus import corpus_stats, read_texts
+from .head_tally import EXAMPLES, HeadTally
+from .inputs import Encoded
+from .models import load_model
+from .pipeline import n_layers, resolve
+from .probing import evaluate_probes
+from .processes import process_state
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["RANDOM_LENGTH", "RANDOM_SEQUENCES", "head_atlas", "random_repeats"]
+
+RANDOM_SEQUENCES = 16  # repeated random sequences the induction role reads
+RANDOM_LENGTH = 25  # random tokens in each copy (each sequence holds two copies)
+
+
+def head_atlas(
+    model: Any,
+    corpus: str | Path | Iterable[str],
+    *,
+    tokenizer: Any = None,
+    batch_size: int = 8,
+    probes: Sequence[Probe] | str | Path | None = None,
+    seed: int = 0,
+    roles: Iterable[str] | None = None,
+    layers: Iterable[int] | None = None,
+    max_length: int | None = None,
+    add_bos: bool = False,
+    random_sequences: int = RANDOM_SEQUENCES,
+    random_length: int = RANDOM_LENGTH,
+    device: str | None = None,
+    dtype: str | None = None,
+    progress: bool = True,
+) -> pd.DataFrame:
+    """Name each head's roles with published criteria, over a corpus.
+
+    - ``corpus``: texts (an iterable of strings, read into memory: the atlas counts their tokens and
+      names its examples by them), or a ``.txt`` / ``.jsonl`` file as :func:`corpus_stats` reads.
+    - ``batch_size``, ``layers``, ``max_length``, ``add_bos``: as :func:`corpus_stats`.
+    - ``probes``: a probe set (a shipped set's name, a file, or probes) for the coreference role.
+    - ``seed``: the repeated random sequences of the induction role (``random_sequences`` of them,
+      ``random_length`` random tokens repeated twice, special tokens as the tokenizer adds them).
+    - ``roles``: the roles reported (default: every role of :data:`~attnviz.analysis.atlas.ROLES`).
+
+    Returns one row per part, layer and head (:func:`~attnviz.analysis.atlas.atlas_table`): each
+    role's score, threshold and source, ``positional_offset``, ``roles`` (those the head meets) and each
+    met role's example (text number, position, words). ``df.attrs``: ``texts``, ``tokens``, ``seed``,
+    ``per_process``, ``truncated``. Under ``torchrun`` / ``accelerate launch`` each process runs its share
+    of the corpus and every process returns the same table.
+    """
+    chosen = _roles(roles)
+    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+        raise InputError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}")
+    if not isinstance(random_sequences, int) or random_sequences < 1:
+        raise InputError(f"random_sequences must be a whole number ≥ 1, got {random_sequences!r}")
+    if not isinstance(random_length, int) or random_length < 2:
+        raise InputError(f"random_length must be a whole number ≥ 2, got {random_length!r}")
+    state = process_state()
+    if isinstance(model, (str, Path)):
+        if device is None and state.num_processes > 1 and state.device.type == "cuda":
+            device = str(state.device)  # one GPU per process
+        model, loaded = load_model(str(model), device=device, dtype=dtype)
+        tokenizer = tokenizer if tokenizer is not None else loaded
+    resolved = resolve(model, tokenizer)
+    tokenizer = resolved.require_tokenizer()
+    if resolved.encoder_decoder:
+        raise InputError(
+            "the head atlas reads one-stack models (an encoder or a decoder); for an encoder-decoder use "
+            "corpus_stats(..., part=...) and detect_heads on its captures"
+        )
+    checked = resolved.layers(layers)
+    wanted = sorted(checked) if checked is not None else list(range(n_layers(resolved.model.config) or 0))
+    bounds = [x for x in (max_length, resolved.limit) if x is not None]
+    cap_length = min(bounds) if bounds else None
+    texts = list(read_texts(corpus))
+    if not texts:
+        raise InputError('the corpus has no text: give one text per line (.txt) or {"text": ...} per line (.jsonl)')
+    reducer = BatchReducer(resolved, layers=wanted, max_length=cap_length, add_bos=add_bos, moved=False)
+    embeddings: Any = resolved.model.get_input_embeddings()  # type: ignore[operator]
+    rows = int(embeddings.num_embeddings)  # the token ids the model has rows for
+    encoded = [reducer.encode(text) for text in texts]
+    counts = torch.bincount(torch.tensor([i for ids, _, _ in encoded for i in ids], dtype=torch.long), minlength=rows)
+    index: dict[str, int] = {}
+    for i, text in enumerate(texts):
+        index.setdefault(text, i)
+    heads = _n_heads(resolved.model.config)
+    tally = HeadTally(wanted, heads, counts, index)
+    stats = corpus_stats(
+        resolved.model,
+        texts,
+        tokenizer,
+        batch_size=batch_size,
+        layers=wanted,
+        max_length=max_length,
+        add_bos=add_bos,
+        progress=progress,
+        tally=tally,
+    )
+    if state.num_processes > 1:
+        from accelerate.utils import gather, reduce  # deferred: accelerate is optional (attnviz[stats])
+
+        tally.load_vector(reduce(tally.vector().to(state.device), reduction="sum"))
+        tally.load_examples(gather(tally.examples_vector()[None].to(state.device)))
+    # induction: every process runs the same random sequences (they are few)
+    randoms = random_repeats(tokenizer, rows, random_sequences, random_length, seed=seed, add_bos=add_bos)
+    names = [f"{'x' * len(ids)}#{k}" for k, (ids, _, _) in enumerate(randoms)]
+    random_tally = HeadTally(wanted, heads, torch.zeros(rows), {name: k for k, name in enumerate(names)})
+    random_sums = None
+    for start in range(0, len(randoms), batch_size):
+        random_sums, _ = reducer.add(
+            random_sums,
+            names[start : start + batch_size],
+            list(randoms[start : start + batch_size]),
+            tally=random_tally,
+        )
+    assert random_sums is not None
+    induction = random_sums.frame()["induction"].to_numpy().reshape(len(wanted), heads)
+    result = None
+    if probes is not None:
+        result = evaluate_probes(resolved.model, probes, tokenizer, progress=progress)
+    sums = _atlas_sums(tally, stats, random_tally.part)
+    k = EXAMPLES.index("induction")
+    induction_examples = np.concatenate(
+        [random_tally.best[:, k, :, None].numpy(), random_tally.where[:, k].numpy()], -1
+    )  # [layer, head, 3]
+    describe = _describer(texts, encoded)
+    frame = atlas_table(
+        stats,
+        sums,
+        induction=induction,
+        induction_examples=induction_examples,
+        probes=result,
+        describe=describe,
+        describe_random=lambda text, position: f"random sequence {text} (seed {seed}), token {position}",
+        roles=chosen,
+    )
+    frame.attrs.update(
+        texts=int(stats["texts"].iloc[0]),
+        tokens=int(stats["tokens"].iloc[0]),
+        seed=seed,
+        per_process=stats.attrs["per_process"],
+        truncated=stats.attrs["truncated"],
+        rank=stats.attrs["rank"],
+    )
+    return frame
+
+
+def random_repeats(
+    tokenizer: Any, vocab: int, count: int, length: int, *, seed: int = 0, add_bos: bool = False
+) -> list[Encoded]:
+    """``count`` sequences of ``length`` distinct random token ids repeated twice (ids below ``vocab``
+    that are no special token), between the special tokens the tokenizer puts around a text (BERT's
+    [CLS] … [SEP]) and after a BOS with ``add_bos``; the same for the same ``seed``."""
+    special = set(getattr(tokenizer, "all_special_ids", []) or [])
+    size = min(vocab, len(tokenizer)) if hasattr(tokenizer, "__len__") else vocab
+    pool = torch.tensor([i for i in range(size) if i not in special], dtype=torch.long)
+    if len(pool) < length:
+        raise InputError(
+            f"random sequences of {length} distinct tokens need a vocabulary of as many; it has {len(pool)}"
+        )
+    # the special tokens the tokenizer puts around a text: those around a one-token text ("5")
+    probe = list(tokenizer("5")["input_ids"])
+    inner = [k for k, i in enumerate(probe) if i not in special]
+    before, after = (probe[: inner[0]], probe[inner[-1] + 1 :]) if inner else (probe, [])
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if add_bos and bos is not None and (not before or before[0] != bos):
+        before = [bos, *before]
+    g = torch.Generator().manual_seed(seed)
+    made: list[Encoded] = []
+    for _ in range(count):
+        ids = pool[torch.randperm(len(pool), generator=g)[:length]].tolist()
+        full = [*before, *ids, *ids, *after]
+        spans = [(0, 0) if i in special else (k, k + 1) for k, i in enumerate(full)]
+        made.append((full, spans, [str(i) for i in full]))
+    return made
+
+
+def _roles(roles: Iterable[str] | None) -> list[str]:
+    if roles is None:
+        return list(ROLES)
+    if isinstance(roles, str):
+        roles = [roles]
+    chosen = list(roles)
+    unknown = [r for r in chosen if r not in ROLES]
+    if unknown or not chosen:
+        what = f"unknown role {unknown[0]!r}" if unknown else "roles is empty"
+        raise InputError(f"{what}; choose from {', '.join(ROLES)}")
+    return chosen
+
+
+def _n_heads(config) -> int:
+    for name in ("num_attention_heads", "n_head", "num_heads"):
+        value = getattr(config, name, None)
+        if isinstance(value, int):
+            return value
+    raise InputError("cannot tell how many attention heads this model has (no num_attention_heads in its config)")
+
+
+def _atlas_sums(tally: HeadTally, stats: pd.DataFrame, part: str | None) -> AtlasSums:
+    examples = {}
+    for k, name in enumerate(EXAMPLES):
+        examples[name] = np.concatenate([tally.best[:, k, :, None].numpy(), tally.where[:, k].numpy()], -1)
+    offset_examples = np.concatenate([tally.offset_best[..., None].numpy(), tally.offset_where.numpy()], -1)
+    return AtlasSums(
+        part=tally.part or part or "",
+        layers=tally.layers,
+        n_heads=tally.n_heads,
+        offsets=tally.offsets.numpy(),
+        rare=tally.rare.numpy(),
+        rows=tally.rows.numpy(),
+        log_keys=tally.log_keys.numpy(),
+        tokens=int(stats["tokens"].iloc[0]),
+        examples=examples,
+        offset_examples=offset_examples,
+    )
+
+
+def _describer(texts: list[str], encoded: list[Encoded]):
+    def describe(text: int, position: int) -> str:
+        if not 0 <= text < len(texts):
+            return f"text {text}, token {position}"
+        body, (_, offsets, tokens) = texts[text], encoded[text]
+        if not 0 <= position < len(tokens):
+            return f"text {text}, token {position}"
+        start, end = offsets[position]
+        before, after = body[max(0, start - 40) : start], body[end : end + 40]
+        return f"text {text}, token {position} {tokens[position]!r}: …{before}[{body[start:end]}]{after}…"
+
+    return describe

@@ -1,0 +1,319 @@
+"""The head atlas: its scores against independent computations — on hand-made attention (a head that
+is exactly previous-token, one positional at offset -2, one on the rarest token), and on the captured
+maps of tiny random models, the repeated random sequences included — its errors, its CLI, its figure."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+import attnviz
+from attnviz.analysis import head_atlas
+from attnviz.analysis.atlas import OFFSETS, ROLES, AtlasSums, atlas_table
+from attnviz.analysis.probe_result import ProbeResult
+from attnviz.cli import main
+from attnviz.workflows.atlas import random_repeats
+from attnviz.workflows.head_tally import EXAMPLES, HeadTally
+from attnviz.workflows.models import IdsTokenizer
+
+N = 20  # tokens of the hand-made text
+IDS = [5, 6, 7, 8, 9, 10, 12, 13, 14, 15, 5, 6, 7, 8, 11, 9, 10, 12, 13, 14]  # 11 (position 14) is the rarest
+RAREST = 14
+
+
+def _hand_made() -> torch.Tensor:  # [1, 3, N, N]: 0.9 on one key per row, 0.1 spread over the others
+    targets = [
+        [max(i - 1, 0) for i in range(N)],  # head 0: exactly the previous token (row 0: itself)
+        [i - 2 if i >= 2 else i + 2 for i in range(N)],  # head 1: offset -2 (rows 0, 1: +2)
+        [RAREST] * N,  # head 2: the rarest token of the text
+    ]
+    a = torch.full((1, 3, N, N), 0.1 / (N - 1), dtype=torch.float32)
+    for h, keys in enumerate(targets):
+        a[0, h, torch.arange(N), torch.tensor(keys)] = 0.9
+    return a
+
+
+def _corpus_counts() -> torch.Tensor:
+    counts = torch.zeros(32, dtype=torch.float64)
+    for i in IDS:
+        counts[i] += 1
+    counts[torch.tensor(IDS)] += 10  # the rest of a corpus: every token of the text 10 more times but 11
+    counts[11] = 1
+    return counts
+
+
+def _tally_of(a: torch.Tensor) -> HeadTally:
+    tally = HeadTally([0], 3, _corpus_counts(), {"the text": 7})
+    tally.batch(torch.tensor([IDS]), ["the text"])
+    visible = torch.ones(1, N, N, dtype=torch.bool)  # an encoder: every row sees every key
+    entropy = -(a * a.log()).sum(-1)
+    pairs = torch.zeros(3, 0, dtype=torch.long)
+    tally.take("encoder", 0, a, 0, visible, torch.zeros(1, N), pairs, torch.zeros(0, dtype=torch.long), {}, entropy)
+    return tally
+
+
+def _stats_of(a: torch.Tensor) -> pd.DataFrame:  # corpus_stats' columns, computed directly from the map
+    m = a[0].double().numpy()
+    i = np.arange(N)
+    return pd.DataFrame(
+        {
+            "layer": 0,
+            "head": range(3),
+            "previous": [m[h, i[1:], i[1:] - 1].mean() for h in range(3)],
+            "next": [m[h, i[:-1], i[:-1] + 1].mean() for h in range(3)],
+            "first": [m[h, :, 0].mean() for h in range(3)],
+            "special": float("nan"),
+            "entropy": [-(m[h] * np.log(m[h])).sum(-1).mean() for h in range(3)],
+            "duplicate_token": 0.0,
+        }
+    )
+
+
+def test_the_tally_counts_where_each_rows_maximum_falls_as_numpy_does():
+    a = _hand_made()
+    tally = _tally_of(a)
+    m = a[0].numpy()
+    counts = _corpus_counts().numpy()
+    top = m.argmax(-1)  # [head, row]
+    offset = top - np.arange(N)[None]
+    for h in range(3):
+        expected = np.zeros(2 * OFFSETS + 2)
+        for o in offset[h]:
+            expected[o + OFFSETS if abs(o) <= OFFSETS else -1] += 1
+        np.testing.assert_array_equal(tally.offsets[0, h].numpy(), expected)
+    ids = np.array(IDS)
+    hits = (counts[ids[top]] == counts[ids].min()).sum(-1)
+    np.testing.assert_array_equal(tally.rare[0].numpy(), hits)
+    assert tally.rows.tolist() == [N] and tally.log_keys.item() == pytest.approx(N * np.log(N))
+    assert list(hits) == [1, 1, N]  # rows 15 and 16 of heads 0 and 1 land on the rarest; head 2 always
+
+
+def test_the_atlas_names_a_previous_token_a_positional_and_a_rare_word_head():
+    a = _hand_made()
+    tally = _tally_of(a)
+    sums = AtlasSums(
+        part="encoder",
+        layers=[0],
+        n_heads=3,
+        offsets=tally.offsets.numpy(),
+        rare=tally.rare.numpy(),
+        rows=tally.rows.numpy(),
+        log_keys=tally.log_keys.numpy(),
+        tokens=N,
+        examples={
+            name: np.concatenate([tally.best[:, k, :, None].numpy(), tally.where[:, k].numpy()], -1)
+            for k, name in enumerate(EXAMPLES)
+        },
+        offset_examples=np.concatenate([tally.offset_best[..., None].numpy(), tally.offset_where.numpy()], -1),
+    )
+    df = atlas_table(_stats_of(a), sums)
+    prev, pos, rare = (df.iloc[h] for h in range(3))
+    assert prev.previous_token == pytest.approx(0.9) and prev.positional == pytest.approx(19 / 20)
+    assert prev.roles.split(", ") == ["previous_token", "positional"] and prev.positional_offset == -1
+    assert pos.positional == pytest.approx(18 / 20) and pos.positional_offset == -2  # 90 %: at the threshold
+    assert pos.roles == "positional"  # its previous-token mass is 0.1/19
+    assert rare.rare_word == 1.0 and rare.roles == "rare_word" and rare.rare_word_position in range(N)
+    assert rare.rare_word_text == 7  # the text's number in the corpus
+    assert prev.previous_token_text == 7 and prev.previous_token_position == 1  # the first row where it fires
+    assert pos.positional_position == 2  # the first row of offset -2
+    entropy = -(a[0] * a[0].log()).sum(-1).mean(-1).double().numpy() / np.log(N)
+    np.testing.assert_allclose(df.broad.to_numpy(), entropy, rtol=1e-6)
+    assert not df.roles.str.contains("sink").any() and (df.sink_threshold == 0.3).all()
+    assert df.sink_source.iloc[0].startswith("Gu et al. 2024")
+    assert "no numeric threshold" in df.rare_word_source.iloc[0]  # Voita et al. give none: said so
+
+
+def _sharpened(family: str, **overrides):
+    """A tiny random model whose queries are scaled up: attention far from uniform, so each row's
+    maximum is clear of float rounding."""
+    model = attnviz.tiny_model(family, attn_implementation="eager", **overrides)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith(("q_proj.weight", "query.weight")):
+                p.mul_(6.0)
+    return model
+
+
+def _texts(count: int, seed: int = 0) -> list[str]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(4, 30, (count,), generator=g).tolist()
+    return [" ".join(str(i) for i in torch.randint(3, 60, (n,), generator=g).tolist()) for n in lengths]
+
+
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_atlas_scores_equal_numpy_over_the_captured_maps(family):
+    model, tok = _sharpened(family), IdsTokenizer()
+    texts = _texts(14)
+    df = head_atlas(model, texts, tokenizer=tok, batch_size=4, random_sequences=6, random_length=12, progress=False)
+    causal = family == "llama"
+    caps = [attnviz.capture(model, t, tok) for t in texts]
+    counts = np.bincount([i for t in texts for i in map(int, t.split())], minlength=200)
+    layers, heads = caps[0].layer_indices(), caps[0].n_heads
+    for layer in layers:
+        offsets = np.zeros((heads, 2 * OFFSETS + 2))
+        rare = np.zeros(heads)
+        previous, first, entropy = np.zeros(heads), np.zeros(heads), np.zeros(heads)
+        rows = log_keys = prev_rows = tokens = 0
+        for cap in caps:
+            m = cap.attention(layer).double().numpy()  # [head, q, k]
+            ids = np.array(cap.token_ids)
+            n = len(ids)
+            seen = np.arange(1, n + 1) if causal else np.full(n, n)
+            lowest = np.minimum.accumulate(counts[ids]) if causal else np.full(n, counts[ids].min())
+            top = m.argmax(-1)  # [head, row]
+            for i in np.flatnonzero(seen >= 2):
+                for h in range(heads):
+                    o = top[h, i] - i
+                    offsets[h, o + OFFSETS if abs(o) <= OFFSETS else -1] += 1
+                    rare[h] += counts[ids[top[h, i]]] == lowest[i]
+            rows += int((seen >= 2).sum())
+            log_keys += np.log(seen).sum()
+            previous += m[:, np.arange(1, n), np.arange(n - 1)].sum(-1)
+            prev_rows += n - 1
+            first += m[:, :, 0].sum(-1)
+            entropy += -(m * np.log(np.clip(m, 1e-45, None))).sum((-1, -2))
+            tokens += n
+        got = df[df.layer == layer].sort_values("head")
+        share = offsets[:, :-1] / rows
+        np.testing.assert_allclose(got.positional.to_numpy(), share.max(-1), atol=1e-12)
+        np.testing.assert_array_equal(got.positional_offset.to_numpy(), share.argmax(-1) - OFFSETS)
+        np.testing.assert_allclose(got.rare_word.to_numpy(), rare / rows, atol=1e-12)
+        np.testing.assert_allclose(got.previous_token.to_numpy(), previous / prev_rows, atol=1e-6)
+        np.testing.assert_allclose(got.sink.to_numpy(), first / tokens, atol=1e-6)
+        np.testing.assert_allclose(got.broad.to_numpy(), (entropy / tokens) / (log_keys / tokens), atol=1e-5)
+    # induction: mean attention from each token of a second copy to the token after its earlier copy
+    for k, (ids, _, _) in enumerate(random_repeats(tok, model.config.vocab_size, 6, 12, seed=0)):
+        assert ids[:12] == ids[12:] and len(set(ids[:12])) == 12 and k < 6
+    expected = np.zeros((len(layers), heads))
+    for ids, _, _ in random_repeats(tok, model.config.vocab_size, 6, 12, seed=0):
+        cap = attnviz.capture(model, " ".join(map(str, ids)), tok)
+        for li, layer in enumerate(layers):
+            m = cap.attention(layer).double().numpy()
+            expected[li] += m[:, 12 + np.arange(12), np.arange(12) + 1].sum(-1)
+    np.testing.assert_allclose(df.induction.to_numpy().reshape(len(layers), heads), expected / (6 * 12), atol=1e-6)
+    assert df.attrs["texts"] == 14 and df.attrs["seed"] == 0
+
+
+def test_the_random_sequences_are_two_copies_of_distinct_ordinary_tokens_given_by_the_seed(bert_tokenizer):
+    made = random_repeats(bert_tokenizer, 500, 3, 10, seed=4)
+    assert (
+        made == random_repeats(bert_tokenizer, 500, 3, 10, seed=4) != random_repeats(bert_tokenizer, 500, 3, 10, seed=5)
+    )
+    for ids, spans, _ in made:
+        assert ids[0] == bert_tokenizer.cls_token_id and ids[-1] == bert_tokenizer.sep_token_id  # as the tokenizer adds
+        body = ids[1:-1]
+        assert body[:10] == body[10:] and len(set(body[:10])) == 10
+        assert not set(body) & set(bert_tokenizer.all_special_ids) and max(body) < 500
+        assert spans[0] == spans[-1] == (0, 0)  # special tokens cover no text
+
+
+def test_an_induction_score_over_the_threshold_is_met_and_names_its_random_sequence():
+    a = _hand_made()
+    tally = _tally_of(a)
+    sums = AtlasSums(
+        "encoder", [0], 3, tally.offsets.numpy(), tally.rare.numpy(), tally.rows.numpy(), tally.log_keys.numpy(), N
+    )
+    examples = np.array([[[0.8, 2, 17], [0.2, 0, 5], [0.51, 1, 30]]])  # [layer, head, (value, sequence, position)]
+    df = atlas_table(
+        _stats_of(a),
+        sums,
+        induction=np.array([[0.8, 0.2, 0.5]]),
+        induction_examples=examples,
+        describe_random=lambda k, p: f"random sequence {k}, token {p}",
+    )
+    assert ["induction" in roles for roles in df.roles] == [True, False, False]  # 0.5 is not more than half
+    assert df.induction_example.tolist() == ["random sequence 2, token 17", "", ""]
+    assert df.induction_position.tolist() == [17, -1, -1]
+
+
+def test_coreference_is_met_by_the_heads_whose_accuracy_beats_chance_after_holm():
+    a = _hand_made()
+    tally = _tally_of(a)
+    sums = AtlasSums(
+        "encoder", [0], 3, tally.offsets.numpy(), tally.rare.numpy(), tally.rows.numpy(), tally.log_keys.numpy(), N
+    )
+    probes = 40
+    picks = np.zeros((probes, 1, 3), dtype=np.int16)
+    gold = np.zeros(probes, dtype=np.int16)
+    picks[:, 0, 1] = 1  # head 1 always wrong, head 2 right half the time, head 0 always right
+    picks[::2, 0, 2] = 1
+    per_probe = [{"id": f"p{i}", "text": f"text {i}", "pronoun": "it"} for i in range(probes)]
+    result = ProbeResult.from_picks(
+        picks, gold, gold + 1, gold, np.full(probes, 4, dtype=np.int16), per_probe, model="hand-made"
+    )
+    df = atlas_table(_stats_of(a), sums, probes=result)
+    met = ["coreference" in roles for roles in df.roles]
+    expected = result.accuracy.sort_values("head").beats_chance.tolist()
+    assert met == expected and expected[:2] == [True, False]  # always right beats 1/4, always wrong does not
+    np.testing.assert_array_equal(df.coreference_p_holm.to_numpy(), result.accuracy.sort_values("head").p_holm)
+    assert df.coreference.tolist() == [1.0, 0.0, 0.5]
+    assert df.coreference_example.iloc[0] == "probe p0: text 0 (pronoun 'it')"
+
+
+def test_bad_input_says_what_was_wrong_and_what_to_do(tmp_path):
+    model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
+    with pytest.raises(attnviz.InputError, match=r"the corpus has no text: give one text per line"):
+        head_atlas(model, ["", "   "], tokenizer=tok, progress=False)
+    with pytest.raises(attnviz.InputError, match=r"unknown role 'sinks'; choose from previous_token, next_token"):
+        head_atlas(model, ["5 6 7"], tokenizer=tok, roles=["sinks"], progress=False)
+    with pytest.raises(attnviz.InputError, match=r"random_length must be a whole number ≥ 2, got 1"):
+        head_atlas(model, ["5 6 7"], tokenizer=tok, random_length=1, progress=False)
+    with pytest.raises(attnviz.InputError, match=r"batch_size must be a whole number ≥ 1, got 0"):
+        head_atlas(model, ["5 6 7"], tokenizer=tok, batch_size=0, progress=False)
+    with pytest.raises(attnviz.InputError, match=r"not a head atlas table \(no roles column\)"):
+        attnviz.figures.head_atlas(pd.DataFrame({"layer": [0], "head": [0]}))
+
+
+def test_roles_picks_the_roles_reported():
+    model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
+    df = head_atlas(model, _texts(3), tokenizer=tok, roles=["sink", "broad"], random_sequences=2, progress=False)
+    assert {"sink", "broad"} <= set(df.columns) and "previous_token" not in df.columns
+    assert set(r for cell in df.roles for r in cell.split(", ") if r) <= {"sink", "broad"}
+
+
+def test_cli_atlas_writes_csv_and_html_and_refuses_bad_paths(tmp_path, capsys, model_folder, tiny_bert_words):
+    model, tok = tiny_bert_words
+    folder = model_folder("tiny-bert-words", model, tok)
+    corpus = tmp_path / "c.jsonl"
+    texts = ["The cat sat on the mat.", "A dog barked at the cat, twice!", "It rained."]
+    corpus.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    out = tmp_path / "atlas.csv"
+    assert main(["atlas", folder, str(corpus), "-o", str(out), "--quiet", "--seed", "3"]) == 0
+    err = capsys.readouterr().err
+    assert "3 texts" in err and "heads per role" in err
+    written = pd.read_csv(out, keep_default_na=False)
+    direct = head_atlas(model, texts, tokenizer=tok, seed=3, progress=False)
+    assert written.roles.tolist() == direct.roles.tolist()
+    np.testing.assert_allclose(written.sink.to_numpy(dtype=float), direct.sink.to_numpy(), atol=1e-12)
+    page = tmp_path / "atlas.html"
+    assert main(["atlas", folder, str(corpus), "-o", str(page), "--quiet"]) == 0
+    html = page.read_text(encoding="utf-8")
+    capsys.readouterr()
+    assert "Head atlas" in html and "Criteria" in html and "<script src" not in html and "Gu et al. 2024" in html
+    assert main(["atlas", folder, str(corpus), "-o", str(tmp_path / "atlas.txt")]) == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == f"error: -o {str(tmp_path / 'atlas.txt')!r}: give a .csv, .parquet or .html path"
+    )
+    assert main(["atlas", folder, str(corpus), "--roles", "nope", "--quiet"]) == 2
+    assert "unknown role 'nope'; choose from" in capsys.readouterr().err
+
+
+def test_the_figure_colours_each_head_by_its_first_role_and_writes_every_role():
+    a = _hand_made()
+    tally = _tally_of(a)
+    sums = AtlasSums(
+        "encoder", [0], 3, tally.offsets.numpy(), tally.rare.numpy(), tally.rows.numpy(), tally.log_keys.numpy(), N
+    )
+    df = atlas_table(_stats_of(a), sums)
+    fig = attnviz.figures.head_atlas(df)
+    heat = fig.data[0]
+    roles = list(ROLES)
+    assert list(heat.z[0]) == [roles.index("previous_token"), roles.index("positional"), roles.index("rare_word")]
+    assert list(heat.text[0]) == ["prev·pos", "pos", "rare"]
+    assert "✓ previous_token: 0.900 (&gt; 0.5)" in heat.customdata[0][0]
+    assert "(offset -1)" in heat.customdata[0][0]
