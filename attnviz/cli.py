@@ -426,7 +426,14 @@ def _cmd_app(args) -> int:
     except ImportError as err:
         print(f"error: the dashboard needs dash ({err}); install with: pip install 'attnviz[app]'", file=sys.stderr)
         return 2
-    run(models=args.model, capture_file=args.capture, stats_file=args.stats, host=args.host, port=args.port)
+    run(
+        models=args.model,
+        capture_file=args.capture,
+        stats_file=args.stats,
+        corpus_file=args.corpus,
+        host=args.host,
+        port=args.port,
+    )
     return 0
 
 
@@ -646,6 +653,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--capture", default=None, help="open a capture file saved with Capture.save()")
     p.add_argument("--stats", default=None, help="show a table of 'attnviz stats' in the head-statistics view")
+    p.add_argument(
+        "--corpus",
+        default=None,
+        help="texts (.txt, one per line, or .jsonl) the Q·K space view embeds beside the page's text",
+    )
     p.add_argument(
         "--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1; others warn: no authentication)"
     )

@@ -41,6 +41,7 @@ from . import (
     probe_view,
     rollout_view,
     run_view,
+    space_view,
     stats_view,
     validation_view,
 )
@@ -84,6 +85,7 @@ def create_app(
     default_model: str | None = None,
     capture_file: str | None = None,
     stats_file: str | None = None,
+    corpus_file: str | None = None,
     cache_bytes: int = 1 << 30,
     max_tokens: int | None = None,
     background_from: int = BACKGROUND_FROM,
@@ -94,6 +96,7 @@ def create_app(
     - ``default_model``: the one selected at start (added to ``models`` if missing).
     - ``capture_file``: a capture saved with ``Capture.save()``, opened at start.
     - ``stats_file``: a table of ``attnviz stats`` (.parquet/.csv) the head-statistics view shows.
+    - ``corpus_file``: texts (.txt, one per line, or .jsonl) the Q·K space view embeds beside this text.
     - ``cache_bytes``: bound on the server-side captures (least recently used go first).
     - ``max_tokens``: longest text the page accepts; None: the model's own limit (its position table).
       Long texts stay browsable: the heatmap shows a pooled overview and zooms to exact windows.
@@ -116,6 +119,12 @@ def create_app(
             corpus = read_table(stats_file)
         except attnviz.AttnvizError as err:
             startup_error = f"Could not open the statistics file: {err}"
+    texts = None
+    if corpus_file is not None:
+        try:
+            texts = space_view.read_corpus(corpus_file)
+        except (attnviz.AttnvizError, OSError) as err:
+            startup_error = f"Could not open the corpus file: {err}"
     files: dict[str, str] = {}  # the page's name of a capture file -> its path, which stays on the server
     opened = None
     if capture_file is not None:
@@ -168,6 +177,7 @@ def create_app(
     ):
         view.register(app, captures)
     stats_view.register(app, captures, corpus, Path(stats_file).name if stats_file is not None else "")
+    space_view.register(app, captures, texts, Path(corpus_file).name if corpus_file is not None else "")
     return app
 
 
@@ -182,6 +192,7 @@ def run(
     port: int = 8050,
     model: str | None = None,
     stats_file: str | None = None,
+    corpus_file: str | None = None,
 ) -> None:
     """Start the dashboard (debug off), loading the first model so the page opens ready.
 
@@ -190,7 +201,7 @@ def run(
     than this machine's loopback prints a warning — the dashboard has no authentication."""
     names = list(models or []) + ([model] if model is not None and model not in (models or []) else [])
     offered = {name: DEFAULT_MODELS.get(name, name) for name in names} if names else dict(DEFAULT_MODELS)
-    app = create_app(offered, capture_file=capture_file, stats_file=stats_file)
+    app = create_app(offered, capture_file=capture_file, stats_file=stats_file, corpus_file=corpus_file)
     if host not in LOCAL_HOSTS:
         print(
             f"attnviz: WARNING: serving on {host}, reachable from other machines. The dashboard has no "

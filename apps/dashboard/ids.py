@@ -39,6 +39,7 @@ class ID:
     model_view = "model-view-graph"
     lab_tokens = "lab-tokens"
     lab_query = "lab-query"
+    lab_key = "lab-key"  # dcc.Store: the key the Lab highlights ({"key": capture key, "position": p}; the Q·K space)
     lab_switches = "lab-switches"
     lab_temperature = "lab-temperature"
     lab_graph = "lab-graph"
@@ -153,6 +154,18 @@ class AID:
     stats_map = "stats-map"
     rollout_mode = "rollout-mode"
     rollout_graph = "rollout-graph"
+
+
+class SID:
+    """The query–key space (space_view)."""
+
+    source = "space-source"  # this text, or the server's corpus
+    method = "space-method"
+    color = "space-color"
+    normalise = "space-normalise"
+    note = "space-note"
+    graph = "space-graph"
+    drill = "space-drill"  # dcc.Store: a corpus point on its way to the Lab (its text's capture key, position, kind)
 
 
 class EID:

@@ -284,9 +284,10 @@ def register(app: Dash, captures: Captures) -> None:
         Input(ID.tabs, "value"),
         Input(ID.part, "value"),
         Input(ID.measure, "value"),
+        Input(ID.lab_key, "data"),
     )
     @shows_errors(lambda m: (message_figure(m), m))
-    def lab(store, layer, head, units, query, switches, log_temperature, tab, part, measure):
+    def lab(store, layer, head, units, query, switches, log_temperature, tab, part, measure, key):
         only_on(tab, "lab")
         cap = captures.from_store(store)
         if cap is None or layer is None or head is None or query is None:
@@ -305,7 +306,11 @@ def register(app: Dash, captures: Captures) -> None:
             part=part,
         )
         measure = measure or "weights"
-        fig = figures.query_row(cap, layer, head, index, measure=measure, **kwargs)
+        _, key_seq = cap.sequences(part if len(cap.parts) > 1 else None)
+        marked = None  # the key the Q·K space highlighted, on its own capture only
+        if key and key.get("key") == store.get("key") and 0 <= int(key["position"]) < key_seq.n_tokens:
+            marked = word_of(key_seq, int(key["position"])) if words else int(key["position"])
+        fig = figures.query_row(cap, layer, head, index, measure=measure, highlight=marked, **kwargs)
         has_norms = cap.layer(layer, part).value_dots is not None
         shares = attnviz.analysis.row_shares(cap, layer, head, index, **kwargs) if has_norms else None  # once
         text = stats_line(cap, layer, head, index, measure, kwargs, shares)

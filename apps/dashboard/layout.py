@@ -24,6 +24,7 @@ from . import (
     probe_view,
     rollout_view,
     run_view,
+    space_view,
     stats_view,
     validation_view,
 )
@@ -41,6 +42,7 @@ VIEWS = [
     *coref_view.VIEWS,
     *stats_view.VIEWS,
     *rollout_view.VIEWS,
+    *space_view.VIEWS,
     *compare_view.VIEWS,
 ]
 
@@ -96,12 +98,14 @@ def build_layout(
         "coref": coref_view.layout(),
         "stats": stats_view.layout(),
         "rollout": rollout_view.layout(),
+        "space": space_view.layout(),
         "compare": compare_view.layout(model_options, default_model),
     }
     return html.Div(
         style={"fontFamily": "system-ui, sans-serif", "margin": "12px 20px"},
         children=[
             dcc.Store(id=ID.lab_query),
+            dcc.Store(id=ID.lab_key),
             html.H2("attnviz — see what attention does", style={"marginBottom": "4px"}),
             html.Div(
                 "Q, K and V are captured from the unmodified model; every map is recomputed with "

@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ..data.capture import Capture
 from ..errors import ArgumentTypeError, InputError
 from .stats import is_punct
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from ..data.capture import Capture
     from ..data.words import TokenSequence
 
 __all__ = ["METHODS", "QKVectors", "qk_space", "qk_vectors"]
@@ -117,7 +117,6 @@ def qk_vectors(
     with AttentionViz's softmax-invariant normalisation (see the module). ``part`` picks the
     encoder, decoder or cross attention of an encoder-decoder capture (cross: decoder queries,
     encoder keys)."""
-    from ..data.capture import Capture
 
     caps = [captures] if isinstance(captures, Capture) else list(captures)
     if not caps or not all(isinstance(c, Capture) for c in caps):

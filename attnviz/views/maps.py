@@ -138,6 +138,7 @@ def query_row(
     part: str | None = None,
     mark_new: bool = True,
     measure: str = "weights",
+    highlight: int | None = None,
 ) -> go.Figure:
     """The AttentionLab bar chart: one query's row of weights, with entropy and top weight.
 
@@ -145,11 +146,14 @@ def query_row(
     ``α_ij·‖f(x_j)‖ / Σ_j' α_ij'·‖f(x_j')‖`` (:func:`attnviz.analysis.row_shares`), drawn beside its
     weight (the first trace the shares, the second the weights); with ``"weights"`` the weights alone,
     each key's moved share in its hover where the layer holds value norms. ``mark_new``: a
-    generation's new keys marked (:mod:`attnviz.views.marks`)."""
+    generation's new keys marked (:mod:`attnviz.views.marks`). ``highlight``: one key (a position on
+    the same axis as the bars: a word with ``words``) boxed and named above the bars."""
     check_measure(measure)
     q_names, names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
     if not 0 <= query < len(q_names):
         raise OutOfRangeError(f"query {query} is out of range: 0..{len(q_names) - 1}")
+    if highlight is not None and not 0 <= highlight < len(names):
+        raise OutOfRangeError(f"highlighted key {highlight} is out of range: 0..{len(names) - 1}")
     share = None
     if measure == "moved" or cap.layer(layer, part).value_dots is not None:  # "moved" without norms: InputError
         row, _, share = row_shares(
@@ -223,4 +227,13 @@ def query_row(
         margin=dict(l=50, r=10, t=60, b=80),
         shapes=[] if k_new is None else [boundary(x=k_new - 0.5, yref="paper")],
     )
+    if highlight is not None:
+        fig.add_vrect(
+            x0=highlight - 0.5,
+            x1=highlight + 0.5,
+            line={"color": "#2ca02c", "width": 2},
+            fillcolor="rgba(44, 160, 44, 0.12)",
+            annotation_text=f"key {names[highlight]!r}: {float(row[highlight]):.4f}",
+            annotation_position="top",
+        )
     return fig
