@@ -317,3 +317,47 @@ def test_the_figure_colours_each_head_by_its_first_role_and_writes_every_role():
     assert list(heat.text[0]) == ["prev·pos", "pos", "rare"]
     assert "✓ previous_token: 0.900 (&gt; 0.5)" in heat.customdata[0][0]
     assert "(offset -1)" in heat.customdata[0][0]
+
+
+@pytest.mark.slow
+def test_two_processes_give_the_one_process_atlas(tmp_path, model_folder, tiny_bert_words):
+    """``torchrun --standalone --nproc_per_node 2`` starts two gloo processes on this CPU machine: each
+    runs its share of the corpus, the tallies are added (and the examples' best rows kept) over both,
+    and the table equals the one-process table (marked slow: two processes start and import torch)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    folder = model_folder("tiny-bert-words", *tiny_bert_words)
+    corpus = tmp_path / "c.txt"
+    words = "the cat sat on a mat because it was tired and the dog ran to the park".split()
+    g = torch.Generator().manual_seed(0)
+    lines = [
+        " ".join(words[i] for i in torch.randint(0, len(words), (int(n),), generator=g).tolist()) + "."
+        for n in torch.randint(3, 25, (40,), generator=g)
+    ]
+    corpus.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    frames = []
+    for n, command in (
+        (1, [sys.executable]),
+        (2, [str(bin_dir / "torchrun"), "--standalone", "--nproc_per_node", "2"]),
+    ):
+        out = tmp_path / f"{n}.csv"
+        done = subprocess.run(
+            [*command, "-m", "attnviz", "atlas", folder, str(corpus), "-o", str(out), "--quiet"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stderr.count("heads per role") == 1  # the main process reports
+        frames.append(pd.read_csv(out, keep_default_na=False))
+    one, two = frames
+    numbers = [c for c in one.columns if one[c].dtype.kind == "f"]
+    np.testing.assert_allclose(two[numbers].to_numpy(), one[numbers].to_numpy(), atol=1e-9)
+    text = [c for c in one.columns if c not in numbers and not c.endswith("_example")]
+    pd.testing.assert_frame_equal(two[text], one[text])

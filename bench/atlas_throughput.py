@@ -1,0 +1,156 @@
+"""The head atlas' throughput against a plain batched forward of the same corpus (issue #22), as ratios
+measured in the same run (the machines are noisy).
+
+Tokens per second of ``attnviz.analysis.head_atlas(model, texts, tokenizer=tok, progress=False)``
+against a plain batched forward over the same texts: the same batches (``length_batches`` with the
+model's tokenizer, ``--batch-size`` texts, padding ≤ 10 %), right-padded as attnviz pads them,
+``model(input_ids=..., attention_mask=...[, use_cache=False])`` under ``torch.no_grad``, built before
+the clock starts. ``corpus_stats`` over the same texts is timed in the same rounds, so the atlas' own
+cost over the statistics shows: its second tokenization of the corpus (the token counts of the
+rare-word role), the per-row maxima it tallies in the same reduction, and the forwards of its
+repeated random sequences (``head_atlas``' default: 16 × 2 × 25 tokens; they are not corpus tokens,
+so they count against it). The same real (unpadded) corpus tokens are counted for all three. Time is
+process CPU time at ``--threads`` torch threads over ``--rounds`` interleaved rounds (the order
+rotates), after a warm-up of each on ``WARMUP_TEXTS`` texts; the ratios are the median of each
+round's own ratio.
+
+Corpus: ``--texts`` deterministic English-ish sentences (a word list, commas, a seeded RNG; 7–100
+words), as ``bench/corpus_throughput.py`` makes them; SmolLM2 (30 layers) takes the first
+``--smollm2-texts``.
+
+Goal (issue #22): head_atlas ≥ 0.8× the plain forward's tokens/s. It is reported, not tuned; exit
+status 1 when it is missed (everything is printed first).
+
+    python bench/atlas_throughput.py                       # MiniLM and SmolLM2
+    python bench/atlas_throughput.py --models minilm --rounds 3 --texts 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+import attnviz
+from attnviz.analysis import corpus_stats, head_atlas
+from attnviz.workflows.corpus import length_batches
+
+GOAL = 0.80
+WARMUP_TEXTS = 8
+WORDS = (
+    "the a of and to in is was that for it with as his on be at by had this not are but from or have an "
+    "they which one you were her all she there would their we him been has when who will more no if out so "
+    "said what up its about into than them can only other new some could time these two may then do first "
+    "any my now such like our over man me even most made after also did many before must through back years "
+    "where much your way well down should because each just those people how too little state good very make "
+    "world still own see men work long get here between both life being under never day same another know"
+).split()
+
+
+def make_corpus(n: int, seed: int = 0) -> list[str]:
+    """``n`` sentences of 7–100 words from WORDS (commas here and there, a closing mark), seeded."""
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(n):
+        words = [rng.choice(WORDS) for _ in range(rng.randint(7, 100))]
+        for j in range(1, len(words) - 1):
+            if rng.random() < 0.08:
+                words[j] += ","
+        words[0] = words[0].capitalize()
+        texts.append(" ".join(words) + rng.choice(".....?!"))
+    return texts
+
+
+def cpu(fn: Callable[[], Any]) -> float:
+    start = time.process_time()
+    fn()
+    return time.process_time() - start
+
+
+def plain_batches(model, tok, texts: list[str], batch_size: int) -> list[dict[str, Any]]:
+    """The batches corpus_stats cuts, right-padded as attnviz pads them."""
+    use_cache = "use_cache" in inspect.signature(model.forward).parameters
+    out = []
+    for pool in length_batches(iter(texts), lambda t: len(tok(t)["input_ids"]), batch_size):
+        for batch in pool:
+            rows = [tok(text)["input_ids"] for text, _ in batch]
+            n = max(len(r) for r in rows)
+            ids = torch.zeros(len(rows), n, dtype=torch.long)
+            mask = torch.zeros(len(rows), n, dtype=torch.long)
+            for b, row in enumerate(rows):
+                ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+                mask[b, : len(row)] = 1
+            out.append({"input_ids": ids, "attention_mask": mask, **({"use_cache": False} if use_cache else {})})
+    return out
+
+
+def forward_all(model, batches: list[dict[str, Any]]) -> None:
+    with torch.no_grad():
+        for inputs in batches:
+            model(**inputs)
+
+
+def bench_model(name: str, texts: list[str], rounds: int, batch_size: int) -> dict[str, float]:
+    model, tok = attnviz.load_model(name)
+    batches = plain_batches(model, tok, texts, batch_size)
+    tokens = sum(int(b["attention_mask"].sum()) for b in batches)
+    runs: dict[str, Callable[[list[str]], Any]] = {
+        "forward": lambda ts: forward_all(model, batches if ts is texts else plain_batches(model, tok, ts, batch_size)),
+        "corpus_stats": lambda ts: corpus_stats(model, ts, tok, batch_size=batch_size, progress=False),
+        "head_atlas": lambda ts: head_atlas(model, ts, tokenizer=tok, batch_size=batch_size, progress=False),
+    }
+    for run in runs.values():  # warm-up
+        run(texts[:WARMUP_TEXTS])
+    times: dict[str, list[float]] = {k: [] for k in runs}
+    order = list(runs)
+    for r in range(rounds):
+        for k in order[r % 3 :] + order[: r % 3]:
+            times[k].append(cpu(lambda k=k: runs[k](texts)))
+    atlas = [f / a for f, a in zip(times["forward"], times["head_atlas"])]
+    stats = [f / s for f, s in zip(times["forward"], times["corpus_stats"])]
+    over = [s / a for s, a in zip(times["corpus_stats"], times["head_atlas"])]
+    best = {k: min(v) for k, v in times.items()}
+    print(
+        f"{name}: {len(texts)} texts, {tokens:,} tokens, batch {batch_size}; CPU s (min of {rounds}): "
+        + ", ".join(f"{k} {v:.2f}" for k, v in best.items())
+    )
+    print(
+        f"  tokens/s vs the plain forward (median of the rounds' ratios): head_atlas {statistics.median(atlas):.2f}×, "
+        f"corpus_stats {statistics.median(stats):.2f}×; head_atlas vs corpus_stats {statistics.median(over):.2f}×"
+    )
+    return {"atlas": statistics.median(atlas), "stats": statistics.median(stats)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", default="minilm,smollm2")
+    p.add_argument("--texts", type=int, default=200)
+    p.add_argument("--smollm2-texts", type=int, default=60)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    corpus = make_corpus(args.texts)
+    missed = []
+    for name in [m for m in args.models.split(",") if m]:
+        texts = corpus[: args.smollm2_texts] if name == "smollm2" else corpus
+        ratio = bench_model(name, texts, args.rounds, args.batch_size)["atlas"]
+        if ratio < GOAL:
+            missed.append(f"{name} {ratio:.2f}×")
+    print(
+        f"goal: head_atlas ≥ {GOAL}× the plain forward's tokens/s — "
+        + ("missed: " + ", ".join(missed) if missed else "met")
+    )
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
