@@ -8,6 +8,8 @@ one browser test clicks a point of the whole dashboard."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from attnviz.dashboard import create_app, space_view
@@ -101,6 +103,26 @@ def test_the_corpus_is_captured_in_the_background_then_embedded(folder):
     figure = second[SID.graph]["figure"]
     assert _array(figure["data"][1]["x"]) == pytest.approx(expected[expected.kind == "key"].x.tolist(), abs=1e-5)
     assert second[SID.note]["children"].startswith("3 texts of the corpus mini.txt: L1·H2")
+
+
+def test_the_largest_corpus_view_stays_under_2mb(folder, tiny_bert_words):
+    """A corpus of the view's whole token budget (twice as many points): a seeded sample of MAX_POINTS
+    points is shown, the note says so, and the response stays under 2 MB."""
+    _, tok = tiny_bert_words
+    sentence = "The cat sat on the mat because it was tired, and the dog slept by the door all day long."
+    per_text = len(tok(sentence)["input_ids"])
+    corpus = [sentence] * (space_view.CORPUS_TOKENS // per_text + 5)
+    app = space_app({folder: "tiny BERT"}, corpus, background_from=10**9)  # all in the request
+    app.captures.get(folder, TEXT)
+    store = {"key": Captures.key(folder, TEXT), "model": folder, "bos": False}
+    inputs = {ID.store: store, ID.layer: 0, ID.head: 1, SID.source: "corpus", SID.method: "pca"}
+    inputs |= {SID.color: "kind", SID.normalise: ["normalise"], ID.tabs: "space"}
+    body = _post(app, callback(app, f"{SID.graph}.figure"), inputs, {ID.page: "p"})
+    size = len(json.dumps(body))
+    shown = sum(len(_array(t["x"])) for t in body[SID.graph]["figure"]["data"])
+    assert shown == space_view.MAX_POINTS and size < 2_000_000, size
+    texts = space_view.CORPUS_TOKENS // per_text
+    assert f"{space_view.MAX_POINTS} of {2 * texts * per_text} points (seed 0)" in body[SID.note]["children"]
 
 
 @pytest.mark.parametrize("bos", [False, True])

@@ -156,6 +156,20 @@ def test_query_row_bars_and_stats(bert_cap):
     assert uniform["entropy"] == pytest.approx(math.log(4))
 
 
+def test_query_row_boxes_the_highlighted_key(bert_cap):
+    """The Q·K space's key, boxed on the Lab's bars with its weight; a key outside the row is refused."""
+    row = bert_cap.attention(1, 2)[8]
+    plain = figures.query_row(bert_cap, 1, 2, 8)
+    fig = figures.query_row(bert_cap, 1, 2, 8, highlight=3)
+    assert not plain.layout.shapes or all(s.x0 != 2.5 for s in plain.layout.shapes)
+    box = [s for s in fig.layout.shapes if s.type == "rect"]
+    assert len(box) == 1 and (box[0].x0, box[0].x1) == (2.5, 3.5)
+    label = bert_cap.token_labels[3]
+    assert [a.text for a in fig.layout.annotations] == [f"key {label!r}: {float(row[3]):.4f}"]
+    with pytest.raises(attnviz.OutOfRangeError, match="highlighted key 99"):
+        figures.query_row(bert_cap, 1, 2, 8, highlight=99)
+
+
 def test_validation_map_and_comparison(bert_cap):
     report = bert_cap.validate()
     fig = figures.validation_map(report, "weights")

@@ -25,7 +25,8 @@ from .ids import ID, SID
 
 VIEWS = [("space", "Q·K space")]
 CORPUS_TEXTS = 500  # a corpus file's first texts that the view embeds
-CORPUS_TOKENS = 16_384  # … and at most this many tokens of them (queries + keys: twice as many points)
+CORPUS_TOKENS = 8_192  # … and at most this many tokens of them (queries + keys: twice as many points)
+MAX_POINTS = 10_000  # points a view shows (a seeded sample past it, stated): ~170 bytes each, under 2 MB
 BATCH = 16  # corpus texts per forward
 _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
 
@@ -177,7 +178,9 @@ def register(app: Dash, captures: Captures, corpus: list[str] | None = None, cor
             owner, caps, n_points = store, [cap], 2 * cap.n_tokens
 
         def embed(_progress):
-            return qk_space(caps, int(layer), int(head), part=part, method=method, normalise=norm)
+            return qk_space(
+                caps, int(layer), int(head), part=part, method=method, normalise=norm, max_points=MAX_POINTS
+            )
 
         df = in_background(captures, owner, page, what, label, n_points, embed)
         if df is None:
