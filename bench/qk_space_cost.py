@@ -20,10 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from corpus_throughput import make_corpus  # noqa: E402
+
 import attnviz  # noqa: E402
 from attnviz.analysis import qk_space  # noqa: E402
 from attnviz.figures import qk_space_figure  # noqa: E402
-from corpus_throughput import make_corpus  # noqa: E402
 
 
 def texts_of(tokenizer, tokens: int) -> list[str]:
