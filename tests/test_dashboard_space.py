@@ -161,11 +161,11 @@ def test_a_corpus_point_runs_its_text_then_opens_the_lab_on_its_capture(folder):
         app,
         _callback(app, runs=True),
         {SID.graph: {"points": [{"customdata": [1, 3, "key"]}]}},
-        {SID.source: "corpus", ID.store: store, ID.run: 2},
+        {SID.source: "corpus", ID.store: store, ID.run: 2, ID.layer: 1, ID.head: 3},
     )
     assert opened[ID.text]["value"] == CORPUS[1] and opened[ID.run]["n_clicks"] == 3
     drill = opened[SID.drill]["data"]
-    assert drill == {"key": Captures.key(folder, CORPUS[1], False), "position": 3, "kind": "key"}
+    assert drill == {"key": Captures.key(folder, CORPUS[1], False), "position": 3, "kind": "key", "layer": 1, "head": 3}
     show = _callback(app, runs=False)
     other = _post(app, show, {ID.store: store}, {SID.drill: drill})
     assert other[SID.drill]["data"] is None and ID.tabs not in other  # another capture: dropped
@@ -173,6 +173,7 @@ def test_a_corpus_point_runs_its_text_then_opens_the_lab_on_its_capture(folder):
     shown = _post(app, show, {ID.store: ran}, {SID.drill: drill, ID.lab_query: None})
     assert shown[ID.lab_key]["data"] == {"key": drill["key"], "position": 3} and shown[ID.tabs]["value"] == "lab"
     assert shown[ID.lab_query]["data"] == 3  # no query yet: the key's own row
+    assert (shown[ID.layer]["value"], shown[ID.head]["value"]) == (1, 3)  # the head the point was embedded for
 
 
 def test_a_corpus_file_that_cannot_be_read_is_said_on_the_page(tmp_path):
@@ -210,3 +211,17 @@ def test_the_space_tab_clicks_into_the_lab_at_that_token(dash_duo, folder, tmp_p
     )
     dash_duo.wait_for_contains_text(f"#{ID.lab_graph}", "key 'cat'")
     assert f"'sat' → {head}" in dash_duo.find_element(f"#{ID.lab_graph} .gtitle").text  # the query stays
+    # the corpus: its point 4 of text 1's queries opens that text, run as the page's, at that token
+    open_tab(dash_duo, "Q·K space")
+    dash_duo.find_elements(f"#{SID.source} input")[1].click()
+    dash_duo.wait_for_contains_text(f"#{SID.note}", "3 texts of the corpus corpus.txt", timeout=60)
+    index = dash_duo.driver.execute_script(
+        f"const gd = document.querySelector('#{SID.graph} .js-plotly-plot');"
+        "return gd.data[0].customdata.findIndex((c) => c[0] === 1 && c[1] === 4);"
+    )
+    dash_duo.driver.execute_script(
+        f"document.querySelector('#{SID.graph} .js-plotly-plot').emit('plotly_click', "
+        f"{{points: [{{curveNumber: 0, pointNumber: {index}}}]}});"
+    )
+    dash_duo.wait_for_contains_text(f"#{ID.lab_graph} .gtitle", f"'a' → {head}", timeout=60)  # [CLS] my sister bought a
+    assert dash_duo.find_element(f"#{ID.text}").get_attribute("value") == CORPUS[1]

@@ -200,10 +200,12 @@ def register(app: Dash, captures: Captures, corpus: list[str] | None = None, cor
         State(ID.store, "data"),
         State(ID.lab_query, "data"),
         State(ID.run, "n_clicks"),
+        State(ID.layer, "value"),
+        State(ID.head, "value"),
         prevent_initial_call=True,
     )
     @shows_errors()
-    def open_point(click, source, store, query, clicks):
+    def open_point(click, source, store, query, clicks, layer, head):
         """A click on a point: this text's token opens in the Lab at once; a corpus text is run first
         (:func:`show_point` moves the Lab once the page holds its capture)."""
         point = (click or {}).get("points", [{}])[0]
@@ -217,6 +219,8 @@ def register(app: Dash, captures: Captures, corpus: list[str] | None = None, cor
                 "key": captures.key(store["model"], corpus[text], bool(store.get("bos"))),
                 "position": position,
                 "kind": kind,
+                "layer": layer,
+                "head": head,
             }
             return no_update, no_update, no_update, corpus[text], (clicks or 0) + 1, drill
         return (*lab_place(kind, position, query, store["key"]), "lab", no_update, no_update, None)
@@ -225,6 +229,8 @@ def register(app: Dash, captures: Captures, corpus: list[str] | None = None, cor
         Output(ID.lab_query, "data", allow_duplicate=True),
         Output(ID.lab_key, "data", allow_duplicate=True),
         Output(ID.tabs, "value", allow_duplicate=True),
+        Output(ID.layer, "value", allow_duplicate=True),
+        Output(ID.head, "value", allow_duplicate=True),
         Output(SID.drill, "data", allow_duplicate=True),
         Input(ID.store, "data"),
         State(SID.drill, "data"),
@@ -233,12 +239,14 @@ def register(app: Dash, captures: Captures, corpus: list[str] | None = None, cor
     )
     def show_point(store, drill, query):
         """The corpus text's capture is the page's now: the Lab opens on the point's token. Another
-        capture (the user ran another text meanwhile) drops the drill-down."""
+        capture (the user ran another text meanwhile) drops the drill-down. The head is the one the
+        point was embedded for (the run chose its own opening head for the new text)."""
         if not drill:
-            return (no_update,) * 4
+            return (no_update,) * 6
         if not store or store.get("key") != drill.get("key"):
-            return no_update, no_update, no_update, None
-        return (*lab_place(drill["kind"], int(drill["position"]), query, store["key"]), "lab", None)
+            return (no_update,) * 5 + (None,)
+        place = lab_place(drill["kind"], int(drill["position"]), query, store["key"])
+        return (*place, "lab", drill["layer"], drill["head"], None)
 
 
 def lab_place(kind: str, position: int, query: int | None, key: str) -> tuple:
