@@ -45,6 +45,8 @@ def _by_hand(cap, layer, head, part, *, scale=None, temperature=1.0, causal=True
         ("bert", "sdpa", "encoder"),
         ("t5", "eager", "decoder"),  # (an encoder's knockout would change the decoder's input too)
         ("bart", "sdpa", "cross"),
+        ("deberta_v2", "eager", "encoder"),  # its relative terms: a recorded bias the edit keeps
+        ("albert", "sdpa", "encoder"),  # layer 1 is the shared module's second call
     ],
 )
 def test_knockout_zeroes_the_key_and_the_row_renormalises(family, impl, part):
@@ -189,6 +191,44 @@ def test_an_encoder_without_a_head_reports_its_hidden_states():
     assert float(expected.min()) < 1 - 1e-6  # the ablation reached the output (tiny random BERT: a small change)
     with pytest.raises(InputError, match="no language-model head"):
         out.delta_logprob(5)
+
+
+def _hidden_with_head_zeroed(model, ids, projection, head, call):
+    """The encoder's last hidden states with ``head``'s slice of ``projection``'s input zeroed at
+    its ``call``-th call (ALBERT's projection runs once per layer) — the ablation done by hand."""
+    d = model.config.hidden_size // model.config.num_attention_heads
+    calls = []
+
+    def zero(module, args):
+        calls.append(len(calls))
+        if calls[-1] != call:
+            return None
+        x = args[0].clone()
+        x[..., head * d : (head + 1) * d] = 0
+        return (x,)
+
+    with torch.no_grad():
+        plain = model(ids).last_hidden_state[0]
+        handle = projection.register_forward_pre_hook(zero)
+        try:
+            removed = model(ids).last_hidden_state[0]
+        finally:
+            handle.remove()
+    return torch.nn.functional.cosine_similarity(removed, plain, dim=-1)
+
+
+@pytest.mark.parametrize("family", ["deberta_v2", "albert"])
+def test_ablating_a_head_of_deberta_or_albert_equals_zeroing_its_slice_by_hand(family):
+    """An ablation follows the capture in the families with relative terms (DeBERTa: the projection
+    hooks) and with one module shared by every layer (ALBERT: layer 1 is its module's second call)."""
+    model, out = _run(family, [edits.ablate(layer=1, head=2)], "eager")
+    ids = torch.tensor([out.capture_before.token_ids])
+    layer = model.encoder.layer[1].attention.output.dense if family == "deberta_v2" else None
+    shared = model.encoder.albert_layer_groups[0].albert_layers[0].attention.dense if family == "albert" else None
+    expected = _hidden_with_head_zeroed(model, ids, layer or shared, 2, call=0 if layer is not None else 1)
+    torch.testing.assert_close(out.similarity, expected, atol=1e-6, rtol=0)
+    assert float(expected.min()) < 1 - 1e-6  # the ablation reached the output
+    assert out.check_error == 0.0  # ablation alone keeps the model's own kernel
 
 
 def test_bad_edits_are_refused_with_what_to_do():

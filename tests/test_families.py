@@ -20,9 +20,11 @@ SUPPORTED = [(f.tiny, backend) for f in FAMILIES if f.how != "refused" for backe
 REFUSED = {
     "falcon": "Falcon with rotary embeddings",
     "longt5": "LongT5: the encoder's blocked attention",
-    "albert": "ALBERT: one attention module runs for every layer",
-    "deberta_v2": "DeBERTa-v2: computes attention inline",
+    "deberta": r"DeBERTa \(v1\): no spec maps its fused in_proj",
 }
+ENCODERS = {"bert", "roberta", "albert", "deberta_v2"}  # one-stack families whose attention is bidirectional
+#: families held to the issue's bound (float32, every layer, padded): the others keep the table's 2e-6
+TIGHT = {"deberta_v2": 5e-7, "albert": 5e-7}
 
 
 def texts(lengths, seed):
@@ -39,9 +41,9 @@ def padded(rows):
     return ids, mask
 
 
-def reference(family, caps) -> dict[str, tuple]:
+def reference(family, caps, **overrides) -> dict[str, tuple]:
     """The eager model's own attentions on the captures' ids, padded and masked."""
-    eager = attnviz.tiny_model(family, attn_implementation="eager")
+    eager = attnviz.tiny_model(family, attn_implementation="eager", **overrides)
     ids, mask = padded([c.token_ids for c in caps])
     kwargs = {"input_ids": ids, "attention_mask": mask}
     if eager.config.is_encoder_decoder:
@@ -51,7 +53,7 @@ def reference(family, caps) -> dict[str, tuple]:
         out = eager(**kwargs, output_attentions=True)
     if eager.config.is_encoder_decoder:
         return {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
-    return {"encoder" if family in {"bert", "roberta"} else "decoder": out.attentions}
+    return {"encoder" if family in ENCODERS else "decoder": out.attentions}
 
 
 @pytest.mark.parametrize("family,backend", SUPPORTED)
@@ -77,7 +79,7 @@ def test_every_part_matches_its_own_eager_attention_in_a_padded_batch(family, ba
             for layer, ref in enumerate(refs):
                 ours = cap.attention(layer, part=part)
                 assert ours.shape == (ref.shape[1], n_q, n_k)
-                torch.testing.assert_close(ours, ref[b, :, :n_q, :n_k], atol=2e-6, rtol=0)
+                torch.testing.assert_close(ours, ref[b, :, :n_q, :n_k], atol=TIGHT.get(family, 2e-6), rtol=0)
         report = cap.validate()
         assert report.passed and report.parts == list(expected), str(report)
     alone = attnviz.capture(model, sources[1], tok, target=targets[1] if targets else None)
@@ -86,7 +88,7 @@ def test_every_part_matches_its_own_eager_attention_in_a_padded_batch(family, ba
         torch.testing.assert_close(caps[1].attention(0, part=part), alone.attention(0, part=part), atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("family", ["bloom", "mpt", "falcon_alibi", "t5", "umt5", "gpt_oss"])
+@pytest.mark.parametrize("family", ["bloom", "mpt", "falcon_alibi", "t5", "umt5", "gpt_oss", "deberta_v2"])
 def test_position_biases_and_sinks_are_needed_and_checked(family):
     """Leave the bias (or the sinks) out of the recomputation and validation fails: the term matters,
     and a capture that lost it could not pass its own check."""
@@ -129,6 +131,72 @@ def test_gpt_oss_sinks_take_a_share_of_each_row():
     torch.testing.assert_close(share + row_sums, torch.ones(9))
     assert cap.sink_share(0, 2, part="decoder") is not None
     assert attnviz.capture(attnviz.tiny_model("llama"), input_ids=torch.arange(3, 9)[None]).sink_share(0) is None
+
+
+DEBERTA_LAYOUTS = {
+    "v3": {},  # c2p + p2c, log buckets, q/k shared with the relative embeddings, LayerNorm on them
+    "v2": dict(share_att_key=False, position_buckets=-1, norm_rel_ebd="none", position_biased_input=True),
+    "c2p only": dict(pos_att_type=["c2p"]),
+    "no relative terms": dict(relative_attention=False, pos_att_type=None, position_biased_input=True),
+}
+
+
+@pytest.mark.parametrize("layout", DEBERTA_LAYOUTS)
+def test_deberta_layouts_match_their_own_eager_attention_in_a_padded_batch(layout):
+    """DeBERTa's disentangled scores — Q·Kᵀ/√(d·f) plus the c2p and p2c terms, recorded as a bias —
+    equal the model's own weights at every layer within 5e-7, in a padded batch long enough that the
+    relative distances reach past the buckets (40 tokens, 8 buckets) and get clamped."""
+    overrides = DEBERTA_LAYOUTS[layout]
+    model = attnviz.tiny_model("deberta_v2", **overrides)
+    caps = attnviz.capture(model, texts([40, 23], seed=3), IdsTokenizer())
+    (refs,) = reference("deberta_v2", caps, **overrides).values()
+    f = 1 + len(model.config.pos_att_type or []) if model.config.relative_attention else 1
+    for b, cap in enumerate(caps):
+        n = cap.n_tokens
+        for layer, ref in enumerate(refs):
+            rec = cap.layer(layer)
+            assert rec.scaling == pytest.approx((8 * f) ** -0.5, rel=1e-12)  # its own 1/√(d·scale_factor)
+            assert (rec.bias is not None) == (layout != "no relative terms")
+            torch.testing.assert_close(cap.attention(layer), ref[b, :, :n, :n], atol=5e-7, rtol=0)
+        assert cap.validate().passed
+
+
+def test_albert_keys_each_call_of_its_shared_module_by_its_index_in_the_forward():
+    """ALBERT's groups of shared layers (4 layers, 2 groups of 2 modules: 8 attention calls from 4
+    modules): each call is a layer, in the order the model ran them, equal to its own eager
+    attention — and the output projection, shared too, is proved per layer."""
+    shape = dict(num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2)
+    for backend in ("eager", "sdpa"):
+        model = attnviz.tiny_model("albert", attn_implementation=backend, **shape)
+        caps = attnviz.capture(model, texts([11, 8], seed=1), IdsTokenizer())
+        (refs,) = reference("albert", caps, **shape).values()
+        assert len(refs) == 8 and caps[0].layer_indices("encoder") == list(range(8))
+        # layers 0-3 run group 0 (its two modules in turn), layers 4-7 group 1, as AlbertTransformer does
+        names = [caps[0].layer(layer).name.removeprefix("encoder.albert_layer_groups.") for layer in range(8)]
+        group = ["0.albert_layers.0.attention", "0.albert_layers.1.attention"] * 2
+        assert names == group + [g.replace("0.", "1.", 1) for g in group]
+        for b, cap in enumerate(caps):
+            n = cap.n_tokens
+            for layer, ref in enumerate(refs):
+                torch.testing.assert_close(cap.attention(layer), ref[b, :, :n, :n], atol=5e-7, rtol=0)
+                check = cap.layer(layer).projection_check
+                assert check is not None and check[2] == n  # every row of this layer's own projection call
+            assert cap.validate().passed
+    ids = torch.tensor([caps[1].token_ids])
+    with torch.no_grad(), attnviz.tap(model) as rec:  # two forwards in one tap: the count runs on, per forward
+        model(ids)
+        model(ids)
+    assert [c.layer for c in rec.calls] == list(range(8)) * 2
+    assert [c.step for c in rec.calls] == [0] * 8 + [1] * 8
+
+
+def test_a_module_that_runs_twice_in_a_family_without_shared_layers_is_refused():
+    """Only the families of ``SHARED_LAYERS`` number a module's calls by their order: a BERT whose one
+    layer runs twice would otherwise hold two layers under one name — refused, with why."""
+    model = attnviz.tiny_model("bert")
+    model.encoder.layer = torch.nn.ModuleList([model.encoder.layer[0]] * 2)
+    with pytest.raises(attnviz.UnsupportedModelError, match="ran its attention twice encoder layer 0 in one forward"):
+        attnviz.capture(model, input_ids=torch.arange(3, 9)[None])
 
 
 @pytest.mark.parametrize("family,needle", REFUSED.items())

@@ -183,8 +183,7 @@ def test_hooks_wrappers_and_listeners_are_gone_after_an_exception(family):
 @pytest.mark.parametrize(
     ("family", "why"),
     [
-        ("albert", "ALBERT: one attention module runs for every layer. attnviz supports any model whose"),
-        ("deberta_v2", "DeBERTa-v2: computes attention inline. attnviz supports any model whose"),
+        ("deberta", r"DeBERTa \(v1\): no spec maps its fused in_proj.*\. attnviz supports any model whose"),
         ("falcon", "rotary"),
     ],
 )

@@ -3,11 +3,12 @@
 For the length of an :func:`editing` block an :class:`Editor` is an
 :class:`~attnviz.engine.listeners.Editing` listener of the model: every call of an edited layer —
 caught by the AttentionInterface wrapper or, for a family that computes attention inline (GPT-Neo,
-XGLM, GPT-1, Bloom, MPT, Falcon-ALiBi), by the projection hooks — is computed by attnviz's own
+XGLM, GPT-1, Bloom, MPT, Falcon-ALiBi, DeBERTa-v2/v3), by the projection hooks — is computed by attnviz's own
 :func:`~attnviz.attention.scaled_dot_product` with the layer's :class:`~attnviz.workflows.edits.LayerPlan`
 applied (:func:`edited_attention`); every other call is the model's own kernel. For an inline
 family the edited A·V goes to the output projection in place of the model's own (whose inline
-scores are then unused). Ablation needs no recomputation: the kernel runs and the head's output is
+scores are then unused; DeBERTa's relative terms enter as the bias the capture records, their value
+for this input). Ablation needs no recomputation: the kernel runs and the head's output is
 then zeroed (or replaced by its mean over the text), so ablating is exact whatever the backend.
 
 Recorders active at the same time (a capture of the edited run) see the call as edited — the

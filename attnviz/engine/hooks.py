@@ -27,6 +27,7 @@ from torch import Tensor, nn
 
 from ..errors import UnsupportedModelError
 from .listeners import dispatch, listened
+from .projections import projection_module
 from .specs import ProjectionSpec, fused_layout, supported_families
 
 __all__ = ["InlineCall", "hooked", "hooked_models", "projection_read"]
@@ -74,8 +75,13 @@ def projection_read(
     inputs = kept.get("inputs", {})
     batch = q.shape[0]
     bias = spec.bias(attention, inputs, batch)
+    scored = spec.qk_bias(attention, inputs, q, k)
+    if scored is not None:
+        bias = scored if bias is None else bias + scored
     mask = inputs.get(spec.mask) if spec.mask else None
     if isinstance(mask, Tensor):
+        if mask.dtype != torch.bool and not mask.is_floating_point():
+            mask = mask != 0  # a 0/1 integer mask (DeBERTa): 1 = may attend
         if mask.dtype == torch.bool and spec.mask_true_means_masked:
             mask = ~mask
         carried = spec.mask_bias(attention, inputs, batch) if unfold_mask else None
@@ -143,8 +149,9 @@ class _Hooks:
         self.local = threading.local()  # per thread: {id(attention module): what its hooks kept of the call}
         self.handles: list[Any] = []
         try:
-            for attention in (m for m in model.modules() if type(m).__name__ == spec.module):
-                self._hook(spec, attention)
+            for name, attention in model.named_modules():
+                if type(attention).__name__ == spec.module:
+                    self._hook(model, spec, name, attention)
         except BaseException:
             self.remove()
             raise
@@ -157,7 +164,7 @@ class _Hooks:
         by_module = self.local.__dict__.setdefault("by_module", {})
         return by_module.setdefault(id(attention), {})
 
-    def _hook(self, spec: ProjectionSpec, attention: nn.Module) -> None:
+    def _hook(self, model: nn.Module, spec: ProjectionSpec, path: str, attention: nn.Module) -> None:
         signature = inspect.signature(attention.forward)
 
         def keep_inputs(_module, args, kwargs):
@@ -168,8 +175,8 @@ class _Hooks:
 
         def keep_output(name):
             def hook(_module, _args, output):
-                if listened(attention):
-                    self.kept(attention)[name] = output
+                if listened(attention):  # the call's first output: DeBERTa-v3 runs q/k again on its relative embeddings
+                    self.kept(attention).setdefault(name, output)
 
             return hook
 
@@ -187,7 +194,10 @@ class _Hooks:
         for name, child in parts.items():
             assert child is not None, f"{spec.module}: a spec names q, k and v, or one fused projection"
             self.handles.append(attention.get_submodule(child).register_forward_hook(keep_output(name)))
-        self.handles.append(attention.get_submodule(spec.out).register_forward_pre_hook(finish))
+        out = projection_module(model, path)
+        if out is None:
+            raise UnsupportedModelError(f"{path} ({spec.module}) has no output projection at {spec.out!r}")
+        self.handles.append(out.register_forward_pre_hook(finish))
 
     def remove(self) -> None:
         for handle in self.handles:

@@ -164,25 +164,27 @@ def _read(module: nn.Module, n_heads: int, d_v: int, *, copy: bool) -> OutputPro
 @dataclass
 class ProjectionWatch:
     """A sample of query rows of each output projection's output while a tap records: per attention
-    module name, ``(positions [r], output [batch, r, hidden])`` per call, positions counted over the
-    module's calls in this tap (a generation's steps follow its prompt)."""
+    module name and layer, ``(positions [r], output [batch, r, hidden])`` per call, positions counted
+    over that module's calls at that layer in this tap (a generation's steps follow its prompt; a
+    module shared by several layers, ALBERT's, starts again at each layer)."""
 
-    seen: dict[str, list[tuple[Tensor, Tensor]]] = field(default_factory=dict)
+    seen: dict[tuple[str, int], list[tuple[Tensor, Tensor]]] = field(default_factory=dict)
     handles: dict[int, Any] = field(default_factory=dict)  # id(projection) -> its hook's handle
-    rows_before: dict[str, int] = field(default_factory=dict)
-    armed: dict[int, str] = field(default_factory=dict)  # id(projection) -> the attention module it answers for
+    rows_before: dict[tuple[str, int], int] = field(default_factory=dict)
+    # id(projection) -> the attention module (name, layer) it answers for next
+    armed: dict[int, tuple[str, int]] = field(default_factory=dict)
     found: dict[str, nn.Module | None] = field(default_factory=dict)  # attention module name -> its projection
 
-    def arm(self, model: nn.Module, name: str, listening: Any, to_cpu: bool) -> None:
-        """Keep the rows of the next output of the projection of the attention module at ``name`` (hooked on first use), when heard
-        in a context where ``listening()`` is true."""
+    def arm(self, model: nn.Module, name: str, layer: int, listening: Any, to_cpu: bool) -> None:
+        """Keep the rows of the next output of the projection of the attention module at ``name``
+        (hooked on first use), as ``layer``'s, when heard in a context where ``listening()`` is true."""
         if name not in self.found:
             self.found[name] = projection_module(model, name)
         projection = self.found[name]
         if projection is None:
             return
         key = id(projection)
-        self.armed[key] = name
+        self.armed[key] = (name, layer)
         if key in self.handles:
             return
 
@@ -204,9 +206,9 @@ class ProjectionWatch:
             handle.remove()
         self.handles.clear()
 
-    def rows(self, name: str) -> tuple[Tensor, Tensor] | None:  # (positions [r], output [batch, r, hidden])
-        """Every kept row of the module at ``name``'s projection, in order, or None."""
-        calls = self.seen.get(name)
+    def rows(self, name: str, layer: int) -> tuple[Tensor, Tensor] | None:  # (positions [r], output [batch, r, hidden])
+        """Every kept row of the projection of the module at ``name`` at ``layer``, in order, or None."""
+        calls = self.seen.get((name, layer))
         if not calls:
             return None
         return torch.cat([p for p, _ in calls]), torch.cat([o for _, o in calls], dim=-2)

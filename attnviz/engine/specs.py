@@ -17,6 +17,7 @@ here:
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ __all__ = [
     "INTERPRETED_ARGUMENTS",
     "OUTPUT_PROJECTIONS",
     "PROJECTION_SPECS",
+    "SHARED_LAYERS",
     "TRANSPOSED_WEIGHTS",
     "Family",
     "ProjectionSpec",
@@ -119,6 +121,17 @@ INTERPRETED_ARGUMENTS = frozenset(
 )
 
 
+# ---------------------------------------------------------------- one module, many layers
+#: families whose attention modules each run for several layers of one forward (ALBERT: one layer's
+#: weights shared by the whole stack, ``num_hidden_groups`` groups of ``inner_group_num`` layers):
+#: a call's layer is its index among the model's attention calls in the forward — the value here, from
+#: the config, is how many attention calls one forward makes (the count runs on, modulo it, over
+#: several forwards in one tap). Any other module that runs twice in a forward stays refused.
+SHARED_LAYERS: dict[str, Callable[[Any], int]] = {
+    "albert": lambda config: config.num_hidden_layers * config.inner_group_num,
+}
+
+
 # ---------------------------------------------------------------- what a head writes
 #: where an attention module's output projection sits (its input: the heads' A·V, concatenated
 #: head by head), tried in order from the module that called the attention: a child — Llama, Qwen,
@@ -168,6 +181,10 @@ class ProjectionSpec:
     # the additive term an additive mask carries on every key it lets through, [b|1, head, q|1, k]
     # (Falcon folds ALiBi into its mask): edits that unblock a key add it there too
     mask_bias: Callable[[Any, dict, int], Tensor | None] = lambda m, inputs, batch: None
+    # a term of the scores that is a function of this call's Q and K ([batch, head, pos, d]) —
+    # DeBERTa's c2p / p2c relative terms — computed by the module's own code from what the hooks
+    # kept, [b, head, q, k]: recorded as its *value* for this input (an edit of the weights keeps it)
+    qk_bias: Callable[[Any, dict, Tensor, Tensor], Tensor | None] = lambda m, inputs, q, k: None
     refuse: Callable[[Any], str | None] = lambda config: None  # why a config of this family is not supported
 
 
@@ -177,6 +194,33 @@ def _alibi_per_item(module: Any, alibi: Tensor, batch: int) -> Tensor:  # [b·h,
 
 def _mpt_bias(module: Any, bias: Tensor, batch: int) -> Tensor:  # [h, 1, max_len] -> [1, h, 1, max_len]
     return bias[None]
+
+
+def _deberta_scale_factor(module: Any) -> int:
+    """DeBERTa's ``scale_factor``: 1, plus one per relative term (c2p, p2c) its scores add."""
+    return 1 + sum(term in module.pos_att_type for term in ("c2p", "p2c"))
+
+
+def _deberta_scaling(module: Any) -> float:
+    """``1/√(d·scale_factor)``: DeBERTa divides Q·Kᵀ (and each relative term) by ``√(d·scale_factor)``."""
+    return 1.0 / math.sqrt(module.attention_head_size * _deberta_scale_factor(module))
+
+
+def _deberta_relative(module: Any, inputs: dict, q: Tensor, k: Tensor) -> Tensor | None:  # [b, head, q, k]
+    """DeBERTa's c2p + p2c terms for this call, by the module's own ``disentangled_attention_bias``
+    on the call's Q and K (in its ``[batch·head, pos, d]`` layout), relative positions and relative
+    embeddings — the very function its forward added to the scores, so the value is the model's."""
+    if not module.relative_attention or not module.pos_att_type:
+        return None
+    b, h, n_q, d = q.shape
+    scores = module.disentangled_attention_bias(
+        q.reshape(b * h, n_q, d),
+        k.reshape(b * h, k.shape[-2], d),
+        inputs.get("relative_pos"),
+        module.pos_dropout(inputs["rel_embeddings"]),
+        _deberta_scale_factor(module),
+    )
+    return None if isinstance(scores, int) else scores.view(b, h, n_q, -1)
 
 
 def _falcon_refusal(config) -> str | None:
@@ -197,6 +241,21 @@ def _bloom_refusal(config) -> str | None:
 
 
 PROJECTION_SPECS: dict[str, ProjectionSpec] = {
+    # DeBERTa-v2/v3: scores = Q·Kᵀ/√(d·f) + c2p + p2c (f = 1 + the relative terms), computed inline;
+    # the relative terms are the module's own disentangled_attention_bias, recorded as a bias; its
+    # mask [b, 1, n, n] is 0/1 (1 = may attend); its output projection is attention.output.dense
+    "deberta-v2": ProjectionSpec(
+        "DisentangledSelfAttention",
+        q="query_proj",
+        k="key_proj",
+        v="value_proj",
+        out="../output/dense",
+        heads="num_attention_heads",
+        scaling=_deberta_scaling,
+        causal=False,
+        mask="attention_mask",
+        qk_bias=_deberta_relative,
+    ),
     # GPT-Neo: no scaling at all; "local" layers see only the last window_size tokens
     "gpt_neo": ProjectionSpec(
         "GPTNeoSelfAttention",
@@ -372,22 +431,30 @@ FAMILIES: tuple[Family, ...] = (
         model_types=("longt5",),
     ),
     Family(
-        "DeBERTa-v2",
+        "DeBERTa-v2 / v3",
+        "projection hooks",
+        "encoder",
+        "disentangled relative (c2p, p2c)",
+        "deberta_v2",
+        "the relative terms are recorded as a bias, their value for this input",
+        ("eager",),
+    ),
+    Family(
+        "DeBERTa (v1)",
         "refused",
         "—",
         "disentangled relative attention",
         None,
-        "computes attention inline",
-        model_types=("deberta-v2", "deberta"),
+        "no spec maps its fused in_proj, with q_bias and v_bias added after it (DeBERTa-v2 / v3 is supported)",
+        model_types=("deberta",),
     ),
     Family(
         "ALBERT",
-        "refused",
-        "—",
+        "interface",
+        "encoder",
         "learned absolute",
-        None,
-        "one attention module runs for every layer",
-        model_types=("albert",),
+        "albert",
+        "one attention module runs for every layer: a call's layer is its index in the forward",
     ),
 )
 

@@ -8,13 +8,15 @@ expansion), V, the mask, the scaling and the backend's own arguments (sliding wi
 causal flag, T5's ``position_bias``, gpt-oss's sinks ``s_aux``): for them a recording wrapper sits
 in front of the model's backend (:mod:`attnviz.engine.interface`), calls exactly the function the
 caller would have got and hands its result back unchanged. The families that compute attention
-inline (GPT-Neo, XGLM, GPT-1, Bloom, MPT, Falcon-ALiBi: :data:`attnviz.engine.specs.PROJECTION_SPECS`)
+inline (GPT-Neo, XGLM, GPT-1, Bloom, MPT, Falcon-ALiBi, DeBERTa-v2/v3:
+:data:`attnviz.engine.specs.PROJECTION_SPECS`)
 are read through hooks on their projections (:mod:`attnviz.engine.hooks`). :func:`attached` chooses.
 The model's config is never touched; everything is removed in ``finally``, also when forward raises.
 
 Each recorded call is keyed by the module that made it: its path in the model gives the part
 (``encoder`` / ``decoder`` / ``cross``) and the layer (:func:`attnviz.engine.specs.locate`), never the
-call order. An argument attnviz does not understand refuses the capture
+call order — except in a family whose modules each run for several layers
+(:data:`attnviz.engine.specs.SHARED_LAYERS`, ALBERT), where the layer is the call's index in its forward. An argument attnviz does not understand refuses the capture
 (:class:`UnsupportedModelError`), so a map is never silently missing a term.
 
 Several captures may run at once — other threads, other models, nested ``with tap(a): with
@@ -37,7 +39,7 @@ from .hooks import hooked
 from .interface import installed_backends, wrapped
 from .listeners import Call, Seen, listening, owner, recorders
 from .projections import ProjectionWatch
-from .specs import PROJECTION_SPECS, check_supported, locate
+from .specs import PROJECTION_SPECS, SHARED_LAYERS, check_supported, locate
 
 __all__ = [
     "CALL_TENSORS",
@@ -182,12 +184,17 @@ class Recorder:
     dense_masks: dict[int, Any] = field(default_factory=dict)
     _names: dict[int, str] = field(default_factory=dict)
     _encoder_decoder: bool = False
-    _steps: dict[int, int] = field(default_factory=dict)  # calls so far per module
+    _steps: dict[tuple[int, int], int] = field(default_factory=dict)  # calls so far per (module, layer)
     _where: dict[tuple[int, bool], tuple[str, int]] = field(default_factory=dict)  # (module, causal) -> part, layer
+    _per_forward: int | None = None  # a shared family's attention calls per forward (specs.SHARED_LAYERS)
+    _calls: int = 0  # calls placed so far (a shared family's layers are counted by it)
 
     def __post_init__(self) -> None:
         self._names = {id(m): name for name, m in self.model.named_modules()}
-        self._encoder_decoder = bool(getattr(getattr(self.model, "config", None), "is_encoder_decoder", False))
+        config = getattr(self.model, "config", None)
+        self._encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+        shared = SHARED_LAYERS.get(getattr(config, "model_type", ""))
+        self._per_forward = None if shared is None else int(shared(config))
 
     def owns(self, module: nn.Module) -> bool:
         """Whether ``module`` is part of this recorder's model."""
@@ -219,13 +226,19 @@ class Recorder:
         self, module: nn.Module, causal: bool, mask: Tensor | None, designed_causal: bool | None = None
     ) -> tuple[str, int]:
         """(part, layer) of a call: the module's path, and whether its attention is causal by design
-        (its ``is_causal``, else ``designed_causal``, else the call's causal flag or mask structure)."""
+        (its ``is_causal``, else ``designed_causal``, else the call's causal flag or mask structure).
+        Called once per call: in a family whose modules are shared by several layers
+        (:data:`~attnviz.engine.specs.SHARED_LAYERS`) the layer is the call's index in its forward."""
         looks_causal = getattr(module, "is_causal", None)
         if looks_causal is None:
             looks_causal = designed_causal
         if looks_causal is None:
             looks_causal = causal or (mask is not None and _is_causal_structure(mask))
-        return self.where(module, bool(looks_causal))
+        part, layer = self.where(module, bool(looks_causal))
+        if self._per_forward:
+            layer = self._calls % self._per_forward
+        self._calls += 1
+        return part, layer
 
     def add(
         self,
@@ -268,9 +281,9 @@ class Recorder:
             backend=backend,
             sizes={"n_heads": q.shape[1], "n_kv_heads": k.shape[1], "d_head": q.shape[-1]},
             sliding_window=int(sliding_window or window or 0) or None,
-            step=self._steps.get(id(module), 0),
+            step=self._steps.get((id(module), layer), 0),
         )
-        self._steps[id(module)] = call.step + 1
+        self._steps[(id(module), layer)] = call.step + 1
         if keep:
             call.q, call.k, call.v, call.out = q.detach(), k.detach(), v.detach(), out.detach()
             call.mask, call.key_padding = mask, key_padding
@@ -284,7 +297,7 @@ class Recorder:
             # an edited call's head outputs may change after the kernel (ablation): its projection is not proved
             if self.proves_projections and owner(module) is None:
                 self.projections.arm(
-                    self.model, call.name, lambda: any(r is self for r in recorders(module)), self.to_cpu
+                    self.model, call.name, layer, lambda: any(r is self for r in recorders(module)), self.to_cpu
                 )
             self.keep(call)
         else:
@@ -338,7 +351,8 @@ def tap(
     >>> rec.calls[0].part, rec.calls[0].layer, rec.calls[0].q.shape   # [batch, head, query_pos, d_head]
 
     Every family :func:`attnviz.capture` captures: through the AttentionInterface, or, for the
-    families that compute attention inline (GPT-Neo, XGLM, GPT-1, Bloom, MPT, Falcon-ALiBi), through
+    families that compute attention inline (GPT-Neo, XGLM, GPT-1, Bloom, MPT, Falcon-ALiBi, DeBERTa-v2/v3),
+    through
     hooks on their projections. A family attnviz refuses, or a model without an attention
     implementation, raises :class:`UnsupportedModelError` instead of recording nothing.
 

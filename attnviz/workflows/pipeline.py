@@ -279,8 +279,8 @@ def check_calls(model: nn.Module, calls: list[AttentionCall], encoder_decoder: b
             what = "ran its attention twice" if seen[key] == call.name else f"and {seen[key]} both sit at"
             raise UnsupportedModelError(
                 f"{family}: {call.name} {what} {call.part} layer {call.layer} in one forward (shared or "
-                "nested attention modules, as ALBERT has); attnviz keys each layer by the module that ran it "
-                "and will not guess which is which"
+                "nested attention modules with no entry in attnviz.engine.specs.SHARED_LAYERS); attnviz keys each "
+                "layer by the module that ran it and will not guess which is which"
             )
         seen[key] = call.name
     if encoder_decoder:

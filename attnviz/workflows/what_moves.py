@@ -46,7 +46,7 @@ def add_value_terms(model: nn.Module, made: list[Capture], watch: ProjectionWatc
             part: max((w.token_stop - w.token_start for w in cap.sequences(part)[1].words), default=1)
             for part in cap.parts
         }
-        for (part, _), rec in cap.records.items():
+        for (part, layer), rec in cap.records.items():
             n_heads = rec.q.shape[0]
             if rec.name not in projections:
                 projections[rec.name] = output_projection(model, rec.name, n_heads, rec.v.shape[-1])
@@ -54,7 +54,7 @@ def add_value_terms(model: nn.Module, made: list[Capture], watch: ProjectionWatc
             if projection is None:
                 continue
             rec.value_dots = projection.value_dots(rec.v, widths[part])
-            seen = None if watch is None or check == "off" else watch.rows(rec.name)
+            seen = None if watch is None or check == "off" else watch.rows(rec.name, layer)
             if seen is None:
                 continue
             positions, outputs = seen
