@@ -47,6 +47,7 @@ def _by_hand(cap, layer, head, part, *, scale=None, temperature=1.0, causal=True
         ("bart", "sdpa", "cross"),
         ("deberta_v2", "eager", "encoder"),  # its relative terms: a recorded bias the edit keeps
         ("albert", "sdpa", "encoder"),  # layer 1 is the shared module's second call
+        ("mpnet", "eager", "encoder"),  # its relative position bias, computed inline
     ],
 )
 def test_knockout_zeroes_the_key_and_the_row_renormalises(family, impl, part):
@@ -193,9 +194,10 @@ def test_an_encoder_without_a_head_reports_its_hidden_states():
         out.delta_logprob(5)
 
 
-def _hidden_with_head_zeroed(model, ids, projection, head, call):
-    """The encoder's last hidden states with ``head``'s slice of ``projection``'s input zeroed at
-    its ``call``-th call (ALBERT's projection runs once per layer) — the ablation done by hand."""
+def _hidden_with_heads_zeroed(model, ids, projection, heads, call):
+    """The encoder's last hidden states' cosine with the plain ones when ``heads``' slices of
+    ``projection``'s input are zeroed at its ``call``-th call (ALBERT's projection runs once per
+    layer) — the ablation done by hand."""
     d = model.config.hidden_size // model.config.num_attention_heads
     calls = []
 
@@ -204,7 +206,8 @@ def _hidden_with_head_zeroed(model, ids, projection, head, call):
         if calls[-1] != call:
             return None
         x = args[0].clone()
-        x[..., head * d : (head + 1) * d] = 0
+        for head in heads:
+            x[..., head * d : (head + 1) * d] = 0
         return (x,)
 
     with torch.no_grad():
@@ -217,15 +220,23 @@ def _hidden_with_head_zeroed(model, ids, projection, head, call):
     return torch.nn.functional.cosine_similarity(removed, plain, dim=-1)
 
 
-@pytest.mark.parametrize("family", ["deberta_v2", "albert"])
-def test_ablating_a_head_of_deberta_or_albert_equals_zeroing_its_slice_by_hand(family):
-    """An ablation follows the capture in the families with relative terms (DeBERTa: the projection
-    hooks) and with one module shared by every layer (ALBERT: layer 1 is its module's second call)."""
-    model, out = _run(family, [edits.ablate(layer=1, head=2)], "eager")
+#: each family's layer-1 output projection, and which of its calls is layer 1's (ALBERT's runs every layer)
+PROJECTIONS = {
+    "deberta_v2": (lambda m: m.encoder.layer[1].attention.output.dense, 0),
+    "mpnet": (lambda m: m.encoder.layer[1].attention.attn.o, 0),
+    "albert": (lambda m: m.encoder.albert_layer_groups[0].albert_layers[0].attention.dense, 1),
+}
+
+
+@pytest.mark.parametrize("family", PROJECTIONS)
+def test_ablating_a_head_of_the_newer_encoders_equals_zeroing_its_slice_by_hand(family):
+    """An ablation follows the capture in the families with relative terms computed inline (DeBERTa,
+    MPNet: the projection hooks) and with one module shared by every layer (ALBERT: layer 1 is its
+    module's second call)."""
+    model, out = _run(family, [edits.ablate(layer=1, head=[1, 2])], "eager")
     ids = torch.tensor([out.capture_before.token_ids])
-    layer = model.encoder.layer[1].attention.output.dense if family == "deberta_v2" else None
-    shared = model.encoder.albert_layer_groups[0].albert_layers[0].attention.dense if family == "albert" else None
-    expected = _hidden_with_head_zeroed(model, ids, layer or shared, 2, call=0 if layer is not None else 1)
+    projection, call = PROJECTIONS[family]
+    expected = _hidden_with_heads_zeroed(model, ids, projection(model), [1, 2], call=call)
     torch.testing.assert_close(out.similarity, expected, atol=1e-6, rtol=0)
     assert float(expected.min()) < 1 - 1e-6  # the ablation reached the output
     assert out.check_error == 0.0  # ablation alone keeps the model's own kernel
@@ -250,8 +261,11 @@ def test_bad_edits_are_refused_with_what_to_do():
         edits.ablate(how="half")
     with pytest.raises(InputError, match="> 0"):
         edits.temperature(0)
-    with pytest.raises(UnsupportedModelError, match="rotary"):  # inline families are edited (test_edits_inline.py)
-        attnviz.intervene(attnviz.tiny_model("falcon"), TEXT, [edits.ablate(layer=0)], TOK)
+    falcon = attnviz.tiny_model(
+        "falcon_alibi", new_decoder_architecture=True
+    )  # refused (inline edits: test_edits_inline.py)
+    with pytest.raises(UnsupportedModelError, match="new_decoder_architecture with ALiBi"):
+        attnviz.intervene(falcon, TEXT, [edits.ablate(layer=0)], TOK)
     assert installed_backends() == {} and listeners() == ()
 
 

@@ -1,5 +1,5 @@
 """Edits on the families that compute attention inline (GPT-Neo, XGLM, GPT-1, Bloom, MPT,
-Falcon-ALiBi), which attnviz reads through projection hooks: every edit kind, against softmax(…)
+Falcon with ALiBi, with rotary embeddings and in its new decoder architecture), which attnviz reads through projection hooks: every edit kind, against softmax(…)
 computed by hand from the captured Q, K and ALiBi bias, and against the model run with its own
 output projection fed by hand.
 
@@ -29,7 +29,7 @@ from attnviz.workflows.models import IdsTokenizer
 TEXT = "11 5 7 9 13 21 8 30"
 OTHER = "12 6 40 3 17 25 9 2"  # the same length, other tokens
 TOK = IdsTokenizer()
-INLINE = ["gpt_neo", "xglm", "openai-gpt", "bloom", "mpt", "falcon_alibi"]
+INLINE = ["gpt_neo", "xglm", "openai-gpt", "bloom", "mpt", "falcon_alibi", "falcon", "falcon_new"]
 _MODELS: dict[str, torch.nn.Module] = {}
 
 
@@ -338,7 +338,8 @@ def test_an_edit_outside_its_context_changes_nothing():
 
 
 def test_a_configuration_the_hooks_cannot_read_is_refused_with_why():
-    with pytest.raises(UnsupportedModelError, match="rotary"):
-        with editing(attnviz.tiny_model("falcon", attn_implementation="eager"), {}):
+    falcon = attnviz.tiny_model("falcon_alibi", attn_implementation="eager", new_decoder_architecture=True)
+    with pytest.raises(UnsupportedModelError, match="new_decoder_architecture with ALiBi is not supported"):
+        with editing(falcon, {}):
             pass
     assert listeners() == ()

@@ -38,7 +38,7 @@ def _split_heads(x: Tensor, heads: int) -> Tensor:  # [batch, pos, head·d] -> [
     return x.view(b, n, heads, width // heads).transpose(1, 2)
 
 
-def _split_fused(fused: Tensor, layout: str, heads: int) -> tuple[Tensor, Tensor, Tensor]:
+def _split_fused(fused: Tensor, layout: str, heads: int, kv_heads: int) -> tuple[Tensor, Tensor, Tensor]:
     b, n, width = fused.shape
     if layout == "concat":
         q, k, v = fused.chunk(3, dim=-1)
@@ -49,6 +49,10 @@ def _split_fused(fused: Tensor, layout: str, heads: int) -> tuple[Tensor, Tensor
     if layout == "multi_query":  # [batch, pos, head + 2, d]: the query heads, one key head, one value head
         x = fused.view(b, n, heads + 2, width // (heads + 2))
         return x[:, :, :-2].transpose(1, 2), x[:, :, -2:-1].transpose(1, 2), x[:, :, -1:].transpose(1, 2)
+    if layout == "grouped":  # [batch, pos, kv_head, group + 2, d]: each group's query heads, its key, its value
+        x = fused.view(b, n, kv_heads, heads // kv_heads + 2, width // (heads + 2 * kv_heads))
+        q = x[..., :-2, :].reshape(b, n, heads, -1).transpose(1, 2)
+        return q, x[..., -2, :].transpose(1, 2), x[..., -1, :].transpose(1, 2)
     raise UnsupportedModelError(f"unknown fused q/k/v layout {layout!r}")
 
 
@@ -66,13 +70,18 @@ def projection_read(
     unblocks gets that term too (what the model would have added had its mask not blocked it)."""
     heads = int(getattr(attention, spec.heads))
     if spec.fused:
-        q, k, v = _split_fused(kept["fused"], fused_layout(spec, attention), heads)
+        kv_heads = int(getattr(attention, "num_kv_heads", heads))
+        q, k, v = _split_fused(kept["fused"], fused_layout(spec, attention), heads, kv_heads)
     else:
         q, k, v = (_split_heads(kept[name], heads) for name in ("q", "k", "v"))
     clip = spec.clip(attention)
     if clip:
         q, k, v = (t.clamp(min=-clip, max=clip) for t in (q, k, v))
     inputs = kept.get("inputs", {})
+    rotated = spec.rotate(attention, inputs, q, k)
+    if spec.fused and rotated[0] is not q:  # new q and k: a view v alone would keep the whole fused output alive
+        v = v.contiguous() if not v.is_contiguous() else v.clone()
+    q, k = rotated
     batch = q.shape[0]
     bias = spec.bias(attention, inputs, batch)
     scored = spec.qk_bias(attention, inputs, q, k)

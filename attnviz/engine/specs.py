@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,7 +169,9 @@ class ProjectionSpec:
     k: str | None = "k_proj"
     v: str | None = "v_proj"
     fused: str | None = None  # one child producing q, k and v
-    layout: str = "concat"  # fused: "concat" [q | k | v]; "interleaved" [head, 3, d]; "multi_query" [head + 2, d]
+    # fused: "concat" [q | k | v]; "interleaved" [head, 3, d]; "multi_query" [head + 2, d];
+    # "grouped" [kv_head, group + 2, d] (Falcon's new decoder architecture)
+    layout: str = "concat"
     out: str = "out_proj"  # the output projection; its input is the attention output
     heads: str = "num_heads"  # attribute holding the number of query heads
     scaling: Callable[[Any], float] = lambda m: m.head_dim**-0.5
@@ -185,6 +188,9 @@ class ProjectionSpec:
     # DeBERTa's c2p / p2c relative terms — computed by the module's own code from what the hooks
     # kept, [b, head, q, k]: recorded as its *value* for this input (an edit of the weights keeps it)
     qk_bias: Callable[[Any, dict, Tensor, Tensor], Tensor | None] = lambda m, inputs, q, k: None
+    # q and k as the module's own code turns them after the projection, before Q·Kᵀ (Falcon's inline
+    # RoPE): ``(module, inputs, q, k) -> (q, k)``, each [batch, head, pos, d]
+    rotate: Callable[[Any, dict, Tensor, Tensor], tuple[Tensor, Tensor]] = lambda m, inputs, q, k: (q, k)
     refuse: Callable[[Any], str | None] = lambda config: None  # why a config of this family is not supported
 
 
@@ -224,14 +230,19 @@ def _deberta_relative(module: Any, inputs: dict, q: Tensor, k: Tensor) -> Tensor
 
 
 def _falcon_refusal(config) -> str | None:
-    if not getattr(config, "alibi", False):
-        return (
-            "Falcon with rotary embeddings computes attention inline and rotates q/k inside the module; "
-            "attnviz supports Falcon with alibi=True"
-        )
-    if getattr(config, "new_decoder_architecture", False):
-        return "Falcon's new_decoder_architecture with ALiBi is not supported"
+    if getattr(config, "new_decoder_architecture", False) and getattr(config, "alibi", False):
+        return "Falcon's new_decoder_architecture with ALiBi is not supported (with rotary embeddings it is)"
     return None
+
+
+def _falcon_rotary(module: Any, inputs: dict, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+    """Falcon without ALiBi rotates q and k inside its attention module: the rotation of its own
+    modeling file (``apply_rotary_pos_emb``) with the ``position_embeddings`` (cos, sin) it was given."""
+    if inputs.get("alibi") is not None:
+        return q, k
+    cos, sin = inputs["position_embeddings"]
+    rotary = sys.modules[type(module).__module__].apply_rotary_pos_emb
+    return rotary(q, k, cos, sin)
 
 
 def _bloom_refusal(config) -> str | None:
@@ -304,7 +315,9 @@ PROJECTION_SPECS: dict[str, ProjectionSpec] = {
         mask_true_means_masked=True,
     ),
     # Falcon (alibi=True, e.g. falcon-rw): fused [head, 3, d] (or multi-query [head + 2, d]); its
-    # eager path adds alibi·inv_norm to the scores, and the mask it receives carries ALiBi as well
+    # eager path adds alibi·inv_norm to the scores, and the mask it receives carries ALiBi as well.
+    # Without ALiBi (falcon-7b, -40b): RoPE applied inside the module (``rotate``), no bias; the new
+    # decoder architecture fuses [kv_head, group + 2, d]
     "falcon": ProjectionSpec(
         "FalconAttention",
         q=None,
@@ -316,6 +329,7 @@ PROJECTION_SPECS: dict[str, ProjectionSpec] = {
         scaling=lambda m: m.inv_norm_factor,
         mask="attention_mask",
         refuse=_falcon_refusal,
+        rotate=_falcon_rotary,
         bias=lambda m, inputs, batch: (
             None
             if inputs.get("alibi") is None or m.config._attn_implementation == "sdpa"
@@ -325,10 +339,26 @@ PROJECTION_SPECS: dict[str, ProjectionSpec] = {
             None if inputs.get("alibi") is None else _alibi_per_item(m, inputs["alibi"], batch) * m.inv_norm_factor
         ),
     ),
+    # MPNet: T5-style bucketed relative position bias, computed once by the encoder and passed to
+    # every layer as `position_bias` [b, h, q, k]; scores = qkᵀ/√d + position_bias + additive mask
+    "mpnet": ProjectionSpec(
+        "MPNetSelfAttention",
+        q="q",
+        k="k",
+        v="v",
+        out="o",
+        heads="num_attention_heads",
+        scaling=lambda m: m.attention_head_size**-0.5,
+        causal=False,
+        mask="attention_mask",
+        bias=lambda m, inputs, batch: inputs.get("position_bias"),
+    ),
 }
 
 
 def fused_layout(spec: ProjectionSpec, module: nn.Module) -> str:
+    if spec.layout == "interleaved" and getattr(module, "new_decoder_architecture", False):
+        return "grouped"
     if spec.layout == "interleaved" and getattr(module, "multi_query", False):
         return "multi_query"
     return spec.layout
@@ -415,11 +445,28 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         "Falcon (rotary)",
-        "refused",
-        "—",
+        "projection hooks",
+        "decoder",
         "RoPE inside the module",
-        None,
-        "computes attention inline and rotates q/k after the projections",
+        "falcon",
+        "q and k rotated by its own apply_rotary_pos_emb; multi-query",
+    ),
+    Family(
+        "Falcon (new decoder architecture)",
+        "projection hooks",
+        "decoder",
+        "RoPE inside the module, GQA",
+        "falcon_new",
+        "q/k/v fused per key/value group",
+    ),
+    Family(
+        "MPNet",
+        "projection hooks",
+        "encoder",
+        "relative position bias",
+        "mpnet",
+        "one bucketed bias, computed once, for every layer",
+        ("eager",),
     ),
     Family(
         "LongT5",
@@ -500,3 +547,4 @@ def supported_families() -> str:
         + "), and by projection hooks: "
         + ", ".join(hooked)
     )
+

@@ -259,8 +259,17 @@ def _tiny_configs() -> dict:
             bias=True,
         ),
         "falcon": lambda: tf.FalconConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, vocab_size=128),
+        "falcon_new": lambda: tf.FalconConfig(
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_kv_heads=2,
+            new_decoder_architecture=True,
+            vocab_size=128,
+        ),
         "albert": lambda: tf.AlbertConfig(embedding_size=16, **common),
         "deberta": lambda: tf.DebertaConfig(max_position_embeddings=64, **common),
+        "mpnet": lambda: tf.MPNetConfig(max_position_embeddings=66, pad_token_id=1, **common),
         "deberta_v2": lambda: tf.DebertaV2Config(max_position_embeddings=64, **deberta_v3, **common),
     }
 
@@ -276,11 +285,12 @@ def tiny_model(family: str, *, attn_implementation: str | None = None, seed: int
     Families (see :func:`tiny_families`): ``bert``, ``roberta``, ``gpt2``, ``llama``, ``qwen2``,
     ``mistral``, ``gpt_oss`` and the encoder-decoders ``bart``, ``marian``, ``t5``, ``mt5``,
     ``umt5`` (through the AttentionInterface); ``gpt_neo``, ``xglm``, ``openai-gpt``, ``bloom``,
-    ``mpt``, ``falcon_alibi``, ``deberta_v2`` (DeBERTa-v3's layout; through projection hooks),
-    ``albert`` (one attention module for every layer); and ``falcon``, ``longt5``, ``deberta``
-    (v1), which attnviz refuses. ``overrides`` go to the config (e.g. ``num_key_value_heads=2``).
+    ``mpt``, ``falcon_alibi``, ``falcon`` (rotary, multi-query), ``falcon_new`` (its new decoder
+    architecture), ``deberta_v2`` (DeBERTa-v3's layout), ``mpnet`` (through projection hooks),
+    ``albert`` (one attention module for every layer); and ``longt5``, ``deberta`` (v1), which
+    attnviz refuses. ``overrides`` go to the config (e.g. ``num_key_value_heads=2``).
     Encoder-decoders come with their LM head (``…ForConditionalGeneration``), decoders as causal
-    LMs, BERT, RoBERTa, ALBERT and DeBERTa as bare encoders. ``attn_implementation`` ``None`` takes sdpa where the
+    LMs, BERT, RoBERTa, ALBERT, DeBERTa and MPNet as bare encoders. ``attn_implementation`` ``None`` takes sdpa where the
     family has it, else eager.
     """
     import transformers as tf  # deferred: importing attnviz does not import transformers
@@ -293,7 +303,7 @@ def tiny_model(family: str, *, attn_implementation: str | None = None, seed: int
         setattr(config, key, value)
     torch.manual_seed(seed)
     model_cls: Any
-    if family in {"bert", "roberta", "albert", "deberta_v2", "deberta"}:
+    if family in {"bert", "roberta", "albert", "deberta_v2", "deberta", "mpnet"}:
         model_cls = tf.AutoModel
     elif config.is_encoder_decoder:
         model_cls = tf.AutoModelForSeq2SeqLM
