@@ -22,6 +22,7 @@ from .errors import (
     CaptureFileError,
     CaptureMismatchError,
     EmptyTextError,
+    ImageFileError,
     InputError,
     InputTooLongError,
     Interrupted,
@@ -34,7 +35,7 @@ from .errors import (
 from .workflows.generation import generate
 from .workflows.generation_result import Generation, GenerationStep
 from .workflows.intervene import head_importance, intervene
-from .workflows.models import EMBEDDED_MODELS, load_model, tiny_families, tiny_model
+from .workflows.models import EMBEDDED_MODELS, load_model, tiny_families, tiny_model, tiny_processor
 from .workflows.probing import evaluate_probes
 from .workflows.runner import capture
 
@@ -61,6 +62,7 @@ __all__ = [
     "EmptyTextError",
     "Generation",
     "GenerationStep",
+    "ImageFileError",
     "InputError",
     "InputTooLongError",
     "Interrupted",
@@ -86,5 +88,6 @@ __all__ = [
     "tap",
     "tiny_families",
     "tiny_model",
+    "tiny_processor",
     "validate",
 ]

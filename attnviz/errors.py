@@ -9,6 +9,7 @@ Every error is an :class:`AttnvizError` and says what was wrong and what to do::
     ├── InputError               bad text or arguments (also a ValueError / TypeError)
     │   ├── EmptyTextError
     │   ├── InputTooLongError
+    │   ├── ImageFileError       a file, array or object that is not an image attnviz can read
     │   └── CaptureMismatchError a capture that is not this model's (or is a generation's) where a text's is wanted
     ├── OutOfRangeError          a layer, head or batch index that does not exist (also an IndexError)
     ├── CaptureFileError         a file that is not a readable attnviz capture
@@ -51,6 +52,10 @@ class EmptyTextError(InputError):
 
 class InputTooLongError(InputError):
     """The text has more tokens than the model accepts."""
+
+
+class ImageFileError(InputError):
+    """An image input that cannot be read: not an image file, too large, or an array of the wrong shape."""
 
 
 class CaptureMismatchError(InputError):

@@ -12,7 +12,8 @@ from .views.common import HEAD_COLOURS, MASKED_COLOUR, above_top_axis, labels, m
 from .views.compare import compare_heads, comparison
 from .views.generation import step_figure, step_summary
 from .views.head_view import MAX_LABELS, head_view, strongest
-from .views.html import to_html
+from .views.html import html_page, to_html
+from .views.image import IMAGE_COLOURS, image_attention, image_heads, image_rollout, patch_row
 from .views.maps import heatmap, query_row, row_stats
 from .views.marks import MARK, NEW_COLOUR, marked, new_start
 from .views.model_view import MODEL_VIEW_CELLS, model_view, model_view_cell, model_view_thumbnails, thumb_size
@@ -23,6 +24,7 @@ from .views.space import SPACE_COLOURS, qk_space_figure
 
 __all__ = [
     "HEAD_COLOURS",
+    "IMAGE_COLOURS",
     "MARK",
     "MASKED_COLOUR",
     "MAX_LABELS",
@@ -39,6 +41,10 @@ __all__ = [
     "head_map",
     "head_view",
     "heatmap",
+    "html_page",
+    "image_attention",
+    "image_heads",
+    "image_rollout",
     "importance_map",
     "labels",
     "marked",
@@ -48,6 +54,7 @@ __all__ = [
     "model_view_thumbnails",
     "new_start",
     "overview_figure",
+    "patch_row",
     "prediction_bars",
     "probe_accuracy_map",
     "probe_intervals",

@@ -23,6 +23,7 @@ from torch import Tensor
 from ..attention import attention_output, build_mask, scaled_dot_product
 from ..engine.specs import PARTS
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError
+from .images import ImageGrid
 from .moved import word_contributions
 from .records import LayerRecord
 from .tables import capture_table
@@ -66,6 +67,7 @@ class Capture:
     records: dict[tuple[str, int], LayerRecord]  # (part, layer) -> what that attention's kernel saw
     model: dict[str, Any] = field(default_factory=dict)  # name, model_type, backend, dtype, parts: {part: sizes}, …
     target: TokenSequence | None = None  # the decoder's input tokens (encoder-decoder models)
+    image: ImageGrid | None = None  # a vision encoder's picture and patch grid (its tokens: CLS, registers, patches)
 
     # ------------------------------------------------------------------ parts and sequences
     @property
@@ -125,9 +127,13 @@ class Capture:
         records: dict[tuple[str, int], LayerRecord],
         model: dict[str, Any],
         target: TokenSequence | None = None,
+        image: ImageGrid | None = None,
     ) -> Capture:
-        """A capture of ``source`` (and, for an encoder-decoder, the decoder's ``target``) tokens."""
-        return cls(source.text, source.tokens, source.token_ids, source.offsets, source.words, records, model, target)
+        """A capture of ``source`` (and, for an encoder-decoder, the decoder's ``target``) tokens; of a
+        vision encoder, ``image`` is the picture its tokens came from."""
+        return cls(
+            source.text, source.tokens, source.token_ids, source.offsets, source.words, records, model, target, image
+        )
 
     @property
     def target_text(self) -> str | None:

@@ -2,17 +2,22 @@
 
 Format version 2 keys each record by part and layer (``records.decoder.3.q``) and stores the
 decoder's tokens of encoder-decoder captures; version-1 files (one part, ``layers.3.q``) still load.
-Tensors shared between records (T5's one position bias for all layers) are written once.
+Tensors shared between records (T5's one position bias for all layers) are written once. A vision
+encoder's capture keeps its picture (``image.pixels``, uint8) and its patch grid (``image`` in the
+metadata); files without them load as text captures.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
 from ..errors import CaptureFileError
 from .capture import RECORD_TENSORS, Capture, LayerRecord, TokenSequence
+from .images import ImageGrid
 from .words import Word
 
 __all__ = ["load", "save"]
@@ -66,6 +71,8 @@ def save(cap: Capture, path: str | Path) -> Path:
             tensors[key] = t.detach().to("cpu").contiguous().clone()
             written[id(t)] = key
         records_meta[f"{part}.{layer}"] = {**fields, "shared": shared}
+    if cap.image is not None:
+        tensors["image.pixels"] = cap.image.pixels.detach().to("cpu").contiguous().clone()
     meta = {
         "format": FORMAT,
         "version": VERSION,
@@ -73,12 +80,28 @@ def save(cap: Capture, path: str | Path) -> Path:
         "target": None if cap.target is None else _sequence_meta(cap.target),
         "model": cap.model,
         "records": records_meta,
+        "image": None if cap.image is None else cap.image.meta(),
     }
+    existed = path.exists()
     try:
+        mode = _plain_mode(path)
         save_file(tensors, str(path), metadata={"attnviz": json.dumps(meta, ensure_ascii=False)})
+        os.chmod(path, mode)  # safetensors writes 0600; the file gets the mode a plain write would give it
     except OSError as err:
+        if not existed and path.is_file() and path.stat().st_size == 0:
+            path.unlink()  # the empty file _plain_mode made
         raise CaptureFileError(f"cannot write {str(path)!r}: {err}") from err
     return path
+
+
+def _plain_mode(path: Path) -> int:
+    """The permissions a plain ``open(path, "w")`` leaves: an existing file keeps its own, a new one gets
+    0o666 less the user's umask (read here by creating the file, which the save then replaces)."""
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        return stat.S_IMODE(path.stat().st_mode)
 
 
 def load(path: str | Path) -> Capture:
@@ -109,6 +132,7 @@ def load(path: str | Path) -> Capture:
             records,
             meta["model"],
             None if meta.get("target") is None else _sequence(meta["target"]),
+            None if meta.get("image") is None else ImageGrid.from_meta(meta["image"], tensors["image.pixels"]),
         )
     except CaptureFileError:
         raise

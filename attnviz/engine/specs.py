@@ -38,13 +38,16 @@ __all__ = [
     "PROJECTION_SPECS",
     "SHARED_LAYERS",
     "TRANSPOSED_WEIGHTS",
+    "VISION_SPECS",
     "Family",
     "ProjectionSpec",
+    "VisionSpec",
     "check_supported",
     "locate",
     "refusal",
     "supported_families",
     "support_table",
+    "vision_spec",
 ]
 
 # ---------------------------------------------------------------- where a call sits
@@ -548,3 +551,41 @@ def supported_families() -> str:
         + ", ".join(hooked)
     )
 
+
+# ---------------------------------------------------------------- vision encoders
+@dataclass(frozen=True)
+class VisionSpec:
+    """How a vision encoder lays out the tokens its attention reads: the tokens before the patches
+    (labels, from the config), then one token per patch, row by row."""
+
+    name: str
+    prefix: Callable[[Any], tuple[str, ...]]  # labels of the tokens before the patches
+    model_class: str  # the transformers class a name of this family loads as (the vision tower of CLIP/SigLIP)
+
+
+def _cls(config) -> tuple[str, ...]:
+    return ("[CLS]",)
+
+
+def _cls_and_registers(config) -> tuple[str, ...]:
+    return ("[CLS]",) + tuple(f"[REG{i}]" for i in range(int(getattr(config, "num_register_tokens", 0))))
+
+
+#: the vision encoders attnviz captures from images, by ``config.model_type``; their attention goes
+#: through the AttentionInterface, bidirectional, one part (``encoder``). ``clip`` and ``siglip`` are
+#: the joint checkpoints' model types: a name of one loads its vision tower.
+VISION_SPECS: dict[str, VisionSpec] = {
+    "vit": VisionSpec("ViT", _cls, "ViTModel"),
+    "deit": VisionSpec("DeiT", lambda config: ("[CLS]", "[DIST]"), "DeiTModel"),  # + the distillation token
+    "dinov2": VisionSpec("DINOv2", _cls, "Dinov2Model"),
+    "dinov2_with_registers": VisionSpec("DINOv2 with registers", _cls_and_registers, "Dinov2WithRegistersModel"),
+    "clip_vision_model": VisionSpec("CLIP vision tower", _cls, "CLIPVisionModel"),
+    "clip": VisionSpec("CLIP vision tower", _cls, "CLIPVisionModel"),
+    "siglip_vision_model": VisionSpec("SigLIP vision tower", lambda config: (), "SiglipVisionModel"),  # no CLS
+    "siglip": VisionSpec("SigLIP vision tower", lambda config: (), "SiglipVisionModel"),
+}
+
+
+def vision_spec(config) -> VisionSpec | None:
+    """The :class:`VisionSpec` of a config's family (None: not a vision encoder attnviz knows)."""
+    return VISION_SPECS.get(getattr(config, "model_type", "") or "")

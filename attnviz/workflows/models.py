@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..engine.specs import model_class_name
+from ..engine.specs import model_class_name, vision_spec
 from ..errors import (
     ArgumentTypeError,
     InputError,
@@ -29,7 +29,7 @@ from ..errors import (
     UnsupportedModelError,
 )
 
-__all__ = ["EMBEDDED_MODELS", "load_model", "tiny_families", "tiny_model"]
+__all__ = ["EMBEDDED_MODELS", "load_model", "tiny_families", "tiny_model", "tiny_processor"]
 
 
 @dataclass(frozen=True)
@@ -100,7 +100,8 @@ def embedded_source(alias: str) -> tuple[Path, dict]:
 def _model_class(config):
     import transformers  # deferred: importing attnviz does not import transformers
 
-    return getattr(transformers, model_class_name(config))
+    vision = vision_spec(config)  # a vision encoder (a joint CLIP/SigLIP checkpoint: its vision tower)
+    return getattr(transformers, vision.model_class if vision is not None else model_class_name(config))
 
 
 _LOCK = threading.Lock()
@@ -117,7 +118,8 @@ def _load_cached(name: str, device: str | None, dtype: torch.dtype | None, attn_
         source = str(folder)
     try:
         config = AutoConfig.from_pretrained(source, **kwargs)
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        # a vision encoder reads images (its image processor is loaded by attnviz.workflows.images)
+        tokenizer = None if vision_spec(config) is not None else AutoTokenizer.from_pretrained(source, **kwargs)
         load_kwargs = dict(kwargs)
         if dtype is not None:
             load_kwargs["dtype"] = dtype
@@ -199,6 +201,9 @@ def _tiny_configs() -> dict:
         relative_attention_num_buckets=8,
         relative_attention_max_distance=16,
     )
+    vision: dict[str, Any] = dict(
+        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4
+    )
     # DeBERTa-v3's layout: c2p and p2c, log-bucketed relative positions, q/k shared with them
     deberta_v3: dict[str, Any] = dict(
         relative_attention=True,
@@ -271,6 +276,13 @@ def _tiny_configs() -> dict:
         "deberta": lambda: tf.DebertaConfig(max_position_embeddings=64, **common),
         "mpnet": lambda: tf.MPNetConfig(max_position_embeddings=66, pad_token_id=1, **common),
         "deberta_v2": lambda: tf.DebertaV2Config(max_position_embeddings=64, **deberta_v3, **common),
+        # vision encoders: 32×32 images in 8×8 patches (a 4×4 grid)
+        "vit": lambda: tf.ViTConfig(**vision, intermediate_size=64),
+        "deit": lambda: tf.DeiTConfig(**vision, intermediate_size=64),
+        "dinov2": lambda: tf.Dinov2Config(**vision, mlp_ratio=2),
+        "dinov2_registers": lambda: tf.Dinov2WithRegistersConfig(**vision, mlp_ratio=2, num_register_tokens=4),
+        "clip_vision": lambda: tf.CLIPVisionConfig(**vision, intermediate_size=64),
+        "siglip_vision": lambda: tf.SiglipVisionConfig(**vision, intermediate_size=64),
     }
 
 
@@ -287,8 +299,10 @@ def tiny_model(family: str, *, attn_implementation: str | None = None, seed: int
     ``umt5`` (through the AttentionInterface); ``gpt_neo``, ``xglm``, ``openai-gpt``, ``bloom``,
     ``mpt``, ``falcon_alibi``, ``falcon`` (rotary, multi-query), ``falcon_new`` (its new decoder
     architecture), ``deberta_v2`` (DeBERTa-v3's layout), ``mpnet`` (through projection hooks),
-    ``albert`` (one attention module for every layer); and ``longt5``, ``deberta`` (v1), which
-    attnviz refuses. ``overrides`` go to the config (e.g. ``num_key_value_heads=2``).
+    ``albert`` (one attention module for every layer); the vision encoders ``vit``, ``deit``,
+    ``dinov2``, ``dinov2_registers``, ``clip_vision``, ``siglip_vision`` (32×32 images, 8×8 patches;
+    :func:`tiny_processor` gives their image processor); and ``longt5``, ``deberta``
+    (v1), which attnviz refuses. ``overrides`` go to the config (e.g. ``num_key_value_heads=2``).
     Encoder-decoders come with their LM head (``…ForConditionalGeneration``), decoders as causal
     LMs, BERT, RoBERTa, ALBERT, DeBERTa and MPNet as bare encoders. ``attn_implementation`` ``None`` takes sdpa where the
     family has it, else eager.
@@ -303,8 +317,8 @@ def tiny_model(family: str, *, attn_implementation: str | None = None, seed: int
         setattr(config, key, value)
     torch.manual_seed(seed)
     model_cls: Any
-    if family in {"bert", "roberta", "albert", "deberta_v2", "deberta", "mpnet"}:
-        model_cls = tf.AutoModel
+    if family in {"bert", "roberta", "albert", "deberta_v2", "deberta", "mpnet"} or vision_spec(config) is not None:
+        model_cls = tf.AutoModel  # a vision config's AutoModel is its encoder (CLIPVisionModel …)
     elif config.is_encoder_decoder:
         model_cls = tf.AutoModelForSeq2SeqLM
     else:
@@ -321,6 +335,30 @@ def tiny_model(family: str, *, attn_implementation: str | None = None, seed: int
         model = model_cls.from_config(config, attn_implementation="eager")
     model.eval()
     return model
+
+
+#: the image processor of each tiny vision family: its transformers class, and how it reaches 32×32
+_TINY_PROCESSORS: dict[str, tuple[str, dict[str, Any]]] = {
+    "vit": ("ViTImageProcessor", {"size": {"height": 32, "width": 32}}),
+    "deit": ("DeiTImageProcessor", {"size": {"height": 36, "width": 36}, "crop_size": {"height": 32, "width": 32}}),
+    "dinov2": ("BitImageProcessor", {"size": {"shortest_edge": 36}, "crop_size": {"height": 32, "width": 32}}),
+    "clip_vision": ("CLIPImageProcessor", {"size": {"shortest_edge": 32}, "crop_size": {"height": 32, "width": 32}}),
+    "siglip_vision": ("SiglipImageProcessor", {"size": {"height": 32, "width": 32}}),
+}
+_TINY_PROCESSORS["dinov2_registers"] = _TINY_PROCESSORS["dinov2"]
+
+
+def tiny_processor(family: str):
+    """The image processor of a tiny vision family of :func:`tiny_model`: the class its real
+    checkpoints use (ViT's, DeiT's, DINOv2's ``BitImageProcessor``, CLIP's, SigLIP's), set to the tiny
+    model's 32×32 input. Needs Pillow."""
+    import transformers as tf  # deferred: importing attnviz does not import transformers
+
+    if family not in _TINY_PROCESSORS:
+        raise InputError(f"{family!r} is not a tiny vision family; choose from {', '.join(_TINY_PROCESSORS)}")
+    name, kwargs = _TINY_PROCESSORS[family]
+    cls = getattr(tf, f"{name}Pil", None) or getattr(tf, name)  # the Pillow backend (no torchvision needed)
+    return cls(**kwargs)
 
 
 class IdsTokenizer:

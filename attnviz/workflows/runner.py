@@ -19,8 +19,10 @@ from torch import Tensor, nn
 
 from ..data.capture import Capture, TokenSequence
 from ..data.words import words_from_offsets
+from ..engine.specs import vision_spec
 from ..engine.taps import tap
 from ..errors import InputError, InputTooLongError
+from .images import capture_images, encode_images, is_image_input, require_vision
 from .inputs import Encoded, check_texts, decoder_inputs, given_tokens, ids_rows, tokenize
 from .pipeline import Item, Resolved, captures, check_mode, forward_inputs, resolve, tapped
 
@@ -46,6 +48,9 @@ def capture(
     check: str = "sample",
     keep_weights: bool = False,
     tokenized: Sequence[Encoded] | None = None,
+    image: Any = None,
+    processor: Any = None,
+    pixel_values: Tensor | None = None,
 ) -> Capture | list[Capture]:
     """Run ``model`` once and record Q, K, V and attention of every (or each given) layer and part.
 
@@ -74,14 +79,37 @@ def capture(
       tokenizer and ``add_bos``), one per text, for a caller that had to count tokens first: they are
       not tokenized again.
 
+    - Vision encoders (ViT, DeiT, DINOv2 with or without registers, the CLIP and SigLIP vision towers):
+      ``capture(model, image, processor)`` — ``image`` a PIL image, a numpy array or a file path (a
+      list: a batch; ``image=`` says it by name), through ``processor`` (default: the model's own,
+      ``AutoImageProcessor.from_pretrained`` of its name or folder); ``pixel_values=`` gives the
+      processed ``[batch, 3, h, w]`` tensor instead. Each capture's tokens are the ``[CLS]`` (and
+      ``[DIST]``, registers ``[REG0]`` …) then the patches ``(row,col)``, each its own word;
+      ``cap.image`` holds the picture as the model read it and where each patch sits on it.
+
     The model runs unmodified on whatever backend it has (eager, sdpa, flash, flex…); the taps are
     gone afterwards, also if forward raises.
     """
     check_mode(check)
     if max_length is not None and (not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1):
         raise InputError(f"max_length must be a whole number ≥ 1, got {max_length!r}")
-    resolved = resolve(model, tokenizer, device, dtype, attn_implementation)
+    resolved = resolve(model, None if vision_spec(_config(model)) else tokenizer, device, dtype, attn_implementation)
     wanted = resolved.layers(layers)
+    weight_mode = "keep" if keep_weights else "drop" if check == "off" else "compare"
+    if vision_spec(resolved.model.config) is not None or image is not None or pixel_values is not None:
+        if text is not None and image is not None:
+            raise InputError("pass the picture once: as the second argument or as image=, not both")
+        picture = image if image is not None else text
+        # a vision encoder's third positional argument is its image processor
+        chosen = processor if processor is not None else tokenizer if vision_spec(resolved.model.config) else None
+        images = encode_images(resolved, picture, processor=chosen, pixel_values=pixel_values)
+        made = capture_images(
+            resolved, images, layers=wanted, check=check, keep_on_device=keep_on_device, weight_mode=weight_mode
+        )
+        one = not isinstance(picture, (list, tuple)) if pixel_values is None else len(made) == 1
+        return made[0] if one else made
+    if is_image_input(text):
+        require_vision(resolved)
     inputs = encode_texts(
         resolved,
         text,
@@ -92,7 +120,6 @@ def capture(
         add_bos=add_bos,
         tokenized=tokenized,
     )
-    weight_mode = "keep" if keep_weights else "drop" if check == "off" else "compare"
     made, _ = capture_forward(
         resolved, inputs, layers=wanted, check=check, keep_on_device=keep_on_device, weight_mode=weight_mode
     )
@@ -178,6 +205,11 @@ def capture_forward(
     recorder, output = tapped(resolved, taps, lambda _: model(**kwargs), layers)
     items = [_item(inputs, b) for b in range(len(inputs.encoded))]
     return captures(resolved, recorder.calls, items, check, projections=recorder.projections), output
+
+
+def _config(model: Any) -> Any:
+    """The config of a model object (None for a name: it is read once the model is loaded)."""
+    return getattr(model, "config", None)
 
 
 def _item(inputs: TextInputs, b: int) -> Item:

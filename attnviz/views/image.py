@@ -1,0 +1,207 @@
+"""Attention over the picture: a vision encoder's capture drawn on the image it read.
+
+- :func:`image_attention`: one query's row (``[CLS]``'s by default, or a patch's) as a heat overlay
+  on the image, one head or the heads' mean;
+- :func:`image_heads`: every head of a layer as thumbnails over the image (DINO's picture of heads
+  that find the object);
+- :func:`image_rollout`: attention rollout (Abnar & Zuidema 2020) of a query over the image.
+
+Each patch's value is drawn on exactly that patch's pixels of the processed image (``cap.image``); the
+share a query gives the tokens before the patches (``[CLS]``, registers) is in the title, since it has
+no place on the picture. :func:`patch_row` is the grid a figure draws.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import plotly.graph_objects as go
+from torch import Tensor
+
+from ..analysis.rollout import rollout
+from ..data.images import ImageGrid
+from ..errors import InputError, OutOfRangeError
+
+if TYPE_CHECKING:
+    from ..data.capture import Capture
+
+__all__ = ["IMAGE_COLOURS", "image_attention", "image_grid", "image_heads", "image_rollout", "patch_row", "query_of"]
+
+IMAGE_COLOURS = "Inferno"  # the heat's colour scale
+
+
+def image_grid(cap: Capture) -> ImageGrid:
+    """The capture's picture and patch grid, or the error that says these figures need one."""
+    if cap.image is None:
+        raise InputError(
+            "this capture has no picture: image figures draw a vision encoder's capture "
+            "(attnviz.capture(model, image) with ViT, DINOv2, CLIP's or SigLIP's vision tower)"
+        )
+    return cap.image
+
+
+def query_of(grid: ImageGrid, query: int | str | tuple[int, int] | None) -> int:
+    """The query token: given (an index, a label, a ``(row, col)``), else the first token before the
+    patches (``[CLS]``), else — SigLIP has none — the centre patch."""
+    if query is not None:
+        return grid.token(query)
+    if grid.n_prefix:
+        return 0
+    return grid.token((grid.grid[0] // 2, grid.grid[1] // 2))
+
+
+def patch_row(
+    cap: Capture,
+    layer: int,
+    head: int | None = None,
+    *,
+    query: int | str | tuple[int, int] | None = None,
+    part: str | None = None,
+) -> tuple[Tensor, float]:  # ([rows, cols], the share of the tokens before the patches)
+    """The query's attention over the patches as the grid (one head, or the heads' mean), and the share
+    of its row the tokens before the patches take."""
+    grid = image_grid(cap)
+    q = query_of(grid, query)
+    rows = cap.attention_rows(layer, [q], part=part)[:, 0].float()  # [head, key]
+    if head is not None and not 0 <= head < rows.shape[0]:
+        raise OutOfRangeError(f"head {head} is out of range: layer {layer} has heads 0..{rows.shape[0] - 1}")
+    row = rows.mean(0) if head is None else rows[head]
+    return grid.patch_values(row), float(row[: grid.n_prefix].sum())
+
+
+def _traces(grid: ImageGrid, values: Tensor, *, opacity: float, showscale: bool, name: str) -> list:
+    """The picture, and ``values`` ``[rows, cols]`` as a heatmap whose cell (r, c) covers exactly the
+    pixels of patch (r, c): a picture's pixel (y, x) is centred at (x, y), so a cell's centre is the
+    centre of its ``ph × pw`` block. The colours run from the map's smallest value to its largest."""
+    (ph, pw), (rows, cols) = grid.patch, grid.grid
+    hover = [[f"patch ({r},{c})<br>{name}: %{{z:.3f}}" for c in range(cols)] for r in range(rows)]
+    return [
+        go.Image(z=grid.pixels.numpy(), hoverinfo="skip"),
+        go.Heatmap(
+            z=values.tolist(),
+            x0=(pw - 1) / 2,
+            dx=pw,
+            y0=(ph - 1) / 2,
+            dy=ph,
+            zmin=float(values.min()),
+            zmax=max(float(values.max()), float(values.min()) + 1e-12),
+            opacity=opacity,
+            colorscale=IMAGE_COLOURS,
+            showscale=showscale,
+            hovertemplate=[[h + "<extra></extra>" for h in line] for line in hover],
+        ),
+    ]
+
+
+def _query_box(grid: ImageGrid, q: int) -> dict | None:
+    box = grid.box(q)
+    if box is None:
+        return None
+    x0, y0, x1, y1 = box
+    return dict(type="rect", x0=x0 - 0.5, y0=y0 - 0.5, x1=x1 - 0.5, y1=y1 - 0.5, line=dict(color="#00e5ff", width=2))
+
+
+def image_attention(
+    cap: Capture,
+    layer: int,
+    head: int | None = None,
+    *,
+    query: int | str | tuple[int, int] | None = None,
+    part: str | None = None,
+    opacity: float = 0.6,
+) -> go.Figure:
+    """One query's attention row drawn over the picture: ``head`` (None: the heads' mean) at ``layer``;
+    ``query`` an index, a label (``"[CLS]"``, ``"(2,3)"``) or a ``(row, col)`` (default: ``[CLS]``, or
+    the centre patch where there is none). A query patch is outlined."""
+    grid = image_grid(cap)
+    q = query_of(grid, query)
+    values, prefix = patch_row(cap, layer, head, query=q, part=part)
+    who = "heads' mean" if head is None else f"H{head}"
+    fig = go.Figure(_traces(grid, values, opacity=opacity, showscale=True, name="weight"))
+    box = _query_box(grid, q)
+    if box is not None:
+        fig.add_shape(**box)
+    title = f"L{layer}·{who}: where {grid.labels[q]} attends"
+    if grid.n_prefix:
+        title += f" — {prefix:.0%} on {', '.join(grid.prefix)} (not drawn)"
+    fig.update_layout(title=title, margin=dict(l=10, r=10, t=50, b=10))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False, scaleanchor="x")
+    return fig
+
+
+def image_heads(
+    cap: Capture,
+    layer: int,
+    *,
+    query: int | str | tuple[int, int] | None = None,
+    part: str | None = None,
+    columns: int | None = None,
+    opacity: float = 0.7,
+) -> go.Figure:
+    """Every head of ``layer`` as a thumbnail: the query's row over the picture, each head on its own
+    scale (its smallest to its largest patch weight), as in DINO's figures of heads that segment the object."""
+    from plotly.subplots import make_subplots  # deferred: only the thumbnails need subplots
+
+    grid = image_grid(cap)
+    q = query_of(grid, query)
+    n_heads = cap.attention_rows(layer, [q], part=part).shape[0]
+    cols = columns or min(n_heads, 4)
+    if cols < 1:
+        raise OutOfRangeError(f"columns must be ≥ 1, got {columns}")
+    rows = math.ceil(n_heads / cols)
+    titles = []
+    grids = []
+    for h in range(n_heads):
+        values, prefix = patch_row(cap, layer, h, query=q, part=part)
+        grids.append(values)
+        titles.append(f"H{h}" + (f" · prefix {prefix:.0%}" if grid.n_prefix else ""))
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.02, vertical_spacing=0.06)
+    box = _query_box(grid, q)
+    for h, values in enumerate(grids):
+        r, c = divmod(h, cols)
+        for trace in _traces(grid, values, opacity=opacity, showscale=False, name=f"H{h}"):
+            fig.add_trace(trace, row=r + 1, col=c + 1)
+        if box is not None:
+            fig.add_shape(**box, row=r + 1, col=c + 1)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False, autorange="reversed")
+    for i in range(1, n_heads + 1):
+        fig.update_yaxes(scaleanchor=f"x{i if i > 1 else ''}", row=(i - 1) // cols + 1, col=(i - 1) % cols + 1)
+    fig.update_layout(
+        title=f"L{layer}: where {grid.labels[q]} attends, per head", height=220 * rows + 60, margin=dict(t=70)
+    )
+    return fig
+
+
+def image_rollout(
+    cap: Capture,
+    *,
+    query: int | str | tuple[int, int] | None = None,
+    layer: int = -1,
+    residual: float = 0.5,
+    head_fusion: str = "mean",
+    opacity: float = 0.6,
+) -> go.Figure:
+    """Attention rollout (:func:`attnviz.analysis.rollout`, heads fused by ``head_fusion``, the
+    residual mixed in, multiplied through the layers up to ``layer``) of ``query`` over the picture."""
+    grid = image_grid(cap)
+    q = query_of(grid, query)
+    flow = rollout(cap, residual=residual, head_fusion=head_fusion)
+    if not -len(flow) <= layer < len(flow):
+        raise OutOfRangeError(f"layer {layer} is out of range: the rollout has layers 0..{len(flow) - 1}")
+    row = flow[layer][q].float()
+    values = grid.patch_values(row)
+    shown = layer % len(flow)
+    fig = go.Figure(_traces(grid, values, opacity=opacity, showscale=True, name="rollout"))
+    box = _query_box(grid, q)
+    if box is not None:
+        fig.add_shape(**box)
+    title = f"rollout to L{shown} of {grid.labels[q]} (heads {head_fusion}, residual {residual})"
+    if grid.n_prefix:
+        title += f" — {float(row[: grid.n_prefix].sum()):.0%} on {', '.join(grid.prefix)} (not drawn)"
+    fig.update_layout(title=title, margin=dict(l=10, r=10, t=50, b=10))
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False, scaleanchor="x")
+    return fig
