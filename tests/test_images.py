@@ -52,9 +52,11 @@ def test_every_layer_of_a_batch_of_two_pictures_is_the_models_own_eager_attentio
             ours = cap.attention(layer)
             assert ours.shape == ref[b].shape
             assert (ours - ref[b]).abs().max().item() <= 5e-7, (family, backend, b, layer)
-    # the two pictures are not the same capture: each keeps its own picture and its own maps
+    # each capture of the batch keeps its own picture and its own maps: those of that picture alone
+    alone = attnviz.capture(model, coffee(), attnviz.tiny_processor(family))
+    assert torch.equal(caps[1].image.pixels, alone.image.pixels)
     assert not torch.equal(caps[0].image.pixels, caps[1].image.pixels)
-    assert not torch.allclose(caps[0].attention(0), caps[1].attention(0))
+    assert torch.allclose(caps[1].attention(0), alone.attention(0), atol=1e-6)
 
 
 def test_one_picture_gives_one_capture_and_a_list_gives_a_list():
@@ -265,3 +267,15 @@ def test_image_figures_of_a_text_capture_say_what_they_need():
     cap = attnviz.capture(attnviz.tiny_model("bert"), "5 6 7", attnviz.workflows.models.IdsTokenizer())
     with pytest.raises(attnviz.InputError, match="this capture has no picture: image figures draw a vision"):
         figures.image_attention(cap, 0)
+
+
+def test_an_image_file_too_large_is_refused_before_it_is_decoded(tmp_path, monkeypatch):
+    from PIL import Image
+
+    from attnviz.workflows import images
+
+    path = tmp_path / "big.png"
+    Image.fromarray(chelsea()).save(path)
+    monkeypatch.setattr(images, "MAX_IMAGE_PIXELS", 100 * 100)
+    with pytest.raises(attnviz.ImageFileError, match=r"has 451×300 pixels, more than 10,000; resize it first"):
+        attnviz.capture(attnviz.tiny_model("vit"), path, attnviz.tiny_processor("vit"))
