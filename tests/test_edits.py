@@ -48,6 +48,7 @@ def _by_hand(cap, layer, head, part, *, scale=None, temperature=1.0, causal=True
         ("deberta_v2", "eager", "encoder"),  # its relative terms: a recorded bias the edit keeps
         ("albert", "sdpa", "encoder"),  # layer 1 is the shared module's second call
         ("mpnet", "eager", "encoder"),  # its relative position bias, computed inline
+        ("longt5", "eager", "encoder"),  # its local blocks: the projection hooks beside the interface
     ],
 )
 def test_knockout_zeroes_the_key_and_the_row_renormalises(family, impl, part):

@@ -18,12 +18,11 @@ from attnviz.workflows.models import IdsTokenizer
 
 SUPPORTED = [(f.tiny, backend) for f in FAMILIES if f.how != "refused" for backend in f.backends]
 REFUSED = {
-    "longt5": "LongT5: the encoder's blocked attention",
     "deberta": r"DeBERTa \(v1\): no spec maps its fused in_proj",
 }
 ENCODERS = {"bert", "roberta", "albert", "deberta_v2", "mpnet"}  # one-stack families whose attention is bidirectional
 #: families held to the issue's bound (float32, every layer, padded): the others keep the table's 2e-6
-TIGHT = {"deberta_v2": 5e-7, "albert": 5e-7, "mpnet": 5e-7, "falcon": 5e-7, "falcon_new": 5e-7}
+TIGHT = {"deberta_v2": 5e-7, "albert": 5e-7, "mpnet": 5e-7, "falcon": 5e-7, "falcon_new": 5e-7, "longt5": 5e-7}
 
 
 def texts(lengths, seed):
@@ -40,6 +39,20 @@ def padded(rows):
     return ids, mask
 
 
+def unblocked(blocked, block):  # [batch, blocks, head, L, 3L] -> [batch, head, n, n], n = blocks·L
+    """LongT5's local attention weights laid out over the whole text, written out slot by slot: query
+    i (block i // L, row i % L) reads slot s of the blocks before, at and after its own, key (i // L - 1)·L + s."""
+    batch, blocks, heads = blocked.shape[:3]
+    n = blocks * block
+    dense = torch.zeros(batch, heads, n, n)
+    for i in range(n):
+        for s in range(3 * block):
+            j = (i // block - 1) * block + s
+            if 0 <= j < n:
+                dense[:, :, i, j] = blocked[:, i // block, :, i % block, s]
+    return dense
+
+
 def reference(family, caps, **overrides) -> dict[str, tuple]:
     """The eager model's own attentions on the captures' ids, padded and masked."""
     eager = attnviz.tiny_model(family, attn_implementation="eager", **overrides)
@@ -51,7 +64,10 @@ def reference(family, caps, **overrides) -> dict[str, tuple]:
     with torch.no_grad():
         out = eager(**kwargs, output_attentions=True)
     if eager.config.is_encoder_decoder:
-        return {"encoder": out.encoder_attentions, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
+        encoder = out.encoder_attentions
+        if family == "longt5":  # its local attention's weights come in blocks
+            encoder = tuple(unblocked(a, eager.config.local_radius + 1) for a in encoder)
+        return {"encoder": encoder, "decoder": out.decoder_attentions, "cross": out.cross_attentions}
     return {"encoder" if family in ENCODERS else "decoder": out.attentions}
 
 
@@ -87,7 +103,9 @@ def test_every_part_matches_its_own_eager_attention_in_a_padded_batch(family, ba
         torch.testing.assert_close(caps[1].attention(0, part=part), alone.attention(0, part=part), atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("family", ["bloom", "mpt", "falcon_alibi", "t5", "umt5", "gpt_oss", "deberta_v2", "mpnet"])
+@pytest.mark.parametrize(
+    "family", ["bloom", "mpt", "falcon_alibi", "t5", "umt5", "gpt_oss", "deberta_v2", "mpnet", "longt5"]
+)
 def test_position_biases_and_sinks_are_needed_and_checked(family):
     """Leave the bias (or the sinks) out of the recomputation and validation fails: the term matters,
     and a capture that lost it could not pass its own check."""
@@ -104,7 +122,7 @@ def test_position_biases_and_sinks_are_needed_and_checked(family):
 def _src_only(family):
     ids = torch.randint(3, 120, (1, 12), generator=torch.Generator().manual_seed(2))
     kwargs = {"input_ids": ids}
-    if family in {"t5", "umt5"}:
+    if family in {"t5", "umt5", "longt5"}:
         kwargs["decoder_input_ids"] = ids[:, :6]
     return kwargs
 
@@ -187,6 +205,24 @@ def test_albert_keys_each_call_of_its_shared_module_by_its_index_in_the_forward(
         model(ids)
     assert [c.layer for c in rec.calls] == list(range(8)) * 2
     assert [c.step for c in rec.calls] == [0] * 8 + [1] * 8
+
+
+def test_longt5_local_blocks_drawn_dense_keep_each_token_to_its_radius():
+    """LongT5's encoder: each token sees the keys at most local_radius away (blocks of radius + 1,
+    drawn over the whole text), with the relative bias of its blocks — and its transient-global
+    variant, whose keys include per-block aggregates, is refused with why."""
+    model = attnviz.tiny_model("longt5")
+    cap = attnviz.capture(model, texts([13], seed=4)[0], IdsTokenizer(), target=texts([4], seed=5)[0])
+    radius = model.config.local_radius
+    i, j = torch.arange(13)[:, None], torch.arange(13)[None, :]
+    for layer in range(2):
+        weights = cap.attention(layer, part="encoder")
+        assert bool((weights[:, (i - j).abs() > radius] == 0).all())
+        assert bool((weights[:, (i - j).abs() <= radius] > 0).all())
+        assert cap.layer(layer, "encoder").bias is not None or cap.layer(layer, "encoder").relative_bias is not None
+    glob = attnviz.tiny_model("longt5", encoder_attention_type="transient-global")
+    with pytest.raises(attnviz.UnsupportedModelError, match="transient-global attention: its encoder's keys"):
+        attnviz.capture(glob, input_ids=torch.arange(3, 9)[None], decoder_input_ids=torch.arange(3, 6)[None])
 
 
 def test_a_module_that_runs_twice_in_a_family_without_shared_layers_is_refused():

@@ -87,7 +87,10 @@ def projection_read(
     scored = spec.qk_bias(attention, inputs, q, k)
     if scored is not None:
         bias = scored if bias is None else bias + scored
-    mask = inputs.get(spec.mask) if spec.mask else None
+    if spec.mask_from is not None:
+        mask = spec.mask_from(attention, inputs, q.shape[-2])
+    else:
+        mask = inputs.get(spec.mask) if spec.mask else None
     if isinstance(mask, Tensor):
         if mask.dtype != torch.bool and not mask.is_floating_point():
             mask = mask != 0  # a 0/1 integer mask (DeBERTa): 1 = may attend
@@ -144,6 +147,8 @@ class InlineCall:
 
     def split(self, result: Tensor) -> tuple[Tensor, None]:
         heads = int(getattr(self.module, self.spec.heads))
+        if result.untyped_storage().nbytes() > result.numel() * result.element_size():
+            result = result.clone()  # a cut of a larger output (LongT5's padded blocks): not kept alive
         return result.view(*result.shape[:2], heads, -1), None
 
     def join(self, out: Tensor, weights: Tensor | None) -> Tensor:

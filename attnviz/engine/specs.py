@@ -24,6 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from ..errors import UnsupportedModelError
@@ -187,10 +188,17 @@ class ProjectionSpec:
     # the additive term an additive mask carries on every key it lets through, [b|1, head, q|1, k]
     # (Falcon folds ALiBi into its mask): edits that unblock a key add it there too
     mask_bias: Callable[[Any, dict, int], Tensor | None] = lambda m, inputs, batch: None
-    # a term of the scores that is a function of this call's Q and K ([batch, head, pos, d]) —
-    # DeBERTa's c2p / p2c relative terms — computed by the module's own code from what the hooks
-    # kept, [b, head, q, k]: recorded as its *value* for this input (an edit of the weights keeps it)
+    # a term of the scores that is a function of this call's Q and K ([batch, head, pos, d]) or of
+    # their length — DeBERTa's c2p / p2c relative terms, LongT5's blocked relative bias — computed by
+    # the module's own code from what the hooks kept, [b, head, q, k]: recorded as its *value* for
+    # this input (an edit of the weights keeps it)
     qk_bias: Callable[[Any, dict, Tensor, Tensor], Tensor | None] = lambda m, inputs, q, k: None
+    # the dense "may attend" mask [b, 1, q, k] of a module whose mask input has a form of its own
+    # (LongT5's blocked local mask), from its inputs and the number of tokens; None: ``mask`` says
+    mask_from: Callable[[Any, dict, int], Tensor | None] | None = None
+    # the model's other attention modules call the AttentionInterface (LongT5's decoder and
+    # cross-attention): the interface wrapper is installed beside the hooks
+    interface_too: bool = False
     # q and k as the module's own code turns them after the projection, before Q·Kᵀ (Falcon's inline
     # RoPE): ``(module, inputs, q, k) -> (q, k)``, each [batch, head, pos, d]
     rotate: Callable[[Any, dict, Tensor, Tensor], tuple[Tensor, Tensor]] = lambda m, inputs, q, k: (q, k)
@@ -230,6 +238,49 @@ def _deberta_relative(module: Any, inputs: dict, q: Tensor, k: Tensor) -> Tensor
         _deberta_scale_factor(module),
     )
     return None if isinstance(scores, int) else scores.view(b, h, n_q, -1)
+
+
+def unblock(blocked: Tensor, n: int) -> tuple[Tensor, Tensor]:  # [B, blocks, H, L, 3L] -> [B, H, n, n], [n, n]
+    """LongT5's local attention layout made dense: query ``i`` (block ``i // L``, row ``i % L``) sees
+    the 3L keys of the blocks before, at and after its own, key ``j`` in slot ``j - (i // L - 1)·L``.
+    Returns the dense values (0 where ``j`` is not in those blocks) and where it is."""
+    length = blocked.shape[-2]
+    i = torch.arange(n, device=blocked.device)
+    block, row = i // length, i % length
+    slot = i[None, :] - (block[:, None] - 1) * length  # [q, k]
+    inside = (slot >= 0) & (slot < 3 * length)
+    values = blocked[:, block[:, None], :, row[:, None], slot.clamp(0, 3 * length - 1)]  # [q, k, B, H]
+    return values.permute(2, 3, 0, 1).masked_fill(~inside, 0), inside
+
+
+def _longt5_mask(module: Any, inputs: dict, n: int) -> Tensor:  # [b, 1, n, n] bool
+    """LongT5's local mask [b, 1, blocks, L, 3L] (the locality and the padding), dense."""
+    allowed, inside = unblock(inputs["mask"].transpose(1, 2) > 0, n)
+    return allowed & inside
+
+
+def _longt5_bias(module: Any, inputs: dict, q: Tensor, k: Tensor) -> Tensor:  # [b|1, head, n, n]
+    """LongT5's relative position bias over its local blocks, dense: the first layer's from its own
+    ``compute_bias``, a later layer's from the ``position_bias`` the first passed on (which carries
+    the mask as -1e10: those keys are masked anyway, so they are zeroed here)."""
+    blocked = inputs.get("position_bias")
+    if blocked is None:
+        blocked = module.compute_bias(module.block_len) if module.has_relative_attention_bias else None
+        if blocked is None:
+            return q.new_zeros(1, q.shape[1], q.shape[-2], q.shape[-2])
+        blocked = blocked[0]  # [1, 1, h, L, 3L] -> [1, h, L, 3L] per block: one for every block
+        blocked = blocked[:, None].expand(1, -(-q.shape[-2] // module.block_len), *blocked.shape[1:])
+    dense, _ = unblock(blocked, q.shape[-2])
+    return dense.masked_fill(~_longt5_mask(module, inputs, q.shape[-2]), 0)
+
+
+def _longt5_refusal(config) -> str | None:
+    if getattr(config, "encoder_attention_type", "local") != "local":
+        return (
+            "LongT5 with transient-global attention: its encoder's keys include one aggregate per block "
+            "of the text (a sum of token states, not a token), which a token × token map cannot show"
+        )
+    return None
 
 
 def _falcon_refusal(config) -> str | None:
@@ -341,6 +392,23 @@ PROJECTION_SPECS: dict[str, ProjectionSpec] = {
         mask_bias=lambda m, inputs, batch: (
             None if inputs.get("alibi") is None else _alibi_per_item(m, inputs["alibi"], batch) * m.inv_norm_factor
         ),
+    ),
+    # LongT5 (local attention): the encoder attends within blocks of local_radius + 1 tokens to the
+    # keys at most local_radius away, unscaled, plus a bucketed relative bias over the blocks; its
+    # decoder and cross-attention are T5's, through the interface
+    "longt5": ProjectionSpec(
+        "LongT5LocalAttention",
+        q="q",
+        k="k",
+        v="v",
+        out="o",
+        heads="n_heads",
+        scaling=lambda m: 1.0,
+        causal=False,
+        qk_bias=_longt5_bias,
+        mask_from=_longt5_mask,
+        interface_too=True,
+        refuse=_longt5_refusal,
     ),
     # MPNet: T5-style bucketed relative position bias, computed once by the encoder and passed to
     # every layer as `position_bias` [b, h, q, k]; scores = qkᵀ/√d + position_bias + additive mask
@@ -472,13 +540,21 @@ FAMILIES: tuple[Family, ...] = (
         ("eager",),
     ),
     Family(
-        "LongT5",
+        "LongT5 (local)",
+        "projection hooks",
+        "encoder, decoder, cross",
+        "relative position bias in local blocks",
+        "longt5",
+        "the encoder by projection hooks (its blocks drawn dense), the decoder through the interface",
+        ("eager",),
+    ),
+    Family(
+        "LongT5 (transient-global)",
         "refused",
         "—",
-        "local / transient-global blocks",
+        "local blocks and per-block aggregates",
         None,
-        "the encoder's blocked attention does not go through the interface",
-        model_types=("longt5",),
+        "its encoder's keys include one aggregate per block of the text, not a token",
     ),
     Family(
         "DeBERTa-v2 / v3",

@@ -330,7 +330,11 @@ def attached(model: nn.Module) -> Iterator[None]:
     config = getattr(model, "config", None)
     check_supported(config)
     spec = PROJECTION_SPECS.get(getattr(config, "model_type", ""))
-    with wrapped(model) if spec is None else hooked(model, spec):
+    with contextlib.ExitStack() as stack:
+        if spec is None or spec.interface_too:
+            stack.enter_context(wrapped(model))
+        if spec is not None:
+            stack.enter_context(hooked(model, spec))
         yield
 
 

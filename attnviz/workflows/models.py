@@ -301,8 +301,8 @@ def tiny_model(family: str, *, attn_implementation: str | None = None, seed: int
     architecture), ``deberta_v2`` (DeBERTa-v3's layout), ``mpnet`` (through projection hooks),
     ``albert`` (one attention module for every layer); the vision encoders ``vit``, ``deit``,
     ``dinov2``, ``dinov2_registers``, ``clip_vision``, ``siglip_vision`` (32×32 images, 8×8 patches;
-    :func:`tiny_processor` gives their image processor); and ``longt5``, ``deberta``
-    (v1), which attnviz refuses. ``overrides`` go to the config (e.g. ``num_key_value_heads=2``).
+    :func:`tiny_processor` gives their image processor); ``longt5`` (its local attention's
+    encoder through projection hooks); and ``deberta`` (v1), which attnviz refuses. ``overrides`` go to the config (e.g. ``num_key_value_heads=2``).
     Encoder-decoders come with their LM head (``…ForConditionalGeneration``), decoders as causal
     LMs, BERT, RoBERTa, ALBERT, DeBERTa and MPNet as bare encoders. ``attn_implementation`` ``None`` takes sdpa where the
     family has it, else eager.
