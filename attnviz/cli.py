@@ -2,7 +2,13 @@
 
 Exit status: 0 on success, 1 when validation fails (a head over tolerance, or a capture's own
 check), 2 for usage and input errors, 75 (EX_TEMPFAIL: run it again) when SIGTERM or SIGINT stopped
-``attnviz stats`` or ``attnviz probes`` after it wrote its checkpoint — each error one line on stderr."""
+``attnviz stats`` or ``attnviz probes`` after it wrote its checkpoint — each error one line on stderr.
+
+Arguments are checked before the model runs: a hub name is asked of the hub once (an unknown or
+unreachable name fails in seconds), and ``--layers``, ``--layer``, ``--head``, ``--query`` and the
+text's length are checked against the model's config and the tokenized text before its weights load.
+Every subcommand that writes a file takes ``-o/--out`` (the older ``--output`` and ``--csv`` stay
+as aliases)."""
 
 from __future__ import annotations
 
@@ -25,6 +31,15 @@ def _layers(value: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--layers takes comma-separated integers like 0,3,5, got {value!r}") from err
 
 
+def _add_out(p: argparse.ArgumentParser, help: str, *, required: bool = False, alias: str = "--output") -> None:
+    """``-o/--out`` of a subcommand that writes a file; ``alias`` (its older spelling) still works."""
+    p.add_argument("-o", "--out", alias, dest="out", required=required, metavar="FILE", help=help)
+
+
+def _add_bos(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token so a decoder's sink is not a word")
+
+
 def _add_model_args(p: argparse.ArgumentParser, *, text_required: bool, check: bool = True) -> None:
     p.add_argument(
         "model",
@@ -34,6 +49,7 @@ def _add_model_args(p: argparse.ArgumentParser, *, text_required: bool, check: b
     p.add_argument("text", nargs=None if text_required else "?", help="the text to run the model on")
     _add_loading_args(p)
     p.add_argument("--max-length", type=int, default=None, help="truncate the text to this many tokens")
+    _add_bos(p)
     p.add_argument(
         "--target",
         default=None,
@@ -70,6 +86,80 @@ def _writable(path: str) -> None:
         raise InputError(f"cannot write {path!r}: the folder {str(Path(path).parent)!r} does not exist")
 
 
+def _n_heads(config, part: str | None) -> int | None:
+    """The query heads of a part (None: the config does not say)."""
+    names = ["num_attention_heads", "n_head", "num_heads", "n_heads"]
+    names.insert(0, "encoder_attention_heads" if part in (None, "encoder") else "decoder_attention_heads")
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _preflight(
+    args,
+    text: str | None,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    query: str | None = None,
+    part: str | None = None,
+) -> None:
+    """``args.model`` described (config and tokenizer, no weights) and the arguments checked against it:
+    a supported family, ``--layers``, ``layer`` and ``head`` in range, the text within the model's limit,
+    the ``query`` word in the tokenized text — an error now, not after the weights loaded and the model ran."""
+    from .data.words import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        TokenSequence,
+        words_from_offsets,
+    )
+    from .engine.specs import check_supported  # deferred with the rest of the library
+    from .errors import OutOfRangeError  # deferred with the rest of the library
+    from .workflows.inputs import tokenize  # deferred with the rest of the library
+    from .workflows.models import describe_model  # deferred with the rest of the library
+    from .workflows.pipeline import check_layers, max_positions, n_layers  # deferred with the rest of the library
+
+    config, tokenizer = describe_model(args.model)
+    check_supported(config)
+    layers = n_layers(config)
+    check_layers(getattr(args, "layers", None), layers)
+    if layer is not None:
+        if layer < 0 or (layers is not None and layer >= layers):
+            top = f"0..{layers - 1}" if layers is not None else "≥ 0"
+            raise OutOfRangeError(f"--layer {layer} is out of range: {args.model} has layers {top}")
+        if args.layers is not None and layer not in args.layers:
+            raise OutOfRangeError(f"--layer {layer} is not among --layers {args.layers}: add it to --layers")
+    heads = _n_heads(config, part)
+    if head is not None and (head < 0 or (heads is not None and head >= heads)):
+        top = f"0..{heads - 1}" if heads is not None else "≥ 0"
+        raise OutOfRangeError(f"--head {head} is out of range: {args.model} has heads {top}")
+    if text is None or tokenizer is None:
+        return
+    limit = max_positions(config)
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    name = str(args.model)
+    max_length = getattr(args, "max_length", None)
+    [(ids, offsets, tokens)] = tokenize(tokenizer, [text], max_length, limit, name, getattr(args, "add_bos", False))
+    target = getattr(args, "target", None)
+    if target is not None and encoder_decoder:
+        [(t_ids, t_offsets, t_tokens)] = tokenize(tokenizer, [target], max_length, limit, name, what="target")
+    if query is None:
+        return
+    if encoder_decoder and part in ("decoder", "cross"):
+        if target is None:
+            raise InputError(
+                f"--query {query!r} reads {part} attention, whose queries are the decoder's tokens: give the "
+                "target text with --target"
+            )
+        words = TokenSequence(target, t_tokens, t_ids, t_offsets, words_from_offsets(target, t_offsets, t_tokens))
+        if query not in words.word_labels:
+            raise InputError(f"no word {query!r} in the target {words.word_labels}; --query takes one of them")
+        return
+    words = TokenSequence(text, tokens, ids, offsets, words_from_offsets(text, offsets, tokens))
+    if query not in words.word_labels:
+        raise InputError(f"no word {query!r} in the text; --query takes one of its words: {words.word_labels}")
+
+
 def _capture(args):
     from .workflows.runner import (
         capture,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
@@ -87,8 +177,16 @@ def _capture(args):
 
 
 def _cmd_capture(args) -> int:
-    if args.output:
-        _writable(args.output)
+    if args.query is None:
+        given = [f"--{name}" for name in ("layer", "part") if getattr(args, name) is not None]
+        if given:
+            raise InputError(
+                f"{' and '.join(given)} choose{'s' if len(given) == 1 else ''} what --query prints: add --query WORD "
+                "(to capture only some layers, use --layers)"
+            )
+    if args.out:
+        _writable(args.out)
+    _preflight(args, args.text, layer=args.layer, query=args.query, part=args.part or "encoder")
     cap = _capture(args)
     print(cap)
     print("words:", " | ".join(cap.word_labels))
@@ -113,8 +211,8 @@ def _cmd_capture(args) -> int:
                 f"{keys.words[i].text}={v:.2f}" for v, i in zip(top.values.tolist(), top.indices.tolist())
             )
             print(f"  H{head}: {pairs}")
-    if args.output:
-        path = cap.save(args.output)
+    if args.out:
+        path = cap.save(args.out)
         print(f"saved to {path}")
     return 0
 
@@ -124,13 +222,18 @@ def _cmd_generate(args) -> int:
         generate,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
-    if args.output:
-        _writable(args.output)
+    if args.out:
+        _writable(args.out)
     sampling = {}
     if args.sample:
         sampling = {"do_sample": True, "temperature": args.temperature, "top_p": args.top_p}
     elif args.temperature is not None or args.top_p is not None:
         raise InputError("--temperature and --top-p apply to sampling: add --sample")
+    if args.layer is not None and not args.steps:
+        raise InputError(
+            "--layer chooses the layer --steps prints: add --steps (to capture only some layers, use --layers)"
+        )
+    _preflight(args, args.prompt, layer=args.layer, part="decoder")
     gen = generate(
         args.model,
         args.prompt,
@@ -152,8 +255,8 @@ def _cmd_generate(args) -> int:
             step = gen.step(i)
             top = ", ".join(f"{t}@{p}={w:.2f}" for p, t, w in step.top(3, layer=layer))
             print(f"  {i:>4} {step.token!r:>14}  {top}")
-    if args.output:
-        path = gen.save(args.output)
+    if args.out:
+        path = gen.save(args.out)
         print(f"saved to {path} (open it with: attnviz app --capture {path})", file=sys.stderr)
     return 0
 
@@ -169,7 +272,8 @@ def _cmd_stats(args) -> int:
     if args.out:
         _writable(args.out)
         if not args.out.endswith((".parquet", ".csv")):
-            raise InputError(f"--out {args.out!r}: give a .parquet or .csv path")
+            raise InputError(f"-o/--out {args.out!r}: give a .parquet or .csv path")
+    _preflight(args, None)
     interrupted = False
     try:
         with warnings.catch_warnings():
@@ -209,7 +313,7 @@ def _cmd_stats(args) -> int:
     except Interrupted as err:
         interrupted = True  # every process stopped too (they agree before each batch): no barrier to wait at
         if err.rank == 0:
-            print(f"error: {err}", file=sys.stderr)
+            print(_error_line(err), file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         _end_processes(barrier=not interrupted)
@@ -220,10 +324,11 @@ def _cmd_atlas(args) -> int:
         head_atlas,
     )
 
-    if args.output:
-        _writable(args.output)
-        if not args.output.endswith((".parquet", ".csv", ".html")):
-            raise InputError(f"-o {args.output!r}: give a .csv, .parquet or .html path")
+    if args.out:
+        _writable(args.out)
+        if not args.out.endswith((".parquet", ".csv", ".html")):
+            raise InputError(f"-o/--out {args.out!r}: give a .csv, .parquet or .html path")
+    _preflight(args, None)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _warning_line  # restored by catch_warnings
@@ -249,16 +354,16 @@ def _cmd_atlas(args) -> int:
             f"{df.attrs['texts']:,} texts, {df.attrs['tokens']:,} tokens, {len(df)} heads; heads per role: {counts}",
             file=sys.stderr,
         )
-        if args.output:
-            if args.output.endswith(".html"):
+        if args.out:
+            if args.out.endswith(".html"):
                 from .views.atlas import atlas_page  # deferred: plotly loads only for a page
 
-                atlas_page(df, args.output)
-                print(f"wrote {args.output}", file=sys.stderr)
+                atlas_page(df, args.out)
+                print(f"wrote {args.out}", file=sys.stderr)
             else:
                 from .workflows.corpus import write_table  # deferred with the rest of the workflows
 
-                print(f"wrote {write_table(df, args.output)}", file=sys.stderr)
+                print(f"wrote {write_table(df, args.out)}", file=sys.stderr)
         else:
             shown = ["part", "layer", "head", "roles", "positional_offset", *(r for r in args.roles or [] if r)]
             print(df[[c for c in shown if c in df.columns]].to_string(index=False))
@@ -284,8 +389,8 @@ def _end_processes(barrier: bool = True) -> None:
 
 
 def _cmd_validate(args) -> int:
-    if args.csv:
-        _writable(args.csv)
+    if args.out:
+        _writable(args.out)
     if args.capture:
         from .data.io import (
             load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
@@ -295,12 +400,13 @@ def _cmd_validate(args) -> int:
     else:
         if not args.model or not args.text:
             raise InputError("attnviz validate: give MODEL TEXT, or --capture FILE")
+        _preflight(args, args.text)
         cap = _capture(args)
     report = cap.validate()
     print(report)
-    if args.csv:
-        report.to_pandas().to_csv(args.csv, index=False)
-        print(f"per layer/head errors written to {args.csv}")
+    if args.out:
+        report.to_pandas().to_csv(args.out, index=False)
+        print(f"per layer/head errors written to {args.out}")
     return 0 if report.passed else 1
 
 
@@ -309,6 +415,7 @@ def _cmd_coref(args) -> int:
         rank_heads,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
+    _preflight(args, args.text)
     cap = _capture(args)
     candidates = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
     ranking = rank_heads(cap, args.pronoun, candidates, exclude_sinks=not args.keep_sinks, part=args.part)
@@ -318,8 +425,8 @@ def _cmd_coref(args) -> int:
 
 
 def _cmd_probes(args) -> int:
-    if args.csv:
-        _writable(args.csv)
+    if args.out:
+        _writable(args.out)
     from .workflows.probing import (
         evaluate_probes,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
@@ -353,15 +460,15 @@ def _cmd_probes(args) -> int:
     except Interrupted as err:
         interrupted = True  # every process stopped too (they agree before each batch): no barrier to wait at
         if err.rank == 0:
-            print(f"error: {err}", file=sys.stderr)
+            print(_error_line(err), file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         _end_processes(barrier=not interrupted)
     print(result)
     print(result.ranked().head(args.top).round(3).to_string(index=False))
-    if args.csv:
-        result.accuracy.to_csv(args.csv, index=False)
-        print(f"per-head accuracy written to {args.csv}")
+    if args.out:
+        result.accuracy.to_csv(args.out, index=False)
+        print(f"per-head accuracy written to {args.out}")
     if args.per_probe:
         result.picks_table(top=args.top).to_csv(args.per_probe, index=False)
         print(f"each probe with the picks of the top {args.top} heads written to {args.per_probe}")
@@ -390,7 +497,7 @@ def _cmd_export(args) -> int:
         load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
-    _writable(args.output)
+    _writable(args.out)
     views = [v.strip() for v in args.views.split(",") if v.strip()]
     unknown = [v for v in views if v not in EXPORT_VIEWS]
     if unknown or not views:
@@ -398,6 +505,7 @@ def _cmd_export(args) -> int:
     if args.capture:
         cap = load(args.capture)
     elif args.model and args.text:
+        _preflight(args, args.text, layer=args.layer, head=args.head, part=args.part or "encoder")
         cap = _capture(args)
     else:
         raise InputError("attnviz export: give MODEL TEXT, or --capture FILE")
@@ -413,8 +521,8 @@ def _cmd_export(args) -> int:
         ],
     }
     figs = [fig for view in views for fig in build[view]()]
-    figures.to_html(figs, args.output, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}")
-    print(f"{len(figs)} figure(s) written to {args.output} (self-contained: opens offline)")
+    path = figures.to_html(figs, args.out, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}")
+    print(f"{len(figs)} figure(s) written to {path} (self-contained: opens offline)")
     return 0
 
 
@@ -437,23 +545,37 @@ def _cmd_app(args) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (``error: … (see attnviz stats --help)``) like attnviz's own."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+def _error_line(err: BaseException) -> str:
+    """An error as the one line the command line prints."""
+    return "error: " + " ".join(str(err).split())
+
+
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__  # deferred: the package's __init__ loads torch; `attnviz --help` answers without it
 
-    parser = argparse.ArgumentParser(prog="attnviz", description="See what attention does in Hugging Face models.")
+    parser = _Parser(prog="attnviz", description="See what attention does in Hugging Face models.")
     parser.add_argument("--version", action="version", version=f"attnviz {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("capture", help="run a model on a text and record its attention")
     _add_model_args(p, text_required=True)
-    p.add_argument("-o", "--output", help="save the capture to this file (.attnviz, safetensors)")
+    _add_out(p, "save the capture to this file (.attnviz, safetensors; --output still works)")
     p.add_argument("--query", help="print, per head, where this word's attention goes (word level)")
-    p.add_argument("--layer", type=int, default=None, help="the layer for --query (default: the first captured)")
+    p.add_argument(
+        "--layer", type=int, default=None, help="the layer --query reads (default: the first captured); needs --query"
+    )
     p.add_argument(
         "--part",
         choices=["encoder", "decoder", "cross"],
         default=None,
-        help="encoder-decoder models: the attention --query reads (default: encoder)",
+        help="encoder-decoder models: the attention --query reads (default: encoder); needs --query",
     )
     p.set_defaults(func=_cmd_capture)
 
@@ -465,7 +587,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (with --sample)")
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold (with --sample)")
     p.add_argument("--seed", type=int, default=None, help="seed for a repeatable sample")
-    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token so a decoder's sink is not a word")
+    _add_bos(p)
     _add_loading_args(p)
     p.add_argument(
         "--check",
@@ -474,8 +596,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="compare every generated row and a sample of the prompt's (default), every row, or none",
     )
     p.add_argument("--steps", action="store_true", help="print what each new token attended to most")
-    p.add_argument("--layer", type=int, default=None, help="the layer for --steps (default: the last captured)")
-    p.add_argument("-o", "--output", help="save the generation's capture to this file (opens in attnviz app)")
+    p.add_argument(
+        "--layer", type=int, default=None, help="the layer --steps prints (default: the last captured); needs --steps"
+    )
+    _add_out(p, "save the generation's capture to this file (opens in attnviz app; --output still works)")
     p.set_defaults(func=_cmd_generate)
 
     p = sub.add_parser(
@@ -483,14 +607,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _add_model_args(p, text_required=False, check=False)
     p.add_argument("--capture", help="validate a saved capture file instead of running a model")
-    p.add_argument("--csv", help="write the per layer/head errors to this CSV file")
+    _add_out(p, "write the per layer/head errors to this CSV file (--csv still works)", alias="--csv")
     p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("coref", help="rank heads by the attention from a pronoun to candidate antecedents")
     _add_model_args(p, text_required=True)
     p.add_argument("--pronoun", required=True, help="the pronoun (its last occurrence is used), e.g. it or 它")
     p.add_argument("--candidates", help="comma-separated candidates (default: proposed from the text)")
-    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token so a decoder's sink is not a word")
     p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
     p.add_argument("--top", type=int, default=10, help="how many heads to print")
     p.add_argument(
@@ -531,7 +654,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
     p.add_argument("--no-bos", action="store_true", help="do not prepend a BOS token to each probe")
     p.add_argument("--top", type=int, default=5, help="how many heads to print")
-    p.add_argument("--csv", help="write the per-head accuracy to this CSV file")
+    _add_out(p, "write the per-head accuracy to this CSV file (--csv still works)", alias="--csv")
     p.add_argument(
         "--checkpoint",
         help="save the run's place to this file (atomically; one per process under torchrun) every 100 probes or "
@@ -556,7 +679,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("model", help="embedded alias, hub name or local folder")
     p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')
-    p.add_argument("--out", help="write the table here: .parquet or .csv (default: print it)")
+    _add_out(p, "write the table here: .parquet or .csv (default: print it)")
     p.add_argument("--batch-size", type=int, default=8, help="texts per forward, grouped by length (default: 8)")
     p.add_argument("--max-length", type=int, default=None, help="truncate each text to this many tokens")
     _add_loading_args(p, backend=False)
@@ -601,9 +724,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("model", help="embedded alias, hub name or local folder")
     p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')
-    p.add_argument(
-        "-o", "--output", help="write the atlas here: .csv, .parquet or .html (map and table) (default: print it)"
-    )
+    _add_out(p, "write the atlas here: .csv, .parquet or .html (map and table) (default: print it)")
     p.add_argument("--batch-size", type=int, default=8, help="texts per forward, grouped by length (default: 8)")
     p.add_argument(
         "--probes",
@@ -626,7 +747,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="write figures as one self-contained HTML file that opens offline")
     _add_model_args(p, text_required=False)
     p.add_argument("--capture", help="export from a saved capture file instead of running a model")
-    p.add_argument("-o", "--output", required=True, help="the HTML file to write")
+    _add_out(p, "the HTML file to write (--output still works)", required=True)
     p.add_argument(
         "--views",
         default="heatmap,head,model",
@@ -671,13 +792,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ValidationError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(_error_line(err), file=sys.stderr)
         return 1
     except AttnvizError as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(_error_line(err), file=sys.stderr)
         return 2
     except OSError as err:  # a file that cannot be read or written
-        print(f"error: {err}", file=sys.stderr)
+        print(_error_line(err), file=sys.stderr)
         return 2
 
 

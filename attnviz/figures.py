@@ -12,7 +12,7 @@ from .views.common import HEAD_COLOURS, MASKED_COLOUR, above_top_axis, labels, m
 from .views.compare import compare_heads, comparison
 from .views.generation import step_figure, step_summary
 from .views.head_view import MAX_LABELS, head_view, strongest
-from .views.html import to_html
+from .views.html import html_page, to_html
 from .views.image import IMAGE_COLOURS, image_attention, image_heads, image_rollout, patch_row
 from .views.maps import heatmap, query_row, row_stats
 from .views.marks import MARK, NEW_COLOUR, marked, new_start
@@ -41,6 +41,7 @@ __all__ = [
     "head_map",
     "head_view",
     "heatmap",
+    "html_page",
     "image_attention",
     "image_heads",
     "image_rollout",

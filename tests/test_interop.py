@@ -2,6 +2,7 @@
 reprs, and figures as one self-contained HTML file that renders offline."""
 
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -106,10 +107,13 @@ def test_probe_results_show_as_html(tiny_bert_words):
 
 
 def test_figures_as_one_html_file_that_needs_no_network(cap, tmp_path):
-    page = figures.to_html(
-        [figures.heatmap(cap, 1, 2), figures.model_view(cap)], tmp_path / "views.html", title="cat <1>"
-    )
-    assert (tmp_path / "views.html").read_text() == page
+    figs = [figures.heatmap(cap, 1, 2), figures.model_view(cap)]
+    written = figures.to_html(figs, tmp_path / "views.html", title="cat <1>")
+    assert written == tmp_path / "views.html"  # the path, not the ~5 MB page (a notebook cell shows it)
+    page = written.read_text()
+    uuid = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")  # each div's own id
+    assert uuid.sub("id", page) == uuid.sub("id", figures.html_page(figs, title="cat <1>"))
+    assert figures.to_html(figs) is None  # no path: nothing written, nothing returned
     assert "<script src=" not in page and page.count('class="plotly-graph-div"') == 2 and "cat &lt;1&gt;" in page
     with pytest.raises(attnviz.InputError, match="the folder .* does not exist"):
         figures.to_html(figures.heatmap(cap, 1, 2), tmp_path / "missing" / "x.html")

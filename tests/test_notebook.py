@@ -16,6 +16,10 @@ def test_the_example_notebook_runs_and_shows_its_figures(tmp_path):
     NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = [o for cell in nb.cells if cell.cell_type == "code" for o in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
+    streams = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
+    assert "IProgress" not in streams and "TqdmWarning" not in streams, streams
+    # to_html's cell ends in a print: the page is written, never shown (to_html returns its path)
+    assert not [h for o in outputs for h in [o.get("data", {}).get("text/plain", "")] if "<!DOCTYPE" in h]
     mimes = [m for o in outputs for m in o.get("data", {})]
     assert mimes.count("application/vnd.plotly.v1+json") == 2  # the two figures the cells show
     html = [o["data"]["text/html"] for o in outputs if "text/html" in o.get("data", {})]

@@ -19,7 +19,7 @@ from .capture import Capture
 if TYPE_CHECKING:
     from ..workflows.edits import Edit
 
-__all__ = ["Intervention", "Prediction", "TokenChoice", "continuation_ids", "token_text"]
+__all__ = ["Intervention", "Prediction", "TokenChoice", "byte_text", "continuation_ids", "token_text"]
 
 
 class TokenChoice(NamedTuple):
@@ -29,7 +29,10 @@ class TokenChoice(NamedTuple):
 
 
 def token_text(tokenizer: Any, token_id: int) -> str:
-    """A token as text; a byte-level piece of a character (half of 好) as its bytes, e.g. ``\\xe5\\xa5``."""
+    """A token as text. A byte-level piece is shown as the characters its bytes form; the bytes of a
+    character it holds only part of are shown as ``‹e5 b0›`` (hex, in single guillemets): 小 (bytes
+    e5 b0 8f) split over two tokens reads ``‹e5 b0›`` and ``‹8f›``; a token of 中 and the first byte of
+    the next character reads ``中‹e5›``; a whole character is never shown as its bytes (``'\\xe7'``)."""
     if tokenizer is None:
         return str(token_id)
     text = tokenizer.decode([token_id])
@@ -38,8 +41,34 @@ def token_text(tokenizer: Any, token_id: int) -> str:
     piece = tokenizer.convert_ids_to_tokens([token_id])[0]
     decoder = _byte_decoder()
     if isinstance(piece, str) and piece and all(c in decoder for c in piece):
-        return bytes(decoder[c] for c in piece).decode("utf-8", errors="backslashreplace")
+        return byte_text(bytes(decoder[c] for c in piece))
     return piece if isinstance(piece, str) else text
+
+
+def byte_text(data: bytes) -> str:
+    """UTF-8 bytes as text: each whole character as itself, each run of bytes that form no whole
+    character (a piece of one) as ``‹e5 b0›``."""
+    out: list[str] = []
+    partial: list[int] = []
+    i = 0
+    while i < len(data):
+        for n in (1, 2, 3, 4):
+            try:
+                char = data[i : i + n].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            if partial:
+                out.append("‹" + " ".join(f"{b:02x}" for b in partial) + "›")
+                partial = []
+            out.append(char)
+            i += n
+            break
+        else:
+            partial.append(data[i])
+            i += 1
+    if partial:
+        out.append("‹" + " ".join(f"{b:02x}" for b in partial) + "›")
+    return "".join(out)
 
 
 @functools.cache

@@ -1,6 +1,6 @@
-"""HTML: the self-contained page of figures (:func:`to_html`), and the compact HTML Jupyter shows for a
-Capture, a validation report, a coreference ranking and a probe-set result (their ``_repr_html_``).
-Every text is escaped; no CDN."""
+"""HTML: the self-contained page of figures (:func:`html_page`; :func:`to_html` writes it to a file),
+and the compact HTML Jupyter shows for a Capture, a validation report, a coreference ranking and a
+probe-set result (their ``_repr_html_``). Every text is escaped; no CDN."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ..data.capture import Capture
     from ..data.validate import ValidationReport
 
-__all__ = ["capture_html", "probes_html", "ranking_html", "report_html", "to_html"]
+__all__ = ["capture_html", "html_page", "probes_html", "ranking_html", "report_html", "to_html"]
 
 _BOX = "font-family:system-ui,sans-serif;font-size:13px;line-height:1.45;max-width:960px"
 _CELL = "padding:1px 8px;text-align:left;border-bottom:1px solid #e5e5e5"
@@ -136,24 +136,35 @@ def probes_html(result: ProbeResult, top: int = 10) -> str:
     )
 
 
-def to_html(figures: go.Figure | list[go.Figure], path: str | Path | None = None, *, title: str = "attnviz") -> str:
-    """One self-contained HTML page holding the figures: plotly.js inlined once, no CDN, no server —
-    it opens offline, in any browser, years from now. Written to ``path`` when given; returned."""
+def html_page(figures: go.Figure | list[go.Figure], *, title: str = "attnviz") -> str:
+    """One self-contained HTML page holding the figures, as text: plotly.js inlined once, no CDN, no
+    server — it opens offline, in any browser, years from now (:func:`to_html` writes it to a file)."""
     import plotly.graph_objects as go  # plotly loads when a page is written, not when Jupyter shows a capture
     import plotly.offline
 
     figs = [figures] if isinstance(figures, go.Figure) else list(figures)
     if not figs or not all(isinstance(f, go.Figure) for f in figs):
-        raise InputError("to_html takes a plotly Figure or a list of them")
+        raise InputError("html_page and to_html take a plotly Figure or a list of them")
     divs = "\n".join(f.to_html(full_html=False, include_plotlyjs=False) for f in figs)
-    page = (
+    return (
         f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{escape(title)}</title>'
         f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>'
         f'<body style="font-family:system-ui,sans-serif"><h3>{escape(title)}</h3>\n{divs}\n</body></html>\n'
     )
-    if path is not None:
-        path = Path(path)
-        if not path.parent.is_dir():
-            raise InputError(f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist")
-        path.write_text(page, encoding="utf-8")
-    return page
+
+
+def to_html(
+    figures: go.Figure | list[go.Figure], path: str | Path | None = None, *, title: str = "attnviz"
+) -> Path | None:
+    """Write the figures to ``path`` as one self-contained HTML page (:func:`html_page`: plotly.js
+    inlined once, no CDN, no server — it opens offline) and return the path written; ``path=None``
+    writes nothing and returns None (the page as text is :func:`html_page`'s). A notebook cell ending
+    in ``to_html(…)`` shows the path, not the ~5 MB page."""
+    page = html_page(figures, title=title)
+    if path is None:
+        return None
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise InputError(f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist")
+    path.write_text(page, encoding="utf-8")
+    return path

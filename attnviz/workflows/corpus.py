@@ -18,6 +18,7 @@ them, each saving its own place, so none is left waiting in the final sum for on
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -214,7 +215,7 @@ def corpus_stats(
             if cap_length is None or n <= cap_length:
                 encodings[text] = encoded
         else:
-            n = len(tokenizer(text)["input_ids"])
+            n = len(tokenizer(text, verbose=False)["input_ids"])  # a text over the limit is counted here, not warned of
         if cap_length is not None and n > cap_length:
             if not truncate:
                 raise InputTooLongError(
@@ -246,7 +247,8 @@ def corpus_stats(
     read = place.read
     skip_batches = place.done  # batches of this process's share of the first pool already added
     bar = _bar(progress and state.is_main_process, initial=place.read)
-    with stop_requests(active=saver is not None) as stop:
+    # the bar ends its line also when the run raises: an error is never printed on the bar's line
+    with stop_requests(active=saver is not None) as stop, bar if bar is not None else contextlib.nullcontext():
         # under several processes they agree before each batch whether the run stops (a round each)
         rounds = StopRounds(stop, state, agree=saver is not None)
         for pool in length_batches(stream, count, batch_size):

@@ -52,7 +52,8 @@ def bos_id(tokenizer) -> int | None:
 def encode(tokenizer, text: str, kwargs: dict, *, target: bool = False) -> tuple[list[int], list[tuple[int, int]]]:
     """Token ids and character offsets; offsets rebuilt from the tokens when the tokenizer has none.
     A ``target`` is encoded as labels are (``text_target``: Marian's target vocabulary…)."""
-    text_arg = {"text_target" if target else "text": text}
+    # verbose=False: transformers' own "sequence length is longer than …" warning; attnviz refuses (or cuts) such a text itself
+    text_arg = {"text_target" if target else "text": text, "verbose": False}
     try:
         enc = tokenizer(**text_arg, return_offsets_mapping=True, **kwargs)
         return list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]

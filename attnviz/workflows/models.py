@@ -28,8 +28,9 @@ from ..errors import (
     ModelNotFoundError,
     UnsupportedModelError,
 )
+from .hub import hub_check
 
-__all__ = ["EMBEDDED_MODELS", "load_model", "tiny_families", "tiny_model", "tiny_processor"]
+__all__ = ["EMBEDDED_MODELS", "describe_model", "load_model", "tiny_families", "tiny_model", "tiny_processor"]
 
 
 @dataclass(frozen=True)
@@ -107,11 +108,30 @@ def _model_class(config):
 _LOCK = threading.Lock()
 
 
+def _one_line(err: BaseException) -> str:
+    """A lower-level error's text on one line (transformers' own messages span several)."""
+    return " ".join(str(err).split())
+
+
+def _not_loaded(name: str, err: BaseException) -> ModelNotFoundError:
+    if Path(name).exists():
+        return ModelNotFoundError(f"could not load a transformers model from the folder {name!r}: {_one_line(err)}")
+    return ModelNotFoundError(
+        f"could not load model {name!r}: it is not an embedded alias ({', '.join(EMBEDDED_MODELS)}), "
+        "not a local folder, and not in the Hugging Face cache (or the hub is unreachable). Pass a local "
+        "path, download it once with network access (HF_HUB_OFFLINE=1 reads only the cache), or use an embedded "
+        f"alias. ({type(err).__name__}: {_one_line(err)})"
+    )
+
+
 @functools.lru_cache(maxsize=2)
-def _load_cached(name: str, device: str | None, dtype: torch.dtype | None, attn_implementation: str | None):
+def _described(name: str) -> tuple[str, dict, Any, Any]:
+    """(the source from_pretrained reads, its keyword arguments, the config, the tokenizer) of a name:
+    what the model is, before its weights load. A hub name is asked of the hub once first
+    (:func:`~attnviz.workflows.hub.hub_check`: an unknown or unreachable name fails in seconds)."""
     from transformers import AutoConfig, AutoTokenizer  # deferred: importing attnviz does not import transformers
 
-    kwargs: dict = {}
+    kwargs: dict = hub_check(name, list(EMBEDDED_MODELS))
     source = name
     if name in EMBEDDED_MODELS:
         folder, kwargs = embedded_source(name)
@@ -120,6 +140,26 @@ def _load_cached(name: str, device: str | None, dtype: torch.dtype | None, attn_
         config = AutoConfig.from_pretrained(source, **kwargs)
         # a vision encoder reads images (its image processor is loaded by attnviz.workflows.images)
         tokenizer = None if vision_spec(config) is not None else AutoTokenizer.from_pretrained(source, **kwargs)
+    except (OSError, ValueError) as err:
+        raise _not_loaded(name, err) from err
+    return source, kwargs, config, tokenizer
+
+
+def describe_model(name: str | Path) -> tuple[Any, Any]:
+    """``(config, tokenizer)`` of a model name, without loading its weights: what a caller checks its
+    arguments against (layers, heads, the text's tokens) before a long load. Cached with the name, so
+    the :func:`load_model` that follows reads neither again."""
+    if not isinstance(name, (str, Path)):
+        raise ArgumentTypeError(f"model name must be a string or path, got {type(name).__name__}")
+    with _LOCK:
+        _, _, config, tokenizer = _described(str(name))
+    return config, tokenizer
+
+
+@functools.lru_cache(maxsize=2)
+def _load_cached(name: str, device: str | None, dtype: torch.dtype | None, attn_implementation: str | None):
+    source, kwargs, config, tokenizer = _described(name)
+    try:
         load_kwargs = dict(kwargs)
         if dtype is not None:
             load_kwargs["dtype"] = dtype
@@ -128,17 +168,11 @@ def _load_cached(name: str, device: str | None, dtype: torch.dtype | None, attn_
         model = _model_class(config).from_pretrained(source, **load_kwargs)
     except ImportError as err:  # a backend whose package is missing (flash_attention_2 without flash-attn …)
         raise InputError(
-            f"could not load {name!r} with attn_implementation={attn_implementation!r}: {err}. Leave it out to "
-            "use the model's default backend (attnviz captures every backend)"
+            f"could not load {name!r} with attn_implementation={attn_implementation!r}: {_one_line(err)}. Leave it "
+            "out to use the model's default backend (attnviz captures every backend)"
         ) from err
     except (OSError, ValueError) as err:
-        if Path(name).exists():
-            raise ModelNotFoundError(f"could not load a transformers model from the folder {name!r}: {err}") from err
-        raise ModelNotFoundError(
-            f"could not load model {name!r}: it is not an embedded alias ({', '.join(EMBEDDED_MODELS)}), "
-            "not a local folder, and not in the Hugging Face cache (or the hub is unreachable). Pass a local "
-            f"path, download it once with network access, or use an embedded alias. ({type(err).__name__}: {err})"
-        ) from err
+        raise _not_loaded(name, err) from err
     if device is not None:
         model = model.to(device)
     model.eval()

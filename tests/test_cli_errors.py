@@ -1,0 +1,186 @@
+"""The command line's errors: one line on stderr, no library warning before it, no progress bar on
+its line, and early — an unknown model in seconds, layer / head / query arguments checked against
+the model's config and the tokenized text before its weights load. And the option names the
+subcommands share (``-o/--out``, ``--layers``, ``--device`` …), the old spellings kept."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from attnviz.cli import build_parser, main
+
+LONG = "the cat sat on the mat. " * 200  # 1,402 MiniLM tokens; it reads 512
+
+
+def cli(*args: str, **env: str) -> tuple[int, str, float]:
+    """(exit status, stderr, seconds) of ``python -m attnviz ARGS`` in a fresh process."""
+    environ = {**os.environ, **env}
+    for name, value in env.items():
+        if value == "":
+            environ.pop(name)  # "" unsets
+    start = time.monotonic()
+    result = subprocess.run(
+        [sys.executable, "-m", "attnviz", *args], capture_output=True, text=True, env=environ, timeout=300
+    )
+    return result.returncode, result.stderr, time.monotonic() - start
+
+
+def one_error_line(err: str) -> str:
+    """The single line stderr holds; fails if it holds more (a warning, a second line, a bar)."""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error: "), err
+    return lines[0]
+
+
+@pytest.fixture
+def no_weights(monkeypatch):
+    """Loading a model's weights fails the test: what is refused must be refused before them."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model's weights were loaded before the argument was checked")
+
+    monkeypatch.setattr("attnviz.workflows.pipeline.load_model", refuse)
+
+
+# ---------------------------------------------------------------- an unknown model, in seconds
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"HF_HUB_OFFLINE": "1"},
+        # online, the hub unreachable (a closed local port: nothing leaves the machine); transformers
+        # alone retried for ~25 s here and printed two lines
+        {"HF_HUB_OFFLINE": "", "HF_ENDPOINT": "http://127.0.0.1:9"},
+    ],
+    ids=["offline", "online-unreachable"],
+)
+def test_an_unknown_model_fails_in_seconds_on_one_line_with_what_to_do(env):
+    rc, err, seconds = cli("capture", "no-such/model-xyz", "hi", **env)
+    line = one_error_line(err)
+    assert rc == 2
+    assert line.startswith("error: could not load model 'no-such/model-xyz': it is not in the Hugging Face cache")
+    assert "local folder" in line and "minilm, smollm2" in line and "HF_HUB_OFFLINE" in line
+    assert seconds < 20, seconds  # ~4 s here, most of it importing torch and transformers (was ~27 s online)
+
+
+def test_a_name_that_is_no_hub_id_is_refused_at_once():
+    rc, err, seconds = cli("capture", "not a model!", "hi", HF_HUB_OFFLINE="")
+    assert rc == 2 and seconds < 20, seconds
+    assert one_error_line(err).startswith(
+        "error: could not load model 'not a model!': it is neither a folder here nor a hub name (owner/name)"
+    )
+
+
+# ---------------------------------------------------------------- checked before the forward
+def test_layer_without_query_is_refused_not_ignored():
+    """It used to exit 0 with --layer silently ignored."""
+    rc, err, seconds = cli("capture", "smollm2", "The dog ran.", "--layer", "99")
+    assert rc == 2 and seconds < 20, seconds  # refused before any model is read
+    assert one_error_line(err) == (
+        "error: --layer chooses what --query prints: add --query WORD (to capture only some layers, use --layers)"
+    )
+    assert main(["generate", "smollm2", "Once", "--layer", "3"]) == 2  # --layer of generate is --steps'
+
+
+@pytest.mark.slow
+def test_layer_and_query_are_checked_against_the_config_and_the_text_before_the_weights(no_weights, capsys):
+    assert main(["capture", "smollm2", "The dog ran.", "--query", "dog", "--layer", "99"]) == 2
+    assert one_error_line(capsys.readouterr().err) == "error: --layer 99 is out of range: smollm2 has layers 0..29"
+    assert main(["capture", "smollm2", "The dog ran.", "--query", "cat"]) == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        "error: no word 'cat' in the text; --query takes one of its words: ['The', 'dog', 'ran', '.']"
+    )
+    assert main(["capture", "smollm2", "The dog ran.", "--layers", "0,1", "--query", "dog", "--layer", "5"]) == 2
+    assert (
+        one_error_line(capsys.readouterr().err) == "error: --layer 5 is not among --layers [0, 1]: add it to --layers"
+    )
+    assert main(["capture", "smollm2", "The dog ran.", "--layers", "0,40"]) == 2
+    assert one_error_line(capsys.readouterr().err) == "error: layer 40 is out of range: this model has layers 0..29"
+
+
+@pytest.mark.slow
+def test_head_and_layer_of_export_are_checked_before_the_weights(no_weights, tmp_path, capsys):
+    out = str(tmp_path / "x.html")
+    assert main(["export", "minilm", "The dog ran.", "--head", "12", "-o", out]) == 2
+    assert one_error_line(capsys.readouterr().err) == "error: --head 12 is out of range: minilm has heads 0..11"
+    assert main(["export", "minilm", "The dog ran.", "--layer", "6", "--out", out]) == 2
+    assert one_error_line(capsys.readouterr().err) == "error: --layer 6 is out of range: minilm has layers 0..5"
+
+
+@pytest.mark.slow
+def test_a_too_long_text_is_one_line_without_transformers_warning_before_the_weights(no_weights, capsys):
+    assert main(["capture", "minilm", LONG]) == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        "error: The text has 1,402 tokens; minilm accepts at most 512. Shorten the text or pass max_length=512 "
+        "to truncate."
+    )
+
+
+@pytest.mark.slow
+def test_the_command_line_prints_exactly_that_line():
+    """The same refusals in a fresh process: stderr holds the one line (no transformers warning,
+    no loading bar: the weights never load)."""
+    rc, err, _ = cli("capture", "minilm", LONG)
+    assert rc == 2 and one_error_line(err).startswith("error: The text has 1,402 tokens")
+    rc, err, _ = cli("capture", "minilm", "The dog ran.", "--query", "cat", "--layer", "3")
+    assert rc == 2 and one_error_line(err).startswith("error: no word 'cat' in the text")
+
+
+@pytest.mark.slow
+def test_an_error_of_stats_is_never_on_the_progress_bars_line(tmp_path):
+    corpus = tmp_path / "long.txt"
+    corpus.write_text(LONG + "\n")
+    rc, err, _ = cli("stats", "minilm", str(corpus), "--no-truncate")
+    assert rc == 2
+    lines = err.splitlines()
+    errors = [line for line in lines if "error:" in line]
+    assert errors == [lines[-1]] and lines[-1].startswith("error: text 1 of the corpus has 1,402 tokens"), err
+    assert any("corpus:" in line for line in lines[:-1]), err  # the bar was shown, and ended its own line
+
+
+# ---------------------------------------------------------------- usage errors and shared names
+def test_a_usage_error_is_one_line_too(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["capture", "minilm", "hi", "--layers", "0,x"])
+    assert stop.value.code == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        "error: argument --layers: --layers takes comma-separated integers like 0,3,5, got '0,x' "
+        "(see attnviz capture --help)"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["capture", "m", "t"],
+        ["generate", "m", "t"],
+        ["validate", "m", "t"],
+        ["probes", "m", "en"],
+        ["stats", "m", "c.txt"],
+        ["atlas", "m", "c.txt"],
+        ["export", "m", "t"],
+    ],
+    ids=lambda argv: argv[0],
+)
+def test_every_subcommand_that_writes_takes_o_and_out_and_its_old_spelling(argv):
+    parser = build_parser()
+    old = {"validate": "--csv", "probes": "--csv", "stats": "--out"}.get(argv[0], "--output")
+    for flag in ("-o", "--out", old):
+        assert parser.parse_args([*argv, flag, "f.x"]).out == "f.x", flag
+    args = (
+        parser.parse_args([*argv, "-o", "f.x", "--layers", "0,2", "--device", "cpu"]) if argv[0] != "probes" else None
+    )
+    if args is not None:
+        assert args.layers == [0, 2] and args.device == "cpu"
+
+
+def test_help_says_layer_needs_query_and_names_out():
+    result = subprocess.run(
+        [sys.executable, "-m", "attnviz", "capture", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "needs --query" in result.stdout and "-o FILE, --out FILE, --output FILE" in result.stdout
