@@ -32,6 +32,7 @@ CASES = [
     ("marian", "sdpa", {}),
     ("t5", "sdpa", {}),  # the decoder's relative position bias, one row per step
     ("t5", "eager", {}),
+    ("longt5", "eager", {}),  # its encoder's local blocks through projection hooks, once; its decoder's steps
 ]
 
 

@@ -250,6 +250,6 @@ def _describer(texts: list[str], encoded: list[Encoded]):
             return f"text {text}, token {position}"
         start, end = offsets[position]
         before, after = body[max(0, start - 40) : start], body[end : end + 40]
-        return f"text {text}, token {position} {tokens[position]!r}: …{before}[{body[start:end]}]{after}…"
+        return f"text {text}, query token {position} {tokens[position]!r}: …{before}[{body[start:end]}]{after}…"
 
     return describe

@@ -104,7 +104,10 @@ def generate(
             "LM such as 'smollm2'"
         )
     model_type = getattr(config, "model_type", "")
-    if model_type in PROJECTION_SPECS:
+    spec = PROJECTION_SPECS.get(model_type)
+    # hooks on a decoder's inline attention see only each step's new keys (the cache is inside the
+    # module); an encoder's inline attention (LongT5's) runs once, before the steps, on the whole prompt
+    if spec is not None and (spec.causal or not getattr(config, "is_encoder_decoder", False)):
         raise UnsupportedModelError(
             f"{type(lm).__name__} ({model_type}) computes attention inline; attnviz captures it in one "
             "forward (attnviz.capture) but records generation steps only for models whose attention goes "
