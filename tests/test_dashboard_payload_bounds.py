@@ -15,7 +15,7 @@ import pytest
 import torch
 from attnviz.dashboard import create_app
 from attnviz.dashboard.coref_view import CHIP_PAGE, LONG, coref_map, page_options
-from attnviz.dashboard.ids import AID, CID, EID, ID, SID
+from attnviz.dashboard.ids import AID, CID, EID, ID, SID, TID
 from attnviz.dashboard.layout import VIEWS
 from dash._utils import to_json
 from test_dashboard import no_console_errors, open_tab, wait_status
@@ -201,6 +201,7 @@ STEPS = {
     "cost": [("text", ID.cost)],
     "coref": [("text", AID.coref_words), ("plot", AID.coref_bars), ("plot", AID.coref_heatmap)],
     "stats": [("plot", AID.stats_map)],
+    "atlas": [("click", f"#{TID.run}"), ("plot", TID.graph)],  # the shipped probe sentences, SmolLM2's every head
     "rollout": [("plot", AID.rollout_graph)],
     "space": [("plot", SID.graph)],
     "compare": [("click", f"#{CID.run}"), ("plot", CID.graph)],  # B empty: A's text on the same model

@@ -27,6 +27,7 @@ from dash import Dash, Input, Output
 import attnviz
 
 from . import (
+    atlas_view,
     compare_view,
     coref_view,
     cost_view,
@@ -96,7 +97,8 @@ def create_app(
     - ``default_model``: the one selected at start (added to ``models`` if missing).
     - ``capture_file``: a capture saved with ``Capture.save()``, opened at start.
     - ``stats_file``: a table of ``attnviz stats`` (.parquet/.csv) the head-statistics view shows.
-    - ``corpus_file``: texts (.txt, one per line, or .jsonl) the Q·K space view embeds beside this text.
+    - ``corpus_file``: texts (.txt, one per line, or .jsonl) the Q·K space view embeds beside this text
+      and the head atlas reads (without one, the atlas reads the shipped English probe sentences).
     - ``cache_bytes``: bound on the server-side captures (least recently used go first).
     - ``max_tokens``: longest text the page accepts; None: the model's own limit (its position table).
       Long texts stay browsable: the heatmap shows a pooled overview and zooms to exact windows.
@@ -177,7 +179,9 @@ def create_app(
     ):
         view.register(app, captures)
     stats_view.register(app, captures, corpus, Path(stats_file).name if stats_file is not None else "")
-    space_view.register(app, captures, texts, Path(corpus_file).name if corpus_file is not None else "")
+    corpus_name = Path(corpus_file).name if corpus_file is not None else ""
+    space_view.register(app, captures, texts, corpus_name)
+    atlas_view.register(app, captures, texts, corpus_name)
     return app
 
 

@@ -168,6 +168,20 @@ class SID:
     drill = "space-drill"  # dcc.Store: a corpus point on its way to the Lab (its text's capture key, position, kind)
 
 
+class TID:
+    """The head atlas (atlas_view)."""
+
+    corpus = "atlas-corpus"  # which corpus the atlas reads
+    coreference = "atlas-coreference"
+    run = "atlas-run"
+    cancel = "atlas-cancel"
+    progress = "atlas-progress"
+    progress_text = "atlas-progress-text"
+    note = "atlas-note"
+    graph = "atlas-graph"
+    table = "atlas-table"
+
+
 class EID:
     """Counterfactual edits: the AttentionLab's "apply to the model", the Coreference view's "test it" and
     head-importance map (edit_view)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dash import dcc, html
 
 from . import (
+    atlas_view,
     compare_view,
     coref_view,
     cost_view,
@@ -41,6 +42,7 @@ VIEWS = [
     *cost_view.VIEWS,
     *coref_view.VIEWS,
     *stats_view.VIEWS,
+    *atlas_view.VIEWS,
     *rollout_view.VIEWS,
     *space_view.VIEWS,
     *compare_view.VIEWS,
@@ -97,6 +99,7 @@ def build_layout(
         "cost": cost_view.layout(),
         "coref": coref_view.layout(),
         "stats": stats_view.layout(),
+        "atlas": atlas_view.layout(),
         "rollout": rollout_view.layout(),
         "space": space_view.layout(),
         "compare": compare_view.layout(model_options, default_model),

@@ -12,7 +12,7 @@ through :func:`attnviz.evaluate_probes`. :func:`~attnviz.analysis.atlas.atlas_ta
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -57,6 +57,7 @@ def head_atlas(
     device: str | None = None,
     dtype: str | None = None,
     progress: bool = True,
+    on_progress: Callable[[int, int, str], None] | None = None,
 ) -> pd.DataFrame:
     """Name each head's roles with published criteria, over a corpus.
 
@@ -67,6 +68,9 @@ def head_atlas(
     - ``seed``: the repeated random sequences of the induction role (``random_sequences`` of them,
       ``random_length`` random tokens repeated twice, special tokens as the tokenizer adds them).
     - ``roles``: the roles reported (default: every role of :data:`~attnviz.analysis.atlas.ROLES`).
+    - ``on_progress(done, total, what)``: called as the corpus's texts are added (``done`` of ``total``
+      texts, this process's), then before the random sequences and the probe set (for a progress bar
+      of the caller's own, e.g. the dashboard's).
 
     Returns one row per part, layer and head (:func:`~attnviz.analysis.atlas.atlas_table`): each
     role's score, threshold and source, ``positional_offset``, ``roles`` (those the head meets) and each
@@ -121,6 +125,9 @@ def head_atlas(
         add_bos=add_bos,
         progress=progress,
         tally=tally,
+        on_batch=None
+        if on_progress is None
+        else lambda done, _tokens: on_progress(done, len(texts), f"text {done} of {len(texts)}"),
     )
     if state.num_processes > 1:
         from accelerate.utils import gather, reduce  # deferred: accelerate is optional (attnviz[stats])
@@ -128,6 +135,8 @@ def head_atlas(
         tally.load_vector(reduce(tally.vector().to(state.device), reduction="sum"))
         tally.load_examples(gather(tally.examples_vector()[None].to(state.device)))
     # induction: every process runs the same random sequences (they are few)
+    if on_progress is not None:
+        on_progress(len(texts), len(texts), f"induction: {random_sequences} repeated random sequences")
     randoms = random_repeats(tokenizer, rows, random_sequences, random_length, seed=seed, add_bos=add_bos)
     names = [f"{'x' * len(ids)}#{k}" for k, (ids, _, _) in enumerate(randoms)]
     random_tally = HeadTally(wanted, heads, torch.zeros(rows), {name: k for k, name in enumerate(names)})
@@ -143,6 +152,8 @@ def head_atlas(
     induction = random_sums.frame()["induction"].to_numpy().reshape(len(wanted), heads)
     result = None
     if probes is not None:
+        if on_progress is not None:
+            on_progress(len(texts), len(texts), "coreference: the probe set")
         result = evaluate_probes(resolved.model, probes, tokenizer, progress=progress)
     sums = _atlas_sums(tally, stats, random_tally.part)
     k = EXAMPLES.index("induction")

@@ -146,6 +146,7 @@ def corpus_stats(
     checkpoint_every_seconds: float = EVERY_SECONDS,
     progress: bool = True,
     tally: HeadTally | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
     """:func:`~attnviz.analysis.head_stats` over a whole corpus, pooled over every query token.
 
@@ -173,6 +174,8 @@ def corpus_stats(
     ``tally``: per-head counts of where each row's maximum falls, added in the same reduction
     (:class:`~attnviz.workflows.head_tally.HeadTally`, what :func:`~attnviz.analysis.head_atlas` reads;
     this process's share — the caller adds them over processes); one-stack models, no checkpoint.
+    ``on_batch(texts, tokens)``: called after each batch with what this process has added so far (for
+    a progress bar of the caller's own, e.g. the dashboard's).
     ``df.attrs`` holds ``per_process`` (texts each process captured), ``padding`` (the share of
     padding tokens in the batches), ``truncated`` and ``resumed_after`` (texts the checkpoint already held).
     """
@@ -272,6 +275,8 @@ def corpus_stats(
                     mine[0] += len(counts)
                     mine[1] += sum(counts)
                     mine[2] += max(counts) * len(counts)
+                    if on_batch is not None:
+                        on_batch(mine[0], mine[1])
             skip_batches = 0
             place = Place(read, truncated)  # the next pool starts here
             encodings.clear()

@@ -1,0 +1,135 @@
+"""The head atlas (``attnviz.analysis.head_atlas``): each head of the page's model named by the roles it
+meets under published criteria, over the server's corpus (``attnviz app --corpus FILE``) or, without one,
+the shipped English probe sentences — a background job (a fork of the server, as probe sets run) with
+progress and Cancel. A click on a cell of the map or a row of the table selects that head in every other
+view."""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
+
+import attnviz
+from attnviz.analysis.atlas import ROLES
+from attnviz.figures import head_atlas as atlas_figure
+from attnviz.figures import message_figure
+
+from .captures import FILE_PREFIX, Captures
+from .common import TABLE_STYLE, job_controls
+from .errors import shows_errors
+from .ids import ID, TID
+
+VIEWS = [("atlas", "Head atlas")]
+SHIPPED = "the shipped English probe sentences (attnviz/probes/en.jsonl, 42 texts)"
+_HIDDEN = {"display": "none"}
+
+
+def shipped_corpus() -> str:
+    """The path of the shipped English probe set, read as a corpus of its sentences."""
+    return str(resources.files("attnviz") / "probes" / "en.jsonl")
+
+
+def layout() -> list:
+    return [
+        html.P(
+            "Each head of the page's model named by what it does over a corpus, with the criteria the papers "
+            "give (Clark et al. 2019, Voita et al. 2019, Olsson et al. 2022, Gu et al. 2024 — the table says, "
+            "per role, the threshold and where a paper gives none). Induction is read on repeated random "
+            "token sequences the atlas generates (seed 0). Click a cell or a row to select that head."
+        ),
+        html.Div(id=TID.corpus, style={"color": "#555", "margin": "4px 0"}),
+        html.Div(
+            [
+                dcc.Checklist(
+                    id=TID.coreference,
+                    value=[],
+                    options=[{"label": " and coreference on the shipped English probe set", "value": "en"}],
+                    style={"display": "inline-block", "marginRight": "12px"},
+                ),
+                html.Button("Build the atlas", id=TID.run, n_clicks=0),
+                html.Button("Cancel", id=TID.cancel, n_clicks=0, style=_HIDDEN),
+                html.Progress(id=TID.progress, value="0", max="1", style=_HIDDEN),
+                html.Span(id=TID.progress_text, style={"marginLeft": "6px", "color": "#555"}),
+            ],
+            style={"margin": "6px 0"},
+        ),
+        html.Div(id=TID.note, style={"margin": "4px 0"}),
+        dcc.Loading(dcc.Graph(id=TID.graph, figure=message_figure("Press Build the atlas."))),
+        dash_table.DataTable(id=TID.table, sort_action="native", page_size=20, **TABLE_STYLE),
+    ]
+
+
+def table_of(atlas) -> tuple[list[dict], list[dict]]:
+    """The table the page shows: each head's roles, positional offset and every role's score."""
+    columns = ["layer", "head", "roles", "positional_offset", *[r for r in ROLES if r in atlas.columns]]
+    shown = atlas[columns].round(3)
+    shown.insert(0, "id", [f"{r.layer}-{r.head}" for r in shown.itertuples(index=False)])
+    return shown.to_dict("records"), [{"name": c, "id": c} for c in columns]
+
+
+def register(app: Dash, captures: Captures, corpus: list[str] | None = None, corpus_name: str = "") -> None:
+    """``corpus``: the texts of ``attnviz app --corpus FILE`` (else the shipped probe sentences)."""
+    described = f"the corpus {corpus_name} (its first {len(corpus):,} texts)" if corpus else SHIPPED
+
+    @app.callback([Output(TID.corpus, "children")], Input(ID.tabs, "value"))
+    def corpus_line(_tab):
+        return [f"Corpus: {described}."]
+
+    @app.callback(
+        Output(TID.graph, "figure"),
+        Output(TID.table, "data"),
+        Output(TID.table, "columns"),
+        Output(TID.note, "children"),
+        Input(TID.run, "n_clicks"),
+        State(ID.store, "data"),
+        State(TID.coreference, "value"),
+        prevent_initial_call=True,
+        background=True,  # every text's forward: a job beside the server, the page stays usable
+        **job_controls(TID.run, TID.cancel, TID.progress, TID.progress_text),
+    )
+    @shows_errors(lambda m: (message_figure(m), [], [], m))
+    def build(set_progress, _clicks, store, coreference):
+        set_progress(("0", "1", ""))
+        if not store:
+            return message_figure("Run the model first."), [], [], ""
+        model = store["model"]
+        if model.startswith(FILE_PREFIX):
+            raise attnviz.InputError("a capture file holds no model: pick a model in the list to build its atlas")
+        captures.check_model(model)
+
+        def progress(done: int, total: int, what: str) -> None:
+            set_progress((str(done), str(total), what))
+
+        atlas = attnviz.analysis.head_atlas(
+            model,
+            corpus or shipped_corpus(),
+            add_bos=bool(store.get("bos")),
+            probes="en" if "en" in (coreference or []) else None,
+            progress=False,
+            on_progress=progress,
+        )
+        set_progress(("1", "1", ""))
+        data, columns = table_of(atlas)
+        met = atlas["roles"].str.len().gt(0).sum()
+        note = (
+            f"{model}: {met} of {len(atlas)} heads meet a role, over {atlas.attrs.get('texts', 0):,} texts "
+            f"({atlas.attrs.get('tokens', 0):,} tokens) of {described}."
+        )
+        return atlas_figure(atlas, title=f"Head atlas of {model}"), data, columns, note
+
+    @app.callback(
+        Output(ID.layer, "value", allow_duplicate=True),
+        Output(ID.head, "value", allow_duplicate=True),
+        Input(TID.table, "active_cell"),
+        Input(TID.graph, "clickData"),
+        prevent_initial_call=True,
+    )
+    def select_head(cell, click):
+        if ctx.triggered_id == TID.graph:
+            point = (click or {}).get("points", [{}])[0]
+            return (int(point["y"]), int(point["x"])) if "x" in point and "y" in point else (no_update, no_update)
+        if not cell or not cell.get("row_id"):
+            return no_update, no_update
+        layer, head = (int(x) for x in str(cell["row_id"]).split("-"))
+        return layer, head

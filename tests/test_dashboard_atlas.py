@@ -1,0 +1,97 @@
+"""The Head atlas tab (issue 22): ``attnviz.analysis.head_atlas`` for the page's model over the server's
+corpus (or the shipped probe sentences), run as a background job with progress, its map and table the
+library's, and a click on a cell or a row selecting that head.
+
+Driven as the page drives the callbacks (``_post``, which polls a background callback as the page does)
+on a small app holding the atlas view only."""
+
+from __future__ import annotations
+
+import pytest
+from attnviz.dashboard import atlas_view
+from attnviz.dashboard.app import background_manager
+from attnviz.dashboard.captures import FILE_PREFIX, Captures
+from attnviz.dashboard.ids import ID, TID
+from dash import Dash, html
+from test_dashboard_probes import callback
+from test_dashboard_server import _post
+
+import attnviz
+from attnviz.analysis import head_atlas
+
+CORPUS = [
+    "The cat sat on the mat because it was tired.",
+    "A dog chased the ball, and then it ran home.",
+    "My sister bought a new bike; she rides it every day.",
+    "The river was cold, so the children left it.",
+]
+
+
+def atlas_app(models: dict, corpus: list[str] | None) -> Dash:
+    app = Dash(__name__, suppress_callback_exceptions=True, background_callback_manager=background_manager())
+    captures = Captures(models)
+    app.layout = html.Div(atlas_view.layout())
+    atlas_view.register(app, captures, corpus, "mini.txt")
+    app.captures = captures
+    return app
+
+
+@pytest.fixture
+def folder(model_folder, tiny_bert_words):
+    return model_folder("tiny-bert", *tiny_bert_words)
+
+
+def test_head_atlas_reports_its_progress(folder):
+    seen: list[tuple[int, int, str]] = []
+    head_atlas(folder, CORPUS, batch_size=2, progress=False, on_progress=lambda *a: seen.append(a))
+    texts = [s for s in seen if s[2].startswith("text ")]
+    assert [s[:2] for s in texts] == [(2, 4), (4, 4)] and texts[-1][2] == "text 4 of 4"
+    assert seen[-1] == (4, 4, "induction: 16 repeated random sequences")
+    with_probes: list[tuple[int, int, str]] = []
+    head_atlas(folder, CORPUS, probes="en", progress=False, on_progress=lambda *a: with_probes.append(a))
+    assert with_probes[-1] == (4, 4, "coreference: the probe set")
+
+
+def test_the_tab_builds_the_librarys_atlas_over_the_servers_corpus(folder):
+    app = atlas_app({folder: "tiny BERT"}, CORPUS)
+    store = {"key": Captures.key(folder, CORPUS[0]), "model": folder, "bos": False}
+    answer = _post(app, callback(app, f"{TID.graph}.figure"), {TID.run: 1}, {ID.store: store, TID.coreference: []})
+    expected = head_atlas(folder, CORPUS, progress=False)
+    rows = answer[TID.table]["data"]
+    assert [(r["layer"], r["head"], r["roles"]) for r in rows] == list(
+        zip(expected.layer.tolist(), expected["head"].tolist(), expected.roles.tolist())
+    )
+    assert rows[0]["sink"] == pytest.approx(round(float(expected.sink.iloc[0]), 3))
+    met = int((expected.roles != "").sum())
+    assert answer[TID.note]["children"].startswith(
+        f"{folder}: {met} of {len(expected)} heads meet a role, over 4 texts"
+    )
+    assert "the corpus mini.txt" in answer[TID.note]["children"]
+    figure = answer[TID.graph]["figure"]
+    assert figure["data"][0]["type"] == "heatmap" and figure["layout"]["title"]["text"] == f"Head atlas of {folder}"
+
+
+def test_without_a_corpus_the_atlas_reads_the_shipped_probe_sentences(folder):
+    app = atlas_app({folder: "tiny BERT"}, None)
+    line = _post(app, callback(app, f"{TID.corpus}.children"), {ID.tabs: "atlas"}, {})
+    assert line[TID.corpus]["children"] == f"Corpus: {atlas_view.SHIPPED}."
+    texts = list(attnviz.workflows.corpus.read_texts(atlas_view.shipped_corpus()))
+    assert len(texts) == 42 and "trophy" in texts[0]
+
+
+def test_a_capture_file_or_no_capture_gets_a_message(folder):
+    app = atlas_app({folder: "tiny BERT"}, CORPUS)
+    build = callback(app, f"{TID.graph}.figure")
+    nothing = _post(app, build, {TID.run: 1}, {ID.store: None})
+    assert "Run the model first." in str(nothing[TID.graph]["figure"])
+    refused = _post(app, build, {TID.run: 1}, {ID.store: {"key": "k", "model": FILE_PREFIX + "x.attnviz"}})
+    assert "pick a model in the list" in refused[TID.note]["children"]
+
+
+def test_a_cell_or_a_row_selects_the_head(folder):
+    app = atlas_app({folder: "tiny BERT"}, CORPUS)
+    select = callback(app, f"{ID.layer}.value")
+    cell = _post(app, select, {TID.graph: {"points": [{"x": 3, "y": 1}]}}, {}, changed=[f"{TID.graph}.clickData"])
+    assert (cell[ID.layer]["value"], cell[ID.head]["value"]) == (1, 3)
+    row = _post(app, select, {TID.table: {"row": 0, "column": 2, "row_id": "0-2"}}, {})
+    assert (row[ID.layer]["value"], row[ID.head]["value"]) == (0, 2)
