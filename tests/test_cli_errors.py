@@ -63,8 +63,11 @@ def test_an_unknown_model_fails_in_seconds_on_one_line_with_what_to_do(env):
     rc, err, seconds = cli("capture", "no-such/model-xyz", "hi", **env)
     line = one_error_line(err)
     assert rc == 2
-    assert line.startswith("error: could not load model 'no-such/model-xyz': it is not in the Hugging Face cache")
-    assert "local folder" in line and "minilm, smollm2" in line and "HF_HUB_OFFLINE" in line
+    assert line.startswith(
+        "error: could not load model 'no-such/model-xyz': it is not an embedded alias (minilm, smollm2), not a "
+        "local folder"
+    )
+    assert "not in the Hugging Face cache" in line and "HF_HUB_OFFLINE" in line and "Pass a local folder" in line
     assert seconds < 20, seconds  # ~4 s here, most of it importing torch and transformers (was ~27 s online)
 
 
@@ -72,7 +75,8 @@ def test_a_name_that_is_no_hub_id_is_refused_at_once():
     rc, err, seconds = cli("capture", "not a model!", "hi", HF_HUB_OFFLINE="")
     assert rc == 2 and seconds < 20, seconds
     assert one_error_line(err).startswith(
-        "error: could not load model 'not a model!': it is neither a folder here nor a hub name (owner/name)"
+        "error: could not load model 'not a model!': it is not an embedded alias (minilm, smollm2), not a local "
+        "folder, and not a hub name (owner/name). Pass a local folder"
     )
 
 

@@ -20,11 +20,15 @@ __all__ = ["TIMEOUT", "hub_check"]
 TIMEOUT = 3.0
 
 
-def _what_to_do(embedded: list[str]) -> str:
-    return (
-        "Pass a local folder, one of the embedded models ("
-        + ", ".join(embedded)
-        + "), or a hub name this machine can download (once; set HF_HUB_OFFLINE=1 to read only the cache)"
+def _refusal(name: str, embedded: list[str], why: str, todo: str | None = None) -> ModelNotFoundError:
+    """The one-line error of a name that cannot load: what it is not, why, what to do."""
+    todo = todo or (
+        "Pass a local folder or an embedded alias, or download the model once where the hub can be reached "
+        "(HF_HUB_OFFLINE=1 then loads it from the cache without asking the hub)"
+    )
+    return ModelNotFoundError(
+        f"could not load model {name!r}: it is not an embedded alias ({', '.join(embedded)}), not a local folder, "
+        f"{why}. {todo}"
     )
 
 
@@ -39,21 +43,19 @@ def hub_check(name: str, embedded: list[str]) -> dict:
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, HFValidationError, RepositoryNotFoundError
     from huggingface_hub.utils import validate_repo_id
 
-    todo = _what_to_do(embedded)
     try:
         validate_repo_id(name)
     except HFValidationError:
-        raise ModelNotFoundError(
-            f"could not load model {name!r}: it is neither a folder here nor a hub name (owner/name). {todo}"
-        ) from None
+        raise _refusal(name, embedded, "and not a hub name (owner/name)") from None
     cached = isinstance(try_to_load_from_cache(name, "config.json"), str)
     if constants.HF_HUB_OFFLINE:
         if cached:
             return {}
-        raise ModelNotFoundError(
-            f"could not load model {name!r}: it is not in the Hugging Face cache and HF_HUB_OFFLINE=1 forbids "
-            f"downloading it. Pass a local folder, one of the embedded models ({', '.join(embedded)}), or unset "
-            "HF_HUB_OFFLINE to download it"
+        raise _refusal(
+            name,
+            embedded,
+            "and not in the Hugging Face cache, which HF_HUB_OFFLINE=1 limits loading to",
+            "Pass a local folder or an embedded alias, or unset HF_HUB_OFFLINE to download it",
         )
     try:
         HfApi().model_info(name, timeout=TIMEOUT)
@@ -62,17 +64,15 @@ def hub_check(name: str, embedded: list[str]) -> dict:
     except RepositoryNotFoundError:
         if cached:
             return {"local_files_only": True}  # a private model downloaded before, without a token now
-        raise ModelNotFoundError(
-            f"could not load model {name!r}: the Hugging Face Hub has no such model (or it is private: log in with "
-            f"`hf auth login`). {todo}"
+        raise _refusal(
+            name, embedded, "and the Hugging Face Hub has no such model (or it is private: log in with `hf auth login`)"
         ) from None
     except HfHubHTTPError:
         return {}  # the hub answered with another error (5xx …): transformers' own load says what it is
     except Exception as err:  # noqa: BLE001 - the transport's errors (no DNS, refused, timed out) have no common base here
         if cached:
             return {"local_files_only": True}
-        raise ModelNotFoundError(
-            f"could not load model {name!r}: it is not in the Hugging Face cache and the hub cannot be reached "
-            f"({type(err).__name__}). {todo}"
+        raise _refusal(
+            name, embedded, f"not in the Hugging Face cache, and the hub cannot be reached ({type(err).__name__})"
         ) from None
     return {}
