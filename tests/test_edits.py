@@ -46,6 +46,7 @@ def _by_hand(cap, layer, head, part, *, scale=None, temperature=1.0, causal=True
         ("t5", "eager", "decoder"),  # (an encoder's knockout would change the decoder's input too)
         ("bart", "sdpa", "cross"),
         ("deberta_v2", "eager", "encoder"),  # its relative terms: a recorded bias the edit keeps
+        ("deberta", "eager", "encoder"),  # v1: q_bias and v_bias added after its fused projection
         ("albert", "sdpa", "encoder"),  # layer 1 is the shared module's second call
         ("mpnet", "eager", "encoder"),  # its relative position bias, computed inline
         ("longt5", "eager", "encoder"),  # its local blocks: the projection hooks beside the interface

@@ -77,11 +77,18 @@ def projection_read(
     clip = spec.clip(attention)
     if clip:
         q, k, v = (t.clamp(min=-clip, max=clip) for t in (q, k, v))
+    q_bias, v_bias = spec.qv_bias(attention)
+    if q_bias is not None:
+        q = q + q_bias.view(1, heads, 1, -1)
+    if v_bias is not None:
+        v = v + v_bias.view(1, v.shape[1], 1, -1)
     inputs = kept.get("inputs", {})
-    rotated = spec.rotate(attention, inputs, q, k)
-    if spec.fused and rotated[0] is not q:  # new q and k: a view v alone would keep the whole fused output alive
-        v = v.contiguous() if not v.is_contiguous() else v.clone()
-    q, k = rotated
+    q, k = spec.rotate(attention, inputs, q, k)
+    if spec.fused:  # some made anew (a bias added, RoPE): a view left alone would keep the whole fused output alive
+        fused = kept["fused"].untyped_storage().data_ptr()
+        views = [t.untyped_storage().data_ptr() == fused for t in (q, k, v)]
+        if not all(views):
+            q, k, v = (t.clone() if view else t for t, view in zip((q, k, v), views))
     batch = q.shape[0]
     bias = spec.bias(attention, inputs, batch)
     scored = spec.qk_bias(attention, inputs, q, k)

@@ -199,6 +199,9 @@ class ProjectionSpec:
     # the model's other attention modules call the AttentionInterface (LongT5's decoder and
     # cross-attention): the interface wrapper is installed beside the hooks
     interface_too: bool = False
+    # parameters the module adds to q and to v after the projection, [head·d] each (DeBERTa v1's
+    # q_bias and v_bias, its fused in_proj having none)
+    qv_bias: Callable[[Any], tuple[Tensor | None, Tensor | None]] = lambda m: (None, None)
     # q and k as the module's own code turns them after the projection, before Q·Kᵀ (Falcon's inline
     # RoPE): ``(module, inputs, q, k) -> (q, k)``, each [batch, head, pos, d]
     rotate: Callable[[Any, dict, Tensor, Tensor], tuple[Tensor, Tensor]] = lambda m, inputs, q, k: (q, k)
@@ -279,6 +282,29 @@ def _longt5_refusal(config) -> str | None:
         return (
             "LongT5 with transient-global attention: its encoder's keys include one aggregate per block "
             "of the text (a sum of token states, not a token), which a token × token map cannot show"
+        )
+    return None
+
+
+def _deberta_v1_relative(module: Any, inputs: dict, q: Tensor, k: Tensor) -> Tensor | None:  # [b, head, q, k]
+    """DeBERTa (v1)'s c2p + p2c terms, by the module's own ``disentangled_att_bias`` on the call's Q
+    divided as its forward divides it (its file's ``scaled_size_sqrt``), K, relative positions and
+    relative embeddings."""
+    if not module.relative_attention or inputs.get("rel_embeddings") is None or inputs.get("relative_pos") is None:
+        return None
+    factor = 1 + len(module.pos_att_type)
+    scaled = q / sys.modules[type(module).__module__].scaled_size_sqrt(q, factor).to(dtype=q.dtype)
+    score = module.disentangled_att_bias(
+        scaled, k, inputs["relative_pos"], module.pos_dropout(inputs["rel_embeddings"]), factor
+    )
+    return None if isinstance(score, int) else score
+
+
+def _deberta_v1_refusal(config) -> str | None:
+    if getattr(config, "talking_head", False):
+        return (
+            "DeBERTa (v1) with talking_head=True mixes the heads' scores before the softmax and their "
+            "weights after it, so no head's map is a softmax of its own Q·Kᵀ"
         )
     return None
 
@@ -392,6 +418,24 @@ PROJECTION_SPECS: dict[str, ProjectionSpec] = {
         mask_bias=lambda m, inputs, batch: (
             None if inputs.get("alibi") is None else _alibi_per_item(m, inputs["alibi"], batch) * m.inv_norm_factor
         ),
+    ),
+    # DeBERTa (v1): one fused in_proj split per head [head, 3, d], q_bias and v_bias added after it,
+    # Q divided by √(d·f) before Q·Kᵀ; c2p / p2c as v2's, by the module's own disentangled_att_bias
+    "deberta": ProjectionSpec(
+        "DisentangledSelfAttention",
+        q=None,
+        k=None,
+        v=None,
+        fused="in_proj",
+        layout="interleaved",
+        out="../output/dense",
+        heads="num_attention_heads",
+        scaling=lambda m: 1.0 / math.sqrt(m.attention_head_size * (1 + len(m.pos_att_type))),
+        causal=False,
+        mask="attention_mask",
+        qv_bias=lambda m: (m.q_bias, m.v_bias),
+        qk_bias=_deberta_v1_relative,
+        refuse=_deberta_v1_refusal,
     ),
     # LongT5 (local attention): the encoder attends within blocks of local_radius + 1 tokens to the
     # keys at most local_radius away, unscaled, plus a bucketed relative bias over the blocks; its
@@ -567,12 +611,12 @@ FAMILIES: tuple[Family, ...] = (
     ),
     Family(
         "DeBERTa (v1)",
-        "refused",
-        "—",
-        "disentangled relative attention",
-        None,
-        "no spec maps its fused in_proj, with q_bias and v_bias added after it (DeBERTa-v2 / v3 is supported)",
-        model_types=("deberta",),
+        "projection hooks",
+        "encoder",
+        "disentangled relative (c2p, p2c)",
+        "deberta",
+        "fused in_proj with q_bias and v_bias; talking_head=True is refused (it mixes the heads)",
+        ("eager",),
     ),
     Family(
         "ALBERT",

@@ -307,7 +307,14 @@ def _tiny_configs() -> dict:
             vocab_size=128,
         ),
         "albert": lambda: tf.AlbertConfig(embedding_size=16, **common),
-        "deberta": lambda: tf.DebertaConfig(max_position_embeddings=64, **common),
+        # deberta-base's layout: c2p and p2c, no absolute positions in the input
+        "deberta": lambda: tf.DebertaConfig(
+            max_position_embeddings=64,
+            relative_attention=True,
+            pos_att_type=["c2p", "p2c"],
+            position_biased_input=False,
+            **common,
+        ),
         "mpnet": lambda: tf.MPNetConfig(max_position_embeddings=66, pad_token_id=1, **common),
         "deberta_v2": lambda: tf.DebertaV2Config(max_position_embeddings=64, **deberta_v3, **common),
         # vision encoders: 32×32 images in 8×8 patches (a 4×4 grid)
@@ -336,7 +343,9 @@ def tiny_model(family: str, *, attn_implementation: str | None = None, seed: int
     ``albert`` (one attention module for every layer); the vision encoders ``vit``, ``deit``,
     ``dinov2``, ``dinov2_registers``, ``clip_vision``, ``siglip_vision`` (32×32 images, 8×8 patches;
     :func:`tiny_processor` gives their image processor); ``longt5`` (its local attention's
-    encoder through projection hooks); and ``deberta`` (v1), which attnviz refuses. ``overrides`` go to the config (e.g. ``num_key_value_heads=2``).
+    encoder through projection hooks) and ``deberta`` (v1, deberta-base's layout). A configuration
+    attnviz refuses comes from ``overrides`` (e.g. ``talking_head=True``, LongT5's
+    ``encoder_attention_type="transient-global"``); they go to the config (e.g. ``num_key_value_heads=2``).
     Encoder-decoders come with their LM head (``…ForConditionalGeneration``), decoders as causal
     LMs, BERT, RoBERTa, ALBERT, DeBERTa and MPNet as bare encoders. ``attn_implementation`` ``None`` takes sdpa where the
     family has it, else eager.
