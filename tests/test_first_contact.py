@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import attnviz
-from attnviz.data.predictions import byte_text, token_text
+from attnviz.data.predictions import byte_text, token_text, tokens_text
 from attnviz.workflows.models import IdsTokenizer, describe_model
 
 ROOT = Path(__file__).parent.parent
@@ -39,6 +39,16 @@ def test_a_chinese_prediction_shows_its_character_not_its_bytes():
     labels = [token_text(tok, i) for i in pieces]
     assert all("\\x" not in label for label in labels), labels
     assert len(pieces) == 1 or all(label.startswith("‹") for label in labels), labels
+
+
+@pytest.mark.slow
+def test_several_tokens_read_as_one_text_join_their_bytes_first():
+    """head_importance's target given as ids: the pieces of one character read as that character."""
+    _, tok = describe_model("smollm2")
+    ids = tok("小猫𝄞", add_special_tokens=False)["input_ids"]
+    assert tokens_text(tok, ids) == "小猫𝄞"
+    assert tokens_text(tok, ids[:-1]).startswith("小猫") and "\\x" not in tokens_text(tok, ids[:-1])
+    assert tokens_text(None, [5, 7]) == "5 7"
 
 
 @pytest.fixture

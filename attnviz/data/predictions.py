@@ -19,7 +19,15 @@ from .capture import Capture
 if TYPE_CHECKING:
     from ..workflows.edits import Edit
 
-__all__ = ["Intervention", "Prediction", "TokenChoice", "byte_text", "continuation_ids", "token_text"]
+__all__ = [
+    "Intervention",
+    "Prediction",
+    "TokenChoice",
+    "byte_text",
+    "continuation_ids",
+    "token_text",
+    "tokens_text",
+]
 
 
 class TokenChoice(NamedTuple):
@@ -43,6 +51,21 @@ def token_text(tokenizer: Any, token_id: int) -> str:
     if isinstance(piece, str) and piece and all(c in decoder for c in piece):
         return byte_text(bytes(decoder[c] for c in piece))
     return piece if isinstance(piece, str) else text
+
+
+def tokens_text(tokenizer: Any, token_ids: list[int]) -> str:
+    """Several tokens as one text: the bytes of byte-level pieces joined before they are read, so the
+    pieces of one character read as that character (小, not ``‹e5 b0›‹8f›``); see :func:`token_text`."""
+    if tokenizer is None:
+        return " ".join(str(i) for i in token_ids)
+    text = tokenizer.decode(list(token_ids))
+    if "\ufffd" not in text:
+        return text
+    pieces = tokenizer.convert_ids_to_tokens(list(token_ids))
+    decoder = _byte_decoder()
+    if all(isinstance(p, str) and p and all(c in decoder for c in p) for p in pieces):
+        return byte_text(bytes(decoder[c] for p in pieces for c in p))
+    return "".join(token_text(tokenizer, i) for i in token_ids)
 
 
 def byte_text(data: bytes) -> str:

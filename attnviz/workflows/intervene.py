@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from ..data.capture import Capture
-from ..data.predictions import Intervention, Prediction, continuation_ids, token_text
+from ..data.predictions import Intervention, Prediction, continuation_ids, tokens_text
 from ..edits import Edit, LayerPlan, editing, plan
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError, ValidationError
 from .from_capture import capture_inputs, verified_forward
@@ -318,7 +318,7 @@ def head_importance(
     if len(parts) == 1:
         df = df.drop(columns="part")
     df.attrs.update(
-        target=target if isinstance(target, str) else "".join(token_text(tokenizer, i) for i in target_ids),
+        target=target if isinstance(target, str) else tokens_text(tokenizer, target_ids),
         target_ids=target_ids,
         logprob=reference,
         how=how,
