@@ -35,6 +35,7 @@ from . import (
     export_view,
     generation_view,
     head_view,
+    image_view,
     jobs_view,
     lab_view,
     model_view,
@@ -176,6 +177,7 @@ def create_app(
         compare_view,
         export_view,
         edit_view,
+        image_view,
     ):
         view.register(app, captures)
     stats_view.register(app, captures, corpus, Path(stats_file).name if stats_file is not None else "")

@@ -210,3 +210,16 @@ class EID:
     importance_progress_text = "importance-progress-text"
     importance_note = "importance-note"
     importance_map = "importance-map"
+
+
+class IID:
+    """The Image tab (image_view): a picture uploaded, captured by a vision model, a patch clicked."""
+
+    upload = "image-upload"
+    sample = "image-sample"
+    layer = "image-layer"
+    head = "image-head"
+    message = "image-message"
+    store = "image-store"  # dcc.Store: the server's key of the picture's capture, and its model
+    query = "image-query"  # dcc.Store: the clicked patch [row, col], or None for the first query
+    graph = "image-graph"

@@ -18,6 +18,7 @@ from . import (
     export_view,
     generation_view,
     head_view,
+    image_view,
     jobs_view,
     lab_view,
     model_view,
@@ -45,6 +46,7 @@ VIEWS = [
     *atlas_view.VIEWS,
     *rollout_view.VIEWS,
     *space_view.VIEWS,
+    *image_view.VIEWS,
     *compare_view.VIEWS,
 ]
 
@@ -102,6 +104,7 @@ def build_layout(
         "atlas": atlas_view.layout(),
         "rollout": rollout_view.layout(),
         "space": space_view.layout(),
+        "image": image_view.layout(),
         "compare": compare_view.layout(model_options, default_model),
     }
     return html.Div(

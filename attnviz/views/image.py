@@ -75,7 +75,7 @@ def _traces(grid: ImageGrid, values: Tensor, *, opacity: float, showscale: bool,
     pixels of patch (r, c): a picture's pixel (y, x) is centred at (x, y), so a cell's centre is the
     centre of its ``ph × pw`` block. The colours run from the map's smallest value to its largest."""
     (ph, pw), (rows, cols) = grid.patch, grid.grid
-    hover = [[f"patch ({r},{c})<br>{name}: %{{z:.3f}}" for c in range(cols)] for r in range(rows)]
+    cells = [[f"({r},{c})" for c in range(cols)] for r in range(rows)]
     return [
         go.Image(z=grid.pixels.numpy(), hoverinfo="skip"),
         go.Heatmap(
@@ -89,7 +89,8 @@ def _traces(grid: ImageGrid, values: Tensor, *, opacity: float, showscale: bool,
             opacity=opacity,
             colorscale=IMAGE_COLOURS,
             showscale=showscale,
-            hovertemplate=[[h + "<extra></extra>" for h in line] for line in hover],
+            text=cells,
+            hovertemplate=f"patch %{{text}}<br>{name}: %{{z:.3f}}<extra></extra>",
         ),
     ]
 

@@ -1,0 +1,185 @@
+"""The Image tab: a picture uploaded (or the bundled sample), captured by the page's model — a vision
+encoder (ViT, DeiT, DINOv2, the CLIP and SigLIP vision towers) — and one query's attention drawn over
+the picture; a click on a patch makes it the query.
+
+The upload is checked before anything is decoded: at most :data:`MAX_UPLOAD_BYTES` bytes (the browser
+refuses larger files too), written to the server's capture folder and read by the library's own
+reader (Pillow; :data:`attnviz.workflows.images.MAX_IMAGE_PIXELS` checked before decoding). A bad
+file, or a text model chosen, is a message on the tab. The capture stays on the server (the
+bounded cache, keyed by the model and the file's bytes); the page's store holds that key."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import tempfile
+from pathlib import Path
+
+from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+
+import attnviz
+from attnviz.figures import image_attention, message_figure
+
+from .captures import Captures
+from .errors import page_message, shows_errors
+from .ids import ID, IID
+
+VIEWS = [("image", "Image")]
+MAX_UPLOAD_BYTES = 8 * 1024 * 1024  # 8 MB: a photo, not a scan
+SAMPLE = "sample"  # the store's name of the bundled sample picture
+
+
+def layout() -> list:
+    return [
+        html.P(
+            "Pick a vision model (ViT, DeiT, DINOv2, a CLIP or SigLIP vision tower) in the model list, then "
+            "upload a picture: it goes through the model's own image processor, and each patch is a token. "
+            "Click a patch to make it the query; [CLS] (where the model has one) is the first query."
+        ),
+        html.Div(
+            [
+                dcc.Upload(
+                    id=IID.upload,
+                    children=html.Button("Upload a picture (PNG, JPEG…, at most 8 MB)"),
+                    max_size=MAX_UPLOAD_BYTES,
+                    accept="image/*",
+                    multiple=False,
+                ),
+                html.Button("Use the sample cat", id=IID.sample, n_clicks=0, style={"marginLeft": "8px"}),
+                html.Span(" layer ", style={"marginLeft": "12px"}),
+                dcc.Dropdown(id=IID.layer, clearable=False, style={"width": "90px", "display": "inline-block"}),
+                html.Span(" head ", style={"marginLeft": "8px"}),
+                dcc.Dropdown(id=IID.head, clearable=False, style={"width": "120px", "display": "inline-block"}),
+            ],
+            style={"display": "flex", "alignItems": "center", "flexWrap": "wrap", "gap": "4px"},
+        ),
+        html.Div(id=IID.message, style={"color": "#b00020", "margin": "6px 0"}),
+        dcc.Store(id=IID.store),
+        dcc.Store(id=IID.query),
+        dcc.Loading(dcc.Graph(id=IID.graph, config={"displaylogo": False}, style={"height": "560px"})),
+    ]
+
+
+def sample_picture():
+    """The bundled sample: scikit-image's Chelsea the cat (CC0), or None without scikit-image."""
+    try:
+        from skimage.data import chelsea  # deferred: an optional package, for the sample only
+    except ImportError:
+        return None
+    return chelsea()
+
+
+def decoded_upload(contents: str) -> bytes:
+    """The bytes of a ``dcc.Upload``'s ``data:…;base64,…`` contents, size-limited."""
+    head, _, data = contents.partition(",")
+    if not head.startswith("data:") or ";base64" not in head:
+        raise attnviz.ImageFileError("the upload is not a file the browser sent as base64; upload it again")
+    if len(data) > MAX_UPLOAD_BYTES * 4 // 3 + 4:
+        raise attnviz.ImageFileError(f"the file is over {MAX_UPLOAD_BYTES // 2**20} MB; upload a smaller picture")
+    try:
+        return base64.b64decode(data, validate=True)
+    except (binascii.Error, ValueError) as err:
+        raise attnviz.ImageFileError("the upload is not valid base64; upload the file again") from err
+
+
+def capture_picture(captures: Captures, model: str, picture) -> tuple[str, attnviz.Capture]:
+    """(the cache key, the capture) of ``picture`` (a file's bytes, or the sample array) by ``model``."""
+    captures.check_model(model)
+    raw = picture if isinstance(picture, bytes) else picture.tobytes()
+    key = "image:" + hashlib.sha256(model.encode() + b"\x00" + raw).hexdigest()
+    cap = captures.cache.get(key)
+    if cap is not None:
+        return key, cap
+    if isinstance(picture, bytes):
+        with tempfile.NamedTemporaryFile(dir=captures.folder, suffix=".upload", delete=False) as f:
+            f.write(picture)
+        path = Path(f.name)
+        try:
+            made = attnviz.capture(model, path)
+        finally:
+            path.unlink(missing_ok=True)
+    else:
+        made = attnviz.capture(model, picture)
+    assert isinstance(made, attnviz.Capture)  # one picture, one capture
+    if made.image is None:
+        raise attnviz.InputError(f"{model} is not a vision encoder; pick a vision model in the model list")
+    captures.cache.put(key, made)
+    return key, made
+
+
+def register(app: Dash, captures: Captures) -> None:
+    @app.callback(
+        Output(IID.store, "data"),
+        Output(IID.query, "data"),
+        Output(IID.message, "children"),
+        Output(IID.layer, "options"),
+        Output(IID.layer, "value"),
+        Output(IID.head, "options"),
+        Output(IID.head, "value"),
+        Input(IID.upload, "contents"),
+        Input(IID.sample, "n_clicks"),
+        State(ID.model, "value"),
+        prevent_initial_call=True,
+    )
+    def take_picture(contents, _sample, model):
+        try:
+            if ctx.triggered_id == IID.sample:
+                picture = sample_picture()
+                if picture is None:
+                    raise attnviz.InputError("the sample needs scikit-image (pip install scikit-image)")
+            else:
+                if not contents:
+                    return (no_update,) * 7
+                picture = decoded_upload(contents)
+            key, cap = capture_picture(captures, model, picture)
+        except Exception as err:  # noqa: BLE001 - a bad file or model is the tab's message
+            return None, None, page_message(err), [], None, [], None
+        layers = cap.layer_indices()
+        n_heads = cap.model["parts"][cap.parts[0]]["n_heads"]
+        heads = [{"label": "mean", "value": -1}] + [{"label": f"H{h}", "value": h} for h in range(n_heads)]
+        layer_options = [{"label": f"L{layer}", "value": layer} for layer in layers]
+        return {"key": key, "model": model}, None, "", layer_options, layers[-1], heads, -1
+
+    @app.callback(
+        Output(IID.query, "data", allow_duplicate=True),
+        Input(IID.graph, "clickData"),
+        State(IID.store, "data"),
+        prevent_initial_call=True,
+    )
+    def click_patch(click, store):
+        cap = captures.cache.get(store["key"]) if store else None
+        if cap is None or cap.image is None or not click or not click.get("points"):
+            return no_update
+        point = click["points"][0]
+        (ph, pw), (rows, cols) = cap.image.patch, cap.image.grid
+        row, col = int(point["y"] // ph), int(point["x"] // pw)
+        if not (0 <= row < rows and 0 <= col < cols):
+            return no_update
+        return [row, col]
+
+    @app.callback(
+        Output(IID.graph, "figure"),
+        Input(IID.store, "data"),
+        Input(IID.query, "data"),
+        Input(IID.layer, "value"),
+        Input(IID.head, "value"),
+    )
+    @shows_errors(message_figure)
+    def draw(store, query, layer, head):
+        if not store:
+            return message_figure("Pick a vision model, then upload a picture (or use the sample).")
+        cap = captures.cache.get(store["key"])
+        if cap is None:
+            return message_figure("The server let this picture's capture go; upload it again.")
+        if layer is None:
+            layer = cap.layer_indices()[-1]
+        fig = image_attention(
+            cap, layer, None if head in (None, -1) else head, query=None if query is None else tuple(query)
+        )
+        fig.update_xaxes(range=[-0.5, cap.image.pixels.shape[1] - 0.5], constrain="domain")
+        fig.update_yaxes(range=[cap.image.pixels.shape[0] - 0.5, -0.5], constrain="domain")
+        return fig
+
+
+__all__ = ["MAX_UPLOAD_BYTES", "VIEWS", "capture_picture", "decoded_upload", "layout", "register", "sample_picture"]
