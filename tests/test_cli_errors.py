@@ -13,6 +13,7 @@ import time
 import pytest
 
 from attnviz.cli import build_parser, main
+from attnviz.errors import InputError
 
 LONG = "the cat sat on the mat. " * 200  # 1,402 MiniLM tokens; it reads 512
 
@@ -145,6 +146,17 @@ def test_an_error_of_stats_is_never_on_the_progress_bars_line(tmp_path):
     errors = [line for line in lines if "error:" in line]
     assert errors == [lines[-1]] and lines[-1].startswith("error: text 1 of the corpus has 1,402 tokens"), err
     assert any("corpus:" in line for line in lines[:-1]), err  # the bar was shown, and ended its own line
+
+
+@pytest.mark.slow
+def test_an_error_of_probes_is_never_on_the_progress_bars_line(monkeypatch, capsys):
+    def fails(self, batch):
+        raise InputError("a probe failed mid-run")
+
+    monkeypatch.setattr("attnviz.workflows.probing.ProbeRun.score", fails)
+    assert main(["probes", "minilm", "en"]) == 2
+    err = capsys.readouterr().err
+    assert "probes:" in err and err.endswith("\nerror: a probe failed mid-run\n"), err
 
 
 # ---------------------------------------------------------------- usage errors and shared names

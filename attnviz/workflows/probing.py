@@ -194,7 +194,8 @@ def evaluate_probes(
             rank=rank,
         )
 
-    with stop_requests(active=path is not None) as stop:
+    # the bar ends its line also when the run raises: an error is never printed on the bar's line
+    with stop_requests(active=path is not None) as stop, bar:
         # under several processes they agree before each batch whether the run stops (a round each)
         rounds = StopRounds(stop, state, agree=path is not None)
         done = start
