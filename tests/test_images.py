@@ -186,6 +186,10 @@ def test_the_heatmap_is_labelled_by_patch():
     fig = figures.heatmap(cap, 0, 1)
     assert list(fig.layout.xaxis.ticktext)[:4] == ["[CLS]", "[DIST]", "(0,0)", "(0,1)"]
     assert list(fig.layout.yaxis.ticktext)[-1] == "(3,3)"
+    # word level is patch level: each patch its own word, the same map
+    words = figures.heatmap(cap, 0, 1, words=True)
+    assert list(words.layout.xaxis.ticktext) == cap.tokens
+    assert words.data[0].z == fig.data[0].z
 
 
 def test_an_image_capture_survives_save_and_load(tmp_path):
