@@ -106,6 +106,8 @@ def test_layer_and_query_are_checked_against_the_config_and_the_text_before_the_
     )
     assert main(["capture", "smollm2", "The dog ran.", "--layers", "0,40"]) == 2
     assert one_error_line(capsys.readouterr().err) == "error: layer 40 is out of range: this model has layers 0..29"
+    assert main(["generate", "smollm2", "Once", "--steps", "--layer", "30"]) == 2
+    assert one_error_line(capsys.readouterr().err) == "error: --layer 30 is out of range: smollm2 has layers 0..29"
 
 
 @pytest.mark.slow
