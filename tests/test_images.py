@@ -189,7 +189,7 @@ def test_the_heatmap_is_labelled_by_patch():
     # word level is patch level: each patch its own word, the same map
     words = figures.heatmap(cap, 0, 1, words=True)
     assert list(words.layout.xaxis.ticktext) == cap.tokens
-    assert words.data[0].z == fig.data[0].z
+    assert np.array_equal(np.array(words.data[0].z, dtype=float), np.array(fig.data[0].z, dtype=float))
 
 
 def test_an_image_capture_survives_save_and_load(tmp_path):
