@@ -133,12 +133,12 @@ def _preflight(
     if head is not None and (head < 0 or (heads is not None and head >= heads)):
         top = f"0..{heads - 1}" if heads is not None else "≥ 0"
         raise OutOfRangeError(f"--head {head} is out of range: {args.model} has heads {top}")
-    if text is None or tokenizer is None:
-        return
+    max_length = getattr(args, "max_length", None)
+    if text is None or tokenizer is None or (max_length is not None and max_length < 1):
+        return  # no text to check (or a max_length the library refuses itself, before any weight loads)
     limit = max_positions(config)
     encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
     name = str(args.model)
-    max_length = getattr(args, "max_length", None)
     [(ids, offsets, tokens)] = tokenize(tokenizer, [text], max_length, limit, name, getattr(args, "add_bos", False))
     target = getattr(args, "target", None)
     if target is not None and encoder_decoder:
