@@ -56,6 +56,17 @@ def test_an_uploaded_picture_is_drawn_under_its_attention_and_a_clicked_patch_be
     poll(lambda: "where (0,3) attends" in dash_duo.find_element(f"#{IID.graph} .gtitle").text)
     shape = plot(dash_duo, "const s = p.layout.shapes[0]; return [s.x0, s.y0, s.x1, s.y1];")
     assert shape == [23.5, -0.5, 31.5, 7.5]
+    # every head of the layer as thumbnails, each with the picture under it, the clicked patch outlined
+    dash_duo.find_elements(f"#{IID.mode} input")[1].click()
+    poll(lambda: "per head" in dash_duo.find_element(f"#{IID.graph} .gtitle").text)
+    assert plot(dash_duo, "return p.data.filter(t => t.type === 'heatmap').length;") == 4
+    assert plot(dash_duo, "return p.data.filter(t => t.type === 'image').length;") == 4
+    assert plot(dash_duo, "return p.layout.shapes.length;") == 4
+    # the rollout of the clicked patch to layer 0, 0.5·I + 0.5·A: half its flow stays, half goes to the white patch
+    dash_duo.find_elements(f"#{IID.mode} input")[2].click()
+    poll(lambda: "rollout to L0 of (0,3)" in dash_duo.find_element(f"#{IID.graph} .gtitle").text)
+    z = np.array(plot(dash_duo, "return p.data.find(t => t.type === 'heatmap').z;"))
+    assert z[0, 3] > 0.49 and z[2, 1] > 0.49 and z.sum() > 0.999
     # a broken file is a message on the tab, and the page goes on
     dash_duo.find_element(f"#{IID.upload} input").send_keys(str(broken))
     dash_duo.wait_for_contains_text(f"#{IID.message}", "is not an image Pillow can read", timeout=30)

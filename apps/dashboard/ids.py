@@ -223,3 +223,4 @@ class IID:
     store = "image-store"  # dcc.Store: the server's key of the picture's capture, and its model
     query = "image-query"  # dcc.Store: the clicked patch [row, col], or None for the first query
     graph = "image-graph"
+    mode = "image-mode"  # one head (or the heads' mean), every head as thumbnails, or the rollout

@@ -19,7 +19,7 @@ from pathlib import Path
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
-from attnviz.figures import image_attention, message_figure
+from attnviz.figures import image_attention, image_heads, image_rollout, message_figure
 
 from .captures import Captures
 from .errors import page_message, shows_errors
@@ -35,7 +35,9 @@ def layout() -> list:
         html.P(
             "Pick a vision model (ViT, DeiT, DINOv2, a CLIP or SigLIP vision tower) in the model list, then "
             "upload a picture: it goes through the model's own image processor, and each patch is a token. "
-            "Click a patch to make it the query; [CLS] (where the model has one) is the first query."
+            "Click a patch to make it the query; [CLS] (where the model has one) is the first query. "
+            "Every head: each head of the layer over the picture (DINO's picture); rollout: the flow through "
+            "the layers up to this one."
         ),
         html.Div(
             [
@@ -51,6 +53,17 @@ def layout() -> list:
                 dcc.Dropdown(id=IID.layer, clearable=False, style={"width": "90px", "display": "inline-block"}),
                 html.Span(" head ", style={"marginLeft": "8px"}),
                 dcc.Dropdown(id=IID.head, clearable=False, style={"width": "120px", "display": "inline-block"}),
+                dcc.RadioItems(
+                    id=IID.mode,
+                    value="head",
+                    inline=True,
+                    style={"marginLeft": "12px"},
+                    options=[
+                        {"label": " this head ", "value": "head"},
+                        {"label": " every head ", "value": "heads"},
+                        {"label": " rollout to this layer", "value": "rollout"},
+                    ],
+                ),
             ],
             style={"display": "flex", "alignItems": "center", "flexWrap": "wrap", "gap": "4px"},
         ),
@@ -164,9 +177,10 @@ def register(app: Dash, captures: Captures) -> None:
         Input(IID.query, "data"),
         Input(IID.layer, "value"),
         Input(IID.head, "value"),
+        Input(IID.mode, "value"),
     )
     @shows_errors(message_figure)
-    def draw(store, query, layer, head):
+    def draw(store, query, layer, head, mode):
         if not store:
             return message_figure("Pick a vision model, then upload a picture (or use the sample).")
         cap = captures.cache.get(store["key"])
@@ -174,9 +188,13 @@ def register(app: Dash, captures: Captures) -> None:
             return message_figure("The server let this picture's capture go; upload it again.")
         if layer is None:
             layer = cap.layer_indices()[-1]
-        fig = image_attention(
-            cap, layer, None if head in (None, -1) else head, query=None if query is None else tuple(query)
-        )
+        patch = None if query is None else tuple(query)
+        if mode == "heads":  # every head of the layer as a thumbnail (DINO's picture)
+            return image_heads(cap, layer, query=patch)
+        if mode == "rollout":
+            fig = image_rollout(cap, query=patch, layer=cap.layer_indices().index(layer))
+        else:
+            fig = image_attention(cap, layer, None if head in (None, -1) else head, query=patch)
         fig.update_xaxes(range=[-0.5, cap.image.pixels.shape[1] - 0.5], constrain="domain")
         fig.update_yaxes(range=[cap.image.pixels.shape[0] - 0.5, -0.5], constrain="domain")
         return fig
