@@ -1,11 +1,14 @@
 """The Image tab in a real browser: a picture uploaded to a tiny ViT, its attention drawn over the
 picture, a patch clicked as the query, a broken file refused with a message."""
 
+import base64
+
 import numpy as np
 import pytest
 from attnviz.dashboard import create_app
 from attnviz.dashboard.ids import ID, IID
 from PIL import Image
+from skimage.data import coffee
 from test_dashboard import choose, no_console_errors, open_tab, poll, wait_status
 from test_images import bright_patch_vit
 
@@ -29,6 +32,13 @@ def vit_folder(tmp_path):
 
 def plot(dash_duo, script: str):
     return dash_duo.driver.execute_script(f"const p = document.querySelector('#{IID.graph} .js-plotly-plot'); {script}")
+
+
+def picture_shown(dash_duo):
+    """The figure's picture, decoded from plotly's typed array ({dtype, bdata, shape})."""
+    z = plot(dash_duo, "return p.data[0].z;")
+    shape = tuple(int(d) for d in str(z["shape"]).split(","))
+    return np.frombuffer(base64.b64decode(z["bdata"]), dtype=np.dtype(z["dtype"])).reshape(shape)
 
 
 @pytest.mark.browser
@@ -67,6 +77,10 @@ def test_an_uploaded_picture_is_drawn_under_its_attention_and_a_clicked_patch_be
     poll(lambda: "rollout to L0 of (0,3)" in dash_duo.find_element(f"#{IID.graph} .gtitle").text)
     z = np.array(plot(dash_duo, "return p.data.find(t => t.type === 'heatmap').z;"))
     assert z[0, 3] > 0.49 and z[2, 1] > 0.49 and z.sum() > 0.999
+    # a sample picture: the coffee cup, as the model read it (32×32) under the heat
+    choose(dash_duo, f"#{IID.sample}", 1)
+    expected = attnviz.capture(attnviz.load_model(str(folder))[0], coffee(), attnviz.tiny_processor("vit"))
+    poll(lambda: np.array_equal(picture_shown(dash_duo), expected.image.pixels.numpy()), timeout=30)
     # a broken file is a message on the tab, and the page goes on
     dash_duo.find_element(f"#{IID.upload} input").send_keys(str(broken))
     dash_duo.wait_for_contains_text(f"#{IID.message}", "is not an image Pillow can read", timeout=30)

@@ -1,4 +1,4 @@
-"""The Image tab: a picture uploaded (or the bundled sample), captured by the page's model — a vision
+"""The Image tab: a picture uploaded (or one of two samples: scikit-image's cat and coffee cup, CC0), captured by the page's model — a vision
 encoder (ViT, DeiT, DINOv2, the CLIP and SigLIP vision towers) — and one query's attention drawn over
 the picture; a click on a patch makes it the query.
 
@@ -27,14 +27,15 @@ from .ids import ID, IID
 
 VIEWS = [("image", "Image")]
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024  # 8 MB: a photo, not a scan
-SAMPLE = "sample"  # the store's name of the bundled sample picture
+#: the sample pictures: scikit-image's photos, CC0 by their photographers (Stefan van der Walt, Rachel Michetti)
+SAMPLES = {"chelsea": "Chelsea the cat", "coffee": "a coffee cup"}
 
 
 def layout() -> list:
     return [
         html.P(
             "Pick a vision model (ViT, DeiT, DINOv2, a CLIP or SigLIP vision tower) in the model list, then "
-            "upload a picture: it goes through the model's own image processor, and each patch is a token. "
+            "upload a picture (or pick a sample): it goes through the model's own image processor, and each patch is a token. "
             "Click a patch to make it the query; [CLS] (where the model has one) is the first query. "
             "Every head: each head of the layer over the picture (DINO's picture); rollout: the flow through "
             "the layers up to this one."
@@ -48,7 +49,12 @@ def layout() -> list:
                     accept="image/*",
                     multiple=False,
                 ),
-                html.Button("Use the sample cat", id=IID.sample, n_clicks=0, style={"marginLeft": "8px"}),
+                dcc.Dropdown(
+                    id=IID.sample,
+                    options=[{"label": label, "value": name} for name, label in SAMPLES.items()],
+                    placeholder="or a sample picture",
+                    style={"width": "190px", "display": "inline-block", "marginLeft": "8px"},
+                ),
                 html.Span(" layer ", style={"marginLeft": "12px"}),
                 dcc.Dropdown(id=IID.layer, clearable=False, style={"width": "90px", "display": "inline-block"}),
                 html.Span(" head ", style={"marginLeft": "8px"}),
@@ -74,13 +80,16 @@ def layout() -> list:
     ]
 
 
-def sample_picture():
-    """The bundled sample: scikit-image's Chelsea the cat (CC0), or None without scikit-image."""
+def sample_picture(name: str):
+    """A sample picture of :data:`SAMPLES` (scikit-image's ``data.chelsea()``, ``data.coffee()``), or None
+    without scikit-image."""
+    if name not in SAMPLES:
+        raise attnviz.InputError(f"no sample {str(name)[:40]!r}; the samples are {', '.join(SAMPLES)}")
     try:
-        from skimage.data import chelsea  # deferred: an optional package, for the sample only
+        from skimage import data  # deferred: an optional package, for the samples only
     except ImportError:
         return None
-    return chelsea()
+    return getattr(data, name)()
 
 
 def decoded_upload(contents: str) -> bytes:
@@ -131,14 +140,16 @@ def register(app: Dash, captures: Captures) -> None:
         Output(IID.head, "options"),
         Output(IID.head, "value"),
         Input(IID.upload, "contents"),
-        Input(IID.sample, "n_clicks"),
+        Input(IID.sample, "value"),
         State(ID.model, "value"),
         prevent_initial_call=True,
     )
-    def take_picture(contents, _sample, model):
+    def take_picture(contents, sample, model):
         try:
             if ctx.triggered_id == IID.sample:
-                picture = sample_picture()
+                if not sample:
+                    return (no_update,) * 7
+                picture = sample_picture(sample)
                 if picture is None:
                     raise attnviz.InputError("the sample needs scikit-image (pip install scikit-image)")
             else:
@@ -182,7 +193,7 @@ def register(app: Dash, captures: Captures) -> None:
     @shows_errors(message_figure)
     def draw(store, query, layer, head, mode):
         if not store:
-            return message_figure("Pick a vision model, then upload a picture (or use the sample).")
+            return message_figure("Pick a vision model, then upload a picture (or pick a sample).")
         cap = captures.cache.get(store["key"])
         if cap is None:
             return message_figure("The server let this picture's capture go; upload it again.")
@@ -200,4 +211,13 @@ def register(app: Dash, captures: Captures) -> None:
         return fig
 
 
-__all__ = ["MAX_UPLOAD_BYTES", "VIEWS", "capture_picture", "decoded_upload", "layout", "register", "sample_picture"]
+__all__ = [
+    "MAX_UPLOAD_BYTES",
+    "SAMPLES",
+    "VIEWS",
+    "capture_picture",
+    "decoded_upload",
+    "layout",
+    "register",
+    "sample_picture",
+]

@@ -71,7 +71,10 @@ def read_image(image: Any, index: int | None = None) -> Any:
     if isinstance(image, (str, Path)):
         path = Path(image)
         if not path.is_file():
-            raise ImageFileError(f"{where}: no file at {str(path)!r}; give the path of an image file")
+            raise ImageFileError(
+                f"{where}: no file at {str(path)[:80]!r}; a vision encoder reads pictures: give a PIL image, "
+                "an array or the path of an image file"
+            )
         try:
             with Image.open(path) as opened:
                 if opened.width * opened.height > MAX_IMAGE_PIXELS:
