@@ -66,6 +66,16 @@ def test_an_uploaded_picture_is_drawn_under_its_attention_and_a_clicked_patch_be
     poll(lambda: "where (0,3) attends" in dash_duo.find_element(f"#{IID.graph} .gtitle").text)
     shape = plot(dash_duo, "const s = p.layout.shapes[0]; return [s.x0, s.y0, s.x1, s.y1];")
     assert shape == [23.5, -0.5, 31.5, 7.5]
+    # the Lab's causal switch: (0,3), token 4, no longer sees the white patch (token 10); ÷√d_k off too
+    switches = dash_duo.find_elements(f"#{IID.switches} input")
+    switches[0].click()
+    switches[1].click()
+    poll(lambda: "(causal mask, no ÷√d_k)" in dash_duo.find_element(f"#{IID.graph} .gtitle").text)
+    z = np.array(plot(dash_duo, "return p.data.find(t => t.type === 'heatmap').z;"))
+    assert z[0, :4].sum() > 0 and z[1:].max() == 0
+    switches[0].click()
+    switches[1].click()
+    poll(lambda: "(causal" not in dash_duo.find_element(f"#{IID.graph} .gtitle").text)
     # every head of the layer as thumbnails, each with the picture under it, the clicked patch outlined
     dash_duo.find_elements(f"#{IID.mode} input")[1].click()
     poll(lambda: "per head" in dash_duo.find_element(f"#{IID.graph} .gtitle").text)

@@ -283,3 +283,20 @@ def test_an_image_file_too_large_is_refused_before_it_is_decoded(tmp_path, monke
     monkeypatch.setattr(images, "MAX_IMAGE_PIXELS", 100 * 100)
     with pytest.raises(attnviz.ImageFileError, match=r"has 451×300 pixels, more than 10,000; resize it first"):
         attnviz.capture(attnviz.tiny_model("vit"), path, attnviz.tiny_processor("vit"))
+
+
+def test_the_labs_switches_recompute_the_row_over_the_picture():
+    """A patch's row with the causal mask forced sees only the tokens up to it (row by row), and without
+    ÷√d_k it is the unscaled softmax: both are the capture's own recomputation, drawn on the grid."""
+    cap = attnviz.capture(attnviz.tiny_model("vit"), chelsea(), attnviz.tiny_processor("vit"))
+    q = cap.image.token((1, 1))
+    grid, _ = figures.patch_row(cap, 1, 0, query=(1, 1), causal=True)
+    assert torch.equal(grid.flatten(), cap.attention(1, 0, causal=True)[q, 1:])
+    assert grid[0].min() > 0 and grid[1, :2].min() > 0 and grid[1, 2:].max() == 0 and grid[2:].max() == 0
+    unscaled, _ = figures.patch_row(cap, 1, 0, query=(1, 1), scale=False)
+    assert torch.equal(unscaled.flatten(), cap.attention(1, 0, scale=False)[q, 1:])
+    assert not torch.allclose(unscaled, figures.patch_row(cap, 1, 0, query=(1, 1))[0])
+    fig = figures.image_attention(cap, 1, 0, query=(1, 1), causal=True, scale=False)
+    assert "(causal mask, no ÷√d_k)" in fig.layout.title.text
+    z, _ = heat_cells(fig)
+    assert np.allclose(z.flatten(), cap.attention(1, 0, causal=True, scale=False)[q, 1:].numpy())

@@ -224,3 +224,4 @@ class IID:
     query = "image-query"  # dcc.Store: the clicked patch [row, col], or None for the first query
     graph = "image-graph"
     mode = "image-mode"  # one head (or the heads' mean), every head as thumbnails, or the rollout
+    switches = "image-switches"  # the AttentionLab's switches for one head's row: causal mask, ÷√d_k

@@ -38,7 +38,7 @@ def layout() -> list:
             "upload a picture (or pick a sample): it goes through the model's own image processor, and each patch is a token. "
             "Click a patch to make it the query; [CLS] (where the model has one) is the first query. "
             "Every head: each head of the layer over the picture (DINO's picture); rollout: the flow through "
-            "the layers up to this one."
+            "the layers up to this one. The AttentionLab's switches (a causal mask, ÷√d_k) recompute one head's row."
         ),
         html.Div(
             [
@@ -68,6 +68,16 @@ def layout() -> list:
                         {"label": " this head ", "value": "head"},
                         {"label": " every head ", "value": "heads"},
                         {"label": " rollout to this layer", "value": "rollout"},
+                    ],
+                ),
+                dcc.Checklist(
+                    id=IID.switches,
+                    value=["scale"],
+                    inline=True,
+                    style={"marginLeft": "12px"},
+                    options=[
+                        {"label": " causal mask ", "value": "causal"},
+                        {"label": " ÷√d_k", "value": "scale"},
                     ],
                 ),
             ],
@@ -189,9 +199,10 @@ def register(app: Dash, captures: Captures) -> None:
         Input(IID.layer, "value"),
         Input(IID.head, "value"),
         Input(IID.mode, "value"),
+        Input(IID.switches, "value"),
     )
     @shows_errors(message_figure)
-    def draw(store, query, layer, head, mode):
+    def draw(store, query, layer, head, mode, switches):
         if not store:
             return message_figure("Pick a vision model, then upload a picture (or pick a sample).")
         cap = captures.cache.get(store["key"])
@@ -205,7 +216,15 @@ def register(app: Dash, captures: Captures) -> None:
         if mode == "rollout":
             fig = image_rollout(cap, query=patch, layer=cap.layer_indices().index(layer))
         else:
-            fig = image_attention(cap, layer, None if head in (None, -1) else head, query=patch)
+            switches = switches or []
+            fig = image_attention(
+                cap,
+                layer,
+                None if head in (None, -1) else head,
+                query=patch,
+                causal=True if "causal" in switches else None,  # a vision encoder's own mask is none
+                scale="scale" in switches,
+            )
         fig.update_xaxes(range=[-0.5, cap.image.pixels.shape[1] - 0.5], constrain="domain")
         fig.update_yaxes(range=[cap.image.pixels.shape[0] - 0.5, -0.5], constrain="domain")
         return fig

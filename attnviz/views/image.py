@@ -58,12 +58,19 @@ def patch_row(
     *,
     query: int | str | tuple[int, int] | None = None,
     part: str | None = None,
+    causal: bool | None = None,
+    scale: bool | float = True,
+    temperature: float = 1.0,
 ) -> tuple[Tensor, float]:  # ([rows, cols], the share of the tokens before the patches)
     """The query's attention over the patches as the grid (one head, or the heads' mean), and the share
-    of its row the tokens before the patches take."""
+    of its row the tokens before the patches take. ``causal``, ``scale`` and ``temperature`` are the
+    AttentionLab's switches (:meth:`attnviz.Capture.attention`): the row recomputed with them."""
     grid = image_grid(cap)
     q = query_of(grid, query)
-    rows = cap.attention_rows(layer, [q], part=part)[:, 0].float()  # [head, key]
+    if causal is None and scale is True and temperature == 1.0:  # the model's own row: only that row computed
+        rows = cap.attention_rows(layer, [q], part=part)[:, 0].float()  # [head, key]
+    else:
+        rows = cap.attention(layer, part=part, causal=causal, scale=scale, temperature=temperature)[:, q].float()
     if head is not None and not 0 <= head < rows.shape[0]:
         raise OutOfRangeError(f"head {head} is out of range: layer {layer} has heads 0..{rows.shape[0] - 1}")
     row = rows.mean(0) if head is None else rows[head]
@@ -111,19 +118,37 @@ def image_attention(
     query: int | str | tuple[int, int] | None = None,
     part: str | None = None,
     opacity: float = 0.6,
+    causal: bool | None = None,
+    scale: bool | float = True,
+    temperature: float = 1.0,
 ) -> go.Figure:
     """One query's attention row drawn over the picture: ``head`` (None: the heads' mean) at ``layer``;
     ``query`` an index, a label (``"[CLS]"``, ``"(2,3)"``) or a ``(row, col)`` (default: ``[CLS]``, or
-    the centre patch where there is none). A query patch is outlined."""
+    the centre patch where there is none). A query patch is outlined. ``causal``, ``scale``,
+    ``temperature``: the AttentionLab's switches (the title says which are not the model's own)."""
     grid = image_grid(cap)
     q = query_of(grid, query)
-    values, prefix = patch_row(cap, layer, head, query=q, part=part)
+    values, prefix = patch_row(
+        cap, layer, head, query=q, part=part, causal=causal, scale=scale, temperature=temperature
+    )
     who = "heads' mean" if head is None else f"H{head}"
     fig = go.Figure(_traces(grid, values, opacity=opacity, showscale=True, name="weight"))
     box = _query_box(grid, q)
     if box is not None:
         fig.add_shape(**box)
     title = f"L{layer}·{who}: where {grid.labels[q]} attends"
+    switched = [
+        text
+        for text, on in (
+            ("causal mask", causal is True),
+            ("no mask", causal is False),
+            ("no ÷√d_k" if scale is False else f"scale {scale}", scale is not True),
+            (f"temperature {temperature:g}", temperature != 1.0),
+        )
+        if on
+    ]
+    if switched:
+        title += f" ({', '.join(switched)})"
     if grid.n_prefix:
         title += f" — {prefix:.0%} on {', '.join(grid.prefix)} (not drawn)"
     fig.update_layout(title=title, margin=dict(l=10, r=10, t=50, b=10))
