@@ -300,3 +300,23 @@ def test_the_labs_switches_recompute_the_row_over_the_picture():
     assert "(causal mask, no ÷√d_k)" in fig.layout.title.text
     z, _ = heat_cells(fig)
     assert np.allclose(z.flatten(), cap.attention(1, 0, causal=True, scale=False)[q, 1:].numpy())
+
+
+@pytest.mark.parametrize("joint", ["clip", "siglip"])
+def test_a_joint_text_image_model_is_refused_and_its_vision_tower_captured(joint):
+    import transformers as tf
+
+    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    names = {"clip": ("CLIPConfig", "CLIPTextConfig", "CLIPVisionConfig", "CLIPModel", "clip_vision")}
+    names["siglip"] = ("SiglipConfig", "SiglipTextConfig", "SiglipVisionConfig", "SiglipModel", "siglip_vision")
+    config, text, vision, model_class, tiny = names[joint]
+    model = getattr(tf, model_class)(
+        getattr(tf, config)(
+            text_config=getattr(tf, text)(**small, vocab_size=99, bos_token_id=0, eos_token_id=1).to_dict(),
+            vision_config=getattr(tf, vision)(**small, image_size=32, patch_size=8).to_dict(),
+        )
+    ).eval()
+    with pytest.raises(attnviz.UnsupportedModelError, match=r"is a joint text–image model .*model\.vision_model"):
+        attnviz.capture(model, chelsea(), attnviz.tiny_processor(tiny))
+    cap = attnviz.capture(model.vision_model, chelsea(), attnviz.tiny_processor(tiny))
+    assert cap.n_tokens == len(PREFIX[tiny]) + 16

@@ -681,6 +681,7 @@ class VisionSpec:
     name: str
     prefix: Callable[[Any], tuple[str, ...]]  # labels of the tokens before the patches
     model_class: str  # the transformers class a name of this family loads as (the vision tower of CLIP/SigLIP)
+    tower: str | None = None  # a joint text–image model's attribute holding its vision tower (CLIPModel.vision_model)
 
 
 def _cls(config) -> tuple[str, ...]:
@@ -700,9 +701,9 @@ VISION_SPECS: dict[str, VisionSpec] = {
     "dinov2": VisionSpec("DINOv2", _cls, "Dinov2Model"),
     "dinov2_with_registers": VisionSpec("DINOv2 with registers", _cls_and_registers, "Dinov2WithRegistersModel"),
     "clip_vision_model": VisionSpec("CLIP vision tower", _cls, "CLIPVisionModel"),
-    "clip": VisionSpec("CLIP vision tower", _cls, "CLIPVisionModel"),
+    "clip": VisionSpec("CLIP vision tower", _cls, "CLIPVisionModel", tower="vision_model"),
     "siglip_vision_model": VisionSpec("SigLIP vision tower", lambda config: (), "SiglipVisionModel"),  # no CLS
-    "siglip": VisionSpec("SigLIP vision tower", lambda config: (), "SiglipVisionModel"),
+    "siglip": VisionSpec("SigLIP vision tower", lambda config: (), "SiglipVisionModel", tower="vision_model"),
 }
 
 

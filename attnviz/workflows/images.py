@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from ..data.capture import Capture
 from ..data.images import ImageGrid, image_sequence, to_uint8
@@ -51,8 +51,16 @@ def is_image_input(value: Any) -> bool:
 
 
 def require_vision(resolved: Resolved) -> None:
-    """Refuse an image for a model that reads no images, saying which models do."""
-    if vision_spec(resolved.model.config) is None:
+    """Refuse an image for a model that reads no images, saying which models do; and a joint text–image
+    model (CLIPModel, SiglipModel), whose towers attnviz captures one at a time."""
+    spec = vision_spec(resolved.model.config)
+    if spec is not None and spec.tower is not None and isinstance(getattr(resolved.model, spec.tower, None), nn.Module):
+        raise UnsupportedModelError(
+            f"{resolved.name} is a joint text–image model ({type(resolved.model).__name__}): attnviz captures its "
+            f"towers one at a time — attnviz.capture(model.{spec.tower}, image, processor) for the pictures (a name "
+            "loads that tower itself); its two towers as two parts of one capture are not supported yet"
+        )
+    if spec is None:
         kind = getattr(resolved.model.config, "model_type", "?")
         names = sorted({spec.name for spec in VISION_SPECS.values()})
         raise InputError(
