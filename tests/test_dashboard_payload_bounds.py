@@ -15,7 +15,7 @@ import pytest
 import torch
 from attnviz.dashboard import create_app
 from attnviz.dashboard.coref_view import CHIP_PAGE, LONG, coref_map, page_options
-from attnviz.dashboard.ids import AID, CID, EID, ID, SID, TID
+from attnviz.dashboard.ids import AID, CID, EID, ID, IID, SID, TID
 from attnviz.dashboard.layout import VIEWS
 from dash._utils import to_json
 from test_dashboard import no_console_errors, open_tab, wait_status
@@ -205,6 +205,7 @@ STEPS = {
     "rollout": [("plot", AID.rollout_graph)],
     "space": [("plot", SID.graph)],
     "compare": [("click", f"#{CID.run}"), ("plot", CID.graph)],  # B empty: A's text on the same model
+    "image": [("text", IID.intro)],  # a text model and no picture: the tab says what it needs, sends nothing heavy
 }
 
 

@@ -215,6 +215,7 @@ class EID:
 class IID:
     """The Image tab (image_view): a picture uploaded, captured by a vision model, a patch clicked."""
 
+    intro = "image-intro"  # what the tab does and needs
     upload = "image-upload"
     sample = "image-sample"
     layer = "image-layer"

@@ -34,11 +34,12 @@ SAMPLES = {"chelsea": "Chelsea the cat", "coffee": "a coffee cup"}
 def layout() -> list:
     return [
         html.P(
-            "Pick a vision model (ViT, DeiT, DINOv2, a CLIP or SigLIP vision tower) in the model list, then "
+            id=IID.intro,
+            children="Pick a vision model (ViT, DeiT, DINOv2, a CLIP or SigLIP vision tower) in the model list, then "
             "upload a picture (or pick a sample): it goes through the model's own image processor, and each patch is a token. "
             "Click a patch to make it the query; [CLS] (where the model has one) is the first query. "
             "Every head: each head of the layer over the picture (DINO's picture); rollout: the flow through "
-            "the layers up to this one. The AttentionLab's switches (a causal mask, ÷√d_k) recompute one head's row."
+            "the layers up to this one. The AttentionLab's switches (a causal mask, ÷√d_k) recompute one head's row.",
         ),
         html.Div(
             [
