@@ -59,6 +59,18 @@ def test_the_site_builds_strict_and_offline_with_its_reference_and_measured_numb
     assert "knockout" in _text(site / "reference" / "edits.html")
     assert "attention_rows" in _text(site / "reference" / "capture.html")
 
+    # every public name has its entry (an anchor mkdocstrings made), in the module or where it is defined
+    import attnviz.analysis
+    import attnviz.edits
+    import attnviz.figures
+
+    ids = set()
+    for page in (site / "reference").glob("*.html"):
+        ids |= set(re.findall(r'id="(attnviz[\w.]*)"', page.read_text(encoding="utf-8")))
+    for module in (attnviz, attnviz.analysis, attnviz.figures, attnviz.edits):
+        missing = [n for n in module.__all__ if not any(i.endswith("." + n) for i in ids)]
+        assert not missing, (module.__name__, missing)
+
     cli = _text(site / "reference" / "cli.html")
     for sub in ("capture", "generate", "validate", "coref", "probes", "stats", "atlas", "export", "app"):
         assert f"attnviz {sub}" in cli and f"usage: attnviz {sub}" in cli, sub
