@@ -2,6 +2,7 @@
 
 - ``<!-- attnviz:cli -->`` becomes ``attnviz --help`` and each subcommand's help, from
   ``attnviz.cli.build_parser()``.
+- Sphinx roles in the API reference's docstrings (``:func:`x```) show as the code alone.
 - ``<!-- attnviz:concepts -->`` becomes the Concepts page's walk through self-attention's six steps,
   the causal mask, ÷√d_k and the n² cost, on SmolLM2 (a causal decoder) and MiniLM (a bidirectional
   encoder), both carried by pip packages, so the build needs no hub (``HF_HUB_OFFLINE=1``).
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import re
 import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -27,6 +29,15 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if "<!-- attnviz:concepts -->" in markdown:
         markdown = markdown.replace("<!-- attnviz:concepts -->", concepts())
     return markdown
+
+
+_ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|exc|obj):(<code>)")
+
+
+def on_page_content(html: str, page, config, files) -> str:
+    # the docstrings cross-reference in Sphinx's roles (:func:`x`), which mkdocstrings leaves as text
+    # before the code: keep the code, drop the role's name
+    return _ROLE.sub(r"\1", html)
 
 
 # ---------------------------------------------------------------------------------------------- CLI
