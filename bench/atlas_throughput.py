@@ -28,19 +28,22 @@ status 1 when it is missed (everything is printed first).
 from __future__ import annotations
 
 import argparse
-import inspect
 import random
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
-import attnviz
-from attnviz.analysis import corpus_stats, head_atlas
-from attnviz.workflows.corpus import length_batches
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corpus_throughput import forward_all, plain_batches  # noqa: E402  the same batches, the same forward
+
+import attnviz  # noqa: E402
+from attnviz.analysis import corpus_stats, head_atlas  # noqa: E402
 
 GOAL = 0.80
 WARMUP_TEXTS = 8
@@ -72,29 +75,6 @@ def cpu(fn: Callable[[], Any]) -> float:
     start = time.process_time()
     fn()
     return time.process_time() - start
-
-
-def plain_batches(model, tok, texts: list[str], batch_size: int) -> list[dict[str, Any]]:
-    """The batches corpus_stats cuts, right-padded as attnviz pads them."""
-    use_cache = "use_cache" in inspect.signature(model.forward).parameters
-    out = []
-    for pool in length_batches(iter(texts), lambda t: len(tok(t)["input_ids"]), batch_size):
-        for batch in pool:
-            rows = [tok(text)["input_ids"] for text, _ in batch]
-            n = max(len(r) for r in rows)
-            ids = torch.zeros(len(rows), n, dtype=torch.long)
-            mask = torch.zeros(len(rows), n, dtype=torch.long)
-            for b, row in enumerate(rows):
-                ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-                mask[b, : len(row)] = 1
-            out.append({"input_ids": ids, "attention_mask": mask, **({"use_cache": False} if use_cache else {})})
-    return out
-
-
-def forward_all(model, batches: list[dict[str, Any]]) -> None:
-    with torch.no_grad():
-        for inputs in batches:
-            model(**inputs)
 
 
 def bench_model(name: str, texts: list[str], rounds: int, batch_size: int) -> dict[str, float]:

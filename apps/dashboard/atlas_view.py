@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from importlib import resources
 
-from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
+from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html
 
 import attnviz
 from attnviz.analysis.atlas import ROLES
@@ -16,7 +16,7 @@ from attnviz.figures import head_atlas as atlas_figure
 from attnviz.figures import message_figure
 
 from .captures import FILE_PREFIX, Captures
-from .common import TABLE_STYLE, job_controls
+from .common import TABLE_STYLE, head_of, job_controls
 from .errors import shows_errors
 from .ids import ID, TID
 
@@ -126,10 +126,4 @@ def register(app: Dash, captures: Captures, corpus: list[str] | None = None, cor
         prevent_initial_call=True,
     )
     def select_head(cell, click):
-        if ctx.triggered_id == TID.graph:
-            point = (click or {}).get("points", [{}])[0]
-            return (int(point["y"]), int(point["x"])) if "x" in point and "y" in point else (no_update, no_update)
-        if not cell or not cell.get("row_id"):
-            return no_update, no_update
-        layer, head = (int(x) for x in str(cell["row_id"]).split("-"))
-        return layer, head
+        return head_of(click, cell, ctx.triggered_id == TID.graph)

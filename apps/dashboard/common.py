@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dash import Input, Output, html
+from dash import Input, Output, html, no_update
 
 import attnviz
 from attnviz.workflows.pipeline import max_positions
@@ -64,3 +64,15 @@ def job_controls(run: str, cancel: str, progress: str, progress_text: str) -> di
         cancel=[Input(cancel, "n_clicks")],
         progress=[Output(progress, "value"), Output(progress, "max"), Output(progress_text, "children")],
     )
+
+
+def head_of(click: dict | None, cell: dict | None, from_map: bool) -> tuple:
+    """(layer, head) that a click on a layer × head map (``x`` the head, ``y`` the layer) or a table
+    cell (its row id ``"layer-head"``) names, or ``(no_update, no_update)`` where it names none."""
+    if from_map:
+        point = (click or {}).get("points", [{}])[0]
+        return (int(point["y"]), int(point["x"])) if "x" in point and "y" in point else (no_update, no_update)
+    if not cell or not cell.get("row_id"):
+        return no_update, no_update
+    layer, head = (int(x) for x in str(cell["row_id"]).split("-"))
+    return layer, head

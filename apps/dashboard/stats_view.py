@@ -19,7 +19,7 @@ from attnviz.figures import head_map, message_figure
 
 from .background import pending, summary_of
 from .captures import Captures
-from .common import TABLE_STYLE
+from .common import TABLE_STYLE, head_of
 from .errors import only_on, shows_errors
 from .ids import AID, ID
 
@@ -134,13 +134,7 @@ def register(app: Dash, captures: Captures, corpus: pd.DataFrame | None = None, 
         prevent_initial_call=True,
     )
     def select_head(cell, click):
-        if ctx.triggered_id == AID.stats_map:
-            point = (click or {}).get("points", [{}])[0]
-            return (int(point["y"]), int(point["x"])) if "x" in point and "y" in point else no_update
-        if not cell or not cell.get("row_id"):
-            return no_update
-        layer, head = (int(x) for x in str(cell["row_id"]).split("-"))
-        return layer, head
+        return head_of(click, cell, ctx.triggered_id == AID.stats_map)
 
 
 def map_column(column: str, measure: str) -> str:
