@@ -10,7 +10,7 @@ the analyses become patch-level ones.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -29,12 +29,14 @@ def patch_label(row: int, col: int) -> str:
 @dataclass
 class ImageGrid:
     """The processed image and its patch grid: ``prefix`` tokens, then ``rows × cols`` patches of
-    ``patch = (height, width)`` pixels, row by row."""
+    ``patch = (height, width)`` pixels, row by row, then ``suffix`` tokens (a vision-language model's
+    text after the image; its text before the image is the prefix)."""
 
     pixels: Tensor  # [height, width, 3] uint8: the image as the model read it (un-normalised)
     patch: tuple[int, int]  # (height, width) of a patch in pixels
     grid: tuple[int, int]  # (rows, cols) of patches
     prefix: list[str]  # labels of the tokens before the patches, e.g. ["[CLS]", "[REG0]"]
+    suffix: list[str] = field(default_factory=list)  # labels of the tokens after them (a VLM's text after the image)
 
     @property
     def n_prefix(self) -> int:
@@ -46,13 +48,13 @@ class ImageGrid:
 
     @property
     def n_tokens(self) -> int:
-        return self.n_prefix + self.n_patches
+        return self.n_prefix + self.n_patches + len(self.suffix)
 
     @property
     def labels(self) -> list[str]:
         """Every token's label: the prefix's, then ``(row,col)`` per patch."""
         rows, cols = self.grid
-        return list(self.prefix) + [patch_label(r, c) for r in range(rows) for c in range(cols)]
+        return list(self.prefix) + [patch_label(r, c) for r in range(rows) for c in range(cols)] + list(self.suffix)
 
     def token(self, query: int | str | tuple[int, int]) -> int:
         """The token index of ``query``: an index, a label (``"[CLS]"``, ``"(2,3)"``) or a ``(row, col)``."""
@@ -79,7 +81,7 @@ class ImageGrid:
     def position(self, token: int) -> tuple[int, int] | None:
         """``(row, col)`` of a patch token; None for a token before the patches."""
         index = self.token(token) - self.n_prefix
-        return None if index < 0 else divmod(index, self.grid[1])
+        return None if not 0 <= index < self.n_patches else divmod(index, self.grid[1])
 
     def box(self, token: int) -> tuple[int, int, int, int] | None:
         """The pixels of a patch token in the processed image, ``(x0, y0, x1, y1)`` (x1, y1 exclusive);
@@ -94,16 +96,23 @@ class ImageGrid:
         """``values`` over the tokens (``[..., n_tokens]``) as the patch grid, the prefix dropped."""
         if values.shape[-1] != self.n_tokens:
             raise InputError(f"{values.shape[-1]} values for an image of {self.n_tokens} tokens")
-        return values[..., self.n_prefix :].reshape(*values.shape[:-1], *self.grid)
+        return values[..., self.n_prefix : self.n_prefix + self.n_patches].reshape(*values.shape[:-1], *self.grid)
 
     def meta(self) -> dict:
         """What a capture file keeps besides the pixels."""
-        return {"patch": list(self.patch), "grid": list(self.grid), "prefix": list(self.prefix)}
+        return {
+            "patch": list(self.patch),
+            "grid": list(self.grid),
+            "prefix": list(self.prefix),
+            "suffix": list(self.suffix),
+        }
 
     @classmethod
     def from_meta(cls, meta: dict, pixels: Tensor) -> ImageGrid:
         (ph, pw), (rows, cols) = meta["patch"], meta["grid"]
-        return cls(pixels, (int(ph), int(pw)), (int(rows), int(cols)), list(meta["prefix"]))
+        return cls(
+            pixels, (int(ph), int(pw)), (int(rows), int(cols)), list(meta["prefix"]), list(meta.get("suffix", []))
+        )
 
 
 def image_sequence(grid: ImageGrid) -> TokenSequence:

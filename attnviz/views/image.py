@@ -63,7 +63,8 @@ def patch_row(
     temperature: float = 1.0,
 ) -> tuple[Tensor, float]:  # ([rows, cols], the share of the tokens before the patches)
     """The query's attention over the patches as the grid (one head, or the heads' mean), and the share
-    of its row the tokens before the patches take. ``causal``, ``scale`` and ``temperature`` are the
+    of its row the tokens off the picture take (those before the patches; a VLM's text). ``causal``,
+    ``scale`` and ``temperature`` are the
     AttentionLab's switches (:meth:`attnviz.Capture.attention`): the row recomputed with them."""
     grid = image_grid(cap)
     q = query_of(grid, query)
@@ -74,7 +75,8 @@ def patch_row(
     if head is not None and not 0 <= head < rows.shape[0]:
         raise OutOfRangeError(f"head {head} is out of range: layer {layer} has heads 0..{rows.shape[0] - 1}")
     row = rows.mean(0) if head is None else rows[head]
-    return grid.patch_values(row), float(row[: grid.n_prefix].sum())
+    values = grid.patch_values(row)
+    return values, float(row.sum() - values.sum())
 
 
 def _traces(grid: ImageGrid, values: Tensor, *, opacity: float, showscale: bool, name: str) -> list:
@@ -149,7 +151,9 @@ def image_attention(
     ]
     if switched:
         title += f" ({', '.join(switched)})"
-    if grid.n_prefix:
+    if grid.suffix:  # a vision-language capture: the rest of the row is over the text
+        title += f" — {prefix:.0%} on the text (not drawn)"
+    elif grid.n_prefix:
         title += f" — {prefix:.0%} on {', '.join(grid.prefix)} (not drawn)"
     fig.update_layout(title=title, margin=dict(l=10, r=10, t=50, b=10))
     fig.update_xaxes(visible=False)

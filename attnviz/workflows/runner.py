@@ -25,6 +25,7 @@ from ..errors import InputError, InputTooLongError
 from .images import capture_images, encode_images, is_image_input, require_vision
 from .inputs import Encoded, check_texts, decoder_inputs, given_tokens, ids_rows, tokenize
 from .pipeline import Item, Resolved, captures, check_mode, forward_inputs, resolve, tapped
+from .vlm import capture_vlm, is_vlm
 
 __all__ = ["TextInputs", "capture", "capture_forward", "encode_texts"]
 
@@ -86,6 +87,10 @@ def capture(
       processed ``[batch, 3, h, w]`` tensor instead. Each capture's tokens are the ``[CLS]`` (and
       ``[DIST]``, registers ``[REG0]`` …) then the patches ``(row,col)``, each its own word;
       ``cap.image`` holds the picture as the model read it and where each patch sits on it.
+    - Vision-language models (LLaVA): ``capture(model, text, image, processor=…)`` — one text with
+      one ``<image>`` and one picture through the model's processor; the capture is the language
+      model's attention over the merged sequence, each image position labelled ``(row,col)`` by its
+      patch, and ``cap.image`` maps them to the picture (:mod:`attnviz.workflows.vlm`).
 
     The model runs unmodified on whatever backend it has (eager, sdpa, flash, flex…); the taps are
     gone afterwards, also if forward raises.
@@ -96,6 +101,19 @@ def capture(
     resolved = resolve(model, None if vision_spec(_config(model)) else tokenizer, device, dtype, attn_implementation)
     wanted = resolved.layers(layers)
     weight_mode = "keep" if keep_weights else "drop" if check == "off" else "compare"
+    if is_vlm(resolved.model.config) and (image is not None or processor is not None or is_image_input(tokenizer)):
+        # a vision-language model's third positional argument is its picture
+        picture = image if image is not None else tokenizer if is_image_input(tokenizer) else None
+        return capture_vlm(
+            resolved,
+            text,
+            picture,
+            processor,
+            layers=wanted,
+            check=check,
+            keep_on_device=keep_on_device,
+            weight_mode=weight_mode,
+        )
     if vision_spec(resolved.model.config) is not None or image is not None or pixel_values is not None:
         if text is not None and image is not None:
             raise InputError("pass the picture once: as the second argument or as image=, not both")
