@@ -1,0 +1,66 @@
+"""The support sweep over what the README claims: every family of its table, on each backend the table
+names, built tiny and captured in a padded batch, equals the model's own eager attention within
+``sweep.EXACT`` at every part, layer and head — and the sweep's section of the README and the docs is
+written by its script (``python -m attnviz.workflows.sweep --write``), between its marks.
+"""
+
+from pathlib import Path
+
+import pytest
+
+from attnviz.engine.specs import FAMILIES
+from attnviz.workflows import sweep
+
+ROOT = Path(__file__).parent.parent
+
+
+@pytest.mark.slow
+def test_every_claimed_family_is_exact_against_its_own_eager_attention():
+    outcomes = sweep.claimed()
+    assert {(o.family, o.backend) for o in outcomes} == {
+        (f.tiny, b) for f in FAMILIES if f.how != "refused" and f.tiny for b in f.backends
+    }
+    not_exact = [o.line() for o in outcomes if o.kind != "exact"]
+    assert not not_exact, "claimed but not exact:\n" + "\n".join(not_exact)
+    assert all(o.error is not None and o.error <= sweep.EXACT for o in outcomes)
+
+
+@pytest.mark.slow
+def test_every_vision_encoder_is_exact_on_a_batch_of_two_pictures():
+    outcomes = sweep.vision()
+    assert {o.family for o in outcomes} == {"vit", "deit", "dinov2", "dinov2_registers", "clip_vision", "siglip_vision"}
+    assert len(outcomes) == 12  # eager and sdpa each
+    not_exact = [o.line() for o in outcomes if o.kind != "exact"]
+    assert not not_exact, "not exact:\n" + "\n".join(not_exact)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["gemma3_text", "modernbert", "mixtral"])
+def test_the_generic_tiny_build_reaches_families_no_other_test_names(model_type):
+    """The sweep of transformers' families builds a family from its config's generic fields and
+    compares it on both backends (alternating local/global layers, mixtures of experts)."""
+    outcomes, _ = sweep.transformers_families([model_type])
+    assert [(o.backend, o.kind) for o in outcomes] == [("eager", "exact"), ("sdpa", "exact")], outcomes
+
+
+def test_a_wrong_number_is_a_mismatch_not_exact(monkeypatch):
+    """The classification can fail: a comparison off by more than EXACT is a mismatch with its error."""
+    monkeypatch.setattr(sweep, "compare", lambda eager, model: 1e-3)
+    (outcome,) = sweep.claimed(["llama"])[:1]
+    assert outcome.kind == "mismatch" and outcome.error == 1e-3 and "> 5e-07" in outcome.reason
+
+
+def test_the_readme_and_docs_hold_the_sweeps_section_between_its_marks():
+    for path in (ROOT / "README.md", ROOT / "docs" / "guides" / "capture.md"):
+        text = path.read_text()
+        assert text.count(sweep.MARK) == 2, path
+        section = text.split(sweep.MARK)[1]
+        assert (
+            "**The claimed families:**" in section
+            and "**The vision encoders**" in section
+            and f"of {_pairs()} family × backend pairs exact" in section
+        )
+
+
+def _pairs() -> int:
+    return sum(len(f.backends) for f in FAMILIES if f.how != "refused" and f.tiny)
