@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 
 import pytest
 import torch
@@ -26,6 +27,31 @@ def pytest_configure(config):
     if hasattr(config.option, "webdriver"):
         config.option.webdriver = config.option.webdriver or "Chrome"
         config.option.headless = True
+        _free_ports_for_dash()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _free_port_start(start):
+    def wrapped(self, app, start_timeout=3, **kwargs):
+        kwargs.setdefault("port", _free_port())
+        return start(self, app, start_timeout, **kwargs)
+
+    return wrapped
+
+
+def _free_ports_for_dash() -> None:
+    """Dash's test server counts ports up from 58050 in every process, so two test processes (xdist's
+    workers, two sessions on one machine) would start on the same port: each server takes a free one."""
+    from dash.testing.application_runners import ThreadedRunner
+
+    if not getattr(ThreadedRunner.start, "_attnviz_free_port", False):
+        ThreadedRunner.start = _free_port_start(ThreadedRunner.start)
+        ThreadedRunner.start._attnviz_free_port = True
 
 
 def pytest_collection_modifyitems(config, items):
