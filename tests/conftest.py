@@ -17,6 +17,9 @@ import attnviz  # noqa: E402
 
 tqdm.tqdm.monitor_interval = 0  # no monitor thread (the browser tests' server stop would kill it)
 
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n N: the cores shared among the workers, not oversubscribed
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+
 FAMILIES = ["bert", "roberta", "gpt2", "llama", "qwen2", "mistral"]
 
 
