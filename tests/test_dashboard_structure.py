@@ -118,11 +118,55 @@ def ids_in(component) -> set[str]:
     return found
 
 
+def nodes_in(component):
+    """Every component of a tree, depth first."""
+    stack = [component]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (list, tuple)):
+            stack.extend(node)
+            continue
+        if hasattr(node, "_type"):
+            yield node
+        children = getattr(node, "children", None)
+        if children is not None and not isinstance(children, str):
+            stack.append(children)
+
+
 def test_the_page_places_each_panel_in_its_host():
     page = build_layout([{"label": "m", "value": "m"}], "m", "The cat sat.")
-    views = {node.id: node for node in page.children if getattr(node, "id", None) in {view_id("lab"), view_id("coref")}}
+    views = {n.id: n for n in nodes_in(page) if getattr(n, "id", None) in {view_id("lab"), view_id("coref")}}
     lab, coref = ids_in(views[view_id("lab")]), ids_in(views[view_id("coref")])
     assert {GID.step_box, EID.lab_apply, ID.lab_graph} <= lab and EID.coref_candidate not in lab
     assert {EID.coref_candidate, AID.coref_bars} <= coref and EID.lab_apply not in coref
-    top = ids_in([node for node in page.children if node not in views.values()])
-    assert {GID.generate, GID.new_tokens, ID.run} <= top
+    side = next(n for n in nodes_in(page) if "av-side" in (getattr(n, "className", None) or ""))
+    assert {GID.generate, GID.new_tokens, ID.run, ID.model, ID.text} <= ids_in(side)  # the side panel
+
+
+def test_the_shared_controls_each_have_a_label_that_says_what_they_do():
+    """Each shared control sits in a labelled field whose tooltip explains it; the view bar (layer, head,
+    units, measure, exports) sits beside the views, not in the side panel."""
+    page = build_layout([{"label": "m", "value": "m"}], "m", "The cat sat.")
+    fields = [n for n in nodes_in(page) if getattr(n, "className", None) == "av-field"]
+    explained = {}
+    for f in fields:
+        tooltip = f.children[0]
+        assert type(tooltip).__name__ == "Tooltip" and len(tooltip.label) > 20, tooltip
+        explained.update(dict.fromkeys(ids_in(f.children[1:]), (tooltip.children.children, tooltip.label)))
+    shared = [ID.model, ID.example, ID.text, ID.target, ID.layer, ID.head, ID.words, ID.measure, ID.part]
+    shared += [ID.export_format, ID.csv_button, ID.capture_button, ID.html_button, GID.new_tokens, GID.generate]
+    assert [i for i in shared if i not in explained] == []
+    assert explained[ID.layer][0] == "Layer" and "layer every view shows" in explained[ID.layer][1]
+    bar = next(n for n in nodes_in(page) if getattr(n, "className", None) == "av-viewbar")
+    assert {ID.layer, ID.head, ID.words, ID.measure, ID.export_format, ID.csv_button} <= ids_in(bar)
+
+
+def test_the_temperature_reads_as_the_temperature_not_its_logarithm():
+    """The slider moves log10 T; beside it the page shows T (1 at the slider's middle), never the slider's 0."""
+    from attnviz.dashboard.lab_view import temperature_text
+
+    assert [temperature_text(v) for v in (0, None, -1, -0.5, 0.5, 1)] == ["1", "1", "0.1", "0.32", "3.2", "10"]
+    page = build_layout([{"label": "m", "value": "m"}], "m", "The cat sat.")
+    slider = next(n for n in nodes_in(page) if getattr(n, "id", None) == ID.lab_temperature)
+    shown = next(n for n in nodes_in(page) if getattr(n, "id", None) == ID.lab_temperature_value)
+    assert slider.value == 0 and slider.allow_direct_input is False and shown.children == "1"

@@ -16,9 +16,9 @@ from .captures import Captures
 from .common import word_of
 from .errors import shows_errors
 from .ids import CID, ID
+from .ui import field
 
 GRAPHS = [ID.heatmap, ID.head_view, ID.model_view, ID.lab_graph, ID.validation_map, ID.comparison, CID.graph]
-_CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
 
 
 def matrix_frame(
@@ -73,34 +73,49 @@ def view_figures(
 
 
 def layout() -> list:
-    """The export format and the download buttons (beside the layer and head selectors)."""
+    """The export format and the download buttons (at the right of the view's toolbar)."""
     return [
         dcc.Download(id=ID.download),
-        html.Div(
-            [
-                html.Label("Export figures as"),
-                dcc.RadioItems(
-                    id=ID.export_format,
-                    value="png",
-                    inline=True,
-                    options=[{"label": " PNG ", "value": "png"}, {"label": " SVG", "value": "svg"}],
-                ),
-            ],
-            style=_CONTROL,
+        field(
+            "Export figures as",
+            dcc.RadioItems(
+                id=ID.export_format,
+                value="png",
+                inline=True,
+                className="av-radio",
+                options=[{"label": " PNG", "value": "png"}, {"label": " SVG", "value": "svg"}],
+            ),
+            "The format of the camera button in each figure's toolbar (download the figure as an image).",
         ),
-        html.Div(
-            [
-                html.Button("CSV of the shown matrix", id=ID.csv_button, n_clicks=0),
-                html.Button("Capture file", id=ID.capture_button, n_clicks=0, style={"marginLeft": "6px"}),
-                html.Button(
-                    "HTML file (offline)",
-                    id=ID.html_button,
-                    n_clicks=0,
-                    style={"marginLeft": "6px"},
-                    title="this view's figures as one self-contained HTML page",
-                ),
-            ],
-            style={**_CONTROL, "paddingTop": "18px"},
+        field(
+            "Download",
+            html.Div(
+                [
+                    html.Button(
+                        "CSV",
+                        id=ID.csv_button,
+                        n_clicks=0,
+                        className="av-button",
+                        title="the shown matrix (this layer and head, the units and measure shown) as a CSV table",
+                    ),
+                    html.Button(
+                        "Capture file",
+                        id=ID.capture_button,
+                        n_clicks=0,
+                        className="av-button",
+                        title="the whole capture (Q, K, V, every layer): open it again with attnviz app --capture",
+                    ),
+                    html.Button(
+                        "HTML (offline)",
+                        id=ID.html_button,
+                        n_clicks=0,
+                        className="av-button",
+                        title="this view's figures as one self-contained HTML page",
+                    ),
+                ],
+                className="av-row",
+            ),
+            "Download the shown matrix (CSV), the capture file, or this view's figures as one offline HTML page.",
         ),
     ]
 

@@ -21,6 +21,7 @@ from .errors import only_on, shows_errors
 from .generations import MAX_NEW_TOKENS, generation_of
 from .ids import GID, ID
 from .panels import adds_panel
+from .ui import field
 
 if TYPE_CHECKING:
     from .captures import Captures
@@ -44,31 +45,39 @@ def step_marks(n: int, most: int = 11) -> dict[int, str]:
 
 # ---------------------------------------------------------------- layout and callbacks
 @adds_panel("run", "generate")
-def controls() -> html.Span:
-    """The "Continue the text" control, placed beside "Run model"."""
-    return html.Span(
+def controls() -> html.Div:
+    """The "Continue the text" control, under "Run model"."""
+    return field(
+        "Continue the text",
         [
-            html.Span("Continue the text by ", style={"color": "#555"}),
-            dcc.Input(
-                id=GID.new_tokens,
-                type="number",
-                min=1,
-                max=MAX_NEW_TOKENS,
-                step=1,
-                value=DEFAULT_NEW_TOKENS,
-                style={"width": "64px"},
+            html.Div(
+                [
+                    dcc.Input(
+                        id=GID.new_tokens,
+                        type="number",
+                        min=1,
+                        max=MAX_NEW_TOKENS,
+                        step=1,
+                        value=DEFAULT_NEW_TOKENS,
+                        className="av-number",
+                    ),
+                    html.Span("new tokens", className="av-dim"),
+                    html.Button(
+                        "Generate",
+                        id=GID.generate,
+                        n_clicks=0,
+                        className="av-button",
+                        title="the model writes the continuation (greedy); every view then shows prompt + new tokens, "
+                        f"the new ones marked {MARK}",
+                    ),
+                ],
+                className="av-row",
             ),
-            html.Span(" new tokens ", style={"color": "#555"}),
-            html.Button(
-                "Generate",
-                id=GID.generate,
-                n_clicks=0,
-                style={"marginRight": "12px"},
-                title="the model writes the continuation (greedy); every view then shows prompt + new tokens, "
-                f"the new ones marked {MARK}",
-            ),
-            html.Span(id=GID.progress, style={"color": NEW_COLOUR, "marginRight": "8px"}),
-        ]
+            html.Div(id=GID.progress, style={"color": NEW_COLOUR}),
+        ],
+        "The model continues the text (greedy decoding) by this many new tokens (1 to {MAX_NEW_TOKENS}); every view "
+        "then shows the "
+        f"prompt and the new tokens, marked {MARK}.",
     )
 
 

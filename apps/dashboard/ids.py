@@ -41,7 +41,8 @@ class ID:
     lab_query = "lab-query"
     lab_key = "lab-key"  # dcc.Store: the key the Lab highlights ({"key": capture key, "position": p}; the Q·K space)
     lab_switches = "lab-switches"
-    lab_temperature = "lab-temperature"
+    lab_temperature = "lab-temperature"  # the slider: log10 of the temperature
+    lab_temperature_value = "lab-temperature-value"  # the temperature itself, shown beside the slider
     lab_graph = "lab-graph"
     lab_stats = "lab-stats"
     validation_summary = "validation-summary"

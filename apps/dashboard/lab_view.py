@@ -72,6 +72,11 @@ def lessons(cap: attnviz.Capture, layer: int, head: int, index: int, words: bool
     return [html.Div(line, className="lab-lesson", style={"color": "#555", "fontSize": "0.9em"}) for line in said]
 
 
+def temperature_text(log_temperature: float | None) -> str:
+    """What the temperature slider (which moves log10 T) reads as: T itself, two significant digits."""
+    return f"{10 ** (log_temperature or 0):.2g}"
+
+
 def head_label(cap: attnviz.Capture, layer: int, head: int, part: str | None) -> str:
     """ "L13·H8", with its part before it ("decoder L3·H1") when the capture has several."""
     return f"{cap.resolve_part(part) + ' ' if len(cap.parts) > 1 else ''}L{layer}·H{head}"
@@ -177,13 +182,18 @@ def layout(graph_config: dict) -> list:
                 ),
                 html.Div(
                     [
-                        html.Label("temperature (log scale)"),
+                        html.Label(
+                            ["temperature ", html.B(temperature_text(0), id=ID.lab_temperature_value)],
+                            title="the scores are divided by this before the softmax: below 1 sharper, above 1 flatter",
+                        ),
+                        # the slider moves log10(T): its own number box would show the logarithm (0 for T = 1)
                         dcc.Slider(
                             id=ID.lab_temperature,
                             min=-1,
                             max=1,
                             step=0.05,
                             value=0,
+                            allow_direct_input=False,
                             marks={-1: "0.1", -0.5: "0.32", 0: "1", 0.5: "3.2", 1: "10"},
                         ),
                     ],
@@ -199,6 +209,10 @@ def layout(graph_config: dict) -> list:
 
 
 def register(app: Dash, captures: Captures) -> None:
+    @app.callback(Output(ID.lab_temperature_value, "children"), Input(ID.lab_temperature, "value"))
+    def show_temperature(log_temperature):
+        return temperature_text(log_temperature)
+
     @app.callback(
         Output(ID.lab_tokens, "children"),
         Input(ID.store, "data"),

@@ -1,4 +1,4 @@
-"""The page: the shared controls on top, then one tab per view — each view's layout comes from its
+"""The page: the shared controls in a side panel, then one tab per view — each view's layout comes from its
 own module (which also holds its callbacks); the page only places them. A view that adds a panel to
 another registers it (``panels.py``); every view module is imported here, so each panel is registered
 before ``build_layout`` builds a host's layout.
@@ -7,6 +7,7 @@ before ``build_layout`` builds a host's layout.
 
 from __future__ import annotations
 
+import dash_mantine_components as dmc
 from dash import dcc, html
 
 from . import (
@@ -31,6 +32,8 @@ from . import (
     validation_view,
 )
 from .ids import ID, view_id
+from .ui import card, toolbar
+from .ui import page as page_shell
 
 PANEL_VIEWS = (edit_view, generation_view, probe_view)  # views with no tab of their own: their panels sit in others'
 
@@ -84,13 +87,17 @@ GRAPH_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png"}}
 
 
 def _view(key: str, children: list) -> html.Div:
-    return html.Div(id=view_id(key), children=children, style={"display": "none"})
+    return html.Div(id=view_id(key), children=children, style={"display": "none"}, className="av-view")
 
 
 def build_layout(
     model_options: list[dict], default_model: str, default_text: str, *, bos: bool = False, page: str = ""
-) -> html.Div:
-    """The page; ``page``: this page load's id (whose background jobs are whose)."""
+) -> dmc.MantineProvider:
+    """The page; ``page``: this page load's id (whose background jobs are whose).
+
+    A side panel holds what makes a capture (model, text, Run model, Continue the text); the main
+    column holds the message, the view tabs, the toolbar of what every view reads (part, layer, head,
+    units, measure) with the exports, and the view itself."""
     config = GRAPH_CONFIG
     views = {
         "heatmap": overview_view.layout(dcc.Loading(dcc.Graph(id=ID.heatmap, config=config))),
@@ -107,24 +114,45 @@ def build_layout(
         "image": image_view.layout(),
         "compare": compare_view.layout(model_options, default_model),
     }
-    return html.Div(
-        style={"fontFamily": "system-ui, sans-serif", "margin": "12px 20px"},
-        children=[
-            dcc.Store(id=ID.lab_query),
-            dcc.Store(id=ID.lab_key),
-            html.H2("attnviz — see what attention does", style={"marginBottom": "4px"}),
-            html.Div(
+    side = html.Aside(
+        [
+            html.Header(
+                [
+                    html.H1("attnviz", className="av-title"),
+                    html.Div("see what attention does", className="av-subtitle"),
+                ]
+            ),
+            card("Input", run_view.layout(model_options, default_model, default_text, EXAMPLES, bos=bos)),
+            html.P(
                 "Q, K and V are captured from the unmodified model; every map is recomputed with "
                 "softmax(QKᵀ/√d_k + M)·V and checked against the model's own numbers.",
-                style={"color": "#555", "marginBottom": "10px"},
+                className="av-note",
             ),
-            *run_view.layout(model_options, default_model, default_text, EXAMPLES, bos=bos),
-            html.Div([*run_view.selectors(), *export_view.layout()], style={"margin": "8px 0"}),
+        ],
+        className="av-side",
+    )
+    main = html.Main(
+        [
+            dcc.Store(id=ID.lab_query),
+            dcc.Store(id=ID.lab_key),
+            run_view.message(),
             *jobs_view.layout(page),
-            dcc.Tabs(id=ID.tabs, value="heatmap", children=[dcc.Tab(label=label, value=key) for key, label in VIEWS]),
+            dcc.Tabs(
+                id=ID.tabs,
+                value="heatmap",
+                className="av-tabs",
+                parent_className="av-tabs-parent",
+                children=[dcc.Tab(label=label, value=key) for key, label in VIEWS],
+            ),
+            html.Div(
+                [toolbar(run_view.selectors()), toolbar(export_view.layout(), "av-exports")],
+                className="av-viewbar",
+            ),
             *[_view(key, views[key]) for key, _ in VIEWS],
         ],
+        className="av-main",
     )
+    return page_shell([html.Div([side, main], className="av-shell")])
 
 
 __all__ = ["EXAMPLES", "ID", "LONG_EXAMPLE", "VIEWS", "build_layout"]

@@ -81,6 +81,7 @@ def probe_panel() -> html.Div:
                     )
                 ],
                 style=_CONTROL,
+                title="the probe set to score every head on: a shipped one, or the file you bring below",
             ),
             html.Button("Run probe set", id=AID.probe_run, n_clicks=0),
             html.Button("Cancel", id=AID.probe_cancel, n_clicks=0, style={"display": "none", "marginLeft": "6px"}),

@@ -17,6 +17,7 @@ from .background import in_background, pending, summary_of
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import AID, ID
+from .ui import field
 
 VIEWS = [("rollout", "Rollout")]
 
@@ -28,14 +29,21 @@ def layout() -> list:
             "as 0.5·I, multiplied through all layers. It estimates how information flows through "
             "attention alone; it is not an attribution of the prediction (MLPs and value norms are ignored)."
         ),
-        dcc.RadioItems(
-            id=AID.rollout_mode,
-            value="matrix",
-            inline=True,
-            options=[
-                {"label": " every token ", "value": "matrix"},
-                {"label": " the AttentionLab's query token", "value": "query"},
-            ],
+        field(
+            "Rollout of",
+            dcc.RadioItems(
+                id=AID.rollout_mode,
+                value="matrix",
+                inline=True,
+                className="av-radio",
+                options=[
+                    {"label": " every token", "value": "matrix"},
+                    {"label": " the AttentionLab's query token", "value": "query"},
+                ],
+            ),
+            "every token: the whole rolled-out matrix, query × key. The AttentionLab's query token: its row "
+            "only, as bars (click a token in the AttentionLab to choose it).",
+            style={"marginBottom": "8px"},
         ),
         dcc.Loading(dcc.Graph(id=AID.rollout_graph)),
     ]

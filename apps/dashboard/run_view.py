@@ -24,14 +24,14 @@ from .errors import shows_errors
 from .generations import MAX_NEW_TOKENS, generation_of
 from .ids import GID, ID
 from .panels import slot_panels
+from .ui import field
 
 PART_LABELS = {
     "encoder": "encoder (source × source)",
     "decoder": "decoder (target × target)",
     "cross": "cross (target × source)",
 }
-_CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
-_SHOWN = {"display": "inline-block", "marginLeft": "8px"}
+_SHOWN = {"display": "inline-block"}
 _HIDDEN = {"display": "none"}
 
 
@@ -85,123 +85,125 @@ def job_text(done: int, layers: int, new_tokens: int | None) -> str:
 
 # ---------------------------------------------------------------- layout
 def layout(model_options: list[dict], default_model: str, default_text: str, examples: dict, *, bos: bool) -> list:
-    """Model, example, text (and target), the run controls, the background job's progress, the message."""
+    """The side panel: model, example, text (and target), the run controls, the background job's progress
+    and the status line."""
     return [
         dcc.Store(id=ID.store),
         dcc.Store(id=ID.job),
         dcc.Store(id=ID.job_done),
         dcc.Interval(id=ID.job_watch, interval=1000, disabled=True),
-        html.Div(
-            [
-                html.Div(
-                    [
-                        html.Label("Model"),
-                        dcc.Dropdown(
-                            id=ID.model,
-                            options=model_options,
-                            value=default_model,
-                            clearable=False,
-                            style={"width": "300px"},
-                        ),
-                    ],
-                    style=_CONTROL,
-                ),
-                html.Div(
-                    [
-                        html.Label("Example"),
-                        dcc.Dropdown(
-                            id=ID.example,
-                            options=[{"label": v, "value": k} for k, v in examples.items()],
-                            placeholder="pick an example sentence…",
-                            style={"width": "420px"},
-                        ),
-                    ],
-                    style=_CONTROL,
-                ),
-            ]
+        field(
+            "Model",
+            dcc.Dropdown(id=ID.model, options=model_options, value=default_model, clearable=False),
+            "The model whose attention the page shows. The page loads only the models it was started with.",
         ),
-        dcc.Textarea(id=ID.text, value=default_text, style={"width": "100%", "height": "60px", "marginTop": "6px"}),
+        field(
+            "Example",
+            dcc.Dropdown(
+                id=ID.example,
+                options=[{"label": v, "value": k} for k, v in examples.items()],
+                placeholder="pick an example sentence…",
+            ),
+            "Puts an example sentence in the text box (a pronoun and what it refers to, or a long text).",
+        ),
+        field(
+            "Text",
+            dcc.Textarea(id=ID.text, value=default_text, className="av-text"),
+            "The text the model reads; press Run model to capture its attention.",
+        ),
         html.Div(
             id=ID.target_box,
             style={"display": "none"},
             children=[
-                html.Label(
-                    "Target — the decoder's text, teacher-forced (empty: the decoder reads its start token only)"
-                ),
-                dcc.Textarea(id=ID.target, value="", style={"width": "100%", "height": "40px"}),
+                field(
+                    "Target (decoder)",
+                    dcc.Textarea(id=ID.target, value="", className="av-text av-text-short"),
+                    "The decoder's text, teacher-forced. Empty: the decoder reads its start token only.",
+                )
             ],
         ),
         html.Div(
-            [
-                html.Button("Run model", id=ID.run, n_clicks=0, style={"marginRight": "12px"}),
-                *slot_panels("run", "generate"),  # "Continue the text" (generation_view)
-                dcc.Checklist(
-                    id=ID.bos,
-                    value=["bos"] if bos else [],
-                    inline=True,
-                    style={"display": "inline-block", "marginRight": "12px"},
-                    options=[{"label": " prepend BOS (decoders park their attention sink there)", "value": "bos"}],
-                ),
-                dcc.Loading(
-                    html.Span(id=ID.status, style={"color": "#555"}), type="dot", style={"display": "inline-block"}
-                ),
-                html.Button("Cancel", id=ID.job_cancel, n_clicks=0, style=_HIDDEN),
-                html.Progress(id=ID.job_progress, value="0", max="1", style=_HIDDEN),
-                html.Span(id=ID.job_progress_text, style={"marginLeft": "6px", "color": "#555"}),
-            ],
-            style={"margin": "6px 0"},
+            dcc.Checklist(
+                id=ID.bos,
+                value=["bos"] if bos else [],
+                className="av-check",
+                options=[{"label": " prepend BOS (decoders park their attention sink there)", "value": "bos"}],
+            ),
+            title="Put the model's beginning-of-sequence token before the text",
         ),
-        html.Div(id=ID.message, role="alert", style={"color": "#b00020", "whiteSpace": "pre-wrap", "margin": "4px 0"}),
+        html.Div(
+            [
+                html.Button(
+                    "Run model",
+                    id=ID.run,
+                    n_clicks=0,
+                    className="av-button av-primary",
+                    title="Run the model on the text once and capture Q, K and V for every view",
+                ),
+                html.Button("Cancel", id=ID.job_cancel, n_clicks=0, style=_HIDDEN, className="av-button"),
+            ],
+            className="av-row",
+        ),
+        *slot_panels("run", "generate"),  # "Continue the text" (generation_view)
+        html.Progress(id=ID.job_progress, value="0", max="1", style=_HIDDEN),
+        html.Div(id=ID.job_progress_text, className="av-dim"),
+        dcc.Loading(html.Div(id=ID.status, className="av-status"), type="dot"),
     ]
+
+
+def message() -> html.Div:
+    """What went wrong (bad input, a file that did not open): above the views, red, hidden when empty."""
+    return html.Div(id=ID.message, role="alert", className="av-message")
 
 
 def selectors() -> list:
     """Part (encoder-decoders), layer, head and units: what every view reads."""
     return [
-        html.Div(
-            [html.Label("Part"), dcc.Dropdown(id=ID.part, clearable=False, style={"width": "230px"})],
+        field(
+            "Part",
+            dcc.Dropdown(id=ID.part, clearable=False, style={"width": "230px"}),
+            "Which attention of an encoder-decoder: encoder (source × source), decoder (target × target, "
+            "causal) or cross (target × source)",
             id=ID.part_box,
-            style={**_CONTROL, "display": "none"},
-            title="encoder: source × source; decoder: target × target (causal); cross: target × source",
+            style={"display": "none"},
         ),
-        html.Div(
-            [html.Label("Layer (0-based)"), dcc.Dropdown(id=ID.layer, clearable=False, style={"width": "110px"})],
-            style=_CONTROL,
+        field(
+            "Layer",
+            dcc.Dropdown(id=ID.layer, clearable=False, style={"width": "96px"}),
+            "The layer every view shows (0-based). Clicking a head in the Model view also picks it.",
         ),
-        html.Div(
-            [html.Label("Head (0-based)"), dcc.Dropdown(id=ID.head, clearable=False, style={"width": "110px"})],
-            style=_CONTROL,
+        field(
+            "Head",
+            dcc.Dropdown(id=ID.head, clearable=False, style={"width": "96px"}),
+            "The attention head every view shows (0-based).",
         ),
-        html.Div(
-            [
-                html.Label("Units"),
-                dcc.RadioItems(
-                    id=ID.words,
-                    value="tokens",
-                    inline=True,
-                    options=[{"label": " tokens ", "value": "tokens"}, {"label": " words", "value": "words"}],
-                ),
-            ],
-            style=_CONTROL,
-            title="words: attention to a word is summed over its pieces, from a word averaged",
+        field(
+            "Units",
+            dcc.RadioItems(
+                id=ID.words,
+                value="tokens",
+                inline=True,
+                className="av-radio",
+                options=[{"label": " tokens", "value": "tokens"}, {"label": " words", "value": "words"}],
+            ),
+            "tokens: the model's own pieces. words: attention to a word is summed over its pieces, "
+            "attention from a word averaged over them.",
         ),
-        html.Div(
-            [
-                html.Label("Show"),
-                dcc.RadioItems(
-                    id=ID.measure,
-                    value="weights",
-                    inline=True,
-                    options=[
-                        {"label": " weights ", "value": "weights"},
-                        {"label": " what moves (‖αf(x)‖)", "value": "moved"},
-                    ],
-                ),
-            ],
-            style=_CONTROL,
-            title="weights: where each query looks (α). What moves: how much of the head's output comes from "
+        field(
+            "Show",
+            dcc.RadioItems(
+                id=ID.measure,
+                value="weights",
+                inline=True,
+                className="av-radio",
+                options=[
+                    {"label": " weights", "value": "weights"},
+                    {"label": " what moves (‖αf(x)‖)", "value": "moved"},
+                ],
+            ),
+            "weights: where each query looks (α). What moves: how much of the head's output comes from "
             "each key, ‖α·f(x)‖ with f(x) = W_O·v (Kobayashi et al. 2020): a high weight on a key whose "
-            "value the head barely projects moves little",
+            "value the head barely projects moves little.",
         ),
     ]
 
@@ -273,7 +275,7 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
             ["causal", "scale"] if any(r.causal for r in view.records.values()) else ["scale"],
             [{"label": PART_LABELS[p], "value": p} for p in cap.parts],
             part,
-            {"display": "none"} if len(cap.parts) == 1 else _CONTROL,
+            {"display": "none"} if len(cap.parts) == 1 else {"display": "flex"},
         )
 
     @app.callback(
@@ -371,7 +373,7 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
             (Output(GID.generate, "disabled"), True, False),
             (Output(ID.job_cancel, "style"), _SHOWN, _HIDDEN),
             (Output(ID.job_progress, "style"), _SHOWN, _HIDDEN),
-            (Output(ID.job_progress_text, "style"), {"marginLeft": "6px", "color": "#555"}, _HIDDEN),
+            (Output(ID.job_progress_text, "style"), {"display": "block"}, _HIDDEN),
         ],
         cancel=[Input(ID.job_cancel, "n_clicks")],
         progress=[
