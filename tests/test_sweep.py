@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnviz.engine.specs import FAMILIES
-from attnviz.workflows import sweep
+from attnviz.workflows import sweep, sweep_towers
 
 ROOT = Path(__file__).parent.parent
 
@@ -32,6 +32,25 @@ def test_every_vision_encoder_is_exact_on_a_batch_of_two_pictures():
     assert len(outcomes) == 12  # eager and sdpa each
     not_exact = [o.line() for o in outcomes if o.kind != "exact"]
     assert not not_exact, "not exact:\n" + "\n".join(not_exact)
+
+
+@pytest.mark.slow
+def test_every_model_of_two_towers_is_exact_in_each_part():
+    """Joint CLIP and SigLIP (text and vision towers) and LLaVA (language model and vision tower), two
+    padded texts with two pictures, each part against the model's own eager attention."""
+    outcomes = sweep_towers.towers()
+    assert {(o.family, o.backend) for o in outcomes} == {
+        (f, b) for f in ("clip (joint)", "siglip (joint)", "llava") for b in ("eager", "sdpa")
+    }
+    not_exact = [o.line() for o in outcomes if o.kind != "exact"]
+    assert not not_exact, "not exact:\n" + "\n".join(not_exact)
+    assert "**The models of two towers**" in sweep.markdown(outcomes, outcomes, outcomes, [], outcomes)
+
+
+@pytest.mark.slow
+def test_a_wrong_number_of_two_towers_is_a_mismatch_not_exact():
+    (eager, sdpa) = sweep_towers.towers(["clip (joint)"], compare=lambda caps, own: 1e-3)
+    assert eager.kind == sdpa.kind == "mismatch" and eager.error == 1e-3 and "max error 1.0e-03" in eager.reason
 
 
 @pytest.mark.slow

@@ -7,7 +7,10 @@ scaling, mask, position bias and sinks it used. Attention maps (O(n²) per head)
 demand by :func:`attnviz.attention.scaled_dot_product`. It holds no model.
 
 Which tokens a part reads: encoder → source × source, decoder → target × target, cross →
-target (queries) × source (keys). A one-stack model has one part, over its one text.
+target (queries) × source (keys). A one-stack model has one part, over its one text. A model of two
+towers adds a ``vision`` part over its picture's tokens (``[CLS]``, patches: :meth:`Capture.image_of`)
+beside its ``text`` part (a joint CLIP / SigLIP model's text tower, over the source) or its language
+model (a vision-language model's ``decoder``, over the source's text and image tokens).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from torch import Tensor
 from ..attention import attention_output, build_mask, scaled_dot_product
 from ..engine.specs import PARTS
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError
-from .images import ImageGrid
+from .images import ImageGrid, image_sequence
 from .moved import word_contributions
 from .records import LayerRecord
 from .tables import capture_table
@@ -68,6 +71,8 @@ class Capture:
     model: dict[str, Any] = field(default_factory=dict)  # name, model_type, backend, dtype, parts: {part: sizes}, …
     target: TokenSequence | None = None  # the decoder's input tokens (encoder-decoder models)
     image: ImageGrid | None = None  # a vision encoder's picture and patch grid (its tokens: CLS, registers, patches)
+    # a vision-language model's vision tower: the same picture, the tower's own tokens ([CLS], patches)
+    vision: ImageGrid | None = None
 
     # ------------------------------------------------------------------ parts and sequences
     @property
@@ -96,13 +101,35 @@ class Capture:
         return TokenSequence(self.text, self.tokens, self.token_ids, self.offsets, self.words)
 
     def sequences(self, part: str | None = None) -> tuple[TokenSequence, TokenSequence]:
-        """(query tokens, key tokens) of a part: cross attention reads target × source."""
+        """(query tokens, key tokens) of a part: cross attention reads target × source; a ``vision``
+        part its picture's tokens (:meth:`image_of`)."""
         part = self.resolve_part(part)
-        if self.target is None or part == "encoder":
+        if part == "vision":
+            seq = image_sequence(self._vision_grid())
+            return seq, seq
+        if self.target is None or part in ("encoder", "text"):
             return self.source, self.source
         if part == "decoder":
             return self.target, self.target
         return self.target, self.source
+
+    def image_of(self, part: str | None = None) -> ImageGrid | None:
+        """The picture a part's tokens sit on and where each sits, or None (a text part).
+
+        A vision encoder's part, or a vision-language model's language model (text and image tokens):
+        :attr:`image`. A ``vision`` part (a joint CLIP / SigLIP model's vision tower, a VLM's vision
+        tower): its tower's own tokens over the picture — :attr:`vision` where the capture has one (a
+        VLM), else :attr:`image` (a joint model, whose ``text`` part has no picture)."""
+        part = self.resolve_part(part)
+        if part == "vision":
+            return self._vision_grid()
+        return None if part == "text" else self.image
+
+    def _vision_grid(self) -> ImageGrid:
+        grid = self.vision if self.vision is not None else self.image
+        if grid is None:
+            raise InputError("this capture's vision part has no picture kept with it, so its tokens are unknown")
+        return grid
 
     def select(self, part: str | None = None) -> Capture:
         """This capture narrowed to one self-attention part, over that part's own tokens.
@@ -118,7 +145,8 @@ class Capture:
             raise InputError("cross-attention reads the target over the source; choose the encoder or the decoder part")
         seq, _ = self.sequences(part)
         records = {key: rec for key, rec in self.records.items() if key[0] == part}
-        return Capture.of(seq, records, {**self.model, "parts": {part: self.model["parts"][part]}})
+        meta = {**self.model, "parts": {part: self.model["parts"][part]}}
+        return Capture.of(seq, records, meta, image=self.image_of(part))
 
     @classmethod
     def of(
@@ -128,11 +156,21 @@ class Capture:
         model: dict[str, Any],
         target: TokenSequence | None = None,
         image: ImageGrid | None = None,
+        vision: ImageGrid | None = None,
     ) -> Capture:
         """A capture of ``source`` (and, for an encoder-decoder, the decoder's ``target``) tokens; of a
-        vision encoder, ``image`` is the picture its tokens came from."""
+        vision encoder, ``image`` is the picture its tokens came from (``vision``: a VLM's vision tower's)."""
         return cls(
-            source.text, source.tokens, source.token_ids, source.offsets, source.words, records, model, target, image
+            source.text,
+            source.tokens,
+            source.token_ids,
+            source.offsets,
+            source.words,
+            records,
+            model,
+            target,
+            image,
+            vision,
         )
 
     @property

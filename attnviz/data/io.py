@@ -73,6 +73,8 @@ def save(cap: Capture, path: str | Path) -> Path:
         records_meta[f"{part}.{layer}"] = {**fields, "shared": shared}
     if cap.image is not None:
         tensors["image.pixels"] = cap.image.pixels.detach().to("cpu").contiguous().clone()
+    if cap.vision is not None and (cap.image is None or cap.vision.pixels is not cap.image.pixels):
+        tensors["vision.pixels"] = cap.vision.pixels.detach().to("cpu").contiguous().clone()
     meta = {
         "format": FORMAT,
         "version": VERSION,
@@ -81,6 +83,7 @@ def save(cap: Capture, path: str | Path) -> Path:
         "model": cap.model,
         "records": records_meta,
         "image": None if cap.image is None else cap.image.meta(),
+        "vision": None if cap.vision is None else cap.vision.meta(),
     }
     existed = path.exists()
     try:
@@ -133,6 +136,9 @@ def load(path: str | Path) -> Capture:
             meta["model"],
             None if meta.get("target") is None else _sequence(meta["target"]),
             None if meta.get("image") is None else ImageGrid.from_meta(meta["image"], tensors["image.pixels"]),
+            None
+            if meta.get("vision") is None
+            else ImageGrid.from_meta(meta["vision"], tensors.get("vision.pixels", tensors["image.pixels"])),
         )
     except CaptureFileError:
         raise

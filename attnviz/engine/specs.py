@@ -31,6 +31,7 @@ from ..errors import UnsupportedModelError
 
 __all__ = [
     "CROSS_ATTENTION_NAMES",
+    "ENCODER_DECODER_PARTS",
     "PARTS",
     "FAMILIES",
     "INERT_ARGUMENTS",
@@ -38,6 +39,7 @@ __all__ = [
     "OUTPUT_PROJECTIONS",
     "PROJECTION_SPECS",
     "SHARED_LAYERS",
+    "TOWERS",
     "TRANSPOSED_WEIGHTS",
     "VISION_SPECS",
     "Family",
@@ -52,7 +54,8 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------- where a call sits
-PARTS = ("encoder", "decoder", "cross")  # the attentions a capture can hold, in this order
+PARTS = ("encoder", "decoder", "cross", "text", "vision")  # the attentions a capture can hold, in this order
+ENCODER_DECODER_PARTS = PARTS[:3]  # what an encoder-decoder model's capture holds, all three
 #: path components that mark a cross-attention module (decoder queries over encoder keys)
 CROSS_ATTENTION_NAMES = frozenset(
     {
@@ -65,20 +68,39 @@ CROSS_ATTENTION_NAMES = frozenset(
 )
 STACKS = ("encoder", "decoder")
 _INDEX = re.compile(r"^\d+$")
+#: models of two towers, by ``config.model_type``: the path component that names a tower → its part. A
+#: joint text–image model's towers are ``text`` and ``vision``; a vision-language model's vision tower is
+#: ``vision`` beside its language model (``decoder``, as any one-stack causal model)
+TOWERS: dict[str, dict[str, str]] = {
+    "clip": {"text_model": "text", "vision_model": "vision"},
+    "siglip": {"text_model": "text", "vision_model": "vision"},
+    "llava": {"vision_tower": "vision"},
+}
 
 
-def locate(name: str, *, encoder_decoder: bool, causal: bool, layer_idx: int | None = None) -> tuple[str, int]:
+def locate(
+    name: str,
+    *,
+    encoder_decoder: bool,
+    causal: bool,
+    layer_idx: int | None = None,
+    towers: dict[str, str] | None = None,
+) -> tuple[str, int]:
     """``(part, layer)`` of the attention module at ``name`` (its path in the model).
 
     Encoder-decoder models: the part is the stack named in the path (``encoder`` / ``decoder``),
-    or ``cross`` for a cross-attention module in the decoder. One-stack models: ``decoder`` when
+    or ``cross`` for a cross-attention module in the decoder. Models of two towers (``towers``, from
+    :data:`TOWERS`): the part of the tower named in the path. One-stack models: ``decoder`` when
     the attention is causal, ``encoder`` otherwise. The layer is the first index in the path after
-    the stack (``model.decoder.layers.3.encoder_attn`` → 3), else the module's ``layer_idx``, else 0.
+    the stack or tower (``model.decoder.layers.3.encoder_attn`` → 3), else the module's ``layer_idx``, else 0.
     """
     parts = name.split(".")
     start = 0
     part = "decoder" if causal else "encoder"
-    if encoder_decoder:
+    tower = next((i for i, p in enumerate(parts) if p in (towers or {})), None)
+    if tower is not None and towers is not None:
+        start, part = tower + 1, towers[parts[tower]]
+    elif encoder_decoder:
         stack = next((i for i, p in enumerate(parts) if p in STACKS), None)
         if stack is not None:
             start = stack + 1

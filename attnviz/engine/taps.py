@@ -39,7 +39,7 @@ from .hooks import hooked
 from .interface import installed_backends, wrapped
 from .listeners import Call, Seen, listening, owner, recorders
 from .projections import ProjectionWatch
-from .specs import PROJECTION_SPECS, SHARED_LAYERS, check_supported, locate
+from .specs import PROJECTION_SPECS, SHARED_LAYERS, TOWERS, check_supported, locate
 
 __all__ = [
     "CALL_TENSORS",
@@ -184,6 +184,7 @@ class Recorder:
     dense_masks: dict[int, Any] = field(default_factory=dict)
     _names: dict[int, str] = field(default_factory=dict)
     _encoder_decoder: bool = False
+    _towers: dict[str, str] | None = None  # a model of two towers: path component -> part (specs.TOWERS)
     _steps: dict[tuple[int, int], int] = field(default_factory=dict)  # calls so far per (module, layer)
     _where: dict[tuple[int, bool], tuple[str, int]] = field(default_factory=dict)  # (module, causal) -> part, layer
     _per_forward: int | None = None  # a shared family's attention calls per forward (specs.SHARED_LAYERS)
@@ -193,6 +194,7 @@ class Recorder:
         self._names = {id(m): name for name, m in self.model.named_modules()}
         config = getattr(self.model, "config", None)
         self._encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+        self._towers = TOWERS.get(getattr(config, "model_type", ""))
         shared = SHARED_LAYERS.get(getattr(config, "model_type", ""))
         self._per_forward = None if shared is None else int(shared(config))
 
@@ -219,6 +221,7 @@ class Recorder:
                 encoder_decoder=self._encoder_decoder,
                 causal=causal,
                 layer_idx=getattr(module, "layer_idx", None),
+                towers=self._towers,
             )
         return found
 

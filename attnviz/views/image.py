@@ -31,14 +31,20 @@ __all__ = ["IMAGE_COLOURS", "image_attention", "image_grid", "image_heads", "ima
 IMAGE_COLOURS = "Inferno"  # the heat's colour scale
 
 
-def image_grid(cap: Capture) -> ImageGrid:
-    """The capture's picture and patch grid, or the error that says these figures need one."""
-    if cap.image is None:
+def image_grid(cap: Capture, part: str | None = None) -> ImageGrid:
+    """The picture and patch grid of the capture's ``part`` (:meth:`attnviz.Capture.image_of`), or the
+    error that says these figures need one."""
+    grid = cap.image_of(part)
+    if grid is None:
+        if cap.image is not None:  # a joint text–image model's text part
+            raise InputError(
+                f"the {cap.resolve_part(part)} part's tokens are not on the picture; draw the vision part (part='vision')"
+            )
         raise InputError(
             "this capture has no picture: image figures draw a vision encoder's capture "
             "(attnviz.capture(model, image) with ViT, DINOv2, CLIP's or SigLIP's vision tower)"
         )
-    return cap.image
+    return grid
 
 
 def query_of(grid: ImageGrid, query: int | str | tuple[int, int] | None) -> int:
@@ -66,7 +72,7 @@ def patch_row(
     of its row the tokens off the picture take (those before the patches; a VLM's text). ``causal``,
     ``scale`` and ``temperature`` are the
     AttentionLab's switches (:meth:`attnviz.Capture.attention`): the row recomputed with them."""
-    grid = image_grid(cap)
+    grid = image_grid(cap, part)
     q = query_of(grid, query)
     if causal is None and scale is True and temperature == 1.0:  # the model's own row: only that row computed
         rows = cap.attention_rows(layer, [q], part=part)[:, 0].float()  # [head, key]
@@ -128,7 +134,7 @@ def image_attention(
     ``query`` an index, a label (``"[CLS]"``, ``"(2,3)"``) or a ``(row, col)`` (default: ``[CLS]``, or
     the centre patch where there is none). A query patch is outlined. ``causal``, ``scale``,
     ``temperature``: the AttentionLab's switches (the title says which are not the model's own)."""
-    grid = image_grid(cap)
+    grid = image_grid(cap, part)
     q = query_of(grid, query)
     values, prefix = patch_row(
         cap, layer, head, query=q, part=part, causal=causal, scale=scale, temperature=temperature
@@ -174,7 +180,7 @@ def image_heads(
     scale (its smallest to its largest patch weight), as in DINO's figures of heads that segment the object."""
     from plotly.subplots import make_subplots  # deferred: only the thumbnails need subplots
 
-    grid = image_grid(cap)
+    grid = image_grid(cap, part)
     q = query_of(grid, query)
     n_heads = cap.attention_rows(layer, [q], part=part).shape[0]
     cols = columns or min(n_heads, 4)
@@ -213,12 +219,14 @@ def image_rollout(
     residual: float = 0.5,
     head_fusion: str = "mean",
     opacity: float = 0.6,
+    part: str | None = None,
 ) -> go.Figure:
     """Attention rollout (:func:`attnviz.analysis.rollout`, heads fused by ``head_fusion``, the
-    residual mixed in, multiplied through the layers up to ``layer``) of ``query`` over the picture."""
-    grid = image_grid(cap)
+    residual mixed in, multiplied through the layers up to ``layer``) of ``query`` over the picture
+    (``part``: of a capture of two towers, which one)."""
+    grid = image_grid(cap, part)
     q = query_of(grid, query)
-    flow = rollout(cap, residual=residual, head_fusion=head_fusion)
+    flow = rollout(cap, residual=residual, head_fusion=head_fusion, part=part)
     if not -len(flow) <= layer < len(flow):
         raise OutOfRangeError(f"layer {layer} is out of range: the rollout has layers 0..{len(flow) - 1}")
     row = flow[layer][q].float()

@@ -57,8 +57,8 @@ def require_vision(resolved: Resolved) -> None:
     if spec is not None and spec.tower is not None and isinstance(getattr(resolved.model, spec.tower, None), nn.Module):
         raise UnsupportedModelError(
             f"{resolved.name} is a joint text–image model ({type(resolved.model).__name__}): attnviz captures its "
-            f"towers one at a time — attnviz.capture(model.{spec.tower}, image, processor) for the pictures (a name "
-            "loads that tower itself); its two towers as two parts of one capture are not supported yet"
+            "two towers from a text and a picture together, capture(model, text, image, processor=…), or one "
+            f"tower: attnviz.capture(model.{spec.tower}, image, processor) for the pictures alone"
         )
     if spec is None:
         kind = getattr(resolved.model.config, "model_type", "?")

@@ -28,9 +28,10 @@ import torch
 from torch import Tensor, nn
 
 from ..data.capture import Capture, TokenSequence
+from ..data.images import ImageGrid
 from ..data.validate import SAMPLE_ROWS, ValidationError, validate
 from ..engine.projections import ProjectionWatch
-from ..engine.specs import PARTS, RESERVED_POSITIONS, check_supported, supported_families
+from ..engine.specs import ENCODER_DECODER_PARTS, PARTS, RESERVED_POSITIONS, check_supported, supported_families
 from ..engine.taps import AttentionCall
 from ..errors import (
     ArgumentTypeError,
@@ -284,7 +285,7 @@ def check_calls(model: nn.Module, calls: list[AttentionCall], encoder_decoder: b
             )
         seen[key] = call.name
     if encoder_decoder:
-        missing = [p for p in PARTS if p not in {c.part for c in calls}]
+        missing = [p for p in ENCODER_DECODER_PARTS if p not in {c.part for c in calls}]
         if missing:
             raise UnsupportedModelError(
                 f"{family}: the {' and '.join(missing)} attention did not go through transformers' "
@@ -311,6 +312,8 @@ class Item:
     source: TokenSequence
     target: TokenSequence | None
     cut: dict[str, tuple[int, int]]
+    image: ImageGrid | None = None  # the picture the source's tokens (or a joint model's vision part) sit on
+    vision: ImageGrid | None = None  # a vision-language model's vision tower's tokens over the picture
 
 
 def captures(
@@ -332,7 +335,9 @@ def captures(
     meta = capture_meta(resolved, kept[0], part_sizes(calls), check) | (extra or {})
     batched = len(items) > 1
     made = [
-        Capture.of(item.source, build_records(kept, b, item.cut, batched), dict(meta), item.target)
+        Capture.of(
+            item.source, build_records(kept, b, item.cut, batched), dict(meta), item.target, item.image, item.vision
+        )
         for b, item in enumerate(items)
     ]
     add_value_terms(resolved.model, made, projections, check)

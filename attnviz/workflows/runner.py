@@ -21,11 +21,12 @@ from ..data.capture import Capture, TokenSequence
 from ..data.words import words_from_offsets
 from ..engine.specs import vision_spec
 from ..engine.taps import tap
-from ..errors import InputError, InputTooLongError
+from ..errors import InputError, InputTooLongError, UnsupportedModelError
 from .images import capture_images, encode_images, is_image_input, require_vision
 from .inputs import Encoded, check_texts, decoder_inputs, given_tokens, ids_rows, tokenize
+from .joint import capture_joint, is_joint
 from .pipeline import Item, Resolved, captures, check_mode, forward_inputs, resolve, tapped
-from .vlm import capture_vlm, is_vlm
+from .vlm import capture_vlm, is_vlm, vlm_refusal
 
 __all__ = ["TextInputs", "capture", "capture_forward", "encode_texts"]
 
@@ -87,10 +88,17 @@ def capture(
       processed ``[batch, 3, h, w]`` tensor instead. Each capture's tokens are the ``[CLS]`` (and
       ``[DIST]``, registers ``[REG0]`` …) then the patches ``(row,col)``, each its own word;
       ``cap.image`` holds the picture as the model read it and where each patch sits on it.
-    - Vision-language models (LLaVA): ``capture(model, text, image, processor=…)`` — one text with
-      one ``<image>`` and one picture through the model's processor; the capture is the language
-      model's attention over the merged sequence, each image position labelled ``(row,col)`` by its
-      patch, and ``cap.image`` maps them to the picture (:mod:`attnviz.workflows.vlm`).
+    - Joint text–image models (``CLIPModel``, ``SiglipModel``): ``capture(model, text, image,
+      processor=…)`` — a text (or a list) and as many pictures through the model's processor (its
+      tokenizer and image processor); each capture has two parts, ``text`` (the text tower over the
+      text's tokens) and ``vision`` (the vision tower over ``[CLS]`` and the patches), ``cap.image`` the
+      picture the vision part read (:mod:`attnviz.workflows.joint`).
+    - Vision-language models (LLaVA): ``capture(model, text, image, processor=…)`` — a text with
+      one ``<image>`` and a picture (or a list of texts and as many pictures: one padded batch) through
+      the model's processor; each capture has two parts: ``decoder``, the language model's attention
+      over the merged sequence, each image position labelled ``(row,col)`` by its patch and mapped to the
+      picture by ``cap.image``, and ``vision``, the vision tower's own attention over its ``[CLS]`` and
+      patches (``cap.vision``) (:mod:`attnviz.workflows.vlm`).
 
     The model runs unmodified on whatever backend it has (eager, sdpa, flash, flex…); the taps are
     gone afterwards, also if forward raises.
@@ -101,10 +109,13 @@ def capture(
     resolved = resolve(model, None if vision_spec(_config(model)) else tokenizer, device, dtype, attn_implementation)
     wanted = resolved.layers(layers)
     weight_mode = "keep" if keep_weights else "drop" if check == "off" else "compare"
+    refused = vlm_refusal(resolved.model.config)
+    if refused and (image is not None or pixel_values is not None or is_image_input(tokenizer) or is_image_input(text)):
+        raise UnsupportedModelError(refused)
     if is_vlm(resolved.model.config) and (image is not None or processor is not None or is_image_input(tokenizer)):
         # a vision-language model's third positional argument is its picture
         picture = image if image is not None else tokenizer if is_image_input(tokenizer) else None
-        return capture_vlm(
+        made = capture_vlm(
             resolved,
             text,
             picture,
@@ -114,6 +125,23 @@ def capture(
             keep_on_device=keep_on_device,
             weight_mode=weight_mode,
         )
+        return made[0] if isinstance(text, str) else made
+    if is_joint(resolved.model.config) and text is not None and not is_image_input(text):
+        # a joint text–image model (CLIP, SigLIP): a text and a picture, its two towers as two parts
+        picture = image if image is not None else tokenizer if is_image_input(tokenizer) else None
+        made = capture_joint(
+            resolved,
+            text,
+            picture,
+            processor,
+            None if is_image_input(tokenizer) else tokenizer,
+            layers=wanted,
+            check=check,
+            keep_on_device=keep_on_device,
+            weight_mode=weight_mode,
+            max_length=max_length,
+        )
+        return made[0] if isinstance(text, str) else made
     if vision_spec(resolved.model.config) is not None or image is not None or pixel_values is not None:
         if text is not None and image is not None:
             raise InputError("pass the picture once: as the second argument or as image=, not both")

@@ -8,6 +8,8 @@ compared with the *eager* model's own ``output_attentions`` on the same weights.
   names, built by :func:`attnviz.tiny_model` — what ``tests/test_sweep.py`` holds to :data:`EXACT`.
 - :func:`vision`: every tiny vision encoder (ViT, DeiT, DINOv2 with and without registers, the CLIP and
   SigLIP vision towers) on eager and sdpa, a batch of two pictures through its image processor.
+- :func:`attnviz.workflows.sweep_towers.towers`: the models of two towers (joint CLIP and SigLIP, LLaVA)
+  on eager and sdpa, two texts with two pictures, each part against the model's own.
 - :func:`transformers_families`: every text model type of transformers' ``CONFIG_MAPPING`` with a
   causal-LM class (or, for an encoder, a masked-LM one, captured through ``AutoModel``), built tiny by
   setting the usual config fields generically (:data:`TINY_FIELDS`), on eager and on sdpa where offered.
@@ -400,7 +402,11 @@ REASON_CHARS = 160
 
 
 def markdown(
-    claims: Sequence[Outcome], seen: Sequence[Outcome], others: Sequence[Outcome], not_text: Sequence[str]
+    claims: Sequence[Outcome],
+    seen: Sequence[Outcome],
+    others: Sequence[Outcome],
+    not_text: Sequence[str],
+    two: Sequence[Outcome] = (),
 ) -> str:
     """The README's sweep section: counts, then the lists (made from the outcomes, never typed)."""
     by = {k: [o for o in others if o.kind == k] for k in ("exact", "refused", "mismatch", "not buildable")}
@@ -422,6 +428,20 @@ def markdown(
         + ", ".join(_by_type(seen, error=True))
         + ".",
         "",
+    ]
+    if two:
+        lines += [
+            "**The models of two towers** (two padded texts with two pictures; each part — a joint model's text "
+            "and vision towers, a VLM's language model and vision tower — against the model's own): "
+            f"{sum(o.kind == 'exact' for o in two)} of {len(two)} family × backend pairs exact "
+            f"(largest error {max((o.error or 0.0) for o in two):.1e})"
+            + "".join(f"; {o.family} ({o.backend}) {o.kind}: {o.reason}" for o in two if o.kind != "exact")
+            + ": "
+            + ", ".join(_by_type([o for o in two if o.error is not None], error=True))
+            + ".",
+            "",
+        ]
+    lines += [
         f"**Every other text model type of transformers** ({len(types)} swept, tiny, from `CONFIG_MAPPING` "
         f"by their generic config fields; {len(not_text)} model types without a causal-LM, seq2seq-LM or "
         "masked-LM class are not tested here): "
@@ -466,16 +486,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     torch.set_num_threads(1)
     claims = claimed()
     seen = vision()
-    for o in claims + seen:
+    from .sweep_towers import towers  # deferred: sweep_towers imports this module's Outcome (a circle)
+
+    two = towers()
+    for o in claims + seen + two:
         print(o.line(), file=sys.stderr, flush=True)
     others, not_text = transformers_families(args.only, progress=True)
-    section = markdown(claims, seen, others, not_text)
+    section = markdown(claims, seen, others, not_text, two)
     if args.markdown:
         print(section)
     if args.write:
         root = Path(__file__).resolve().parents[2]
         write(section, [root / "README.md", root / "docs" / "guides" / "capture.md"])
-    bad = [o for o in claims + seen if o.kind != "exact"]
+    bad = [o for o in claims + seen + two if o.kind != "exact"]
     return 1 if bad else 0
 
 

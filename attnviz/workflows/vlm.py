@@ -1,15 +1,22 @@
-"""A vision-language model's capture: its language model over the text and the picture's tokens.
+"""A vision-language model's capture: its language model over the text and the picture's tokens, and
+its vision tower over the picture.
 
 A LLaVA-style model (:data:`VLM_TYPES`) reads a prompt whose ``<image>`` placeholder the processor
 expands to one token per image feature; the vision tower's patches, through the projector, fill those
-positions, and the language model attends over the merged sequence. The capture is that language
-model's attention (its ``decoder`` part, through the AttentionInterface like any decoder): the text
-tokens as the tokenizer wrote them, each image position labelled by the patch it came from
-(``(row,col)``: the vision tower's grid, its ``[CLS]`` dropped by
-``vision_feature_select_strategy="default"``), and ``cap.image`` the picture with the text before the
-image as its ``prefix`` and after it as its ``suffix`` — so a text token's row is drawn over the image
-(:func:`attnviz.figures.image_attention` with ``query=`` that token) beside its row over the text.
-"""
+positions, and the language model attends over the merged sequence. A capture has two parts:
+
+- ``decoder``, the language model's attention (through the AttentionInterface like any decoder): the
+  text tokens as the tokenizer wrote them, each image position labelled by the patch it came from
+  (``(row,col)``: the vision tower's grid, its ``[CLS]`` dropped by
+  ``vision_feature_select_strategy="default"``), and ``cap.image`` the picture with the text before the
+  image as its ``prefix`` and after it as its ``suffix`` — so a text token's row is drawn over the image
+  (:func:`attnviz.figures.image_attention` with ``part="decoder"`` and ``query=`` that token) beside its
+  row over the text;
+- ``vision``, the vision tower's own attention over its ``[CLS]`` and the patches (``cap.vision``: the
+  same picture, the tower's layout; every layer of the tower runs and is recorded, also those after
+  ``vision_feature_layer``, whose output the projector does not read).
+
+A list of texts with as many pictures is one right-padded forward, a capture per text."""
 
 from __future__ import annotations
 
@@ -18,15 +25,46 @@ from typing import Any
 from ..data.capture import Capture
 from ..data.images import ImageGrid, patch_label, to_uint8
 from ..data.words import TokenSequence, Word, words_from_offsets
+from ..engine.specs import VISION_SPECS, vision_spec
 from ..engine.taps import tap
 from ..errors import ArgumentTypeError, InputError, UnsupportedModelError
 from .images import read_image
 from .pipeline import Item, Resolved, captures, check_mode, tapped
 
-__all__ = ["VLM_TYPES", "capture_vlm", "is_vlm", "tiny_vlm"]
+__all__ = ["REFUSED_VLMS", "VLM_TYPES", "capture_vlm", "is_vlm", "tiny_vlm", "vlm_refusal"]
 
-#: the vision-language families attnviz captures: model_type → the prefix tokens its vision tower adds
-VLM_TYPES = {"llava": 1}
+#: the vision-language families attnviz captures (their towers: :data:`attnviz.engine.specs.TOWERS`)
+VLM_TYPES = frozenset({"llava"})
+
+
+_TILES = (
+    "its picture is split into tiles and a downscaled whole, each tile's patches pixel-shuffled into one "
+    "image token per scale_factor × scale_factor patches, with <row_i_col_j> text tokens between the tiles"
+)
+_MERGED = (
+    "its vision tower reads the patches in spatial_merge_size × spatial_merge_size blocks (not row by row) "
+    "and, on eager and sdpa, runs its attention once per picture in a forward; each image token of its "
+    "language model stands for one such block, at 3-D (M-RoPE) positions"
+)
+#: vision-language families attnviz does not map to the picture yet, and why: a picture given to them is
+#: refused before any forward (their text alone is captured as any decoder's)
+REFUSED_VLMS = {
+    "idefics3": f"Idefics3 / SmolVLM: {_TILES}",
+    "smolvlm": f"SmolVLM: {_TILES}",
+    "qwen2_vl": f"Qwen2-VL: {_MERGED}",
+    "qwen2_5_vl": f"Qwen2.5-VL: {_MERGED} (and windowed attention in most layers)",
+}
+
+
+def vlm_refusal(config: Any) -> str | None:
+    """Why attnviz does not capture this vision-language model with a picture (:data:`REFUSED_VLMS`), or None."""
+    reason = REFUSED_VLMS.get(getattr(config, "model_type", "") or "")
+    if reason is None:
+        return None
+    return (
+        f"{reason}; attnviz does not map those image tokens to the picture yet, so it refuses the picture "
+        f"rather than draw it wrong. It captures LLaVA (model_type 'llava')"
+    )
 
 
 def is_vlm(config: Any) -> bool:
@@ -34,9 +72,8 @@ def is_vlm(config: Any) -> bool:
     return getattr(config, "model_type", None) in VLM_TYPES
 
 
-def _grid(resolved: Resolved, height: int, width: int, n_image: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(patch, grid) of the vision tower for a ``height × width`` picture, checked against the
-    ``n_image`` image tokens the processor wrote."""
+def _grid(resolved: Resolved, height: int, width: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(patch, grid) of the vision tower for a ``height × width`` picture."""
     config: Any = resolved.model.config
     strategy = getattr(config, "vision_feature_select_strategy", "default")
     if strategy != "default":
@@ -46,60 +83,36 @@ def _grid(resolved: Resolved, height: int, width: int, n_image: int) -> tuple[tu
         )
     patch: Any = config.vision_config.patch_size
     ph, pw = (patch, patch) if isinstance(patch, int) else (int(patch[0]), int(patch[1]))
-    rows, cols = height // ph, width // pw
-    if rows * cols != n_image:
-        raise InputError(
-            f"the processor wrote {n_image} image tokens, but a {height}×{width} picture has {rows}×{cols} "
-            f"patches of {ph}×{pw}; use the processor of this model (its patch_size and "
-            "vision_feature_select_strategy as the model's)"
-        )
-    return (ph, pw), (rows, cols)
+    return (ph, pw), (height // ph, width // pw)
 
 
-def capture_vlm(
-    resolved: Resolved,
-    text: Any,
-    image: Any,
-    processor: Any,
-    *,
-    layers: set[int] | None = None,
-    check: str = "sample",
-    keep_on_device: bool = False,
-    weight_mode: str | None = None,
-) -> Capture:
-    """One text with one picture through a VLM's processor (``processor(text=…, images=…)``, e.g.
-    ``LlavaProcessor``), one forward; the capture of its language model, with ``cap.image``."""
-    check_mode(check)
-    model = resolved.model
-    config: Any = model.config
-    if not isinstance(text, str):
-        raise ArgumentTypeError(
-            f"a vision-language capture takes one text (a str with an image token) and one image, got {type(text).__name__}"
+def _tower_prefix(resolved: Resolved) -> list[str]:
+    """The labels of the tokens the vision tower reads before the patches (CLIP's ``[CLS]``)."""
+    config: Any = resolved.model.config
+    vision_config: Any = config.vision_config
+    spec = vision_spec(vision_config)
+    if spec is None:
+        raise UnsupportedModelError(
+            f"{resolved.name}'s vision tower ({getattr(vision_config, 'model_type', '?')}) is not one attnviz "
+            "maps to the picture; attnviz knows " + ", ".join(sorted({s.name for s in VISION_SPECS.values()}))
         )
-    if image is None or isinstance(image, (list, tuple)):
-        raise InputError("give one picture with the text: capture(model, text, image=…, processor=…)")
-    if processor is None or not callable(processor) or getattr(processor, "tokenizer", None) is None:
-        raise InputError(
-            f"{resolved.name} needs its processor (text and images together), e.g. "
-            "AutoProcessor.from_pretrained(name); pass processor="
-        )
-    tokenizer = processor.tokenizer
-    image_id = int(config.image_token_index)
-    placeholder = getattr(processor, "image_token", None) or tokenizer.convert_ids_to_tokens(image_id)
-    if text.count(placeholder) != 1:
-        raise InputError(
-            f"the text has {text.count(placeholder)} {placeholder!r} tokens; write exactly one where the picture "
-            f"goes, e.g. {placeholder + ' ' + text.replace(placeholder, '')!r}"
-        )
-    picture = read_image(image)
-    encoded = processor(text=text, images=picture, return_tensors="pt")
-    ids = encoded["input_ids"][0].tolist()
-    pixel_values = encoded["pixel_values"]
+    return list(spec.prefix(vision_config))
+
+
+def _sequence(
+    text: str, ids: list[int], tokenizer: Any, placeholder: str, image_id: int, grid: tuple[int, int]
+) -> tuple[TokenSequence, int, int]:
+    """(the merged sequence of one text, where its image tokens start and stop): each image position
+    labelled by its patch, the text's tokens and words as the tokenizer wrote them."""
     at = [i for i, t in enumerate(ids) if t == image_id]
     if not at or at != list(range(at[0], at[0] + len(at))):
         raise InputError(f"the processor put the image tokens at {at[:4]}…; attnviz expects one run of them")
-    (ph, pw), (rows, cols) = _grid(resolved, pixel_values.shape[-2], pixel_values.shape[-1], len(at))
-    n = len(ids)
+    rows, cols = grid
+    if len(at) != rows * cols:
+        raise InputError(
+            f"the processor wrote {len(at)} image tokens for a picture of {rows}×{cols} patches; use the "
+            "processor of this model"
+        )
     start, stop = at[0], at[-1] + 1
     # the expanded text the processor tokenized, for the text tokens' offsets and words
     expanded = text.replace(placeholder, placeholder * len(at))
@@ -116,7 +129,67 @@ def capture_vlm(
         for i, label in enumerate(labels)
     ]
     words.sort(key=lambda w: w.token_start)
-    sequence = TokenSequence(expanded, tokens, ids, offsets, words)
+    return TokenSequence(expanded, tokens, ids, offsets, words), start, stop
+
+
+def capture_vlm(
+    resolved: Resolved,
+    text: Any,
+    image: Any,
+    processor: Any,
+    *,
+    layers: set[int] | None = None,
+    check: str = "sample",
+    keep_on_device: bool = False,
+    weight_mode: str | None = None,
+) -> list[Capture]:
+    """Texts with one picture each through a VLM's processor (``processor(text=…, images=…)``, e.g.
+    ``LlavaProcessor``), one right-padded forward; per text the capture of its language model
+    (``decoder``) and of its vision tower (``vision``), with ``cap.image`` and ``cap.vision``."""
+    check_mode(check)
+    model = resolved.model
+    config: Any = model.config
+    texts = [text] if isinstance(text, str) else text
+    if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
+        raise ArgumentTypeError(
+            "a vision-language capture takes a text (a str with an image token) and a picture, or a list of "
+            f"texts and as many pictures, got {type(text).__name__}"
+        )
+    pictures = list(image) if isinstance(image, (list, tuple)) else [image]
+    if image is None or len(pictures) != len(texts) or (isinstance(text, str) and isinstance(image, (list, tuple))):
+        raise InputError(
+            "give one picture with each text: capture(model, text, image=…, processor=…), or a list of texts "
+            "and a list of as many pictures"
+        )
+    if processor is None or not callable(processor) or getattr(processor, "tokenizer", None) is None:
+        raise InputError(
+            f"{resolved.name} needs its processor (text and images together), e.g. "
+            "AutoProcessor.from_pretrained(name); pass processor="
+        )
+    tokenizer = processor.tokenizer
+    image_id = int(config.image_token_index)
+    placeholder = getattr(processor, "image_token", None) or tokenizer.convert_ids_to_tokens(image_id)
+    for t in texts:
+        if t.count(placeholder) != 1:
+            raise InputError(
+                f"the text has {t.count(placeholder)} {placeholder!r} tokens; write exactly one where the picture "
+                f"goes, e.g. {placeholder + ' ' + t.replace(placeholder, '')!r}"
+            )
+    read = [read_image(p, i if len(pictures) > 1 else None) for i, p in enumerate(pictures)]
+    if getattr(tokenizer, "padding_side", "right") != "right":
+        raise InputError("attnviz pads a batch on the right; set processor.tokenizer.padding_side = 'right'")
+    encoded = processor(text=list(texts), images=read, return_tensors="pt", padding=True)
+    pixel_values = encoded["pixel_values"]
+    (ph, pw), (rows, cols) = _grid(resolved, pixel_values.shape[-2], pixel_values.shape[-1])
+    lengths = (
+        encoded["attention_mask"].sum(-1).tolist() if "attention_mask" in encoded else [encoded["input_ids"].shape[1]]
+    )
+    made = [
+        _sequence(t, encoded["input_ids"][b, : lengths[b]].tolist(), tokenizer, placeholder, image_id, (rows, cols))
+        for b, t in enumerate(texts)
+    ]
+    prefix = _tower_prefix(resolved)
+    n_tower = len(prefix) + rows * cols
 
     dtype = next(model.parameters()).dtype
     kwargs = {k: v.to(resolved.device) for k, v in encoded.items()}
@@ -126,24 +199,31 @@ def capture_vlm(
         layers=layers,
         to_cpu=not keep_on_device,
         weight_mode=weight_mode or ("drop" if check == "off" else "compare"),
-        lengths={"decoder": [n]},
+        lengths={"decoder": lengths, "vision": [n_tower] * len(texts)},
     )
     recorder, _ = tapped(resolved, taps, lambda _: model(**kwargs), layers)
-    language = [c for c in recorder.calls if c.part == "decoder"]
-    if not language or {c.q.shape[-2] for c in language if c.q is not None} != {n}:
+    n = encoded["input_ids"].shape[1]
+    seen = {(c.part, c.q.shape[-2]) for c in recorder.calls if c.q is not None}
+    if {p for p, _ in seen} - {"decoder", "vision"} or seen - {("decoder", n), ("vision", n_tower)}:
         raise UnsupportedModelError(
-            f"{resolved.name}'s language model did not attend over the {n} merged tokens; attnviz cannot say "
-            "which position is which image token"
+            f"{resolved.name} attended over {sorted(seen)} (part, tokens); attnviz expects its language model "
+            f"over the {n} merged tokens and its vision tower over {n_tower} (prefix {prefix}, {rows}×{cols} "
+            "patches), or it cannot say which position is which image token"
         )
-    made = captures(resolved, language, [Item(sequence, None, {"decoder": (n, n)})], check)
     mean, std = (
         getattr(processor.image_processor, "image_mean", None),
         getattr(processor.image_processor, "image_std", None),
     )
     rescale = getattr(processor.image_processor, "rescale_factor", None)
-    pixels = to_uint8(pixel_values[0], mean, std, rescale)
-    made[0].image = ImageGrid(pixels, (ph, pw), (rows, cols), tokens[:start], tokens[stop:])
-    return made[0]
+    items = []
+    for b, (sequence, start, stop) in enumerate(made):
+        pixels = to_uint8(pixel_values[b], mean, std, rescale)
+        tokens = sequence.tokens
+        grid = ImageGrid(pixels, (ph, pw), (rows, cols), tokens[:start], tokens[stop:])
+        tower = ImageGrid(pixels, (ph, pw), (rows, cols), prefix)
+        cut = {"decoder": (lengths[b], lengths[b]), "vision": (n_tower, n_tower)}
+        items.append(Item(sequence, None, cut, image=grid, vision=tower))
+    return captures(resolved, recorder.calls, items, check, projections=recorder.projections)
 
 
 def tiny_vlm(*, attn_implementation: str | None = None, seed: int = 0) -> tuple[Any, Any]:
