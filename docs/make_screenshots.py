@@ -4,8 +4,9 @@ Compare and edit pictures.
 .venv/bin/python docs/make_screenshots.py                      # all (~6 min; the 8k capture needs ~5 GiB)
 .venv/bin/python docs/make_screenshots.py --only edits compare # some: see SHOTS
 
-Needs Debian's chromium + chromium-driver, and a CJK font for the Chinese example (Debian: fonts-wqy-microhei
-or fonts-noto-cjk; without one Chromium draws 它 as empty boxes). The pictures (all SmolLM2, the page's BOS on):
+Needs Debian's chromium + chromium-driver. The window is 1280 px wide, and every picture is taken with no
+dropdown or tooltip open (``close_menus``: Escape, then a click outside; a menu still open fails the run). The
+pictures (all SmolLM2, the page's BOS on):
 
 - lab-zh, coref-zh: the opening Chinese example in the AttentionLab and Coreference views.
 - lab-zh-moved: the AttentionLab on that example, words, L13·H8, 它's row with Show: "what moves" — each
@@ -23,6 +24,7 @@ or fonts-noto-cjk; without one Chromium draws 它 as empty boxes). The pictures 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import threading
 import time
@@ -56,7 +58,7 @@ def main(port: int = 8077) -> None:
     app = create_app(default_model="smollm2")
     threading.Thread(target=lambda: app.run(port=port, debug=False), daemon=True).start()
     options = webdriver.ChromeOptions()
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1100"):
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--window-size=1280,1100"):
         options.add_argument(arg)
     driver = webdriver.Chrome(options=options)
     try:
@@ -257,6 +259,7 @@ def choose(driver, element_id: str, index: int) -> None:
     option = driver.find_elements("css selector", ".dash-dropdown-option")[index]
     driver.execute_script("arguments[0].click();", option)
     time.sleep(1)
+    close_menus(driver)  # a menu left open would cover the figure in the next picture
 
 
 def type_into(driver, element_id: str, text: str) -> None:
@@ -295,8 +298,27 @@ def scroll_to(driver, element_id: str, offset: int = 0) -> None:
     time.sleep(1)
 
 
+MENUS = ".dash-dropdown-options, .mantine-Tooltip-tooltip, .mantine-Popover-dropdown"  # a dropdown's list, a tooltip
+
+
+def close_menus(driver) -> None:
+    """Close whatever menu or tooltip is open (a dropdown's options over the figure): Escape, the pointer
+    moved onto the page's title, and wait until none is shown — a picture with one open fails."""
+    driver.execute_script("document.activeElement && document.activeElement.blur();")
+    driver.find_element("tag name", "body").send_keys(Keys.ESCAPE)
+    title = driver.find_element("css selector", ".av-title")
+    with contextlib.suppress(Exception):  # the title out of sight: the pointer stays where it is
+        webdriver.ActionChains(driver).move_to_element(title).perform()
+    if [m for m in driver.find_elements("css selector", MENUS) if m.is_displayed()]:
+        driver.execute_script("arguments[0].dispatchEvent(new PointerEvent('pointerdown', {bubbles: true}));", title)
+        title.click()  # a click outside closes a dropdown that Escape did not
+    wait(driver, lambda: not [m for m in driver.find_elements("css selector", MENUS) if m.is_displayed()], 10)
+
+
 def save(driver, name: str, height: int | None = None) -> None:
-    """A screenshot of the window (made ``height`` pixels tall for this one, keeping the scroll)."""
+    """A screenshot of the window (made ``height`` pixels tall for this one, keeping the scroll), with no
+    menu open."""
+    close_menus(driver)
     if height:
         y = driver.execute_script("return window.scrollY;")
         size = driver.get_window_size()
@@ -324,6 +346,7 @@ def shoot(driver, tab_value: str, name: str, extra=None) -> None:
     if extra:
         extra()
     time.sleep(6)
+    close_menus(driver)
     driver.save_screenshot(str(OUT / f"{name}.png"))
     print("wrote", OUT / f"{name}.png")
 
