@@ -1,0 +1,287 @@
+"""Command line: ``attnviz capture | generate | validate | coref | probes | stats | atlas | export | app``.
+
+Exit status: 0 on success, 1 when validation fails (a head over tolerance, or a capture's own
+check), 2 for usage and input errors, 75 (EX_TEMPFAIL: run it again) when SIGTERM or SIGINT stopped
+``attnviz stats`` or ``attnviz probes`` after it wrote its checkpoint — each error one line on stderr.
+
+Arguments are checked before the model runs: a hub name is asked of the hub once (an unknown or
+unreachable name fails in seconds), and ``--layers``, ``--layer``, ``--head``, ``--query`` and the
+text's length are checked against the model's config and the tokenized text before its weights load.
+Every subcommand that writes a file takes ``-o/--out`` (the older ``--output`` and ``--csv`` stay
+as aliases)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..errors import AttnvizError, ValidationError
+from .commands import (
+    EXIT_INTERRUPTED,
+    EXPORT_VIEWS,
+    _cmd_app,
+    _cmd_atlas,
+    _cmd_capture,
+    _cmd_coref,
+    _cmd_export,
+    _cmd_generate,
+    _cmd_probes,
+    _cmd_stats,
+    _cmd_validate,
+    _error_line,
+)
+from .options import _add_bos, _add_loading_args, _add_model_args, _add_out
+
+__all__ = ["EXIT_INTERRUPTED", "build_parser", "main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (``error: … (see attnviz stats --help)``) like attnviz's own."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__  # deferred: the package's __init__ loads torch; `attnviz --help` answers without it
+
+    parser = _Parser(prog="attnviz", description="See what attention does in Hugging Face models.")
+    parser.add_argument("--version", action="version", version=f"attnviz {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("capture", help="run a model on a text and record its attention")
+    _add_model_args(p, text_required=True)
+    _add_out(p, "save the capture to this file (.attnviz, safetensors; --output still works)")
+    p.add_argument("--query", help="print, per head, where this word's attention goes (word level)")
+    p.add_argument(
+        "--layer", type=int, default=None, help="the layer --query reads (default: the first captured); needs --query"
+    )
+    p.add_argument(
+        "--part",
+        choices=["encoder", "decoder", "cross"],
+        default=None,
+        help="encoder-decoder models: the attention --query reads (default: encoder); needs --query",
+    )
+    p.set_defaults(func=_cmd_capture)
+
+    p = sub.add_parser("generate", help="continue a text with the model and record every step's attention")
+    p.add_argument("model", help="embedded alias (smollm2), hub name, or local folder of a model that generates")
+    p.add_argument("prompt", help="the text to continue (encoder-decoder models: the source)")
+    p.add_argument("--max-new-tokens", type=int, default=20, help="how many tokens to generate (default: 20)")
+    p.add_argument("--sample", action="store_true", help="sample instead of the greedy choice")
+    p.add_argument("--temperature", type=float, default=None, help="sampling temperature (with --sample)")
+    p.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold (with --sample)")
+    p.add_argument("--seed", type=int, default=None, help="seed for a repeatable sample")
+    _add_bos(p)
+    _add_loading_args(p)
+    p.add_argument(
+        "--check",
+        choices=["sample", "full", "off"],
+        default="sample",
+        help="compare every generated row and a sample of the prompt's (default), every row, or none",
+    )
+    p.add_argument("--steps", action="store_true", help="print what each new token attended to most")
+    p.add_argument(
+        "--layer", type=int, default=None, help="the layer --steps prints (default: the last captured); needs --steps"
+    )
+    _add_out(p, "save the generation's capture to this file (opens in attnviz app; --output still works)")
+    p.set_defaults(func=_cmd_generate)
+
+    p = sub.add_parser(
+        "validate", help="compare attnviz's recomputation with the model's own attention (exit 1 on failure)"
+    )
+    _add_model_args(p, text_required=False, check=False)
+    p.add_argument("--capture", help="validate a saved capture file instead of running a model")
+    _add_out(p, "write the per layer/head errors to this CSV file (--csv still works)", alias="--csv")
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("coref", help="rank heads by the attention from a pronoun to candidate antecedents")
+    _add_model_args(p, text_required=True)
+    p.add_argument("--pronoun", required=True, help="the pronoun (its last occurrence is used), e.g. it or 它")
+    p.add_argument("--candidates", help="comma-separated candidates (default: proposed from the text)")
+    p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
+    p.add_argument("--top", type=int, default=10, help="how many heads to print")
+    p.add_argument(
+        "--part",
+        choices=["encoder", "decoder"],
+        default=None,
+        help="encoder-decoder models: rank the encoder's (source) or the decoder's (target) heads",
+    )
+    p.set_defaults(func=_cmd_coref)
+
+    p = sub.add_parser(
+        "probes", help="score every head on a probe set (en, zh, or a JSONL/CSV/TSV/Parquet file of a known format)"
+    )
+    p.add_argument("model", help="embedded alias, hub name or local folder")
+    p.add_argument(
+        "probes",
+        help="en, zh, or a file: attnviz JSONL {text, pronoun, candidates, gold}, or one of the --format presets",
+    )
+    p.add_argument(
+        "--format",
+        help="the file's layout: attnviz, gap, superglue-wsc, cluewsc, wsc, winograd (default: told by its columns)",
+    )
+    p.add_argument(
+        "--column",
+        dest="columns",
+        action="append",
+        metavar="FIELD=COLUMN",
+        help="read a probe field from a column of another name (repeatable), e.g. --column text=sentence",
+    )
+    p.add_argument("--strict", action="store_true", help="refuse the file if any probe in it cannot be used")
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=64,  # attnviz.workflows.probing.BATCH_SIZE (not imported: --help loads no torch)
+        help="probes per forward, grouped by length, at most 4,096 padded tokens each (default: 64)",
+    )
+    p.add_argument("--per-probe", help="write each probe with the candidate each top head picked to this CSV file")
+    p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
+    p.add_argument("--no-bos", action="store_true", help="do not prepend a BOS token to each probe")
+    p.add_argument("--top", type=int, default=5, help="how many heads to print")
+    _add_out(p, "write the per-head accuracy to this CSV file (--csv still works)", alias="--csv")
+    p.add_argument(
+        "--checkpoint",
+        help="save the run's place to this file (atomically; one per process under torchrun) every 100 probes or "
+        f"--checkpoint-every-seconds, and on SIGTERM/SIGINT, which then stop the run with exit status {EXIT_INTERRUPTED}",
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="continue from --checkpoint; with none there, start and say so"
+    )
+    p.add_argument(
+        "--checkpoint-every-seconds",
+        type=float,
+        default=60.0,
+        help="save after this many seconds at most (default: 60)",
+    )
+    p.set_defaults(func=_cmd_probes)
+
+    p = sub.add_parser(
+        "stats",
+        help="head statistics over a corpus, each mass by weight and by norm (its *_moved twin: the share of what "
+        "the head moves, α·‖f(x)‖), streamed and batched; under torchrun / accelerate launch, spread over the "
+        "processes",
+    )
+    p.add_argument("model", help="embedded alias, hub name or local folder")
+    p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')
+    _add_out(p, "write the table here: .parquet or .csv (default: print it)")
+    p.add_argument("--batch-size", type=int, default=8, help="texts per forward, grouped by length (default: 8)")
+    p.add_argument("--max-length", type=int, default=None, help="truncate each text to this many tokens")
+    _add_loading_args(p, backend=False)
+    p.add_argument("--device-map", default=None, help="auto: spread a large model over GPUs, CPU and disk")
+    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token to each text")
+    p.add_argument("--part", choices=["encoder", "decoder"], default=None, help="encoder-decoder models: which part")
+    p.add_argument(
+        "--no-truncate", action="store_true", help="refuse a text over the model's limit (default: cut and count it)"
+    )
+    p.add_argument(
+        "--checkpoint",
+        help="save the run's place to this file (atomically; under N processes each writes FILE.rank<i>-of-<N>) "
+        "every --checkpoint-every-texts texts or --checkpoint-every-seconds, at the end, and on SIGTERM/SIGINT, "
+        f"which then stop the run with exit status {EXIT_INTERRUPTED}",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from --checkpoint (same corpus, batch size and number of processes); with no checkpoint "
+        "there, start at the first text and say so",
+    )
+    p.add_argument(
+        "--checkpoint-every-texts",
+        type=int,
+        default=1000,
+        help="save after this many texts per process at most (default: 1000)",
+    )
+    p.add_argument(
+        "--checkpoint-every-seconds",
+        type=float,
+        default=60.0,
+        help="save after this many seconds at most (default: 60)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_stats)
+
+    p = sub.add_parser(
+        "atlas",
+        help="name each head's roles (previous/next-token, positional, broad/focused, sink, special-token, "
+        "duplicate-token, induction, rare-word, coreference) with published criteria over a corpus; under "
+        "torchrun / accelerate launch, spread over the processes",
+    )
+    p.add_argument("model", help="embedded alias, hub name or local folder")
+    p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')
+    _add_out(p, "write the atlas here: .csv, .parquet or .html (map and table) (default: print it)")
+    p.add_argument("--batch-size", type=int, default=8, help="texts per forward, grouped by length (default: 8)")
+    p.add_argument(
+        "--probes",
+        default=None,
+        help="a probe file or a shipped set's name (as attnviz probes reads) for the coreference role",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the repeated random sequences (induction; default: 0)")
+    p.add_argument(
+        "--roles",
+        type=lambda v: [r for r in v.split(",") if r],
+        default=None,
+        help="report only these roles, comma-separated (default: all)",
+    )
+    p.add_argument("--max-length", type=int, default=None, help="truncate each text to this many tokens")
+    _add_loading_args(p, backend=False)
+    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token to each text")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_atlas)
+
+    p = sub.add_parser("export", help="write figures as one self-contained HTML file that opens offline")
+    _add_model_args(p, text_required=False)
+    p.add_argument("--capture", help="export from a saved capture file instead of running a model")
+    _add_out(p, "the HTML file to write (--output still works)", required=True)
+    p.add_argument(
+        "--views",
+        default="heatmap,head,model",
+        help=f"comma-separated, from {', '.join(EXPORT_VIEWS)} (default: heatmap,head,model)",
+    )
+    p.add_argument("--layer", type=int, default=None, help="the layer (default: the first captured)")
+    p.add_argument("--head", type=int, default=0, help="the head (default: 0)")
+    p.add_argument(
+        "--part",
+        choices=["encoder", "decoder", "cross"],
+        default=None,
+        help="encoder-decoder models: which attention (default: encoder)",
+    )
+    p.add_argument("--words", action="store_true", help="merge tokens into words")
+    p.set_defaults(func=_cmd_export)
+
+    p = sub.add_parser("app", help="start the dashboard (http://127.0.0.1:8050 by default)")
+    p.add_argument(
+        "--model",
+        action="append",
+        default=None,
+        help="a model the page offers (repeat for several; the first opens; default: the embedded smollm2 and "
+        "minilm). The page loads no other",
+    )
+    p.add_argument("--capture", default=None, help="open a capture file saved with Capture.save()")
+    p.add_argument("--stats", default=None, help="show a table of 'attnviz stats' in the head-statistics view")
+    p.add_argument(
+        "--corpus",
+        default=None,
+        help="texts (.txt, one per line, or .jsonl) the Q·K space view embeds beside the page's text",
+    )
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1; others warn: no authentication)"
+    )
+    p.add_argument("--port", type=int, default=8050)
+    p.set_defaults(func=_cmd_app)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ValidationError as err:
+        print(_error_line(err), file=sys.stderr)
+        return 1
+    except AttnvizError as err:
+        print(_error_line(err), file=sys.stderr)
+        return 2
+    except OSError as err:  # a file that cannot be read or written
+        print(_error_line(err), file=sys.stderr)
+        return 2

@@ -1,0 +1,391 @@
+"""The subcommands: each takes its parsed arguments and returns the exit status."""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+from ..errors import InputError, Interrupted
+from .options import _columns, _loading, _writable
+from .preflight import _preflight
+
+EXIT_INTERRUPTED = 75  # sysexits' EX_TEMPFAIL: stopped by a signal after checkpointing; resubmit with --resume
+
+
+def _error_line(err: BaseException) -> str:
+    """An error as the one line the command line prints."""
+    return "error: " + " ".join(str(err).split())
+
+
+def _capture(args):
+    from ..workflows.runner import (
+        capture,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
+
+    return capture(
+        args.model,
+        args.text,
+        max_length=args.max_length,
+        **_loading(args),
+        add_bos=getattr(args, "add_bos", False),
+        target=args.target,
+        check=getattr(args, "check", "off"),
+    )
+
+
+def _cmd_capture(args) -> int:
+    if args.query is None:
+        given = [f"--{name}" for name in ("layer", "part") if getattr(args, name) is not None]
+        if given:
+            raise InputError(
+                f"{' and '.join(given)} choose{'s' if len(given) == 1 else ''} what --query prints: add --query WORD "
+                "(to capture only some layers, use --layers)"
+            )
+    if args.out:
+        _writable(args.out)
+    _preflight(args, args.text, layer=args.layer, query=args.query, part=args.part or "encoder")
+    cap = _capture(args)
+    print(cap)
+    print("words:", " | ".join(cap.word_labels))
+    if cap.target is not None:
+        print("target words:", " | ".join(cap.target.word_labels))
+    if args.query is not None:
+        part = cap.resolve_part(args.part) if args.part or len(cap.parts) == 1 else "encoder"
+        layer = args.layer if args.layer is not None else min(cap.layer_indices(part))
+        queries, keys = cap.sequences(part)
+        if part in ("decoder", "cross") and args.query not in queries.word_labels:
+            raise InputError(
+                f"no word {args.query!r} in the target {queries.word_labels}: {part} attention's queries "
+                "are the decoder's tokens, so give the target text with --target"
+            )
+        q = queries.word_index(args.query)
+        weights = cap.attention(layer, part=part, words=True)[:, q]  # [head, word]
+        where = f" ({part})" if len(cap.parts) > 1 else ""
+        print(f"attention from {queries.words[q].text!r} in layer {layer}{where}, per head (word level, top 3):")
+        for head in range(weights.shape[0]):
+            top = weights[head].topk(min(3, weights.shape[-1]))
+            pairs = ", ".join(
+                f"{keys.words[i].text}={v:.2f}" for v, i in zip(top.values.tolist(), top.indices.tolist())
+            )
+            print(f"  H{head}: {pairs}")
+    if args.out:
+        path = cap.save(args.out)
+        print(f"saved to {path}")
+    return 0
+
+
+def _cmd_generate(args) -> int:
+    from ..workflows.generation import (
+        generate,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
+
+    if args.out:
+        _writable(args.out)
+    sampling = {}
+    if args.sample:
+        sampling = {"do_sample": True, "temperature": args.temperature, "top_p": args.top_p}
+    elif args.temperature is not None or args.top_p is not None:
+        raise InputError("--temperature and --top-p apply to sampling: add --sample")
+    if args.layer is not None and not args.steps:
+        raise InputError(
+            "--layer chooses the layer --steps prints: add --steps (to capture only some layers, use --layers)"
+        )
+    _preflight(args, args.prompt, layer=args.layer, part="decoder")
+    gen = generate(
+        args.model,
+        args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        add_bos=args.add_bos,
+        **_loading(args),
+        check=args.check,
+        seed=args.seed,
+        **{k: v for k, v in sampling.items() if v is not None},
+    )
+    print(args.prompt + gen.text if not gen.capture.model.get("encoder_decoder") else gen.text)
+    stopped = "the model ended the text" if gen.info["stopped"] == "eos" else "max_new_tokens reached"
+    checked = "" if args.check == "off" else f"; every generated row checked against its step ({args.check})"
+    print(f"{len(gen)} new tokens after {gen.prompt_length} ({stopped}){checked}", file=sys.stderr)
+    if args.steps:
+        layer = args.layer if args.layer is not None else max(gen.capture.layer_indices("decoder"))
+        print(f"what each new token attended to most (layer {layer}, mean over heads):")
+        for i in range(len(gen)):
+            step = gen.step(i)
+            top = ", ".join(f"{t}@{p}={w:.2f}" for p, t, w in step.top(3, layer=layer))
+            print(f"  {i:>4} {step.token!r:>14}  {top}")
+    if args.out:
+        path = gen.save(args.out)
+        print(f"saved to {path} (open it with: attnviz app --capture {path})", file=sys.stderr)
+    return 0
+
+
+def _cmd_stats(args) -> int:
+    from ..workflows.corpus import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        corpus_stats,
+        write_table,
+    )
+
+    if args.resume and not args.checkpoint:
+        raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
+    if args.out:
+        _writable(args.out)
+        if not args.out.endswith((".parquet", ".csv")):
+            raise InputError(f"-o/--out {args.out!r}: give a .parquet or .csv path")
+    _preflight(args, None)
+    interrupted = False
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line  # restored by catch_warnings
+            df = corpus_stats(
+                args.model,
+                args.corpus,
+                batch_size=args.batch_size,
+                max_length=args.max_length,
+                device_map=args.device_map,
+                **_loading(args),
+                add_bos=args.add_bos,
+                part=args.part,
+                truncate=not args.no_truncate,
+                checkpoint=args.checkpoint,
+                resume=args.resume,
+                checkpoint_every_texts=args.checkpoint_every_texts,
+                checkpoint_every_seconds=args.checkpoint_every_seconds,
+                progress=not args.quiet,
+            )
+        if df.attrs["rank"] != 0:
+            return 0
+        shares = " + ".join(f"{n:,}" for n in df.attrs["per_process"])
+        print(
+            f"{int(df['texts'].iloc[0]):,} texts, {int(df['tokens'].iloc[0]):,} tokens "
+            f"(texts per process: {shares}; padding {df.attrs['padding']:.1%}; "
+            f"{df.attrs['truncated']:,} cut at the model's limit"
+            + (f"; resumed after {df.attrs['resumed_after']:,} texts" if df.attrs["resumed_after"] else "")
+            + ")",
+            file=sys.stderr,
+        )
+        if args.out:
+            print(f"wrote {write_table(df, args.out)}", file=sys.stderr)
+        else:
+            print(df.round(4).to_string(index=False))
+        return 0
+    except Interrupted as err:
+        interrupted = True  # every process stopped too (they agree before each batch): no barrier to wait at
+        if err.rank == 0:
+            print(_error_line(err), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        _end_processes(barrier=not interrupted)
+
+
+def _cmd_atlas(args) -> int:
+    from ..workflows.atlas import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        head_atlas,
+    )
+
+    if args.out:
+        _writable(args.out)
+        if not args.out.endswith((".parquet", ".csv", ".html")):
+            raise InputError(f"-o/--out {args.out!r}: give a .csv, .parquet or .html path")
+    _preflight(args, None)
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line  # restored by catch_warnings
+            df = head_atlas(
+                args.model,
+                args.corpus,
+                batch_size=args.batch_size,
+                probes=args.probes,
+                seed=args.seed,
+                roles=args.roles,
+                layers=args.layers,
+                max_length=args.max_length,
+                add_bos=args.add_bos,
+                device=args.device,
+                dtype=args.dtype,
+                progress=not args.quiet,
+            )
+        if df.attrs["rank"] != 0:
+            return 0
+        met = [r for cell in df["roles"] for r in cell.split(", ") if r]
+        counts = ", ".join(f"{name} {met.count(name)}" for name in dict.fromkeys(met)) or "none"
+        print(
+            f"{df.attrs['texts']:,} texts, {df.attrs['tokens']:,} tokens, {len(df)} heads; heads per role: {counts}",
+            file=sys.stderr,
+        )
+        if args.out:
+            if args.out.endswith(".html"):
+                from ..views.atlas import atlas_page  # deferred: plotly loads only for a page
+
+                atlas_page(df, args.out)
+                print(f"wrote {args.out}", file=sys.stderr)
+            else:
+                from ..workflows.corpus import write_table  # deferred with the rest of the workflows
+
+                print(f"wrote {write_table(df, args.out)}", file=sys.stderr)
+        else:
+            shown = ["part", "layer", "head", "roles", "positional_offset", *(r for r in args.roles or [] if r)]
+            print(df[[c for c in shown if c in df.columns]].to_string(index=False))
+        return 0
+    finally:
+        _end_processes()
+
+
+def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
+    """A warning as one line on stderr (``warning: …``), not Python's two-line form."""
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _end_processes(barrier: bool = True) -> None:
+    """Close a process group torchrun or accelerate launch made (one left open can abort at exit);
+    ``barrier=False`` where the others may have stopped already (a signal)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        if barrier:
+            dist.barrier()
+        dist.destroy_process_group()
+
+
+def _cmd_validate(args) -> int:
+    if args.out:
+        _writable(args.out)
+    if args.capture:
+        from ..data.io import (
+            load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        )
+
+        cap = load(args.capture)
+    else:
+        if not args.model or not args.text:
+            raise InputError("attnviz validate: give MODEL TEXT, or --capture FILE")
+        _preflight(args, args.text)
+        cap = _capture(args)
+    report = cap.validate()
+    print(report)
+    if args.out:
+        report.to_pandas().to_csv(args.out, index=False)
+        print(f"per layer/head errors written to {args.out}")
+    return 0 if report.passed else 1
+
+
+def _cmd_coref(args) -> int:
+    from ..analysis import (
+        rank_heads,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
+
+    _preflight(args, args.text)
+    cap = _capture(args)
+    candidates = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
+    ranking = rank_heads(cap, args.pronoun, candidates, exclude_sinks=not args.keep_sinks, part=args.part)
+    print(ranking)
+    print(ranking.table.head(args.top).round(3).to_string(index=False))
+    return 0
+
+
+def _cmd_probes(args) -> int:
+    if args.out:
+        _writable(args.out)
+    from ..workflows.probing import (
+        evaluate_probes,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
+
+    if args.resume and not args.checkpoint:
+        raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
+    if args.per_probe:
+        _writable(args.per_probe)
+    from ..analysis.probes import load_probes  # deferred: a refused argument answers before pandas loads
+
+    interrupted = False
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line  # restored by catch_warnings
+            # read (and every unusable probe reported) before the model loads: a bad file costs no model
+            probes = load_probes(args.probes, format=args.format, columns=_columns(args.columns), strict=args.strict)
+            result = evaluate_probes(
+                args.model,
+                probes,
+                batch_size=args.batch_size,
+                exclude_sinks=not args.keep_sinks,
+                add_bos=not args.no_bos,
+                checkpoint=args.checkpoint,
+                resume=args.resume,
+                checkpoint_every_seconds=args.checkpoint_every_seconds,
+            )
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
+            return 0
+    except Interrupted as err:
+        interrupted = True  # every process stopped too (they agree before each batch): no barrier to wait at
+        if err.rank == 0:
+            print(_error_line(err), file=sys.stderr)
+        return EXIT_INTERRUPTED
+    finally:
+        _end_processes(barrier=not interrupted)
+    print(result)
+    print(result.ranked().head(args.top).round(3).to_string(index=False))
+    if args.out:
+        result.accuracy.to_csv(args.out, index=False)
+        print(f"per-head accuracy written to {args.out}")
+    if args.per_probe:
+        result.picks_table(top=args.top).to_csv(args.per_probe, index=False)
+        print(f"each probe with the picks of the top {args.top} heads written to {args.per_probe}")
+    return 0
+
+
+EXPORT_VIEWS = ("heatmap", "head", "model", "validation")
+
+
+def _cmd_export(args) -> int:
+    from .. import (
+        figures,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
+    from ..data.io import (
+        load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
+
+    _writable(args.out)
+    views = [v.strip() for v in args.views.split(",") if v.strip()]
+    unknown = [v for v in views if v not in EXPORT_VIEWS]
+    if unknown or not views:
+        raise InputError(f"--views takes a comma-separated list of {', '.join(EXPORT_VIEWS)}; got {args.views!r}")
+    if args.capture:
+        cap = load(args.capture)
+    elif args.model and args.text:
+        _preflight(args, args.text, layer=args.layer, head=args.head, part=args.part or "encoder")
+        cap = _capture(args)
+    else:
+        raise InputError("attnviz export: give MODEL TEXT, or --capture FILE")
+    part = args.part if args.part or len(cap.parts) == 1 else cap.parts[0]
+    layer = args.layer if args.layer is not None else cap.layer_indices(part)[0]
+    build = {
+        "heatmap": lambda: [figures.heatmap(cap, layer, args.head, words=args.words, part=part)],
+        "head": lambda: [figures.head_view(cap, layer, words=args.words, part=part)],
+        "model": lambda: [figures.model_view(cap, words=args.words, part=part, selected=(layer, args.head))],
+        "validation": lambda: [
+            figures.validation_map(cap.validate(), part=cap.resolve_part(part)),
+            figures.comparison(cap, layer, args.head, part=part),
+        ],
+    }
+    figs = [fig for view in views for fig in build[view]()]
+    path = figures.to_html(figs, args.out, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}")
+    print(f"{len(figs)} figure(s) written to {path} (self-contained: opens offline)")
+    return 0
+
+
+def _cmd_app(args) -> int:
+    try:
+        from attnviz.dashboard import (
+            run,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        )
+    except ImportError as err:
+        print(f"error: the dashboard needs dash ({err}); install with: pip install 'attnviz[app]'", file=sys.stderr)
+        return 2
+    run(
+        models=args.model,
+        capture_file=args.capture,
+        stats_file=args.stats,
+        corpus_file=args.corpus,
+        host=args.host,
+        port=args.port,
+    )
+    return 0

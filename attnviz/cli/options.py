@@ -1,0 +1,83 @@
+"""The options the subcommands share (``-o/--out``, ``--layers``, ``--device`` …) and their parsing."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ..errors import InputError
+
+
+def _layers(value: str) -> list[int]:
+    try:
+        return [int(part) for part in value.split(",") if part.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"--layers takes comma-separated integers like 0,3,5, got {value!r}") from err
+
+
+def _add_out(p: argparse.ArgumentParser, help: str, *, required: bool = False, alias: str = "--output") -> None:
+    """``-o/--out`` of a subcommand that writes a file; ``alias`` (its older spelling) still works."""
+    p.add_argument("-o", "--out", alias, dest="out", required=required, metavar="FILE", help=help)
+
+
+def _add_bos(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token so a decoder's sink is not a word")
+
+
+def _add_model_args(p: argparse.ArgumentParser, *, text_required: bool, check: bool = True) -> None:
+    p.add_argument(
+        "model",
+        nargs=None if text_required else "?",
+        help="embedded alias (smollm2, minilm), hub name, or local folder",
+    )
+    p.add_argument("text", nargs=None if text_required else "?", help="the text to run the model on")
+    _add_loading_args(p)
+    p.add_argument("--max-length", type=int, default=None, help="truncate the text to this many tokens")
+    _add_bos(p)
+    p.add_argument(
+        "--target",
+        default=None,
+        help="encoder-decoder models: the decoder's text, teacher-forced (default: its start token only)",
+    )
+    if check:
+        p.add_argument(
+            "--check",
+            choices=["sample", "full", "off"],
+            default="sample",
+            help="compare a sample of rows (default), every row, or none with the kernel's own output",
+        )
+
+
+def _add_loading_args(p: argparse.ArgumentParser, *, backend: bool = True) -> None:
+    """Which layers, and where and how the model loads."""
+    p.add_argument("--layers", type=_layers, default=None, help="capture only these layers, e.g. 0,3,5 (0-based)")
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: where the model loads)")
+    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16")
+    if backend:
+        p.add_argument(
+            "--attn-implementation", default=None, help="eager, sdpa, flash_attention_2 … (default: the model's)"
+        )
+
+
+def _loading(args) -> dict:
+    """The keyword arguments :func:`_add_loading_args` gathered."""
+    names = ("layers", "device", "dtype", "attn_implementation")
+    return {name: getattr(args, name) for name in names if hasattr(args, name)}
+
+
+def _writable(path: str) -> None:
+    if not Path(path).parent.is_dir():
+        raise InputError(f"cannot write {path!r}: the folder {str(Path(path).parent)!r} does not exist")
+
+
+def _columns(pairs: list[str] | None) -> dict[str, str] | None:
+    """``--column text=sentence --column pronoun=pron`` as load_probes' ``columns`` mapping."""
+    if not pairs:
+        return None
+    mapping = {}
+    for pair in pairs:
+        field, sep, column = pair.partition("=")
+        if not sep or not field.strip() or not column.strip():
+            raise InputError(f"--column takes FIELD=COLUMN (e.g. text=sentence), got {pair!r}")
+        mapping[field.strip()] = column.strip()
+    return mapping

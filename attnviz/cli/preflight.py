@@ -1,0 +1,79 @@
+"""The arguments checked against the model's config and the tokenized text before its weights load."""
+
+from __future__ import annotations
+
+from ..errors import InputError
+
+
+def _n_heads(config, part: str | None) -> int | None:
+    """The query heads of a part (None: the config does not say)."""
+    names = ["num_attention_heads", "n_head", "num_heads", "n_heads"]
+    names.insert(0, "encoder_attention_heads" if part in (None, "encoder") else "decoder_attention_heads")
+    for name in names:
+        value = getattr(config, name, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _preflight(
+    args,
+    text: str | None,
+    *,
+    layer: int | None = None,
+    head: int | None = None,
+    query: str | None = None,
+    part: str | None = None,
+) -> None:
+    """``args.model`` described (config and tokenizer, no weights) and the arguments checked against it:
+    a supported family, ``--layers``, ``layer`` and ``head`` in range, the text within the model's limit,
+    the ``query`` word in the tokenized text — an error now, not after the weights loaded and the model ran."""
+    from ..data.words import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        TokenSequence,
+        words_from_offsets,
+    )
+    from ..engine.specs import check_supported  # deferred with the rest of the library
+    from ..errors import OutOfRangeError  # deferred with the rest of the library
+    from ..workflows.inputs import tokenize  # deferred with the rest of the library
+    from ..workflows.models import describe_model  # deferred with the rest of the library
+    from ..workflows.pipeline import check_layers, max_positions, n_layers  # deferred with the rest of the library
+
+    config, tokenizer = describe_model(args.model)
+    check_supported(config)
+    layers = n_layers(config)
+    check_layers(getattr(args, "layers", None), layers)
+    if layer is not None:
+        if layer < 0 or (layers is not None and layer >= layers):
+            top = f"0..{layers - 1}" if layers is not None else "≥ 0"
+            raise OutOfRangeError(f"--layer {layer} is out of range: {args.model} has layers {top}")
+        if args.layers is not None and layer not in args.layers:
+            raise OutOfRangeError(f"--layer {layer} is not among --layers {args.layers}: add it to --layers")
+    heads = _n_heads(config, part)
+    if head is not None and (head < 0 or (heads is not None and head >= heads)):
+        top = f"0..{heads - 1}" if heads is not None else "≥ 0"
+        raise OutOfRangeError(f"--head {head} is out of range: {args.model} has heads {top}")
+    max_length = getattr(args, "max_length", None)
+    if text is None or tokenizer is None or (max_length is not None and max_length < 1):
+        return  # no text to check (or a max_length the library refuses itself, before any weight loads)
+    limit = max_positions(config)
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    name = str(args.model)
+    [(ids, offsets, tokens)] = tokenize(tokenizer, [text], max_length, limit, name, getattr(args, "add_bos", False))
+    target = getattr(args, "target", None)
+    if target is not None and encoder_decoder:
+        [(t_ids, t_offsets, t_tokens)] = tokenize(tokenizer, [target], max_length, limit, name, what="target")
+    if query is None:
+        return
+    if encoder_decoder and part in ("decoder", "cross"):
+        if target is None:
+            raise InputError(
+                f"--query {query!r} reads {part} attention, whose queries are the decoder's tokens: give the "
+                "target text with --target"
+            )
+        words = TokenSequence(target, t_tokens, t_ids, t_offsets, words_from_offsets(target, t_offsets, t_tokens))
+        if query not in words.word_labels:
+            raise InputError(f"no word {query!r} in the target {words.word_labels}; --query takes one of them")
+        return
+    words = TokenSequence(text, tokens, ids, offsets, words_from_offsets(text, offsets, tokens))
+    if query not in words.word_labels:
+        raise InputError(f"no word {query!r} in the text; --query takes one of its words: {words.word_labels}")
