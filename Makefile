@@ -51,11 +51,16 @@ lint: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
+# The suite runs on every core (pytest-xdist, one file per worker at a time so a file's fixtures load once;
+# each worker gives torch its share of the cores). JOBS=1 runs it in one process.
+JOBS ?= auto
+PYTEST := $(PY) -m pytest $(if $(filter 1,$(JOBS)),,-n $(JOBS) --dist loadfile)
+
 test: setup browser lint
-	$(PY) -m pytest $(ARGS)
+	$(PYTEST) $(ARGS)
 
 test-fast: setup
-	$(PY) -m pytest -m "not slow and not browser" $(ARGS)
+	$(PYTEST) -m "not slow and not browser" $(ARGS)
 
 bench: setup
 	$(PY) bench/capture_overhead.py --long 4096
