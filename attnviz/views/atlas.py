@@ -11,6 +11,7 @@ import plotly.graph_objects as go
 
 from ..analysis.atlas import ROLES
 from ..errors import InputError
+from .common import themed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -61,6 +62,7 @@ def _met(cell: object) -> list[str]:
     return [r for r in str(cell).split(", ") if r] if isinstance(cell, str) else []
 
 
+@themed
 def head_atlas(atlas: pd.DataFrame, *, part: str | None = None, title: str | None = None) -> go.Figure:
     """A layer × head map of :func:`attnviz.analysis.head_atlas`' table: each cell coloured by the first
     role its head meets (in :data:`~attnviz.analysis.atlas.ROLES` order; grey: none), with every role it

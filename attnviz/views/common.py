@@ -1,11 +1,13 @@
 """What every figure module shares: colours, axis labels and ticks, the title above a top axis, the
-settings line of a head's map, what a map measures (weights or what moves), and the empty figure that
-carries a message."""
+settings line of a head's map, what a map measures (weights or what moves), the empty figure that
+carries a message, and the figures' font (:data:`FONT_FAMILY`, set by :func:`themed`)."""
 
 from __future__ import annotations
 
+import functools
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ParamSpec
 
 import plotly.graph_objects as go
 import torch
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from ..data.capture import Capture
 
 __all__ = [
+    "FONT_FAMILY",
     "HEAD_COLOURS",
     "MASKED_COLOUR",
     "above_top_axis",
@@ -29,6 +32,7 @@ __all__ = [
     "message_figure",
     "part_label",
     "settings_text",
+    "themed",
     "ticks",
 ]
 
@@ -51,6 +55,26 @@ HEAD_COLOURS = [
     "#3182bd",
 ]
 MASKED_COLOUR = "#e9e9ee"
+#: every figure's font: the dashboard's CJK web face first (it holds only CJK characters, so Latin falls
+#: through to plotly's own "Open Sans", verdana, arial), defined by the dashboard's assets/fonts.css and by
+#: the pages :func:`attnviz.figures.html_page` writes; where it is not defined the next font is used
+FONT_FAMILY = '"attnviz CJK", "Open Sans", verdana, arial, sans-serif'
+
+P = ParamSpec("P")
+
+
+def themed(make: Callable[P, go.Figure]) -> Callable[P, go.Figure]:
+    """A figure function whose figure gets the figures' font (:data:`FONT_FAMILY`) where it names none,
+    so tokens in Chinese or Japanese render wherever the CJK face is served, also on a machine without one."""
+
+    @functools.wraps(make)
+    def figure(*args: P.args, **kwargs: P.kwargs) -> go.Figure:
+        fig = make(*args, **kwargs)
+        if fig.layout.font.family is None:
+            fig.update_layout(font_family=FONT_FAMILY)
+        return fig
+
+    return figure
 
 
 def labels(cap: Capture, words: bool = False, part: str | None = None, axis: str = "query") -> list[str]:
@@ -157,6 +181,7 @@ def settings_text(
     return f"{mask}, {sc}{extra}" + (f", T={temperature:g}" if temperature != 1.0 else "")
 
 
+@themed
 def message_figure(message: str) -> go.Figure:
     """An empty figure that carries a message instead of a plot."""
     fig = go.Figure()

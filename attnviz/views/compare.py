@@ -12,7 +12,17 @@ from plotly.subplots import make_subplots
 
 from ..analysis.overview import check_measure, overview, window
 from ..errors import InputError, OutOfRangeError
-from .common import MASKED_COLOUR, allowed_cells, labels, measure_map, measure_name, measure_symbol, part_label, ticks
+from .common import (
+    MASKED_COLOUR,
+    allowed_cells,
+    labels,
+    measure_map,
+    measure_name,
+    measure_symbol,
+    part_label,
+    themed,
+    ticks,
+)
 from .marks import boundary, marked_title, new_starts
 from .overview import categories
 
@@ -50,6 +60,7 @@ def comparison_window(shape: tuple[int, int], worst: tuple[int, int], cells: int
     return around(worst[0], w_r, n_r), around(worst[1], w_c, n_c)
 
 
+@themed
 def comparison(
     cap: Capture,
     layer: int,
@@ -272,6 +283,7 @@ def _compare_pooled(
     return fig
 
 
+@themed
 def compare_heads(
     a: Capture,
     b: Capture,

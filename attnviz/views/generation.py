@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from ..errors import InputError
+from .common import themed
 from .marks import MARK, NEW_COLOUR, boundary, marked
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ def step_row(step: GenerationStep, layer: int, head: int) -> int:
     return step.layers.index(layer)
 
 
+@themed
 def step_figure(gen: Generation, step: GenerationStep, layer: int, head: int) -> go.Figure:
     """One step of a generation (``gen.step(i)``) at one layer: two rows of weights over the tokens so far.
 

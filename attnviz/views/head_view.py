@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from ..errors import InputError, OutOfRangeError
-from .common import HEAD_COLOURS, labels, measure_map, measure_name, part_label
+from .common import HEAD_COLOURS, labels, measure_map, measure_name, part_label, themed
 from .marks import MARK, boundary, mark_labels, marked_title, new_starts
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ def strongest(w: Tensor, *, threshold: float = 0.0, top_k: int | None = None, ma
     return keep
 
 
+@themed
 def head_view(
     cap: Capture,
     layer: int,

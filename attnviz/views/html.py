@@ -1,9 +1,13 @@
 """HTML: the self-contained page of figures (:func:`html_page`; :func:`to_html` writes it to a file),
 and the compact HTML Jupyter shows for a Capture, a validation report, a coreference ranking and a
-probe-set result (their ``_repr_html_``). Every text is escaped; no CDN."""
+probe-set result (their ``_repr_html_``). Every text is escaped; no CDN. A page with Chinese or Japanese
+text carries the dashboard's CJK face inlined (:func:`cjk_font_face`), so it reads on a machine without one."""
 
 from __future__ import annotations
 
+import base64
+import importlib.util
+import re
 from collections.abc import Iterable, Sequence
 from html import escape
 from pathlib import Path
@@ -20,12 +24,28 @@ if TYPE_CHECKING:
     from ..data.capture import Capture
     from ..data.validate import ValidationReport
 
-__all__ = ["capture_html", "html_page", "probes_html", "ranking_html", "report_html", "to_html"]
+__all__ = [
+    "CJK_TEXT",
+    "capture_html",
+    "cjk_font_face",
+    "cjk_font_path",
+    "html_page",
+    "probes_html",
+    "ranking_html",
+    "report_html",
+    "to_html",
+]
 
 _BOX = "font-family:system-ui,sans-serif;font-size:13px;line-height:1.45;max-width:960px"
 _CELL = "padding:1px 8px;text-align:left;border-bottom:1px solid #e5e5e5"
 _CHIP = "display:inline-block;margin:1px;padding:0 4px;border:1px solid #ccc;border-radius:3px;background:#f7f7f9"
 MAX_CHIPS = 60
+#: a character the CJK face holds (CJK punctuation, kana, unified ideographs, full-width forms), as itself
+#: or as the \\uXXXX escape of a figure's JSON
+CJK_TEXT = re.compile(
+    r"[\u3000-\u30ff\u4e00-\u9fff\uff00-\uffef]|\\u(?:30[0-9a-f]{2}|4[ef][0-9a-f]{2}|[5-9][0-9a-f]{3}|ff[0-9a-e][0-9a-f])",
+    re.IGNORECASE,
+)
 
 
 def _table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
@@ -136,9 +156,38 @@ def probes_html(result: ProbeResult, top: int = 10) -> str:
     )
 
 
+def cjk_font_path() -> Path:
+    """The CJK web face "attnviz CJK" (a subset of Noto Sans CJK SC, SIL OFL 1.1: the 6,763 hanzi of GB2312,
+    CJK punctuation, kana, full-width forms; ``OFL.txt`` beside it): the dashboard's
+    ``assets/fonts/attnviz-cjk.woff2``, found where the installed ``attnviz.dashboard`` lives without
+    importing it (importing it imports dash)."""
+    spec = importlib.util.find_spec("attnviz.dashboard")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    for folder in folders:
+        path = Path(folder) / "assets" / "fonts" / "attnviz-cjk.woff2"
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"the CJK font attnviz-cjk.woff2 is not under {folders}: reinstall attnviz")
+
+
+def cjk_font_face() -> str:
+    """The ``@font-face`` rule of "attnviz CJK" with the font inlined as a base64 data URI (≈1.8 MB of
+    text), for a page that must read offline on any machine; the same face the dashboard serves."""
+    data = base64.b64encode(cjk_font_path().read_bytes()).decode("ascii")
+    return (
+        '@font-face{font-family:"attnviz CJK";font-style:normal;font-display:block;'
+        "unicode-range:U+3000-30FF,U+4E00-9FFF,U+FF00-FFEF;"
+        f'src:url(data:font/woff2;base64,{data}) format("woff2")}}'
+    )
+
+
 def html_page(figures: go.Figure | list[go.Figure], *, title: str = "attnviz") -> str:
     """One self-contained HTML page holding the figures, as text: plotly.js inlined once, no CDN, no
-    server — it opens offline, in any browser, years from now (:func:`to_html` writes it to a file)."""
+    server — it opens offline, in any browser, years from now (:func:`to_html` writes it to a file).
+
+    A page whose title or figures hold Chinese or Japanese characters also inlines the CJK face
+    (:func:`cjk_font_face`, ≈1.8 MB) and names it in the figures' font (:data:`~attnviz.views.common.FONT_FAMILY`),
+    so they read on a machine without a CJK font; a page without such text stays as small as before."""
     import plotly.graph_objects as go  # plotly loads when a page is written, not when Jupyter shows a capture
     import plotly.offline
 
@@ -146,10 +195,21 @@ def html_page(figures: go.Figure | list[go.Figure], *, title: str = "attnviz") -
     if not figs or not all(isinstance(f, go.Figure) for f in figs):
         raise InputError("html_page and to_html take a plotly Figure or a list of them")
     divs = "\n".join(f.to_html(full_html=False, include_plotlyjs=False) for f in figs)
+    if CJK_TEXT.search(title) or CJK_TEXT.search(divs):
+        from .common import FONT_FAMILY  # deferred: common imports torch, which showing a capture does not need
+
+        if any(f.layout.font.family is None for f in figs):  # a figure of the caller's own: named on a copy
+            figs = [
+                go.Figure(f).update_layout(font_family=FONT_FAMILY) if f.layout.font.family is None else f for f in figs
+            ]
+            divs = "\n".join(f.to_html(full_html=False, include_plotlyjs=False) for f in figs)
+        font = f"<style>{cjk_font_face()}</style>"
+    else:
+        font = ""
     return (
-        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{escape(title)}</title>'
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{escape(title)}</title>{font}'
         f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>'
-        f'<body style="font-family:system-ui,sans-serif"><h3>{escape(title)}</h3>\n{divs}\n</body></html>\n'
+        f"<body style='font-family:\"attnviz CJK\",system-ui,sans-serif'><h3>{escape(title)}</h3>\n{divs}\n</body></html>\n"
     )
 
 

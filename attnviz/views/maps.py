@@ -21,6 +21,7 @@ from .common import (
     measure_symbol,
     part_label,
     settings_text,
+    themed,
     ticks,
 )
 from .marks import boundary, marked_title, new_starts
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["heatmap", "query_row", "row_stats"]
 
 
+@themed
 def heatmap(
     cap: Capture,
     layer: int,
@@ -125,6 +127,7 @@ def row_stats(row: torch.Tensor) -> dict:
     }
 
 
+@themed
 def query_row(
     cap: Capture,
     layer: int,

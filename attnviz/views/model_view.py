@@ -11,7 +11,7 @@ import torch
 
 from ..analysis.overview import MODEL_VIEW_CELLS, check_measure
 from ..analysis.overview import thumbnails as pool_layer
-from .common import labels, measure_map, measure_symbol
+from .common import labels, measure_map, measure_symbol, themed
 from .marks import boundary, marked_title, new_starts
 
 if TYPE_CHECKING:
@@ -72,6 +72,7 @@ def model_view_thumbnails(
     return pooled
 
 
+@themed
 def model_view(
     cap: Capture,
     *,

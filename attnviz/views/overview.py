@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 import torch
 
 from ..analysis.overview import overview, window
-from .common import MASKED_COLOUR, above_top_axis, labels, measure_symbol, part_label
+from .common import MASKED_COLOUR, above_top_axis, labels, measure_symbol, part_label, themed
 from .marks import MARK, boundary, mark_labels, new_starts
 
 if TYPE_CHECKING:
@@ -111,6 +111,7 @@ def _grid_figure(
     return fig
 
 
+@themed
 def overview_figure(
     cap: Capture,
     layer: int,
@@ -157,6 +158,7 @@ def overview_figure(
     )
 
 
+@themed
 def window_figure(
     cap: Capture,
     layer: int,

@@ -10,7 +10,7 @@ import torch
 from ..analysis.rollout import ROLLOUT_CELLS
 from ..analysis.stats import DETECTORS, MOVED_STATISTICS, STATISTICS
 from ..errors import InputError
-from .common import labels
+from .common import labels, themed
 from .marks import boundary, mark_labels, marked_title, new_starts
 
 if TYPE_CHECKING:
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["coref_bars", "head_map", "probe_accuracy_map", "probe_intervals", "rollout_figure"]
 
 
+@themed
 def head_map(table: pd.DataFrame, column: str, *, title: str | None = None, colorscale: str = "Viridis") -> go.Figure:
     """A layer × head map of one column of a per-head table (head statistics, detector scores…)."""
     if column not in table.columns:
@@ -52,6 +53,7 @@ def head_map(table: pd.DataFrame, column: str, *, title: str | None = None, colo
     return fig
 
 
+@themed
 def probe_accuracy_map(result: ProbeResult) -> go.Figure:
     """Layer × head accuracy at picking the gold antecedent, with the baselines in the title."""
     grid = result.accuracy_map()
@@ -88,6 +90,7 @@ def probe_accuracy_map(result: ProbeResult) -> go.Figure:
     return fig
 
 
+@themed
 def probe_intervals(result: ProbeResult, top: int = 15) -> go.Figure:
     """The ``top`` heads' accuracy with its 95 % Wilson interval, as horizontal interval bars (best at
     the top; green: beats chance after Holm's correction over every head), with chance and both
@@ -198,6 +201,7 @@ def probe_intervals(result: ProbeResult, top: int = 15) -> go.Figure:
 _COLOURS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
 
+@themed
 def coref_bars(ranking: CorefRanking, *, top: int = 10) -> go.Figure:
     """The top heads' attention from the pronoun to each candidate, as grouped bars, each beside
     (hatched) what the same head gives that candidate from the text's other tokens."""
@@ -259,6 +263,7 @@ def thinned_ticks(names: list[str], max_ticks: int = MAX_TICKS, *, new_from: int
 MAX_CELLS = ROLLOUT_CELLS  # the rollout heatmap's cells per side at most
 
 
+@themed
 def rollout_figure(
     cap: Capture, flow: torch.Tensor, *, query: int | None = None, percentile: float = 99.0, mark_new: bool = True
 ) -> go.Figure:

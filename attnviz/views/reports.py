@@ -10,6 +10,7 @@ import torch
 
 from ..data.predictions import token_text
 from ..errors import InputError
+from .common import themed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["importance_map", "prediction_bars", "validation_map"]
 
 
+@themed
 def validation_map(report: ValidationReport, quantity: str = "output", part: str | None = None) -> go.Figure:
     """Layer × head map of the max absolute error of one part, the worst head named in the title."""
     part = part if part is not None else (report.parts[0] if report.parts else None)
@@ -56,6 +58,7 @@ def validation_map(report: ValidationReport, quantity: str = "output", part: str
     return fig
 
 
+@themed
 def prediction_bars(out: Intervention, k: int = 5, continuation: str | int | list[int] | None = None) -> go.Figure:
     """The next-token probabilities before and after the edits, as bars: the top ``k`` of each,
     side by side; with ``continuation``, its log-probability change in the title. For a model
@@ -115,6 +118,7 @@ def prediction_bars(out: Intervention, k: int = 5, continuation: str | int | lis
     return fig
 
 
+@themed
 def importance_map(table: pd.DataFrame, part: str | None = None) -> go.Figure:
     """Layer × head map of :func:`attnviz.head_importance`: how much log P(target) drops when each
     head is ablated (red: the prediction needs the head; blue: it does better without it)."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 
 from ..errors import InputError
+from .common import themed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,6 +34,7 @@ def _hover(df: pd.DataFrame) -> list[str]:
     ]
 
 
+@themed
 def qk_space_figure(df: pd.DataFrame, *, color: str = "kind", title: str | None = None) -> go.Figure:
     """A scatter of a :func:`~attnviz.analysis.qk_space` frame: WebGL (``Scattergl``, or ``Scatter3d``
     for 3-D), queries as circles and keys as diamonds, coloured by ``color`` (:data:`SPACE_COLOURS`);

@@ -1,0 +1,103 @@
+"""The page and its exports read on a machine without a CJK font: the dashboard serves its own CJK face
+("attnviz CJK", assets/fonts.css), the figures name it, and an exported HTML page carries it inlined.
+
+The proof is the pixels: on a machine without a CJK font (Debian without fonts-noto-cjk or
+fonts-wqy-*, this suite's machines: ``fc-list :lang=zh`` is empty) every character the fonts lack is
+drawn as the same box, so two different labels come out pixel for pixel alike; with the face they
+differ. Removing ``apps/dashboard/assets/fonts/attnviz-cjk.woff2`` makes the browser tests fail."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import time
+
+import numpy as np
+import pytest
+from attnviz.dashboard import create_app
+from attnviz.dashboard.ids import ID
+from PIL import Image
+
+import attnviz
+from attnviz import figures
+from attnviz.views.html import cjk_font_path
+
+ZH = "我家的小猫很可爱，它很好动。"
+LOADED = """const done = arguments[arguments.length - 1];
+document.fonts.load('16px "attnviz CJK"', arguments[0]).then(
+  faces => done([faces.filter(f => f.status === "loaded").length, document.fonts.check('16px "attnviz CJK"', arguments[0])]),
+  err => done([0, String(err)]));"""
+
+
+def pixels(element) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(element.screenshot_as_png)).convert("L"), dtype=np.int16)
+
+
+def assert_drawn_apart(a: np.ndarray, b: np.ndarray) -> None:
+    """Two labels of different characters, drawn in one font at one size, are not the same picture; boxes
+    are, up to where they fall on the pixel grid (so the closest of the two shifted by up to a pixel counts)."""
+    assert (a < 160).any() and (b < 160).any(), "a label drew nothing"
+    h, w = min(a.shape[0], b.shape[0]) - 2, min(a.shape[1], b.shape[1]) - 2
+    apart = min(
+        (np.abs(a[1 : 1 + h, 1 : 1 + w] - b[1 + dy : 1 + dy + h, 1 + dx : 1 + dx + w]) > 64).mean()
+        for dy in (-1, 0, 1)
+        for dx in (-1, 0, 1)
+    )
+    assert apart > 0.02, f"the two labels render alike ({apart:.1%} of pixels apart): boxes, not characters"
+
+
+def poll(find, timeout: float = 20):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = find()
+        if found:
+            return found
+        time.sleep(0.3)
+    raise AssertionError("timed out")
+
+
+@pytest.mark.browser
+def test_the_page_draws_chinese_in_its_own_font(dash_duo):
+    dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)"}, default_model="minilm"))
+    driver = dash_duo.driver
+    # the page's own face: served from the assets, loaded for the page's text
+    assert driver.execute_async_script(LOADED, "小猫") == [1, True]
+    # two labels in the page's font stack (as every label of the page), one of 小猫 and one of 好动
+    driver.execute_script(
+        "for (const [id, text] of [['zh-a', '小猫'], ['zh-b', '好动']]) {"
+        "  const s = document.createElement('span'); s.id = id; s.textContent = text;"
+        "  s.style.cssText = 'display: block; width: max-content; font-size: 32px; line-height: 40px';"
+        "  document.querySelector('#react-entry-point').prepend(s); }"
+    )
+    assert "attnviz CJK" in driver.execute_script("return getComputedStyle(document.getElementById('zh-a')).fontFamily")
+    assert_drawn_apart(pixels(driver.find_element("id", "zh-a")), pixels(driver.find_element("id", "zh-b")))
+    # the heatmap of the first capture (MiniLM reads a character a token): its tick labels 猫 and 动
+    ticks = poll(lambda: {t.text: t for t in driver.find_elements("css selector", f"#{ID.heatmap} .xtick text")})
+    assert "attnviz CJK" in ticks["猫"].get_attribute("style")
+    assert_drawn_apart(pixels(ticks["猫"]), pixels(ticks["动"]))
+    assert dash_duo.get_logs() == []
+
+
+def test_an_exported_page_inlines_the_font_only_where_it_has_cjk(minilm, tmp_path):
+    model, tok = minilm
+    zh, en = (attnviz.capture(model, text, tok) for text in (ZH, "The cat sat on the mat."))
+    zh_page = figures.html_page(figures.heatmap(zh, 0, 0), title="小猫")
+    en_page = figures.html_page(figures.heatmap(en, 0, 0), title="cat")
+    inlined = re.search(r'font-family:"attnviz CJK".*?src:url\(data:font/woff2;base64,([A-Za-z0-9+/=]+)\)', zh_page)
+    assert inlined is not None and base64.b64decode(inlined.group(1)) == cjk_font_path().read_bytes()
+    assert '"attnviz CJK"' in zh_page.split("<body", 1)[1]  # the figure's font names the face
+    assert "@font-face" not in en_page
+    assert 1.3e6 < len(zh_page) - len(en_page) < 2.2e6  # the face, ≈1.8 MB as base64
+    assert figures.to_html(figures.heatmap(zh, 0, 0), tmp_path / "zh.html") == tmp_path / "zh.html"
+
+
+@pytest.mark.browser
+def test_an_exported_page_draws_chinese_offline(dash_duo, minilm, tmp_path):
+    model, tok = minilm
+    path = figures.to_html(figures.heatmap(attnviz.capture(model, ZH, tok), 0, 0), tmp_path / "zh.html")
+    driver = dash_duo.driver
+    driver.get(path.as_uri())
+    assert driver.execute_async_script(LOADED, "小猫") == [1, True]
+    ticks = poll(lambda: {t.text: t for t in driver.find_elements("css selector", ".xtick text")})
+    assert_drawn_apart(pixels(ticks["猫"]), pixels(ticks["动"]))
