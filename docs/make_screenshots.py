@@ -17,7 +17,7 @@ pictures (all SmolLM2, the page's BOS on):
 - view-compare: the Winograd pair (too big / too small): the page proposes the partner, A, B and A − B.
 - view-<key>: every view on the ~500-token example (layout.LONG_EXAMPLE).
 - view-head-512: the head view at 512 tokens (it opens on the top-k rule).
-- view-overview-8k, view-overview-zoom: 8,000 tokens (the start of this project's README) captured in the
+- view-overview-8k, view-overview-zoom: 8,000 tokens (this project's README, then its guides) captured in the
   background, the pooled overview, then a drag's 512 × 512 window of exact weights on the diagonal.
 """
 
@@ -47,6 +47,8 @@ SHOTS = ["lab-zh", "lab-zh-moved", "coref-zh", "edits", "importance", "compare",
 ZH = "我家的小猫很可爱，它很好动。"
 BIG = "The trophy doesn't fit in the suitcase because it is too big."
 LONG_N = 8000  # tokens, the BOS included
+#: the 8k text: the README, then the guides (the README alone is shorter than 8,000 tokens)
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs" / "guides").glob("*.md"))]
 
 
 def main(port: int = 8077) -> None:
@@ -167,7 +169,7 @@ def shoot_compare(driver) -> None:
 def shoot_overview(driver) -> None:
     """8,000 tokens in the background; a 512 × 512 window of exact weights on the diagonal (the page's opening
     head); then the overview of L13·H8."""
-    run(driver, text_of(LONG_N - 1, ROOT / "README.md"), f"smollm2: {LONG_N} tokens", timeout=600)
+    run(driver, text_of(LONG_N - 1, DOCS), f"smollm2: {LONG_N} tokens", timeout=600)
     open_tab(driver, "Heatmap")
     wait(driver, lambda: f"overview of {LONG_N:,} × {LONG_N:,}" in title(driver, ID.heatmap), 240)
     time.sleep(4)
@@ -197,11 +199,12 @@ def shoot_overview(driver) -> None:
 
 
 # ---------------------------------------------------------------- driving the page
-def text_of(n: int, source: Path | None = None) -> str:
-    """A text of exactly ``n`` SmolLM2 tokens: the start of ``source``, or the long example and more."""
+def text_of(n: int, source: list[Path] | None = None) -> str:
+    """A text of exactly ``n`` SmolLM2 tokens: the start of the files ``source`` one after another, or the long
+    example and more."""
     tokenizer = attnviz.load_model("smollm2")[1]
     base = (
-        source.read_text()
+        "\n\n".join(path.read_text() for path in source)
         if source
         else LONG_EXAMPLE
         + " "
