@@ -1,6 +1,6 @@
 """Every family in the support table, captured and compared with its own eager attention.
 
-The README's table is generated from ``attnviz.engine.specs.FAMILIES``; these tests are what makes each
+The support table (docs/guides/capture.md) is generated from ``attnviz.engine.specs.FAMILIES``; these tests are what makes each
 row true: a family marked as supported is built (tiny, random weights), captured on each backend
 the table names, and every part and layer is compared with the eager model's own
 ``output_attentions`` (``encoder_attentions``, ``decoder_attentions``, ``cross_attentions``).
@@ -289,9 +289,9 @@ def test_families_attnviz_cannot_reproduce_are_refused_before_running(what):
         attnviz.capture(model, **kwargs)
 
 
-def test_the_readme_support_table_is_the_one_the_tests_check():
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    assert support_table() in readme
+def test_the_docs_support_table_is_the_one_the_tests_check():
+    page = (Path(__file__).parent.parent / "docs" / "guides" / "capture.md").read_text()
+    assert support_table() in page
     tested = {f.tiny for f in FAMILIES if f.how != "refused"}
     assert tested == {family for family, _ in SUPPORTED}
     assert all(f.tiny in attnviz.tiny_families() for f in FAMILIES if f.tiny)

@@ -1,6 +1,6 @@
-"""The support sweep over what the README claims: every family of its table, on each backend the table
+"""The support sweep over what the support table claims: every family of it, on each backend the table
 names, built tiny and captured in a padded batch, equals the model's own eager attention within
-``sweep.EXACT`` at every part, layer and head — and the sweep's section of the README and the docs is
+``sweep.EXACT`` at every part, layer and head — and the sweep's section of the docs' support page is
 written by its script (``python -m attnviz.workflows.sweep --write``), between its marks.
 """
 
@@ -69,8 +69,8 @@ def test_a_wrong_number_is_a_mismatch_not_exact(monkeypatch):
     assert outcome.kind == "mismatch" and outcome.error == 1e-3 and "> 5e-07" in outcome.reason
 
 
-def test_the_readme_and_docs_hold_the_sweeps_section_between_its_marks():
-    for path in (ROOT / "README.md", ROOT / "docs" / "guides" / "capture.md"):
+def test_the_support_page_holds_the_sweeps_section_between_its_marks():
+    for path in (ROOT / sweep.PAGE,):
         text = path.read_text()
         assert text.count(sweep.MARK) == 2, path
         section = text.split(sweep.MARK)[1]

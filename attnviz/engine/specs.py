@@ -12,7 +12,7 @@ here:
   (:data:`PROJECTION_SPECS`): where q/k/v live, fused layouts, the scaling, ALiBi biases, masks;
 - which ``AutoModel*`` class loads a name, and each family's position limit quirks;
 - :data:`FAMILIES`: what is supported, reproduced against the model's own eager attention by the
-  tests, or refused — the README's table is generated from it (and a test keeps them equal).
+  tests, or refused — the support table of docs/guides/capture.md is generated from it (a test keeps them equal).
 """
 
 from __future__ import annotations
@@ -669,7 +669,7 @@ def check_supported(config) -> None:
 
 
 def support_table() -> str:
-    """The README's support table (markdown), generated from :data:`FAMILIES`."""
+    """The support table (markdown) of docs/guides/capture.md, generated from :data:`FAMILIES`."""
     lines = [
         "| family | how attnviz taps it | parts | positions | checked against its own eager attention |",
         "|---|---|---|---|---|",

@@ -4,7 +4,7 @@ Two sweeps, one comparison (:func:`compare`): a padded batch of two texts of dif
 targets for an encoder-decoder) captured through attnviz's text path on a backend, every part and layer
 compared with the *eager* model's own ``output_attentions`` on the same weights.
 
-- :func:`claimed`: every family the README's table claims (``specs.FAMILIES``), on each backend it
+- :func:`claimed`: every family the support table claims (``specs.FAMILIES``), on each backend it
   names, built by :func:`attnviz.tiny_model` — what ``tests/test_sweep.py`` holds to :data:`EXACT`.
 - :func:`vision`: every tiny vision encoder (ViT, DeiT, DINOv2 with and without registers, the CLIP and
   SigLIP vision towers) on eager and sdpa, a batch of two pictures through its image processor.
@@ -19,8 +19,8 @@ Each outcome is **exact** (≤ :data:`EXACT`, its max error stated), **refused**
 a ``ValidationError``: the user gets the error, never the wrong map —, or an error attnviz did not
 raise on purpose: a bug) or **not buildable** (transformers cannot build or run it tiny, and why).
 
-``python -m attnviz.workflows.sweep --markdown`` prints the counts for the README; ``--write`` puts them
-between the ``<!-- attnviz:sweep -->`` markers of ``README.md`` and ``docs/guides/capture.md``.
+``python -m attnviz.workflows.sweep --markdown`` prints the counts for the docs; ``--write`` puts them
+between the ``<!-- attnviz:sweep -->`` markers of ``docs/guides/capture.md`` (:data:`PAGE`).
 """
 
 from __future__ import annotations
@@ -188,7 +188,7 @@ def _first_sentence(text: str) -> str:
     return line.split(". attnviz supports")[0]
 
 
-# ------------------------------------------------------------------------------ what the README claims
+# ------------------------------------------------------------------- what the support table claims
 def claimed(families: Iterable[str] | None = None) -> list[Outcome]:
     """Every family the support table claims, on each backend it names (or only ``families``)."""
     wanted = set(families) if families is not None else None
@@ -375,7 +375,7 @@ class _Ids:  # what _eager_attentions reads of a capture: its ids (and its targe
         self.target = target
 
 
-# ------------------------------------------------------------------------------------------ the README
+# ------------------------------------------------------------------------------- the docs' section
 def _by_type(outcomes: Iterable[Outcome], *, error: bool = False) -> list[str]:
     """One entry per model type: its backends (with their errors, or each backend's reason)."""
     grouped: dict[str, list[Outcome]] = {}
@@ -397,7 +397,7 @@ def _by_type(outcomes: Iterable[Outcome], *, error: bool = False) -> list[str]:
 _UNREPRODUCED = "attnviz could not reproduce what the model computed (text 0), so it will not show these maps: "
 
 
-#: how much of a reason the README shows (the sweep prints it whole)
+#: how much of a reason the docs show (the sweep prints it whole)
 REASON_CHARS = 160
 
 
@@ -408,7 +408,7 @@ def markdown(
     not_text: Sequence[str],
     two: Sequence[Outcome] = (),
 ) -> str:
-    """The README's sweep section: counts, then the lists (made from the outcomes, never typed)."""
+    """The docs' sweep section: counts, then the lists (made from the outcomes, never typed)."""
     by = {k: [o for o in others if o.kind == k] for k in ("exact", "refused", "mismatch", "not buildable")}
     exact_claims = [o for o in claims if o.kind == "exact"]
     types = sorted({o.family for o in others})
@@ -464,6 +464,8 @@ def markdown(
 
 
 MARK = "<!-- attnviz:sweep -->"
+#: the page whose section ``--write`` fills, relative to the repository's root (the support table's page)
+PAGE = Path("docs") / "guides" / "capture.md"
 
 
 def write(section: str, paths: Iterable[Path]) -> None:
@@ -479,8 +481,8 @@ def write(section: str, paths: Iterable[Path]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m attnviz.workflows.sweep", description=__doc__.split("\n")[0])
-    parser.add_argument("--markdown", action="store_true", help="print the README's section")
-    parser.add_argument("--write", action="store_true", help="write it into README.md and docs/guides/capture.md")
+    parser.add_argument("--markdown", action="store_true", help="print the docs' section")
+    parser.add_argument("--write", action="store_true", help="write it into docs/guides/capture.md")
     parser.add_argument("--only", nargs="*", help="these model types of transformers only")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -497,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(section)
     if args.write:
         root = Path(__file__).resolve().parents[2]
-        write(section, [root / "README.md", root / "docs" / "guides" / "capture.md"])
+        write(section, [root / PAGE])
     bad = [o for o in claims + seen + two if o.kind != "exact"]
     return 1 if bad else 0
 
