@@ -4,8 +4,8 @@ One pass over the corpus through :func:`~attnviz.workflows.corpus.corpus_stats` 
 reduced layer by layer as the forward goes, spread over the processes of ``torchrun`` / ``accelerate
 launch`` — gives the mass-based roles (its statistics) and, in the same reduction, where each row's
 maximum falls (:class:`~attnviz.workflows.head_tally.HeadTally`: the positional and rare-word roles,
-and each role's example row). Before it the texts are tokenized once more, without the model, for
-the corpus's own token counts (rarity). The induction role reads repeated random sequences the atlas
+and each role's example row). The texts are tokenized once, before it: their token counts (rarity)
+and the pass read the same encodings. No statistic by norm is read, so none is computed. The induction role reads repeated random sequences the atlas
 generates from ``seed`` (Olsson et al. 2022), run through the same reducer; coreference, a probe set
 through :func:`attnviz.evaluate_probes`. :func:`~attnviz.analysis.atlas.atlas_table` names the roles.
 """
@@ -25,7 +25,7 @@ from ..errors import InputError
 from .batched import BatchReducer
 from .corpus import corpus_stats, read_texts
 from .head_tally import EXAMPLES, HeadTally
-from .inputs import Encoded
+from .inputs import Encoded, tokenize
 from .models import load_model
 from .pipeline import n_layers, resolve
 from .probing import evaluate_probes
@@ -105,10 +105,10 @@ def head_atlas(
     texts = list(read_texts(corpus))
     if not texts:
         raise InputError('the corpus has no text: give one text per line (.txt) or {"text": ...} per line (.jsonl)')
-    reducer = BatchReducer(resolved, layers=wanted, max_length=cap_length, add_bos=add_bos, moved=False)
     embeddings: Any = resolved.model.get_input_embeddings()  # type: ignore[operator]
     rows = int(embeddings.num_embeddings)  # the token ids the model has rows for
-    encoded = [reducer.encode(text) for text in texts]
+    # every text tokenized once, in one call (uncut, as corpus_stats tokenizes it): the counts, then the pass
+    encoded = tokenize(tokenizer, texts, None, None, resolved.name, add_bos)
     counts = torch.bincount(torch.tensor([i for ids, _, _ in encoded for i in ids], dtype=torch.long), minlength=rows)
     index: dict[str, int] = {}
     for i, text in enumerate(texts):
@@ -125,6 +125,8 @@ def head_atlas(
         add_bos=add_bos,
         progress=progress,
         tally=tally,
+        moved=False,  # the atlas reads no statistic by norm: no value norms, no second set of sums
+        encodings=dict(zip(texts, encoded)),
         on_batch=None
         if on_progress is None
         else lambda done, _tokens: on_progress(done, len(texts), f"text {done} of {len(texts)}"),
@@ -139,10 +141,14 @@ def head_atlas(
         on_progress(len(texts), len(texts), f"induction: {random_sequences} repeated random sequences")
     randoms = random_repeats(tokenizer, rows, random_sequences, random_length, seed=seed, add_bos=add_bos)
     names = [f"{'x' * len(ids)}#{k}" for k, (ids, _, _) in enumerate(randoms)]
-    random_tally = HeadTally(wanted, heads, torch.zeros(rows), {name: k for k, name in enumerate(names)})
+    # the random sequences feed the induction role alone: its pair sums and examples, no other statistic
+    random_tally = HeadTally(wanted, heads, torch.zeros(rows), {name: k for k, name in enumerate(names)}, full=False)
+    inducing = BatchReducer(
+        resolved, layers=wanted, max_length=cap_length, add_bos=add_bos, moved=False, statistics=False, patterns=True
+    )
     random_sums = None
     for start in range(0, len(randoms), batch_size):
-        random_sums, _ = reducer.add(
+        random_sums, _ = inducing.add(
             random_sums,
             names[start : start + batch_size],
             list(randoms[start : start + batch_size]),

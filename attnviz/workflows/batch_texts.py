@@ -208,6 +208,18 @@ class BatchTexts:
             self._cache[key] = (call.mask, call.key_padding, found)
         return self._cache[key][2]
 
+    def visible(self, call: AttentionCall, start: int, stop: int, keys: int, mask: ScoreMask | None) -> Tensor:
+        """The keys each real row of a chunk may see ``[batch, rows, keys]`` (bool): those ``mask`` (the
+        chunk's :meth:`score_mask`) allows, or, without one, where :meth:`additive_mask` is finite. Made once
+        per batch and mask: layers that share the model's mask share this tensor."""
+        ident = (_identity(call.mask), _identity(call.key_padding), call.causal, call.window)
+        key = ("visible", *ident, start, stop, keys, mask is None)
+        if key not in self._cache:
+            seen = mask.scores == 0 if mask is not None else torch.isfinite(self.additive_mask(call, start, stop, keys))
+            visible = seen.any(1) & self.on("valid", seen.device)[:, None, :keys]
+            self._cache[key] = (call.mask, call.key_padding, visible)  # the masks kept: their ids stay their own
+        return self._cache[key][2]
+
     def on(self, name: str, device: torch.device) -> Tensor:
         """A per-batch tensor (``valid``) on ``device``, moved once."""
         key = (name, str(device))

@@ -58,6 +58,7 @@ class BatchReducer:
         detectors: bool = True,
         moved: bool = True,
         statistics: bool = True,
+        patterns: bool = False,
         budget: int = BUDGET,
     ) -> None:
         self.resolved = resolved = resolve(model, tokenizer)
@@ -73,6 +74,7 @@ class BatchReducer:
         self.detectors = detectors
         self.moved = moved  # False: no value norms read (the _moved sums stay NaN), for a caller that needs none
         self.statistics = statistics  # False: every sum NaN — the check and the picked rows only (probe sets)
+        self.patterns = patterns  # with statistics=False, the detectors' sums still added (the atlas' induction)
         self.budget = budget
         self.inline = getattr(model.config, "model_type", "") in PROJECTION_SPECS  # reduced after the forward
         # The forward stops after the last wanted layer's attention unless a module's hooks (forward
@@ -129,7 +131,9 @@ class BatchReducer:
             assert call.q is not None
             dtypes.add(str(call.q.dtype).removeprefix("torch."))
             norms = self.value_norms(call) if self.moved else None
-            values, errors = reduce_layer(call, batch, self.budget, norms, picked, self.statistics, tally)
+            values, errors = reduce_layer(
+                call, batch, self.budget, norms, picked, self.statistics, tally, self.patterns
+            )
             reduced.append((call, values, errors))
             for name in CALL_TENSORS:  # this layer is done: its tensors go at once
                 setattr(call, name, None)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -147,6 +147,8 @@ def corpus_stats(
     progress: bool = True,
     tally: HeadTally | None = None,
     on_batch: Callable[[int, int], None] | None = None,
+    moved: bool = True,
+    encodings: Mapping[str, Encoded] | None = None,
 ) -> pd.DataFrame:
     """:func:`~attnviz.analysis.head_stats` over a whole corpus, pooled over every query token.
 
@@ -174,6 +176,9 @@ def corpus_stats(
     ``tally``: per-head counts of where each row's maximum falls, added in the same reduction
     (:class:`~attnviz.workflows.head_tally.HeadTally`, what :func:`~attnviz.analysis.head_atlas` reads;
     this process's share — the caller adds them over processes); one-stack models, no checkpoint.
+    ``moved=False``: no value norms are read and the ``_moved`` columns are NaN (for a caller that reads
+    none of them, as the head atlas). ``encodings``: texts the caller has already tokenized as the pass
+    tokenizes them (``BatchReducer.encode``: uncut), by text — not tokenized again (one-stack models).
     ``on_batch(texts, tokens)``: called after each batch with what this process has added so far (for
     a progress bar of the caller's own, e.g. the dashboard's).
     ``df.attrs`` holds ``per_process`` (texts each process captured), ``padding`` (the share of
@@ -200,23 +205,34 @@ def corpus_stats(
             "a tally of row maxima reads one-stack models without a checkpoint: give a decoder or an encoder, "
             "and no checkpoint"
         )
+    if checkpoint is not None and not moved:
+        raise InputError("moved=False leaves the _moved sums out, which a checkpoint keeps: give moved=True")
     if not getattr(model.config, "is_encoder_decoder", False):
         reducer = BatchReducer(
-            resolved, layers=wanted, max_length=cap_length, add_bos=add_bos, part=part, detectors=detectors
+            resolved,
+            layers=wanted,
+            max_length=cap_length,
+            add_bos=add_bos,
+            part=part,
+            detectors=detectors,
+            moved=moved,
         )
     truncated = 0
     read = 0  # texts taken from the stream (all processes read the same stream)
 
-    encodings: dict[str, Encoded] = {}  # this pool's texts, tokenized once: to sort them and to capture them
+    known = encodings  # the caller's, never cleared
+    pooled: dict[str, Encoded] = {}  # this pool's texts, tokenized once: to sort them and to capture them
 
     def count(text: str) -> int:
         nonlocal truncated, read
         read += 1
         if reducer is not None:
-            encoded = reducer.encode(text)
+            encoded = known.get(text) if known is not None else None
+            if encoded is None:
+                encoded = reducer.encode(text)
             n = len(encoded[0])
             if cap_length is None or n <= cap_length:
-                encodings[text] = encoded
+                pooled[text] = encoded
         else:
             n = len(tokenizer(text, verbose=False)["input_ids"])  # a text over the limit is counted here, not warned of
         if cap_length is not None and n > cap_length:
@@ -266,7 +282,7 @@ def corpus_stats(
                             raise _interrupted(stopping.name, where, mine[0], rank, state.num_processes)
                     batch_texts = [text for text, _ in batch]
                     if reducer is not None:
-                        given = [encodings.get(text) for text in batch_texts]
+                        given = [pooled.get(text) for text in batch_texts]
                         sums, counts = reducer.add(sums, batch_texts, given, tally=tally)
                     else:
                         sums, counts = _add_captures(
@@ -279,7 +295,7 @@ def corpus_stats(
                         on_batch(mine[0], mine[1])
             skip_batches = 0
             place = Place(read, truncated)  # the next pool starts here
-            encodings.clear()
+            pooled.clear()
             if bar is not None:
                 bar.update(read - bar.n)
                 bar.set_postfix(tokens=f"~{mine[1] * state.num_processes:,}")

@@ -37,7 +37,10 @@ class HeadTally:
     :data:`EXAMPLES` role and ``where[layer]`` ``[role, head, 2]`` its (text, position); the same per
     offset bin in ``offset_best`` / ``offset_where`` (the row's maximum weight)."""
 
-    def __init__(self, layers: Sequence[int], n_heads: int, counts: Tensor, index: dict[str, int]) -> None:
+    def __init__(
+        self, layers: Sequence[int], n_heads: int, counts: Tensor, index: dict[str, int], *, full: bool = True
+    ) -> None:
+        self.full = full  # False: the detectors' examples alone (what the random sequences' induction reads)
         self.layers = list(layers)
         self.n_heads = n_heads
         self.counts = counts.to(torch.float64)  # [vocab]
@@ -54,10 +57,12 @@ class HeadTally:
         self.offset_where = torch.full((n, bins, h, 2), -1.0, dtype=torch.float64)
         self._ids = torch.zeros(0, dtype=torch.float64)  # the batch's texts' numbers
         self._tokens = torch.zeros(0, 0, dtype=torch.long)  # the batch's token ids [batch, n]
+        self._per_mask: dict[int, tuple] = {}  # the batch's rows per chunk and mask (_rows_of)
 
     def batch(self, ids: Tensor, texts: Sequence[str]) -> None:
         """The batch whose layers come next: its padded token ids ``[batch, n]`` and its texts."""
         self._tokens = ids.long()
+        self._per_mask = {}
         self._ids = torch.tensor([float(self.index.get(t, -1)) for t in texts], dtype=torch.float64)
 
     @torch.inference_mode()
@@ -76,19 +81,21 @@ class HeadTally:
     ) -> None:
         """Add one chunk of a layer: ``a`` ``[batch, head, rows, keys]`` the weights of rows
         ``start:start + rows`` (0 on padded rows and keys), ``visible`` ``[batch, rows, keys]`` the keys
-        each row may see, ``special`` ``[batch, keys]`` 1 on special keys after the first, the
-        detectors' (text, local row, key) ``pairs`` with each pair's column and the columns of
+        each row may see (:meth:`BatchTexts.visible`: one tensor per batch, chunk and mask), ``special``
+        ``[batch, keys]`` 1 on special keys after the first, the detectors' (text, local row, key) ``pairs``
+        with each pair's column and the columns of
         ``patterns`` (``duplicate_token``, ``induction``), and each row's ``entropy`` ``[batch, head,
         rows]`` (None: no broad / focused examples)."""
         self.part = part
         li = self.layers.index(layer)
+        if not self.full:
+            self._pattern_examples(li, a, start, pairs, columns, patterns)
+            return
         b, h, r, keys = a.shape
         device = a.device
-        seen = visible.sum(-1)  # [b, r]
-        scored = seen >= 2
-        real = seen >= 1
-        self.rows[li] += float(scored.sum())
-        self.log_keys[li] += float(seen[real].double().log().sum())
+        scored, rows_seen, log_seen, count, lowest = self._rows_of(visible, start, keys, device)
+        self.rows[li] += rows_seen
+        self.log_keys[li] += log_seen
         rows = torch.arange(start, start + r, device=device)
         top, arg = a.max(-1)  # [b, h, r]: each row's maximum weight and its key
         offset = arg - rows[None, None, :]
@@ -99,9 +106,6 @@ class HeadTally:
         flat = (heads * n_bins + bins)[ok]
         self.offsets[li] += torch.bincount(flat, minlength=h * n_bins).view(h, n_bins).double().cpu()
         # rare: the key of the row's maximum holds a token of the lowest corpus count the row sees
-        tokens = self._tokens[:, :keys].to(device)
-        count = self.counts.to(device)[tokens]  # [b, keys]
-        lowest = torch.where(visible, count[:, None, :], torch.full_like(count[:, None, :], float("inf"))).amin(-1)
         hit = (count.gather(1, arg.view(b, -1)).view(b, h, r) == lowest[:, None, :]) & ok
         self.rare[li] += hit.sum((0, 2)).double().cpu()
         # examples: the row where each role's per-row value is largest
@@ -120,10 +124,21 @@ class HeadTally:
             e = entropy.to(device, torch.float32)
             values["broad"] = torch.where(ok, e, neg)
             values["focused"] = torch.where(ok, -e, neg)
-        for k, name in enumerate(EXAMPLES):
-            if name in values:
-                self._keep(self.best[li, k], self.where[li, k], values[name], start)
-        for name, column in patterns.items():  # the detectors' single keys: the pair of most weight
+        kept = EXAMPLES[: len(values)]  # the first roles of EXAMPLES, in its order: one maximum for all
+        assert tuple(values) == kept
+        self._keep(self.best[li, : len(kept)], self.where[li, : len(kept)], torch.stack(list(values.values())), start)
+        self._pattern_examples(li, a, start, pairs, columns, patterns)
+        # per offset bin: the row of highest maximum weight among those whose maximum falls there (a bin
+        # no row falls in is all -inf, which beats nothing)
+        every = torch.arange(n_bins, device=device)[:, None, None, None]
+        in_bins = torch.where(ok & (bins == every), top, neg)  # [bin, b, h, r]
+        self._keep(self.offset_best[li], self.offset_where[li], in_bins, start)
+
+    def _pattern_examples(
+        self, li: int, a: Tensor, start: int, pairs: Tensor, columns: Tensor, patterns: dict[str, int]
+    ) -> None:
+        """The detectors' examples: of each pattern's (text, row, key) pairs, the one of most weight per head."""
+        for name, column in patterns.items():
             chosen = columns == column
             if not bool(chosen.any()):
                 continue
@@ -137,21 +152,37 @@ class HeadTally:
             position = (qi[at] + start).double().cpu()
             self.where[li, k, :, 0] = torch.where(better, text, self.where[li, k, :, 0])
             self.where[li, k, :, 1] = torch.where(better, position, self.where[li, k, :, 1])
-        # per offset bin: the row of highest maximum weight among those whose maximum falls there
-        for bin_ in torch.unique(bins[ok]).tolist():
-            in_bin = torch.where(ok & (bins == bin_), top, neg)
-            self._keep(self.offset_best[li, bin_], self.offset_where[li, bin_], in_bin, start)
+
+    def _rows_of(
+        self, visible: Tensor, start: int, keys: int, device: torch.device
+    ) -> tuple[Tensor, float, float, Tensor, Tensor]:
+        """What a chunk's rows are, whatever the layer: which are scored ``[b, r]``, how many, ``Σ log(keys
+        seen)``, each key's corpus count ``[b, keys]`` and the lowest each row sees ``[b, r]``. Made once per
+        batch and ``visible`` (the batch's own tensor for a chunk and mask: layers that share the mask share it)."""
+        found = self._per_mask.get(id(visible))
+        if found is None:
+            seen = visible.sum(-1)  # [b, r]
+            scored = seen >= 2
+            real = seen >= 1
+            tokens = self._tokens[:, :keys].to(device)
+            count = self.counts.to(device)[tokens]  # [b, keys]
+            inf = torch.full_like(count[:, None, :], float("inf"))
+            lowest = torch.where(visible, count[:, None, :], inf).amin(-1)  # [b, r]
+            numbers = (scored, float(scored.sum()), float(seen[real].double().log().sum()), count, lowest)
+            found = self._per_mask[id(visible)] = (visible, *numbers)  # visible kept: its id stays its own
+        return found[1:]
 
     def _keep(self, best: Tensor, where: Tensor, values: Tensor, start: int) -> None:
-        """Keep, per head, the largest of ``values`` ``[batch, head, rows]`` if it beats ``best`` [head]."""
-        b, h, r = values.shape
-        top, at = values.permute(1, 0, 2).reshape(h, -1).max(1)
+        """Keep, per role and head, the largest of ``values`` ``[role, batch, head, rows]`` (its first row on
+        a tie, texts before rows) if it beats ``best`` ``[role, head]``; ``where`` ``[role, head, 2]``."""
+        roles, b, h, r = values.shape
+        top, at = values.permute(0, 2, 1, 3).reshape(roles, h, -1).max(-1)  # [role, head]
         top = top.double().cpu()
         at = at.cpu()
         better = top > best
         best.copy_(torch.where(better, top, best))
-        where[:, 0] = torch.where(better, self._ids[at // r], where[:, 0])
-        where[:, 1] = torch.where(better, (at % r + start).double(), where[:, 1])
+        where[..., 0] = torch.where(better, self._ids[at // r], where[..., 0])
+        where[..., 1] = torch.where(better, (at % r + start).double(), where[..., 1])
 
     def vector(self) -> Tensor:  # float64: what an all-reduce sums
         """The sums, flat (:meth:`load_vector` takes them back, added over processes)."""

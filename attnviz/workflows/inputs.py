@@ -19,10 +19,12 @@ __all__ = [
     "check_texts",
     "check_vocabulary",
     "decoder_inputs",
+    "encode_all",
     "given_tokens",
     "ids_rows",
     "padded",
     "tokenize",
+    "tokenize_each",
 ]
 
 Encoded = tuple[list[int], list[tuple[int, int]], list[str]]  # ids, offsets, tokens
@@ -70,6 +72,24 @@ def encode(tokenizer, text: str, kwargs: dict, *, target: bool = False) -> tuple
     return ids, offsets
 
 
+def encode_all(
+    tokenizer, texts: Sequence[str], kwargs: dict, *, target: bool = False
+) -> list[tuple[list[int], list[tuple[int, int]]]]:
+    """:func:`encode` of each text, in one call of a fast tokenizer (a list of texts goes through the same
+    ``encode_batch`` as one text does, each text alone: the same ids and offsets as one call each, without
+    transformers' per-call overhead, most of the time of short texts); text by text otherwise."""
+    if len(texts) > 1 and getattr(tokenizer, "is_fast", False):
+        text_arg = {"text_target" if target else "text": list(texts), "verbose": False}
+        try:
+            enc = tokenizer(**text_arg, return_offsets_mapping=True, **kwargs)
+            ids, offsets = enc["input_ids"], enc["offset_mapping"]
+            if len(ids) == len(offsets) == len(texts):
+                return [(list(i), [tuple(o) for o in off]) for i, off in zip(ids, offsets)]
+        except (NotImplementedError, KeyError, TypeError, ValueError):  # encoded one by one below, as encode() does
+            pass
+    return [encode(tokenizer, text, kwargs, target=target) for text in texts]
+
+
 def surfaces(tokenizer, ids: list[int]) -> list[str | None]:
     """Each token's text for :func:`offsets_from_tokens`: None for special tokens, "" for a byte
     piece completed by the next one."""
@@ -104,33 +124,86 @@ def tokenize(
     what: str = "text",
 ) -> list[Encoded]:
     """Encode each text alone (no padding), then right-pad ourselves: the tokenizer stays untouched."""
-    bos = bos_id(tokenizer) if add_bos else None
     encoded = []
-    for i, text in enumerate(texts):
-        kwargs: dict = {"truncation": max_length is not None}
-        if max_length is not None:
-            kwargs["max_length"] = max_length
-        ids, offsets = encode(tokenizer, text, kwargs, target=what == "target")
+    for found in _tokenized(tokenizer, texts, max_length, limit, model_name, add_bos, what):
+        if isinstance(found, InputError):
+            raise found
+        encoded.append(found)
+    return encoded
+
+
+def tokenize_each(
+    tokenizer,
+    texts: list[str],
+    max_length: int | None,
+    limit: int | None,
+    model_name: str,
+    add_bos: bool = False,
+    what: str = "text",
+) -> list[Encoded | InputError]:
+    """Each text as ``tokenize(tokenizer, [text], …)`` gives it — or, in its place, the InputError that
+    call raises — from one call of the tokenizer for all of them (what a probe set wants: a probe that
+    cannot be used is left out with why, the others go on)."""
+    return list(_tokenized(tokenizer, texts, max_length, limit, model_name, add_bos, what, alone=True))
+
+
+def _tokenized(
+    tokenizer,
+    texts: list[str],
+    max_length: int | None,
+    limit: int | None,
+    model_name: str,
+    add_bos: bool,
+    what: str,
+    alone: bool = False,
+):  # yields Encoded | InputError per text; alone: each text's message as if it were the only one
+    bos = bos_id(tokenizer) if add_bos else None
+    kwargs: dict = {"truncation": max_length is not None}
+    if max_length is not None:
+        kwargs["max_length"] = max_length
+    for i, pair in enumerate(_encoded(tokenizer, texts, kwargs, what == "target", alone)):
+        if isinstance(pair, InputError):
+            yield pair
+            continue
+        ids, offsets = pair
         if max_length is not None and len(ids) > max_length:
-            raise InputError(
+            yield InputError(
                 f"max_length={max_length} is shorter than the {len(ids)} tokens the tokenizer keeps for the "
                 f"{what} (its special tokens cannot be cut); give max_length ≥ {len(ids)}"
             )
+            continue
         starts_special = bool(offsets) and offsets[0][0] == offsets[0][1]  # [CLS], <s> …
         if add_bos and bos is None and not starts_special:
-            raise InputError("add_bos=True but the tokenizer has neither a BOS nor an EOS token to prepend")
+            yield InputError("add_bos=True but the tokenizer has neither a BOS nor an EOS token to prepend")
+            continue
         if bos is not None and not starts_special and (not ids or ids[0] != bos):
             ids, offsets = [bos] + ids, [(0, 0)] + offsets
             if max_length is not None and len(ids) > max_length:
                 ids, offsets = ids[:max_length], offsets[:max_length]
         if limit is not None and len(ids) > limit:
-            which = f"The {what}" if len(texts) == 1 else f"{what.capitalize()} {i}"
-            raise InputTooLongError(
+            which = f"The {what}" if alone or len(texts) == 1 else f"{what.capitalize()} {i}"
+            yield InputTooLongError(
                 f"{which} has {len(ids):,} tokens; {model_name} accepts at most {limit:,}. "
                 f"Shorten the {what} or pass max_length={limit} to truncate."
             )
-        encoded.append((ids, offsets, tokenizer.convert_ids_to_tokens(ids)))
-    return encoded
+            continue
+        yield (ids, offsets, tokenizer.convert_ids_to_tokens(ids))
+
+
+def _encoded(tokenizer, texts: list[str], kwargs: dict, target: bool, alone: bool) -> list:
+    """:func:`encode_all`; ``alone``: a text the tokenizer gives no offsets for is its InputError, in its place."""
+    try:
+        return list(encode_all(tokenizer, texts, kwargs, target=target))
+    except InputError:
+        if not alone:
+            raise
+    found: list = []
+    for text in texts:
+        try:
+            found.append(encode(tokenizer, text, kwargs, target=target))
+        except InputError as err:
+            found.append(err)
+    return found
 
 
 def given_tokens(

@@ -76,13 +76,16 @@ def reduce_layer(
     picked: PickedRows | None = None,
     statistics: bool = True,
     tally: HeadTally | None = None,
+    patterns: bool = False,
 ) -> tuple[Tensor, dict[str, tuple[Tensor, Tensor]]]:
     """One layer of a padded batch: ``[column, head]`` float64 sums over every real query row of
     every text — COLUMNS over the weights, then COLUMNS over the shares of what is moved given the
     layer's value norms ``norms`` ``[batch, head, key]`` (NaN without them) — and the self-check's
     ``{quantity: (max error, max |model|)}``, each ``[batch, head]``. ``picked``: rows of each text
     whose weights are also kept whole (:class:`PickedRows`), from the same recomputation.
-    ``statistics=False``: the weights, the picked rows and the check only — no entropy, no sums (NaN).
+    ``statistics=False``: the weights, the picked rows and the check only — no entropy, no sums (NaN);
+    with ``patterns``, the detectors' pair sums (``duplicate_token``, ``induction``) are still added, as
+    ``statistics=True`` adds them.
     ``tally``: where each row's maximum falls, and each role's example rows, added from the same
     weights (:class:`~attnviz.workflows.head_tally.HeadTally`, what the head atlas reads)."""
     q, k, v, out = call.q, call.k, call.v, call.out
@@ -93,6 +96,8 @@ def reduce_layer(
     if not statistics:
         sums.fill_(float("nan"))
         norms = None
+        if patterns:
+            sums[0, [COLUMNS.index(name) for name in PATTERNS]] = 0.0
     if norms is None:
         sums[1] = float("nan")
     else:
@@ -115,9 +120,8 @@ def reduce_layer(
         if picked is not None:
             picked.take(call, a, start, stop)
         if tally is not None:
-            seen = mask.scores == 0 if mask is not None else torch.isfinite(batch.additive_mask(call, start, stop, hi))
             columns = {name: COLUMNS.index(name) for name in PATTERNS}
-            visible = seen.any(1) & batch.on("valid", device)[:, None, :hi]  # [b, r, hi]
+            visible = batch.visible(call, start, stop, hi, mask)  # [b, r, hi]
             tally.take(
                 call.part, call.layer, a, start, visible, part.keyed[..., 1], part.pairs, part.columns, columns, entropy
             )
@@ -125,6 +129,9 @@ def reduce_layer(
             assert entropy is not None
             entropy = entropy.masked_fill_(part.padded, 0).sum((0, 2))  # padded rows: NaN or not, 0
             _add_masses(sums[0], a, part, entropy)
+        elif patterns:  # the detectors' single keys alone, added as _add_masses adds them
+            t, i, j = part.pairs
+            sums[0].index_add_(0, part.columns, a[t, :, i, j].double())
         if norms is not None:  # the shares of what is moved: c_ij = α_ij·‖f_h(x_j)‖ over the row's Σ_k c_ik
             moved = torch.mul(a, norms[:, :, None, :hi], out=batch.scratch("moved", a.shape, a.device))
             total = moved.sum(-1, keepdim=True).clamp_min_(_TINY)  # padded rows: 0 / tiny = 0

@@ -34,7 +34,7 @@ from ..errors import ArgumentTypeError, InputError, Interrupted
 from .batched import BatchReducer
 from .checkpoints import rank_path, read_checkpoint, write_checkpoint, written_by
 from .corpus import length_batches
-from .inputs import Encoded, tokenize
+from .inputs import Encoded, tokenize_each
 from .interrupts import StopRounds, stop_requests
 from .layer_reduction import PickedRows
 from .pipeline import Resolved, resolve
@@ -270,11 +270,13 @@ def _by_length(
     """Each probe of this process tokenized once, and the order they run in: by length (stable), so that a
     batch pads little. A text the model cannot take whole is skipped, with why."""
     encoded: dict[int, Encoded] = {}
-    for b, (_, probe) in enumerate(mine):
-        try:
-            [encoded[b]] = tokenize(resolved.tokenizer, [probe.text], None, resolved.limit, resolved.name, add_bos)
-        except InputError as err:
-            skipped.append(f"{probe.id}: {err}")
+    texts = [probe.text for _, probe in mine]
+    found = tokenize_each(resolved.tokenizer, texts, None, resolved.limit, resolved.name, add_bos)
+    for b, ((_, probe), one) in enumerate(zip(mine, found)):
+        if isinstance(one, InputError):
+            skipped.append(f"{probe.id}: {one}")
+        else:
+            encoded[b] = one
     order = sorted(encoded, key=lambda b: len(encoded[b][0]))
     return encoded, order
 

@@ -1,0 +1,144 @@
+"""The shortcuts the head atlas and the probe sets take for speed give what the long way gives, exactly:
+many texts in one tokenizer call, the atlas' single tokenization and its pass without statistics by
+norm, the random sequences' reduction to the detectors' sums alone, and the tally's examples kept for
+every role and offset at once (issues #21, #22)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import attnviz
+from attnviz.analysis import corpus_stats
+from attnviz.errors import InputTooLongError
+from attnviz.workflows.batched import BatchReducer
+from attnviz.workflows.head_tally import EXAMPLES, OFFSETS, HeadTally
+from attnviz.workflows.inputs import encode, encode_all, tokenize, tokenize_each
+from attnviz.workflows.models import IdsTokenizer
+
+TEXTS = [
+    "The trophy would not fit in the suitcase because it was too big.",
+    "  spaces   before, and   after  ",
+    "Ünïcödé — dashes … and 汉字 mixed in; it's fine!",
+    "a",
+    "The city councilmen refused the demonstrators a permit because they feared violence.",
+]
+
+
+def test_many_texts_in_one_tokenizer_call_encode_as_one_call_each(bert_tokenizer):
+    kwargs = {"truncation": False}
+    assert encode_all(bert_tokenizer, TEXTS, kwargs) == [encode(bert_tokenizer, t, kwargs) for t in TEXTS]
+    for add_bos in (False, True):
+        together = tokenize(bert_tokenizer, TEXTS, None, None, "minilm", add_bos)
+        assert together == [tokenize(bert_tokenizer, [t], None, None, "minilm", add_bos)[0] for t in TEXTS]
+    cut = tokenize(bert_tokenizer, TEXTS, 6, None, "minilm")
+    assert cut == [tokenize(bert_tokenizer, [t], 6, None, "minilm")[0] for t in TEXTS]
+    assert max(len(ids) for ids, _, _ in cut) == 6
+    slow = IdsTokenizer()  # no fast tokenizer: text by text
+    assert encode_all(slow, ["1 2 3", "4 5"], kwargs) == [encode(slow, t, kwargs) for t in ["1 2 3", "4 5"]]
+
+
+def test_tokenize_each_puts_a_texts_error_in_its_place_as_a_call_of_its_own_raises_it(bert_tokenizer):
+    limit = 12
+    found = tokenize_each(bert_tokenizer, TEXTS, None, limit, "minilm")
+    for text, one in zip(TEXTS, found):
+        try:
+            [alone] = tokenize(bert_tokenizer, [text], None, limit, "minilm")
+        except InputTooLongError as err:
+            assert isinstance(one, InputTooLongError) and str(one) == str(err)
+            assert str(one).startswith("The text has ")
+        else:
+            assert one == alone
+    assert sum(isinstance(one, InputTooLongError) for one in found) == 3
+    with pytest.raises(InputTooLongError, match="^Text 0 has "):  # tokenize itself still stops at the first
+        tokenize(bert_tokenizer, TEXTS, None, limit, "minilm")
+
+
+def _texts(count: int, seed: int = 0) -> list[str]:
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(4, 30, (count,), generator=g).tolist()
+    return [" ".join(str(i) for i in torch.randint(3, 30, (n,), generator=g).tolist()) for n in lengths]
+
+
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_the_detectors_sums_alone_equal_those_of_the_whole_reduction(family):
+    model, tok = attnviz.tiny_model(family), IdsTokenizer()
+    texts = _texts(9)
+    index = {t: k for k, t in enumerate(texts)}
+    full, alone = BatchReducer(model, tok, moved=False), BatchReducer(model, tok, statistics=False, patterns=True)
+    tallies = []
+    sums = {}
+    for which, reducer, whole in (("full", full, True), ("alone", alone, False)):
+        layers = sorted(full.layers or range(model.config.num_hidden_layers))
+        tally = HeadTally(layers, model.config.num_attention_heads, torch.ones(200), index, full=whole)
+        s = None
+        for start in range(0, len(texts), 4):
+            s, _ = reducer.add(s, texts[start : start + 4], tally=tally)
+        sums[which] = s.frame()
+        tallies.append(tally)
+    for name in ("duplicate_token", "induction"):
+        np.testing.assert_array_equal(sums["alone"][name].to_numpy(), sums["full"][name].to_numpy())
+        assert np.isfinite(sums["full"][name].to_numpy()).all()
+        k = EXAMPLES.index(name)
+        np.testing.assert_array_equal(tallies[1].best[:, k].numpy(), tallies[0].best[:, k].numpy())
+        np.testing.assert_array_equal(tallies[1].where[:, k].numpy(), tallies[0].where[:, k].numpy())
+    assert sums["alone"]["previous"].isna().all() and not sums["full"]["previous"].isna().any()
+    assert torch.isinf(tallies[1].best[:, EXAMPLES.index("previous")]).all()  # nothing else is kept
+
+
+def test_corpus_stats_without_the_statistics_by_norm_or_with_given_encodings_gives_the_same_table():
+    model, tok = attnviz.tiny_model("bert"), IdsTokenizer()
+    texts = _texts(10, seed=1)
+    whole = corpus_stats(model, texts, tok, batch_size=4, progress=False)
+    encodings = dict(zip(texts, tokenize(tok, texts, None, None, "tiny", False)))
+    lean = corpus_stats(model, texts, tok, batch_size=4, progress=False, moved=False, encodings=encodings)
+    moved = [c for c in whole.columns if c.endswith("_moved")]
+    assert moved and lean[moved].isna().all().all() and whole["first_moved"].notna().all()
+    rest = [c for c in whole.columns if c not in moved]
+    assert lean[rest].equals(whole[rest])
+    wrong = {t: ([3, 4], [(0, 1), (2, 3)], ["3", "4"]) for t in texts}  # the given encodings are what is read
+    assert corpus_stats(model, texts, tok, batch_size=4, progress=False, encodings=wrong)["tokens"].iloc[0] == 20
+
+
+def _example_loop(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per head, the largest value over (text, row) and the first (text, row) that holds it."""
+    b, h, r = values.shape
+    best, where = np.full(h, -np.inf), np.full((h, 2), -1.0)
+    for head in range(h):
+        for t in range(b):
+            for i in range(r):
+                if values[t, head, i] > best[head]:
+                    best[head], where[head] = values[t, head, i], (t, i)
+    return best, where
+
+
+def test_the_tally_keeps_each_roles_and_offsets_first_largest_row_as_a_loop_does():
+    g = torch.Generator().manual_seed(3)
+    b, h, n = 3, 4, 11
+    a = torch.randint(0, 4, (b, h, n, n), generator=g).float()  # few values: many ties
+    a = a / a.sum(-1, keepdim=True).clamp_min(1)
+    tally = HeadTally([0], h, torch.arange(40, dtype=torch.float64), {f"t{t}": t for t in range(b)})
+    tally.batch(torch.randint(0, 40, (b, n), generator=g), [f"t{t}" for t in range(b)])
+    visible = torch.ones(b, n, n, dtype=torch.bool)
+    pairs = torch.zeros(3, 0, dtype=torch.long)
+    tally.take("encoder", 0, a, 0, visible, torch.zeros(b, n), pairs, torch.zeros(0, dtype=torch.long), {}, None)
+    m = a.numpy()
+    i = np.arange(n)
+    first = m[..., 0]
+    best, where = _example_loop(first)
+    k = EXAMPLES.index("first")
+    np.testing.assert_array_equal(tally.best[0, k].numpy(), best)
+    np.testing.assert_array_equal(tally.where[0, k].numpy(), where)
+    previous = np.where(i[None, None] >= 1, m[:, :, i, np.maximum(i - 1, 0)], -np.inf)
+    best, where = _example_loop(previous)
+    np.testing.assert_array_equal(tally.best[0, EXAMPLES.index("previous")].numpy(), best)
+    np.testing.assert_array_equal(tally.where[0, EXAMPLES.index("previous")].numpy(), where)
+    top, arg = a.max(-1)
+    offset = (arg - torch.arange(n)).numpy()
+    bins = np.where(np.abs(offset) <= OFFSETS, offset + OFFSETS, 2 * OFFSETS + 1)
+    for bin_ in range(2 * OFFSETS + 2):
+        best, where = _example_loop(np.where(bins == bin_, top.numpy(), -np.inf))
+        np.testing.assert_array_equal(tally.offset_best[0, bin_].numpy(), best)
+        np.testing.assert_array_equal(tally.offset_where[0, bin_].numpy(), where)
+    assert np.isfinite(tally.offset_best[0].numpy()).sum() > h  # several bins are filled
