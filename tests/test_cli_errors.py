@@ -35,7 +35,7 @@ def cli(*args: str, **env: str) -> tuple[int, str, float]:
 def startup() -> float:
     """Seconds a fresh process takes to import what the command line imports before it can fail
     (torch, transformers): the bound on "in seconds" is this plus a margin, measured in the same run,
-    so a loaded machine does not fail it while ~25 s of hub retries still would."""
+    so a loaded machine does not fail it while ~25 s of hub retries still would (twice the import plus 8 s)."""
     start = time.monotonic()
     subprocess.run([sys.executable, "-c", "import torch, transformers, attnviz.cli"], check=True, timeout=300)
     return time.monotonic() - start
@@ -80,12 +80,12 @@ def test_an_unknown_model_fails_in_seconds_on_one_line_with_what_to_do(env, star
     )
     assert "not in the Hugging Face cache" in line and "HF_HUB_OFFLINE" in line and "Pass a local folder" in line
     # ~4 s here, most of it importing torch and transformers (was ~27 s online)
-    assert seconds < startup + 8, (seconds, startup)
+    assert seconds < 2 * startup + 8, (seconds, startup)
 
 
 def test_a_name_that_is_no_hub_id_is_refused_at_once(startup):
     rc, err, seconds = cli("capture", "not a model!", "hi", HF_HUB_OFFLINE="")
-    assert rc == 2 and seconds < startup + 8, (seconds, startup)
+    assert rc == 2 and seconds < 2 * startup + 8, (seconds, startup)
     assert one_error_line(err).startswith(
         "error: could not load model 'not a model!': it is not an embedded alias (minilm, smollm2), not a local "
         "folder, and not a hub name (owner/name). Pass a local folder"
@@ -96,7 +96,7 @@ def test_a_name_that_is_no_hub_id_is_refused_at_once(startup):
 def test_layer_without_query_is_refused_not_ignored(startup):
     """It used to exit 0 with --layer silently ignored."""
     rc, err, seconds = cli("capture", "smollm2", "The dog ran.", "--layer", "99")
-    assert rc == 2 and seconds < startup + 8, (seconds, startup)  # refused before any model is read
+    assert rc == 2 and seconds < 2 * startup + 8, (seconds, startup)  # refused before any model is read
     assert one_error_line(err) == (
         "error: --layer chooses what --query prints: add --query WORD (to capture only some layers, use --layers)"
     )

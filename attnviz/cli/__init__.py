@@ -19,18 +19,18 @@ from ..errors import AttnvizError, ValidationError
 from .commands import (
     EXIT_INTERRUPTED,
     EXPORT_VIEWS,
-    _cmd_app,
-    _cmd_atlas,
-    _cmd_capture,
-    _cmd_coref,
-    _cmd_export,
-    _cmd_generate,
-    _cmd_probes,
-    _cmd_stats,
-    _cmd_validate,
-    _error_line,
+    cmd_app,
+    cmd_atlas,
+    cmd_capture,
+    cmd_coref,
+    cmd_export,
+    cmd_generate,
+    cmd_probes,
+    cmd_stats,
+    cmd_validate,
+    error_line,
 )
-from .options import _add_bos, _add_loading_args, _add_model_args, _add_out
+from .options import add_bos, add_loading_args, add_model_args, add_out
 
 __all__ = ["EXIT_INTERRUPTED", "build_parser", "main"]
 
@@ -50,8 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("capture", help="run a model on a text and record its attention")
-    _add_model_args(p, text_required=True)
-    _add_out(p, "save the capture to this file (.attnviz, safetensors; --output still works)")
+    add_model_args(p, text_required=True)
+    add_out(p, "save the capture to this file (.attnviz, safetensors; --output still works)")
     p.add_argument("--query", help="print, per head, where this word's attention goes (word level)")
     p.add_argument(
         "--layer", type=int, default=None, help="the layer --query reads (default: the first captured); needs --query"
@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="encoder-decoder models: the attention --query reads (default: encoder); needs --query",
     )
-    p.set_defaults(func=_cmd_capture)
+    p.set_defaults(func=cmd_capture)
 
     p = sub.add_parser("generate", help="continue a text with the model and record every step's attention")
     p.add_argument("model", help="embedded alias (smollm2), hub name, or local folder of a model that generates")
@@ -72,8 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (with --sample)")
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold (with --sample)")
     p.add_argument("--seed", type=int, default=None, help="seed for a repeatable sample")
-    _add_bos(p)
-    _add_loading_args(p)
+    add_bos(p)
+    add_loading_args(p)
     p.add_argument(
         "--check",
         choices=["sample", "full", "off"],
@@ -84,19 +84,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--layer", type=int, default=None, help="the layer --steps prints (default: the last captured); needs --steps"
     )
-    _add_out(p, "save the generation's capture to this file (opens in attnviz app; --output still works)")
-    p.set_defaults(func=_cmd_generate)
+    add_out(p, "save the generation's capture to this file (opens in attnviz app; --output still works)")
+    p.set_defaults(func=cmd_generate)
 
     p = sub.add_parser(
         "validate", help="compare attnviz's recomputation with the model's own attention (exit 1 on failure)"
     )
-    _add_model_args(p, text_required=False, check=False)
+    add_model_args(p, text_required=False, check=False)
     p.add_argument("--capture", help="validate a saved capture file instead of running a model")
-    _add_out(p, "write the per layer/head errors to this CSV file (--csv still works)", alias="--csv")
-    p.set_defaults(func=_cmd_validate)
+    add_out(p, "write the per layer/head errors to this CSV file (--csv still works)", alias="--csv")
+    p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("coref", help="rank heads by the attention from a pronoun to candidate antecedents")
-    _add_model_args(p, text_required=True)
+    add_model_args(p, text_required=True)
     p.add_argument("--pronoun", required=True, help="the pronoun (its last occurrence is used), e.g. it or 它")
     p.add_argument("--candidates", help="comma-separated candidates (default: proposed from the text)")
     p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
@@ -107,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="encoder-decoder models: rank the encoder's (source) or the decoder's (target) heads",
     )
-    p.set_defaults(func=_cmd_coref)
+    p.set_defaults(func=cmd_coref)
 
     p = sub.add_parser(
         "probes", help="score every head on a probe set (en, zh, or a JSONL/CSV/TSV/Parquet file of a known format)"
@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
     p.add_argument("--no-bos", action="store_true", help="do not prepend a BOS token to each probe")
     p.add_argument("--top", type=int, default=5, help="how many heads to print")
-    _add_out(p, "write the per-head accuracy to this CSV file (--csv still works)", alias="--csv")
+    add_out(p, "write the per-head accuracy to this CSV file (--csv still works)", alias="--csv")
     p.add_argument(
         "--checkpoint",
         help="save the run's place to this file (atomically; one per process under torchrun) every 100 probes or "
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=60.0,
         help="save after this many seconds at most (default: 60)",
     )
-    p.set_defaults(func=_cmd_probes)
+    p.set_defaults(func=cmd_probes)
 
     p = sub.add_parser(
         "stats",
@@ -164,10 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("model", help="embedded alias, hub name or local folder")
     p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')
-    _add_out(p, "write the table here: .parquet or .csv (default: print it)")
+    add_out(p, "write the table here: .parquet or .csv (default: print it)")
     p.add_argument("--batch-size", type=int, default=8, help="texts per forward, grouped by length (default: 8)")
     p.add_argument("--max-length", type=int, default=None, help="truncate each text to this many tokens")
-    _add_loading_args(p, backend=False)
+    add_loading_args(p, backend=False)
     p.add_argument("--device-map", default=None, help="auto: spread a large model over GPUs, CPU and disk")
     p.add_argument("--add-bos", action="store_true", help="prepend a BOS token to each text")
     p.add_argument("--part", choices=["encoder", "decoder"], default=None, help="encoder-decoder models: which part")
@@ -199,7 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="save after this many seconds at most (default: 60)",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_cmd_stats)
+    p.set_defaults(func=cmd_stats)
 
     p = sub.add_parser(
         "atlas",
@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("model", help="embedded alias, hub name or local folder")
     p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')
-    _add_out(p, "write the atlas here: .csv, .parquet or .html (map and table) (default: print it)")
+    add_out(p, "write the atlas here: .csv, .parquet or .html (map and table) (default: print it)")
     p.add_argument("--batch-size", type=int, default=8, help="texts per forward, grouped by length (default: 8)")
     p.add_argument(
         "--probes",
@@ -224,15 +224,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="report only these roles, comma-separated (default: all)",
     )
     p.add_argument("--max-length", type=int, default=None, help="truncate each text to this many tokens")
-    _add_loading_args(p, backend=False)
+    add_loading_args(p, backend=False)
     p.add_argument("--add-bos", action="store_true", help="prepend a BOS token to each text")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_cmd_atlas)
+    p.set_defaults(func=cmd_atlas)
 
     p = sub.add_parser("export", help="write figures as one self-contained HTML file that opens offline")
-    _add_model_args(p, text_required=False)
+    add_model_args(p, text_required=False)
     p.add_argument("--capture", help="export from a saved capture file instead of running a model")
-    _add_out(p, "the HTML file to write (--output still works)", required=True)
+    add_out(p, "the HTML file to write (--output still works)", required=True)
     p.add_argument(
         "--views",
         default="heatmap,head,model",
@@ -247,7 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="encoder-decoder models: which attention (default: encoder)",
     )
     p.add_argument("--words", action="store_true", help="merge tokens into words")
-    p.set_defaults(func=_cmd_export)
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("app", help="start the dashboard (http://127.0.0.1:8050 by default)")
     p.add_argument(
@@ -268,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1; others warn: no authentication)"
     )
     p.add_argument("--port", type=int, default=8050)
-    p.set_defaults(func=_cmd_app)
+    p.set_defaults(func=cmd_app)
     return parser
 
 
@@ -277,11 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except ValidationError as err:
-        print(_error_line(err), file=sys.stderr)
+        print(error_line(err), file=sys.stderr)
         return 1
     except AttnvizError as err:
-        print(_error_line(err), file=sys.stderr)
+        print(error_line(err), file=sys.stderr)
         return 2
     except OSError as err:  # a file that cannot be read or written
-        print(_error_line(err), file=sys.stderr)
+        print(error_line(err), file=sys.stderr)
         return 2

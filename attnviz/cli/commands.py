@@ -6,13 +6,13 @@ import sys
 import warnings
 
 from ..errors import InputError, Interrupted
-from .options import _columns, _loading, _writable
-from .preflight import _preflight
+from .options import check_writable, column_mapping, loading_kwargs
+from .preflight import preflight
 
 EXIT_INTERRUPTED = 75  # sysexits' EX_TEMPFAIL: stopped by a signal after checkpointing; resubmit with --resume
 
 
-def _error_line(err: BaseException) -> str:
+def error_line(err: BaseException) -> str:
     """An error as the one line the command line prints."""
     return "error: " + " ".join(str(err).split())
 
@@ -26,14 +26,15 @@ def _capture(args):
         args.model,
         args.text,
         max_length=args.max_length,
-        **_loading(args),
+        **loading_kwargs(args),
         add_bos=getattr(args, "add_bos", False),
         target=args.target,
         check=getattr(args, "check", "off"),
     )
 
 
-def _cmd_capture(args) -> int:
+def cmd_capture(args) -> int:
+    """``attnviz capture``: capture a text (saved with ``-o``), and with ``--query`` print where a word's attention goes."""
     if args.query is None:
         given = [f"--{name}" for name in ("layer", "part") if getattr(args, name) is not None]
         if given:
@@ -42,8 +43,8 @@ def _cmd_capture(args) -> int:
                 "(to capture only some layers, use --layers)"
             )
     if args.out:
-        _writable(args.out)
-    _preflight(args, args.text, layer=args.layer, query=args.query, part=args.part or "encoder")
+        check_writable(args.out)
+    preflight(args, args.text, layer=args.layer, query=args.query, part=args.part or "encoder")
     cap = _capture(args)
     print(cap)
     print("words:", " | ".join(cap.word_labels))
@@ -74,13 +75,14 @@ def _cmd_capture(args) -> int:
     return 0
 
 
-def _cmd_generate(args) -> int:
+def cmd_generate(args) -> int:
+    """``attnviz generate``: let the model write and record every step's attention."""
     from ..workflows.generation import (
         generate,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
     if args.out:
-        _writable(args.out)
+        check_writable(args.out)
     sampling = {}
     if args.sample:
         sampling = {"do_sample": True, "temperature": args.temperature, "top_p": args.top_p}
@@ -90,13 +92,13 @@ def _cmd_generate(args) -> int:
         raise InputError(
             "--layer chooses the layer --steps prints: add --steps (to capture only some layers, use --layers)"
         )
-    _preflight(args, args.prompt, layer=args.layer, part="decoder")
+    preflight(args, args.prompt, layer=args.layer, part="decoder")
     gen = generate(
         args.model,
         args.prompt,
         max_new_tokens=args.max_new_tokens,
         add_bos=args.add_bos,
-        **_loading(args),
+        **loading_kwargs(args),
         check=args.check,
         seed=args.seed,
         **{k: v for k, v in sampling.items() if v is not None},
@@ -118,7 +120,8 @@ def _cmd_generate(args) -> int:
     return 0
 
 
-def _cmd_stats(args) -> int:
+def cmd_stats(args) -> int:
+    """``attnviz stats``: head statistics over a corpus, over processes, checkpointed and resumable."""
     from ..workflows.corpus import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
         corpus_stats,
         write_table,
@@ -127,10 +130,10 @@ def _cmd_stats(args) -> int:
     if args.resume and not args.checkpoint:
         raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
     if args.out:
-        _writable(args.out)
+        check_writable(args.out)
         if not args.out.endswith((".parquet", ".csv")):
             raise InputError(f"-o/--out {args.out!r}: give a .parquet or .csv path")
-    _preflight(args, None)
+    preflight(args, None)
     interrupted = False
     try:
         with warnings.catch_warnings():
@@ -141,7 +144,7 @@ def _cmd_stats(args) -> int:
                 batch_size=args.batch_size,
                 max_length=args.max_length,
                 device_map=args.device_map,
-                **_loading(args),
+                **loading_kwargs(args),
                 add_bos=args.add_bos,
                 part=args.part,
                 truncate=not args.no_truncate,
@@ -170,22 +173,23 @@ def _cmd_stats(args) -> int:
     except Interrupted as err:
         interrupted = True  # every process stopped too (they agree before each batch): no barrier to wait at
         if err.rank == 0:
-            print(_error_line(err), file=sys.stderr)
+            print(error_line(err), file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         _end_processes(barrier=not interrupted)
 
 
-def _cmd_atlas(args) -> int:
+def cmd_atlas(args) -> int:
+    """``attnviz atlas``: each head's roles over a corpus, as a table or an HTML page."""
     from ..workflows.atlas import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
         head_atlas,
     )
 
     if args.out:
-        _writable(args.out)
+        check_writable(args.out)
         if not args.out.endswith((".parquet", ".csv", ".html")):
             raise InputError(f"-o/--out {args.out!r}: give a .csv, .parquet or .html path")
-    _preflight(args, None)
+    preflight(args, None)
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _warning_line  # restored by catch_warnings
@@ -245,9 +249,10 @@ def _end_processes(barrier: bool = True) -> None:
         dist.destroy_process_group()
 
 
-def _cmd_validate(args) -> int:
+def cmd_validate(args) -> int:
+    """``attnviz validate``: recompute every head and compare it with the model's own numbers (exit 1 over tolerance)."""
     if args.out:
-        _writable(args.out)
+        check_writable(args.out)
     if args.capture:
         from ..data.io import (
             load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
@@ -257,7 +262,7 @@ def _cmd_validate(args) -> int:
     else:
         if not args.model or not args.text:
             raise InputError("attnviz validate: give MODEL TEXT, or --capture FILE")
-        _preflight(args, args.text)
+        preflight(args, args.text)
         cap = _capture(args)
     report = cap.validate()
     print(report)
@@ -267,12 +272,13 @@ def _cmd_validate(args) -> int:
     return 0 if report.passed else 1
 
 
-def _cmd_coref(args) -> int:
+def cmd_coref(args) -> int:
+    """``attnviz coref``: rank the heads by how much a pronoun attends to its candidates."""
     from ..analysis import (
         rank_heads,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
-    _preflight(args, args.text)
+    preflight(args, args.text)
     cap = _capture(args)
     candidates = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
     ranking = rank_heads(cap, args.pronoun, candidates, exclude_sinks=not args.keep_sinks, part=args.part)
@@ -281,9 +287,10 @@ def _cmd_coref(args) -> int:
     return 0
 
 
-def _cmd_probes(args) -> int:
+def cmd_probes(args) -> int:
+    """``attnviz probes``: evaluate every head on a probe set (accuracy, intervals, tests)."""
     if args.out:
-        _writable(args.out)
+        check_writable(args.out)
     from ..workflows.probing import (
         evaluate_probes,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
@@ -291,7 +298,7 @@ def _cmd_probes(args) -> int:
     if args.resume and not args.checkpoint:
         raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
     if args.per_probe:
-        _writable(args.per_probe)
+        check_writable(args.per_probe)
     from ..analysis.probes import load_probes  # deferred: a refused argument answers before pandas loads
 
     interrupted = False
@@ -299,7 +306,9 @@ def _cmd_probes(args) -> int:
         with warnings.catch_warnings():
             warnings.showwarning = _warning_line  # restored by catch_warnings
             # read (and every unusable probe reported) before the model loads: a bad file costs no model
-            probes = load_probes(args.probes, format=args.format, columns=_columns(args.columns), strict=args.strict)
+            probes = load_probes(
+                args.probes, format=args.format, columns=column_mapping(args.columns), strict=args.strict
+            )
             result = evaluate_probes(
                 args.model,
                 probes,
@@ -317,7 +326,7 @@ def _cmd_probes(args) -> int:
     except Interrupted as err:
         interrupted = True  # every process stopped too (they agree before each batch): no barrier to wait at
         if err.rank == 0:
-            print(_error_line(err), file=sys.stderr)
+            print(error_line(err), file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
         _end_processes(barrier=not interrupted)
@@ -335,7 +344,8 @@ def _cmd_probes(args) -> int:
 EXPORT_VIEWS = ("heatmap", "head", "model", "validation")
 
 
-def _cmd_export(args) -> int:
+def cmd_export(args) -> int:
+    """``attnviz export``: a capture's views as one self-contained HTML file."""
     from .. import (
         figures,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
@@ -343,7 +353,7 @@ def _cmd_export(args) -> int:
         load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
-    _writable(args.out)
+    check_writable(args.out)
     views = [v.strip() for v in args.views.split(",") if v.strip()]
     unknown = [v for v in views if v not in EXPORT_VIEWS]
     if unknown or not views:
@@ -351,7 +361,7 @@ def _cmd_export(args) -> int:
     if args.capture:
         cap = load(args.capture)
     elif args.model and args.text:
-        _preflight(args, args.text, layer=args.layer, head=args.head, part=args.part or "encoder")
+        preflight(args, args.text, layer=args.layer, head=args.head, part=args.part or "encoder")
         cap = _capture(args)
     else:
         raise InputError("attnviz export: give MODEL TEXT, or --capture FILE")
@@ -372,7 +382,8 @@ def _cmd_export(args) -> int:
     return 0
 
 
-def _cmd_app(args) -> int:
+def cmd_app(args) -> int:
+    """``attnviz app``: start the dashboard."""
     try:
         from attnviz.dashboard import (
             run,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load

@@ -15,25 +15,27 @@ def _layers(value: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--layers takes comma-separated integers like 0,3,5, got {value!r}") from err
 
 
-def _add_out(p: argparse.ArgumentParser, help: str, *, required: bool = False, alias: str = "--output") -> None:
+def add_out(p: argparse.ArgumentParser, help: str, *, required: bool = False, alias: str = "--output") -> None:
     """``-o/--out`` of a subcommand that writes a file; ``alias`` (its older spelling) still works."""
     p.add_argument("-o", "--out", alias, dest="out", required=required, metavar="FILE", help=help)
 
 
-def _add_bos(p: argparse.ArgumentParser) -> None:
+def add_bos(p: argparse.ArgumentParser) -> None:
+    """``--add-bos``."""
     p.add_argument("--add-bos", action="store_true", help="prepend a BOS token so a decoder's sink is not a word")
 
 
-def _add_model_args(p: argparse.ArgumentParser, *, text_required: bool, check: bool = True) -> None:
+def add_model_args(p: argparse.ArgumentParser, *, text_required: bool, check: bool = True) -> None:
+    """MODEL and TEXT, loading, ``--max-length``, ``--add-bos``, ``--target`` and ``--check``."""
     p.add_argument(
         "model",
         nargs=None if text_required else "?",
         help="embedded alias (smollm2, minilm), hub name, or local folder",
     )
     p.add_argument("text", nargs=None if text_required else "?", help="the text to run the model on")
-    _add_loading_args(p)
+    add_loading_args(p)
     p.add_argument("--max-length", type=int, default=None, help="truncate the text to this many tokens")
-    _add_bos(p)
+    add_bos(p)
     p.add_argument(
         "--target",
         default=None,
@@ -48,7 +50,7 @@ def _add_model_args(p: argparse.ArgumentParser, *, text_required: bool, check: b
         )
 
 
-def _add_loading_args(p: argparse.ArgumentParser, *, backend: bool = True) -> None:
+def add_loading_args(p: argparse.ArgumentParser, *, backend: bool = True) -> None:
     """Which layers, and where and how the model loads."""
     p.add_argument("--layers", type=_layers, default=None, help="capture only these layers, e.g. 0,3,5 (0-based)")
     p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: where the model loads)")
@@ -59,18 +61,19 @@ def _add_loading_args(p: argparse.ArgumentParser, *, backend: bool = True) -> No
         )
 
 
-def _loading(args) -> dict:
-    """The keyword arguments :func:`_add_loading_args` gathered."""
+def loading_kwargs(args) -> dict:
+    """The keyword arguments :func:`add_loading_args` gathered."""
     names = ("layers", "device", "dtype", "attn_implementation")
     return {name: getattr(args, name) for name in names if hasattr(args, name)}
 
 
-def _writable(path: str) -> None:
+def check_writable(path: str) -> None:
+    """Refuse a path whose folder does not exist, before any model runs."""
     if not Path(path).parent.is_dir():
         raise InputError(f"cannot write {path!r}: the folder {str(Path(path).parent)!r} does not exist")
 
 
-def _columns(pairs: list[str] | None) -> dict[str, str] | None:
+def column_mapping(pairs: list[str] | None) -> dict[str, str] | None:
     """``--column text=sentence --column pronoun=pron`` as load_probes' ``columns`` mapping."""
     if not pairs:
         return None

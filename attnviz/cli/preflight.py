@@ -16,7 +16,7 @@ def _n_heads(config, part: str | None) -> int | None:
     return None
 
 
-def _preflight(
+def preflight(
     args,
     text: str | None,
     *,
