@@ -140,8 +140,11 @@ class ValidationReport:
                 continue
             where = f"{w['part']} " if len(parts) > 1 else ""
             failed = sum(not r["passed"] for r in self.rows if r["quantity"] == quantity)
+            # float32 errors come in steps of an ulp: where other heads have this very error, say so
+            tied = sum(r["max_abs_error"] == w["max_abs_error"] for r in self.rows if r["quantity"] == quantity) - 1
             found.append(
                 f"{what}: max error {w['max_abs_error']:.2e} at {where}L{w['layer']}·H{w['head']}"
+                + (f" and {tied} more heads with the same error" if tied else "")
                 + (f" ({failed} heads over tolerance)" if failed else "")
             )
         if self.projection:
