@@ -67,13 +67,13 @@ bench: setup
 	$(PY) bench/validation_cost.py
 	$(PY) bench/generation_overhead.py
 	$(PY) bench/intervention_cost.py
-	-$(PY) bench/corpus_throughput.py   # misses its 0.9x goal today (see README); reported, not a gate
-	-$(PY) bench/dashboard_payload.py   # the lab's token chips miss 2 MB at 8,192 tokens (see README); reported, not a gate
+	-$(PY) bench/corpus_throughput.py   # misses its 0.9x goal today (docs/benchmarks.md); reported, not a gate
+	-$(PY) bench/dashboard_payload.py   # the lab's token chips miss 2 MB at 8,192 tokens (docs/benchmarks.md); reported, not a gate
 	$(PY) bench/summary_cost.py
 	$(PY) bench/soak.py   # 8 sessions x 50 interactions on one server
 	$(PY) bench/moved_cost.py   # what keeping "what moves" costs a capture
 	$(PY) bench/moved_shares.py   # weight vs what moves on the carried models (reported)
-	-$(PY) bench/probe_throughput.py   # MiniLM misses its 0.8x goal (see README); reported, not a gate
+	-$(PY) bench/probe_throughput.py   # MiniLM misses its 0.8x goal (docs/benchmarks.md); reported, not a gate
 	$(PY) bench/probe_accuracy.py   # the carried models on the shipped probe sets (reported)
 
 # On a CUDA machine (a CUDA torch build in the venv): tests/test_gpu.py, the capture and generation benches
