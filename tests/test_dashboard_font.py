@@ -6,7 +6,8 @@ fonts-wqy-*, this suite's machines: ``fc-list :lang=zh`` is empty) every charact
 drawn as the same box, so two different labels come out alike (0–2 % of their pixels apart, where the
 box falls on the pixel grid); with the face about 38 % differ. Removing
 ``apps/dashboard/assets/fonts/attnviz-cjk.woff2`` makes these tests fail, and so does exporting the PNG
-with plotly's own ``Plotly.toImage`` (the camera button's path) instead of ``attnviz.figureImage``."""
+with plotly's own ``Plotly.toImage`` (the camera button's path) instead of ``attnviz.figureImage``
+(the export bar's Figure button's path)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import base64
 import io
 import re
 import time
+from pathlib import Path
+from urllib.parse import unquote
 
 import numpy as np
 import pytest
@@ -30,6 +33,9 @@ LOADED = """const done = arguments[arguments.length - 1];
 document.fonts.load('16px "attnviz CJK"', arguments[0]).then(
   faces => done([faces.filter(f => f.status === "loaded").length, document.fonts.check('16px "attnviz CJK"', arguments[0])]),
   err => done([0, String(err)]));"""
+
+
+LAST = "return window.attnvizLastExport"  # [{name, url}] of the Figure button's last click (figure_image.js)
 
 
 def pixels(element) -> np.ndarray:
@@ -79,20 +85,53 @@ def test_the_page_draws_chinese_in_its_own_font(dash_duo):
     assert "attnviz CJK" in ticks["猫"].get_attribute("style")
     assert_drawn_apart(pixels(ticks["猫"]), pixels(ticks["动"]))
     # the figure as PNG (assets/figure_image.js: the face inlined in its SVG), the two labels cut out of it
-    boxes = driver.execute_script(
-        "const svg = document.querySelector(arguments[0] + ' .main-svg').getBoundingClientRect();"
-        "return arguments[1].map(t => { const r = t.getBoundingClientRect();"
-        "  return [r.left - svg.left, r.top - svg.top, r.right - svg.left, r.bottom - svg.top].map(Math.round); });",
-        f"#{ID.heatmap}",
-        [ticks["猫"], ticks["动"]],
-    )
     png = driver.execute_async_script(
         "attnviz.figureImage(document.getElementById(arguments[0]), 'png').then(arguments[1], e => arguments[1](String(e)))",
         ID.heatmap,
     )
+    assert_drawn_apart(*label_crops(driver, png, "猫", "动"))
+    assert dash_duo.get_logs() == []
+
+
+def label_crops(driver, png: str, *labels: str) -> list[np.ndarray]:
+    """The heatmap's x tick ``labels`` cut out of its PNG (a data URL) where the page draws them."""
+    boxes = driver.execute_script(
+        "const svg = document.querySelector(arguments[0] + ' .main-svg').getBoundingClientRect();"
+        "const ticks = Array.from(document.querySelectorAll(arguments[0] + ' .xtick text'));"
+        "return arguments[1].map(label => { const r = ticks.find(t => t.textContent === label).getBoundingClientRect();"
+        "  return [r.left - svg.left, r.top - svg.top, r.right - svg.left, r.bottom - svg.top].map(Math.round); });",
+        f"#{ID.heatmap}",
+        list(labels),
+    )
     image = Image.open(io.BytesIO(base64.b64decode(png.split(",", 1)[1]))).convert("L")
-    a, b = (np.asarray(image.crop(box), dtype=np.int16) for box in boxes)
-    assert_drawn_apart(a, b)
+    return [np.asarray(image.crop(box), dtype=np.int16) for box in boxes]
+
+
+@pytest.mark.browser
+def test_the_figure_button_downloads_the_view_with_chinese_drawn(dash_duo):
+    """The export bar's Figure button (not plotly's camera): the shown figure as PNG, its 猫 and 动 two
+    different pictures, and as SVG carrying the face; both arrive as files named after the view."""
+    dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)"}, default_model="minilm"))
+    driver = dash_duo.driver
+    poll(lambda: driver.find_elements("css selector", f"#{ID.heatmap} .xtick text"))
+    folder = Path(dash_duo.download_path)
+
+    def export(fmt: str, index: int) -> tuple[str, Path]:
+        dash_duo.find_elements(f"#{ID.export_format} input")[index].click()
+        driver.execute_script("window.attnvizLastExport = null")
+        dash_duo.find_element(f"#{ID.figure_button}").click()
+        [(name, url)] = poll(lambda: [(e["name"], e["url"]) for e in driver.execute_script(LAST) or []])
+        assert re.fullmatch(rf"attnviz-heatmap-L\d+-H\d+\.{fmt}", name), name  # the view, layer and head shown
+        poll(lambda: (folder / name).exists() and (folder / name).stat().st_size > 1000)
+        return url, folder / name
+
+    png, png_file = export("png", 0)
+    assert_drawn_apart(*label_crops(driver, png, "猫", "动"))
+    assert png_file.read_bytes() == base64.b64decode(png.split(",", 1)[1])
+    svg, svg_file = export("svg", 1)
+    svg = unquote(svg.split(",", 1)[1])
+    assert '@font-face{font-family:"attnviz CJK"' in svg and "data:font/woff2;base64," in svg
+    assert svg_file.read_text() == svg
     assert dash_duo.get_logs() == []
 
 

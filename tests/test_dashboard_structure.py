@@ -154,7 +154,8 @@ def test_the_shared_controls_each_have_a_label_that_says_what_they_do():
         assert type(tooltip).__name__ == "Tooltip" and len(tooltip.label) > 20, tooltip
         explained.update(dict.fromkeys(ids_in(f.children[1:]), (tooltip.children.children, tooltip.label)))
     shared = [ID.model, ID.example, ID.text, ID.target, ID.layer, ID.head, ID.words, ID.measure, ID.part]
-    shared += [ID.export_format, ID.csv_button, ID.capture_button, ID.html_button, GID.new_tokens, GID.generate]
+    shared += [ID.export_format, ID.figure_button, ID.csv_button, ID.capture_button, ID.html_button]
+    shared += [GID.new_tokens, GID.generate]
     assert [i for i in shared if i not in explained] == []
     assert explained[ID.layer][0] == "Layer" and "layer every view shows" in explained[ID.layer][1]
     bar = next(n for n in nodes_in(page) if getattr(n, "className", None) == "av-viewbar")

@@ -1,5 +1,6 @@
-"""Exports: the figures' PNG/SVG format, and downloads of the shown matrix (CSV), the capture file and
-the view's figures as one self-contained HTML page."""
+"""Exports: the figures' PNG/SVG format, and downloads of the view's figures as PNG/SVG (drawn in the page,
+CJK in the page's own face: ``assets/figure_image.js``), the shown matrix (CSV), the capture file and the
+view's figures as one self-contained HTML page."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 import pandas as pd
-from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
+from dash import ClientsideFunction, Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
 from attnviz import figures
@@ -76,6 +77,7 @@ def layout() -> list:
     """The export format and the download buttons (at the right of the view's toolbar)."""
     return [
         dcc.Download(id=ID.download),
+        dcc.Store(id=ID.figure_done),
         field(
             "Export figures as",
             dcc.RadioItems(
@@ -85,12 +87,22 @@ def layout() -> list:
                 className="av-radio",
                 options=[{"label": " PNG", "value": "png"}, {"label": " SVG", "value": "svg"}],
             ),
-            "The format of the camera button in each figure's toolbar (download the figure as an image).",
+            "The format of the Figure button (the view's figures as images, Chinese and Japanese drawn in the "
+            "page's own font) and of the camera button in each figure's toolbar (plotly's own export: its CJK "
+            "labels come out as boxes on a machine without a CJK font).",
         ),
         field(
             "Download",
             html.Div(
                 [
+                    html.Button(
+                        "Figure",
+                        id=ID.figure_button,
+                        n_clicks=0,
+                        className="av-button",
+                        title="each figure of this view as an image (PNG or SVG, as chosen), its Chinese and Japanese "
+                        "labels drawn in the page's own font on any machine",
+                    ),
                     html.Button(
                         "CSV",
                         id=ID.csv_button,
@@ -115,12 +127,26 @@ def layout() -> list:
                 ],
                 className="av-row",
             ),
-            "Download the shown matrix (CSV), the capture file, or this view's figures as one offline HTML page.",
+            "Download this view's figures as images (PNG/SVG, CJK drawn in the page's font), the shown matrix "
+            "(CSV), the capture file, or this view's figures as one offline HTML page.",
         ),
     ]
 
 
 def register(app: Dash, captures: Captures) -> None:
+    # drawn in the browser: plotly's SVG with the page's CJK face inlined (figure_image.js), then downloaded
+    app.clientside_callback(
+        ClientsideFunction("attnviz", "downloadFigures"),
+        Output(ID.figure_done, "data"),
+        Output(ID.message, "children", allow_duplicate=True),
+        Input(ID.figure_button, "n_clicks"),
+        State(ID.export_format, "value"),
+        State(ID.tabs, "value"),
+        State(ID.layer, "value"),
+        State(ID.head, "value"),
+        prevent_initial_call=True,
+    )
+
     @app.callback(*[Output(g, "config") for g in GRAPHS], Input(ID.export_format, "value"))
     def export_format(fmt):
         return [

@@ -43,3 +43,51 @@ window.attnviz.figureImage = async function (graph, format) {
     promise: true, canvas: document.createElement("canvas"),
   });
 };
+
+/* The page's "Figure" button (export_view): each figure drawn in the shown view, through figureImage, downloaded
+   as attnviz-<view>[-<graph>]-L<layer>-H<head>.<png|svg> (a blob through an <a download> click: an SVG carrying
+   the face is too long for a data URL). It returns the names (the figure-image-done store) and a message;
+   window.attnvizLastExport keeps [{name, url}] of the last click (the tests read the images there). */
+window.dash_clientside = window.dash_clientside || {};
+window.dash_clientside.attnviz = Object.assign(window.dash_clientside.attnviz || {}, {
+  downloadFigures: async function (clicks, format, tab, layer, head) {
+    const noUpdate = window.dash_clientside.no_update;
+    if (!clicks) {
+      return [noUpdate, noUpdate];
+    }
+    const view = document.getElementById("view-" + tab);
+    const graphs = view ? Array.from(view.querySelectorAll(".js-plotly-plot"))
+      .filter((gd) => gd._fullLayout && gd.offsetParent !== null) : [];
+    if (!graphs.length) {
+      return [noUpdate, "This view has no figure drawn to download (run the model, or pick a view with a figure)."];
+    }
+    const fmt = format === "svg" ? "svg" : "png";
+    const exported = [];
+    try {
+      for (const gd of graphs) {
+        const parts = ["attnviz", tab];
+        if (graphs.length > 1) {
+          parts.push((gd.closest(".dash-graph") || gd).id || String(exported.length + 1));
+        }
+        if (layer !== null && layer !== undefined && head !== null && head !== undefined) {
+          parts.push("L" + layer, "H" + head);
+        }
+        const name = parts.join("-") + "." + fmt;
+        const url = await window.attnviz.figureImage(gd, fmt);
+        const blob = await (await fetch(url)).blob();
+        const link = document.createElement("a");
+        link.href = URL.createObjectURL(blob);
+        link.download = name;
+        document.body.appendChild(link);
+        link.click();
+        link.remove();
+        setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+        exported.push({ name: name, url: url });
+      }
+    } catch (err) {
+      return [noUpdate, "The figure could not be drawn as " + fmt.toUpperCase() + ": " + err];
+    }
+    window.attnvizLastExport = exported;
+    return [exported.map((e) => e.name), noUpdate];
+  },
+});
