@@ -362,3 +362,17 @@ def test_two_processes_give_the_one_process_atlas(tmp_path, model_folder, tiny_b
     np.testing.assert_allclose(two[numbers].to_numpy(), one[numbers].to_numpy(), atol=1e-9)
     text = [c for c in one.columns if c not in numbers and not c.endswith("_example")]
     pd.testing.assert_frame_equal(two[text], one[text])
+
+
+def test_the_page_carries_the_cjk_face_only_when_it_holds_such_text():
+    a = _hand_made()
+    tally = _tally_of(a)
+    sums = AtlasSums(
+        "encoder", [0], 3, tally.offsets.numpy(), tally.rare.numpy(), tally.rows.numpy(), tally.log_keys.numpy(), N
+    )
+    df = atlas_table(_stats_of(a), sums)
+    assert "@font-face" not in attnviz.figures.atlas_page(df)
+    example = next(c for c in df.columns if c.endswith("_example"))
+    df.loc[0, example] = "我家的小猫很可爱，它很好动。"  # a corpus' example in Chinese
+    page = attnviz.figures.atlas_page(df)
+    assert '@font-face{font-family:"attnviz CJK"' in page and "小猫" in page

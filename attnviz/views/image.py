@@ -22,6 +22,7 @@ from torch import Tensor
 from ..analysis.rollout import rollout
 from ..data.images import ImageGrid
 from ..errors import InputError, OutOfRangeError
+from .common import themed
 
 if TYPE_CHECKING:
     from ..data.capture import Capture
@@ -118,6 +119,7 @@ def _query_box(grid: ImageGrid, q: int) -> dict | None:
     return dict(type="rect", x0=x0 - 0.5, y0=y0 - 0.5, x1=x1 - 0.5, y1=y1 - 0.5, line=dict(color="#00e5ff", width=2))
 
 
+@themed
 def image_attention(
     cap: Capture,
     layer: int,
@@ -167,6 +169,7 @@ def image_attention(
     return fig
 
 
+@themed
 def image_heads(
     cap: Capture,
     layer: int,
@@ -211,6 +214,7 @@ def image_heads(
     return fig
 
 
+@themed
 def image_rollout(
     cap: Capture,
     *,
