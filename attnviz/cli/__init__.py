@@ -30,7 +30,7 @@ from .commands import (
     cmd_validate,
     error_line,
 )
-from .options import add_bos, add_loading_args, add_model_args, add_out
+from .options import add_bos, add_corpus_args, add_loading_args, add_model_args, add_out
 
 __all__ = ["EXIT_INTERRUPTED", "build_parser", "main"]
 
@@ -162,43 +162,12 @@ def build_parser() -> argparse.ArgumentParser:
         "the head moves, α·‖f(x)‖), streamed and batched; under torchrun / accelerate launch, spread over the "
         "processes",
     )
-    p.add_argument("model", help="embedded alias, hub name or local folder")
-    p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')
-    add_out(p, "write the table here: .parquet or .csv (default: print it)")
-    p.add_argument("--batch-size", type=int, default=8, help="texts per forward, grouped by length (default: 8)")
-    p.add_argument("--max-length", type=int, default=None, help="truncate each text to this many tokens")
-    add_loading_args(p, backend=False)
-    p.add_argument("--device-map", default=None, help="auto: spread a large model over GPUs, CPU and disk")
-    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token to each text")
-    p.add_argument("--part", choices=["encoder", "decoder"], default=None, help="encoder-decoder models: which part")
-    p.add_argument(
-        "--no-truncate", action="store_true", help="refuse a text over the model's limit (default: cut and count it)"
+    add_corpus_args(
+        p,
+        out="write the table here: .parquet or .csv (default: print it)",
+        after_loading=_stats_placement,
+        after_add_bos=_stats_run_args,
     )
-    p.add_argument(
-        "--checkpoint",
-        help="save the run's place to this file (atomically; under N processes each writes FILE.rank<i>-of-<N>) "
-        "every --checkpoint-every-texts texts or --checkpoint-every-seconds, at the end, and on SIGTERM/SIGINT, "
-        f"which then stop the run with exit status {EXIT_INTERRUPTED}",
-    )
-    p.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue from --checkpoint (same corpus, batch size and number of processes); with no checkpoint "
-        "there, start at the first text and say so",
-    )
-    p.add_argument(
-        "--checkpoint-every-texts",
-        type=int,
-        default=1000,
-        help="save after this many texts per process at most (default: 1000)",
-    )
-    p.add_argument(
-        "--checkpoint-every-seconds",
-        type=float,
-        default=60.0,
-        help="save after this many seconds at most (default: 60)",
-    )
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_stats)
 
     p = sub.add_parser(
@@ -207,26 +176,11 @@ def build_parser() -> argparse.ArgumentParser:
         "duplicate-token, induction, rare-word, coreference) with published criteria over a corpus; under "
         "torchrun / accelerate launch, spread over the processes",
     )
-    p.add_argument("model", help="embedded alias, hub name or local folder")
-    p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')
-    add_out(p, "write the atlas here: .csv, .parquet or .html (map and table) (default: print it)")
-    p.add_argument("--batch-size", type=int, default=8, help="texts per forward, grouped by length (default: 8)")
-    p.add_argument(
-        "--probes",
-        default=None,
-        help="a probe file or a shipped set's name (as attnviz probes reads) for the coreference role",
+    add_corpus_args(
+        p,
+        out="write the atlas here: .csv, .parquet or .html (map and table) (default: print it)",
+        after_batch_size=_atlas_role_args,
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the repeated random sequences (induction; default: 0)")
-    p.add_argument(
-        "--roles",
-        type=lambda v: [r for r in v.split(",") if r],
-        default=None,
-        help="report only these roles, comma-separated (default: all)",
-    )
-    p.add_argument("--max-length", type=int, default=None, help="truncate each text to this many tokens")
-    add_loading_args(p, backend=False)
-    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token to each text")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_atlas)
 
     p = sub.add_parser("export", help="write figures as one self-contained HTML file that opens offline")
@@ -270,6 +224,59 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8050)
     p.set_defaults(func=cmd_app)
     return parser
+
+
+def _stats_placement(p: argparse.ArgumentParser) -> None:
+    """``attnviz stats``' ``--device-map``."""
+    p.add_argument("--device-map", default=None, help="auto: spread a large model over GPUs, CPU and disk")
+
+
+def _stats_run_args(p: argparse.ArgumentParser) -> None:
+    """``attnviz stats``' part, truncation and checkpoints."""
+    p.add_argument("--part", choices=["encoder", "decoder"], default=None, help="encoder-decoder models: which part")
+    p.add_argument(
+        "--no-truncate", action="store_true", help="refuse a text over the model's limit (default: cut and count it)"
+    )
+    p.add_argument(
+        "--checkpoint",
+        help="save the run's place to this file (atomically; under N processes each writes FILE.rank<i>-of-<N>) "
+        "every --checkpoint-every-texts texts or --checkpoint-every-seconds, at the end, and on SIGTERM/SIGINT, "
+        f"which then stop the run with exit status {EXIT_INTERRUPTED}",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from --checkpoint (same corpus, batch size and number of processes); with no checkpoint "
+        "there, start at the first text and say so",
+    )
+    p.add_argument(
+        "--checkpoint-every-texts",
+        type=int,
+        default=1000,
+        help="save after this many texts per process at most (default: 1000)",
+    )
+    p.add_argument(
+        "--checkpoint-every-seconds",
+        type=float,
+        default=60.0,
+        help="save after this many seconds at most (default: 60)",
+    )
+
+
+def _atlas_role_args(p: argparse.ArgumentParser) -> None:
+    """``attnviz atlas``' coreference probes, induction seed and roles."""
+    p.add_argument(
+        "--probes",
+        default=None,
+        help="a probe file or a shipped set's name (as attnviz probes reads) for the coreference role",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the repeated random sequences (induction; default: 0)")
+    p.add_argument(
+        "--roles",
+        type=lambda v: [r for r in v.split(",") if r],
+        default=None,
+        help="report only these roles, comma-separated (default: all)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

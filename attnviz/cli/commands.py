@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from ..errors import InputError, Interrupted
 from .options import check_writable, column_mapping, loading_kwargs
 from .preflight import preflight
 
 EXIT_INTERRUPTED = 75  # sysexits' EX_TEMPFAIL: stopped by a signal after checkpointing; resubmit with --resume
+R = TypeVar("R")  # what a run over processes returns (a table, a probe set's result)
 
 
 def error_line(err: BaseException) -> str:
@@ -129,33 +132,26 @@ def cmd_stats(args) -> int:
 
     if args.resume and not args.checkpoint:
         raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
-    if args.out:
-        check_writable(args.out)
-        if not args.out.endswith((".parquet", ".csv")):
-            raise InputError(f"-o/--out {args.out!r}: give a .parquet or .csv path")
-    preflight(args, None)
-    interrupted = False
-    try:
-        with warnings.catch_warnings():
-            warnings.showwarning = _warning_line  # restored by catch_warnings
-            df = corpus_stats(
-                args.model,
-                args.corpus,
-                batch_size=args.batch_size,
-                max_length=args.max_length,
-                device_map=args.device_map,
-                **loading_kwargs(args),
-                add_bos=args.add_bos,
-                part=args.part,
-                truncate=not args.no_truncate,
-                checkpoint=args.checkpoint,
-                resume=args.resume,
-                checkpoint_every_texts=args.checkpoint_every_texts,
-                checkpoint_every_seconds=args.checkpoint_every_seconds,
-                progress=not args.quiet,
-            )
-        if df.attrs["rank"] != 0:
-            return 0
+
+    def run():
+        return corpus_stats(
+            args.model,
+            args.corpus,
+            batch_size=args.batch_size,
+            max_length=args.max_length,
+            device_map=args.device_map,
+            **loading_kwargs(args),
+            add_bos=args.add_bos,
+            part=args.part,
+            truncate=not args.no_truncate,
+            checkpoint=args.checkpoint,
+            resume=args.resume,
+            checkpoint_every_texts=args.checkpoint_every_texts,
+            checkpoint_every_seconds=args.checkpoint_every_seconds,
+            progress=not args.quiet,
+        )
+
+    def report(df) -> None:
         shares = " + ".join(f"{n:,}" for n in df.attrs["per_process"])
         print(
             f"{int(df['texts'].iloc[0]):,} texts, {int(df['tokens'].iloc[0]):,} tokens "
@@ -169,14 +165,8 @@ def cmd_stats(args) -> int:
             print(f"wrote {write_table(df, args.out)}", file=sys.stderr)
         else:
             print(df.round(4).to_string(index=False))
-        return 0
-    except Interrupted as err:
-        interrupted = True  # every process stopped too (they agree before each batch): no barrier to wait at
-        if err.rank == 0:
-            print(error_line(err), file=sys.stderr)
-        return EXIT_INTERRUPTED
-    finally:
-        _end_processes(barrier=not interrupted)
+
+    return run_corpus_command(args, (".parquet", ".csv"), run, report)
 
 
 def cmd_atlas(args) -> int:
@@ -185,30 +175,23 @@ def cmd_atlas(args) -> int:
         head_atlas,
     )
 
-    if args.out:
-        check_writable(args.out)
-        if not args.out.endswith((".parquet", ".csv", ".html")):
-            raise InputError(f"-o/--out {args.out!r}: give a .csv, .parquet or .html path")
-    preflight(args, None)
-    try:
-        with warnings.catch_warnings():
-            warnings.showwarning = _warning_line  # restored by catch_warnings
-            df = head_atlas(
-                args.model,
-                args.corpus,
-                batch_size=args.batch_size,
-                probes=args.probes,
-                seed=args.seed,
-                roles=args.roles,
-                layers=args.layers,
-                max_length=args.max_length,
-                add_bos=args.add_bos,
-                device=args.device,
-                dtype=args.dtype,
-                progress=not args.quiet,
-            )
-        if df.attrs["rank"] != 0:
-            return 0
+    def run():
+        return head_atlas(
+            args.model,
+            args.corpus,
+            batch_size=args.batch_size,
+            probes=args.probes,
+            seed=args.seed,
+            roles=args.roles,
+            layers=args.layers,
+            max_length=args.max_length,
+            add_bos=args.add_bos,
+            device=args.device,
+            dtype=args.dtype,
+            progress=not args.quiet,
+        )
+
+    def report(df) -> None:
         met = [r for cell in df["roles"] for r in cell.split(", ") if r]
         counts = ", ".join(f"{name} {met.count(name)}" for name in dict.fromkeys(met)) or "none"
         print(
@@ -228,14 +211,55 @@ def cmd_atlas(args) -> int:
         else:
             shown = ["part", "layer", "head", "roles", "positional_offset", *(r for r in args.roles or [] if r)]
             print(df[[c for c in shown if c in df.columns]].to_string(index=False))
+
+    return run_corpus_command(args, (".csv", ".parquet", ".html"), run, report)
+
+
+def run_corpus_command(args, suffixes: tuple[str, ...], run: Callable[[], Any], report: Callable[[Any], None]) -> int:
+    """What ``attnviz stats`` and ``attnviz atlas`` share: ``-o/--out`` refused unless writable and of
+    one of ``suffixes`` (named in this order in the error), the checks before the model loads, then
+    :func:`in_processes` with the table's own rank (``df.attrs["rank"]``)."""
+    if args.out:
+        check_writable(args.out)
+        if not args.out.endswith(suffixes):
+            named = ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
+            raise InputError(f"-o/--out {args.out!r}: give a {named} path")
+    preflight(args, None)
+    return in_processes(run, report, rank=lambda df: df.attrs["rank"])
+
+
+def in_processes(run: Callable[[], R], report: Callable[[R], None], *, rank: Callable[[R], int]) -> int:
+    """A run that may be spread over processes (torchrun, accelerate launch): ``run()`` with each
+    warning on one line, then ``report`` of its result on the process of rank 0 only. A run stopped
+    by a signal (:class:`Interrupted`, its checkpoint written) is one line and exit status
+    :data:`EXIT_INTERRUPTED`; the process group, if any, is ended whatever happens."""
+    interrupted = False
+    try:
+        with warnings.catch_warnings():
+            warnings.showwarning = _warning_line  # restored by catch_warnings
+            result = run()
+        if rank(result) == 0:
+            report(result)
         return 0
+    except Interrupted as err:
+        interrupted = True  # every process stopped too (they agree before each batch): no barrier to wait at
+        if err.rank == 0:
+            print(error_line(err), file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
-        _end_processes()
+        _end_processes(barrier=not interrupted)
 
 
 def _warning_line(message, category, filename, lineno, file=None, line=None) -> None:
     """A warning as one line on stderr (``warning: …``), not Python's two-line form."""
     print(f"warning: {message}", file=sys.stderr)
+
+
+def _process_rank() -> int:
+    """This process's rank in the group torchrun or accelerate launch made (0 outside one)."""
+    import torch.distributed as dist
+
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
 def _end_processes(barrier: bool = True) -> None:
@@ -301,44 +325,31 @@ def cmd_probes(args) -> int:
         check_writable(args.per_probe)
     from ..analysis.probes import load_probes  # deferred: a refused argument answers before pandas loads
 
-    interrupted = False
-    try:
-        with warnings.catch_warnings():
-            warnings.showwarning = _warning_line  # restored by catch_warnings
-            # read (and every unusable probe reported) before the model loads: a bad file costs no model
-            probes = load_probes(
-                args.probes, format=args.format, columns=column_mapping(args.columns), strict=args.strict
-            )
-            result = evaluate_probes(
-                args.model,
-                probes,
-                batch_size=args.batch_size,
-                exclude_sinks=not args.keep_sinks,
-                add_bos=not args.no_bos,
-                checkpoint=args.checkpoint,
-                resume=args.resume,
-                checkpoint_every_seconds=args.checkpoint_every_seconds,
-            )
-        import torch.distributed as dist
+    def run():
+        # read (and every unusable probe reported) before the model loads: a bad file costs no model
+        probes = load_probes(args.probes, format=args.format, columns=column_mapping(args.columns), strict=args.strict)
+        return evaluate_probes(
+            args.model,
+            probes,
+            batch_size=args.batch_size,
+            exclude_sinks=not args.keep_sinks,
+            add_bos=not args.no_bos,
+            checkpoint=args.checkpoint,
+            resume=args.resume,
+            checkpoint_every_seconds=args.checkpoint_every_seconds,
+        )
 
-        if dist.is_available() and dist.is_initialized() and dist.get_rank() != 0:
-            return 0
-    except Interrupted as err:
-        interrupted = True  # every process stopped too (they agree before each batch): no barrier to wait at
-        if err.rank == 0:
-            print(error_line(err), file=sys.stderr)
-        return EXIT_INTERRUPTED
-    finally:
-        _end_processes(barrier=not interrupted)
-    print(result)
-    print(result.ranked().head(args.top).round(3).to_string(index=False))
-    if args.out:
-        result.accuracy.to_csv(args.out, index=False)
-        print(f"per-head accuracy written to {args.out}")
-    if args.per_probe:
-        result.picks_table(top=args.top).to_csv(args.per_probe, index=False)
-        print(f"each probe with the picks of the top {args.top} heads written to {args.per_probe}")
-    return 0
+    def report(result) -> None:
+        print(result)
+        print(result.ranked().head(args.top).round(3).to_string(index=False))
+        if args.out:
+            result.accuracy.to_csv(args.out, index=False)
+            print(f"per-head accuracy written to {args.out}")
+        if args.per_probe:
+            result.picks_table(top=args.top).to_csv(args.per_probe, index=False)
+            print(f"each probe with the picks of the top {args.top} heads written to {args.per_probe}")
+
+    return in_processes(run, report, rank=lambda _: _process_rank())
 
 
 EXPORT_VIEWS = ("heatmap", "head", "model", "validation")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import InputError
@@ -59,6 +60,38 @@ def add_loading_args(p: argparse.ArgumentParser, *, backend: bool = True) -> Non
         p.add_argument(
             "--attn-implementation", default=None, help="eager, sdpa, flash_attention_2 … (default: the model's)"
         )
+
+
+#: a subcommand's own options, added in their place among :func:`add_corpus_args`'s
+Options = Callable[[argparse.ArgumentParser], None]
+
+
+def add_corpus_args(
+    p: argparse.ArgumentParser,
+    *,
+    out: str,
+    after_batch_size: Options | None = None,
+    after_loading: Options | None = None,
+    after_add_bos: Options | None = None,
+) -> None:
+    """MODEL and CORPUS, ``-o/--out`` (``out``: its help), ``--batch-size``, ``--max-length``, where the
+    model loads, ``--add-bos`` and ``--quiet`` of a subcommand over a corpus (``attnviz stats``,
+    ``attnviz atlas``); its own options go in after the shared one each ``after_*`` names, so its
+    ``--help`` lists them there."""
+    p.add_argument("model", help="embedded alias, hub name or local folder")
+    p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')
+    add_out(p, out)
+    p.add_argument("--batch-size", type=int, default=8, help="texts per forward, grouped by length (default: 8)")
+    if after_batch_size is not None:
+        after_batch_size(p)
+    p.add_argument("--max-length", type=int, default=None, help="truncate each text to this many tokens")
+    add_loading_args(p, backend=False)
+    if after_loading is not None:
+        after_loading(p)
+    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token to each text")
+    if after_add_bos is not None:
+        after_add_bos(p)
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
 def loading_kwargs(args) -> dict:
