@@ -13,6 +13,8 @@ here:
 - which ``AutoModel*`` class loads a name, and each family's position limit quirks;
 - :data:`FAMILIES`: what is supported, reproduced against the model's own eager attention by the
   tests, or refused — the support table of docs/guides/capture.md is generated from it (a test keeps them equal).
+
+The facts of vision encoders and of models of two towers are :mod:`attnviz.engine.vision_specs`'.
 """
 
 from __future__ import annotations
@@ -39,18 +41,14 @@ __all__ = [
     "OUTPUT_PROJECTIONS",
     "PROJECTION_SPECS",
     "SHARED_LAYERS",
-    "TOWERS",
     "TRANSPOSED_WEIGHTS",
-    "VISION_SPECS",
     "Family",
     "ProjectionSpec",
-    "VisionSpec",
     "check_supported",
     "locate",
     "refusal",
     "supported_families",
     "support_table",
-    "vision_spec",
 ]
 
 # ---------------------------------------------------------------- where a call sits
@@ -68,14 +66,6 @@ CROSS_ATTENTION_NAMES = frozenset(
 )
 STACKS = ("encoder", "decoder")
 _INDEX = re.compile(r"^\d+$")
-#: models of two towers, by ``config.model_type``: the path component that names a tower → its part. A
-#: joint text–image model's towers are ``text`` and ``vision``; a vision-language model's vision tower is
-#: ``vision`` beside its language model (``decoder``, as any one-stack causal model)
-TOWERS: dict[str, dict[str, str]] = {
-    "clip": {"text_model": "text", "vision_model": "vision"},
-    "siglip": {"text_model": "text", "vision_model": "vision"},
-    "llava": {"vision_tower": "vision"},
-}
 
 
 def locate(
@@ -90,8 +80,8 @@ def locate(
 
     Encoder-decoder models: the part is the stack named in the path (``encoder`` / ``decoder``),
     or ``cross`` for a cross-attention module in the decoder. Models of two towers (``towers``, from
-    :data:`TOWERS`): the part of the tower named in the path. One-stack models: ``decoder`` when
-    the attention is causal, ``encoder`` otherwise. The layer is the first index in the path after
+    :data:`attnviz.engine.vision_specs.TOWERS`): the part of the tower named in the path. One-stack
+    models: ``decoder`` when the attention is causal, ``encoder`` otherwise. The layer is the first index in the path after
     the stack or tower (``model.decoder.layers.3.encoder_attn`` → 3), else the module's ``layer_idx``, else 0.
     """
     parts = name.split(".")
@@ -692,43 +682,3 @@ def supported_families() -> str:
         + "), and by projection hooks: "
         + ", ".join(hooked)
     )
-
-
-# ---------------------------------------------------------------- vision encoders
-@dataclass(frozen=True)
-class VisionSpec:
-    """How a vision encoder lays out the tokens its attention reads: the tokens before the patches
-    (labels, from the config), then one token per patch, row by row."""
-
-    name: str
-    prefix: Callable[[Any], tuple[str, ...]]  # labels of the tokens before the patches
-    model_class: str  # the transformers class a name of this family loads as (the vision tower of CLIP/SigLIP)
-    tower: str | None = None  # a joint text–image model's attribute holding its vision tower (CLIPModel.vision_model)
-
-
-def _cls(config) -> tuple[str, ...]:
-    return ("[CLS]",)
-
-
-def _cls_and_registers(config) -> tuple[str, ...]:
-    return ("[CLS]",) + tuple(f"[REG{i}]" for i in range(int(getattr(config, "num_register_tokens", 0))))
-
-
-#: the vision encoders attnviz captures from images, by ``config.model_type``; their attention goes
-#: through the AttentionInterface, bidirectional, one part (``encoder``). ``clip`` and ``siglip`` are
-#: the joint checkpoints' model types: a name of one loads its vision tower.
-VISION_SPECS: dict[str, VisionSpec] = {
-    "vit": VisionSpec("ViT", _cls, "ViTModel"),
-    "deit": VisionSpec("DeiT", lambda config: ("[CLS]", "[DIST]"), "DeiTModel"),  # + the distillation token
-    "dinov2": VisionSpec("DINOv2", _cls, "Dinov2Model"),
-    "dinov2_with_registers": VisionSpec("DINOv2 with registers", _cls_and_registers, "Dinov2WithRegistersModel"),
-    "clip_vision_model": VisionSpec("CLIP vision tower", _cls, "CLIPVisionModel"),
-    "clip": VisionSpec("CLIP vision tower", _cls, "CLIPVisionModel", tower="vision_model"),
-    "siglip_vision_model": VisionSpec("SigLIP vision tower", lambda config: (), "SiglipVisionModel"),  # no CLS
-    "siglip": VisionSpec("SigLIP vision tower", lambda config: (), "SiglipVisionModel", tower="vision_model"),
-}
-
-
-def vision_spec(config) -> VisionSpec | None:
-    """The :class:`VisionSpec` of a config's family (None: not a vision encoder attnviz knows)."""
-    return VISION_SPECS.get(getattr(config, "model_type", "") or "")

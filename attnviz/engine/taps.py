@@ -39,7 +39,8 @@ from .hooks import hooked
 from .interface import installed_backends, wrapped
 from .listeners import Call, Seen, listening, owner, recorders
 from .projections import ProjectionWatch
-from .specs import PROJECTION_SPECS, SHARED_LAYERS, TOWERS, check_supported, locate
+from .specs import PROJECTION_SPECS, SHARED_LAYERS, check_supported, locate
+from .vision_specs import TOWERS
 
 __all__ = [
     "CALL_TENSORS",
@@ -184,7 +185,7 @@ class Recorder:
     dense_masks: dict[int, Any] = field(default_factory=dict)
     _names: dict[int, str] = field(default_factory=dict)
     _encoder_decoder: bool = False
-    _towers: dict[str, str] | None = None  # a model of two towers: path component -> part (specs.TOWERS)
+    _towers: dict[str, str] | None = None  # a model of two towers: path component -> part (vision_specs.TOWERS)
     _steps: dict[tuple[int, int], int] = field(default_factory=dict)  # calls so far per (module, layer)
     _where: dict[tuple[int, bool], tuple[str, int]] = field(default_factory=dict)  # (module, causal) -> part, layer
     _per_forward: int | None = None  # a shared family's attention calls per forward (specs.SHARED_LAYERS)

@@ -4,7 +4,7 @@ Images (PIL images, numpy arrays, file paths; one or a list: a batch) go through
 image processor (``AutoImageProcessor.from_pretrained`` for a name or folder, or the one passed);
 ``pixel_values`` gives the processed tensor directly. Each capture keeps its picture as the model read
 it (uint8 RGB, the processed size) and its tokens' layout — the tokens before the patches
-(:data:`attnviz.engine.specs.VISION_SPECS`), then the patches row by row
+(:data:`attnviz.engine.vision_specs.VISION_SPECS`), then the patches row by row
 (:class:`attnviz.data.images.ImageGrid`). The forward and its checks are the pipeline's
 (:mod:`attnviz.workflows.pipeline`), as for text.
 """
@@ -20,8 +20,8 @@ from torch import Tensor, nn
 
 from ..data.capture import Capture
 from ..data.images import ImageGrid, image_sequence, to_uint8
-from ..engine.specs import VISION_SPECS, vision_spec
 from ..engine.taps import tap
+from ..engine.vision_specs import VISION_SPECS, vision_spec
 from ..errors import ArgumentTypeError, ImageFileError, InputError, UnsupportedModelError
 from .pipeline import Item, Resolved, captures, check_mode, tapped
 

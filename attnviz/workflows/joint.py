@@ -18,8 +18,8 @@ from typing import Any
 from ..data.capture import Capture, TokenSequence
 from ..data.images import ImageGrid, to_uint8
 from ..data.words import words_from_offsets
-from ..engine.specs import TOWERS, vision_spec
 from ..engine.taps import tap
+from ..engine.vision_specs import TOWERS, vision_spec
 from ..errors import InputError, UnsupportedModelError
 from .images import read_image
 from .inputs import check_texts, padded, tokenize

@@ -21,7 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from ..engine.specs import model_class_name, vision_spec
+from ..engine.specs import model_class_name
+from ..engine.vision_specs import vision_spec
 from ..errors import (
     ArgumentTypeError,
     InputError,

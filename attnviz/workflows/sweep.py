@@ -39,7 +39,8 @@ from typing import Any
 
 import torch
 
-from attnviz.engine.specs import FAMILIES, unblock, vision_spec
+from attnviz.engine.specs import FAMILIES, unblock
+from attnviz.engine.vision_specs import vision_spec
 from attnviz.errors import UnsupportedModelError, ValidationError
 from attnviz.workflows.models import IdsTokenizer, tiny_families, tiny_model, tiny_processor
 from attnviz.workflows.runner import capture

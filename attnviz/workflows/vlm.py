@@ -25,15 +25,15 @@ from typing import Any
 from ..data.capture import Capture
 from ..data.images import ImageGrid, patch_label, to_uint8
 from ..data.words import TokenSequence, Word, words_from_offsets
-from ..engine.specs import VISION_SPECS, vision_spec
 from ..engine.taps import tap
+from ..engine.vision_specs import VISION_SPECS, vision_spec
 from ..errors import ArgumentTypeError, InputError, UnsupportedModelError
 from .images import read_image
 from .pipeline import Item, Resolved, captures, check_mode, tapped
 
 __all__ = ["REFUSED_VLMS", "VLM_TYPES", "capture_vlm", "is_vlm", "tiny_vlm", "vlm_refusal"]
 
-#: the vision-language families attnviz captures (their towers: :data:`attnviz.engine.specs.TOWERS`)
+#: the vision-language families attnviz captures (their towers: :data:`attnviz.engine.vision_specs.TOWERS`)
 VLM_TYPES = frozenset({"llava"})
 
 
