@@ -1,6 +1,9 @@
 """The Image tab: a picture uploaded (or one of two samples: scikit-image's cat and coffee cup, CC0), captured by the page's model — a vision
 encoder (ViT, DeiT, DINOv2, the CLIP and SigLIP vision towers) — and one query's attention drawn over
-the picture; a click on a patch makes it the query.
+the picture; a click on a patch makes it the query. A model of two towers (:mod:`.vlm_image_view`): a
+LLaVA-style vision-language model reads a prompt with the picture, and a word of the prompt is the query,
+its row drawn over the picture beside its row over the text; a joint CLIP / SigLIP model's text tower
+and vision tower are the two parts.
 
 The upload is checked before anything is decoded: at most :data:`MAX_UPLOAD_BYTES` bytes (the browser
 refuses larger files too), written to the server's capture folder and read by the library's own
@@ -13,17 +16,26 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import tempfile
-from pathlib import Path
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
-from attnviz.figures import image_attention, image_heads, image_rollout, message_figure
+from attnviz.figures import heatmap, image_attention, image_heads, image_rollout, message_figure
+from attnviz.views.image import text_attention
 
 from .captures import Captures
 from .errors import page_message, shows_errors
 from .ids import ID, IID
+from .vlm_image_view import (
+    Towers,
+    capture_towers,
+    default_prompt,
+    part_options,
+    picture_bytes,
+    readable,
+    tower_kind,
+    word_options,
+)
 
 VIEWS = [("image", "Image")]
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024  # 8 MB: a photo, not a scan
@@ -39,7 +51,21 @@ def layout() -> list:
             "upload a picture (or pick a sample): it goes through the model's own image processor, and each patch is a token. "
             "Click a patch to make it the query; [CLS] (where the model has one) is the first query. "
             "Every head: each head of the layer over the picture (DINO's picture); rollout: the flow through "
-            "the layers up to this one. The AttentionLab's switches (a causal mask, ÷√d_k) recompute one head's row.",
+            "the layers up to this one. The AttentionLab's switches (a causal mask, ÷√d_k) recompute one head's row. "
+            "A vision-language model (LLaVA) reads the prompt with the picture: pick a word of the prompt, and its row "
+            "is drawn over the picture beside its row over the text; a joint CLIP or SigLIP model shows its text "
+            "tower and its vision tower as the two parts.",
+        ),
+        html.Div(
+            id=IID.towers,
+            style={"display": "none"},
+            children=[
+                html.Span("prompt "),
+                dcc.Input(id=IID.prompt, type="text", debounce=True, style={"width": "420px"}),
+                dcc.RadioItems(id=IID.part, inline=True, style={"marginLeft": "12px"}, options=[]),
+                html.Span(" word ", style={"marginLeft": "8px"}),
+                dcc.Dropdown(id=IID.word, clearable=False, style={"width": "190px", "display": "inline-block"}),
+            ],
         ),
         html.Div(
             [
@@ -87,7 +113,20 @@ def layout() -> list:
         html.Div(id=IID.message, style={"color": "#b00020", "margin": "6px 0"}),
         dcc.Store(id=IID.store),
         dcc.Store(id=IID.query),
-        dcc.Loading(dcc.Graph(id=IID.graph, config={"displaylogo": False}, style={"height": "560px"})),
+        html.Div(
+            [
+                html.Div(
+                    dcc.Loading(dcc.Graph(id=IID.graph, config={"displaylogo": False}, style={"height": "560px"})),
+                    style={"flex": "3 1 420px", "minWidth": "0"},
+                ),
+                html.Div(
+                    dcc.Graph(id=IID.strip, config={"displaylogo": False}, style={"height": "560px"}),
+                    id=f"{IID.strip}-box",
+                    style={"display": "none"},
+                ),
+            ],
+            style={"display": "flex", "gap": "8px", "alignItems": "flex-start"},
+        ),
     ]
 
 
@@ -119,21 +158,12 @@ def decoded_upload(contents: str) -> bytes:
 def capture_picture(captures: Captures, model: str, picture) -> tuple[str, attnviz.Capture]:
     """(the cache key, the capture) of ``picture`` (a file's bytes, or the sample array) by ``model``."""
     captures.check_model(model)
-    raw = picture if isinstance(picture, bytes) else picture.tobytes()
-    key = "image:" + hashlib.sha256(model.encode() + b"\x00" + raw).hexdigest()
+    key = "image:" + hashlib.sha256(model.encode() + b"\x00" + picture_bytes(picture)).hexdigest()
     cap = captures.cache.get(key)
     if cap is not None:
         return key, cap
-    if isinstance(picture, bytes):
-        with tempfile.NamedTemporaryFile(dir=captures.folder, suffix=".upload", delete=False) as f:
-            f.write(picture)
-        path = Path(f.name)
-        try:
-            made = attnviz.capture(model, path)
-        finally:
-            path.unlink(missing_ok=True)
-    else:
-        made = attnviz.capture(model, picture)
+    with readable(captures, picture) as source:
+        made = attnviz.capture(model, source)
     assert isinstance(made, attnviz.Capture)  # one picture, one capture
     if made.image is None:
         raise attnviz.InputError(f"{model} is not a vision encoder; pick a vision model in the model list")
@@ -141,53 +171,126 @@ def capture_picture(captures: Captures, model: str, picture) -> tuple[str, attnv
     return key, made
 
 
+STRIP_SHOWN = {"flex": "2 1 320px", "minWidth": "0"}
+
+
+def _heads(cap: attnviz.Capture, part: str) -> list[dict]:
+    n_heads = cap.info(part)["n_heads"]
+    return [{"label": "mean", "value": -1}] + [{"label": f"H{h}", "value": h} for h in range(n_heads)]
+
+
+def _picture(trigger, contents, sample, store):
+    """The picture to capture: the upload or the sample that changed, or — the prompt changed — the one
+    the store says was last taken; None where there is none yet."""
+    source = {IID.upload: "upload", IID.sample: "sample"}.get(trigger) or (store or {}).get("source")
+    if source == "sample":
+        if not sample:
+            return None, source
+        picture = sample_picture(sample)
+        if picture is None:
+            raise attnviz.InputError("the sample needs scikit-image (pip install scikit-image)")
+        return picture, source
+    if source == "upload" and contents:
+        return decoded_upload(contents), source
+    return None, source
+
+
 def register(app: Dash, captures: Captures) -> None:
+    towers = Towers()  # the models of two towers this app loaded (no module globals)
+
+    @app.callback(
+        Output(IID.towers, "style"),
+        Output(IID.prompt, "value"),
+        Input(ID.model, "value"),
+    )
+    def show_towers(model):
+        """The prompt row, with the model's default prompt, for a model of two towers; hidden otherwise."""
+        try:
+            captures.check_model(model)
+            kind = tower_kind(model)
+            if kind == "vision":
+                return {"display": "none"}, no_update
+            _, processor = towers.get(model)
+        except attnviz.AttnvizError:  # said on the tab when a picture is taken
+            return {"display": "none"}, no_update
+        row = {"display": "flex", "alignItems": "center", "flexWrap": "wrap", "gap": "4px", "margin": "6px 0"}
+        return row, default_prompt(kind, processor)
+
     @app.callback(
         Output(IID.store, "data"),
         Output(IID.query, "data"),
         Output(IID.message, "children"),
+        Output(IID.part, "options"),
+        Output(IID.part, "value"),
+        Input(IID.upload, "contents"),
+        Input(IID.sample, "value"),
+        Input(IID.prompt, "value"),
+        State(ID.model, "value"),
+        State(IID.store, "data"),
+        State(IID.part, "value"),
+        prevent_initial_call=True,
+    )
+    def take_picture(contents, sample, prompt, model, store, part):
+        try:
+            picture, source = _picture(ctx.triggered_id, contents, sample, store)
+            if picture is None:
+                return (no_update,) * 5
+            captures.check_model(model)
+            kind = tower_kind(model)
+            if kind == "vision":
+                if ctx.triggered_id == IID.prompt:
+                    return (no_update,) * 5
+                key, cap = capture_picture(captures, model, picture)
+            else:
+                key, cap = capture_towers(captures, towers, model, kind, prompt, picture)
+        except Exception as err:  # noqa: BLE001 - a bad file, prompt or model is the tab's message
+            return None, None, page_message(err), [], None
+        options = part_options(kind)
+        parts = [o["value"] for o in options]
+        chosen = part if part in parts else parts[0] if parts else None
+        return {"key": key, "model": model, "kind": kind, "source": source}, None, "", options, chosen
+
+    @app.callback(
         Output(IID.layer, "options"),
         Output(IID.layer, "value"),
         Output(IID.head, "options"),
         Output(IID.head, "value"),
-        Input(IID.upload, "contents"),
-        Input(IID.sample, "value"),
-        State(ID.model, "value"),
+        Output(IID.word, "options"),
+        Output(IID.word, "value"),
+        Output(f"{IID.strip}-box", "style"),
+        Input(IID.store, "data"),
+        Input(IID.part, "value"),
+        State(IID.word, "value"),
         prevent_initial_call=True,
     )
-    def take_picture(contents, sample, model):
-        try:
-            if ctx.triggered_id == IID.sample:
-                if not sample:
-                    return (no_update,) * 7
-                picture = sample_picture(sample)
-                if picture is None:
-                    raise attnviz.InputError("the sample needs scikit-image (pip install scikit-image)")
-            else:
-                if not contents:
-                    return (no_update,) * 7
-                picture = decoded_upload(contents)
-            key, cap = capture_picture(captures, model, picture)
-        except Exception as err:  # noqa: BLE001 - a bad file or model is the tab's message
-            return None, None, page_message(err), [], None, [], None
-        layers = cap.layer_indices()
-        n_heads = cap.model["parts"][cap.parts[0]]["n_heads"]
-        heads = [{"label": "mean", "value": -1}] + [{"label": f"H{h}", "value": h} for h in range(n_heads)]
+    def part_controls(store, part, word):
+        """The chosen part's layers, heads and words (the prompt's tokens; the last by default)."""
+        cap = captures.cache.get(store["key"]) if store else None
+        if cap is None:
+            return [], None, [], None, [], None, {"display": "none"}
+        part = part if part in cap.parts else cap.parts[0]
+        layers = cap.layer_indices(part)
+        words = word_options(cap, part)
+        values = [o["value"] for o in words]
+        chosen = (word if word in values else values[-1]) if values else None
+        strip = STRIP_SHOWN if values else {"display": "none"}
         layer_options = [{"label": f"L{layer}", "value": layer} for layer in layers]
-        return {"key": key, "model": model}, None, "", layer_options, layers[-1], heads, -1
+        return layer_options, layers[-1], _heads(cap, part), -1, words, chosen, strip
 
     @app.callback(
         Output(IID.query, "data", allow_duplicate=True),
         Input(IID.graph, "clickData"),
         State(IID.store, "data"),
+        State(IID.part, "value"),
         prevent_initial_call=True,
     )
-    def click_patch(click, store):
+    def click_patch(click, store, part):
         cap = captures.cache.get(store["key"]) if store else None
-        if cap is None or cap.image is None or not click or not click.get("points"):
+        grid = cap.image_of(part if part in cap.parts else None) if cap is not None and cap.image is not None else None
+        if grid is None or not click or not click.get("points"):
             return no_update
         point = click["points"][0]
-        (ph, pw), (rows, cols) = cap.image.patch, cap.image.grid
+        (ph, pw), (rows, cols) = grid.patch, grid.grid
         row, col = int(point["y"] // ph), int(point["x"] // pw)
         if not (0 <= row < rows and 0 <= col < cols):
             return no_update
@@ -195,40 +298,55 @@ def register(app: Dash, captures: Captures) -> None:
 
     @app.callback(
         Output(IID.graph, "figure"),
+        Output(IID.strip, "figure"),
         Input(IID.store, "data"),
         Input(IID.query, "data"),
         Input(IID.layer, "value"),
         Input(IID.head, "value"),
         Input(IID.mode, "value"),
         Input(IID.switches, "value"),
+        Input(IID.part, "value"),
+        Input(IID.word, "value"),
     )
-    @shows_errors(message_figure)
-    def draw(store, query, layer, head, mode, switches):
+    @shows_errors(lambda message: (message_figure(message), message_figure("")))
+    def draw(store, query, layer, head, mode, switches, part, word):
+        blank = message_figure("")
         if not store:
-            return message_figure("Pick a vision model, then upload a picture (or pick a sample).")
+            return message_figure("Pick a vision model, then upload a picture (or pick a sample)."), blank
         cap = captures.cache.get(store["key"])
         if cap is None:
-            return message_figure("The server let this picture's capture go; upload it again.")
-        if layer is None:
-            layer = cap.layer_indices()[-1]
-        patch = None if query is None else tuple(query)
-        if mode == "heads":  # every head of the layer as a thumbnail (DINO's picture)
-            return image_heads(cap, layer, query=patch)
-        if mode == "rollout":
-            fig = image_rollout(cap, query=patch, layer=cap.layer_indices().index(layer))
+            return message_figure("The server let this picture's capture go; upload it again."), blank
+        part = part if part in cap.parts else cap.parts[0]
+        layers = cap.layer_indices(part)
+        layer = layer if layer in layers else layers[-1]
+        head = None if head in (None, -1) or head >= cap.info(part)["n_heads"] else head
+        switches = switches or []
+        lab = dict(
+            causal=True if "causal" in switches else None, scale="scale" in switches
+        )  # the model's own mask: None
+        grid = cap.image_of(part)
+        texts = word_options(cap, part)
+        # the query: the chosen word of the prompt where the part has text, else the clicked patch ([CLS] first)
+        if texts:
+            q = word if word in [o["value"] for o in texts] else texts[-1]["value"]
         else:
-            switches = switches or []
-            fig = image_attention(
-                cap,
-                layer,
-                None if head in (None, -1) else head,
-                query=patch,
-                causal=True if "causal" in switches else None,  # a vision encoder's own mask is none
-                scale="scale" in switches,
-            )
-        fig.update_xaxes(range=[-0.5, cap.image.pixels.shape[1] - 0.5], constrain="domain")
-        fig.update_yaxes(range=[cap.image.pixels.shape[0] - 0.5, -0.5], constrain="domain")
-        return fig
+            q = None if query is None else tuple(query)
+        strip = text_attention(cap, layer, head, query=q, part=part, **lab) if texts else blank
+        if grid is None:  # a joint model's text tower: its map over its tokens (one head), beside the word's row
+            if head is None:
+                return message_figure(
+                    "Pick a head to see the text tower's map; the bars are the heads' mean row."
+                ), strip
+            return heatmap(cap, layer, head, part=part, **lab), strip
+        if mode == "heads":  # every head of the layer as a thumbnail (DINO's picture)
+            return image_heads(cap, layer, query=q, part=part), strip
+        if mode == "rollout":
+            fig = image_rollout(cap, query=q, layer=layers.index(layer), part=part)
+        else:
+            fig = image_attention(cap, layer, head, query=q, part=part, **lab)
+        fig.update_xaxes(range=[-0.5, grid.pixels.shape[1] - 0.5], constrain="domain")
+        fig.update_yaxes(range=[grid.pixels.shape[0] - 0.5, -0.5], constrain="domain")
+        return fig, strip
 
 
 __all__ = [

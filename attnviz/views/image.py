@@ -4,7 +4,10 @@
   on the image, one head or the heads' mean;
 - :func:`image_heads`: every head of a layer as thumbnails over the image (DINO's picture of heads
   that find the object);
-- :func:`image_rollout`: attention rollout (Abnar & Zuidema 2020) of a query over the image.
+- :func:`image_rollout`: attention rollout (Abnar & Zuidema 2020) of a query over the image;
+- :func:`text_attention`: the same query's row over the tokens *off* the picture — a vision-language
+  model's text before and after its image tokens, or every token of a text part (a joint CLIP/SigLIP
+  capture's ``text``) — drawn beside :func:`image_attention` (:func:`text_row` is its data).
 
 Each patch's value is drawn on exactly that patch's pixels of the processed image (``cap.image``); the
 share a query gives the tokens before the patches (``[CLS]``, registers) is in the title, since it has
@@ -27,7 +30,18 @@ from .common import themed
 if TYPE_CHECKING:
     from ..data.capture import Capture
 
-__all__ = ["IMAGE_COLOURS", "image_attention", "image_grid", "image_heads", "image_rollout", "patch_row", "query_of"]
+__all__ = [
+    "IMAGE_COLOURS",
+    "image_attention",
+    "image_grid",
+    "image_heads",
+    "image_rollout",
+    "patch_row",
+    "query_of",
+    "text_attention",
+    "text_positions",
+    "text_row",
+]
 
 IMAGE_COLOURS = "Inferno"  # the heat's colour scale
 
@@ -75,15 +89,114 @@ def patch_row(
     AttentionLab's switches (:meth:`attnviz.Capture.attention`): the row recomputed with them."""
     grid = image_grid(cap, part)
     q = query_of(grid, query)
+    row = _row(cap, layer, head, q, part, causal, scale, temperature)
+    values = grid.patch_values(row)
+    return values, float(row.sum() - values.sum())
+
+
+def _row(
+    cap: Capture,
+    layer: int,
+    head: int | None,
+    q: int,
+    part: str | None,
+    causal: bool | None,
+    scale: bool | float,
+    temperature: float,
+) -> Tensor:  # [key]: query q's row, one head's or the heads' mean
     if causal is None and scale is True and temperature == 1.0:  # the model's own row: only that row computed
         rows = cap.attention_rows(layer, [q], part=part)[:, 0].float()  # [head, key]
     else:
         rows = cap.attention(layer, part=part, causal=causal, scale=scale, temperature=temperature)[:, q].float()
     if head is not None and not 0 <= head < rows.shape[0]:
         raise OutOfRangeError(f"head {head} is out of range: layer {layer} has heads 0..{rows.shape[0] - 1}")
-    row = rows.mean(0) if head is None else rows[head]
-    values = grid.patch_values(row)
-    return values, float(row.sum() - values.sum())
+    return rows.mean(0) if head is None else rows[head]
+
+
+def text_positions(cap: Capture, part: str | None = None) -> list[int]:
+    """The positions of a part's tokens that are not on the picture: a vision-language model's text
+    before its image tokens (``cap.image.prefix``) and after them (``suffix``); every token of a part
+    whose tokens are not on a picture (a joint model's ``text``). A vision encoder's part has none."""
+    grid = cap.image_of(part)
+    if grid is None:
+        return list(range(len(cap.sequences(part)[1].tokens)))
+    if cap.vision is None or cap.resolve_part(part) == "vision":  # a vision tower: its prefix is [CLS], registers
+        return []
+    after = grid.n_prefix + grid.n_patches
+    return list(range(grid.n_prefix)) + list(range(after, after + len(grid.suffix)))
+
+
+def text_row(
+    cap: Capture,
+    layer: int,
+    head: int | None = None,
+    *,
+    query: int | str | tuple[int, int],
+    part: str | None = None,
+    causal: bool | None = None,
+    scale: bool | float = True,
+    temperature: float = 1.0,
+) -> tuple[list[int], Tensor, float]:  # (positions, [len(positions)] weights, the share on the picture)
+    """The query's row (one head, or the heads' mean; the AttentionLab's switches as in :func:`patch_row`)
+    over the tokens off the picture (:func:`text_positions`): the positions, the weights on them, and the
+    share of the row the picture's tokens take (0 for a text part). A VLM's ``query`` may be a token
+    index, a label or a patch's ``(row, col)``; a text part's is a token index."""
+    grid = cap.image_of(part)
+    positions = text_positions(cap, part)
+    if not positions:
+        raise InputError(
+            f"the {cap.resolve_part(part)} part has no text: its tokens are the picture's; draw it with image_attention"
+        )
+    if grid is not None:
+        q = grid.token(query)
+    else:
+        n = len(cap.sequences(part)[0].tokens)
+        if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < n:
+            raise OutOfRangeError(f"query {query!r} is not a token of the {cap.resolve_part(part)} part: 0..{n - 1}")
+        q = query
+    row = _row(cap, layer, head, q, part, causal, scale, temperature)
+    values = row[positions]
+    return positions, values, float(row.sum() - values.sum())
+
+
+@themed
+def text_attention(
+    cap: Capture,
+    layer: int,
+    head: int | None = None,
+    *,
+    query: int | str | tuple[int, int],
+    part: str | None = None,
+    causal: bool | None = None,
+    scale: bool | float = True,
+    temperature: float = 1.0,
+) -> go.Figure:
+    """The query's row over the text (:func:`text_row`) as bars, one per text token in order, the
+    query's own bar in red: the other half of :func:`image_attention`'s picture for a vision-language
+    capture (the title says the share on the picture), or a text tower's row over its words."""
+    positions, values, on_picture = text_row(
+        cap, layer, head, query=query, part=part, causal=causal, scale=scale, temperature=temperature
+    )
+    grid = cap.image_of(part)
+    q = grid.token(query) if grid is not None else int(query)  # type: ignore[arg-type]  # checked by text_row
+    names = cap.sequences(part)[1].token_labels
+    shown = [names[i] for i in positions]
+    who = "heads' mean" if head is None else f"H{head}"
+    fig = go.Figure(
+        go.Bar(
+            x=list(range(len(positions))),
+            y=values.tolist(),
+            marker_color=["#d62728" if i == q else "#1f77b4" for i in positions],
+            customdata=[[name, i] for name, i in zip(shown, positions, strict=True)],
+            hovertemplate="%{customdata[0]} (token %{customdata[1]}): %{y:.4f}<extra></extra>",
+        )
+    )
+    title = f"L{layer}·{who}: where {cap.sequences(part)[0].token_labels[q]!r} attends over the text"
+    if grid is not None:
+        title += f" — {on_picture:.0%} on the picture"
+    fig.update_layout(title=title, margin=dict(l=10, r=10, t=50, b=10), yaxis_title="weight", bargap=0.15)
+    fig.update_xaxes(tickmode="array", tickvals=list(range(len(positions))), ticktext=shown, tickangle=-45)
+    return fig
 
 
 def _traces(grid: ImageGrid, values: Tensor, *, opacity: float, showscale: bool, name: str) -> list:

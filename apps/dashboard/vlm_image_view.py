@@ -1,0 +1,186 @@
+"""The Image tab's models of two towers: a LLaVA-style vision-language model (its language model over a
+prompt and the picture's tokens, part ``decoder``, and its vision tower, part ``vision``) and a joint
+CLIP / SigLIP model (its text tower, part ``text``, and its vision tower, part ``vision``).
+
+The page's model list names them as any model (a folder saved with its processor, or a hub name); what
+kind a name is comes from its config alone (:func:`attnviz.workflows.models.describe_model`, no weights).
+``attnviz.load_model`` loads a joint checkpoint's vision tower only, so :class:`Towers` loads both
+towers (``AutoModelForImageTextToText`` / ``AutoModel``) with the name's ``AutoProcessor`` — once per
+app, the last two kept. A capture is ``attnviz.capture(model, prompt, picture, processor=…)``, kept in
+the page's bounded capture cache under a key of the model, the prompt and the picture's bytes.
+
+The tab's figures are the library's: a word's row over the picture
+(:func:`attnviz.figures.image_attention`, part ``decoder``) beside its row over the text
+(:func:`attnviz.views.image.text_attention`: the same row at the text positions)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import attnviz
+from attnviz.views.image import text_positions
+from attnviz.workflows.joint import is_joint
+from attnviz.workflows.models import describe_model
+from attnviz.workflows.vlm import is_vlm, vlm_refusal
+
+from .captures import FILE_PREFIX, Captures
+
+#: the prompt a vision-language model opens with (LLaVA-1.5's template; ``<image>``: the processor's token)
+VLM_PROMPT = "USER: {image} What is in the picture? ASSISTANT: a cat"
+JOINT_PROMPT = "a photo of a cat"
+#: each kind's parts, in the order the part choice lists them, and how the page names them
+PARTS = {
+    "vlm": [("decoder", "language model (text + picture)"), ("vision", "vision tower")],
+    "joint": [("vision", "vision tower"), ("text", "text tower")],
+}
+KEEP_MODELS = 2  # as attnviz.load_model: the last two models stay loaded
+
+
+def tower_kind(model: str) -> str:
+    """``"vlm"``, ``"joint"``, or ``"vision"`` (anything else: a vision encoder, or a model the vision path
+    refuses with its own message) for a model name, from its config; a vision-language family attnviz
+    refuses with a picture (:data:`attnviz.workflows.vlm.REFUSED_VLMS`) raises why."""
+    if model.startswith(FILE_PREFIX):
+        return "vision"
+    try:
+        config, _ = describe_model(model)
+    except attnviz.AttnvizError:
+        return "vision"  # the vision path says what is wrong with the name
+    refused = vlm_refusal(config)
+    if refused:
+        raise attnviz.UnsupportedModelError(
+            f"{model} cannot be shown with a picture: {refused}. Its text alone runs in the other tabs"
+        )
+    if is_vlm(config):
+        return "vlm"
+    if is_joint(config):
+        return "joint"
+    return "vision"
+
+
+class Towers:
+    """The models of two towers one app has loaded, with their processors: at most :data:`KEEP_MODELS`."""
+
+    def __init__(self) -> None:
+        self._loaded: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, model: str) -> tuple[Any, Any]:
+        """(the model, its processor) of a name whose kind is ``vlm`` or ``joint``."""
+        with self._lock:
+            if model in self._loaded:
+                self._loaded.move_to_end(model)
+                return self._loaded[model]
+            import transformers  # deferred: the dashboard loads transformers only for a model
+
+            config, _ = describe_model(model)
+            loader = transformers.AutoModelForImageTextToText if is_vlm(config) else transformers.AutoModel
+            try:
+                loaded = loader.from_pretrained(model).eval()
+                processor = transformers.AutoProcessor.from_pretrained(model)
+            except (OSError, ValueError) as err:
+                raise attnviz.ModelNotFoundError(
+                    f"could not load {model} with its processor ({str(err).splitlines()[0][:200]}); save the "
+                    "model and its processor (processor.save_pretrained) in the same folder"
+                ) from err
+            self._loaded[model] = (loaded, processor)
+            while len(self._loaded) > KEEP_MODELS:
+                self._loaded.popitem(last=False)
+            return loaded, processor
+
+
+def default_prompt(kind: str, processor: Any) -> str:
+    """The prompt the tab opens with: LLaVA's template around the processor's image token, or a caption."""
+    if kind == "vlm":
+        return VLM_PROMPT.format(image=image_token(processor))
+    return JOINT_PROMPT
+
+
+def image_token(processor: Any) -> str:
+    """The text a vision-language processor expands into the picture's tokens (``<image>``)."""
+    token = getattr(processor, "image_token", None)
+    return str(token) if token else "<image>"
+
+
+def placed(prompt: str, processor: Any) -> str:
+    """The prompt with the picture placed: as written where it names the image token once, else the
+    token put in front (the place the library's own message suggests); more than one is the library's error."""
+    token = image_token(processor)
+    return prompt if token in prompt else f"{token} {prompt}"
+
+
+@contextlib.contextmanager
+def readable(captures: Captures, picture: Any) -> Iterator[Any]:
+    """What ``attnviz.capture`` reads for a picture: an upload's bytes as a file in the server's capture
+    folder (removed afterwards: the library's Pillow reader checks it), a sample's array as it is."""
+    if not isinstance(picture, bytes):
+        yield picture
+        return
+    with tempfile.NamedTemporaryFile(dir=captures.folder, suffix=".upload", delete=False) as f:
+        f.write(picture)
+    path = Path(f.name)
+    try:
+        yield path
+    finally:
+        path.unlink(missing_ok=True)
+
+
+def picture_bytes(picture: Any) -> bytes:
+    return picture if isinstance(picture, bytes) else picture.tobytes()
+
+
+def capture_towers(
+    captures: Captures, towers: Towers, model: str, kind: str, prompt: str, picture: Any
+) -> tuple[str, attnviz.Capture]:
+    """(the cache key, the capture) of ``prompt`` and ``picture`` (a file's bytes, or the sample array)
+    by a model of two towers (``kind``: ``vlm`` or ``joint``)."""
+    captures.check_model(model)
+    loaded, processor = towers.get(model)
+    text = placed(prompt or "", processor) if kind == "vlm" else prompt or ""
+    if not text.replace(image_token(processor), "").strip():
+        raise attnviz.InputError("the prompt is empty; write a text for the model to read with the picture")
+    key = "towers:" + hashlib.sha256(b"\x00".join([model.encode(), text.encode(), picture_bytes(picture)])).hexdigest()
+    cap = captures.cache.get(key)
+    if cap is not None:
+        return key, cap
+    with readable(captures, picture) as source:
+        made = attnviz.capture(loaded, text, source, processor=processor)
+    assert isinstance(made, attnviz.Capture)  # one text, one picture: one capture
+    captures.cache.put(key, made)
+    return key, made
+
+
+def part_options(kind: str) -> list[dict]:
+    return [{"label": f" {label} ", "value": part} for part, label in PARTS.get(kind, [])]
+
+
+def word_options(cap: attnviz.Capture, part: str) -> list[dict]:
+    """The prompt's tokens a query may be, each as the page shows it (its position after it): the text
+    positions of ``part`` (none for a vision tower)."""
+    names = cap.sequences(part)[0].token_labels
+    return [{"label": f"{names[i]} · {i}", "value": i} for i in text_positions(cap, part)]
+
+
+__all__ = [
+    "JOINT_PROMPT",
+    "KEEP_MODELS",
+    "PARTS",
+    "VLM_PROMPT",
+    "Towers",
+    "capture_towers",
+    "default_prompt",
+    "image_token",
+    "part_options",
+    "picture_bytes",
+    "placed",
+    "readable",
+    "tower_kind",
+    "word_options",
+]
