@@ -4,12 +4,14 @@ Every figure takes a :class:`~attnviz.Capture` (or a validation report, a table,
 result) and plain selections, and returns a ``plotly.graph_objects.Figure``; the same functions draw
 the notebooks' pictures and the dashboard's. Layers and heads are 0-based and labelled ``L3·H8``.
 Figures with token axes take ``mark_new=True``: a capture from :func:`attnviz.generate` has its
-generated tokens marked ``▸`` (:mod:`attnviz.views.marks`).
+generated tokens marked ``▸`` (:mod:`attnviz.views.marks`). Files: :func:`to_html` (a page that opens
+offline) and :func:`write_image` (PNG, SVG, PDF through kaleido, the CJK labels drawn without a CJK font).
 """
 
 from .views.atlas import ROLE_COLOURS, atlas_page, head_atlas
 from .views.common import HEAD_COLOURS, MASKED_COLOUR, above_top_axis, labels, message_figure
 from .views.compare import compare_heads, comparison
+from .views.export import to_image, write_image
 from .views.generation import step_figure, step_summary
 from .views.head_view import MAX_LABELS, head_view, strongest
 from .views.html import html_page, to_html
@@ -67,6 +69,8 @@ __all__ = [
     "strongest",
     "thumb_size",
     "to_html",
+    "to_image",
     "validation_map",
     "window_figure",
+    "write_image",
 ]
