@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from attnviz.engine.specs import FAMILIES
-from attnviz.workflows import sweep, sweep_towers
+from attnviz.workflows import sweep, sweep_table, sweep_towers
 
 ROOT = Path(__file__).parent.parent
 
@@ -44,7 +44,7 @@ def test_every_model_of_two_towers_is_exact_in_each_part():
     }
     not_exact = [o.line() for o in outcomes if o.kind != "exact"]
     assert not not_exact, "not exact:\n" + "\n".join(not_exact)
-    assert "**The models of two towers**" in sweep.markdown(outcomes, outcomes, outcomes, [], outcomes)
+    assert "**The models of two towers**" in sweep_table.markdown(outcomes, outcomes, outcomes, [], outcomes)
 
 
 @pytest.mark.slow
@@ -70,10 +70,10 @@ def test_a_wrong_number_is_a_mismatch_not_exact(monkeypatch):
 
 
 def test_the_support_page_holds_the_sweeps_section_between_its_marks():
-    for path in (ROOT / sweep.PAGE,):
+    for path in (ROOT / sweep_table.PAGE,):
         text = path.read_text()
-        assert text.count(sweep.MARK) == 2, path
-        section = text.split(sweep.MARK)[1]
+        assert text.count(sweep_table.MARK) == 2, path
+        section = text.split(sweep_table.MARK)[1]
         assert (
             "**The claimed families:**" in section
             and "**The vision encoders**" in section
