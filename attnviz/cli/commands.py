@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import InputError, Interrupted
-from .options import check_writable, column_mapping, loading_kwargs
+from .options import check_writable, column_mapping, corpus_kwargs, loading_kwargs
 from .preflight import preflight
 
 EXIT_INTERRUPTED = 75  # sysexits' EX_TEMPFAIL: stopped by a signal after checkpointing; resubmit with --resume
@@ -137,18 +137,14 @@ def cmd_stats(args) -> int:
         return corpus_stats(
             args.model,
             args.corpus,
-            batch_size=args.batch_size,
-            max_length=args.max_length,
+            **corpus_kwargs(args),
             device_map=args.device_map,
-            **loading_kwargs(args),
-            add_bos=args.add_bos,
             part=args.part,
             truncate=not args.no_truncate,
             checkpoint=args.checkpoint,
             resume=args.resume,
             checkpoint_every_texts=args.checkpoint_every_texts,
             checkpoint_every_seconds=args.checkpoint_every_seconds,
-            progress=not args.quiet,
         )
 
     def report(df) -> None:
@@ -177,18 +173,7 @@ def cmd_atlas(args) -> int:
 
     def run():
         return head_atlas(
-            args.model,
-            args.corpus,
-            batch_size=args.batch_size,
-            probes=args.probes,
-            seed=args.seed,
-            roles=args.roles,
-            layers=args.layers,
-            max_length=args.max_length,
-            add_bos=args.add_bos,
-            device=args.device,
-            dtype=args.dtype,
-            progress=not args.quiet,
+            args.model, args.corpus, **corpus_kwargs(args), probes=args.probes, seed=args.seed, roles=args.roles
         )
 
     def report(df) -> None:

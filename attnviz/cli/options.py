@@ -94,6 +94,18 @@ def add_corpus_args(
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def corpus_kwargs(args) -> dict:
+    """The keyword arguments :func:`add_corpus_args` gathered (but MODEL and CORPUS), as ``corpus_stats`` and
+    ``head_atlas`` take them: the batch, the length, the BOS, where the model loads, the progress bar."""
+    return {
+        "batch_size": args.batch_size,
+        "max_length": args.max_length,
+        "add_bos": args.add_bos,
+        "progress": not args.quiet,
+        **loading_kwargs(args),
+    }
+
+
 def loading_kwargs(args) -> dict:
     """The keyword arguments :func:`add_loading_args` gathered."""
     names = ("layers", "device", "dtype", "attn_implementation")
