@@ -6,8 +6,8 @@ fonts-wqy-*, this suite's machines: ``fc-list :lang=zh`` is empty) every charact
 drawn as the same box, so two different labels come out alike (0–2 % of their pixels apart, where the
 box falls on the pixel grid); with the face about 38 % differ. Removing
 ``apps/dashboard/assets/fonts/attnviz-cjk.woff2`` makes these tests fail, and so does exporting the PNG
-with plotly's own ``Plotly.toImage`` (the camera button's path) instead of ``attnviz.figureImage``
-(the export bar's Figure button's path)."""
+with plotly's own ``Plotly.toImage`` (the camera button's own handler) instead of ``attnviz.figureImage``
+(the export bar's Figure button's path, and the camera button's through ``assets/modebar_camera.js``)."""
 
 from __future__ import annotations
 
@@ -157,3 +157,50 @@ def test_an_exported_page_draws_chinese_offline(dash_duo, minilm, tmp_path):
     assert driver.execute_async_script(LOADED, "小猫") == [1, True]
     ticks = poll(lambda: {t.text: t for t in driver.find_elements("css selector", ".xtick text")})
     assert_drawn_apart(pixels(ticks["猫"]), pixels(ticks["动"]))
+
+
+@pytest.mark.browser
+def test_the_camera_button_exports_through_the_face(dash_duo):
+    """Plotly's camera button in a graph's toolbar (modebar_camera.js hands it to attnviz.figureImage): clicked
+    as a user would, it saves the heatmap as <its toImageButtonOptions' filename>.png with 猫 and 动 two
+    different pictures — plotly's own export (Plotly.toImage, the button's handler) draws them alike — and, with
+    SVG chosen in the export bar, an SVG carrying the face."""
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)"}, default_model="minilm"))
+    driver = dash_duo.driver
+    poll(lambda: driver.find_elements("css selector", f"#{ID.heatmap} .xtick text"))
+    folder = Path(dash_duo.download_path)
+    # plotly's own export of the same figure, the reference: its labels are boxes on this machine
+    plotly_png = driver.execute_async_script(
+        "const gd = document.querySelector(arguments[0] + ' .js-plotly-plot');"
+        "Plotly.toImage(gd, {format: 'png', width: gd._fullLayout.width, height: gd._fullLayout.height})"
+        ".then(arguments[1], e => arguments[1](String(e)))",
+        f"#{ID.heatmap}",
+    )
+    with pytest.raises(AssertionError, match="render alike|drew nothing"):  # boxes, here faint outlines
+        assert_drawn_apart(*label_crops(driver, plotly_png, "猫", "动"))
+
+    def camera(fmt: str) -> tuple[str, Path]:
+        driver.execute_script("window.attnvizLastCamera = null")
+        graph = dash_duo.find_element(f"#{ID.heatmap} .js-plotly-plot")
+        button = next(
+            b
+            for b in graph.find_elements("css selector", ".modebar-btn")
+            if driver.execute_script("return attnviz.isCameraButton(arguments[0])", b)
+        )
+        ActionChains(driver).move_to_element(graph).pause(0.3).move_to_element(button).click().perform()
+        last = poll(lambda: driver.execute_script("return window.attnvizLastCamera"))
+        assert "error" not in last, last
+        assert last["name"] == f"attnviz-{ID.heatmap}.{fmt}"  # the graph's toImageButtonOptions (export_view)
+        poll(lambda: (folder / last["name"]).exists() and (folder / last["name"]).stat().st_size > 1000)
+        return last["url"], folder / last["name"]
+
+    png, png_file = camera("png")
+    assert png_file.read_bytes() == base64.b64decode(png.split(",", 1)[1])
+    assert_drawn_apart(*label_crops(driver, png, "猫", "动"))
+    assert sorted(p.name for p in folder.iterdir()) == [png_file.name]  # plotly's own handler did not run too
+    dash_duo.find_elements(f"#{ID.export_format} input")[1].click()  # SVG
+    svg, svg_file = camera("svg")
+    assert '@font-face{font-family:"attnviz CJK"' in svg_file.read_text() and svg.startswith("data:image/svg+xml")
+    assert dash_duo.get_logs() == []

@@ -87,9 +87,8 @@ def layout() -> list:
                 className="av-radio",
                 options=[{"label": " PNG", "value": "png"}, {"label": " SVG", "value": "svg"}],
             ),
-            "The format of the Figure button (the view's figures as images, Chinese and Japanese drawn in the "
-            "page's own font) and of the camera button in each figure's toolbar (plotly's own export: its CJK "
-            "labels come out as boxes on a machine without a CJK font).",
+            "The format of the Figure button (the view's figures as images) and of the camera button in each "
+            "figure's toolbar (that figure alone); both draw Chinese and Japanese in the page's own font.",
         ),
         field(
             "Download",

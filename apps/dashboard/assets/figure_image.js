@@ -1,6 +1,7 @@
 /* A figure of the page as PNG or SVG with its CJK labels drawn: attnviz.figureImage(graph, format) resolves
-   to a data URL. Plotly's own export (the camera button, Plotly.toImage) draws its SVG as an image, which
-   cannot use the page's fonts, so on a machine without a CJK font its labels come out as boxes; here the
+   to a data URL (the export bar's Figure button below, every graph's camera button: modebar_camera.js).
+   Plotly's own export (Plotly.toImage) draws its SVG as an image, which cannot use the page's fonts, so on a
+   machine without a CJK font its labels come out as boxes; here the
    "attnviz CJK" face (fonts.css) is inlined into the SVG as a data URI when the figure holds CJK text, and
    plotly's svgToImg rasterises that SVG. */
 window.attnviz = window.attnviz || {};
@@ -44,9 +45,21 @@ window.attnviz.figureImage = async function (graph, format) {
   });
 };
 
+/* Save an image's data URL as a file called name: a blob through an <a download> click (an SVG carrying the face
+   is too long for a data URL's link). */
+window.attnviz.saveImage = async function (url, name) {
+  const blob = await (await fetch(url)).blob();
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(blob);
+  link.download = name;
+  document.body.appendChild(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+};
+
 /* The page's "Figure" button (export_view): each figure drawn in the shown view, through figureImage, downloaded
-   as attnviz-<view>[-<graph>]-L<layer>-H<head>.<png|svg> (a blob through an <a download> click: an SVG carrying
-   the face is too long for a data URL). It returns the names (the figure-image-done store) and a message;
+   as attnviz-<view>[-<graph>]-L<layer>-H<head>.<png|svg> (saveImage). It returns the names (the figure-image-done store) and a message;
    window.attnvizLastExport keeps [{name, url}] of the last click (the tests read the images there). */
 window.dash_clientside = window.dash_clientside || {};
 window.dash_clientside.attnviz = Object.assign(window.dash_clientside.attnviz || {}, {
@@ -74,14 +87,7 @@ window.dash_clientside.attnviz = Object.assign(window.dash_clientside.attnviz ||
         }
         const name = parts.join("-") + "." + fmt;
         const url = await window.attnviz.figureImage(gd, fmt);
-        const blob = await (await fetch(url)).blob();
-        const link = document.createElement("a");
-        link.href = URL.createObjectURL(blob);
-        link.download = name;
-        document.body.appendChild(link);
-        link.click();
-        link.remove();
-        setTimeout(() => URL.revokeObjectURL(link.href), 60000);
+        await window.attnviz.saveImage(url, name);
         exported.push({ name: name, url: url });
       }
     } catch (err) {
