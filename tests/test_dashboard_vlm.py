@@ -116,7 +116,9 @@ def test_a_word_of_a_vlm_prompt_is_drawn_over_the_picture_beside_its_row_over_th
     assert ticks[-2:] == ["a", "cat"] and len(ticks) == len(text)
     share = float(decoder[1, last, image].sum())
     assert f"{share:.0%} on the picture" in title(dash_duo, IID.strip)
-    assert f"{1 - share:.0%} on the text (not drawn)" in title(dash_duo, IID.graph)
+    assert f"L1·heads' mean: where 'cat' attends — {1 - share:.0%} on the text (not drawn)" == title(
+        dash_duo, IID.graph
+    )
     # another word, "picture" (token 23): both figures follow it, layer 0, head 2
     picture = tokens.index("Ġpicture")
     choose(dash_duo, f"#{IID.word}", text.index(picture))
@@ -130,7 +132,7 @@ def test_a_word_of_a_vlm_prompt_is_drawn_over_the_picture_beside_its_row_over_th
     with torch.no_grad():
         head2 = model(**inputs, output_attentions=True).attentions[0][0, 2, picture]
     poll(lambda: np.allclose(heat(dash_duo), head2[image].reshape(4, 4).numpy(), atol=TOL, rtol=0))
-    assert "L0·H2: where Ġpicture attends" in title(dash_duo, IID.graph)
+    assert "L0·H2: where 'picture' attends" in title(dash_duo, IID.graph)
     assert np.allclose(bars(dash_duo)[0], head2[text].numpy(), atol=TOL, rtol=0)
     # the vision tower, a part choice: [CLS]'s row over the patches, no text strip
     dash_duo.find_elements(f"#{IID.part} input")[1].click()

@@ -159,7 +159,7 @@ def test_a_words_row_is_drawn_over_its_patches(vlm):
         x0, y0, x1, y1 = grid.box(grid.token((r, c)))
         assert trace.x0 + c * trace.dx == pytest.approx((x0 + x1 - 1) / 2)
         assert trace.y0 + r * trace.dy == pytest.approx((y0 + y1 - 1) / 2)
-        assert "on the text (not drawn)" in fig.layout.title.text and "Ġcat" in fig.layout.title.text
+        assert "on the text (not drawn)" in fig.layout.title.text and "where 'cat' attends" in fig.layout.title.text
     # beside it, the same row over the text tokens
     row = figures.query_row(cap, 1, 3, cat, part="decoder")
     assert row is not None

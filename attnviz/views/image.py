@@ -126,6 +126,17 @@ def text_positions(cap: Capture, part: str | None = None) -> list[int]:
     return list(range(grid.n_prefix)) + list(range(after, after + len(grid.suffix)))
 
 
+def _text_query(cap: Capture, query: int | str | tuple[int, int], part: str | None) -> int:
+    """The query's token: through the picture's grid where the part has one, else a token index."""
+    grid = cap.image_of(part)
+    if grid is not None:
+        return grid.token(query)
+    n = len(cap.sequences(part)[0].tokens)
+    if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < n:
+        raise OutOfRangeError(f"query {query!r} is not a token of the {cap.resolve_part(part)} part: 0..{n - 1}")
+    return query
+
+
 def text_row(
     cap: Capture,
     layer: int,
@@ -141,19 +152,12 @@ def text_row(
     over the tokens off the picture (:func:`text_positions`): the positions, the weights on them, and the
     share of the row the picture's tokens take (0 for a text part). A VLM's ``query`` may be a token
     index, a label or a patch's ``(row, col)``; a text part's is a token index."""
-    grid = cap.image_of(part)
     positions = text_positions(cap, part)
     if not positions:
         raise InputError(
             f"the {cap.resolve_part(part)} part has no text: its tokens are the picture's; draw it with image_attention"
         )
-    if grid is not None:
-        q = grid.token(query)
-    else:
-        n = len(cap.sequences(part)[0].tokens)
-        if isinstance(query, bool) or not isinstance(query, int) or not 0 <= query < n:
-            raise OutOfRangeError(f"query {query!r} is not a token of the {cap.resolve_part(part)} part: 0..{n - 1}")
-        q = query
+    q = _text_query(cap, query, part)
     row = _row(cap, layer, head, q, part, causal, scale, temperature)
     values = row[positions]
     return positions, values, float(row.sum() - values.sum())
@@ -178,7 +182,7 @@ def text_attention(
         cap, layer, head, query=query, part=part, causal=causal, scale=scale, temperature=temperature
     )
     grid = cap.image_of(part)
-    q = grid.token(query) if grid is not None else int(query)  # type: ignore[arg-type]  # checked by text_row
+    q = _text_query(cap, query, part)
     names = cap.sequences(part)[1].token_labels
     shown = [names[i] for i in positions]
     who = "heads' mean" if head is None else f"H{head}"
@@ -224,6 +228,14 @@ def _traces(grid: ImageGrid, values: Tensor, *, opacity: float, showscale: bool,
     ]
 
 
+def _query_name(cap: Capture, grid: ImageGrid, q: int, part: str | None) -> str:
+    """How a title names the query: a patch or ``[CLS]`` by its label, a word of a vision-language
+    model's text as the page reads it, quoted (``'cat'``, not the tokenizer's ``Ġcat``)."""
+    if grid.position(q) is None and q in text_positions(cap, part):
+        return repr(cap.sequences(part)[0].token_labels[q])
+    return grid.labels[q]
+
+
 def _query_box(grid: ImageGrid, q: int) -> dict | None:
     box = grid.box(q)
     if box is None:
@@ -259,7 +271,7 @@ def image_attention(
     box = _query_box(grid, q)
     if box is not None:
         fig.add_shape(**box)
-    title = f"L{layer}·{who}: where {grid.labels[q]} attends"
+    title = f"L{layer}·{who}: where {_query_name(cap, grid, q, part)} attends"
     switched = [
         text
         for text, on in (
@@ -322,7 +334,9 @@ def image_heads(
     for i in range(1, n_heads + 1):
         fig.update_yaxes(scaleanchor=f"x{i if i > 1 else ''}", row=(i - 1) // cols + 1, col=(i - 1) % cols + 1)
     fig.update_layout(
-        title=f"L{layer}: where {grid.labels[q]} attends, per head", height=220 * rows + 60, margin=dict(t=70)
+        title=f"L{layer}: where {_query_name(cap, grid, q, part)} attends, per head",
+        height=220 * rows + 60,
+        margin=dict(t=70),
     )
     return fig
 
@@ -353,7 +367,7 @@ def image_rollout(
     box = _query_box(grid, q)
     if box is not None:
         fig.add_shape(**box)
-    title = f"rollout to L{shown} of {grid.labels[q]} (heads {head_fusion}, residual {residual})"
+    title = f"rollout to L{shown} of {_query_name(cap, grid, q, part)} (heads {head_fusion}, residual {residual})"
     if grid.n_prefix:
         title += f" — {float(row[: grid.n_prefix].sum()):.0%} on {', '.join(grid.prefix)} (not drawn)"
     fig.update_layout(title=title, margin=dict(l=10, r=10, t=50, b=10))
