@@ -102,3 +102,24 @@ def test_text_rows_of_a_part_without_text_or_a_query_off_the_part_say_what_to_do
         text_row(vlm, 1, 7, query=0, part="decoder")
     vit = attnviz.capture(attnviz.tiny_model("vit"), chelsea(), attnviz.tiny_processor("vit"))
     assert text_positions(vit) == []
+
+
+def test_a_prompt_ending_in_its_picture_says_the_rows_share_on_the_text_in_every_image_figure():
+    """With ``<image>`` last the text is all before the picture (the grid's prefix, no suffix): the
+    titles still say the share on the text, not a list of the prefix's tokens as for [CLS]."""
+    from attnviz import figures
+
+    model, processor = tiny_vlm()
+    cap = attnviz.capture(model, "Describe this: <image>", chelsea(), processor=processor)
+    assert cap.image.suffix == [] and text_positions(cap, "decoder") == list(range(cap.image.n_prefix))
+    last = cap.image.n_prefix + 15  # the last patch: its row over the text before the picture
+    grid, rest = patch_row(cap, 1, None, query=last, part="decoder")
+    assert figures.image_attention(cap, 1, query=last, part="decoder").layout.title.text == (
+        f"L1·heads' mean: where (3,3) attends — {rest:.0%} on the text (not drawn)"
+    )
+    assert "on the text (not drawn)" in figures.image_rollout(cap, query=last, part="decoder").layout.title.text
+    assert "· text " in figures.image_heads(cap, 1, query=last, part="decoder").layout.annotations[0].text
+    positions, values, on_picture = text_row(cap, 1, None, query=(3, 3), part="decoder")
+    assert float(values.sum()) == pytest.approx(rest, abs=1e-6) and on_picture == pytest.approx(
+        float(grid.sum()), abs=1e-6
+    )

@@ -284,7 +284,7 @@ def image_attention(
     ]
     if switched:
         title += f" ({', '.join(switched)})"
-    if grid.suffix:  # a vision-language capture: the rest of the row is over the text
+    if text_positions(cap, part):  # a vision-language capture: the rest of the row is over the text
         title += f" — {prefix:.0%} on the text (not drawn)"
     elif grid.n_prefix:
         title += f" — {prefix:.0%} on {', '.join(grid.prefix)} (not drawn)"
@@ -320,7 +320,8 @@ def image_heads(
     for h in range(n_heads):
         values, prefix = patch_row(cap, layer, h, query=q, part=part)
         grids.append(values)
-        titles.append(f"H{h}" + (f" · prefix {prefix:.0%}" if grid.n_prefix else ""))
+        off = "text" if text_positions(cap, part) else "prefix"  # what the tokens off the picture are
+        titles.append(f"H{h}" + (f" · {off} {prefix:.0%}" if grid.n_prefix or grid.suffix else ""))
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, horizontal_spacing=0.02, vertical_spacing=0.06)
     box = _query_box(grid, q)
     for h, values in enumerate(grids):
@@ -368,7 +369,9 @@ def image_rollout(
     if box is not None:
         fig.add_shape(**box)
     title = f"rollout to L{shown} of {_query_name(cap, grid, q, part)} (heads {head_fusion}, residual {residual})"
-    if grid.n_prefix:
+    if text_positions(cap, part):  # a vision-language capture: the rest of the flow is on the text
+        title += f" — {float(row.sum() - values.sum()):.0%} on the text (not drawn)"
+    elif grid.n_prefix:
         title += f" — {float(row[: grid.n_prefix].sum()):.0%} on {', '.join(grid.prefix)} (not drawn)"
     fig.update_layout(title=title, margin=dict(l=10, r=10, t=50, b=10))
     fig.update_xaxes(visible=False)
