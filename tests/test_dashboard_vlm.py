@@ -134,6 +134,18 @@ def test_a_word_of_a_vlm_prompt_is_drawn_over_the_picture_beside_its_row_over_th
     poll(lambda: np.allclose(heat(dash_duo), head2[image].reshape(4, 4).numpy(), atol=TOL, rtol=0))
     assert "L0·H2: where 'picture' attends" in title(dash_duo, IID.graph)
     assert np.allclose(bars(dash_duo)[0], head2[text].numpy(), atol=TOL, rtol=0)
+    # every head of layer 0 as thumbnails of the word's rows; back to one head
+    dash_duo.find_elements(f"#{IID.mode} input")[1].click()
+    poll(lambda: "L0: where 'picture' attends, per head" in title(dash_duo, IID.graph))
+    with torch.no_grad():
+        heads = model(**inputs, output_attentions=True).attentions[0][0, :, picture]
+    thumbs = dash_duo.driver.execute_script(
+        f"return document.querySelector('#{IID.graph} .js-plotly-plot').data.filter(t => t.type === 'heatmap').map(t => t.z);"
+    )
+    assert len(thumbs) == 4
+    for h, z in enumerate(thumbs):
+        assert np.allclose(_shown(z), heads[h, image].reshape(4, 4).numpy(), atol=TOL, rtol=0)
+    dash_duo.find_elements(f"#{IID.mode} input")[0].click()
     # the vision tower, a part choice: [CLS]'s row over the patches, no text strip
     dash_duo.find_elements(f"#{IID.part} input")[1].click()
     poll(lambda: "where [CLS] attends" in title(dash_duo, IID.graph), timeout=30)
