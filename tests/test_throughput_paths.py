@@ -142,3 +142,65 @@ def test_the_tally_keeps_each_roles_and_offsets_first_largest_row_as_a_loop_does
         np.testing.assert_array_equal(tally.offset_best[0, bin_].numpy(), best)
         np.testing.assert_array_equal(tally.offset_where[0, bin_].numpy(), where)
     assert np.isfinite(tally.offset_best[0].numpy()).sum() > h  # several bins are filled
+
+
+def _pronoun_rows(g: torch.Generator, batch: int, rows: int, keys: int) -> list:
+    """Random probes' readings of a batch's kept rows: pronouns of 1–3 tokens, texts of a few lengths (some
+    the batch's longest), 2–5 candidates of 0–9 tokens each (0: every token a sink), sinks or none."""
+    from attnviz.workflows.probing import PronounRows
+
+    readings = []
+    for text in range(batch):
+        n_keys = int(torch.randint(max(4, keys - 8), keys + 1, (1,), generator=g))
+        n_rows = int(torch.randint(1, rows + 1, (1,), generator=g))
+        sinks = sorted({0, n_keys - 1}) if text % 4 else []  # every fourth probe: nothing left out
+        candidates = []
+        for _ in range(int(torch.randint(2, 6, (1,), generator=g))):
+            length = int(torch.randint(0, 10, (1,), generator=g))
+            start = int(torch.randint(1, max(2, n_keys - length), (1,), generator=g))
+            candidates.append(tuple(t for t in range(start, min(n_keys, start + length)) if t not in sinks))
+        readings.append(PronounRows(text, n_rows, n_keys, tuple(sinks), tuple(candidates)))
+    return readings
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("renormalise", [True, False])
+def test_a_batchs_candidate_weights_are_each_probes_own_to_the_last_bit(threads, renormalise):
+    """evaluate_probes reads every probe of a batch at once (batch_candidate_weights): the numbers are
+    those candidate_weights gives each probe's own rows — equal bit for bit, not within a tolerance —
+    and so is each head's pick and best head (_Choices) as the probe-by-probe code made them."""
+    from attnviz.analysis.coref import candidate_weights
+    from attnviz.workflows.probing import _Choices, batch_candidate_weights
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        g = torch.Generator().manual_seed(7 + threads)
+        for batch, layers, heads, rows, keys in ((5, 2, 3, 3, 9), (64, 6, 12, 2, 40), (9, 3, 4, 3, 130)):
+            every = torch.rand(batch, layers, heads, rows, keys + 3, generator=g) ** 4  # peaked, like attention
+            every[:, :, :, :, keys:] = 0.0  # past the batch's longest text: what PickedRows leaves
+            readings = _pronoun_rows(g, batch, rows, keys)
+            for r in readings:  # each text's padded keys and unused rows: 0, as PickedRows leaves them
+                every[r.text, :, :, r.rows :] = 0.0
+                every[r.text, :, :, :, r.keys :] = 0.0
+            got = batch_candidate_weights(every, readings, renormalise)
+            assert got.shape == (batch, layers, heads, max(len(r.candidates) for r in readings))
+            for j, r in enumerate(readings):
+                own = every[r.text, :, :, : r.rows, : r.keys]
+                tokens = [[t for t in c if t not in r.exclude] for c in r.candidates]
+                want = candidate_weights(own, tokens, list(r.exclude), renormalise)  # [layer, head, candidate]
+                c = len(r.candidates)
+                assert torch.equal(got[j, :, :, :c], want), (batch, j, (got[j, :, :, :c] - want).abs().max())
+                assert torch.isneginf(got[j, :, :, c:]).all()
+            held = [layer for layer in range(layers + 1) if layer != 1][:layers]  # a layer not captured: -1 there
+            choices = _Choices.of(got, held, max(held) + 1)
+            for j, (r, ch) in enumerate(zip(readings, choices)):  # the probe-by-probe code this replaced
+                picks = torch.full((max(held) + 1, heads), -1, dtype=torch.int16)
+                top = torch.full((max(held) + 1, heads), -1.0)
+                most, choice = got[j, :, :, : len(r.candidates)].max(-1)
+                picks[held], top[held] = choice.to(torch.int16), most
+                layer, head = divmod(int(top.flatten().argmax()), heads)
+                assert torch.equal(ch.picks, picks) and (ch.layer, ch.head) == (layer, head)
+                assert ch.weight == float(top[layer, head]) and ch.pick == int(picks[layer, head])
+    finally:
+        torch.set_num_threads(before)

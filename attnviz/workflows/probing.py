@@ -22,7 +22,6 @@ from torch import Tensor
 
 from ..analysis.coref import (
     Span,
-    candidate_weights,
     covering_tokens,
     refuse_later_candidates,
     sink_positions,
@@ -333,8 +332,8 @@ class ProbeRun:
         return scored, skipped
 
     def _weights(self, batch: list[int]) -> list:
-        """Per probe of ``batch``: (pronoun, candidates, {layer: [head, candidate]}, layers, heads), or the
-        InputError that says why it cannot be scored."""
+        """Per probe of ``batch``: (pronoun, candidates, :class:`_Choices` of its heads), or the InputError
+        that says why it cannot be scored."""
         texts = [self.mine[b][1].text for b in batch]
         if self.reducer is None:
             inputs = encode_texts(
@@ -342,22 +341,39 @@ class ProbeRun:
             )
             captured, _ = capture_forward(self.resolved, inputs)
             return [self._from_capture(cap.select(self.part), self.mine[b][1]) for b, cap in zip(batch, captured)]
-        places = [self._places(self.mine[b][1], self.encoded[b]) for b in batch]
+        places: list[tuple[Span, list[Span]] | InputError] = [
+            self._places(self.mine[b][1], self.encoded[b]) for b in batch
+        ]
         rows = [() if isinstance(p, InputError) else p[0].tokens for p in places]
-        positions = torch.full((len(batch), max(1, max(len(r) for r in rows))), -1, dtype=torch.long)
-        for i, r in enumerate(rows):
-            positions[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        width = max(1, max(len(r) for r in rows))
+        positions = torch.tensor([[*r, *[-1] * (width - len(r))] for r in rows], dtype=torch.long)
         picked = PickedRows(positions)
         self.reducer.add(None, texts, [self.encoded[b] for b in batch], picked)
         causal = any(picked.causal.values())
         layers = sorted(picked.weights)
         every = torch.stack([picked.weights[layer] for layer in layers], 1)  # [batch, layer, head, row, key]
-        return [
-            place
-            if isinstance(place, InputError)
-            else self._from_rows(place, every[i], layers, causal, self.encoded[b])
-            for i, (b, place) in enumerate(zip(batch, places))
-        ]
+        out: list = list(places)
+        readings, where = [], []
+        for i, (b, place) in enumerate(zip(batch, places)):
+            if isinstance(place, InputError):
+                continue
+            pronoun, spans = place
+            try:
+                refuse_later_candidates(causal, pronoun, spans)
+            except InputError as err:
+                out[i] = err
+                continue
+            out[i] = (pronoun, spans)
+            offsets = self.encoded[b][1]
+            exclude = tuple(sink_positions(offsets, pronoun.tokens)) if self.exclude_sinks else ()
+            keys = tuple(tuple(t for t in s.tokens if t not in exclude) for s in spans)
+            readings.append(PronounRows(i, len(pronoun.tokens), len(offsets), exclude, keys))
+            where.append(i)
+        if readings:
+            weights = batch_candidate_weights(every, readings, self.renormalise)  # [probe, layer, head, candidate]
+            for i, choices in zip(where, _Choices.of(weights, layers, layers[-1] + 1)):
+                out[i] = (*out[i], choices)
+        return out
 
     def _places(self, probe: Probe, encoded: Encoded) -> tuple[Span, list[Span]] | InputError:
         """The probe's pronoun and candidates (:meth:`Probe.locate`) as spans of its tokens. A span the
@@ -382,21 +398,6 @@ class ProbeRun:
             return err
         return spans[0], spans[1:]
 
-    def _from_rows(
-        self, place: tuple[Span, list[Span]], rows: Tensor, layers: list[int], causal: bool, encoded: Encoded
-    ):
-        """One probe from the pronoun's rows ``[layer, head, row, key]`` the reducer kept."""
-        pronoun, spans = place
-        offsets = encoded[1]
-        try:
-            refuse_later_candidates(causal, pronoun, spans)
-        except InputError as err:
-            return err
-        exclude = sink_positions(offsets, pronoun.tokens) if self.exclude_sinks else []
-        rows = rows[:, :, : len(pronoun.tokens), : len(offsets)]
-        weights = candidate_weights(rows, [s.tokens for s in spans], exclude, self.renormalise)
-        return pronoun, spans, dict(zip(layers, weights)), layers[-1] + 1, rows.shape[1]
-
     def _from_capture(self, cap: Capture, probe: Probe):
         """One probe from its own capture (an encoder-decoder's part)."""
         place = self._places(probe, (cap.token_ids, cap.offsets, cap.tokens))
@@ -408,37 +409,115 @@ class ProbeRun:
         except InputError as err:
             return err
         exclude = sink_positions(cap.offsets, pronoun.tokens) if self.exclude_sinks else []
-        weights = {
-            layer: span_attention(cap, layer, pronoun, spans, exclude=exclude, renormalise=self.renormalise)
-            for layer in cap.layer_indices()
-        }
-        return pronoun, spans, weights, cap.n_layers, cap.n_heads
+        layers = cap.layer_indices()
+        weights = torch.stack(
+            [
+                span_attention(cap, layer, pronoun, spans, exclude=exclude, renormalise=self.renormalise)
+                for layer in layers
+            ]
+        )
+        [choices] = _Choices.of(weights[None], layers, cap.n_layers)
+        return pronoun, spans, choices
 
 
-def _outcome(
-    index: int,
-    probe: Probe,
-    pronoun: Span,
-    spans: list[Span],
-    weights: dict[int, Tensor],
-    n_layers: int,
-    n_heads: int,
-) -> dict:
-    """One probe's picks in every head (``weights[layer]``: ``[head, candidate]``) and its row of ``per_probe``."""
-    picks = torch.full((n_layers, n_heads), -1, dtype=torch.int16)
-    top = torch.full((n_layers, n_heads), -1.0)
-    layers = list(weights)
-    most, choice = torch.stack([weights[layer] for layer in layers]).max(-1)  # the first candidate on a tie
-    picks[layers], top[layers] = choice.to(torch.int16), most
-    layer, head = divmod(int(top.flatten().argmax()), n_heads)  # the first head on a tie
+@dataclass(frozen=True)
+class PronounRows:
+    """Where one probe's pronoun rows are read in a batch's kept rows (:func:`batch_candidate_weights`)."""
+
+    text: int  # the probe's place in the batch
+    rows: int  # the pronoun's tokens: its query rows (the first ``rows`` kept)
+    keys: int  # the text's tokens
+    exclude: tuple[int, ...]  # keys left out (the sinks), each row renormalised over the rest
+    candidates: tuple[tuple[int, ...], ...]  # each candidate's tokens, those in exclude removed
+
+
+def batch_candidate_weights(
+    every: Tensor,  # [text, layer, head, row, key]: the rows a batch kept, 0 past each text's own
+    readings: Sequence[PronounRows],
+    renormalise: bool,
+) -> Tensor:  # [reading, layer, head, candidate]; -inf past a probe's own candidates
+    """What each probe's pronoun gives each of its candidates in every head of ``every``: the numbers
+    :func:`~attnviz.analysis.coref.candidate_weights` gives for that probe's own rows
+    (``every[text, :, :, :rows, :keys]``), to the last bit, for a whole batch in a few operations.
+
+    Every step is the one ``candidate_weights`` takes on tensors of the same trailing shape, so each
+    number is reduced by the same kernel over the same elements: the probes are grouped by
+    (pronoun rows, text length, whether anything is left out) for the row sums and the mean over the
+    pronoun's rows, and each candidate's tokens are gathered into rows of their own length (grouped by
+    that length) for its sum. Nothing is ever summed over padding."""
+    _, n_layers, n_heads = every.shape[:3]
+    longest = max(r.keys for r in readings)
+    width = max(len(r.candidates) for r in readings)
+    means = every.new_zeros(len(readings), n_layers, n_heads, longest)  # [reading, layer, head, key]
+    groups: dict[tuple[int, int, bool], list[int]] = {}
+    for j, r in enumerate(readings):
+        groups.setdefault((r.rows, r.keys, bool(r.exclude)), []).append(j)
+    for (rows, keys, excluded), members in groups.items():
+        texts = torch.tensor([readings[j].text for j in members])
+        a = every[texts, :, :, :rows, :keys].contiguous()  # [member, layer, head, row, key], a copy
+        if excluded:
+            left_out = torch.zeros(len(members), keys, dtype=torch.bool)
+            at = [(m, t) for m, j in enumerate(members) for t in readings[j].exclude]
+            left_out[[m for m, _ in at], [t for _, t in at]] = True
+            a.masked_fill_(left_out[:, None, None, None, :], 0.0)
+            if renormalise:
+                a = a / a.sum(-1, keepdim=True).clamp_min(1e-12)
+        means[torch.tensor(members), :, :, :keys] = a.mean(-2)
+    out = torch.full((len(readings), n_layers, n_heads, width), float("-inf"))
+    by_length: dict[int, list[tuple[int, int, tuple[int, ...]]]] = {}
+    for j, r in enumerate(readings):
+        for c, tokens in enumerate(r.candidates):
+            by_length.setdefault(len(tokens), []).append((j, c, tokens))
+    for length, spans in by_length.items():
+        which, column = torch.tensor([j for j, _, _ in spans]), torch.tensor([c for _, c, _ in spans])
+        if length == 0:  # every token of the candidate left out: it gets nothing
+            out[which, :, :, column] = 0.0
+            continue
+        index = torch.tensor([t for _, _, t in spans])[:, None, None, :].expand(-1, n_layers, n_heads, -1)
+        out[which, :, :, column] = means.index_select(0, which).gather(-1, index).sum(-1)
+    return out
+
+
+@dataclass(frozen=True)
+class _Choices:
+    """One probe's pick in every head and its best head (the most weight given to a candidate)."""
+
+    picks: Tensor  # [layer, head] int16: the candidate each head gives the most weight, -1 where not captured
+    layer: int
+    head: int
+    weight: float  # the best head's weight on its pick
+    pick: int  # the best head's pick
+
+    @classmethod
+    def of(cls, weights: Tensor, layers: list[int], n_layers: int) -> list[_Choices]:
+        """Each probe's choices from ``weights`` ``[probe, layer of layers, head, candidate]``: in each head
+        the first candidate of the most weight, and the first head (by layer, then head) of the most."""
+        n, _, n_heads, _ = weights.shape
+        picks = torch.full((n, n_layers, n_heads), -1, dtype=torch.int16)
+        top = torch.full((n, n_layers, n_heads), -1.0)
+        most, choice = weights.max(-1)  # the first candidate on a tie
+        picks[:, layers], top[:, layers] = choice.to(torch.int16), most
+        best = top.view(n, -1).argmax(-1, keepdim=True)  # the first head on a tie
+        found = zip(
+            best[:, 0].tolist(),
+            top.view(n, -1).gather(1, best)[:, 0].tolist(),
+            picks.view(n, -1).gather(1, best)[:, 0].tolist(),
+        )
+        return [
+            cls(p, flat // n_heads, flat % n_heads, weight, pick)
+            for p, (flat, weight, pick) in zip(picks.unbind(0), found)
+        ]
+
+
+def _outcome(index: int, probe: Probe, pronoun: Span, spans: list[Span], choices: _Choices) -> dict:
+    """One probe's picks in every head and its row of ``per_probe``."""
     before = [i for i, s in enumerate(spans) if s.char_end <= pronoun.char_start] or list(range(len(spans)))
     nearest = min(before, key=lambda i: abs(pronoun.char_start - spans[i].char_end))
     first = min(range(len(spans)), key=lambda i: spans[i].char_start)
     gold = list(probe.candidates).index(probe.gold)
-    pick = int(picks[layer, head])
     return {
         "index": index,
-        "picks": picks,
+        "picks": choices.picks,
         "gold": gold,
         "nearest": nearest,
         "first": first,
@@ -452,9 +531,9 @@ def _outcome(
             "gold": probe.gold,
             "nearest": probe.candidates[nearest],
             "first": probe.candidates[first],
-            "best_head": f"L{layer}·H{head}",
-            "best_head_pick": probe.candidates[pick],
-            "best_head_weight": float(top[layer, head]),
+            "best_head": f"L{choices.layer}·H{choices.head}",
+            "best_head_pick": probe.candidates[choices.pick],
+            "best_head_weight": choices.weight,
         },
     }
 
