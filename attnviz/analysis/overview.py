@@ -236,21 +236,24 @@ class ThumbnailPool:
         """Pool one chunk: ``rows`` [r] consecutive query rows, their ``keys``, ``weights`` [head, r, keys]."""
         t_q, _ = self.size
         weights = weights.float().cpu()
-        # each key bin's max over the chunk's keys in it (0 for a bin it holds none of): what
-        # adaptive_max_pool1d gives for the whole row, whose other keys are 0, without padding it
         k0, k1 = keys.start or 0, keys.stop if keys.stop is not None else self.n_keys
         if self.value_norms is not None:
             weights = weights * self.value_norms[:, None, k0:k1]
-        w = weights.new_zeros(*weights.shape[:2], len(self.key_bins))  # [head, chunk rows, cols]
-        for j, (a, b) in enumerate(self.key_bins):
-            a, b = max(a, k0), min(b, k1)
-            if a < b:
-                w[..., j] = weights[..., a - k0 : b - k0].amax(-1)
+        # rows first: each row bin's max down the chunk's rows in it, one vectorised max over whole
+        # rows ([head, keys]); then each key bin's max along that small result (0 for a bin the chunk
+        # holds no key of: what adaptive_max_pool1d gives for the whole row, whose other keys are 0).
+        # Max is exact in any order; the other order (key bins first) took 3× longer on short bins.
         lo, hi = int(rows[0]), int(rows[-1]) + 1
         for i in range(t_q):
             a, b = max(self.starts[i], lo), min(self.stops[i], hi)
             if a < b:
-                self.pooled[:, i] = torch.maximum(self.pooled[:, i], w[:, a - lo : b - lo].amax(1))
+                down = weights[:, a - lo : b - lo].amax(1)  # [head, keys of the chunk]
+                across = down.new_zeros(down.shape[0], len(self.key_bins))  # [head, cols]
+                for j, (c, d) in enumerate(self.key_bins):
+                    c, d = max(c, k0), min(d, k1)
+                    if c < d:
+                        across[:, j] = down[:, c - k0 : d - k0].amax(-1)
+                self.pooled[:, i] = torch.maximum(self.pooled[:, i], across)
 
 
 def thumbnails(

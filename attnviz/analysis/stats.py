@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..attention import Scratch, row_entropy
 from ..errors import ArgumentTypeError, InputError
 
 if TYPE_CHECKING:
@@ -228,7 +229,12 @@ class LayerSums:
     query rows, never a row's keys)."""
 
     def __init__(
-        self, n_heads: int, columns: dict[str, Tensor], targets: dict[str, Tensor], norms: Tensor | None = None
+        self,
+        n_heads: int,
+        columns: dict[str, Tensor],
+        targets: dict[str, Tensor],
+        norms: Tensor | None = None,
+        scratch: Scratch | None = None,
     ) -> None:
         names = [*columns, "self", "previous", "next", "distance", "entropy", *targets]
         moved = [moved_name(name) for name in names if name != "entropy"]
@@ -243,7 +249,7 @@ class LayerSums:
             raise InputError(f"value norms of {norms.shape[0]} heads given for a layer of {n_heads} heads")
         self.norms = None if norms is None else norms.float().cpu()  # [head, key]
         self.columns = columns
-        self._work = torch.empty(0)  # the entropy's a·log a, reused by each chunk
+        self._scratch = Scratch() if scratch is None else scratch  # the entropy's a·log a, reused by each chunk
         # [cells, 2] (query, key) in row order: a chunk's cells are one slice of them
         self.targets = {name: (cells[:, 0].contiguous(), cells[:, 1].contiguous()) for name, cells in targets.items()}
 
@@ -282,13 +288,8 @@ class LayerSums:
             shares = band * norms[:, None, b0 - lo : b1 - lo] / total[..., None]
             self._features(moved / total[..., None], shares, gap, rows, name_of=moved_name)
         self._cells(a, rows, keys, norms, total)
-        # Σ_k a·log a with log a clamped at the smallest float32 (a weight of 0 adds 0·log(tiny) = 0),
-        # in a buffer kept across chunks (xlogy is 3× slower)
-        if self._work.numel() < a.numel():
-            self._work = torch.empty(a.numel())
-        work = self._work[: a.numel()].view_as(a)
-        log_a = torch.clamp_min(a, torch.finfo(torch.float32).tiny, out=work).log_()
-        self._add("entropy", log_a.mul_(a).sum(-1).neg_())
+        # −Σ_k a·log a in a buffer kept across chunks (xlogy is 3× slower than row_entropy's clamp and log2)
+        self._add("entropy", row_entropy(a, self._scratch("entropy", a.shape, a.device)))
 
     def _key_features(self, lo: int, hi: int, first: int, last: int) -> Tensor:
         """``[keys lo:hi, F]``: one column per key class (0/1), then whether the key lies left of the
@@ -344,10 +345,11 @@ class TextSums:
     def __init__(self, owner: HeadStatsSums, columns: dict[str, Tensor], targets: dict[str, Tensor]) -> None:
         self.owner, self.columns, self.targets = owner, columns, targets
 
-    def layer(self, norms: Tensor | None = None) -> LayerSums:
+    def layer(self, norms: Tensor | None = None, *, scratch: Scratch | None = None) -> LayerSums:
         """A fresh consumer for one layer's chunks; ``norms`` ``[head, key]``: the layer's value norms
-        (``LayerRecord.value_norms``), which the ``_moved`` statistics read (None: they are NaN)."""
-        return LayerSums(self.owner.n_heads, self.columns, self.targets, norms)
+        (``LayerRecord.value_norms``), which the ``_moved`` statistics read (None: they are NaN);
+        ``scratch``: a :class:`~attnviz.attention.Scratch` to keep its working buffer in across layers."""
+        return LayerSums(self.owner.n_heads, self.columns, self.targets, norms, scratch)
 
     def finish(self, layer: int, sums: LayerSums) -> None:
         """Add a layer's consumer, fed every chunk of that layer, to the statistics."""

@@ -107,7 +107,7 @@ def summarize(
     for done, layer in enumerate(reversed(layers), start=1):
         rec = sub.layer(layer)
         pool = ThumbnailPool(rec.q.shape[0], rec.n_queries, rec.n_keys, size)
-        sums = text.layer(rec.value_norms)  # the _moved statistics read the layer's value norms
+        sums = text.layer(rec.value_norms, scratch=scratch)  # the _moved statistics read the value norms
         errors = LayerErrors(rec)
         step = None if result is None else RolloutStep(result, residual=residual)
         for r, keys, weights, out in _chunks(rec, with_values=errors.wanted, scratch=scratch):

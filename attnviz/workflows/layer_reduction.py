@@ -30,7 +30,7 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from ..attention import query_chunks, scaled_dot_product, weighted_values
+from ..attention import query_chunks, row_entropy, scaled_dot_product, weighted_values
 from ..engine.taps import AttentionCall
 from .batch_texts import COLUMNS, KEYED, PATTERNS, POSITIONAL, BatchTexts, Chunk, ScoreMask, rows_of
 from .head_tally import HeadTally
@@ -223,7 +223,7 @@ def _weights_then_entropy(
     entropy: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """The weights by :func:`~attnviz.attention.scaled_dot_product` (any bias, sinks, soft-cap or
-    mask) and each row's entropy from them (``-Σ a log a``, one logarithm per weight)."""
+    mask) and each row's entropy from them (``-Σ a log a``, :func:`~attnviz.attention.row_entropy`)."""
     q, k, v = call.q, call.k, call.v
     assert q is not None and k is not None and v is not None
     _, a = scaled_dot_product(
@@ -240,7 +240,7 @@ def _weights_then_entropy(
 
 
 def _row_entropy(a: Tensor, scratch: Callable[..., Tensor]) -> Tensor:  # [b, h, r] float64
-    return torch.clamp_min(a, _TINY, out=scratch("work", a.shape, a.device)).log_().mul_(a).sum(-1).neg_().double()
+    return row_entropy(a, scratch("work", a.shape, a.device)).double()
 
 
 def _keys_after_blocked(call: AttentionCall) -> bool:
