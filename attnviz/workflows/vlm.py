@@ -27,8 +27,9 @@ from ..data.images import ImageGrid, patch_label, to_uint8
 from ..data.words import TokenSequence, Word, words_from_offsets
 from ..engine.taps import tap
 from ..engine.vision_specs import VISION_SPECS, vision_spec
-from ..errors import ArgumentTypeError, InputError, UnsupportedModelError
+from ..errors import ArgumentTypeError, AttnvizError, InputError, UnsupportedModelError
 from .images import read_image
+from .models import load_processor
 from .pipeline import Item, Resolved, captures, check_mode, tapped
 
 __all__ = ["REFUSED_VLMS", "VLM_TYPES", "capture_vlm", "is_vlm", "tiny_vlm", "vlm_refusal"]
@@ -132,6 +133,15 @@ def _sequence(
     return TokenSequence(expanded, tokens, ids, offsets, words), start, stop
 
 
+def _own_processor(source: str) -> Any:
+    """The processor saved with the model's name or folder (:func:`attnviz.workflows.models.load_processor`),
+    or None where there is none: the caller then says to pass one."""
+    try:
+        return load_processor(source)
+    except AttnvizError:
+        return None
+
+
 def capture_vlm(
     resolved: Resolved,
     text: Any,
@@ -161,6 +171,9 @@ def capture_vlm(
             "give one picture with each text: capture(model, text, image=…, processor=…), or a list of texts "
             "and a list of as many pictures"
         )
+    source = str(getattr(config, "_name_or_path", None) or "")
+    if processor is None and source:
+        processor = _own_processor(source)
     if processor is None or not callable(processor) or getattr(processor, "tokenizer", None) is None:
         raise InputError(
             f"{resolved.name} needs its processor (text and images together), e.g. "
