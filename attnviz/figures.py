@@ -6,6 +6,9 @@ the notebooks' pictures and the dashboard's. Layers and heads are 0-based and la
 Figures with token axes take ``mark_new=True``: a capture from :func:`attnviz.generate` has its
 generated tokens marked ``▸`` (:mod:`attnviz.views.marks`). Files: :func:`to_html` (a page that opens
 offline) and :func:`write_image` (PNG, SVG, PDF through kaleido, the CJK labels drawn without a CJK font).
+Images: a query's row over the picture (:func:`image_attention`, :func:`patch_row`), every head
+(:func:`image_heads`), the rollout (:func:`image_rollout`); a vision-language model's word beside it over
+the text (:func:`text_attention`, :func:`text_row`, :func:`text_positions`).
 """
 
 from .views.atlas import ROLE_COLOURS, atlas_page, head_atlas
@@ -15,7 +18,16 @@ from .views.export import to_image, write_image
 from .views.generation import step_figure, step_summary
 from .views.head_view import MAX_LABELS, head_view, strongest
 from .views.html import html_page, to_html
-from .views.image import IMAGE_COLOURS, image_attention, image_heads, image_rollout, patch_row
+from .views.image import (
+    IMAGE_COLOURS,
+    image_attention,
+    image_heads,
+    image_rollout,
+    patch_row,
+    text_attention,
+    text_positions,
+    text_row,
+)
 from .views.maps import heatmap, query_row, row_stats
 from .views.marks import MARK, NEW_COLOUR, marked, new_start
 from .views.model_view import MODEL_VIEW_CELLS, model_view, model_view_cell, model_view_thumbnails, thumb_size
@@ -67,6 +79,9 @@ __all__ = [
     "step_figure",
     "step_summary",
     "strongest",
+    "text_attention",
+    "text_positions",
+    "text_row",
     "thumb_size",
     "to_html",
     "to_image",

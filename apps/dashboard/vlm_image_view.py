@@ -4,9 +4,9 @@ CLIP / SigLIP model (its text tower, part ``text``, and its vision tower, part `
 
 The page's model list names them as any model (a folder saved with its processor, or a hub name); what
 kind a name is comes from its config alone (:func:`attnviz.workflows.models.describe_model`, no weights).
-``attnviz.load_model`` loads a joint checkpoint's vision tower only, so :class:`Towers` loads both
-towers (``AutoModelForImageTextToText`` / ``AutoModel``) with the name's ``AutoProcessor`` — once per
-app, the last two kept. A capture is ``attnviz.capture(model, prompt, picture, processor=…)``, kept in
+:class:`Towers` loads them through the library's loader, ``attnviz.load_model(name,
+with_processor=True)`` (a VLM through ``AutoModelForImageTextToText``, a joint model with both towers,
+the ``AutoProcessor`` saved beside it: the same load as a script's) — the last two kept per app. A capture is ``attnviz.capture(model, prompt, picture, processor=…)``, kept in
 the page's bounded capture cache under a key of the model, the prompt and the picture's bytes.
 
 The tab's figures are the library's: a word's row over the picture
@@ -78,18 +78,14 @@ class Towers:
             if model in self._loaded:
                 self._loaded.move_to_end(model)
                 return self._loaded[model]
-            import transformers  # deferred: the dashboard loads transformers only for a model
-
-            config, _ = describe_model(model)
-            loader = transformers.AutoModelForImageTextToText if is_vlm(config) else transformers.AutoModel
-            try:
-                loaded = loader.from_pretrained(model).eval()
-                processor = transformers.AutoProcessor.from_pretrained(model)
-            except (OSError, ValueError) as err:
+            # the library's loader: the class the config names and the processor saved beside it, as
+            # attnviz.capture(name, …) and scripts load the same name
+            loaded, _, processor = attnviz.load_model(model, with_processor=True)
+            if processor is None or getattr(processor, "image_processor", None) is None:
                 raise attnviz.ModelNotFoundError(
-                    f"could not load {model} with its processor ({str(err).splitlines()[0][:200]}); save the "
-                    "model and its processor (processor.save_pretrained) in the same folder"
-                ) from err
+                    f"{model} has no processor for a text and a picture; save the model's processor "
+                    "(processor.save_pretrained) in the same folder"
+                )
             self._loaded[model] = (loaded, processor)
             while len(self._loaded) > KEEP_MODELS:
                 self._loaded.popitem(last=False)

@@ -27,9 +27,11 @@ from ..engine.specs import PROJECTION_SPECS
 from ..engine.taps import AttentionCall, Recorder, tap
 from ..errors import ArgumentTypeError, InputError, InputTooLongError, UnsupportedModelError
 from .generation_result import Generation
+from .images import is_image_input
 from .inputs import Encoded, check_vocabulary, given_tokens, surfaces, tokenize
 from .pipeline import Item, captures, check_mode, resolve, tapped
 from .step_recorder import StepRecorder
+from .vlm import encode_vlm, is_vlm, vlm_refusal
 
 __all__ = ["generate"]
 
@@ -61,6 +63,8 @@ def generate(
     check: str = "sample",
     seed: int | None = None,
     tokenized: Sequence[Encoded] | None = None,
+    image: Any = None,
+    processor: Any = None,
     **generate_kwargs: Any,
 ) -> Generation:
     """Generate from ``prompt`` with the model's own ``generate`` and record every step's attention.
@@ -77,6 +81,13 @@ def generate(
     - ``tokenized``: the prompt as :func:`attnviz.workflows.inputs.tokenize` encoded it (with this
       tokenizer and ``add_bos``), a list of one, for a caller that had to count its tokens first: it
       is not tokenized again (as for :func:`attnviz.capture`).
+
+    - ``image`` and ``processor`` (a vision-language model, LLaVA): the picture the prompt's one
+      ``<image>`` stands for, through the model's processor (given, else the one saved with its name or
+      folder), as for :func:`attnviz.capture`; ``generate(model, prompt, image, processor=…)`` says the
+      same. The vision tower reads the picture once at the prefill (the part ``vision``); the language
+      model's steps (``decoder``) attend over the picture's tokens, labelled ``(row,col)`` by their
+      patches, and the prompt; ``gen.capture.image`` maps them to the picture.
 
     Returns a :class:`Generation`: ``.text`` and ``.new_tokens`` (the continuation), ``.ids`` and
     ``.prompt_length``, ``.capture`` (a :class:`Capture` over prompt and new tokens whose rows are
@@ -114,11 +125,35 @@ def generate(
             "through transformers' attention interface (Llama, Qwen, Mistral, GPT-2, BART, T5, …)"
         )
     _check_generate_kwargs(lm, generate_kwargs)
-    tokenizer = resolved.require_tokenizer()
+    # a picture: the third positional argument of a vision-language model (or image=), its processor
+    picture = image if image is not None else tokenizer if is_image_input(tokenizer) else None
+    if processor is None and getattr(tokenizer, "image_processor", None) is not None:
+        processor = tokenizer  # a VLM's processor given where the tokenizer goes
+    refused = vlm_refusal(config)
+    if refused and (picture is not None or processor is not None):
+        raise UnsupportedModelError(refused)
+    vlm = None
+    if picture is not None or processor is not None or "pixel_values" in generate_kwargs:
+        if not is_vlm(config):
+            raise InputError(
+                f"{resolved.name} reads no pictures while it generates: attnviz.generate takes a picture for a "
+                "vision-language model (LLaVA); give this model a text prompt alone"
+            )
+        if "pixel_values" in generate_kwargs:
+            raise InputError("pass the picture as image= (with processor=): attnviz encodes it with the prompt")
+        if tokenized is not None:
+            raise InputError("tokenized= is for a text prompt; a prompt with a picture goes through its processor")
+        vlm = encode_vlm(resolved, prompt, picture, processor, verb="generate")
+        tokenizer = vlm.tokenizer
+    else:
+        tokenizer = resolved.require_tokenizer()
     encoder_decoder = resolved.encoder_decoder
     wanted = resolved.layers(layers)
     limit, name = resolved.limit, resolved.name
-    if tokenized is None:
+    if vlm is not None:
+        sequence0 = vlm.made[0][0]
+        encoded = [(sequence0.token_ids, sequence0.offsets, sequence0.tokens)]
+    elif tokenized is None:
         encoded = tokenize(tokenizer, [prompt], None, limit, name, add_bos, what="prompt")
     else:
         encoded = given_tokens(tokenized, 1, limit, name, what="prompt")
@@ -145,6 +180,9 @@ def generate(
             model_inputs: dict[str, Any] = dict(encoder_outputs=encoder_outputs, attention_mask=mask)
         else:
             model_inputs = dict(input_ids=ids, attention_mask=mask)
+        if vlm is not None:  # the picture, read by the vision tower at the prefill
+            dtype = next(lm.parameters()).dtype
+            model_inputs["pixel_values"] = vlm.encoded["pixel_values"].to(resolved.device, dtype)
         try:
             out = lm.generate(**model_inputs, **kwargs)
         except (TypeError, ValueError) as err:
@@ -170,7 +208,7 @@ def generate(
     n_total = sequence.shape[1]
     n_src = len(ids_list)
     for key, stream in recorder.streams.items():
-        expected = n_src if key[0] == "encoder" else n_total
+        expected = n_src if key[0] == "encoder" else vlm.n_tower if vlm is not None and key[0] == "vision" else n_total
         if stream.n != expected:
             raise UnsupportedModelError(
                 f"{stream.first.name} read {stream.n} positions over the generation's {expected}; "
@@ -180,8 +218,21 @@ def generate(
     all_ids = sequence[0].tolist()
     continuation, new_offsets = _continuation(tokenizer, new_ids, [] if encoder_decoder else ids_list)
     new_tokens = tokenizer.convert_ids_to_tokens(new_ids)
-    source = _sequence(prompt, ids_list, encoded[0][1], encoded[0][2])
-    if encoder_decoder:
+    source = _sequence(prompt, ids_list, encoded[0][1], encoded[0][2]) if vlm is None else vlm.made[0][0]
+    if vlm is not None:  # the prompt as the processor expanded it, its image tokens labelled by their patches
+        full_text = source.text + continuation
+        shifted = [(a + len(source.text), b + len(source.text)) if b > a else (0, 0) for a, b in new_offsets]
+        offsets, tokens = source.offsets + shifted, source.tokens + [str(t) for t in new_tokens]
+        _, start, stop = vlm.made[0]
+        # the text's words over the whole text, each image token its own word as in the capture
+        words = [
+            w for w in words_from_offsets(full_text, offsets, tokens) if w.token_stop <= start or w.token_start >= stop
+        ]
+        words += [w for w in source.words if start <= w.token_start < stop]
+        words.sort(key=lambda w: w.token_start)
+        full = TokenSequence(full_text, tokens, all_ids, offsets, words)
+        target = None
+    elif encoder_decoder:
         start_tokens = tokenizer.convert_ids_to_tokens(all_ids[:1])
         target = _sequence(continuation, all_ids, [(0, 0)] + new_offsets, start_tokens + new_tokens)
         full = source
@@ -206,10 +257,18 @@ def generate(
     rows = torch.cat([prompt_rows, generated])
     by_part = {"encoder": sample_rows(n_src, SAMPLE_ROWS) if check == "sample" else torch.arange(n_src)}
     cut = {"encoder": (n_src, n_src), "decoder": (n_total, n_total), "cross": (n_total, n_src)}
+    pictures: dict[str, Any] = {}
+    if vlm is not None:
+        n_tower = vlm.n_tower
+        cut["vision"] = (n_tower, n_tower)
+        by_part["vision"] = sample_rows(n_tower, SAMPLE_ROWS) if check == "sample" else torch.arange(n_tower)
+        # the picture's suffix: the prompt's text after it, then the new tokens
+        grid, tower = vlm.pictures(0, full.tokens)
+        pictures = dict(image=grid, vision=tower)
     [cap] = captures(
         resolved,
         recorder.calls,
-        [Item(full, target, cut)],
+        [Item(full, target, cut, **pictures)],
         check,
         kept=recorder.assembled(),
         rows={**by_part, "decoder": rows, "cross": rows},

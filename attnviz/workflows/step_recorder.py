@@ -20,6 +20,9 @@ from ..errors import UnsupportedModelError
 
 __all__ = ["StepRecorder"]
 
+#: the parts a generation runs once, at the prefill, kept whole: an encoder-decoder's source, a
+#: vision-language model's picture (its vision tower)
+_ONCE = {"encoder": "source", "vision": "picture"}
 _TENSOR_FIELDS = ("q", "k", "v", "out", "weights", "mask", "key_padding", "bias")
 
 
@@ -135,9 +138,11 @@ class StepRecorder(Recorder):
                 f"{call.name} ran on {call.q.shape[0]} sequences at once; attnviz records the generation of one"
             )
         key = (call.part, call.layer)
-        if call.part == "encoder":
+        if call.part in _ONCE:  # an encoder's source, a VLM's picture: read once, before the steps
             if key in self.streams:
-                raise UnsupportedModelError(f"{call.name} ran twice while generating; the source is encoded once")
+                raise UnsupportedModelError(
+                    f"{call.name} ran twice while generating; the {_ONCE[call.part]} is read once"
+                )
             super().keep(call)
             self.encoder_calls.append(call)
             self.streams[key] = _Stream(call, steps=[call.q.shape[-2]], n=call.q.shape[-2])
@@ -153,4 +158,4 @@ class StepRecorder(Recorder):
         stream.take(call, move)
 
     def assembled(self) -> list[AttentionCall]:
-        return self.encoder_calls + [s.assemble() for key, s in self.streams.items() if key[0] != "encoder"]
+        return self.encoder_calls + [s.assemble() for key, s in self.streams.items() if key[0] not in _ONCE]

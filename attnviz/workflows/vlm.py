@@ -20,6 +20,7 @@ A list of texts with as many pictures is one right-padded forward, a capture per
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..data.capture import Capture
@@ -32,7 +33,7 @@ from .images import read_image
 from .models import load_processor
 from .pipeline import Item, Resolved, captures, check_mode, tapped
 
-__all__ = ["REFUSED_VLMS", "VLM_TYPES", "capture_vlm", "is_vlm", "tiny_vlm", "vlm_refusal"]
+__all__ = ["REFUSED_VLMS", "VLM_TYPES", "VlmInputs", "capture_vlm", "encode_vlm", "is_vlm", "tiny_vlm", "vlm_refusal"]
 
 #: the vision-language families attnviz captures (their towers: :data:`attnviz.engine.vision_specs.TOWERS`)
 VLM_TYPES = frozenset({"llava"})
@@ -142,23 +143,42 @@ def _own_processor(source: str) -> Any:
         return None
 
 
-def capture_vlm(
-    resolved: Resolved,
-    text: Any,
-    image: Any,
-    processor: Any,
-    *,
-    layers: set[int] | None = None,
-    check: str = "sample",
-    keep_on_device: bool = False,
-    weight_mode: str | None = None,
-) -> list[Capture]:
-    """Texts with one picture each through a VLM's processor (``processor(text=…, images=…)``, e.g.
-    ``LlavaProcessor``), one right-padded forward; per text the capture of its language model
-    (``decoder``) and of its vision tower (``vision``), with ``cap.image`` and ``cap.vision``."""
-    check_mode(check)
-    model = resolved.model
-    config: Any = model.config
+@dataclass
+class VlmInputs:
+    """Texts with one picture each as a VLM's processor encoded them: the forward's tensors, each text's
+    merged sequence (image positions labelled by their patches) and where its image tokens are, and
+    the vision tower's layout."""
+
+    texts: list[str]
+    encoded: Any  # the processor's BatchFeature: input_ids, attention_mask, pixel_values
+    lengths: list[int]  # each text's tokens in the right-padded batch
+    made: list[tuple[TokenSequence, int, int]]  # (sequence, first image position, after the last)
+    patch: tuple[int, int]
+    grid: tuple[int, int]
+    prefix: list[str]  # the vision tower's tokens before its patches ([CLS])
+    image_processor: Any
+    tokenizer: Any  # the processor's
+
+    @property
+    def n_tower(self) -> int:
+        return len(self.prefix) + self.grid[0] * self.grid[1]
+
+    def pictures(self, b: int, tokens: list[str]) -> tuple[ImageGrid, ImageGrid]:
+        """(the language model's picture: text ``tokens`` before and after the image tokens of text ``b``,
+        the vision tower's picture) of item ``b``."""
+        _, start, stop = self.made[b]
+        ip = self.image_processor
+        mean, std = getattr(ip, "image_mean", None), getattr(ip, "image_std", None)
+        pixels = to_uint8(self.encoded["pixel_values"][b], mean, std, getattr(ip, "rescale_factor", None))
+        grid = ImageGrid(pixels, self.patch, self.grid, tokens[:start], tokens[stop:])
+        return grid, ImageGrid(pixels, self.patch, self.grid, self.prefix)
+
+
+def encode_vlm(resolved: Resolved, text: Any, image: Any, processor: Any, *, verb: str = "capture") -> VlmInputs:
+    """Texts (one ``<image>`` each) and as many pictures through a VLM's processor (given, else the one
+    saved with the model's name or folder), checked: what :func:`capture_vlm` and
+    :func:`attnviz.generate` run."""
+    config: Any = resolved.model.config
     texts = [text] if isinstance(text, str) else text
     if not isinstance(texts, (list, tuple)) or not texts or not all(isinstance(t, str) for t in texts):
         raise ArgumentTypeError(
@@ -168,8 +188,8 @@ def capture_vlm(
     pictures = list(image) if isinstance(image, (list, tuple)) else [image]
     if image is None or len(pictures) != len(texts) or (isinstance(text, str) and isinstance(image, (list, tuple))):
         raise InputError(
-            "give one picture with each text: capture(model, text, image=…, processor=…), or a list of texts "
-            "and a list of as many pictures"
+            f"give one picture with each text: {verb}(model, text, image=…, processor=…)"
+            + (", or a list of texts and a list of as many pictures" if verb == "capture" else "")
         )
     source = str(getattr(config, "_name_or_path", None) or "")
     if processor is None and source:
@@ -193,16 +213,37 @@ def capture_vlm(
         raise InputError("attnviz pads a batch on the right; set processor.tokenizer.padding_side = 'right'")
     encoded = processor(text=list(texts), images=read, return_tensors="pt", padding=True)
     pixel_values = encoded["pixel_values"]
-    (ph, pw), (rows, cols) = _grid(resolved, pixel_values.shape[-2], pixel_values.shape[-1])
+    patch, grid = _grid(resolved, pixel_values.shape[-2], pixel_values.shape[-1])
     lengths = (
         encoded["attention_mask"].sum(-1).tolist() if "attention_mask" in encoded else [encoded["input_ids"].shape[1]]
     )
     made = [
-        _sequence(t, encoded["input_ids"][b, : lengths[b]].tolist(), tokenizer, placeholder, image_id, (rows, cols))
+        _sequence(t, encoded["input_ids"][b, : lengths[b]].tolist(), tokenizer, placeholder, image_id, grid)
         for b, t in enumerate(texts)
     ]
     prefix = _tower_prefix(resolved)
-    n_tower = len(prefix) + rows * cols
+    return VlmInputs(list(texts), encoded, lengths, made, patch, grid, prefix, processor.image_processor, tokenizer)
+
+
+def capture_vlm(
+    resolved: Resolved,
+    text: Any,
+    image: Any,
+    processor: Any,
+    *,
+    layers: set[int] | None = None,
+    check: str = "sample",
+    keep_on_device: bool = False,
+    weight_mode: str | None = None,
+) -> list[Capture]:
+    """Texts with one picture each through a VLM's processor (``processor(text=…, images=…)``, e.g.
+    ``LlavaProcessor``), one right-padded forward; per text the capture of its language model
+    (``decoder``) and of its vision tower (``vision``), with ``cap.image`` and ``cap.vision``."""
+    check_mode(check)
+    model = resolved.model
+    inputs = encode_vlm(resolved, text, image, processor)
+    encoded, lengths, n_tower = inputs.encoded, inputs.lengths, inputs.n_tower
+    rows, cols = inputs.grid
 
     dtype = next(model.parameters()).dtype
     kwargs = {k: v.to(resolved.device) for k, v in encoded.items()}
@@ -212,7 +253,7 @@ def capture_vlm(
         layers=layers,
         to_cpu=not keep_on_device,
         weight_mode=weight_mode or ("drop" if check == "off" else "compare"),
-        lengths={"decoder": lengths, "vision": [n_tower] * len(texts)},
+        lengths={"decoder": lengths, "vision": [n_tower] * len(inputs.texts)},
     )
     recorder, _ = tapped(resolved, taps, lambda _: model(**kwargs), layers)
     n = encoded["input_ids"].shape[1]
@@ -220,20 +261,12 @@ def capture_vlm(
     if {p for p, _ in seen} - {"decoder", "vision"} or seen - {("decoder", n), ("vision", n_tower)}:
         raise UnsupportedModelError(
             f"{resolved.name} attended over {sorted(seen)} (part, tokens); attnviz expects its language model "
-            f"over the {n} merged tokens and its vision tower over {n_tower} (prefix {prefix}, {rows}×{cols} "
-            "patches), or it cannot say which position is which image token"
+            f"over the {n} merged tokens and its vision tower over {n_tower} (prefix {inputs.prefix}, "
+            f"{rows}×{cols} patches), or it cannot say which position is which image token"
         )
-    mean, std = (
-        getattr(processor.image_processor, "image_mean", None),
-        getattr(processor.image_processor, "image_std", None),
-    )
-    rescale = getattr(processor.image_processor, "rescale_factor", None)
     items = []
-    for b, (sequence, start, stop) in enumerate(made):
-        pixels = to_uint8(pixel_values[b], mean, std, rescale)
-        tokens = sequence.tokens
-        grid = ImageGrid(pixels, (ph, pw), (rows, cols), tokens[:start], tokens[stop:])
-        tower = ImageGrid(pixels, (ph, pw), (rows, cols), prefix)
+    for b, (sequence, _, _) in enumerate(inputs.made):
+        grid, tower = inputs.pictures(b, sequence.tokens)
         cut = {"decoder": (lengths[b], lengths[b]), "vision": (n_tower, n_tower)}
         items.append(Item(sequence, None, cut, image=grid, vision=tower))
     return captures(resolved, recorder.calls, items, check, projections=recorder.projections)
