@@ -14,6 +14,8 @@ pictures (all SmolLM2, the page's BOS on):
 - view-edits: that example, words, L13·H8, the key 小猫 knocked out of 它's row and "Apply to the model"
   with the continuation 好 (next-token bars before/after, the edited row).
 - view-importance: Coreference's "Map head importance" for 好 (a background job, ~30–120 s).
+- generation-step-slider: "The cat sat on the mat because" continued by 20 new tokens (greedy, no BOS, as
+  the generation guide runs it), the AttentionLab's step slider at step 3 (the model writes 'cat'), L15·H3.
 - view-compare: the Winograd pair (too big / too small): the page proposes the partner, A, B and A − B.
 - view-<key>: every view on the ~500-token example (layout.LONG_EXAMPLE).
 - view-head-512: the head view at 512 tokens (it opens on the top-k rule).
@@ -36,16 +38,28 @@ from selenium.webdriver.common.keys import Keys
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from attnviz.dashboard import create_app  # noqa: E402
-from attnviz.dashboard.ids import CID, EID, OID  # noqa: E402
+from attnviz.dashboard.ids import CID, EID, GID, OID  # noqa: E402
 from attnviz.dashboard.layout import ID, LONG_EXAMPLE, VIEWS  # noqa: E402
 
 import attnviz  # noqa: E402
 
 OUT = Path(__file__).parent
 ROOT = OUT.parent
-SHOTS = ["lab-zh", "lab-zh-moved", "coref-zh", "edits", "importance", "compare", "views", "head-512", "overview-8k"]
+SHOTS = [
+    "lab-zh",
+    "lab-zh-moved",
+    "coref-zh",
+    "edits",
+    "importance",
+    "compare",
+    "generation",
+    "views",
+    "head-512",
+    "overview-8k",
+]
 ZH = "我家的小猫很可爱，它很好动。"
 BIG = "The trophy doesn't fit in the suitcase because it is too big."
+GEN = "The cat sat on the mat because"  # docs/guides/generation.md's prompt
 LONG_N = 8000  # tokens, the BOS included
 #: the 8k text: the README, then the guides (the README alone is shorter than 8,000 tokens)
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs" / "guides").glob("*.md"))]
@@ -81,6 +95,8 @@ def main(port: int = 8077) -> None:
             shoot_importance(driver)
         if "compare" in only:
             shoot_compare(driver)
+        if "generation" in only:
+            shoot_generation(driver)
         if "views" in only:
             run(driver, LONG_EXAMPLE)
             print(driver.find_element("id", ID.status).text)
@@ -166,6 +182,34 @@ def shoot_compare(driver) -> None:
     save(driver, "view-compare")
 
 
+def shoot_generation(driver) -> None:
+    """The AttentionLab's step slider replaying a generation: GEN continued by 20 new tokens, L15·H3, step 3,
+    without the BOS (as the generation guide's script runs it); the BOS switched back on after."""
+    bos = driver.find_element("css selector", f"#{ID.bos} input")
+    if bos.is_selected():
+        bos.click()
+    run(driver, GEN, "generated", button=GID.generate, timeout=300)
+    print(driver.find_element("id", ID.status).text)
+    choose(driver, ID.layer, 15)
+    choose(driver, ID.head, 3)
+    open_tab(driver, "AttentionLab")
+    wait(driver, lambda: driver.find_element("id", GID.step_box).is_displayed(), 60)
+    handle = driver.find_element("css selector", f"#{GID.step} [role='slider']")
+    driver.execute_script("arguments[0].scrollIntoView({block: 'center'}); arguments[0].focus();", handle)
+    for _ in range(3):  # the keyboard moves the slider a step at a time, as a reader would
+        handle.send_keys(Keys.ARROW_RIGHT)
+        time.sleep(0.3)
+    wait(driver, lambda: driver.find_element("id", GID.step_text).text.startswith("Step 3:"), 60)
+    wait(driver, lambda: title(driver, GID.step_graph).startswith("Step 3 of"), 60)
+    time.sleep(4)
+    print(driver.find_element("id", GID.step_text).text)
+    scroll_to(driver, GID.step_box, offset=40)
+    save(driver, "generation-step-slider", height=1100)
+    bos = driver.find_element("css selector", f"#{ID.bos} input")
+    if not bos.is_selected():
+        bos.click()
+
+
 def shoot_overview(driver) -> None:
     """8,000 tokens in the background; a 512 × 512 window of exact weights on the diagonal (the page's opening
     head); then the overview of L13·H8."""
@@ -221,8 +265,9 @@ def text_of(n: int, source: list[Path] | None = None) -> str:
     raise RuntimeError(f"no text of exactly {n} tokens")
 
 
-def run(driver, text: str, expect: str = "tokens", timeout: float = 180) -> None:
-    """Put ``text`` in the box at once (typing thousands of characters takes minutes) and run the model."""
+def run(driver, text: str, expect: str = "tokens", timeout: float = 180, button: str = ID.run) -> None:
+    """Put ``text`` in the box at once (typing thousands of characters takes minutes) and run the model (or
+    press ``button``: Generate)."""
     before = driver.find_element("id", ID.status).text
     driver.execute_script(
         "const el = document.getElementById(arguments[0]);"
@@ -231,7 +276,7 @@ def run(driver, text: str, expect: str = "tokens", timeout: float = 180) -> None
         ID.text,
         text,
     )
-    driver.find_element("id", ID.run).click()
+    driver.find_element("id", button).click()
     time.sleep(1)
     wait(
         driver,
