@@ -125,3 +125,24 @@ def test_bad_pictures_say_what_to_do(vlm):
     # the text alone generates as any decoder's
     text_only = attnviz.generate(model, "USER: hello ASSISTANT:", processor.tokenizer, max_new_tokens=2)
     assert text_only.capture.parts == ("decoder",)
+
+
+def test_a_vlm_family_attnviz_does_not_map_is_refused_with_why():
+    """Idefics3 / SmolVLM (tiles, pixel shuffle) with a picture: refused before any step, saying why, as
+    attnviz.capture refuses it; load_model would load it as a VLM (AutoModelForImageTextToText)."""
+    import transformers as tf
+
+    from attnviz.workflows.models import model_kind
+
+    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    config = tf.Idefics3Config(
+        text_config=dict(model_type="llama", **small, num_key_value_heads=2, vocab_size=128),
+        vision_config=dict(**small, image_size=32, patch_size=8),
+        scale_factor=2,
+    )
+    model = tf.Idefics3ForConditionalGeneration(config).eval()
+    assert model_kind(model.config) == "vlm"
+    with pytest.raises(attnviz.UnsupportedModelError, match=r"Idefics3 / SmolVLM: its picture is split into tiles"):
+        attnviz.generate(model, "<image> a cat", chelsea(), max_new_tokens=2)
+    with pytest.raises(attnviz.UnsupportedModelError, match=r"pixel-shuffled .* It captures LLaVA"):
+        attnviz.generate(model, "<image> a cat", image=chelsea(), processor=object(), max_new_tokens=2)

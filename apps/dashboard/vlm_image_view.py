@@ -6,12 +6,13 @@ The page's model list names them as any model (a folder saved with its processor
 kind a name is comes from its config alone (:func:`attnviz.workflows.models.describe_model`, no weights).
 :class:`Towers` loads them through the library's loader, ``attnviz.load_model(name,
 with_processor=True)`` (a VLM through ``AutoModelForImageTextToText``, a joint model with both towers,
-the ``AutoProcessor`` saved beside it: the same load as a script's) — the last two kept per app. A capture is ``attnviz.capture(model, prompt, picture, processor=…)``, kept in
-the page's bounded capture cache under a key of the model, the prompt and the picture's bytes.
+the ``AutoProcessor`` saved beside it: the same load as a script's) — the last two kept per app. A
+capture is ``attnviz.capture(model, prompt, picture, processor=…)``, kept in the page's bounded capture
+cache under a key of the model, the prompt and the picture's bytes.
 
 The tab's figures are the library's: a word's row over the picture
 (:func:`attnviz.figures.image_attention`, part ``decoder``) beside its row over the text
-(:func:`attnviz.views.image.text_attention`: the same row at the text positions)."""
+(:func:`attnviz.figures.text_attention`: the same row at the text positions)."""
 
 from __future__ import annotations
 
