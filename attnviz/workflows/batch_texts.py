@@ -131,7 +131,7 @@ class BatchTexts:
             positional = torch.stack([(i - j).abs(), j == i, j == i - 1, j == i + 1]).to(torch.float64)
             found = self._cache[key] = Chunk(
                 positional=positional.view(POSITIONAL, -1).to(device),
-                keyed=self.keyed[:, :keys].to(device),
+                keyed=self.keyed[:, :keys].to(device, torch.float32),  # 0 or 1: exact
                 padded=~self.valid[:, None, start:stop].to(device),
                 pairs=pairs.to(device),
                 columns=columns.to(device),
@@ -202,9 +202,11 @@ class BatchTexts:
             found = None
             if plain:
                 scores = torch.zeros(added.shape, device=added.device).masked_fill_(blocked, BLOCKED)
-                real = rows[..., None].float()  # [b, 1, r, 1]
                 padded = int((~rows).sum())
-                found = ScoreMask(scores, real if padded else None, padded)
+                # right padding: each padded text's padded rows are the chunk's rows from its length on
+                lengths = torch.tensor(self.lengths) - start
+                tails = [(t, max(0, int(m))) for t, m in enumerate(lengths.tolist()) if m < stop - start]
+                found = ScoreMask(scores, tails, padded)
             self._cache[key] = (call.mask, call.key_padding, found)
         return self._cache[key][2]
 
@@ -230,12 +232,13 @@ class BatchTexts:
 
 @dataclass
 class ScoreMask:
-    """The mask :func:`_weights_and_entropy` adds: ``scores`` 0 or ``BLOCKED`` ``[b, 1, r, keys]``,
-    and ``real`` 1 on the real query rows, 0 on the padded ones ``[b, 1, r, 1]``, that the weights
-    are multiplied by (None when the chunk has no padded row), and how many rows are padded."""
+    """The mask :func:`_weights_and_entropy` adds: ``scores`` 0 or ``BLOCKED`` ``[b, 1, r, keys]``;
+    ``tails`` the padded query rows as (text, first padded local row) — the texts are right-padded, so
+    a text's padded rows are the chunk's rows from there on — whose weights are set to 0 (a slice each,
+    not a product over the whole chunk), and how many rows are padded."""
 
     scores: Tensor
-    real: Tensor | None
+    tails: list[tuple[int, int]]
     padded_rows: int
 
 
@@ -244,7 +247,7 @@ class Chunk:
     """What a chunk of query rows reads of its batch, on the layers' device: ``positional`` the
     POSITIONAL features of each (row, key) ``[feature, rows·keys]`` (float64: ``|i - j|`` and whether
     ``j`` is ``i``, ``i - 1``, ``i + 1``); ``keyed`` the key features ``[batch, keys, KEYED]``
-    (float64); ``padded`` the padded query rows ``[batch, 1, rows]``; ``pairs`` the detectors'
+    (float32, 0 or 1); ``padded`` the padded query rows ``[batch, 1, rows]``; ``pairs`` the detectors'
     (text, local row, key) ``[3, pairs]`` with each pair's column of COLUMNS; ``checked`` the local
     rows each text's self-check reads ``[batch, rows]`` (None: every row of every text), ``checks``
     whether any text samples a row of the chunk and ``unchecked`` the texts that sample none (None:

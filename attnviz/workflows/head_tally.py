@@ -78,6 +78,9 @@ class HeadTally:
         columns: Tensor,
         patterns: dict[str, int],
         entropy: Tensor | None,
+        *,
+        special_mass: Tensor | None = None,
+        pair_weights: Tensor | None = None,
     ) -> None:
         """Add one chunk of a layer: ``a`` ``[batch, head, rows, keys]`` the weights of rows
         ``start:start + rows`` (0 on padded rows and keys), ``visible`` ``[batch, rows, keys]`` the keys
@@ -85,11 +88,14 @@ class HeadTally:
         ``[batch, keys]`` 1 on special keys after the first, the detectors' (text, local row, key) ``pairs``
         with each pair's column and the columns of
         ``patterns`` (``duplicate_token``, ``induction``), and each row's ``entropy`` ``[batch, head,
-        rows]`` (None: no broad / focused examples)."""
+        rows]`` (None: no broad / focused examples). ``special_mass`` ``[batch, head, rows]``: each row's
+        weight on the special keys where the caller has it already (the statistics' product with the key
+        features, :func:`~attnviz.workflows.layer_reduction.key_classes`); else made from ``special``.
+        ``pair_weights`` ``[pairs, head]``: the weights at ``pairs`` where the caller has gathered them."""
         self.part = part
         li = self.layers.index(layer)
         if not self.full:
-            self._pattern_examples(li, a, start, pairs, columns, patterns)
+            self._pattern_examples(li, a, start, pairs, columns, patterns, pair_weights)
             return
         b, h, r, keys = a.shape
         device = a.device
@@ -117,7 +123,9 @@ class HeadTally:
             "previous": torch.where(ok & (i >= 1), previous, neg),
             "next": torch.where(ok & (i + 1 < keys), following, neg),
             "first": torch.where(ok, a[..., 0], neg),
-            "special": torch.where(ok, torch.einsum("bhrk,bk->bhr", a, special.to(a)), neg),
+            "special": torch.where(
+                ok, special_mass if special_mass is not None else torch.einsum("bhrk,bk->bhr", a, special.to(a)), neg
+            ),
             "rare": torch.where(hit, top, neg),
         }
         if entropy is not None:
@@ -127,23 +135,28 @@ class HeadTally:
         kept = EXAMPLES[: len(values)]  # the first roles of EXAMPLES, in its order: one maximum for all
         assert tuple(values) == kept
         self._keep(self.best[li, : len(kept)], self.where[li, : len(kept)], torch.stack(list(values.values())), start)
-        self._pattern_examples(li, a, start, pairs, columns, patterns)
-        # per offset bin: the row of highest maximum weight among those whose maximum falls there (a bin
-        # no row falls in is all -inf, which beats nothing)
-        every = torch.arange(n_bins, device=device)[:, None, None, None]
-        in_bins = torch.where(ok & (bins == every), top, neg)  # [bin, b, h, r]
-        self._keep(self.offset_best[li], self.offset_where[li], in_bins, start)
+        self._pattern_examples(li, a, start, pairs, columns, patterns, pair_weights)
+        # per offset bin: the row of highest maximum weight among those whose maximum falls there
+        self._keep_binned(li, torch.where(ok, top, neg), heads * n_bins + bins, start)
 
     def _pattern_examples(
-        self, li: int, a: Tensor, start: int, pairs: Tensor, columns: Tensor, patterns: dict[str, int]
+        self,
+        li: int,
+        a: Tensor,
+        start: int,
+        pairs: Tensor,
+        columns: Tensor,
+        patterns: dict[str, int],
+        pair_weights: Tensor | None = None,
     ) -> None:
-        """The detectors' examples: of each pattern's (text, row, key) pairs, the one of most weight per head."""
+        """The detectors' examples: of each pattern's (text, row, key) pairs, the one of most weight per head
+        (``pair_weights`` ``[pairs, head]``: the weights at ``pairs``, gathered once; else gathered here)."""
         for name, column in patterns.items():
             chosen = columns == column
             if not bool(chosen.any()):
                 continue
             t, qi, kj = pairs[:, chosen]
-            weights = a[t, :, qi, kj]  # [pairs, head]
+            weights = a[t, :, qi, kj] if pair_weights is None else pair_weights[chosen]  # [pairs, head]
             top_pair, at = weights.max(0)
             k = EXAMPLES.index(name)
             better = top_pair.double().cpu() > self.best[li, k]
@@ -171,6 +184,29 @@ class HeadTally:
             numbers = (scored, float(scored.sum()), float(seen[real].double().log().sum()), count, lowest)
             found = self._per_mask[id(visible)] = (visible, *numbers)  # visible kept: its id stays its own
         return found[1:]
+
+    def _keep_binned(self, li: int, top: Tensor, groups: Tensor, start: int) -> None:
+        """:meth:`_keep` of each offset bin's examples without a tensor per bin: ``top`` ``[b, h, r]`` each
+        row's maximum weight (-inf: a row not scored), ``groups`` ``[b, h, r]`` its head's and bin's number
+        ``head · bins + bin``. Per group the largest value (a scatter maximum) and its first (text, row), as
+        :meth:`_keep` picks it; a group no row falls in stays -inf, which beats nothing."""
+        b, h, r = top.shape
+        n_bins = self.offset_best.shape[1]
+        values = top.permute(1, 0, 2).reshape(-1)  # head by head, each in (text, row) order
+        groups = groups.permute(1, 0, 2).reshape(-1)
+        at = torch.arange(b * r, device=top.device).repeat(h)  # each value's (text, row) as text · r + row
+        best = torch.full((h * n_bins,), float("-inf"), dtype=top.dtype, device=top.device)
+        best = best.scatter_reduce(0, groups, values, "amax")
+        tops = (values == best[groups]) & (values > float("-inf"))  # each group's largest, on every tie
+        first = torch.full((h * n_bins,), b * r, dtype=torch.long, device=top.device)
+        first = first.scatter_reduce(0, groups[tops], at[tops], "amin").clamp_max_(b * r - 1)
+        top_by_bin = best.view(h, n_bins).T.double().cpu()  # [bin, head]
+        first = first.view(h, n_bins).T.cpu()
+        better = top_by_bin > self.offset_best[li]
+        self.offset_best[li] = torch.where(better, top_by_bin, self.offset_best[li])
+        where = self.offset_where[li]
+        where[..., 0] = torch.where(better, self._ids[first // r], where[..., 0])
+        where[..., 1] = torch.where(better, (first % r + start).double(), where[..., 1])
 
     def _keep(self, best: Tensor, where: Tensor, values: Tensor, start: int) -> None:
         """Keep, per role and head, the largest of ``values`` ``[role, batch, head, rows]`` (its first row on

@@ -35,7 +35,7 @@ from ..engine.taps import AttentionCall
 from .batch_texts import COLUMNS, KEYED, PATTERNS, POSITIONAL, BatchTexts, Chunk, ScoreMask, rows_of
 from .head_tally import HeadTally
 
-__all__ = ["BUDGET", "PickedRows", "reduce_layer"]
+__all__ = ["BUDGET", "PickedRows", "key_classes", "reduce_layer"]
 
 BUDGET = 1 << 22  # weights (floats) recomputed per step: a chunk of query rows of the whole batch
 _TINY = torch.finfo(torch.float32).tiny
@@ -119,19 +119,35 @@ def reduce_layer(
         # a [b, h, r, hi]: the padded rows and keys 0, so each sum reads the real rows alone
         if picked is not None:
             picked.take(call, a, start, stop)
+        # each row's mass on each key class [b, h, r, KEYED]: the sums and the tally's examples read it
+        classes = key_classes(a, part) if statistics or (tally is not None and tally.full) else None
+        # [pairs, h]: the detectors' single keys, gathered once for the sums and the tally
+        paired = _at_pairs(a, part.pairs) if statistics or patterns or tally is not None else None
         if tally is not None:
             columns = {name: COLUMNS.index(name) for name in PATTERNS}
             visible = batch.visible(call, start, stop, hi, mask)  # [b, r, hi]
+            special = None if classes is None else classes[..., 1]
             tally.take(
-                call.part, call.layer, a, start, visible, part.keyed[..., 1], part.pairs, part.columns, columns, entropy
+                call.part,
+                call.layer,
+                a,
+                start,
+                visible,
+                part.keyed[..., 1],
+                part.pairs,
+                part.columns,
+                columns,
+                entropy,
+                special_mass=special,
+                pair_weights=paired,
             )
         if statistics:
             assert entropy is not None
             entropy = entropy.masked_fill_(part.padded, 0).sum((0, 2))  # padded rows: NaN or not, 0
-            _add_masses(sums[0], a, part, entropy)
+            _add_masses(sums[0], a, part, entropy, classes, paired)
         elif patterns:  # the detectors' single keys alone, added as _add_masses adds them
-            t, i, j = part.pairs
-            sums[0].index_add_(0, part.columns, a[t, :, i, j].double())
+            assert paired is not None
+            sums[0].index_add_(0, part.columns, paired.double())
         if norms is not None:  # the shares of what is moved: c_ij = α_ij·‖f_h(x_j)‖ over the row's Σ_k c_ik
             moved = torch.mul(a, norms[:, :, None, :hi], out=batch.scratch("moved", a.shape, a.device))
             total = moved.sum(-1, keepdim=True).clamp_min_(_TINY)  # padded rows: 0 / tiny = 0
@@ -156,19 +172,45 @@ def reduce_layer(
     return sums.view(-1, h).cpu(), errors
 
 
-def _add_masses(sums: Tensor, a: Tensor, part: Chunk, entropy: Tensor | None) -> None:
+def key_classes(a: Tensor, part: Chunk) -> Tensor:
+    """Each row's mass on each key class ``[b, h, r, KEYED]`` (float32): one batched product of the
+    weights ``a`` ``[b, h, r, keys]`` with the texts' key features (first, special, punctuation) —
+    the statistics' sums and the atlas' per-row values read the same product."""
+    b, h, r, keys = a.shape
+    return torch.bmm(a.view(b, h * r, keys), part.keyed).view(b, h, r, KEYED)
+
+
+def _add_masses(
+    sums: Tensor,
+    a: Tensor,
+    part: Chunk,
+    entropy: Tensor | None,
+    classes: Tensor | None = None,
+    paired: Tensor | None = None,
+) -> None:
     """Add a chunk's ``a`` [b, h, r, keys] (its weights, or its shares of what is moved) to the
-    ``[column, head]`` ``sums`` of COLUMNS: the key classes, the positional features and the
-    detectors' pairs, each a product in float64 (and the rows' ``entropy`` [h] where given)."""
+    ``[column, head]`` ``sums`` of COLUMNS: the key classes (each row's, :func:`key_classes`, summed
+    over rows in float64; ``classes`` where already made), the positional features (``a`` summed over
+    the texts in float32, then a product in float64) and the detectors' pairs (``paired`` ``[pairs, h]``:
+    ``a`` at them, where already gathered; and the rows' ``entropy`` [h] where given)."""
     h = a.shape[1]
-    keyed = torch.bmm(a.sum(2).double(), part.keyed).sum(0)  # [h, KEYED]: mass on each key class
-    by_position = a.sum(0, dtype=torch.float64).view(h, -1)  # [h, r·hi]: summed over the texts, exactly
+    if classes is None:
+        classes = key_classes(a, part)
+    keyed = classes.sum((0, 2), dtype=torch.float64)  # [h, KEYED]: mass on each key class
+    by_position = a.sum(0).view(h, -1).double()  # [h, r·hi]: summed over the texts (a handful of terms)
     positional = torch.mm(part.positional, by_position.T)  # [POSITIONAL, h]: distance, self, previous, next
     sums[: KEYED + POSITIONAL] += torch.cat([keyed.T, positional])
     if entropy is not None:
         sums[KEYED + POSITIONAL] += entropy
-    t, i, j = part.pairs
-    sums.index_add_(0, part.columns, a[t, :, i, j].double())  # the detectors' single keys
+    if paired is None:
+        paired = _at_pairs(a, part.pairs)
+    sums.index_add_(0, part.columns, paired.double())  # the detectors' single keys
+
+
+def _at_pairs(a: Tensor, pairs: Tensor) -> Tensor:  # [pairs, h]
+    """``a`` ``[b, h, r, keys]`` at each (text, local row, key) of ``pairs`` ``[3, pairs]``, every head."""
+    t, i, j = pairs
+    return a[t, :, i, j]
 
 
 def _weights_and_entropy(
@@ -201,8 +243,8 @@ def _weights_and_entropy(
     scores = scores.view(shape).add_(mask.scores)
     a = torch.ops.aten._softmax.out(scores, -1, False, out=scratch("weights", shape, q.device))
     own = a.diagonal(start, -2, -1)  # [b, h, r]: each row's weight on its own key
-    if mask.real is not None:  # a padded row's scores are all BLOCKED: its weights, even, become 0
-        a.mul_(mask.real)
+    for t, first in mask.tails:  # a padded row's scores are all BLOCKED: its weights, even, become 0
+        a[t, :, first:].zero_()
     if not entropy:
         return a, None
     if int(torch.count_nonzero(own < _SAFE_REF)) > mask.padded_rows * h:  # padded rows' are 0: a real one is tiny
