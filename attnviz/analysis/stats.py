@@ -288,7 +288,7 @@ class LayerSums:
             shares = band * norms[:, None, b0 - lo : b1 - lo] / total[..., None]
             self._features(moved / total[..., None], shares, gap, rows, name_of=moved_name)
         self._cells(a, rows, keys, norms, total)
-        # −Σ_k a·log a in a buffer kept across chunks (xlogy is 3× slower than row_entropy's clamp and log2)
+        # −Σ_k a·log a in a buffer kept across chunks and layers
         self._add("entropy", row_entropy(a, self._scratch("entropy", a.shape, a.device)))
 
     def _key_features(self, lo: int, hi: int, first: int, last: int) -> Tensor:
