@@ -120,6 +120,8 @@ def test_bad_pictures_say_what_to_do(vlm):
     pixels = processor(text=PROMPT, images=chelsea(), return_tensors="pt")["pixel_values"]
     with pytest.raises(attnviz.InputError, match="pass the picture as image="):
         attnviz.generate(model, PROMPT, processor.tokenizer, pixel_values=pixels, max_new_tokens=2)
+    with pytest.raises(attnviz.InputError, match="the prompt has '<image>' but no picture: pass it"):
+        attnviz.generate(model, PROMPT, processor.tokenizer, max_new_tokens=2)
     with pytest.raises(attnviz.InputError, match="reads no pictures while it generates"):
         attnviz.generate(attnviz.tiny_model("llama"), "1 2 3", image=chelsea(), max_new_tokens=2)
     # the text alone generates as any decoder's

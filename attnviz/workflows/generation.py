@@ -147,6 +147,12 @@ def generate(
         tokenizer = vlm.tokenizer
     else:
         tokenizer = resolved.require_tokenizer()
+        placeholder = tokenizer.convert_ids_to_tokens(int(config.image_token_index)) if is_vlm(config) else None
+        if isinstance(placeholder, str) and placeholder in prompt:
+            raise InputError(
+                f"the prompt has {placeholder!r} but no picture: pass it, generate(model, prompt, image, "
+                f"processor=…), or leave {placeholder!r} out to generate from the text alone"
+            )
     encoder_decoder = resolved.encoder_decoder
     wanted = resolved.layers(layers)
     limit, name = resolved.limit, resolved.name
