@@ -148,3 +148,16 @@ def test_a_vlm_family_attnviz_does_not_map_is_refused_with_why():
         attnviz.generate(model, "<image> a cat", chelsea(), max_new_tokens=2)
     with pytest.raises(attnviz.UnsupportedModelError, match=r"pixel-shuffled .* It captures LLaVA"):
         attnviz.generate(model, "<image> a cat", image=chelsea(), processor=object(), max_new_tokens=2)
+
+
+def test_a_saved_vlm_generation_loads_back_with_its_picture(vlm, tmp_path):
+    model, processor = vlm()
+    gen = attnviz.generate(model, PROMPT, chelsea(), processor=processor, max_new_tokens=3)
+    gen.save(tmp_path / "gen.attnviz")
+    back = attnviz.Generation.of(attnviz.load(tmp_path / "gen.attnviz"))
+    assert back.new_tokens == gen.new_tokens and back.capture.parts == ("decoder", "vision")
+    assert back.capture.image.suffix == gen.capture.image.suffix and torch.equal(
+        back.capture.image.pixels, gen.capture.image.pixels
+    )
+    for part in ("decoder", "vision"):
+        assert torch.equal(back.capture.attention(1, part=part), gen.capture.attention(1, part=part))
