@@ -168,9 +168,9 @@ def _pronoun_rows(g: torch.Generator, batch: int, rows: int, keys: int) -> list:
 def test_a_batchs_candidate_weights_are_each_probes_own_to_the_last_bit(threads, renormalise):
     """evaluate_probes reads every probe of a batch at once (batch_candidate_weights): the numbers are
     those candidate_weights gives each probe's own rows — equal bit for bit, not within a tolerance —
-    and so is each head's pick and best head (_Choices) as the probe-by-probe code made them."""
+    and so is each head's pick and best head (HeadChoices) as the probe-by-probe code made them."""
     from attnviz.analysis.coref import candidate_weights
-    from attnviz.workflows.probing import _Choices, batch_candidate_weights
+    from attnviz.workflows.probing import HeadChoices, batch_candidate_weights
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -193,7 +193,7 @@ def test_a_batchs_candidate_weights_are_each_probes_own_to_the_last_bit(threads,
                 assert torch.equal(got[j, :, :, :c], want), (batch, j, (got[j, :, :, :c] - want).abs().max())
                 assert torch.isneginf(got[j, :, :, c:]).all()
             held = [layer for layer in range(layers + 1) if layer != 1][:layers]  # a layer not captured: -1 there
-            choices = _Choices.of(got, held, max(held) + 1)
+            choices = HeadChoices.of(got, held, max(held) + 1)
             for j, (r, ch) in enumerate(zip(readings, choices)):  # the probe-by-probe code this replaced
                 picks = torch.full((max(held) + 1, heads), -1, dtype=torch.int16)
                 top = torch.full((max(held) + 1, heads), -1.0)

@@ -332,7 +332,7 @@ class ProbeRun:
         return scored, skipped
 
     def _weights(self, batch: list[int]) -> list:
-        """Per probe of ``batch``: (pronoun, candidates, :class:`_Choices` of its heads), or the InputError
+        """Per probe of ``batch``: (pronoun, candidates, :class:`HeadChoices` of its heads), or the InputError
         that says why it cannot be scored."""
         texts = [self.mine[b][1].text for b in batch]
         if self.reducer is None:
@@ -371,7 +371,7 @@ class ProbeRun:
             where.append(i)
         if readings:
             weights = batch_candidate_weights(every, readings, self.renormalise)  # [probe, layer, head, candidate]
-            for i, choices in zip(where, _Choices.of(weights, layers, layers[-1] + 1)):
+            for i, choices in zip(where, HeadChoices.of(weights, layers, layers[-1] + 1)):
                 out[i] = (*out[i], choices)
         return out
 
@@ -416,7 +416,7 @@ class ProbeRun:
                 for layer in layers
             ]
         )
-        [choices] = _Choices.of(weights[None], layers, cap.n_layers)
+        [choices] = HeadChoices.of(weights[None], layers, cap.n_layers)
         return pronoun, spans, choices
 
 
@@ -479,7 +479,7 @@ def batch_candidate_weights(
 
 
 @dataclass(frozen=True)
-class _Choices:
+class HeadChoices:
     """One probe's pick in every head and its best head (the most weight given to a candidate)."""
 
     picks: Tensor  # [layer, head] int16: the candidate each head gives the most weight, -1 where not captured
@@ -489,7 +489,7 @@ class _Choices:
     pick: int  # the best head's pick
 
     @classmethod
-    def of(cls, weights: Tensor, layers: list[int], n_layers: int) -> list[_Choices]:
+    def of(cls, weights: Tensor, layers: list[int], n_layers: int) -> list[HeadChoices]:
         """Each probe's choices from ``weights`` ``[probe, layer of layers, head, candidate]``: in each head
         the first candidate of the most weight, and the first head (by layer, then head) of the most."""
         n, _, n_heads, _ = weights.shape
@@ -509,7 +509,7 @@ class _Choices:
         ]
 
 
-def _outcome(index: int, probe: Probe, pronoun: Span, spans: list[Span], choices: _Choices) -> dict:
+def _outcome(index: int, probe: Probe, pronoun: Span, spans: list[Span], choices: HeadChoices) -> dict:
     """One probe's picks in every head and its row of ``per_probe``."""
     before = [i for i, s in enumerate(spans) if s.char_end <= pronoun.char_start] or list(range(len(spans)))
     nearest = min(before, key=lambda i: abs(pronoun.char_start - spans[i].char_end))
