@@ -229,7 +229,7 @@ class IID:
     graph = "image-graph"
     mode = "image-mode"  # one head (or the heads' mean), every head as thumbnails, or the rollout
     switches = "image-switches"  # the AttentionLab's switches for one head's row: causal mask, ÷√d_k
-    # a model of two towers (vlm_image_view): a LLaVA-style VLM, a joint CLIP / SigLIP
+    # a model of two towers (towers): a LLaVA-style VLM, a joint CLIP / SigLIP
     towers = "image-towers"  # the row of the prompt, the part and the word: shown for a model of two towers
     prompt = "image-prompt"  # the text read with the picture (a VLM's with its <image>)
     part = "image-part"  # which tower: a VLM's language model or vision tower, a joint model's text or vision tower

@@ -1,6 +1,6 @@
 """The Image tab: a picture uploaded (or one of two samples: scikit-image's cat and coffee cup, CC0), captured by the page's model — a vision
 encoder (ViT, DeiT, DINOv2, the CLIP and SigLIP vision towers) — and one query's attention drawn over
-the picture; a click on a patch makes it the query. A model of two towers (:mod:`.vlm_image_view`): a
+the picture; a click on a patch makes it the query. A model of two towers (:mod:`.towers`): a
 LLaVA-style vision-language model reads a prompt with the picture, and a word of the prompt is the query,
 its row drawn over the picture beside its row over the text; a joint CLIP / SigLIP model's text tower
 and vision tower are the two parts.
@@ -26,7 +26,7 @@ from attnviz.views.image import text_attention
 from .captures import Captures
 from .errors import page_message, shows_errors
 from .ids import ID, IID
-from .vlm_image_view import (
+from .towers import (
     Towers,
     capture_towers,
     default_prompt,
