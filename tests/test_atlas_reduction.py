@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from attnviz.workflows.batch_texts import COLUMNS, PATTERNS, BatchTexts
-from attnviz.workflows.layer_reduction import _add_masses, key_classes
+from attnviz.workflows.layer_reduction import add_masses, key_classes
 
 WORDS = ["the", "cat", ",", "sat", "on", "the", "mat", ".", "and", "the", "cat", "sat", "!"]
 
@@ -66,7 +66,7 @@ def test_a_chunks_sums_equal_float64_loops_over_its_weights_to_float_rounding():
     a = torch.softmax(scores, -1) * valid[:, None, :, None]  # padded keys and rows 0, as reduce_layer has them
     part = batch.chunk(0, n, n, torch.device("cpu"))
     sums = torch.zeros(len(COLUMNS), heads, dtype=torch.float64)
-    _add_masses(sums, a, part, None)
+    add_masses(sums, a, part, None)
     expected = _reference(a.numpy(), batch, ids_of)
     found = sums.numpy()
     entropy = COLUMNS.index("entropy")

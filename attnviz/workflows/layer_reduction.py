@@ -35,7 +35,7 @@ from ..engine.taps import AttentionCall
 from .batch_texts import COLUMNS, KEYED, PATTERNS, POSITIONAL, BatchTexts, Chunk, ScoreMask, rows_of
 from .head_tally import HeadTally
 
-__all__ = ["BUDGET", "PickedRows", "key_classes", "reduce_layer"]
+__all__ = ["BUDGET", "PickedRows", "add_masses", "key_classes", "reduce_layer"]
 
 BUDGET = 1 << 22  # weights (floats) recomputed per step: a chunk of query rows of the whole batch
 _TINY = torch.finfo(torch.float32).tiny
@@ -144,14 +144,14 @@ def reduce_layer(
         if statistics:
             assert entropy is not None
             entropy = entropy.masked_fill_(part.padded, 0).sum((0, 2))  # padded rows: NaN or not, 0
-            _add_masses(sums[0], a, part, entropy, classes, paired)
-        elif patterns:  # the detectors' single keys alone, added as _add_masses adds them
+            add_masses(sums[0], a, part, entropy, classes, paired)
+        elif patterns:  # the detectors' single keys alone, added as add_masses adds them
             assert paired is not None
             sums[0].index_add_(0, part.columns, paired.double())
         if norms is not None:  # the shares of what is moved: c_ij = α_ij·‖f_h(x_j)‖ over the row's Σ_k c_ik
             moved = torch.mul(a, norms[:, :, None, :hi], out=batch.scratch("moved", a.shape, a.device))
             total = moved.sum(-1, keepdim=True).clamp_min_(_TINY)  # padded rows: 0 / tiny = 0
-            _add_masses(sums[1], moved.div_(total), part, None)
+            add_masses(sums[1], moved.div_(total), part, None)
         if out is not None and part.checks:  # the self-check: A·V of the sampled rows against the kernel's
             theirs = out[:, start:stop]  # [b, r, h, d]
             if part.checked is not None:  # each text's own sampled rows, picked as whole rows of memory
@@ -180,7 +180,7 @@ def key_classes(a: Tensor, part: Chunk) -> Tensor:
     return torch.bmm(a.view(b, h * r, keys), part.keyed).view(b, h, r, KEYED)
 
 
-def _add_masses(
+def add_masses(
     sums: Tensor,
     a: Tensor,
     part: Chunk,
