@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 from skimage.data import chelsea
+from test_load_vlm import eager_outputs
 
 import attnviz
 from attnviz import figures
@@ -28,16 +29,6 @@ def vlm():
     return make
 
 
-def _eager(model, **inputs):
-    before = model.config._attn_implementation
-    model.set_attn_implementation("eager")
-    try:
-        with torch.no_grad():
-            return model(**inputs, output_attentions=True)
-    finally:
-        model.set_attn_implementation(before)
-
-
 @pytest.mark.parametrize("backend", ["sdpa", "eager"])
 def test_a_vlm_generation_is_its_own_greedy_text_and_every_step_its_own_eager_row(vlm, backend):
     model, processor = vlm(backend)
@@ -56,15 +47,15 @@ def test_a_vlm_generation_is_its_own_greedy_text_and_every_step_its_own_eager_ro
     pixels = encoded["pixel_values"]
     for position in range(gen.prompt_length, len(plain)):
         ids = torch.tensor([plain[: position + 1]])
-        own = _eager(model, input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixels).attentions
+        own = eager_outputs(model, input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixels).attentions
         for layer in range(2):
             ours = cap.attention(layer, part="decoder")[:, position, : position + 1]
             assert (ours - own[layer][0, :, position]).abs().max() <= 5e-7
             assert float(cap.attention(layer, part="decoder")[:, position, position + 1 :].abs().sum()) == 0
     # the whole map: the prompt's rows too
     ids = torch.tensor([plain])
-    own = _eager(model, input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixels).attentions
-    tower = _eager(model.model.vision_tower, pixel_values=pixels).attentions
+    own = eager_outputs(model, input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=pixels).attentions
+    tower = eager_outputs(model.model.vision_tower, pixel_values=pixels).attentions
     for layer in range(2):
         assert (cap.attention(layer, part="decoder") - own[layer][0]).abs().max() <= 5e-7
         assert (cap.attention(layer, part="vision") - tower[layer][0]).abs().max() <= 5e-7

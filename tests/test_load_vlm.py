@@ -16,12 +16,13 @@ from attnviz.workflows.vlm import tiny_vlm
 TEXT = "A photo: <image> the cat sleeps"
 
 
-def _eager(model, encoded):
+def eager_outputs(model, **inputs):
+    """The model's own outputs with its eager attention (``output_attentions``), its backend restored after."""
     before = model.config._attn_implementation
     model.set_attn_implementation("eager")
     try:
         with torch.no_grad():
-            return model(**encoded, output_attentions=True)
+            return model(**inputs, output_attentions=True)
     finally:
         model.set_attn_implementation(before)
 
@@ -61,8 +62,8 @@ def test_a_loaded_llava_folder_captures_its_own_eager_attention(llava_folder, ba
     cap = attnviz.capture(llava_folder, TEXT, chelsea(), attn_implementation=backend)
     assert cap.parts == ("decoder", "vision") and cap.model["backend"] == backend
     encoded = processor(text=TEXT, images=chelsea(), return_tensors="pt")
-    out = _eager(model, encoded)
-    tower = _eager(model.model.vision_tower, {"pixel_values": encoded["pixel_values"]})
+    out = eager_outputs(model, **encoded)
+    tower = eager_outputs(model.model.vision_tower, pixel_values=encoded["pixel_values"])
     assert cap.token_ids == encoded["input_ids"][0].tolist()
     assert cap.tokens[cap.image.n_prefix] == "(0,0)" and cap.image.grid == (4, 4)
     for layer in range(2):
@@ -80,7 +81,7 @@ def test_a_saved_joint_model_loads_both_towers_and_captures_them(joint_folder):
     texts, pictures = ["a cat sleeping on a mat", "a cup"], [chelsea(), coffee()]
     caps = attnviz.capture(folder, texts, pictures)
     encoded = processor(text=texts, images=pictures, return_tensors="pt", padding=True)
-    out = _eager(model, encoded)
+    out = eager_outputs(model, **encoded)
     lengths = encoded["attention_mask"].sum(-1).tolist()
     for b, cap in enumerate(caps):
         assert cap.parts == ("text", "vision")
@@ -127,7 +128,7 @@ def test_the_text_figures_are_public_in_attnviz_figures_and_draw_the_models_own_
     model, _, processor = attnviz.load_model(llava_folder, with_processor=True)
     cap = attnviz.capture(llava_folder, TEXT, chelsea())
     encoded = processor(text=TEXT, images=chelsea(), return_tensors="pt")
-    own = _eager(model, encoded).attentions
+    own = eager_outputs(model, **encoded).attentions
     ids = encoded["input_ids"][0].tolist()
     text = [i for i, t in enumerate(ids) if t != model.config.image_token_index]
     assert figures.text_positions(cap, "decoder") == text
