@@ -178,11 +178,19 @@ def to_image(
         "headers": pio.defaults.headers,
     }
     kopts = {key: value for key, value in kopts.items() if value is not None}
-    # a browser of its own, started in a thread (a notebook's thread runs an event loop already)
-    with cjk_fontconfig(font_folder), concurrent.futures.ThreadPoolExecutor(1) as pool:
-        image = pool.submit(
-            asyncio.run, kaleido.calc_fig(spec, opts, topojson=pio.defaults.topojson, kopts=kopts)
-        ).result()
+    # a browser of its own, started in a thread (a notebook's thread runs an event loop already); on a
+    # busy machine kaleido's tab can be asked to render before its own page has defined its scripts
+    # ("kaleido_scopes is not defined"): that race is tried again in a fresh browser, twice at most
+    for attempt in range(3):
+        try:
+            with cjk_fontconfig(font_folder), concurrent.futures.ThreadPoolExecutor(1) as pool:
+                image = pool.submit(
+                    asyncio.run, kaleido.calc_fig(spec, opts, topojson=pio.defaults.topojson, kopts=kopts)
+                ).result()
+            break
+        except Exception as err:  # kaleido's JavascriptError is not importable from its public API
+            if "kaleido_scopes is not defined" not in str(err) or attempt == 2:
+                raise
     if isinstance(image, str):
         image = image.encode("utf-8")
     if fmt == "svg" and CJK_TEXT.search(image.decode("utf-8", "replace")):
