@@ -239,15 +239,13 @@ def _mask_structure(
     scores[..., lo:hi].masked_fill_(~allowed, float("-inf"))
 
 
-def row_entropy(weights: Tensor, work: Tensor | None = None) -> Tensor:  # [..., keys] -> [...]
+def row_entropy(weights: Tensor, work: Tensor) -> Tensor:  # [..., keys] -> [...]
     """Each row's entropy ``−Σ_k a·ln a`` in nats over the last dimension, a weight of 0 adding 0
     (its logarithm is taken at the smallest normal float, times 0): one clamp, one logarithm, one
     product and one sum over the weights (``xlogy`` and ``special.entr`` took 2–3× longer here).
-    ``work``: a tensor of the weights' shape and dtype to compute in (the weights are kept); else
-    one is made."""
+    ``work``: a tensor of the weights' shape and dtype to compute in (the weights are kept)."""
     tiny = torch.finfo(weights.dtype).tiny
-    log_a = torch.clamp_min(weights, tiny, out=work) if work is not None else weights.clamp_min(tiny)
-    return log_a.log_().mul_(weights).sum(-1).neg_()
+    return torch.clamp_min(weights, tiny, out=work).log_().mul_(weights).sum(-1).neg_()
 
 
 def head_max(x: Tensor) -> Tensor:  # [head, ...] -> [head]
