@@ -10,7 +10,6 @@ import os
 import tempfile
 import threading
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -151,10 +150,12 @@ def test_a_worker_killed_mid_job_leaves_the_page_usable_with_a_message(dash_duo,
 
 @pytest.mark.browser
 def test_a_background_capture_whose_process_is_killed_is_a_message_and_leaves_no_files(
-    dash_duo, monkeypatch, llama_folder, long_text
+    dash_duo, monkeypatch, tmp_path, llama_folder, long_text
 ):
     """The capture job is a forked process (Dash's background callback): SIGKILL it mid-capture, as the
     kernel's OOM killer would — the page says so, keeps the last capture, and the job's files go."""
+    # this test's own temporary folder: the other pytest worker's pages make capture folders at the same time
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     server = os.getpid()
     original = attnviz.capture
 
@@ -164,11 +165,10 @@ def test_a_background_capture_whose_process_is_killed_is_a_message_and_leaves_no
         return original(model, *args, **kwargs)
 
     monkeypatch.setattr(attnviz, "capture", capture)
-    before = set(Path(tempfile.gettempdir()).glob("attnviz-captures-*"))
     dash_duo.start_server(create_app({llama_folder: "tiny Llama (8k positions)"}, default_model=llama_folder))
     wait_status(dash_duo, "tokens")
     opening = dash_duo.find_element(f"#{ID.status}").text
-    [folder] = set(Path(tempfile.gettempdir()).glob("attnviz-captures-*")) - before
+    [folder] = tmp_path.glob("attnviz-captures-*")
     set_text(dash_duo, ID.text, long_text)
     dash_duo.find_element(f"#{ID.run}").click()
     dash_duo.wait_for_contains_text(f"#{ID.job_progress_text}", "Capturing in the background: layer", 60)
