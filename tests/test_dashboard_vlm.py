@@ -1,7 +1,8 @@
 """The Image tab in a real browser with models of two towers: a tiny random LLaVA (a prompt read with the
 picture, a word of it chosen, its row drawn over the picture beside its row over the text, the vision
 tower a part choice) and a tiny random joint CLIP (its text tower and its vision tower), each saved to a
-folder with its processor; a VLM family attnviz refuses with a picture is a message on the tab.
+folder with its processor; a tiny Idefics3 (image tokens of 2×2 patch blocks); a VLM family attnviz
+refuses with a picture is a message on the tab.
 
 The references are the models' own eager ``output_attentions`` on the same processed inputs, not the
 dashboard's capture."""
@@ -211,22 +212,58 @@ def test_a_joint_clip_shows_its_vision_tower_and_its_text_tower(dash_duo, tmp_pa
 
 @pytest.mark.browser
 @pytest.mark.slow
-def test_a_vlm_attnviz_refuses_with_a_picture_is_a_message_on_the_image_tab(dash_duo, tmp_path, photo):
-    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
-    config = tf.Idefics3Config(
-        text_config=dict(model_type="llama", **small, num_key_value_heads=2, vocab_size=128),
-        vision_config=dict(**small, image_size=32, patch_size=8),
-        scale_factor=2,
-    )
+def test_an_idefics3_word_is_drawn_over_its_blocks_of_the_picture(dash_duo, tmp_path, photo):
+    """Idefics3 (SmolVLM's architecture): each image token one 2×2 block of the tower's patches, so the
+    word's row is a 4×4 heat over the picture; the vision tower (no [CLS]) a part of its own."""
+    model, processor = tiny_vlm("idefics3")
     folder = tmp_path / "tiny-idefics3"
-    tf.Idefics3ForConditionalGeneration(config).save_pretrained(folder)
-    source, kwargs = embedded_source("smollm2")
-    tf.AutoTokenizer.from_pretrained(source, **kwargs).save_pretrained(folder)
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
     dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)", str(folder): "tiny Idefics3"}, default_model="minilm"))
     wait_status(dash_duo, "minilm")
     choose(dash_duo, f"#{ID.model}", 1)
     open_tab(dash_duo, "Image")
+    prompt = "USER: <image> What is in the picture? ASSISTANT: a cat"
+    poll(lambda: dash_duo.find_element(f"#{IID.prompt}").get_attribute("value") == prompt, timeout=60)
     dash_duo.find_element(f"#{IID.upload} input").send_keys(str(photo))
-    dash_duo.wait_for_contains_text(f"#{IID.message}", "cannot be shown with a picture: Idefics3 / SmolVLM", timeout=30)
-    assert "It captures LLaVA" in dash_duo.find_element(f"#{IID.message}").text
+    poll(lambda: "where 'cat' attends over the text" in title(dash_duo, IID.strip), timeout=60)
+    eager = tf.AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
+    again = tf.AutoProcessor.from_pretrained(folder)
+    inputs = again(text=[prompt], images=[Image.open(photo).convert("RGB")], return_tensors="pt")
+    with torch.no_grad():
+        rows = eager(**inputs, output_attentions=True).attentions[1][0].mean(0)
+        tower = eager.model.vision_model(inputs["pixel_values"][:, 0], output_attentions=True).attentions[1][0].mean(0)
+    tokens = again.tokenizer.convert_ids_to_tokens(inputs["input_ids"][0].tolist())
+    image = [i for i, t in enumerate(tokens) if t == "<image>"]
+    text = [i for i in range(len(tokens)) if i not in image]
+    assert len(image) == 16 and tokens[-1] == "Ġcat" and "<global-img>" in tokens
+    poll(lambda: np.allclose(heat(dash_duo), rows[-1, image].reshape(4, 4).numpy(), atol=TOL, rtol=0))
+    assert np.allclose(bars(dash_duo)[0], rows[-1, text].numpy(), atol=TOL, rtol=0)
+    # the vision tower: 8×8 patches and no [CLS], the centre patch's row over them
+    dash_duo.find_elements(f"#{IID.part} input")[1].click()
+    poll(lambda: "where (4,4) attends" in title(dash_duo, IID.graph), timeout=30)
+    poll(lambda: np.allclose(heat(dash_duo), tower[4 * 8 + 4].reshape(8, 8).numpy(), atol=TOL, rtol=0))
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_a_vlm_attnviz_refuses_with_a_picture_is_a_message_on_the_image_tab(dash_duo, tmp_path, photo):
+    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    config = tf.SmolVLMConfig(
+        text_config=dict(model_type="llama", **small, num_key_value_heads=2, vocab_size=128),
+        vision_config=dict(**small, image_size=32, patch_size=8),
+        scale_factor=2,
+    )
+    folder = tmp_path / "tiny-smolvlm"
+    tf.SmolVLMForConditionalGeneration(config).save_pretrained(folder)
+    source, kwargs = embedded_source("smollm2")
+    tf.AutoTokenizer.from_pretrained(source, **kwargs).save_pretrained(folder)
+    dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)", str(folder): "tiny SmolVLM"}, default_model="minilm"))
+    wait_status(dash_duo, "minilm")
+    choose(dash_duo, f"#{ID.model}", 1)
+    open_tab(dash_duo, "Image")
+    dash_duo.find_element(f"#{IID.upload} input").send_keys(str(photo))
+    dash_duo.wait_for_contains_text(f"#{IID.message}", "cannot be shown with a picture: SmolVLM", timeout=30)
+    assert "It captures LLaVA and Idefics3" in dash_duo.find_element(f"#{IID.message}").text
     no_console_errors(dash_duo)

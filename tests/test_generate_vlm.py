@@ -121,23 +121,23 @@ def test_bad_pictures_say_what_to_do(vlm):
 
 
 def test_a_vlm_family_attnviz_does_not_map_is_refused_with_why():
-    """Idefics3 / SmolVLM (tiles, pixel shuffle) with a picture: refused before any step, saying why, as
-    attnviz.capture refuses it; load_model would load it as a VLM (AutoModelForImageTextToText)."""
+    """SmolVLM with a picture: refused before any step, saying why, as attnviz.capture refuses it;
+    load_model would load it as a VLM (AutoModelForImageTextToText)."""
     import transformers as tf
 
     from attnviz.workflows.models import model_kind
 
     small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
-    config = tf.Idefics3Config(
+    config = tf.SmolVLMConfig(
         text_config=dict(model_type="llama", **small, num_key_value_heads=2, vocab_size=128),
         vision_config=dict(**small, image_size=32, patch_size=8),
         scale_factor=2,
     )
-    model = tf.Idefics3ForConditionalGeneration(config).eval()
+    model = tf.SmolVLMForConditionalGeneration(config).eval()
     assert model_kind(model.config) == "vlm"
-    with pytest.raises(attnviz.UnsupportedModelError, match=r"Idefics3 / SmolVLM: its picture is split into tiles"):
+    with pytest.raises(attnviz.UnsupportedModelError, match=r"SmolVLM: its processor needs torchvision"):
         attnviz.generate(model, "<image> a cat", chelsea(), max_new_tokens=2)
-    with pytest.raises(attnviz.UnsupportedModelError, match=r"pixel-shuffled .* It captures LLaVA"):
+    with pytest.raises(attnviz.UnsupportedModelError, match=r"untested .* It captures LLaVA and Idefics3"):
         attnviz.generate(model, "<image> a cat", image=chelsea(), processor=object(), max_new_tokens=2)
 
 

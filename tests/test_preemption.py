@@ -384,7 +384,8 @@ def _two_ranks(job: dict, tmp_path: Path) -> list[dict]:
         for process, out in processes:
             _, err = process.communicate(timeout=240)  # a bound on waiting, not a measurement
             assert out.is_file(), err[-3000:]
-            results.append({"code": process.returncode, **json.loads(out.read_text())})
+            # what it printed goes with it: a failing assertion on the codes shows why (an abort's message)
+            results.append({"code": process.returncode, **json.loads(out.read_text()), "stderr": err[-3000:]})
     except subprocess.TimeoutExpired:
         for process, _ in processes:
             process.kill()

@@ -36,11 +36,11 @@ def test_every_vision_encoder_is_exact_on_a_batch_of_two_pictures():
 
 @pytest.mark.slow
 def test_every_model_of_two_towers_is_exact_in_each_part():
-    """Joint CLIP and SigLIP (text and vision towers) and LLaVA (language model and vision tower), two
+    """Joint CLIP and SigLIP (text and vision towers), LLaVA and Idefics3 (language model and vision tower), two
     padded texts with two pictures, each part against the model's own eager attention."""
     outcomes = sweep_towers.towers()
     assert {(o.family, o.backend) for o in outcomes} == {
-        (f, b) for f in ("clip (joint)", "siglip (joint)", "llava") for b in ("eager", "sdpa")
+        (f, b) for f in ("clip (joint)", "siglip (joint)", "llava", "idefics3") for b in ("eager", "sdpa")
     }
     not_exact = [o.line() for o in outcomes if o.kind != "exact"]
     assert not not_exact, "not exact:\n" + "\n".join(not_exact)

@@ -201,25 +201,25 @@ def test_a_vlm_capture_saves_and_loads_with_its_picture(vlm, tmp_path):
     assert torch.equal(back.attention(1, part="vision"), cap.attention(1, part="vision"))
 
 
-def _tiny_idefics3():
+def _tiny_smolvlm():
     import transformers as tf
 
     small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
-    config = tf.Idefics3Config(
+    config = tf.SmolVLMConfig(
         text_config=dict(model_type="llama", **small, num_key_value_heads=2, vocab_size=128),
         vision_config=dict(**small, image_size=32, patch_size=8),
         scale_factor=2,
     )
-    return tf.Idefics3ForConditionalGeneration(config).eval()
+    return tf.SmolVLMForConditionalGeneration(config).eval()
 
 
-def test_idefics3_and_qwen2_vl_with_a_picture_are_refused_with_why():
-    """A VLM whose image tokens attnviz does not map (Idefics3 / SmolVLM: tiles and pixel shuffle;
-    Qwen2-VL: 2×2 merge blocks, one call per picture) is refused before any forward, saying why."""
-    model = _tiny_idefics3()
-    with pytest.raises(attnviz.UnsupportedModelError, match=r"Idefics3 / SmolVLM: its picture is split into tiles"):
+def test_smolvlm_and_qwen2_vl_with_a_picture_are_refused_with_why():
+    """A VLM whose image tokens attnviz does not map (SmolVLM: its processor untested here; Qwen2-VL:
+    2×2 merge blocks, one call per picture) is refused before any forward, saying why."""
+    model = _tiny_smolvlm()
+    with pytest.raises(attnviz.UnsupportedModelError, match=r"SmolVLM: its processor needs torchvision"):
         attnviz.capture(model, "<image> a cat", chelsea(), processor=object())
-    with pytest.raises(attnviz.UnsupportedModelError, match=r"pixel-shuffled .* It captures LLaVA"):
+    with pytest.raises(attnviz.UnsupportedModelError, match=r"untested .* It captures LLaVA and Idefics3"):
         attnviz.capture(model, "<image> a cat", image=chelsea())
     from attnviz.workflows.vlm import vlm_refusal
 

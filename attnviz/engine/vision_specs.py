@@ -24,6 +24,7 @@ TOWERS: dict[str, dict[str, str]] = {
     "clip": {"text_model": "text", "vision_model": "vision"},
     "siglip": {"text_model": "text", "vision_model": "vision"},
     "llava": {"vision_tower": "vision"},
+    "idefics3": {"vision_model": "vision"},  # model.vision_model; its language model is model.text_model
 }
 
 

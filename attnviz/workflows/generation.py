@@ -31,7 +31,7 @@ from .images import is_image_input
 from .inputs import Encoded, check_vocabulary, given_tokens, surfaces, tokenize
 from .pipeline import Item, captures, check_mode, resolve, tapped
 from .step_recorder import StepRecorder
-from .vlm import encode_vlm, is_vlm, vlm_refusal
+from .vlm import encode_vlm, image_token_id, is_vlm, vlm_refusal
 
 __all__ = ["generate"]
 
@@ -137,7 +137,7 @@ def generate(
         if not is_vlm(config):
             raise InputError(
                 f"{resolved.name} reads no pictures while it generates: attnviz.generate takes a picture for a "
-                "vision-language model (LLaVA); give this model a text prompt alone"
+                "vision-language model (LLaVA, Idefics3); give this model a text prompt alone"
             )
         if "pixel_values" in generate_kwargs:
             raise InputError("pass the picture as image= (with processor=): attnviz encodes it with the prompt")
@@ -147,7 +147,7 @@ def generate(
         tokenizer = vlm.tokenizer
     else:
         tokenizer = resolved.require_tokenizer()
-        placeholder = tokenizer.convert_ids_to_tokens(int(config.image_token_index)) if is_vlm(config) else None
+        placeholder = tokenizer.convert_ids_to_tokens(image_token_id(config)) if is_vlm(config) else None
         if isinstance(placeholder, str) and placeholder in prompt:
             raise InputError(
                 f"the prompt has {placeholder!r} but no picture: pass it, generate(model, prompt, image, "
@@ -186,9 +186,9 @@ def generate(
             model_inputs: dict[str, Any] = dict(encoder_outputs=encoder_outputs, attention_mask=mask)
         else:
             model_inputs = dict(input_ids=ids, attention_mask=mask)
-        if vlm is not None:  # the picture, read by the vision tower at the prefill
-            dtype = next(lm.parameters()).dtype
-            model_inputs["pixel_values"] = vlm.encoded["pixel_values"].to(resolved.device, dtype)
+        if vlm is not None:  # the picture (and Idefics3's pixel mask), read by the vision tower at the prefill
+            pictures = vlm.forward_kwargs(resolved.device, next(lm.parameters()).dtype)
+            model_inputs.update((k, v) for k, v in pictures.items() if k not in ("input_ids", "attention_mask"))
         try:
             out = lm.generate(**model_inputs, **kwargs)
         except (TypeError, ValueError) as err:

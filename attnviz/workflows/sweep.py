@@ -8,7 +8,7 @@ compared with the *eager* model's own ``output_attentions`` on the same weights.
   names, built by :func:`attnviz.tiny_model` — what ``tests/test_sweep.py`` holds to :data:`EXACT`.
 - :func:`vision`: every tiny vision encoder (ViT, DeiT, DINOv2 with and without registers, the CLIP and
   SigLIP vision towers) on eager and sdpa, a batch of two pictures through its image processor.
-- :func:`attnviz.workflows.sweep_towers.towers`: the models of two towers (joint CLIP and SigLIP, LLaVA)
+- :func:`attnviz.workflows.sweep_towers.towers`: the models of two towers (joint CLIP and SigLIP, LLaVA, Idefics3)
   on eager and sdpa, two texts with two pictures, each part against the model's own.
 - :func:`transformers_families`: every text model type of transformers' ``CONFIG_MAPPING`` with a
   causal-LM class (or, for an encoder, a masked-LM one, captured through ``AutoModel``), built tiny by

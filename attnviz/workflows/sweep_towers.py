@@ -3,7 +3,7 @@
 - the joint text–image models (``CLIPModel``, ``SiglipModel``, built by
   :func:`attnviz.workflows.joint.tiny_joint`): two padded texts with two pictures, the ``text`` part
   against the text tower's ``output_attentions`` and the ``vision`` part against the vision tower's;
-- the vision-language models (LLaVA, :func:`attnviz.workflows.vlm.tiny_vlm`): two padded texts with
+- the vision-language models (LLaVA and Idefics3, :func:`attnviz.workflows.vlm.tiny_vlm`): two padded texts with
   two pictures, the ``decoder`` part against the model's ``output_attentions`` and the ``vision`` part
   against its vision tower's own, run alone on the same pixels.
 
@@ -32,6 +32,7 @@ TOWER_FAMILIES: dict[str, tuple[Callable[[], tuple[Any, Any]], tuple[str, str]]]
     "clip (joint)": (lambda: tiny_joint("clip"), ("a cat sleeping on a mat", "a cup")),
     "siglip (joint)": (lambda: tiny_joint("siglip"), ("a cat sleeping on a mat", "a cup")),
     "llava": (tiny_vlm, ("A photo: <image> the cat sleeps on a mat", "<image> a cup")),
+    "idefics3": (lambda: tiny_vlm("idefics3"), ("A photo: <image> the cat sleeps on a mat", "<image> a cup")),
 }
 
 
@@ -49,7 +50,11 @@ def _own(model: Any, encoded: Any) -> dict[str, Sequence[torch.Tensor]]:
             out = model(**encoded, output_attentions=True)
             if getattr(out, "vision_model_output", None) is not None:  # a joint model: both towers
                 return {"text": out.text_model_output.attentions, "vision": out.vision_model_output.attentions}
-            tower = model.model.vision_tower(encoded["pixel_values"], output_attentions=True)
+            pixels = encoded["pixel_values"]
+            if hasattr(model.model, "vision_tower"):  # LLaVA
+                tower = model.model.vision_tower(pixels, output_attentions=True)
+            else:  # Idefics3: [texts, pictures = 1, 3, h, w], its tower model.vision_model
+                tower = model.model.vision_model(pixels.flatten(0, 1), output_attentions=True)
             return {"decoder": out.attentions, "vision": tower.attentions}
     finally:
         model.set_attn_implementation(before)

@@ -1,20 +1,28 @@
 """A vision-language model's capture: its language model over the text and the picture's tokens, and
 its vision tower over the picture.
 
-A LLaVA-style model (:data:`VLM_TYPES`) reads a prompt whose ``<image>`` placeholder the processor
-expands to one token per image feature; the vision tower's patches, through the projector, fill those
-positions, and the language model attends over the merged sequence. A capture has two parts:
+A vision-language model (:data:`VLM_TYPES`) reads a prompt whose ``<image>`` placeholder the processor
+expands to the picture's tokens; the vision tower's patches, through the projector, fill those
+positions, and the language model attends over the merged sequence. Where each image token comes from:
+
+- **LLaVA**: one image token per patch of the vision tower (its ``[CLS]`` dropped by
+  ``vision_feature_select_strategy="default"``);
+- **Idefics3** (the architecture of SmolVLM): one image token per ``scale_factor × scale_factor`` block
+  of the tower's patches (the connector's pixel shuffle), the picture as one tile — its processor with
+  ``do_image_splitting=False``; a picture split into tiles is refused, saying so. The processor's
+  ``<fake_token_around_image>`` and ``<global-img>`` around the image tokens are text tokens.
+
+A capture has two parts:
 
 - ``decoder``, the language model's attention (through the AttentionInterface like any decoder): the
-  text tokens as the tokenizer wrote them, each image position labelled by the patch it came from
-  (``(row,col)``: the vision tower's grid, its ``[CLS]`` dropped by
-  ``vision_feature_select_strategy="default"``), and ``cap.image`` the picture with the text before the
-  image as its ``prefix`` and after it as its ``suffix`` — so a text token's row is drawn over the image
-  (:func:`attnviz.figures.image_attention` with ``part="decoder"`` and ``query=`` that token) beside its
-  row over the text;
-- ``vision``, the vision tower's own attention over its ``[CLS]`` and the patches (``cap.vision``: the
-  same picture, the tower's layout; every layer of the tower runs and is recorded, also those after
-  ``vision_feature_layer``, whose output the projector does not read).
+  text tokens as the tokenizer wrote them, each image position labelled by the cell of the picture it
+  stands for (``(row,col)``: LLaVA's patch, Idefics3's block of patches), and ``cap.image`` the picture
+  in those cells with the text before the image as its ``prefix`` and after it as its ``suffix`` — so a
+  text token's row is drawn over the image (:func:`attnviz.figures.image_attention` with
+  ``part="decoder"`` and ``query=`` that token) beside its row over the text;
+- ``vision``, the vision tower's own attention over its ``[CLS]`` (LLaVA's CLIP; Idefics3's tower has
+  none) and the patches (``cap.vision``: the same picture, the tower's patches; every layer of the tower
+  runs and is recorded, also those after ``vision_feature_layer``, whose output the projector does not read).
 
 A list of texts with as many pictures is one right-padded forward, a capture per text."""
 
@@ -33,15 +41,24 @@ from .images import read_image
 from .models import load_processor
 from .pipeline import Item, Resolved, captures, check_mode, tapped
 
-__all__ = ["REFUSED_VLMS", "VLM_TYPES", "VlmInputs", "capture_vlm", "encode_vlm", "is_vlm", "tiny_vlm", "vlm_refusal"]
+__all__ = [
+    "REFUSED_VLMS",
+    "VLM_TYPES",
+    "VlmInputs",
+    "capture_vlm",
+    "encode_vlm",
+    "image_token_id",
+    "is_vlm",
+    "tiny_vlm",
+    "vlm_refusal",
+]
 
 #: the vision-language families attnviz captures (their towers: :data:`attnviz.engine.vision_specs.TOWERS`)
-VLM_TYPES = frozenset({"llava"})
+VLM_TYPES = frozenset({"llava", "idefics3"})
 
-
-_TILES = (
-    "its picture is split into tiles and a downscaled whole, each tile's patches pixel-shuffled into one "
-    "image token per scale_factor × scale_factor patches, with <row_i_col_j> text tokens between the tiles"
+_UNTESTED = (
+    "its processor needs torchvision (for its video processor) and num2words, which attnviz's tests do not "
+    "install, so how it lays out a picture's tokens is untested (its model is Idefics3's, which is tested)"
 )
 _MERGED = (
     "its vision tower reads the patches in spatial_merge_size × spatial_merge_size blocks (not row by row) "
@@ -51,8 +68,7 @@ _MERGED = (
 #: vision-language families attnviz does not map to the picture yet, and why: a picture given to them is
 #: refused before any forward (their text alone is captured as any decoder's)
 REFUSED_VLMS = {
-    "idefics3": f"Idefics3 / SmolVLM: {_TILES}",
-    "smolvlm": f"SmolVLM: {_TILES}",
+    "smolvlm": f"SmolVLM: {_UNTESTED}",
     "qwen2_vl": f"Qwen2-VL: {_MERGED}",
     "qwen2_5_vl": f"Qwen2.5-VL: {_MERGED} (and windowed attention in most layers)",
 }
@@ -65,7 +81,7 @@ def vlm_refusal(config: Any) -> str | None:
         return None
     return (
         f"{reason}; attnviz does not map those image tokens to the picture yet, so it refuses the picture "
-        f"rather than draw it wrong. It captures LLaVA (model_type 'llava')"
+        f"rather than draw it wrong. It captures LLaVA and Idefics3 (model_type 'llava', 'idefics3')"
     )
 
 
@@ -74,18 +90,58 @@ def is_vlm(config: Any) -> bool:
     return getattr(config, "model_type", None) in VLM_TYPES
 
 
-def _grid(resolved: Resolved, height: int, width: int) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(patch, grid) of the vision tower for a ``height × width`` picture."""
+def image_token_id(config: Any) -> int:
+    """The id of a vision-language model's image token (LLaVA's ``image_token_index``, Idefics3's ``image_token_id``)."""
+    value = getattr(config, "image_token_index", None)
+    return int(value if value is not None else config.image_token_id)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Where a picture's tokens sit: the vision tower's patches (``tower_patch`` pixels each, a
+    ``tower_grid``, after its ``prefix``), and the language model's image tokens (one per ``patch``
+    block of pixels, a ``grid``, row by row)."""
+
+    tower_patch: tuple[int, int]
+    tower_grid: tuple[int, int]
+    prefix: list[str]
+    patch: tuple[int, int]
+    grid: tuple[int, int]
+
+
+def _layout(resolved: Resolved, pixel_values: Any) -> _Layout:
+    """The :class:`_Layout` of a processed batch of pictures (one per text)."""
     config: Any = resolved.model.config
+    patch: Any = config.vision_config.patch_size
+    ph, pw = (patch, patch) if isinstance(patch, int) else (int(patch[0]), int(patch[1]))
+    height, width = pixel_values.shape[-2:]
+    rows, cols = height // ph, width // pw
+    if config.model_type == "idefics3":
+        tiles = pixel_values.shape[1] if pixel_values.dim() == 5 else 1
+        if tiles != 1:
+            raise UnsupportedModelError(_split_refusal(resolved.name, f"{tiles} tiles"))
+        s = int(config.scale_factor)
+        if rows != cols or rows % s:  # the connector's pixel shuffle reads a square grid in s × s blocks
+            raise UnsupportedModelError(
+                f"{resolved.name}'s vision tower reads {rows}×{cols} patches, which its connector cannot "
+                f"pixel-shuffle in {s}×{s} blocks; use the processor of this model"
+            )
+        return _Layout((ph, pw), (rows, cols), [], (ph * s, pw * s), (rows // s, cols // s))
     strategy = getattr(config, "vision_feature_select_strategy", "default")
     if strategy != "default":
         raise UnsupportedModelError(
             f"{resolved.name} selects its image features with {strategy!r}; attnviz maps image tokens to "
             "patches for vision_feature_select_strategy='default' (the [CLS] dropped) only"
         )
-    patch: Any = config.vision_config.patch_size
-    ph, pw = (patch, patch) if isinstance(patch, int) else (int(patch[0]), int(patch[1]))
-    return (ph, pw), (height // ph, width // pw)
+    return _Layout((ph, pw), (rows, cols), _tower_prefix(resolved), (ph, pw), (rows, cols))
+
+
+def _split_refusal(name: str, what: str) -> str:
+    return (
+        f"{name}'s processor splits the picture into {what} (do_image_splitting), each read by the vision "
+        "tower alone beside a downscaled whole; attnviz maps one tile to the picture: set "
+        "processor.image_processor.do_image_splitting = False (the picture is then read whole, at max_image_size)"
+    )
 
 
 def _tower_prefix(resolved: Resolved) -> list[str]:
@@ -102,22 +158,22 @@ def _tower_prefix(resolved: Resolved) -> list[str]:
 
 
 def _sequence(
-    text: str, ids: list[int], tokenizer: Any, placeholder: str, image_id: int, grid: tuple[int, int]
+    expanded: str, ids: list[int], tokenizer: Any, image_id: int, grid: tuple[int, int]
 ) -> tuple[TokenSequence, int, int]:
     """(the merged sequence of one text, where its image tokens start and stop): each image position
-    labelled by its patch, the text's tokens and words as the tokenizer wrote them."""
+    labelled by its cell of the picture, the text's tokens and words as the tokenizer wrote them
+    (``expanded``: the text with its placeholder expanded as the processor did)."""
     at = [i for i, t in enumerate(ids) if t == image_id]
     if not at or at != list(range(at[0], at[0] + len(at))):
         raise InputError(f"the processor put the image tokens at {at[:4]}…; attnviz expects one run of them")
     rows, cols = grid
     if len(at) != rows * cols:
         raise InputError(
-            f"the processor wrote {len(at)} image tokens for a picture of {rows}×{cols} patches; use the "
+            f"the processor wrote {len(at)} image tokens for a picture of {rows}×{cols} cells; use the "
             "processor of this model"
         )
     start, stop = at[0], at[-1] + 1
     # the expanded text the processor tokenized, for the text tokens' offsets and words
-    expanded = text.replace(placeholder, placeholder * len(at))
     again = tokenizer(expanded, return_offsets_mapping=True)
     if again["input_ids"] != ids:
         raise InputError("the tokenizer does not give back the processor's ids for this text; pass its own processor")
@@ -153,25 +209,33 @@ class VlmInputs:
     encoded: Any  # the processor's BatchFeature: input_ids, attention_mask, pixel_values
     lengths: list[int]  # each text's tokens in the right-padded batch
     made: list[tuple[TokenSequence, int, int]]  # (sequence, first image position, after the last)
-    patch: tuple[int, int]
-    grid: tuple[int, int]
-    prefix: list[str]  # the vision tower's tokens before its patches ([CLS])
+    layout: _Layout
     image_processor: Any
     tokenizer: Any  # the processor's
 
     @property
     def n_tower(self) -> int:
-        return len(self.prefix) + self.grid[0] * self.grid[1]
+        """The tokens the vision tower reads: its prefix ([CLS]), then its patches."""
+        rows, cols = self.layout.tower_grid
+        return len(self.layout.prefix) + rows * cols
+
+    def forward_kwargs(self, device: Any, dtype: Any) -> dict[str, Any]:
+        """The model's inputs: the processor's tensors on ``device``, the pixels in the model's ``dtype``."""
+        kwargs = {k: v.to(device) for k, v in self.encoded.items()}
+        kwargs["pixel_values"] = kwargs["pixel_values"].to(dtype)
+        return kwargs
 
     def pictures(self, b: int, tokens: list[str]) -> tuple[ImageGrid, ImageGrid]:
         """(the language model's picture: text ``tokens`` before and after the image tokens of text ``b``,
         the vision tower's picture) of item ``b``."""
         _, start, stop = self.made[b]
-        ip = self.image_processor
+        ip, layout = self.image_processor, self.layout
         mean, std = getattr(ip, "image_mean", None), getattr(ip, "image_std", None)
-        pixels = to_uint8(self.encoded["pixel_values"][b], mean, std, getattr(ip, "rescale_factor", None))
-        grid = ImageGrid(pixels, self.patch, self.grid, tokens[:start], tokens[stop:])
-        return grid, ImageGrid(pixels, self.patch, self.grid, self.prefix)
+        values = self.encoded["pixel_values"][b]
+        values = values[0] if values.dim() == 4 else values  # Idefics3: [pictures, 3, h, w], one picture
+        pixels = to_uint8(values, mean, std, getattr(ip, "rescale_factor", None))
+        grid = ImageGrid(pixels, layout.patch, layout.grid, tokens[:start], tokens[stop:])
+        return grid, ImageGrid(pixels, layout.tower_patch, layout.tower_grid, layout.prefix)
 
 
 def encode_vlm(resolved: Resolved, text: Any, image: Any, processor: Any, *, verb: str = "capture") -> VlmInputs:
@@ -200,7 +264,9 @@ def encode_vlm(resolved: Resolved, text: Any, image: Any, processor: Any, *, ver
             "AutoProcessor.from_pretrained(name); pass processor="
         )
     tokenizer = processor.tokenizer
-    image_id = int(config.image_token_index)
+    image_id = image_token_id(config)
+    if getattr(getattr(processor, "image_processor", None), "do_image_splitting", False):
+        raise UnsupportedModelError(_split_refusal(resolved.name, "tiles"))
     placeholder = getattr(processor, "image_token", None) or tokenizer.convert_ids_to_tokens(image_id)
     for t in texts:
         if t.count(placeholder) != 1:
@@ -211,18 +277,27 @@ def encode_vlm(resolved: Resolved, text: Any, image: Any, processor: Any, *, ver
     read = [read_image(p, i if len(pictures) > 1 else None) for i, p in enumerate(pictures)]
     if getattr(tokenizer, "padding_side", "right") != "right":
         raise InputError("attnviz pads a batch on the right; set processor.tokenizer.padding_side = 'right'")
-    encoded = processor(text=list(texts), images=read, return_tensors="pt", padding=True)
-    pixel_values = encoded["pixel_values"]
-    patch, grid = _grid(resolved, pixel_values.shape[-2], pixel_values.shape[-1])
+    encoded = processor(
+        text=list(texts), images=read, return_tensors="pt", padding=True, return_text_replacement_offsets=True
+    )
+    replaced = encoded.pop("text_replacement_offsets")  # each text's placeholder and what it became
+    layout = _layout(resolved, encoded["pixel_values"])
     lengths = (
         encoded["attention_mask"].sum(-1).tolist() if "attention_mask" in encoded else [encoded["input_ids"].shape[1]]
     )
     made = [
-        _sequence(t, encoded["input_ids"][b, : lengths[b]].tolist(), tokenizer, placeholder, image_id, grid)
-        for b, t in enumerate(texts)
+        _sequence(_expanded(t, r), encoded["input_ids"][b, : lengths[b]].tolist(), tokenizer, image_id, layout.grid)
+        for b, (t, r) in enumerate(zip(texts, replaced, strict=True))
     ]
-    prefix = _tower_prefix(resolved)
-    return VlmInputs(list(texts), encoded, lengths, made, patch, grid, prefix, processor.image_processor, tokenizer)
+    return VlmInputs(list(texts), encoded, lengths, made, layout, processor.image_processor, tokenizer)
+
+
+def _expanded(text: str, replacements: list[dict]) -> str:
+    """``text`` with each placeholder replaced as the processor did (its ``text_replacement_offsets``)."""
+    for r in sorted(replacements, key=lambda r: r["span"][0], reverse=True):
+        start, stop = r["span"]
+        text = text[:start] + r["replacement"] + text[stop:]
+    return text
 
 
 def capture_vlm(
@@ -243,11 +318,9 @@ def capture_vlm(
     model = resolved.model
     inputs = encode_vlm(resolved, text, image, processor)
     encoded, lengths, n_tower = inputs.encoded, inputs.lengths, inputs.n_tower
-    rows, cols = inputs.grid
+    rows, cols = inputs.layout.tower_grid
 
-    dtype = next(model.parameters()).dtype
-    kwargs = {k: v.to(resolved.device) for k, v in encoded.items()}
-    kwargs["pixel_values"] = kwargs["pixel_values"].to(dtype)
+    kwargs = inputs.forward_kwargs(resolved.device, next(model.parameters()).dtype)
     taps = tap(
         model,
         layers=layers,
@@ -261,7 +334,7 @@ def capture_vlm(
     if {p for p, _ in seen} - {"decoder", "vision"} or seen - {("decoder", n), ("vision", n_tower)}:
         raise UnsupportedModelError(
             f"{resolved.name} attended over {sorted(seen)} (part, tokens); attnviz expects its language model "
-            f"over the {n} merged tokens and its vision tower over {n_tower} (prefix {inputs.prefix}, "
+            f"over the {n} merged tokens and its vision tower over {n_tower} (prefix {inputs.layout.prefix}, "
             f"{rows}×{cols} patches), or it cannot say which position is which image token"
         )
     items = []
@@ -272,40 +345,56 @@ def capture_vlm(
     return captures(resolved, recorder.calls, items, check, projections=recorder.projections)
 
 
-def tiny_vlm(*, attn_implementation: str | None = None, seed: int = 0) -> tuple[Any, Any]:
-    """(a tiny random LLaVA, its ``LlavaProcessor``), for tests and examples: a 2-layer CLIP vision
-    tower reading 32×32 pictures in 8×8 patches (16 image tokens, its ``[CLS]`` dropped), a 2-layer
-    Llama over SmolLM2's real tokenizer with ``<image>`` added. Needs Pillow."""
+def tiny_vlm(family: str = "llava", *, attn_implementation: str | None = None, seed: int = 0) -> tuple[Any, Any]:
+    """(a tiny random vision-language model, its processor), for tests and examples; the language model
+    a 2-layer Llama over SmolLM2's real tokenizer with the image tokens added. Needs Pillow.
+
+    - ``"llava"``: a 2-layer CLIP vision tower reading 32×32 pictures in 8×8 patches (16 image tokens,
+      its ``[CLS]`` dropped), ``LlavaProcessor``;
+    - ``"idefics3"``: a 2-layer Idefics3 (SigLIP-style) tower reading 64×64 pictures in 8×8 patches, its
+      connector's pixel shuffle (``scale_factor=2``) making 16 image tokens of 2×2 patches each,
+      ``Idefics3Processor`` with ``do_image_splitting=False`` (the picture whole, resized to 64×64)."""
     import torch
     import transformers as tf  # deferred: importing attnviz does not import transformers
 
     from .models import embedded_source
 
+    if family not in ("llava", "idefics3"):
+        raise InputError(f"tiny_vlm builds 'llava' or 'idefics3', not {family!r}")
     folder, kwargs = embedded_source("smollm2")
     tokenizer = tf.AutoTokenizer.from_pretrained(folder, **kwargs)
-    tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
-    vision = tf.CLIPVisionConfig(
-        image_size=32, patch_size=8, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64
-    )
+    small: dict[str, Any] = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
+    if family == "llava":
+        tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
+    else:  # the processor's tokens: the image's, the ones around it, and the tiles' (unused whole)
+        tiles = [f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6)]
+        around = ["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>"]
+        tokenizer.add_special_tokens({"additional_special_tokens": around + tiles})
     text = tf.LlamaConfig(
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        vocab_size=len(tokenizer),
-        max_position_embeddings=128,
-    )
-    image_id: Any = tokenizer.convert_tokens_to_ids("<image>")
-    config = tf.LlavaConfig(vision_config=vision, text_config=text, image_token_index=int(image_id))
+        **small, num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=128
+    ).to_dict()
+    token: Any = tokenizer.convert_tokens_to_ids("<image>")
+    image_id = int(token)
     torch.manual_seed(seed)
+    if family == "llava":
+        vision = tf.CLIPVisionConfig(image_size=32, patch_size=8, **small)
+        config: Any = tf.LlavaConfig(vision_config=vision, text_config=text, image_token_index=image_id)
+        images: Any = tf.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
+        processor: Any = tf.LlavaProcessor(
+            image_processor=images,
+            tokenizer=tokenizer,
+            patch_size=8,
+            vision_feature_select_strategy="default",
+            num_additional_image_tokens=1,
+        )
+    else:
+        vision_config = tf.Idefics3VisionConfig(image_size=64, patch_size=8, **small).to_dict()
+        config = tf.Idefics3Config(
+            vision_config=vision_config, text_config=text, image_token_id=image_id, scale_factor=2
+        )
+        images = tf.Idefics3ImageProcessorPil(
+            do_image_splitting=False, size={"longest_edge": 64}, max_image_size={"longest_edge": 64}
+        )
+        processor = tf.Idefics3Processor(image_processor=images, tokenizer=tokenizer, image_seq_len=16)
     model = tf.AutoModelForImageTextToText.from_config(config, attn_implementation=attn_implementation or "sdpa")
-    images = tf.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
-    processor = tf.LlavaProcessor(
-        image_processor=images,
-        tokenizer=tokenizer,
-        patch_size=8,
-        vision_feature_select_strategy="default",
-        num_additional_image_tokens=1,
-    )
     return model.eval(), processor
