@@ -167,6 +167,53 @@ def test_a_word_of_a_vlm_prompt_is_drawn_over_the_picture_beside_its_row_over_th
 
 @pytest.mark.browser
 @pytest.mark.slow
+def test_continue_the_text_with_the_picture_shows_each_new_tokens_row_over_it(dash_duo, llava_folder, photo):
+    """The VLM writes on from the prompt and the picture (attnviz.generate); the word list ends with the new
+    tokens, the last chosen, and its row over the picture is the model's own eager row of that token."""
+    dash_duo.start_server(
+        create_app({"minilm": "MiniLM (BERT)", str(llava_folder): "tiny LLaVA"}, default_model="minilm")
+    )
+    wait_status(dash_duo, "minilm")
+    choose(dash_duo, f"#{ID.model}", 1)
+    open_tab(dash_duo, "Image")
+    prompt = "USER: <image> What is in the picture? ASSISTANT: a cat"
+    poll(lambda: dash_duo.find_element(f"#{IID.prompt}").get_attribute("value") == prompt, timeout=60)
+    dash_duo.find_element(f"#{IID.upload} input").send_keys(str(photo))
+    poll(lambda: "where 'cat' attends over the text" in title(dash_duo, IID.strip), timeout=60)
+    box = dash_duo.find_element(f"#{IID.new_tokens}")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys("3")
+    dash_duo.find_element(f"#{IID.generate}").click()
+    dash_duo.wait_for_contains_text(f"#{IID.generated}", "The model wrote 3 new tokens", timeout=60)
+    # the reference: the model's own greedy continuation, then its eager forward of the whole sequence
+    model = tf.AutoModelForImageTextToText.from_pretrained(llava_folder, attn_implementation="eager").eval()
+    processor = tf.AutoProcessor.from_pretrained(llava_folder)
+    inputs = processor(text=[prompt], images=[Image.open(photo).convert("RGB")], return_tensors="pt")
+    with torch.no_grad():
+        ids = model.generate(**inputs, max_new_tokens=3, do_sample=False)
+        rows = model(
+            input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=inputs["pixel_values"], output_attentions=True
+        ).attentions[1][0].mean(0)
+    tokens = processor.tokenizer.convert_ids_to_tokens(ids[0].tolist())
+    image = [i for i, t in enumerate(tokens) if t == "<image>"]
+    last = len(tokens) - 1
+    shown = dash_duo.find_element(f"#{IID.word}").text
+    assert shown.startswith("▸") and shown.endswith(f"· {last}"), shown  # the last new token is the chosen word
+    poll(lambda: np.allclose(heat(dash_duo), rows[last, image].reshape(4, 4).numpy(), atol=TOL, rtol=0))
+    text = [i for i in range(len(tokens)) if i not in image]
+    assert np.allclose(bars(dash_duo)[0], rows[last, text].numpy(), atol=TOL, rtol=0)
+    assert dash_duo.find_element(f"#{IID.generated}").text.endswith(" ".join(tokens[-3:]))
+    # a number out of range is the tab's message; the generation stays shown
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys("0")
+    dash_duo.find_element(f"#{IID.generate}").click()
+    dash_duo.wait_for_contains_text(f"#{IID.message}", "give a number of new tokens from 1 to 512", timeout=30)
+    assert "The model wrote 3 new tokens" in dash_duo.find_element(f"#{IID.generated}").text
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
 def test_a_joint_clip_shows_its_vision_tower_and_its_text_tower(dash_duo, tmp_path, photo):
     model, processor = tiny_joint("clip")
     folder = tmp_path / "tiny-clip"

@@ -235,3 +235,8 @@ class IID:
     part = "image-part"  # which tower: a VLM's language model or vision tower, a joint model's text or vision tower
     word = "image-word"  # the prompt's token whose row is drawn (a VLM's language model, a joint text tower)
     strip = "image-strip"  # the same row over the text's tokens, beside the picture
+    # a VLM's "Continue the text" with the picture (attnviz.generate): its row, how many, the button, what it wrote
+    continue_box = "image-continue"  # shown for a vision-language model only
+    new_tokens = "image-new-tokens"
+    generate = "image-generate"
+    generated = "image-generated"

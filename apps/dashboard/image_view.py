@@ -2,8 +2,9 @@
 encoder (ViT, DeiT, DINOv2, the CLIP and SigLIP vision towers) — and one query's attention drawn over
 the picture; a click on a patch makes it the query. A model of two towers (:mod:`.towers`): a
 LLaVA-style vision-language model reads a prompt with the picture, and a word of the prompt is the query,
-its row drawn over the picture beside its row over the text; a joint CLIP / SigLIP model's text tower
-and vision tower are the two parts.
+its row drawn over the picture beside its row over the text — and *Continue the text* has it generate
+with the picture, each new token's row (as computed at its step) a word of the list; a joint CLIP /
+SigLIP model's text tower and vision tower are the two parts.
 
 The upload is checked before anything is decoded: at most :data:`MAX_UPLOAD_BYTES` bytes (the browser
 refuses larger files too), written to the server's capture folder and read by the library's own
@@ -20,16 +21,18 @@ import hashlib
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
-from attnviz.figures import heatmap, image_attention, image_heads, image_rollout, message_figure
+from attnviz.figures import MARK, NEW_COLOUR, heatmap, image_attention, image_heads, image_rollout, message_figure
 from attnviz.views.image import text_attention
 
 from .captures import Captures
 from .errors import page_message, shows_errors
+from .generations import MAX_NEW_TOKENS
 from .ids import ID, IID
 from .towers import (
     Towers,
     capture_towers,
     default_prompt,
+    generate_towers,
     part_options,
     picture_bytes,
     readable,
@@ -38,6 +41,7 @@ from .towers import (
 )
 
 VIEWS = [("image", "Image")]
+DEFAULT_NEW_TOKENS = 8  # a VLM's "Continue the text": a short answer about the picture
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024  # 8 MB: a photo, not a scan
 #: the sample pictures: scikit-image's photos, CC0 by their photographers (Stefan van der Walt, Rachel Michetti)
 SAMPLES = {"chelsea": "Chelsea the cat", "coffee": "a coffee cup"}
@@ -52,8 +56,9 @@ def layout() -> list:
             "Click a patch to make it the query; [CLS] (where the model has one) is the first query. "
             "Every head: each head of the layer over the picture (DINO's picture); rollout: the flow through "
             "the layers up to this one. The AttentionLab's switches (a causal mask, ÷√d_k) recompute one head's row. "
-            "A vision-language model (LLaVA) reads the prompt with the picture: pick a word of the prompt, and its row "
-            "is drawn over the picture beside its row over the text; a joint CLIP or SigLIP model shows its text "
+            "A vision-language model (LLaVA, Idefics3) reads the prompt with the picture: pick a word of the prompt, and "
+            "its row is drawn over the picture beside its row over the text (Continue the text: the model writes on, "
+            "and each new word's row joins the list); a joint CLIP or SigLIP model shows its text "
             "tower and its vision tower as the two parts.",
         ),
         html.Div(
@@ -65,8 +70,33 @@ def layout() -> list:
                 dcc.RadioItems(id=IID.part, inline=True, style={"marginLeft": "12px"}, options=[]),
                 html.Span(" word ", style={"marginLeft": "8px"}),
                 dcc.Dropdown(id=IID.word, clearable=False, style={"width": "190px", "display": "inline-block"}),
+                html.Span(
+                    id=IID.continue_box,
+                    style={"display": "none"},
+                    children=[
+                        dcc.Input(
+                            id=IID.new_tokens,
+                            type="number",
+                            min=1,
+                            max=MAX_NEW_TOKENS,
+                            step=1,
+                            value=DEFAULT_NEW_TOKENS,
+                            className="av-number",
+                            style={"marginLeft": "12px"},
+                        ),
+                        html.Button(
+                            "Continue the text",
+                            id=IID.generate,
+                            n_clicks=0,
+                            className="av-button",
+                            title="the model continues the prompt with the picture (greedy); each new token's row, "
+                            f"as computed at its step, joins the word list, marked {MARK}",
+                        ),
+                    ],
+                ),
             ],
         ),
+        html.Div(id=IID.generated, style={"color": NEW_COLOUR, "margin": "6px 0"}),
         html.Div(
             [
                 dcc.Upload(
@@ -201,20 +231,27 @@ def register(app: Dash, captures: Captures) -> None:
     @app.callback(
         Output(IID.towers, "style"),
         Output(IID.prompt, "value"),
+        Output(IID.continue_box, "style"),
         Input(ID.model, "value"),
     )
     def show_towers(model):
-        """The prompt row, with the model's default prompt, for a model of two towers; hidden otherwise."""
+        """The prompt row, with the model's default prompt, for a model of two towers (*Continue the
+        text* for a vision-language model); hidden otherwise."""
+        hidden = {"display": "none"}
         try:
             captures.check_model(model)
             kind = tower_kind(model)
             if kind == "vision":
-                return {"display": "none"}, no_update
+                return hidden, no_update, hidden
             _, processor = towers.get(model)
         except attnviz.AttnvizError:  # said on the tab when a picture is taken
-            return {"display": "none"}, no_update
+            return hidden, no_update, hidden
         row = {"display": "flex", "alignItems": "center", "flexWrap": "wrap", "gap": "4px", "margin": "6px 0"}
-        return row, default_prompt(kind, processor)
+        return (
+            row,
+            default_prompt(kind, processor),
+            ({"display": "inline-flex", "gap": "4px"} if kind == "vlm" else hidden),
+        )
 
     @app.callback(
         Output(IID.store, "data"),
@@ -251,6 +288,34 @@ def register(app: Dash, captures: Captures) -> None:
         return {"key": key, "model": model, "kind": kind, "source": source}, None, "", options, chosen
 
     @app.callback(
+        Output(IID.store, "data", allow_duplicate=True),
+        Output(IID.message, "children", allow_duplicate=True),
+        Input(IID.generate, "n_clicks"),
+        State(IID.new_tokens, "value"),
+        State(IID.prompt, "value"),
+        State(IID.upload, "contents"),
+        State(IID.sample, "value"),
+        State(ID.model, "value"),
+        State(IID.store, "data"),
+        prevent_initial_call=True,
+    )
+    def continue_text(clicks, new_tokens, prompt, contents, sample, model, store):
+        """*Continue the text*: the VLM generates from the prompt and the picture last taken; the tab then
+        shows that generation's capture (the word list ends with the new tokens, the last chosen)."""
+        if not clicks:
+            return no_update, no_update
+        try:
+            picture, source = _picture(None, contents, sample, store)
+            if picture is None:
+                raise attnviz.InputError(
+                    "upload a picture (or pick a sample) first; the model continues the text with it"
+                )
+            key, _, new = generate_towers(captures, towers, model, prompt, picture, new_tokens)
+        except Exception as err:  # noqa: BLE001 - a bad number, prompt or model is the tab's message
+            return no_update, page_message(err)
+        return {"key": key, "model": model, "kind": "vlm", "source": source, "new": new}, ""
+
+    @app.callback(
         Output(IID.layer, "options"),
         Output(IID.layer, "value"),
         Output(IID.head, "options"),
@@ -258,24 +323,33 @@ def register(app: Dash, captures: Captures) -> None:
         Output(IID.word, "options"),
         Output(IID.word, "value"),
         Output(f"{IID.strip}-box", "style"),
+        Output(IID.generated, "children"),
         Input(IID.store, "data"),
         Input(IID.part, "value"),
         State(IID.word, "value"),
         prevent_initial_call=True,
     )
     def part_controls(store, part, word):
-        """The chosen part's layers, heads and words (the prompt's tokens; the last by default)."""
+        """The chosen part's layers, heads and words (the prompt's tokens; the last by default, a
+        generation's last new token when it arrives), and what a generation wrote."""
         cap = captures.cache.get(store["key"]) if store else None
         if cap is None:
-            return [], None, [], None, [], None, {"display": "none"}
+            return [], None, [], None, [], None, {"display": "none"}, ""
         part = part if part in cap.parts else cap.parts[0]
         layers = cap.layer_indices(part)
         words = word_options(cap, part)
         values = [o["value"] for o in words]
-        chosen = (word if word in values else values[-1]) if values else None
+        new = store.get("new")
+        keep = word in values and not (new and ctx.triggered_id == IID.store)
+        chosen = (word if keep else values[-1]) if values else None
         strip = STRIP_SHOWN if values else {"display": "none"}
         layer_options = [{"label": f"L{layer}", "value": layer} for layer in layers]
-        return layer_options, layers[-1], _heads(cap, part), -1, words, chosen, strip
+        wrote = (
+            f"The model wrote {len(new)} new tokens (greedy), marked {MARK} in the word list: {' '.join(new)}"
+            if new
+            else ""
+        )
+        return layer_options, layers[-1], _heads(cap, part), -1, words, chosen, strip, wrote
 
     @app.callback(
         Output(IID.query, "data", allow_duplicate=True),

@@ -8,7 +8,9 @@ kind a name is comes from its config alone (:func:`attnviz.workflows.models.desc
 with_processor=True)`` (a VLM through ``AutoModelForImageTextToText``, a joint model with both towers,
 the ``AutoProcessor`` saved beside it: the same load as a script's) — the last two kept per app. A
 capture is ``attnviz.capture(model, prompt, picture, processor=…)``, kept in the page's bounded capture
-cache under a key of the model, the prompt and the picture's bytes.
+cache under a key of the model, the prompt and the picture's bytes; a VLM's *Continue the text* is
+``attnviz.generate(model, prompt, picture, processor=…)`` (:func:`generate_towers`), its capture cached
+the same way with the number of new tokens in its key.
 
 The tab's figures are the library's: a word's row over the picture
 (:func:`attnviz.figures.image_attention`, part ``decoder``) beside its row over the text
@@ -27,11 +29,13 @@ from typing import Any
 
 import attnviz
 from attnviz.views.image import text_positions
+from attnviz.views.marks import MARK, new_start
 from attnviz.workflows.joint import is_joint
 from attnviz.workflows.models import describe_model
 from attnviz.workflows.vlm import is_vlm, vlm_refusal
 
 from .captures import FILE_PREFIX, Captures
+from .generations import MAX_NEW_TOKENS
 
 #: the prompt a vision-language model opens with (LLaVA-1.5's template; ``<image>``: the processor's token)
 VLM_PROMPT = "USER: {image} What is in the picture? ASSISTANT: a cat"
@@ -154,6 +158,31 @@ def capture_towers(
     return key, made
 
 
+def generate_towers(
+    captures: Captures, towers: Towers, model: str, prompt: str, picture: Any, new_tokens: int
+) -> tuple[str, attnviz.Capture, list[str]]:
+    """(the cache key, the capture, the new tokens) of a vision-language model continuing ``prompt``
+    with ``picture`` by ``new_tokens`` greedy tokens (``attnviz.generate``): the prompt's and the new
+    tokens' rows over the picture, each as the model computed it at its step."""
+    captures.check_model(model)
+    if not isinstance(new_tokens, int) or isinstance(new_tokens, bool) or not 1 <= new_tokens <= MAX_NEW_TOKENS:
+        raise attnviz.InputError(f"give a number of new tokens from 1 to {MAX_NEW_TOKENS}")
+    loaded, processor = towers.get(model)
+    text = placed(prompt or "", processor)
+    if not text.replace(image_token(processor), "").strip():
+        raise attnviz.InputError("the prompt is empty; write a text for the model to continue with the picture")
+    parts = [model.encode(), text.encode(), str(new_tokens).encode(), picture_bytes(picture)]
+    key = "towers-gen:" + hashlib.sha256(b"\x00".join(parts)).hexdigest()
+    cap = captures.cache.get(key)
+    if cap is None:
+        with readable(captures, picture) as source:
+            generation = attnviz.generate(loaded, text, source, processor=processor, max_new_tokens=new_tokens)
+        cap = generation.capture
+        captures.cache.put(key, cap)
+    start = new_start(cap, "decoder")
+    return key, cap, cap.tokens[start:] if start is not None else []
+
+
 def part_options(kind: str) -> list[dict]:
     return [{"label": f" {label} ", "value": part} for part, label in PARTS.get(kind, [])]
 
@@ -162,7 +191,9 @@ def word_options(cap: attnviz.Capture, part: str) -> list[dict]:
     """The prompt's tokens a query may be, each as the page shows it (its position after it): the text
     positions of ``part`` (none for a vision tower)."""
     names = cap.sequences(part)[0].token_labels
-    return [{"label": f"{names[i]} · {i}", "value": i} for i in text_positions(cap, part)]
+    start = new_start(cap, part)  # a generation's new tokens are marked as in every figure
+    new = start if start is not None else len(names)
+    return [{"label": f"{MARK if i >= new else ''}{names[i]} · {i}", "value": i} for i in text_positions(cap, part)]
 
 
 __all__ = [
@@ -173,6 +204,7 @@ __all__ = [
     "Towers",
     "capture_towers",
     "default_prompt",
+    "generate_towers",
     "image_token",
     "part_options",
     "picture_bytes",
