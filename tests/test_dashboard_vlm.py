@@ -191,9 +191,16 @@ def test_continue_the_text_with_the_picture_shows_each_new_tokens_row_over_it(da
     inputs = processor(text=[prompt], images=[Image.open(photo).convert("RGB")], return_tensors="pt")
     with torch.no_grad():
         ids = model.generate(**inputs, max_new_tokens=3, do_sample=False)
-        rows = model(
-            input_ids=ids, attention_mask=torch.ones_like(ids), pixel_values=inputs["pixel_values"], output_attentions=True
-        ).attentions[1][0].mean(0)
+        rows = (
+            model(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                pixel_values=inputs["pixel_values"],
+                output_attentions=True,
+            )
+            .attentions[1][0]
+            .mean(0)
+        )
     tokens = processor.tokenizer.convert_ids_to_tokens(ids[0].tolist())
     image = [i for i, t in enumerate(tokens) if t == "<image>"]
     last = len(tokens) - 1
