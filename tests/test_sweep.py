@@ -69,6 +69,15 @@ def test_a_wrong_number_is_a_mismatch_not_exact(monkeypatch):
     assert outcome.kind == "mismatch" and outcome.error == 1e-3 and "> 5e-07" in outcome.reason
 
 
+def test_the_section_names_an_outcome_without_a_number_by_its_kind_and_reason():
+    """A vision encoder or a model of two towers refused (no error number) is listed, not a crash."""
+    exact = sweep.Outcome("vit", "eager", "exact", 0.0)
+    refused = sweep.Outcome("vit", "sdpa", "refused", reason="no such backend")
+    section = sweep_table.markdown([exact], [exact, refused], [], [], [exact, refused])
+    assert "1 of 2 family × backend pairs exact" in section
+    assert "vit (sdpa) refused: no such backend" in section and "vit (eager 0e+00, sdpa refused)" in section
+
+
 def test_the_support_page_holds_the_sweeps_section_between_its_marks():
     for path in (ROOT / sweep_table.PAGE,):
         text = path.read_text()

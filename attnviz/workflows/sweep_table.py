@@ -20,8 +20,11 @@ def _by_type(outcomes: Iterable[Outcome], *, error: bool = False) -> list[str]:
     grouped: dict[str, list[Outcome]] = {}
     for o in outcomes:
         grouped.setdefault(o.family, []).append(o)
-    if error:
-        return [f"{t} ({', '.join(f'{o.backend} {o.error:.0e}' for o in os_)})" for t, os_ in grouped.items()]
+    if error:  # an outcome without a number (refused, or failed before comparing) names its kind instead
+        return [
+            f"{t} ({', '.join(f'{o.backend} {o.error:.0e}' if o.error is not None else f'{o.backend} {o.kind}' for o in os_)})"
+            for t, os_ in grouped.items()
+        ]
     entries = []
     for t, os_ in grouped.items():
         reasons: dict[str, list[str]] = {}
@@ -76,7 +79,7 @@ def markdown(
             f"(largest error {max((o.error or 0.0) for o in two):.1e})"
             + "".join(f"; {o.family} ({o.backend}) {o.kind}: {o.reason}" for o in two if o.kind != "exact")
             + ": "
-            + ", ".join(_by_type([o for o in two if o.error is not None], error=True))
+            + ", ".join(_by_type(two, error=True))
             + ".",
             "",
         ]
