@@ -88,12 +88,18 @@ def step_figure(gen: Generation, step: GenerationStep, layer: int, head: int) ->
         ref = "" if row == 1 else "2"
         fig.add_shape(boundary(x=gen.prompt_length - 0.5, xref=f"x{ref}", yref=f"y{ref} domain"))
     fig.update_xaxes(tickmode="array", tickvals=xs, ticktext=ticks, tickangle=-45, row=2, col=1)
+    # the title on two lines and the legend on a row of its own above the first subplot's title: at a
+    # page's width (1280 px) one long line was cut on the right and the legend covered that subplot title
     fig.update_layout(
-        title=f"Step {step.index} of 0…{len(gen) - 1}: the model wrote {MARK}{token!r} at position {step.position} "
-        f"(L{layer}·H{head} bars, the mean over heads as a line; {MARK} generated)",
-        height=520,
-        margin=dict(l=50, r=10, t=90, b=90),
-        legend=dict(orientation="h", y=1.08, x=1, xanchor="right"),
+        title=dict(
+            text=f"Step {step.index} of 0…{len(gen) - 1}: the model wrote {MARK}{token!r} at position "
+            f"{step.position}<br><sup>L{layer}·H{head} bars, the mean over heads as a line; {MARK} generated</sup>",
+            y=0.965,
+            yanchor="top",
+        ),
+        height=560,
+        margin=dict(l=50, r=10, t=120, b=90),
+        legend=dict(orientation="h", y=1.07, yanchor="bottom", x=1, xanchor="right"),
         bargap=0.15,
     )
     return fig
