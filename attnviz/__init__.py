@@ -35,9 +35,10 @@ from .errors import (
 from .workflows.generation import generate
 from .workflows.generation_result import Generation, GenerationStep
 from .workflows.intervene import head_importance, intervene
-from .workflows.models import EMBEDDED_MODELS, load_model, tiny_families, tiny_model, tiny_processor
+from .workflows.models import EMBEDDED_MODELS, load_model
 from .workflows.probing import evaluate_probes
 from .workflows.runner import capture
+from .workflows.tiny import tiny_families, tiny_model, tiny_processor
 
 __version__ = "0.1.0"
 
