@@ -147,7 +147,7 @@ def test_the_tally_keeps_each_roles_and_offsets_first_largest_row_as_a_loop_does
 def _pronoun_rows(g: torch.Generator, batch: int, rows: int, keys: int) -> list:
     """Random probes' readings of a batch's kept rows: pronouns of 1–3 tokens, texts of a few lengths (some
     the batch's longest), 2–5 candidates of 0–9 tokens each (0: every token a sink), sinks or none."""
-    from attnviz.workflows.probing import PronounRows
+    from attnviz.workflows.probe_choices import PronounRows
 
     readings = []
     for text in range(batch):
@@ -170,7 +170,7 @@ def test_a_batchs_candidate_weights_are_each_probes_own_to_the_last_bit(threads,
     those candidate_weights gives each probe's own rows — equal bit for bit, not within a tolerance —
     and so is each head's pick and best head (HeadChoices) as the probe-by-probe code made them."""
     from attnviz.analysis.coref import candidate_weights
-    from attnviz.workflows.probing import HeadChoices, batch_candidate_weights
+    from attnviz.workflows.probe_choices import HeadChoices, batch_candidate_weights
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
