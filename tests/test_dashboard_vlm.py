@@ -63,6 +63,21 @@ def type_prompt(dash_duo, text: str) -> None:
     box.send_keys(text + Keys.ENTER)
 
 
+VLM_PROMPT = "USER: <image> What is in the picture? ASSISTANT: a cat"  # the tab's opening prompt for a VLM
+
+
+def open_image_tab(dash_duo, folder, label: str, photo, prompt: str | None = VLM_PROMPT) -> None:
+    """The page on MiniLM with ``folder`` second in the model list: that model picked, the Image tab
+    opened, its opening ``prompt`` awaited (None: none to wait for) and ``photo`` uploaded."""
+    dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)", str(folder): label}, default_model="minilm"))
+    wait_status(dash_duo, "minilm")
+    choose(dash_duo, f"#{ID.model}", 1)
+    open_tab(dash_duo, "Image")
+    if prompt is not None:
+        poll(lambda: dash_duo.find_element(f"#{IID.prompt}").get_attribute("value") == prompt, timeout=60)
+    dash_duo.find_element(f"#{IID.upload} input").send_keys(str(photo))
+
+
 @pytest.fixture
 def photo(tmp_path):
     path = tmp_path / "chelsea.png"
@@ -95,15 +110,8 @@ def own_rows(folder, text: str, path) -> tuple[list[str], torch.Tensor, torch.Te
 @pytest.mark.browser
 @pytest.mark.slow
 def test_a_word_of_a_vlm_prompt_is_drawn_over_the_picture_beside_its_row_over_the_text(dash_duo, llava_folder, photo):
-    dash_duo.start_server(
-        create_app({"minilm": "MiniLM (BERT)", str(llava_folder): "tiny LLaVA"}, default_model="minilm")
-    )
-    wait_status(dash_duo, "minilm")
-    choose(dash_duo, f"#{ID.model}", 1)  # the tiny LLaVA
-    open_tab(dash_duo, "Image")
-    prompt = "USER: <image> What is in the picture? ASSISTANT: a cat"
-    poll(lambda: dash_duo.find_element(f"#{IID.prompt}").get_attribute("value") == prompt, timeout=60)
-    dash_duo.find_element(f"#{IID.upload} input").send_keys(str(photo))
+    open_image_tab(dash_duo, llava_folder, "tiny LLaVA", photo)
+    prompt = VLM_PROMPT
     poll(lambda: "where 'cat' attends over the text" in title(dash_duo, IID.strip), timeout=60)
     tokens, decoder, vision = own_rows(llava_folder, prompt, photo)
     image = [i for i, t in enumerate(tokens) if t == "<image>"]
@@ -170,15 +178,8 @@ def test_a_word_of_a_vlm_prompt_is_drawn_over_the_picture_beside_its_row_over_th
 def test_continue_the_text_with_the_picture_shows_each_new_tokens_row_over_it(dash_duo, llava_folder, photo):
     """The VLM writes on from the prompt and the picture (attnviz.generate); the word list ends with the new
     tokens, the last chosen, and its row over the picture is the model's own eager row of that token."""
-    dash_duo.start_server(
-        create_app({"minilm": "MiniLM (BERT)", str(llava_folder): "tiny LLaVA"}, default_model="minilm")
-    )
-    wait_status(dash_duo, "minilm")
-    choose(dash_duo, f"#{ID.model}", 1)
-    open_tab(dash_duo, "Image")
-    prompt = "USER: <image> What is in the picture? ASSISTANT: a cat"
-    poll(lambda: dash_duo.find_element(f"#{IID.prompt}").get_attribute("value") == prompt, timeout=60)
-    dash_duo.find_element(f"#{IID.upload} input").send_keys(str(photo))
+    open_image_tab(dash_duo, llava_folder, "tiny LLaVA", photo)
+    prompt = VLM_PROMPT
     poll(lambda: "where 'cat' attends over the text" in title(dash_duo, IID.strip), timeout=60)
     box = dash_duo.find_element(f"#{IID.new_tokens}")
     box.send_keys(Keys.CONTROL, "a")
@@ -226,12 +227,7 @@ def test_a_joint_clip_shows_its_vision_tower_and_its_text_tower(dash_duo, tmp_pa
     folder = tmp_path / "tiny-clip"
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
-    dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)", str(folder): "tiny CLIP"}, default_model="minilm"))
-    wait_status(dash_duo, "minilm")
-    choose(dash_duo, f"#{ID.model}", 1)
-    open_tab(dash_duo, "Image")
-    poll(lambda: dash_duo.find_element(f"#{IID.prompt}").get_attribute("value") == "a photo of a cat", timeout=60)
-    dash_duo.find_element(f"#{IID.upload} input").send_keys(str(photo))
+    open_image_tab(dash_duo, folder, "tiny CLIP", photo, prompt="a photo of a cat")
     eager = tf.AutoModel.from_pretrained(folder, attn_implementation="eager").eval()
     inputs = processor(text=["a photo of a cat"], images=[Image.open(photo).convert("RGB")], return_tensors="pt")
     with torch.no_grad():
@@ -273,13 +269,8 @@ def test_an_idefics3_word_is_drawn_over_its_blocks_of_the_picture(dash_duo, tmp_
     folder = tmp_path / "tiny-idefics3"
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
-    dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)", str(folder): "tiny Idefics3"}, default_model="minilm"))
-    wait_status(dash_duo, "minilm")
-    choose(dash_duo, f"#{ID.model}", 1)
-    open_tab(dash_duo, "Image")
-    prompt = "USER: <image> What is in the picture? ASSISTANT: a cat"
-    poll(lambda: dash_duo.find_element(f"#{IID.prompt}").get_attribute("value") == prompt, timeout=60)
-    dash_duo.find_element(f"#{IID.upload} input").send_keys(str(photo))
+    open_image_tab(dash_duo, folder, "tiny Idefics3", photo)
+    prompt = VLM_PROMPT
     poll(lambda: "where 'cat' attends over the text" in title(dash_duo, IID.strip), timeout=60)
     eager = tf.AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
     again = tf.AutoProcessor.from_pretrained(folder)
@@ -313,11 +304,7 @@ def test_a_vlm_attnviz_refuses_with_a_picture_is_a_message_on_the_image_tab(dash
     tf.SmolVLMForConditionalGeneration(config).save_pretrained(folder)
     source, kwargs = embedded_source("smollm2")
     tf.AutoTokenizer.from_pretrained(source, **kwargs).save_pretrained(folder)
-    dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)", str(folder): "tiny SmolVLM"}, default_model="minilm"))
-    wait_status(dash_duo, "minilm")
-    choose(dash_duo, f"#{ID.model}", 1)
-    open_tab(dash_duo, "Image")
-    dash_duo.find_element(f"#{IID.upload} input").send_keys(str(photo))
+    open_image_tab(dash_duo, folder, "tiny SmolVLM", photo, prompt=None)
     dash_duo.wait_for_contains_text(f"#{IID.message}", "cannot be shown with a picture: SmolVLM", timeout=30)
     assert "It captures LLaVA and Idefics3" in dash_duo.find_element(f"#{IID.message}").text
     no_console_errors(dash_duo)

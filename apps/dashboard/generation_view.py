@@ -18,7 +18,7 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 from attnviz.figures import MARK, NEW_COLOUR, message_figure, new_start, step_figure, step_summary
 
 from .errors import only_on, shows_errors
-from .generations import MAX_NEW_TOKENS, generation_of
+from .generations import MAX_NEW_TOKENS, generation_of, new_tokens_input
 from .ids import GID, ID
 from .panels import adds_panel
 from .ui import field
@@ -52,15 +52,7 @@ def controls() -> html.Div:
         [
             html.Div(
                 [
-                    dcc.Input(
-                        id=GID.new_tokens,
-                        type="number",
-                        min=1,
-                        max=MAX_NEW_TOKENS,
-                        step=1,
-                        value=DEFAULT_NEW_TOKENS,
-                        className="av-number",
-                    ),
+                    new_tokens_input(GID.new_tokens, DEFAULT_NEW_TOKENS),
                     html.Span("new tokens", className="av-dim"),
                     html.Button(
                         "Generate",
@@ -75,9 +67,8 @@ def controls() -> html.Div:
             ),
             html.Div(id=GID.progress, style={"color": NEW_COLOUR}),
         ],
-        "The model continues the text (greedy decoding) by this many new tokens (1 to {MAX_NEW_TOKENS}); every view "
-        "then shows the "
-        f"prompt and the new tokens, marked {MARK}.",
+        f"The model continues the text (greedy decoding) by this many new tokens (1 to {MAX_NEW_TOKENS}); every view "
+        f"then shows the prompt and the new tokens, marked {MARK}.",
     )
 
 

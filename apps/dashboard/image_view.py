@@ -26,7 +26,7 @@ from attnviz.views.image import text_attention
 
 from .captures import Captures
 from .errors import page_message, shows_errors
-from .generations import MAX_NEW_TOKENS
+from .generations import new_tokens_input
 from .ids import ID, IID
 from .towers import (
     Towers,
@@ -74,16 +74,7 @@ def layout() -> list:
                     id=IID.continue_box,
                     style={"display": "none"},
                     children=[
-                        dcc.Input(
-                            id=IID.new_tokens,
-                            type="number",
-                            min=1,
-                            max=MAX_NEW_TOKENS,
-                            step=1,
-                            value=DEFAULT_NEW_TOKENS,
-                            className="av-number",
-                            style={"marginLeft": "12px"},
-                        ),
+                        new_tokens_input(IID.new_tokens, DEFAULT_NEW_TOKENS, marginLeft="12px"),
                         html.Button(
                             "Continue the text",
                             id=IID.generate,
