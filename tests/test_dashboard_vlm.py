@@ -20,6 +20,7 @@ from selenium.webdriver.common.keys import Keys
 from skimage.data import chelsea
 from test_dashboard import choose, no_console_errors, open_tab, poll, wait_status
 
+import attnviz
 from attnviz.workflows.joint import tiny_joint
 from attnviz.workflows.models import embedded_source
 from attnviz.workflows.vlm import tiny_vlm
@@ -264,16 +265,25 @@ def test_a_joint_clip_shows_its_vision_tower_and_its_text_tower(dash_duo, tmp_pa
 @pytest.mark.slow
 def test_an_idefics3_word_is_drawn_over_its_blocks_of_the_picture(dash_duo, tmp_path, photo):
     """Idefics3 (SmolVLM's architecture): each image token one 2×2 block of the tower's patches, so the
-    word's row is a 4×4 heat over the picture; the vision tower (no [CLS]) a part of its own."""
+    word's row is a 4×4 heat over the picture; the vision tower (no [CLS]) a part of its own. Its
+    processor saved as Idefics3's are, splitting pictures into tiles (which the library refuses, saying
+    to set do_image_splitting = False): the page reads the picture whole and says so."""
     model, processor = tiny_vlm("idefics3")
+    processor.image_processor.do_image_splitting = True
+    processor.image_processor.size = {"longest_edge": 128}  # 2 × 2 tiles of 64 beside the whole
     folder = tmp_path / "tiny-idefics3"
     model.save_pretrained(folder)
     processor.save_pretrained(folder)
+    with pytest.raises(attnviz.UnsupportedModelError, match="do_image_splitting = False"):
+        attnviz.capture(str(folder), VLM_PROMPT, chelsea())
     open_image_tab(dash_duo, folder, "tiny Idefics3", photo)
     prompt = VLM_PROMPT
+    dash_duo.wait_for_contains_text(f"#{IID.note}", "the page reads the picture whole instead", timeout=30)
     poll(lambda: "where 'cat' attends over the text" in title(dash_duo, IID.strip), timeout=60)
     eager = tf.AutoModelForImageTextToText.from_pretrained(folder, attn_implementation="eager").eval()
     again = tf.AutoProcessor.from_pretrained(folder)
+    assert again.image_processor.do_image_splitting  # as saved; the reference reads the picture whole
+    again.image_processor.do_image_splitting = False
     inputs = again(text=[prompt], images=[Image.open(photo).convert("RGB")], return_tensors="pt")
     with torch.no_grad():
         rows = eager(**inputs, output_attentions=True).attentions[1][0].mean(0)

@@ -240,3 +240,4 @@ class IID:
     new_tokens = "image-new-tokens"
     generate = "image-generate"
     generated = "image-generated"
+    note = "image-note"  # what the page reads differently from a model's own processor (Idefics3's tiles)

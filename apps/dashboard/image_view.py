@@ -87,6 +87,7 @@ def layout() -> list:
                 ),
             ],
         ),
+        html.Div(id=IID.note, className="av-dim", style={"margin": "6px 0"}),
         html.Div(id=IID.generated, style={"color": NEW_COLOUR, "margin": "6px 0"}),
         html.Div(
             [
@@ -223,26 +224,25 @@ def register(app: Dash, captures: Captures) -> None:
         Output(IID.towers, "style"),
         Output(IID.prompt, "value"),
         Output(IID.continue_box, "style"),
+        Output(IID.note, "children"),
         Input(ID.model, "value"),
     )
     def show_towers(model):
         """The prompt row, with the model's default prompt, for a model of two towers (*Continue the
-        text* for a vision-language model); hidden otherwise."""
+        text* for a vision-language model), and what the page reads differently from its processor;
+        hidden otherwise."""
         hidden = {"display": "none"}
         try:
             captures.check_model(model)
             kind = tower_kind(model)
             if kind == "vision":
-                return hidden, no_update, hidden
+                return hidden, no_update, hidden, ""
             _, processor = towers.get(model)
         except attnviz.AttnvizError:  # said on the tab when a picture is taken
-            return hidden, no_update, hidden
+            return hidden, no_update, hidden, ""
         row = {"display": "flex", "alignItems": "center", "flexWrap": "wrap", "gap": "4px", "margin": "6px 0"}
-        return (
-            row,
-            default_prompt(kind, processor),
-            ({"display": "inline-flex", "gap": "4px"} if kind == "vlm" else hidden),
-        )
+        shown = {"display": "inline-flex", "gap": "4px"} if kind == "vlm" else hidden
+        return row, default_prompt(kind, processor), shown, towers.note(model)
 
     @app.callback(
         Output(IID.store, "data"),

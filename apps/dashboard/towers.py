@@ -19,6 +19,7 @@ The tab's figures are the library's: a word's row over the picture
 from __future__ import annotations
 
 import contextlib
+import copy
 import hashlib
 import tempfile
 import threading
@@ -75,7 +76,12 @@ class Towers:
 
     def __init__(self) -> None:
         self._loaded: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+        self._notes: dict[str, str] = {}  # what the page changed in a model's processor, said on the tab
         self._lock = threading.Lock()
+
+    def note(self, model: str) -> str:
+        """What the page reads differently from the model's own processor ("" for nothing)."""
+        return self._notes.get(model, "")
 
     def get(self, model: str) -> tuple[Any, Any]:
         """(the model, its processor) of a name whose kind is ``vlm`` or ``joint``."""
@@ -91,10 +97,31 @@ class Towers:
                     f"{model} has no processor for a text and a picture; save the model's processor "
                     "(processor.save_pretrained) in the same folder"
                 )
+            processor, self._notes[model] = whole_pictures(loaded, processor)
             self._loaded[model] = (loaded, processor)
             while len(self._loaded) > KEEP_MODELS:
                 self._loaded.popitem(last=False)
             return loaded, processor
+
+
+def whole_pictures(model: Any, processor: Any) -> tuple[Any, str]:
+    """(the processor the page reads a picture with, what it says about it): an Idefics3 processor that
+    splits pictures into tiles, which the library refuses to map (its message says to set
+    ``do_image_splitting = False``, a setting the page's user cannot reach), is copied with the picture
+    read whole — the model's own computation in that mode, said on the tab. The processor loaded (and
+    cached by ``attnviz.load_processor``) is left as it was."""
+    images = getattr(processor, "image_processor", None)
+    if getattr(model.config, "model_type", "") != "idefics3" or not getattr(images, "do_image_splitting", False):
+        return processor, ""
+    processor = copy.copy(processor)
+    processor.image_processor = copy.copy(images)
+    processor.image_processor.do_image_splitting = False
+    size = (getattr(images, "max_image_size", None) or {}).get("longest_edge")
+    return processor, (
+        "This Idefics3's processor splits a picture into tiles beside a downscaled whole; the page reads the "
+        f"picture whole instead (do_image_splitting=False{f', at {size}×{size}' if size else ''}), so each image "
+        "token stands for one block of patches of the whole picture."
+    )
 
 
 def default_prompt(kind: str, processor: Any) -> str:
@@ -211,5 +238,6 @@ __all__ = [
     "placed",
     "readable",
     "tower_kind",
+    "whole_pictures",
     "word_options",
 ]
