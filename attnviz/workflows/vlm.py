@@ -119,7 +119,7 @@ def _layout(resolved: Resolved, pixel_values: Any) -> _Layout:
     if config.model_type == "idefics3":
         tiles = pixel_values.shape[1] if pixel_values.dim() == 5 else 1
         if tiles != 1:
-            raise UnsupportedModelError(_split_refusal(resolved.name, f"{tiles} tiles"))
+            raise UnsupportedModelError(_split_refusal(resolved.name, f"{tiles} pictures"))
         s = int(config.scale_factor)
         if rows != cols or rows % s:  # the connector's pixel shuffle reads a square grid in s × s blocks
             raise UnsupportedModelError(
