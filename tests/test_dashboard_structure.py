@@ -158,7 +158,8 @@ def test_the_shared_controls_each_have_a_label_that_says_what_they_do():
     shared += [GID.new_tokens, GID.generate]
     assert [i for i in shared if i not in explained] == []
     assert explained[ID.layer][0] == "Layer" and "layer every view shows" in explained[ID.layer][1]
-    assert "(1 to 512)" in explained[GID.new_tokens][1] and "{" not in explained[GID.new_tokens][1]  # a number, not a name
+    told = explained[GID.new_tokens][1]
+    assert "(1 to 512)" in told and "{" not in told  # the bound as a number, not its name
     bar = next(n for n in nodes_in(page) if getattr(n, "className", None) == "av-viewbar")
     assert {ID.layer, ID.head, ID.words, ID.measure, ID.export_format, ID.csv_button} <= ids_in(bar)
 
