@@ -24,7 +24,7 @@ import hashlib
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -174,15 +174,29 @@ def capture_towers(
     text = placed(prompt or "", processor) if kind == "vlm" else prompt or ""
     if not text.replace(image_token(processor), "").strip():
         raise attnviz.InputError("the prompt is empty; write a text for the model to read with the picture")
-    key = "towers:" + hashlib.sha256(b"\x00".join([model.encode(), text.encode(), picture_bytes(picture)])).hexdigest()
-    cap = captures.cache.get(key)
-    if cap is not None:
-        return key, cap
-    with readable(captures, picture) as source:
+
+    def capture(source: Any) -> attnviz.Capture:
         made = attnviz.capture(loaded, text, source, processor=processor)
-    assert isinstance(made, attnviz.Capture)  # one text, one picture: one capture
-    captures.cache.put(key, made)
-    return key, made
+        assert isinstance(made, attnviz.Capture)  # one text, one picture: one capture
+        return made
+
+    return _cached(captures, "towers:", [model, text], picture, capture)
+
+
+def _cached(
+    captures: Captures, prefix: str, parts: list[str], picture: Any, make: Callable[[Any], attnviz.Capture]
+) -> tuple[str, attnviz.Capture]:
+    """(the cache key, the capture) of ``make(source)`` — ``source`` the picture as the library reads it
+    (:func:`readable`) — kept in the page's bounded cache under ``prefix`` and a digest of ``parts`` and
+    the picture's bytes; made only when the cache does not hold it."""
+    digest = hashlib.sha256(b"\x00".join([*(p.encode() for p in parts), picture_bytes(picture)])).hexdigest()
+    key = prefix + digest
+    cap = captures.cache.get(key)
+    if cap is None:
+        with readable(captures, picture) as source:
+            cap = make(source)
+        captures.cache.put(key, cap)
+    return key, cap
 
 
 def generate_towers(
@@ -198,14 +212,11 @@ def generate_towers(
     text = placed(prompt or "", processor)
     if not text.replace(image_token(processor), "").strip():
         raise attnviz.InputError("the prompt is empty; write a text for the model to continue with the picture")
-    parts = [model.encode(), text.encode(), str(new_tokens).encode(), picture_bytes(picture)]
-    key = "towers-gen:" + hashlib.sha256(b"\x00".join(parts)).hexdigest()
-    cap = captures.cache.get(key)
-    if cap is None:
-        with readable(captures, picture) as source:
-            generation = attnviz.generate(loaded, text, source, processor=processor, max_new_tokens=new_tokens)
-        cap = generation.capture
-        captures.cache.put(key, cap)
+
+    def generate(source: Any) -> attnviz.Capture:
+        return attnviz.generate(loaded, text, source, processor=processor, max_new_tokens=new_tokens).capture
+
+    key, cap = _cached(captures, "towers-gen:", [model, text, str(new_tokens)], picture, generate)
     start = new_start(cap, "decoder")
     return key, cap, cap.tokens[start:] if start is not None else []
 
