@@ -24,6 +24,7 @@ status 1 when it is missed (everything is printed first).
 
     python bench/atlas_throughput.py                       # MiniLM and SmolLM2
     python bench/atlas_throughput.py --models minilm --rounds 3 --texts 100
+    python bench/atlas_throughput.py --models bert-base    # BERT-base's shape, random weights
 """
 
 from __future__ import annotations
@@ -55,8 +56,22 @@ def cpu(fn: Callable[[], Any]) -> float:
     return time.process_time() - start
 
 
+def load(name: str) -> tuple[Any, Any]:
+    """An embedded model by its alias, or ``bert-base``: BERT-base's shape (``BertConfig()``: 12 layers ×
+    12 heads, d_model 768) with random weights — no hub here — and MiniLM's tokenizer (BERT's uncased
+    vocabulary, the 30,522 tokens ``BertConfig()`` expects). Throughput depends on the shapes, not on
+    what the weights learned."""
+    if name != "bert-base":
+        return attnviz.load_model(name)
+    from transformers import BertConfig, BertModel
+
+    _, tok = attnviz.load_model("minilm")
+    torch.manual_seed(0)
+    return BertModel(BertConfig()).eval(), tok
+
+
 def bench_model(name: str, texts: list[str], rounds: int, batch_size: int) -> dict[str, float]:
-    model, tok = attnviz.load_model(name)
+    model, tok = load(name)
     batches = plain_batches(model, tok, texts, batch_size)
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
     runs: dict[str, Callable[[list[str]], Any]] = {

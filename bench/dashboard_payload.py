@@ -48,6 +48,7 @@ ROLLOUT_GOAL_S = 2.0  # from opening the Rollout tab until its figure is on the 
 SWITCH_GOAL_S = 0.100  # a head switch at n = 512
 WINDOW = 512
 STEP_TIMEOUT = 240.0
+POLL_MAX = 0.5  # the longest pause between two looks at the page while a step waits (Page.wait)
 
 
 # ---------------------------------------------------------------- the texts
@@ -82,14 +83,20 @@ class Page:
         return self.driver.find_element("id", element_id).text
 
     def wait(self, condition, timeout: float = STEP_TIMEOUT, what: str = "", poll: float = 0.2) -> None:
-        deadline = time.time() + timeout
+        """Ask ``condition()`` every ``poll`` s, then, past a second, every 1 % of the time waited (at most
+        every ``POLL_MAX`` s): each question is a script run in Chromium through the driver, in the server's
+        own process, so asking 50 times a second through a minute's job took ~0.4 of a core from it (what
+        the page is measured for), for a precision the long wait does not need."""
+        start = time.time()
+        deadline = start + timeout
         while time.time() < deadline:
             try:
                 if condition():
                     return
             except Exception:  # noqa: BLE001 - an element re-rendered while read
                 pass
-            time.sleep(poll)
+            waited = time.time() - start
+            time.sleep(poll if waited < 1.0 else min(POLL_MAX, max(poll, waited / 100)))
         raise TimeoutError(what or "the page did not answer in time")
 
     def idle(self, quiet: float = 1.5, timeout: float = STEP_TIMEOUT) -> None:

@@ -20,7 +20,10 @@ from .background import BAR, HIDDEN, SHOWN
 from .captures import Captures
 from .ids import ID
 
-POLL_MS = 500
+# once a second: each poll's answer costs the browser's Dash renderer ~0.1 s of its main thread on a long
+# text's page (measured at 4,096 tokens, whatever the answer holds), and in the load bench the browser
+# shares the server's cores — twice a second took ~0.3 of a core from the fused pass (docs/benchmarks.md)
+POLL_MS = 1000
 
 
 def layout(page: str) -> list:
