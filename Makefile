@@ -68,11 +68,12 @@ bench: setup
 	$(PY) bench/generation_overhead.py
 	$(PY) bench/intervention_cost.py
 	-$(PY) bench/corpus_throughput.py   # misses its 0.9x goal today (docs/benchmarks.md); reported, not a gate
-	-$(PY) bench/dashboard_payload.py   # the lab's token chips miss 2 MB at 8,192 tokens (docs/benchmarks.md); reported, not a gate
+	-$(PY) bench/dashboard_payload.py   # the zoom's 200 ms at 8,192 tokens is missed on these cores (docs/benchmarks.md); reported, not a gate
 	$(PY) bench/summary_cost.py
 	$(PY) bench/soak.py   # 8 sessions x 50 interactions on one server
 	$(PY) bench/moved_cost.py   # what keeping "what moves" costs a capture
 	$(PY) bench/moved_shares.py   # weight vs what moves on the carried models (reported)
+	-$(PY) bench/atlas_throughput.py   # MiniLM misses its 0.8x goal, BERT-base's shape and SmolLM2 meet it (docs/benchmarks.md); reported, not a gate
 	-$(PY) bench/probe_throughput.py   # MiniLM misses its 0.8x goal (docs/benchmarks.md); reported, not a gate
 	$(PY) bench/probe_accuracy.py   # the carried models on the shipped probe sets (reported)
 

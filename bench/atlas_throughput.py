@@ -22,7 +22,7 @@ SmolLM2 (30 layers) takes the first ``--smollm2-texts``.
 Goal (issue #22): head_atlas ≥ 0.8× the plain forward's tokens/s. It is reported, not tuned; exit
 status 1 when it is missed (everything is printed first).
 
-    python bench/atlas_throughput.py                       # MiniLM and SmolLM2
+    python bench/atlas_throughput.py                       # MiniLM, BERT-base's shape and SmolLM2
     python bench/atlas_throughput.py --models minilm --rounds 3 --texts 100
     python bench/atlas_throughput.py --models bert-base    # BERT-base's shape, random weights
 """
@@ -103,7 +103,7 @@ def bench_model(name: str, texts: list[str], rounds: int, batch_size: int) -> di
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", default="minilm,smollm2")
+    p.add_argument("--models", default="minilm,bert-base,smollm2")
     p.add_argument("--texts", type=int, default=200)
     p.add_argument("--smollm2-texts", type=int, default=60)
     p.add_argument("--rounds", type=int, default=3)

@@ -1,6 +1,7 @@
 """What the dashboard sends and how long its server takes, per view, at n = 512, 2,048 and 8,192 tokens
 (issue #10's goals: ≤ 2 MB per response at every n; a 512 × 512 zoom window at n = 8,192 in ≤ 200 ms of
-server time; a head switch at n = 512 in ≤ 100 ms; rollout shown ≤ 2 s after opening its tab at n = 512).
+server time; a head switch at n = 512 in ≤ 100 ms; rollout shown ≤ 2 s after opening its tab at n = 512;
+issue #19's: with ``--heavy-up-to 8192``, the four heavy views at n = 8,192 ≤ 90 s after the capture was shown).
 
 The real app (``create_app``, SmolLM2, BOS on as the page opens) is served by Flask in a thread and driven
 by headless Chromium as a user drives it: type a text of n tokens (BOS included) and run it — past 1,024
@@ -44,6 +45,7 @@ from wsgi_recorder import Recorder  # noqa: E402 - bench/ is the script's folder
 
 MB2 = 2_000_000
 ZOOM_GOAL_S = 0.200  # a 512 × 512 window at n = 8,192
+HEAVY_GOAL_S = 90.0  # issue #19: the four heavy views at n = 8,192, from the capture on the page
 ROLLOUT_GOAL_S = 2.0  # from opening the Rollout tab until its figure is on the page, at n = 512
 SWITCH_GOAL_S = 0.100  # a head switch at n = 512
 WINDOW = 512
@@ -165,6 +167,7 @@ def step(page: Page, label: str, output: str, action, *, done=None, quiet: float
         "max_output": max(records, key=lambda r: r["bytes"])["output"] if records else "",
         "wall": wall,
         "shown": shown,
+        "started": t0,
         "error": error or ("" if main else "no response carried it"),
     }
     return row
@@ -319,6 +322,17 @@ def fmt_s(s) -> str:
     return "—" if s is None or s != s else f"{s * 1000:,.0f} ms" if s < 10 else f"{s:,.1f} s"
 
 
+def after_capture(rows: list[dict]) -> float | None:
+    """Seconds from the capture shown on the page (the run step's status and heatmap) until the first heavy
+    view was shown — it waits for the fused pass, which the other three then read at once — or None where
+    a heavy view was not run (or a step failed)."""
+    run = next((r for r in rows if r["view"].startswith("run")), None)
+    first = next((r for r in rows if r["view"] in HEAVY and r.get("started") is not None), None)
+    if run is None or first is None or run["shown"] != run["shown"] or first["shown"] != first["shown"]:
+        return None
+    return first["started"] + first["shown"] - (run["started"] + run["shown"])
+
+
 def print_table(n: int, rows: list[dict]) -> None:
     print(f"\nn = {n:,} tokens (BOS included)")
     print(f"{'view':44} {'payload':>10} {'server':>9} {'shown s':>8} {'browser s':>9} {'all responses':>22}  note")
@@ -329,6 +343,11 @@ def print_table(n: int, rows: list[dict]) -> None:
         print(
             f"{r['view']:44} {fmt_bytes(r['bytes']):>10} {fmt_s(r['seconds']):>9} {shown:>8} {wall:>9} {every:>22}  "
             f"{r['error'] or r.get('note', '')}"
+        )
+    after = after_capture(rows)
+    if after is not None:
+        print(
+            f"the heavy views' fused pass: shown {after:.1f} s after the capture was (the first heavy view opened then)"
         )
 
 
@@ -405,6 +424,15 @@ def main() -> int:
         ok = zoom["seconds"] is not None and zoom["seconds"] <= ZOOM_GOAL_S
         lines.append(f"zoom 512 × 512 at n = 8,192 ≤ 200 ms: {'met' if ok else 'MISSED'} ({fmt_s(zoom['seconds'])})")
         missed += [] if ok else ["zoom at 8,192"]
+    for n, rows in results.items():  # the fused pass's views, counted from the capture on the page
+        after = after_capture(rows)
+        if after is not None and n >= 8192:
+            ok = after <= HEAVY_GOAL_S
+            lines.append(
+                f"model view, head statistics, rollout and validation at n = {n:,} ≤ {HEAVY_GOAL_S:.0f} s after the "
+                f"capture: {'met' if ok else 'MISSED'} ({after:.1f} s)"
+            )
+            missed += [] if ok else [f"the heavy views at {n:,}"]
     if 512 in results:
         switch = next(r for r in results[512] if r["view"].startswith("head switch"))
         ok = switch["seconds"] is not None and switch["seconds"] <= SWITCH_GOAL_S
