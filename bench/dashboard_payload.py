@@ -424,15 +424,14 @@ def main() -> int:
         ok = zoom["seconds"] is not None and zoom["seconds"] <= ZOOM_GOAL_S
         lines.append(f"zoom 512 × 512 at n = 8,192 ≤ 200 ms: {'met' if ok else 'MISSED'} ({fmt_s(zoom['seconds'])})")
         missed += [] if ok else ["zoom at 8,192"]
-    for n, rows in results.items():  # the fused pass's views, counted from the capture on the page
-        after = after_capture(rows)
-        if after is not None and n >= 8192:
-            ok = after <= HEAVY_GOAL_S
-            lines.append(
-                f"model view, head statistics, rollout and validation at n = {n:,} ≤ {HEAVY_GOAL_S:.0f} s after the "
-                f"capture: {'met' if ok else 'MISSED'} ({after:.1f} s)"
-            )
-            missed += [] if ok else [f"the heavy views at {n:,}"]
+    after = after_capture(results[8192]) if 8192 in results else None  # None: the heavy views not run there
+    if after is not None:
+        ok = after <= HEAVY_GOAL_S
+        lines.append(
+            f"the four heavy views at n = 8,192 ≤ {HEAVY_GOAL_S:.0f} s after the capture: "
+            f"{'met' if ok else 'MISSED'} ({after:.1f} s)"
+        )
+        missed += [] if ok else ["the heavy views at 8,192"]
     if 512 in results:
         switch = next(r for r in results[512] if r["view"].startswith("head switch"))
         ok = switch["seconds"] is not None and switch["seconds"] <= SWITCH_GOAL_S
