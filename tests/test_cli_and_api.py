@@ -67,6 +67,20 @@ def test_cli_capture_query_save_and_validate(tmp_path, capsys):
     assert (tmp_path / "errors.csv").read_text().startswith("part,layer,head,quantity,rows,max_abs_error")
 
 
+def test_cli_validate_of_a_text_checks_what_a_capture_checks(tmp_path, capsys):
+    """``attnviz validate MODEL TEXT`` once captured with the check off: no weights compared on eager (while
+    it told the user to load eager) and no output projection's line; a capture in Python had both."""
+    text = "A sentence of mine."
+    assert main(["validate", "minilm", text, "--attn-implementation", "eager", "--csv", str(tmp_path / "e.csv")]) == 0
+    printed = capsys.readouterr().out
+    ours = attnviz.capture("minilm", text, attn_implementation="eager").validate()
+    assert printed.splitlines()[0] == str(ours)
+    assert "A vs the model's weights" in printed and "vs the model's output projection" in printed
+    assert "not produced by the eager backend" not in printed
+    quantities = set(pd.read_csv(tmp_path / "e.csv")["quantity"])
+    assert quantities == set(ours.to_pandas()["quantity"]) and "weights" in quantities, quantities
+
+
 def test_cli_errors_are_messages_not_tracebacks(tmp_path, capsys):
     assert main(["validate", "--capture", str(tmp_path / "missing.attnviz")]) == 2
     assert capsys.readouterr().err.startswith("error: no capture file at")

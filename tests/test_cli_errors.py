@@ -213,3 +213,57 @@ def test_help_says_layer_needs_query_and_names_out():
         [sys.executable, "-m", "attnviz", "capture", "--help"], capture_output=True, text=True, check=True
     )
     assert "needs --query" in result.stdout and "-o FILE, --out FILE, --output FILE" in result.stdout
+
+
+# ---------------------------------------------------------------- a corpus command's arguments, before the weights
+@pytest.fixture
+def no_corpus_weights(monkeypatch):
+    """Loading the weights in ``attnviz stats`` / ``atlas`` fails the test (what is refused must be refused first)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model's weights were loaded before the argument was checked")
+
+    monkeypatch.setattr("attnviz.workflows.corpus._load", refuse)
+    monkeypatch.setattr("attnviz.workflows.atlas.load_model", refuse)
+
+
+@pytest.mark.parametrize("command", ["stats", "atlas"])
+def test_a_corpus_commands_bad_length_and_corpus_are_said_before_the_weights(
+    command, tmp_path, no_corpus_weights, capsys
+):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The cat sat.\nIt slept.\n", encoding="utf-8")
+    assert main([command, "minilm", str(corpus), "--max-length", "0"]) == 2  # was a ZeroDivisionError's traceback
+    assert one_error_line(capsys.readouterr().err) == "error: max_length must be a whole number ≥ 1, got 0"
+    missing = tmp_path / "missing.txt"
+    assert main([command, "minilm", str(missing)]) == 2  # was said after the weights had loaded (36 s on SmolLM2)
+    assert one_error_line(capsys.readouterr().err) == (
+        f"error: no corpus file at {str(missing)!r}: give a .txt (one text per line) or .jsonl file"
+    )
+    blank = tmp_path / "blank.txt"
+    blank.write_text("\n  \n", encoding="utf-8")
+    assert main([command, "minilm", str(blank)]) == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        'error: the corpus has no text: give one text per line (.txt) or {"text": ...} per line (.jsonl)'
+    )
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("not json\n", encoding="utf-8")
+    assert main([command, "minilm", str(bad)]) == 2
+    assert one_error_line(capsys.readouterr().err).startswith(f"error: {bad}:1 is not JSON")
+
+
+def test_the_atlas_reads_its_probe_set_before_the_weights_and_the_corpus(tmp_path, no_corpus_weights, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The cat sat.\n", encoding="utf-8")
+    missing = tmp_path / "nofile.jsonl"
+    assert main(["atlas", "minilm", str(corpus), "--probes", str(missing)]) == 2  # was after the whole corpus
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith("error: no probe file at") and str(missing) in line, line
+
+
+def test_coref_top_must_be_a_count_of_heads(no_weights, capsys):
+    for top in ("0", "-2"):  # 0 printed an empty table and -2 every head but two (pandas' head(-2))
+        assert main(["coref", "minilm", "The cat sat. It slept.", "--pronoun", "It", "--top", top]) == 2
+        assert one_error_line(capsys.readouterr().err) == (
+            f"error: --top is how many heads to print: a whole number ≥ 1, got {top}"
+        )

@@ -176,6 +176,11 @@ def test_validation_map_and_comparison(bert_cap):
     np.testing.assert_allclose(np.array(fig.data[0].z, dtype=float), report.error_map("weights").numpy())
     worst = report.worst("weights")
     assert f"worst L{worst['layer']}·H{worst['head']}" in fig.layout.title.text
+    # a capture is read as its report (the guide's "from a Capture"), a bad quantity is an InputError
+    from_capture = figures.validation_map(bert_cap, "weights")
+    np.testing.assert_array_equal(np.array(from_capture.data[0].z, dtype=float), np.array(fig.data[0].z, dtype=float))
+    with pytest.raises(attnviz.InputError, match="quantity must be 'output' or 'weights', got 'bogus'"):
+        figures.validation_map(report, quantity="bogus")
     comp = figures.comparison(bert_cap, 1, 3)
     theirs, ours, diff = (np.array(t.z, dtype=float) for t in comp.data)
     np.testing.assert_allclose(theirs, bert_cap.layer(1).weights[3].numpy())

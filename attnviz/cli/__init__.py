@@ -221,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1; others warn: no authentication)"
     )
-    p.add_argument("--port", type=int, default=8050)
+    p.add_argument("--port", type=int, default=8050, help="port to serve on (default 8050)")
     p.set_defaults(func=cmd_app)
     return parser
 

@@ -20,7 +20,8 @@ def error_line(err: BaseException) -> str:
     return "error: " + " ".join(str(err).split())
 
 
-def _capture(args):
+def _capture(args, check: str | None = None):
+    """The capture a command asked for; ``check``: the command's own (validate: every row), else ``--check``."""
     from ..workflows.runner import (
         capture,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
@@ -32,7 +33,7 @@ def _capture(args):
         **loading_kwargs(args),
         add_bos=getattr(args, "add_bos", False),
         target=args.target,
-        check=getattr(args, "check", "off"),
+        check=check or args.check,
     )
 
 
@@ -210,6 +211,10 @@ def run_corpus_command(args, suffixes: tuple[str, ...], run: Callable[[], Any], 
             named = ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
             raise InputError(f"-o/--out {args.out!r}: give a {named} path")
     preflight(args, None)
+    if args.quiet:  # no bar at all: transformers' own (loading the weights, a GGUF's conversion) too
+        from transformers.utils import logging as transformers_logging  # deferred with torch and the rest
+
+        transformers_logging.disable_progress_bar()
     return in_processes(run, report, rank=lambda df: df.attrs["rank"])
 
 
@@ -272,7 +277,7 @@ def cmd_validate(args) -> int:
         if not args.model or not args.text:
             raise InputError("attnviz validate: give MODEL TEXT, or --capture FILE")
         preflight(args, args.text)
-        cap = _capture(args)
+        cap = _capture(args, check="full")  # every row against the kernel's output, its weights where it has them
     report = cap.validate()
     print(report)
     if args.out:
@@ -287,6 +292,8 @@ def cmd_coref(args) -> int:
         rank_heads,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
+    if args.top < 1:
+        raise InputError(f"--top is how many heads to print: a whole number ≥ 1, got {args.top}")
     preflight(args, args.text)
     cap = _capture(args)
     candidates = [c.strip() for c in args.candidates.split(",")] if args.candidates else None

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import plotly.graph_objects as go
 import torch
 
+from ..data.capture import Capture
 from ..data.predictions import token_text
 from ..errors import InputError
 from .common import themed
@@ -22,8 +23,15 @@ __all__ = ["importance_map", "prediction_bars", "validation_map"]
 
 
 @themed
-def validation_map(report: ValidationReport, quantity: str = "output", part: str | None = None) -> go.Figure:
-    """Layer × head map of the max absolute error of one part, the worst head named in the title."""
+def validation_map(report: ValidationReport | Capture, quantity: str = "output", part: str | None = None) -> go.Figure:
+    """Layer × head map of the max absolute error of one part, the worst head named in the title.
+    ``report``: a :class:`~attnviz.ValidationReport`, or a :class:`~attnviz.Capture` (its ``validate()``);
+    ``quantity``: ``"output"`` (A·V against the kernel's output) or ``"weights"`` (A against the model's
+    weights, where its backend returned them)."""
+    if isinstance(report, Capture):
+        report = report.validate()
+    if quantity not in ("output", "weights"):
+        raise InputError(f"quantity must be 'output' or 'weights', got {quantity!r}")
     part = part if part is not None else (report.parts[0] if report.parts else None)
     grid = report.error_map(quantity, part)
     rows = [r for r in report.rows if r["part"] == part and r["quantity"] == quantity]

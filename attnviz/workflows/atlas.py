@@ -20,12 +20,12 @@ import numpy as np
 import torch
 
 from ..analysis.atlas import ROLES, AtlasSums, atlas_table
-from ..analysis.probes import Probe
+from ..analysis.probes import Probe, load_probes
 from ..errors import InputError
 from .batched import BatchReducer
-from .corpus import corpus_stats, read_texts
+from .corpus import NO_TEXT, corpus_stats, read_texts
 from .head_tally import EXAMPLES, HeadTally
-from .inputs import Encoded, tokenize
+from .inputs import Encoded, check_max_length, tokenize
 from .models import load_model
 from .pipeline import n_layers, resolve
 from .probing import evaluate_probes
@@ -85,6 +85,12 @@ def head_atlas(
         raise InputError(f"random_sequences must be a whole number ≥ 1, got {random_sequences!r}")
     if not isinstance(random_length, int) or random_length < 2:
         raise InputError(f"random_length must be a whole number ≥ 2, got {random_length!r}")
+    check_max_length(max_length)
+    texts = list(read_texts(corpus))  # before the model loads: a missing or empty corpus is said at once
+    if not texts:
+        raise InputError(NO_TEXT)
+    if isinstance(probes, (str, Path)):
+        probes = load_probes(probes)  # likewise a probe set's problems, not after the whole corpus
     state = process_state()
     if isinstance(model, (str, Path)):
         if device is None and state.num_processes > 1 and state.device.type == "cuda":
@@ -102,9 +108,6 @@ def head_atlas(
     wanted = sorted(checked) if checked is not None else list(range(n_layers(resolved.model.config) or 0))
     bounds = [x for x in (max_length, resolved.limit) if x is not None]
     cap_length = min(bounds) if bounds else None
-    texts = list(read_texts(corpus))
-    if not texts:
-        raise InputError('the corpus has no text: give one text per line (.txt) or {"text": ...} per line (.jsonl)')
     embeddings: Any = resolved.model.get_input_embeddings()  # type: ignore[operator]
     rows = int(embeddings.num_embeddings)  # the token ids the model has rows for
     # every text tokenized once, in one call (uncut, as corpus_stats tokenizes it): the counts, then the pass

@@ -31,7 +31,7 @@ from ..errors import ArgumentTypeError, InputError, InputTooLongError, Interrupt
 from .batched import BatchReducer
 from .corpus_checkpoint import EVERY_SECONDS, EVERY_TEXTS, CorpusCheckpoint, Place
 from .head_tally import HeadTally
-from .inputs import Encoded
+from .inputs import Encoded, check_max_length
 from .interrupts import StopRounds, stop_requests
 from .models import EMBEDDED_MODELS, load_model, resolve_dtype
 from .pipeline import Resolved, n_layers, resolve
@@ -41,11 +41,21 @@ from .runner import capture_forward, encode_texts
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["MAX_PADDING", "corpus_stats", "length_batches", "read_table", "read_texts", "write_table"]
+__all__ = ["MAX_PADDING", "check_corpus", "corpus_stats", "length_batches", "read_table", "read_texts", "write_table"]
 
 MAX_PADDING = 0.10  # at most this share of a batch's tokens is padding
 POOL = 64  # batches' worth of texts read ahead and sorted by length
 T = TypeVar("T")  # what length_batches batches: texts, or a caller's own indices
+
+
+NO_TEXT = 'the corpus has no text: give one text per line (.txt) or {"text": ...} per line (.jsonl)'
+
+
+def check_corpus(source: str | Path | Iterable[str]) -> None:
+    """A corpus file's problems before any model loads: not there, no text in it, or a bad first line
+    (an iterable of texts is checked as it is read)."""
+    if isinstance(source, (str, Path)) and next(read_texts(source), None) is None:
+        raise InputError(NO_TEXT)
 
 
 def read_texts(source: str | Path | Iterable[str]) -> Iterator[str]:
@@ -186,6 +196,8 @@ def corpus_stats(
     """
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise InputError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}")
+    check_max_length(max_length)
+    check_corpus(texts)
     state = process_state()
     if isinstance(model, (str, Path)):
         if device is None and state.num_processes > 1 and state.device.type == "cuda" and device_map is None:
@@ -312,7 +324,7 @@ def corpus_stats(
     if bar is not None:
         bar.close()
     if sums.texts == 0:
-        raise InputError('the corpus has no text: give one text per line (.txt) or {"text": ...} per line (.jsonl)')
+        raise InputError(NO_TEXT)
     frame = sums.frame()
     frame["texts"] = sums.texts
     frame["tokens"] = sums.tokens

@@ -16,6 +16,7 @@ from ..errors import ArgumentTypeError, EmptyTextError, InputError, InputTooLong
 
 __all__ = [
     "Encoded",
+    "check_max_length",
     "check_texts",
     "check_vocabulary",
     "decoder_inputs",
@@ -41,6 +42,12 @@ def check_texts(text: Any, what: str = "text") -> list[str]:
             where = f"the {what}" if isinstance(text, str) else f"{what}[{i}]"
             raise EmptyTextError(f"{where} is empty or only whitespace; give at least one word")
     return list(texts)
+
+
+def check_max_length(max_length: Any) -> None:
+    """``max_length`` is None or a whole number ≥ 1 (checked before any model loads)."""
+    if max_length is not None and (not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1):
+        raise InputError(f"max_length must be a whole number ≥ 1, got {max_length!r}")
 
 
 def bos_id(tokenizer) -> int | None:

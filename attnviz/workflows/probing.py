@@ -26,7 +26,7 @@ from ..analysis.coref import (
     sink_positions,
     span_attention,
 )
-from ..analysis.probes import Probe, ProbeResult, load_probes
+from ..analysis.probes import Probe, ProbeResult, ProbeSet, load_probes
 from ..data.capture import Capture
 from ..errors import ArgumentTypeError, InputError, Interrupted
 from .batched import BatchReducer
@@ -57,6 +57,8 @@ def _probe_list(probes: Any) -> list[Probe]:
     """A shipped set's name, a JSONL path, or a list of :class:`Probe` / dicts."""
     if isinstance(probes, (str, Path)):
         return load_probes(probes)
+    if isinstance(probes, ProbeSet) and probes:  # loaded already: its problems are the result's skipped lines
+        return probes
     if not isinstance(probes, (list, tuple)) or not probes:
         raise ArgumentTypeError(
             f"probes must be a probe set's name (en, zh), a JSONL file, or a non-empty list of probes; got {probes!r}"

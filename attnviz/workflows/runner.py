@@ -23,7 +23,7 @@ from ..engine.taps import tap
 from ..engine.vision_specs import vision_spec
 from ..errors import InputError, InputTooLongError, UnsupportedModelError
 from .images import capture_images, encode_images, is_image_input, require_vision
-from .inputs import Encoded, check_texts, decoder_inputs, given_tokens, ids_rows, tokenize
+from .inputs import Encoded, check_max_length, check_texts, decoder_inputs, given_tokens, ids_rows, tokenize
 from .joint import capture_joint, is_joint
 from .pipeline import Item, Resolved, captures, check_mode, forward_inputs, resolve, tapped
 from .vlm import capture_vlm, is_vlm, vlm_refusal
@@ -104,8 +104,7 @@ def capture(
     gone afterwards, also if forward raises.
     """
     check_mode(check)
-    if max_length is not None and (not isinstance(max_length, int) or isinstance(max_length, bool) or max_length < 1):
-        raise InputError(f"max_length must be a whole number ≥ 1, got {max_length!r}")
+    check_max_length(max_length)
     resolved = resolve(model, None if vision_spec(_config(model)) else tokenizer, device, dtype, attn_implementation)
     wanted = resolved.layers(layers)
     weight_mode = "keep" if keep_weights else "drop" if check == "off" else "compare"
