@@ -204,3 +204,33 @@ def test_the_camera_button_exports_through_the_face(dash_duo):
     svg, svg_file = camera("svg")
     assert '@font-face{font-family:"attnviz CJK"' in svg_file.read_text() and svg.startswith("data:image/svg+xml")
     assert dash_duo.get_logs() == []
+
+
+def _styles(component):
+    """Every style dict of a layout: a component's ``style`` and a DataTable's ``style_cell`` / ``style_header``
+    / ``style_data`` (and their conditional lists), with the component's id."""
+    for name in (
+        "style",
+        "style_cell",
+        "style_header",
+        "style_data",
+        "style_cell_conditional",
+        "style_data_conditional",
+    ):
+        value = getattr(component, name, None)
+        for style in value if isinstance(value, list) else [value] if value else []:
+            yield getattr(component, "id", None), style
+    children = getattr(component, "children", None)
+    for child in children if isinstance(children, (list, tuple)) else [children]:
+        if hasattr(child, "to_plotly_json"):
+            yield from _styles(child)
+
+
+def test_every_font_the_page_sets_reaches_the_cjk_face():
+    """A reviewer found the tables' cells (coreference's candidates, its preferred column) drawn as boxes:
+    their style named ``system-ui, sans-serif`` and no CJK face. Every font stack the layout sets names it."""
+    app = create_app({"minilm": "MiniLM (BERT)"}, default_model="minilm")
+    layout = app.layout() if callable(app.layout) else app.layout
+    stacks = [(where, style["fontFamily"]) for where, style in _styles(layout) if "fontFamily" in style]
+    assert len(stacks) >= 5, stacks  # the tables (coreference, statistics, atlas, probes) and two summaries
+    assert [(where, stack) for where, stack in stacks if "attnviz CJK" not in stack] == []

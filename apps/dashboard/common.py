@@ -7,9 +7,11 @@ from dash import Input, Output, html, no_update
 import attnviz
 from attnviz.workflows.pipeline import max_positions
 
-TABLE_STYLE = dict(  # the DataTables' look (coreference, head statistics)
+from .ui import FONT
+
+TABLE_STYLE = dict(  # the DataTables' look (coreference, head statistics, the atlas, probe sets)
     style_table={"overflowX": "auto", "maxHeight": "420px", "overflowY": "auto"},
-    style_cell={"fontFamily": "system-ui, sans-serif", "fontSize": "13px", "padding": "2px 8px"},
+    style_cell={"fontFamily": FONT, "fontSize": "13px", "padding": "2px 8px"},  # the page's CJK face first
     style_header={"fontWeight": "bold"},
 )
 

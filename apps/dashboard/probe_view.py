@@ -47,6 +47,7 @@ from .probe_table import (
     table_page,
     table_styles,
 )
+from .ui import MONO
 
 _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
 _HIDDEN = {"display": "none"}
@@ -133,9 +134,7 @@ def probe_panel() -> html.Div:
                 style=_HIDDEN,
             ),
             dcc.Loading(
-                html.Div(
-                    id=AID.probe_summary, style={"margin": "8px 0", "fontFamily": "monospace", "whiteSpace": "pre-wrap"}
-                )
+                html.Div(id=AID.probe_summary, style={"margin": "8px 0", "fontFamily": MONO, "whiteSpace": "pre-wrap"})
             ),
             dcc.Store(id=AID.probe_result),
             dcc.Store(id=AID.probe_drill),

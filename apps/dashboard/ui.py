@@ -15,6 +15,7 @@ from dash import html
 from dash.development.base_component import Component
 
 FONT = '"attnviz CJK", system-ui, -apple-system, "Segoe UI", Roboto, sans-serif'
+MONO = 'ui-monospace, "DejaVu Sans Mono", Menlo, Consolas, "attnviz CJK", monospace'  # CJK from the page's face
 THEME = {
     "fontFamily": FONT,
     "headings": {"fontFamily": FONT},

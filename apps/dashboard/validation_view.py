@@ -17,13 +17,14 @@ from .background import SUMMARY_LABEL, in_background, pending, summary_of
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import ID
+from .ui import MONO
 
 VIEWS = [("validation", "Recomputed vs model")]
 
 
 def layout(graph_config: dict) -> list:
     return [
-        html.Div(id=ID.validation_summary, style={"margin": "8px 0", "fontFamily": "monospace"}),
+        html.Div(id=ID.validation_summary, style={"margin": "8px 0", "fontFamily": MONO}),
         dcc.Loading(dcc.Graph(id=ID.validation_map, config=graph_config)),
         dcc.Graph(id=ID.comparison, config=graph_config),
     ]
