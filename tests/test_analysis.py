@@ -421,3 +421,44 @@ def test_head_stats_over_chunks_of_rows_equal_the_full_maps(family, monkeypatch,
         torch.testing.assert_close(
             got, values, atol=1e-6, rtol=1e-6, equal_nan=True, msg=lambda m, name=name: f"{name}: {m}"
         )
+
+
+def test_rollout_figure_in_words_merges_as_the_other_views_do(minilm):
+    """The reviewer's *Units: words* left Rollout in byte pieces; in words a word's flow to a word is summed
+    over its pieces and from a word averaged over its pieces (rows still sum to 1), the query a word."""
+    model, tok = minilm
+    cap = attnviz.capture(model, "Unbelievably, the hippopotamus slept.", tok)
+    words = cap.words
+    assert any(w.token_stop - w.token_start > 1 for w in words)  # a word of several pieces
+    last = rollout(cap)[-1].double()
+    mine = torch.zeros(len(words), len(words), dtype=torch.float64)  # by hand, word by word
+    for i, wq in enumerate(words):
+        for j, wk in enumerate(words):
+            mine[i, j] = last[wq.token_start : wq.token_stop, wk.token_start : wk.token_stop].sum(1).mean()
+    fig = rollout_figure(cap, rollout(cap), words=True)
+    heat = fig.data[0]
+    assert len(heat.x) == len(words) and heat.x[1] == f"1:{cap.word_labels[1]}"
+    np.testing.assert_allclose(np.array(heat.z, dtype=float), mine.numpy(), atol=1e-5)
+    np.testing.assert_allclose(mine.sum(1).numpy(), 1.0, atol=1e-6)
+    hippo = next(i for i, w in enumerate(words) if w.text == "hippopotamus")
+    bars = rollout_figure(cap, rollout(cap), query=hippo, words=True)
+    np.testing.assert_allclose(np.array(bars.data[0].y, dtype=float), mine[hippo].numpy(), atol=1e-5)
+    assert "'hippopotamus'" in bars.layout.title.text
+    # the word's own row given alone (what the page computes for a long text) draws the same bars
+    pieces = last[words[hippo].token_start : words[hippo].token_stop].mean(0).float()
+    alone = rollout_figure(cap, pieces, query=hippo, words=True)
+    np.testing.assert_allclose(np.array(alone.data[0].y, dtype=float), mine[hippo].numpy(), atol=1e-5)
+
+
+def test_rollout_figure_keeps_three_digits_of_tiny_flows():
+    """On a 30-layer decoder the cells outside the sink are ~1e-5: rounded to 5 decimals they were 0 or 1e-5
+    (the map drew that rounding) and the title said the scale ended at 0.000."""
+    cap = attnviz.capture(attnviz.tiny_model("llama"), input_ids=torch.arange(3, 23)[None])
+    flow = rollout(cap)[-1]
+    tiny = flow * 1e-4
+    tiny[:, 0] += 1 - tiny.sum(1)  # nearly all of the flow on the sink, as there
+    fig = rollout_figure(cap, tiny)
+    z = np.array(fig.data[0].z, dtype=float)
+    outside = tiny[:, 1:].numpy()
+    np.testing.assert_allclose(z[:, 1:], outside, rtol=2e-3, atol=1e-12)
+    assert f"{fig.data[0].zmax:.3g}" in fig.layout.title.text and "0.000;" not in fig.layout.title.text

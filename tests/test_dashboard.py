@@ -346,6 +346,20 @@ def test_head_statistics_and_rollout_views(dash_duo):
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", f"L{layer_cell}·H{head_cell}")
     open_tab(dash_duo, "Rollout")
     dash_duo.wait_for_contains_text(f"#{AID.rollout_graph} .gtitle", "not an attribution")
+
+    # Units: words reaches the rollout too (it stayed in tokens): the page's words, 小猫 one of them
+    def axis() -> list:
+        return dash_duo.driver.execute_script(
+            "const gd = document.querySelector('#' + arguments[0] + ' .js-plotly-plot'); return gd.data[0].x;",
+            AID.rollout_graph,
+        )
+
+    poll(lambda: axis())
+    tokens = axis()
+    dash_duo.find_elements(f"#{ID.words} input")[1].click()
+    poll(lambda: axis() and axis() != tokens)
+    words = axis()
+    assert len(words) < len(tokens) and any(label.endswith(":小猫") for label in words), (tokens, words)
     no_console_errors(dash_duo)
 
 

@@ -15,6 +15,7 @@ from attnviz.views.plots import MAX_CELLS
 
 from .background import in_background, pending, summary_of
 from .captures import Captures
+from .common import word_of
 from .errors import only_on, shows_errors
 from .ids import AID, ID
 from .ui import field
@@ -58,28 +59,33 @@ def register(app: Dash, captures: Captures) -> None:
         Input(ID.tabs, "value"),
         Input(ID.part, "value"),
         Input(ID.view_job_done, "data"),
+        Input(ID.words, "value"),
         State(ID.page, "data"),
     )
     @shows_errors(message_figure)
-    def rollout_view(store, mode, query, tab, part, _done, page):
+    def rollout_view(store, mode, query, tab, part, _done, units, page):
         only_on(tab, "rollout")
         cap = captures.self_part(store, part)
         if cap is None:
             return message_figure("Run the model first.")
         n = cap.n_tokens
+        words = units == "words"
         query = None if query is None else min(query, n - 1)
+        word = None if query is None else word_of(cap, query)  # the Lab's query token's word
         if n > MAX_CELLS and mode == "query" and query is not None:  # one row: layers·n² instead of layers·n³
+            # in words, the word's own row: its pieces' rows averaged (as the figure averages a word's rows)
+            rows = range(cap.words[word].token_start, cap.words[word].token_stop) if words else [query]
             label = "the query's rollout row"
             flow = in_background(
                 captures,
                 store,
                 page,
-                ("rollout row", part, query),
+                ("rollout row", part, tuple(rows)),
                 label,
                 n,
-                lambda progress: rollout_rows(cap, [query], on_layer=lambda d, t: progress(d, t, f"layer {d} of {t}"))[
-                    0
-                ],
+                lambda progress: rollout_rows(
+                    cap, list(rows), on_layer=lambda d, t: progress(d, t, f"layer {d} of {t}")
+                ).mean(0),
             )
             if flow is None:
                 return message_figure(pending(label))
@@ -90,4 +96,5 @@ def register(app: Dash, captures: Captures) -> None:
             if summary.rollout is None:
                 return message_figure(summary.rollout_error)
             flow = summary.rollout
-        return rollout_figure(cap, flow, query=query if mode == "query" else None)
+        shown = (word if words else query) if mode == "query" else None
+        return rollout_figure(cap, flow, query=shown, words=words)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
@@ -9,6 +10,7 @@ import torch
 
 from ..analysis.rollout import ROLLOUT_CELLS
 from ..analysis.stats import DETECTORS, MOVED_STATISTICS, STATISTICS
+from ..data.words import group_matrix
 from ..errors import InputError
 from .common import labels, themed
 from .marks import boundary, mark_labels, marked_title, new_starts
@@ -263,9 +265,21 @@ def thinned_ticks(names: list[str], max_ticks: int = MAX_TICKS, *, new_from: int
 MAX_CELLS = ROLLOUT_CELLS  # the rollout heatmap's cells per side at most
 
 
+def _decimals(top: float) -> int:
+    """Decimals that keep three significant digits of values up to ``top`` (at least 5): a rollout's cells
+    outside the sinks are ~1e-5 on a 30-layer decoder, which 5 decimals rounded to 0 and 1e-5."""
+    return max(5, 3 - math.floor(math.log10(top))) if top > 0 else 5
+
+
 @themed
 def rollout_figure(
-    cap: Capture, flow: torch.Tensor, *, query: int | None = None, percentile: float = 99.0, mark_new: bool = True
+    cap: Capture,
+    flow: torch.Tensor,
+    *,
+    query: int | None = None,
+    percentile: float = 99.0,
+    mark_new: bool = True,
+    words: bool = False,
 ) -> go.Figure:
     """The final layer's rollout as a heatmap, or one query's row as bars.
 
@@ -279,14 +293,29 @@ def rollout_figure(
     :data:`MAX_TICKS` tokens; hover names the query and key of every cell. Past :data:`MAX_CELLS`
     tokens each cell is the mean over a block of tokens (the title says how many), so the figure
     stays near 1.5 MB whatever the length. ``mark_new``: a generation's new tokens marked and the prompt
-    boundary drawn (:mod:`attnviz.views.marks`)."""
+    boundary drawn (:mod:`attnviz.views.marks`).
+
+    ``words``: word × word (a word's flow to a word summed over its pieces, from a word averaged over
+    its pieces, as :meth:`~attnviz.Capture.to_words` merges weights: rows still sum to 1); ``query`` is
+    then a word's number, and a ``[n]`` row given is that word's own (its pieces' rows averaged). A
+    block-mean map stays in tokens (its title says so)."""
     from ..analysis.coref import sink_tokens  # deferred: only the rollout figure needs it
 
-    names = [f"{i}:{name}" for i, name in enumerate(labels(cap))]  # unique categories: hover names the token
-    n = len(names)
     last = flow[-1] if flow.dim() == 3 else flow
+    asked, words = words, words and last.shape[-1] == cap.n_tokens  # block means have no words
+    names = [f"{i}:{name}" for i, name in enumerate(labels(cap, words))]  # unique categories: hover names it
+    n = len(names)
+    if words:
+        queries, _ = cap.sequences(None)
+        to_sum = group_matrix(queries.words, queries.n_tokens).to(last)  # [word, token]
+        if last.dim() == 2 and query is None:
+            last = cap.to_words(last)
+        elif last.dim() == 2:  # the query word's row: its pieces' rows averaged
+            last = group_matrix(queries.words, queries.n_tokens, mean=True).to(last)[query] @ last
+        if last.dim() == 1:
+            last = to_sum @ last
     caption = "attention rollout (heads averaged, residual mixed in, multiplied through layers) — a flow estimate, not an attribution"
-    q_new, k_new = new_starts(cap, None, False, mark_new)
+    q_new, k_new = new_starts(cap, None, words, mark_new)
     if query is None:
         if last.dim() != 2 or last.shape[0] != last.shape[1] or last.shape[0] > n:
             raise InputError(f"a rollout heatmap needs an [n, n] or block-mean [m, m] matrix, got {tuple(flow.shape)}")
@@ -295,6 +324,8 @@ def rollout_figure(
             last = torch.nn.functional.avg_pool2d(last[None].float(), block, ceil_mode=True)[0]
         pooled = -(-n // last.shape[0])  # tokens a cell holds per side (1: exact)
         sinks = set(sink_tokens(cap))
+        if words:  # the words that hold a sink token
+            sinks = {i for i, w in enumerate(queries.words) if any(w.token_start <= j < w.token_stop for j in sinks)}
         sink_cells = {j // pooled for j in sinks}
         kept = [j for j in range(last.shape[1]) if j not in sink_cells]
         values = last[:, kept].flatten() if kept else last.flatten()
@@ -307,13 +338,13 @@ def rollout_figure(
             cells = [f"{names[i]} … {names[min(i + pooled, n) - 1]}" for i in range(0, n, pooled)]
         fig = go.Figure(
             go.Heatmap(
-                z=last.numpy().round(5),
+                z=last.numpy().round(_decimals(top)),
                 x=cells,
                 y=cells,
                 zmin=0,
                 zmax=top,
                 colorscale="Greens",
-                hovertemplate="query %{y} ← key %{x}: %{z:.4f}<extra></extra>",
+                hovertemplate="query %{y} ← key %{x}: %{z:.3g}<extra></extra>",
             )
         )
         shapes = []
@@ -329,18 +360,22 @@ def rollout_figure(
         caption = marked_title(caption, q_new, k_new)
         outside = "blocks" if pooled > 1 else "cells"
         if pooled > 1:
-            caption += f"<br><sub>{n:,} tokens: each cell is the mean over a block of {pooled}×{pooled} tokens</sub>"
+            unit = "words" if words else "tokens"
+            caption += f"<br><sub>{n:,} {unit}: each cell is the mean over a block of {pooled}×{pooled} {unit}</sub>"
         left_out = ", ".join(repr(names[j].split(":", 1)[1]) for j in sorted(sinks)[:3])
         caption += (
             f"<br><sub>colour ends at the {percentile:g}th percentile of the {outside} outside the sink columns "
-            f"({left_out or 'none'}): {top:.3f}; higher {outside} (max {float(last.max()):.2f}) are drawn at full colour</sub>"
+            f"({left_out or 'none'}): {top:.3g}; higher {outside} (max {float(last.max()):.2f}) are drawn at full colour</sub>"
         )
+        if asked and not words:
+            caption += "<br><sub>in tokens: a map of block means has no words</sub>"
     else:
+        row = last if last.dim() == 1 else last[query]
         fig = go.Figure(
             go.Bar(
                 x=names,
-                y=(last if last.dim() == 1 else last[query]).numpy().round(5),
-                hovertemplate="%{x}: %{y:.4f}<extra></extra>",
+                y=row.numpy().round(_decimals(float(row.max()))),
+                hovertemplate="%{x}: %{y:.3g}<extra></extra>",
             )
         )
         fig.update_layout(
