@@ -230,3 +230,34 @@ def test_compare_heads_side_by_side_with_a_difference_where_the_grids_match(tiny
     assert len(apart.data) == 2 and "no difference map" in apart.layout.title.text
     with pytest.raises(attnviz.OutOfRangeError, match="choose a layer and head both captures have"):
         figures.compare_heads(big, small, 1, 40)
+
+
+def test_a_very_long_word_is_cut_in_labels_and_titles_and_whole_on_hover(minilm):
+    """A reviewer's 300-character word: as a tick label it took the whole figure (the words heatmap shrank to
+    nothing) and a chip made the page 2,300 px wide. Labels and titles cut it at LABEL_CHARS; hover keeps it."""
+    from attnviz.views.common import LABEL_CHARS
+
+    model, tok = minilm
+    word = "supercalifragilistic" * 15
+    cap = attnviz.capture(model, f"The {word} cat sat.", tok)
+    long_at = cap.word_labels.index(word)
+    heat = figures.heatmap(cap, 2, 3, words=True)
+    for axis in (heat.layout.xaxis, heat.layout.yaxis):
+        assert max(len(t) for t in axis.ticktext) <= LABEL_CHARS
+        assert axis.ticktext[long_at] == word[: LABEL_CHARS - 1] + "…"
+    assert any(word in cell for row in heat.data[0].customdata for cell in row)  # hover: the word whole
+    row = figures.query_row(cap, 2, 3, long_at, words=True, highlight=long_at)
+    assert word not in row.layout.title.text and word[: LABEL_CHARS - 1] + "…" in row.layout.title.text
+    assert word in [c[0] if isinstance(c, (list, tuple)) else c for c in row.data[0].customdata]  # the bar's hover
+    tokens = figures.heatmap(cap, 2, 3)  # tokens (the word is one [UNK] here): short labels untouched
+    assert list(tokens.layout.xaxis.ticktext)[:2] == cap.token_labels[:2] == ["[CLS]", "The"]
+    assert max(len(t) for t in tokens.layout.xaxis.ticktext) <= LABEL_CHARS
+
+
+def test_a_chip_of_a_very_long_word_is_cut_and_says_it_whole():
+    from attnviz.dashboard.common import chip
+
+    word = "supercalifragilistic" * 15
+    button = chip(word, {"type": "t", "index": 0}, "lab-token")
+    assert button.children == word[:23] + "…" and button.title == word
+    assert chip("cat", {"type": "t", "index": 1}, "lab-token", title="step 2").children == "cat"

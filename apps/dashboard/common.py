@@ -5,6 +5,7 @@ from __future__ import annotations
 from dash import Input, Output, html, no_update
 
 import attnviz
+from attnviz.views.common import short_label
 from attnviz.workflows.pipeline import max_positions
 
 from .ui import FONT
@@ -25,9 +26,13 @@ def chip(
     label: str, component_id: dict, class_name: str, colour: str | None = None, title: str | None = None
 ) -> html.Button:
     """A clickable token/word, filled with ``colour`` when it is selected (classes style the rest:
-    assets/attnviz.css)."""
+    assets/attnviz.css). A label over :data:`~attnviz.views.common.LABEL_CHARS` characters is cut with
+    "…" (a 300-character word made the page 2,300 px wide) and its tooltip says it whole."""
+    shown = short_label(label)
+    if shown != label:
+        title = label if title is None else f"{label} — {title}"
     return html.Button(
-        label,
+        shown,
         id=component_id,
         n_clicks=0,
         className=class_name,

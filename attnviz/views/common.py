@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FONT_FAMILY",
     "HEAD_COLOURS",
+    "LABEL_CHARS",
     "MASKED_COLOUR",
     "above_top_axis",
     "allowed_cells",
@@ -32,9 +33,12 @@ __all__ = [
     "message_figure",
     "part_label",
     "settings_text",
+    "short_label",
     "themed",
     "ticks",
 ]
+
+LABEL_CHARS = 24  # a tick label or a title's word at most (a longer one cut with "…"; hover names it whole)
 
 HEAD_COLOURS = [
     "#1f77b4",
@@ -91,12 +95,20 @@ def part_label(cap: Capture, part: str | None) -> str:
     return f"{cap.resolve_part(part)} " if len(cap.parts) > 1 else ""
 
 
+def short_label(name: str, limit: int = LABEL_CHARS) -> str:
+    """``name`` cut to ``limit`` characters with "…" (a 300-character word left no room for its map)."""
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
 def ticks(names: list[str], max_ticks: int = 64, *, new_from: int | None = None) -> dict:
     """Axis settings that label at most ``max_ticks`` evenly spaced positions of a numeric axis with
-    their names; positions from ``new_from`` on (a generation's new tokens) are marked."""
+    their names (each at most :data:`LABEL_CHARS` characters); positions from ``new_from`` on (a
+    generation's new tokens) are marked."""
     step = max(1, math.ceil(len(names) / max_ticks))
     idx = list(range(0, len(names), step))
-    return dict(tickmode="array", tickvals=idx, ticktext=mark_labels([names[i] for i in idx], new_from, idx))
+    return dict(
+        tickmode="array", tickvals=idx, ticktext=mark_labels([short_label(names[i]) for i in idx], new_from, idx)
+    )
 
 
 def allowed_cells(

@@ -21,6 +21,7 @@ from .common import (
     measure_symbol,
     part_label,
     settings_text,
+    short_label,
     themed,
     ticks,
 )
@@ -194,9 +195,9 @@ def query_row(
             ),
         ]
         title = (
-            f"{q_names[query]!r} → {head_name} ({settings}): what moves (‖α·f(x)‖) — "
-            f"{100 * float(share[top_moved]):.0f} % from {names[top_moved]!r}, "
-            f"top weight {stats['top_weight']:.2f} on {names[stats['top_index']]!r}"
+            f"{short_label(q_names[query])!r} → {head_name} ({settings}): what moves (‖α·f(x)‖) — "
+            f"{100 * float(share[top_moved]):.0f} % from {short_label(names[top_moved])!r}, "
+            f"top weight {stats['top_weight']:.2f} on {short_label(names[stats['top_index']])!r}"
         )
         y_title = "share of what moves · weight"
     else:
@@ -213,8 +214,8 @@ def query_row(
             )
         ]
         title = (
-            f"{q_names[query]!r} → {head_name} ({settings}): "
-            f"top {stats['top_weight']:.2f} on {names[stats['top_index']]!r}, "
+            f"{short_label(q_names[query])!r} → {head_name} ({settings}): "
+            f"top {stats['top_weight']:.2f} on {short_label(names[stats['top_index']])!r}, "
             f"entropy {stats['entropy']:.2f} nats"
         )
         y_title = "weight"
@@ -236,7 +237,7 @@ def query_row(
             x1=highlight + 0.5,
             line={"color": "#2ca02c", "width": 2},
             fillcolor="rgba(44, 160, 44, 0.12)",
-            annotation_text=f"key {names[highlight]!r}: {float(row[highlight]):.4f}",
+            annotation_text=f"key {short_label(names[highlight])!r}: {float(row[highlight]):.4f}",
             annotation_position="top",
         )
     return fig
