@@ -173,3 +173,30 @@ def test_the_temperature_reads_as_the_temperature_not_its_logarithm():
     slider = next(n for n in nodes_in(page) if getattr(n, "id", None) == ID.lab_temperature)
     shown = next(n for n in nodes_in(page) if getattr(n, "id", None) == ID.lab_temperature_value)
     assert slider.value == 0 and slider.allow_direct_input is False and shown.children == "1"
+
+
+def test_a_result_a_button_draws_is_never_an_empty_pair_of_axes_before_it():
+    """A reviewer read six charts as broken: under *Apply to the model*, *Test it*, *Map head importance* and
+    *Run probe set* the page showed blank axes (−1…4 × 0…6) until the button was pressed. A graph that only
+    a button's click fills (every callback drawing it waits for a click) starts with a figure of its own,
+    axes hidden: a line saying what the button draws there, or nothing."""
+    from attnviz.dashboard import create_app
+    from dash import dcc
+
+    app = create_app({"minilm": "MiniLM (BERT)"}, default_model="minilm")
+    layout = app.layout() if callable(app.layout) else app.layout
+    graphs = {node.id: node for node in nodes_in(layout) if isinstance(node, dcc.Graph)}
+    by_click: dict[str, list[bool]] = {}
+    for callback in app._callback_list:
+        outputs = callback["output"]
+        for output in outputs.strip(".").split("...") if outputs.startswith("..") else [outputs]:
+            graph, prop = output.rsplit(".", 1)
+            if prop == "figure" and graph in graphs:
+                clicks = bool(callback["inputs"]) and all(i["property"] == "n_clicks" for i in callback["inputs"])
+                by_click.setdefault(graph, []).append(clicks and bool(callback["prevent_initial_call"]))
+    waiting = sorted(graph for graph, each in by_click.items() if all(each))
+    assert len(waiting) >= 6, waiting  # the Lab's two, Test it's, the importance map, the probe set's two
+    for graph in waiting:
+        figure = graphs[graph].figure
+        assert figure is not None, f"{graph} starts as an empty pair of axes"
+        assert figure.layout.xaxis.visible is False and figure.layout.yaxis.visible is False, graph

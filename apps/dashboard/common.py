@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dash import Input, Output, html, no_update
 
 import attnviz
@@ -15,6 +17,14 @@ TABLE_STYLE = dict(  # the DataTables' look (coreference, head statistics, the a
     style_cell={"fontFamily": FONT, "fontSize": "13px", "padding": "2px 8px"},  # the page's CJK face first
     style_header={"fontWeight": "bold"},
 )
+
+
+def not_yet(hint: str = "") -> Any:
+    """What a result's figure shows before its button is pressed: a line saying what the button draws
+    there (or nothing), 60 px high — not an empty pair of axes, which reads as a broken chart."""
+    from attnviz.figures import message_figure  # deferred: plotly's figures, as the views load them
+
+    return message_figure(hint).update_layout(height=60, margin=dict(l=0, r=0, t=0, b=0))
 
 
 def word_of(cap: attnviz.Capture | attnviz.TokenSequence, token: int) -> int:

@@ -19,7 +19,7 @@ from attnviz.analysis import rank_heads
 from attnviz.figures import message_figure
 
 from .captures import Captures, layer_progress
-from .common import job_controls, word_of
+from .common import job_controls, not_yet, word_of
 from .edit_text import check_line, continuation_of, edited_row, lab_edits, model_of, named, result_lines, tokens_of
 from .errors import shows_errors
 from .ids import AID, EID, ID
@@ -88,8 +88,12 @@ def lab_panel() -> html.Div:
             dcc.Loading(html.Div(id=EID.lab_result, style=_RESULT)),
             html.Div(
                 [
-                    dcc.Graph(id=EID.lab_predictions, style={"display": "inline-block", "width": "48%"}),
-                    dcc.Graph(id=EID.lab_row, style={"display": "inline-block", "width": "52%"}),
+                    dcc.Graph(
+                        id=EID.lab_predictions,
+                        figure=not_yet("Apply to the model: the next token's probabilities before and after here"),
+                        style={"display": "inline-block", "width": "48%"},
+                    ),
+                    dcc.Graph(id=EID.lab_row, figure=not_yet(), style={"display": "inline-block", "width": "52%"}),
                 ]
             ),
         ],
@@ -129,7 +133,9 @@ def coref_panel() -> html.Div:
             _continuation_input(EID.coref_continuation, "e.g. 好"),
             html.Button("Test it", id=EID.coref_test, n_clicks=0),
             dcc.Loading(html.Div(id=EID.coref_result, style=_RESULT)),
-            dcc.Graph(id=EID.coref_predictions),
+            dcc.Graph(
+                id=EID.coref_predictions, figure=not_yet("Test it: the next token with and without those heads here")
+            ),
             html.Div(
                 [
                     html.Button("Map head importance", id=EID.importance_run, n_clicks=0),
@@ -144,7 +150,12 @@ def coref_panel() -> html.Div:
                 style={"margin": "8px 0"},
             ),
             html.Div(id=EID.importance_note, style=_RESULT),
-            dcc.Graph(id=EID.importance_map),
+            dcc.Graph(
+                id=EID.importance_map,
+                figure=not_yet(
+                    "Map head importance: how much the continuation's log P drops as each head is ablated, here"
+                ),
+            ),
         ],
         style={"borderTop": "1px solid #ddd", "marginTop": "14px", "paddingTop": "6px"},
     )

@@ -24,7 +24,7 @@ from attnviz.analysis.probes import PROBE_FORMATS, PROBE_SETS, load_probes
 from attnviz.figures import message_figure, probe_accuracy_map, probe_intervals
 
 from .captures import FILE_PREFIX, Captures
-from .common import TABLE_STYLE, job_controls
+from .common import TABLE_STYLE, job_controls, not_yet
 from .errors import page_message, shows_errors
 from .ids import AID, ID
 from .panels import adds_panel
@@ -140,8 +140,11 @@ def probe_panel() -> html.Div:
             dcc.Store(id=AID.probe_drill),
             html.Div(
                 [
-                    html.Div(dcc.Graph(id=AID.probe_intervals), style=_HALF),
-                    html.Div(dcc.Graph(id=AID.probe_map), style=_HALF),
+                    html.Div(
+                        dcc.Graph(id=AID.probe_intervals, figure=not_yet("Run probe set: each head's accuracy here")),
+                        style=_HALF,
+                    ),
+                    html.Div(dcc.Graph(id=AID.probe_map, figure=not_yet()), style=_HALF),
                 ]
             ),
             html.Div(
