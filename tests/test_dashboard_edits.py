@@ -76,6 +76,9 @@ def test_coreference_test_it_knocks_the_pronoun_out_of_its_top_heads(dash_duo):
     open_tab(dash_duo, "Coreference")
     dash_duo.wait_for_contains_text(f"#{AID.coref_headline}", "它 →", timeout=60)
     poll(lambda: dash_duo.find_element(f"#{EID.coref_candidate}").text.strip() != "")
+    type_into(dash_duo, EID.coref_top, "0")  # out of range: said, not run with the default 5 heads unsaid
+    dash_duo.find_element(f"#{EID.coref_test}").click()
+    dash_duo.wait_for_contains_text(f"#{EID.coref_result}", "Top heads: type a whole number from 1 to 64.")
     type_into(dash_duo, EID.coref_top, "3")
     type_into(dash_duo, EID.coref_continuation, "好")
     dash_duo.find_element(f"#{EID.coref_test}").click()

@@ -231,6 +231,10 @@ def test_head_view_top_k_mass_and_query_range_change_the_lines(dash_duo, llama_f
     box.send_keys(Keys.BACKSPACE, "2", Keys.ENTER)
     dash_duo.wait_for_contains_text(f"#{ID.head_view} .gtitle", "top 2 per query")
     assert lines(dash_duo) == expected(top_k=2)
+    box.send_keys(Keys.BACKSPACE, "-3", Keys.ENTER)  # was ignored unsaid (the box's min made it "all")
+    dash_duo.wait_for_contains_text(f"#{ID.head_view}", "Top keys per query: type a whole number ≥ 1")
+    box.send_keys(Keys.BACKSPACE, Keys.BACKSPACE, "2", Keys.ENTER)
+    dash_duo.wait_for_contains_text(f"#{ID.head_view} .gtitle", "top 2 per query")
     thumb = dash_duo.find_element(f"#{HID.mass} [role=slider]")
     for _ in range(10):  # 100% → 50%, by keyboard
         thumb.send_keys(Keys.ARROW_LEFT)

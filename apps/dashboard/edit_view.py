@@ -304,7 +304,10 @@ def register(app: Dash, captures: Captures) -> None:
         if cap is None or not selection or candidate is None or candidate not in selection["candidates"]:
             return "Choose the pronoun and a candidate above.", message_figure("")
         model = model_of(store)
-        top = int(top or TOP_HEADS)
+        if not isinstance(top, (int, float)) or isinstance(top, bool) or not 1 <= top <= 64 or top != int(top):
+            # the field gives None for 0, 9999 or an empty box: said, not replaced by the default
+            raise attnviz.InputError("Top heads: type a whole number from 1 to 64.")
+        top = int(top)
         ranking = rank_heads(cap, selection["pronoun"], selection["candidates"], exclude_sinks="sinks" in (sinks or []))
         name = cap.words[candidate].text
         heads = ranking.for_candidate(name).head(top)

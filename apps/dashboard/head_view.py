@@ -66,8 +66,7 @@ def controls() -> html.Div:
                     html.Label("Top keys per query "),
                     dcc.Input(
                         id=HID.top_k,
-                        type="number",
-                        min=1,
+                        type="number",  # no min: the browser would send None for -3, read as "all" unsaid
                         step=1,
                         placeholder="all",
                         debounce=True,
