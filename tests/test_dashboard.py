@@ -208,6 +208,8 @@ def test_bad_input_shows_a_message_and_the_page_keeps_working(dash_duo):
     dash_duo.wait_for_contains_text(f"#{ID.message}", "The text is empty")
     run_text(dash_duo, "word " * 60, expect="")
     dash_duo.wait_for_contains_text(f"#{ID.message}", "tokens; this dashboard shows at most 40. Shorten the text")
+    open_tab(dash_duo, "Rollout")  # another tab is another thing done: the message about the text goes
+    poll(lambda: dash_duo.find_element(f"#{ID.message}").text == "")
     run_text(dash_duo, CAT, expect="minilm: 13 tokens")
     no_console_errors(dash_duo)
 

@@ -233,6 +233,16 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
     background job."""
     models = captures.models
 
+    # The message line is about the last thing done: opening another tab is something else, so it goes (a
+    # reviewer read "How many new tokens? …" above a coreference test that had run well). A view that
+    # fails on the new tab says so again.
+    app.clientside_callback(
+        "(_tab) => ''",
+        Output(ID.message, "children", allow_duplicate=True),
+        Input(ID.tabs, "value"),
+        prevent_initial_call=True,
+    )
+
     @app.callback(Output(ID.target_box, "style"), Input(ID.model, "value"))
     @shows_errors(lambda _m: {"display": "none"})
     def show_target(model):
