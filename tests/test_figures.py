@@ -261,3 +261,16 @@ def test_a_chip_of_a_very_long_word_is_cut_and_says_it_whole():
     button = chip(word, {"type": "t", "index": 0}, "lab-token")
     assert button.children == word[:23] + "…" and button.title == word
     assert chip("cat", {"type": "t", "index": 1}, "lab-token", title="step 2").children == "cat"
+
+
+def test_chinese_tick_labels_get_the_room_they_take_above_the_map():
+    """Counted as 7 px a character, 27 two-character Chinese labels were taken to fit level under the title;
+    drawn (12 px a character) they did not, plotly turned them upright and they ran into the title."""
+    from attnviz.views.common import label_px
+
+    assert label_px("小猫") == 24 and label_px("cat") == 21
+    zh = [f"{c}{c}" for c in "我家的小猫很可爱它很好动我家的小猫很可爱它很好动我家"]
+    latin = ["ab"] * len(zh)
+    upright = figures.above_top_axis("L0·H0", zh)
+    level = figures.above_top_axis("L0·H0", latin)
+    assert upright["margin_top"] == level["margin_top"] + 24  # upright: the longest label's width more

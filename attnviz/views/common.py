@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import math
+import unicodedata
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ParamSpec
 
@@ -153,6 +154,12 @@ def measure_name(measure: str) -> str:
     return {"weights": "weights", "moved": "what moves (‖α·f(x)‖)"}[check_measure(measure)]
 
 
+def label_px(label: str) -> int:
+    """A tick label's width at 12 px, roughly: ~7 px a character, 12 px a wide (CJK) one — counted as 7, a
+    Chinese text's labels were taken to fit level, plotly turned them upright, and they ran into the title."""
+    return sum(12 if unicodedata.east_asian_width(c) in "WF" else 7 for c in label)
+
+
 def above_top_axis(text: str, tick_labels: list[str], *, angle: float | None = None, width: int = 700) -> dict:
     """Layout for a figure whose key axis is on top: its title pinned to the top of the figure and a top
     margin that holds the title, the axis title and the tick labels one above the other (plotly places
@@ -162,9 +169,9 @@ def above_top_axis(text: str, tick_labels: list[str], *, angle: float | None = N
     side by side in ``width`` pixels, upright when they do not."""
     lines = text.count("<br>")
     title_px = 28 + 16 * lines
-    longest = max((len(label) for label in tick_labels), default=0) * 7  # ~7 px a character at 12 px
+    longest = max((label_px(label) for label in tick_labels), default=0)
     if angle is None:
-        angle = 0 if sum(len(label) * 7 + 8 for label in tick_labels) <= width else 90
+        angle = 0 if sum(label_px(label) + 8 for label in tick_labels) <= width else 90
     ticks_px = 16 + longest * abs(math.sin(math.radians(angle)))
     return dict(
         title=dict(
