@@ -85,6 +85,11 @@ def test_coreference_test_it_knocks_the_pronoun_out_of_its_top_heads(dash_duo):
     dash_duo.wait_for_contains_text(f"#{EID.coref_result}", "Next token", timeout=90)
     result = dash_duo.find_element(f"#{EID.coref_result}").text
     assert "Knocked out 它 →" in result and "top 3 heads" in result and "log P('好')" in result, result
+    title = dash_duo.driver.execute_script(
+        "return document.querySelector('#' + arguments[0] + ' .js-plotly-plot').layout.title.text;",
+        EID.coref_predictions,
+    )
+    assert title.startswith("knockout 它 ↛") and title.count("knockout") == 1 and "(decoder)" not in title, title
     no_console_errors(dash_duo)
 
 

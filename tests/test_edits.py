@@ -336,3 +336,25 @@ def test_figures_of_an_intervention_and_of_head_importance():
     assert grid[int(top["layer"])][int(top["head"])] == pytest.approx(top["logprob_drop"])
     with pytest.raises(InputError, match="head_importance"):
         figures.importance_map(df.drop(columns="logprob_drop"))
+
+
+def test_an_interventions_title_lists_one_kind_of_edit_once():
+    """Five knockouts' own texts ran past the figure's edge; one kind is listed once, with its places."""
+    from attnviz.views.reports import edits_title
+
+    knocks = [edits.knockout(layer=layer, head=head, query=[5], key=[2]) for layer, head in [(1, 0), (0, 3), (1, 2)]]
+    assert edits_title(knocks) == "knockout 5 ↛ 2 at L1·H0, L0·H3, L1·H2"
+    assert (
+        edits_title([*knocks, edits.uniform(layer=0)])
+        == "knockout 5 ↛ 2 at L1·H0, L0·H3, L1·H2; uniform attention at L0·every head"
+    )
+    many = [edits.ablate(layer=0, head=h) for h in range(9)]
+    assert edits_title(many) == "zero-ablate at L0·H0, L0·H1, L0·H2, L0·H3, L0·H4, L0·H5, … (9 in all)"
+    _, out = _run("llama", knocks)
+    assert figures_title(out) == "knockout 5 ↛ 2 at L1·H0, L0·H3, L1·H2"
+
+
+def figures_title(out) -> str:
+    from attnviz import figures
+
+    return figures.prediction_bars(out, k=3).layout.title.text

@@ -311,7 +311,8 @@ def register(app: Dash, captures: Captures) -> None:
         ranking = rank_heads(cap, selection["pronoun"], selection["candidates"], exclude_sinks="sinks" in (sinks or []))
         name = cap.words[candidate].text
         heads = ranking.for_candidate(name).head(top)
-        the_part = cap.parts[0] if len(cap.parts) == 1 else None
+        whole = captures.from_store(store)  # a decoder-only model's edits name no part ("(decoder)" read oddly)
+        the_part = cap.parts[0] if len(cap.parts) == 1 and len(whole.parts) > 1 else None
         pronoun = list(cap.words[selection["pronoun"]].tokens)
         key = list(cap.words[candidate].tokens)
         pronoun_named, key_named = named(cap.source, pronoun), named(cap.source, key)
@@ -319,7 +320,7 @@ def register(app: Dash, captures: Captures) -> None:
             edits.knockout(layer=int(r.layer), head=int(r.head), query=pronoun_named, key=key_named, part=the_part)
             for r in heads.itertuples(index=False)
         ]
-        out = attnviz.intervene(model, captures.from_store(store), chosen)  # the whole capture, not one part
+        out = attnviz.intervene(model, whole, chosen)  # the whole capture, not one part
         where = ", ".join(f"L{int(r.layer)}·H{int(r.head)}" for r in heads.itertuples(index=False))
         said = [
             html.Div(

@@ -66,12 +66,27 @@ def validation_map(report: ValidationReport | Capture, quantity: str = "output",
     return fig
 
 
+def edits_title(edits: list, shown: int = 6) -> str:
+    """The edits for a title, one per kind: "knockout 它 ↛ 小猫 at L13·H8, L15·H3, L17·H3" for three
+    heads (each edit's own text ran past the figure's edge), at most ``shown`` places a kind, then how
+    many in all."""
+    groups: dict[str, list[str]] = {}
+    for edit in edits:
+        what, _, where = str(edit).partition(" at ")
+        groups.setdefault(what, []).append(where)
+    said = []
+    for what, places in groups.items():
+        listed = ", ".join(places[:shown]) + (f", … ({len(places)} in all)" if len(places) > shown else "")
+        said.append(f"{what} at {listed}" if listed else what)
+    return "; ".join(said)
+
+
 @themed
 def prediction_bars(out: Intervention, k: int = 5, continuation: str | int | list[int] | None = None) -> go.Figure:
     """The next-token probabilities before and after the edits, as bars: the top ``k`` of each,
     side by side; with ``continuation``, its log-probability change in the title. For a model
     without a language-model head, each token's cosine between its final hidden states edited and not."""
-    edits = "; ".join(str(e) for e in out.edits)
+    edits = edits_title(out.edits)
     if out.before is None or out.after is None:
         names = out.capture_before.token_labels
         fig = go.Figure(
