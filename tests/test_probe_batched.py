@@ -173,7 +173,7 @@ def test_what_cannot_be_scored_is_named_and_the_rest_is_scored(tiny, smol_tokeni
     assert result.per_probe.id.tolist() == ["p0", "p1"]
     reasons = dict(line.split(": ", 1) for line in result.skipped)
     assert set(reasons) == {"later", "long"}
-    assert "'dog' come(s) after 'it': in a causal decoder" in reasons["later"]
+    assert "'dog' comes after 'it': in a causal decoder" in reasons["later"]
     assert "accepts at most 24" in reasons["long"]
     assert "skipped 2" in str(result)
     with pytest.raises(attnviz.InputError, match=r"no probe could be scored \(1 left out\): later: 'dog' come"):

@@ -171,8 +171,9 @@ def refuse_later_candidates(causal: bool, pronoun: Span, candidates: Sequence[Sp
     unseen = [c.text for c in candidates if causal and c.tokens[0] > max(pronoun.tokens)]
     if unseen:
         raise InputError(
-            f"{', '.join(map(repr, unseen))} come(s) after {pronoun.text!r}: in a causal decoder the pronoun cannot "
-            "attend to a later word, so its weight would be 0 by construction; leave it out"
+            f"{', '.join(map(repr, unseen))} {'comes' if len(unseen) == 1 else 'come'} after {pronoun.text!r}: in a "
+            "causal decoder the pronoun cannot attend to a later word, so its weight would be 0 by construction; "
+            f"leave {'it' if len(unseen) == 1 else 'them'} out"
         )
 
 

@@ -15,6 +15,11 @@ EXIT_INTERRUPTED = 75  # sysexits' EX_TEMPFAIL: stopped by a signal after checkp
 R = TypeVar("R")  # what a run over processes returns (a table, a probe set's result)
 
 
+def _count(n: int, thing: str) -> str:
+    """ "1 text", "5,000 texts"."""
+    return f"{n:,} {thing}{'' if n == 1 else 's'}"
+
+
 def error_line(err: BaseException) -> str:
     """An error as the one line the command line prints."""
     return "error: " + " ".join(str(err).split())
@@ -151,7 +156,7 @@ def cmd_stats(args) -> int:
     def report(df) -> None:
         shares = " + ".join(f"{n:,}" for n in df.attrs["per_process"])
         print(
-            f"{int(df['texts'].iloc[0]):,} texts, {int(df['tokens'].iloc[0]):,} tokens "
+            f"{_count(int(df['texts'].iloc[0]), 'text')}, {_count(int(df['tokens'].iloc[0]), 'token')} "
             f"(texts per process: {shares}; padding {df.attrs['padding']:.1%}; "
             f"{df.attrs['truncated']:,} cut at the model's limit"
             + (f"; resumed after {df.attrs['resumed_after']:,} texts" if df.attrs["resumed_after"] else "")
@@ -181,7 +186,8 @@ def cmd_atlas(args) -> int:
         met = [r for cell in df["roles"] for r in cell.split(", ") if r]
         counts = ", ".join(f"{name} {met.count(name)}" for name in dict.fromkeys(met)) or "none"
         print(
-            f"{df.attrs['texts']:,} texts, {df.attrs['tokens']:,} tokens, {len(df)} heads; heads per role: {counts}",
+            f"{_count(df.attrs['texts'], 'text')}, {_count(df.attrs['tokens'], 'token')}, {len(df)} heads; "
+            f"heads per role: {counts}",
             file=sys.stderr,
         )
         if args.out:

@@ -10,7 +10,7 @@ import torch
 
 from ..analysis.moved import row_shares
 from ..analysis.overview import check_measure
-from ..errors import OutOfRangeError
+from ..errors import ArgumentTypeError, OutOfRangeError
 from .common import (
     MASKED_COLOUR,
     above_top_axis,
@@ -154,6 +154,12 @@ def query_row(
     the same axis as the bars: a word with ``words``) boxed and named above the bars."""
     check_measure(measure)
     q_names, names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
+    if not isinstance(query, int) or isinstance(query, bool):
+        unit = "word" if words else "token"
+        raise ArgumentTypeError(
+            f"query is the {unit}'s position (an int), got {query!r}"
+            + (f": cap.{unit}_labels.index({query!r}) finds it" if isinstance(query, str) else "")
+        )
     if not 0 <= query < len(q_names):
         raise OutOfRangeError(f"query {query} is out of range: 0..{len(q_names) - 1}")
     if highlight is not None and not 0 <= highlight < len(names):

@@ -91,6 +91,18 @@ def _package_folder(package: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def alias_of(source: str) -> str | None:
+    """The embedded alias whose package ships the folder ``source`` (a model object's ``_name_or_path``),
+    or None: what messages call a model given as an object (not its install path in site-packages)."""
+    if not source:
+        return None
+    for alias, entry in EMBEDDED_MODELS.items():
+        folder = _package_folder(entry.package)
+        if folder is not None and Path(source) in (folder, folder / "model"):
+            return alias
+    return None
+
+
 def embedded_source(alias: str) -> tuple[Path, dict]:
     """(the folder an embedded model's package ships, the from_pretrained keyword arguments that load it)."""
     entry = EMBEDDED_MODELS[alias]
@@ -216,6 +228,11 @@ def _load_cached(name: str, device: str | None, dtype: torch.dtype | None, attn_
             "out to use the model's default backend (attnviz captures every backend)"
         ) from err
     except (OSError, ValueError) as err:
+        if attn_implementation is not None and "attn_implementation" in str(err):  # the backend, not the name
+            raise InputError(
+                f"{name!r} cannot run with attn_implementation={attn_implementation!r}: {_one_line(err)} Leave it "
+                "out to use the model's default backend (attnviz captures every backend)"
+            ) from err
         raise _not_loaded(name, err) from err
     if device is not None:
         model = model.to(device)

@@ -42,7 +42,7 @@ from ..errors import (
 )
 from .call_records import build_records
 from .inputs import Encoded, check_vocabulary, padded
-from .models import load_model, resolve_dtype
+from .models import alias_of, load_model, resolve_dtype
 from .what_moves import add_value_terms
 
 __all__ = [
@@ -187,7 +187,8 @@ def resolve(
             "Call model.eval() first."
         )
     config = model.config
-    name = name or getattr(config, "_name_or_path", "") or type(model).__name__
+    source = getattr(config, "_name_or_path", "")
+    name = name or alias_of(source) or source or type(model).__name__  # an embedded model by its alias
     check_supported(config)
     return Resolved(model, tokenizer, name)
 
