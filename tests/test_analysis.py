@@ -246,9 +246,7 @@ def test_probes_given_as_objects_are_checked_too(tiny_bert_words):
 
 def test_a_candidate_after_the_pronoun_in_a_decoder_is_refused():
     cap = hand_capture(range(10, 16), [[]] * 6, text="the cat saw it a dog")
-    with pytest.raises(
-        attnviz.InputError, match="'dog' comes after 'it': in a causal decoder the pronoun cannot"
-    ):
+    with pytest.raises(attnviz.InputError, match="'dog' comes after 'it': in a causal decoder the pronoun cannot"):
         rank_heads(cap, "it", ["cat", "dog"])
     encoder = hand_capture(range(10, 16), [[]] * 6, text="the cat saw it a dog", causal=False)
     assert rank_heads(encoder, "it", ["cat", "dog"]).table.shape[0] == 2

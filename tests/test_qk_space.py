@@ -176,13 +176,22 @@ def test_figure_is_webgl_with_what_a_click_means(bert_caps):
     query = fig.data[0]
     assert len(query.x) == (df.kind == "query").sum()
     text, position, kind = query.customdata[0]
-    assert kind == "query" and "text" in query.text[0] and df.attrs["description"] in fig.layout.title.text
+    assert kind == "query" and "text" in query.text[0]
+    # the description whole, wrapped (one line was cut off at the figure's edge), and the axes named
+    subtitle = fig.layout.title.text.split("<sup>", 1)[1].removesuffix("</sup>")
+    assert subtitle.replace("<br>", " ") == df.attrs["description"]
+    assert max(len(line) for line in subtitle.split("<br>")) <= 110 and "<br>" in subtitle
+    ratios = df.attrs["transform"]["explained_variance_ratio"]
+    assert fig.layout.xaxis.title.text == f"PC1 ({ratios[0]:.0%} of the variance)"
+    assert fig.layout.yaxis.title.text == f"PC2 ({ratios[1]:.0%} of the variance)"
     by_class = qk_space_figure(df, color="token_class")
     assert {t.name for t in by_class.data} == set(df.token_class)
     by_position = qk_space_figure(df, color="position")
     assert list(by_position.data[0].marker.color) == df[df.kind == "query"].position.tolist()
     three = qk_space_figure(qk_space(bert_caps, 0, 0, dims=3))
-    assert {t.type for t in three.data} == {"scatter3d"}
+    assert {t.type for t in three.data} == {"scatter3d"} and three.layout.scene.zaxis.title.text.startswith("PC3")
+    tsne = qk_space_figure(qk_space(bert_caps, 0, 0, method="tsne"))
+    assert tsne.layout.xaxis.title.text == "t-SNE 1" and tsne.layout.yaxis.title.text == "t-SNE 2"
     with pytest.raises(InputError, match="unknown color"):
         qk_space_figure(df, color="size")
 

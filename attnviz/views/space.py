@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
@@ -81,14 +82,22 @@ def qk_space_figure(df: pd.DataFrame, *, color: str = "kind", title: str | None 
             fig.add_trace(go.Scatter3d(x=part["x"], y=part["y"], z=part["z"], **kwargs))
         else:
             fig.add_trace(go.Scattergl(x=part["x"], y=part["y"], **kwargs))
-    described = df.attrs.get("description", "")
+    described = "<br>".join(textwrap.wrap(df.attrs.get("description", ""), 110))  # one line was cut off
+    lines = described.count("<br>") + 1 if described else 0
     fig.update_layout(
         title={"text": title or f"Query–key space<br><sup>{described}</sup>", "x": 0.01},
         legend={"title": SPACE_COLOURS[color]},
-        margin={"l": 40, "r": 20, "t": 80, "b": 40},
-        height=600,
+        margin={"l": 60, "r": 20, "t": 60 + 16 * lines, "b": 50},
+        height=600 + 16 * lines,
         clickmode="event",
     )
-    if not three:
-        fig.update_yaxes(scaleanchor="x", scaleratio=1)  # distances read the same both ways
+    method = df.attrs.get("transform", {}).get("method")
+    names = {"pca": "PC", "tsne": "t-SNE ", "umap": "UMAP "}.get(method, "axis ")
+    ratios = df.attrs.get("transform", {}).get("explained_variance_ratio") or []
+    axes = [f"{names}{i + 1}" + (f" ({ratios[i]:.0%} of the variance)" if i < len(ratios) else "") for i in range(3)]
+    if three:
+        fig.update_layout(scene={"xaxis_title": axes[0], "yaxis_title": axes[1], "zaxis_title": axes[2]})
+    else:
+        fig.update_xaxes(title=axes[0])
+        fig.update_yaxes(title=axes[1], scaleanchor="x", scaleratio=1)  # distances read the same both ways
     return fig
