@@ -49,7 +49,8 @@ def test_the_lab_knocks_a_key_out_of_smollm2_and_shows_the_prediction_before_and
     words = attnviz.capture("smollm2", "我家的小猫很可爱，它很好动。", add_bos=True, layers=[0]).word_labels
     kitten = words.index("小猫")
     click_point(dash_duo, ID.lab_graph, kitten)
-    poll(lambda: "none" not in dash_duo.find_element(f"#{EID.lab_knock_text}").text)
+    # in words the whole word is named, not its five byte pieces (小₁, 小₂, 猫₁, 猫₂, 猫₃)
+    dash_duo.wait_for_text_to_equal(f"#{EID.lab_knock_text}", "knocked out: 小猫")
     type_into(dash_duo, EID.lab_continuation, "好")
     dash_duo.find_element(f"#{EID.lab_apply}").click()
     dash_duo.wait_for_contains_text(f"#{EID.lab_result}", "next token", timeout=90)

@@ -189,11 +189,12 @@ def register(app: Dash, captures: Captures) -> None:
     @app.callback(
         Output(EID.lab_knock_text, "children"),
         Input(EID.lab_knock, "data"),
+        Input(ID.words, "value"),
         State(ID.store, "data"),
         State(ID.part, "value"),
     )
     @shows_errors(lambda m: m)
-    def knock_text(knocked, store, part):
+    def knock_text(knocked, units, store, part):
         if not knocked:
             return "knocked out: none (click a bar of the row)"
         cap = captures.from_store(store)
@@ -201,7 +202,15 @@ def register(app: Dash, captures: Captures) -> None:
             return ""
         _, keys = cap.sequences(part if len(cap.parts) > 1 else None)
         labels = keys.token_labels
-        return "knocked out: " + ", ".join(labels[i] for i in knocked if i < len(labels))
+        out = set(knocked)
+        named = []
+        for word in keys.words if units == "words" else []:  # in words a whole word is named, not its pieces
+            pieces = set(range(word.token_start, word.token_stop))
+            if pieces <= out:
+                named.append((word.token_start, word.text))
+                out -= pieces
+        named += [(i, labels[i]) for i in out if i < len(labels)]
+        return "knocked out: " + ", ".join(label for _, label in sorted(named))
 
     @app.callback(
         Output(EID.lab_result, "children"),
