@@ -106,6 +106,8 @@ def test_a_text_model_on_the_image_tab_says_to_pick_a_vision_model(dash_duo, vit
     open_tab(dash_duo, "Image")
     dash_duo.find_element(f"#{IID.upload} input").send_keys(str(picture))
     dash_duo.wait_for_contains_text(
-        f"#{IID.message}", "is not a vision encoder, so it cannot read an image", timeout=30
+        f"#{IID.message}", "is not a vision encoder, so it cannot read a picture", timeout=30
     )
+    said = dash_duo.find_element(f"#{IID.message}").text  # the page's advice: the server's flag, not a Python call
+    assert "attnviz app --model" in said and "tiny_model" not in said, said
     no_console_errors(dash_duo)

@@ -184,11 +184,21 @@ def capture_picture(captures: Captures, model: str, picture) -> tuple[str, attnv
     cap = captures.cache.get(key)
     if cap is not None:
         return key, cap
+    refused = (
+        f"{model} is not a vision encoder, so it cannot read a picture: pick a vision model in the model list, or "
+        "start the server with one, e.g. attnviz app --model google/vit-base-patch16-224 (ViT, DeiT, DINOv2, "
+        "a CLIP or SigLIP model, a LLaVA; a local folder works too)"
+    )
     with readable(captures, picture) as source:
-        made = attnviz.capture(model, source)
+        try:
+            made = attnviz.capture(model, source)
+        except attnviz.InputError as err:  # the library's advice is a Python call; the page's is the server's flag
+            if "is not a vision encoder" in str(err):
+                raise attnviz.InputError(refused) from err
+            raise
     assert isinstance(made, attnviz.Capture)  # one picture, one capture
     if made.image is None:
-        raise attnviz.InputError(f"{model} is not a vision encoder; pick a vision model in the model list")
+        raise attnviz.InputError(refused)
     captures.cache.put(key, made)
     return key, made
 

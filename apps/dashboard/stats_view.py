@@ -66,6 +66,11 @@ def layout() -> list:
             ]
         ),
         dcc.Loading(dcc.Graph(id=AID.stats_map)),
+        html.P(
+            "An empty cell is a statistic the text does not have: special (and special_moved) when it has no "
+            "special token after the first ([SEP], </s>), a _moved one for a layer without value norms.",
+            style={"color": "#555", "margin": "4px 0"},
+        ),
         dash_table.DataTable(id=AID.stats_table, sort_action="native", page_size=20, **TABLE_STYLE),
     ]
 
