@@ -448,3 +448,20 @@ def test_encoder_decoder_target_box_and_part_selector(dash_duo, bart_folder):
     choose(dash_duo, f"#{ID.part}", 1)  # decoder: the coreference view works on the target
     dash_duo.wait_for_contains_text("#coref-headline", "→")
     no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+def test_picking_another_model_says_the_views_wait_for_run(dash_duo):
+    """A reviewer picked MiniLM and saw nothing change, the status still naming SmolLM2: the line under
+    Run model says the views show the last capture's model until Run."""
+    start_minilm(dash_duo)
+    assert dash_duo.find_element(f"#{ID.model_hint}").text == ""
+    choose(dash_duo, f"#{ID.model}", 1)  # SmolLM2
+    dash_duo.wait_for_text_to_equal(
+        f"#{ID.model_hint}",
+        "The views show MiniLM (BERT)'s capture: press Run model to read the text with SmolLM2 (decoder).",
+    )
+    assert "minilm" in dash_duo.find_element(f"#{ID.status}").text  # nothing ran
+    choose(dash_duo, f"#{ID.model}", 0)
+    dash_duo.wait_for_text_to_equal(f"#{ID.model_hint}", "")
+    no_console_errors(dash_duo)

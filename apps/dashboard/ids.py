@@ -12,6 +12,7 @@ class ID:
     """The page's shared controls and the core views."""
 
     model = "model-select"
+    model_hint = "model-hint"  # says the views still show the last capture's model until Run
     text = "text-input"
     example = "example-select"
     run = "run-button"

@@ -19,7 +19,7 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update, set_prop
 import attnviz
 from attnviz.figures import MARK
 
-from .captures import Captures, default_query, is_encoder_decoder, wants_bos
+from .captures import FILE_PREFIX, Captures, default_query, is_encoder_decoder, wants_bos
 from .errors import shows_errors
 from .generations import MAX_NEW_TOKENS, generation_of
 from .ids import GID, ID
@@ -144,6 +144,7 @@ def layout(model_options: list[dict], default_model: str, default_text: str, exa
             ],
             className="av-row",
         ),
+        html.Div(id=ID.model_hint, className="av-dim", role="status"),
         *slot_panels("run", "generate"),  # "Continue the text" (generation_view)
         html.Progress(id=ID.job_progress, value="0", max="1", style=_HIDDEN),
         html.Div(id=ID.job_progress_text, className="av-dim"),
@@ -241,6 +242,20 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
         Output(ID.message, "children", allow_duplicate=True),
         Input(ID.tabs, "value"),
         prevent_initial_call=True,
+    )
+
+    # Picking another model changes nothing until Run model: the line under the button says so.
+    app.clientside_callback(
+        """(model, store, options) => {
+            if (!store || !store.model || store.model === model) { return ""; }
+            const label = (value) => (options.find((o) => o.value === value) || {label: value}).label;
+            const shown = store.model.startsWith("FILE") ? "a capture file" : label(store.model) + "'s capture";
+            return "The views show " + shown + ": press Run model to read the text with " + label(model) + ".";
+        }""".replace("FILE", FILE_PREFIX),
+        Output(ID.model_hint, "children"),
+        Input(ID.model, "value"),
+        Input(ID.store, "data"),
+        State(ID.model, "options"),
     )
 
     @app.callback(Output(ID.target_box, "style"), Input(ID.model, "value"))
