@@ -273,6 +273,9 @@ def test_roles_picks_the_roles_reported():
     df = head_atlas(model, _texts(3), tokenizer=tok, roles=["sink", "broad"], random_sequences=2, progress=False)
     assert {"sink", "broad"} <= set(df.columns) and "previous_token" not in df.columns
     assert set(r for cell in df.roles for r in cell.split(", ") if r) <= {"sink", "broad"}
+    # the command line's spelling in Python too (it said "unknown role 'sink,broad'")
+    same = head_atlas(model, _texts(3), tokenizer=tok, roles="sink, broad", random_sequences=2, progress=False)
+    pd.testing.assert_frame_equal(same, df)
 
 
 def test_cli_atlas_writes_csv_and_html_and_refuses_bad_paths(tmp_path, capsys, model_folder, tiny_bert_words):

@@ -258,6 +258,10 @@ def test_read_texts_from_files_and_bad_lines(tmp_path):
         list(read_texts(broken))
     with pytest.raises(attnviz.InputError, match="no corpus file"):
         list(read_texts(tmp_path / "missing.txt"))
+    table = tmp_path / "corpus.csv"  # read line by line, its header "text,label" and "hello,1" were two texts
+    table.write_text("text,label\nhello,1\n", encoding="utf-8")
+    with pytest.raises(attnviz.InputError, match=r"is a \.csv table: a corpus is a \.txt .* pandas\.read_csv"):
+        list(read_texts(table))
     with pytest.raises(attnviz.ArgumentTypeError, match="item 1"):
         list(read_texts(["a", 3]))
     with pytest.raises(attnviz.InputError, match="no text"):

@@ -67,7 +67,8 @@ def head_atlas(
     - ``probes``: a probe set (a shipped set's name, a file, or probes) for the coreference role.
     - ``seed``: the repeated random sequences of the induction role (``random_sequences`` of them,
       ``random_length`` random tokens repeated twice, special tokens as the tokenizer adds them).
-    - ``roles``: the roles reported (default: every role of :data:`~attnviz.analysis.atlas.ROLES`).
+    - ``roles``: the roles reported, as names or one comma-separated string (default: every role of
+      :data:`~attnviz.analysis.atlas.ROLES`).
     - ``on_progress(done, total, what)``: called as the corpus's texts are added (``done`` of ``total``
       texts, this process's), then before the random sequences and the probe set (for a progress bar
       of the caller's own, e.g. the dashboard's).
@@ -225,7 +226,7 @@ def _roles(roles: Iterable[str] | None) -> list[str]:
     if roles is None:
         return list(ROLES)
     if isinstance(roles, str):
-        roles = [roles]
+        roles = [r.strip() for r in roles.split(",")]  # "sink,broad", as the command line's --roles takes them
     chosen = list(roles)
     unknown = [r for r in chosen if r not in ROLES]
     if unknown or not chosen:

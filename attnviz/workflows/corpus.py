@@ -48,6 +48,7 @@ POOL = 64  # batches' worth of texts read ahead and sorted by length
 T = TypeVar("T")  # what length_batches batches: texts, or a caller's own indices
 
 
+TABLES = (".csv", ".tsv", ".parquet", ".json", ".xlsx", ".xls")  # not one text per line
 NO_TEXT = 'the corpus has no text: give one text per line (.txt) or {"text": ...} per line (.jsonl)'
 
 
@@ -60,11 +61,17 @@ def check_corpus(source: str | Path | Iterable[str]) -> None:
 
 def read_texts(source: str | Path | Iterable[str]) -> Iterator[str]:
     """Texts one at a time: from a ``.jsonl`` file (``{"text": ...}`` per line), a text file (one
-    text per line; blank lines skipped), or any iterable of strings."""
+    text per line; blank lines skipped), or any iterable of strings. A table's file (``.csv``, ``.parquet``
+    …) is refused: read its column of texts and pass them."""
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
             raise InputError(f"no corpus file at {str(path)!r}: give a .txt (one text per line) or .jsonl file")
+        if path.suffix.lower() in TABLES:  # read line by line, a table's header and columns became "texts"
+            raise InputError(
+                f"{str(path)!r} is a {path.suffix} table: a corpus is a .txt (one text per line) or .jsonl "
+                '({"text": ...} per line) file, or the texts themselves, e.g. pandas.read_csv(path)["text"].tolist()'
+            )
         yield from _read_file(path)
         return
     for i, text in enumerate(source):
