@@ -272,6 +272,7 @@ def test_roles_picks_the_roles_reported():
     model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
     df = head_atlas(model, _texts(3), tokenizer=tok, roles=["sink", "broad"], random_sequences=2, progress=False)
     assert {"sink", "broad"} <= set(df.columns) and "previous_token" not in df.columns
+    assert not any(c.startswith("coreference") for c in df.columns)  # coreference_p_holm came along
     assert set(r for cell in df.roles for r in cell.split(", ") if r) <= {"sink", "broad"}
     # the command line's spelling in Python too (it said "unknown role 'sink,broad'")
     same = head_atlas(model, _texts(3), tokenizer=tok, roles="sink, broad", random_sequences=2, progress=False)

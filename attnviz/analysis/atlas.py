@@ -264,7 +264,8 @@ def atlas_table(
                 if role.met(p_holm if name == "coreference" else scores[name]):
                     met.append(name)
             row["positional_offset"] = int(best_bin[li, head]) - OFFSETS
-            row["coreference_p_holm"] = p_holm
+            if "coreference" in chosen:  # the role's own test; none without the role (roles=["sink", "broad"])
+                row["coreference_p_holm"] = p_holm
             row["roles"] = ", ".join(met)
             for name in chosen:
                 text, position, example = -1, -1, ""
