@@ -22,7 +22,18 @@ from torch import Tensor
 
 from ..errors import InputError, OutOfRangeError
 
-__all__ = ["TokenSequence", "Word", "group_matrix", "offsets_from_tokens", "segment", "words_from_offsets"]
+__all__ = [
+    "LABEL_CHARS",
+    "TokenSequence",
+    "Word",
+    "group_matrix",
+    "offsets_from_tokens",
+    "segment",
+    "short_label",
+    "words_from_offsets",
+]
+
+LABEL_CHARS = 24  # a label or a title's word at most (a longer one cut with "…"; hover names it whole)
 
 _CJK = r"\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3040-\u30ff\uac00-\ud7af"
 _PATTERN = re.compile(rf"[{_CJK}]+|[^\W{_CJK}_]+(?:['’][^\W{_CJK}_]+)*|[^\s]", re.UNICODE)
@@ -155,6 +166,11 @@ def words_from_offsets(text: str, offsets: Sequence[tuple[int, int]], tokens: Se
         words.append(Word(text[char_start:char_end], char_start, char_end, t, stop))
         t = stop
     return words
+
+
+def short_label(name: str, limit: int = LABEL_CHARS) -> str:
+    """``name`` cut to ``limit`` characters with "…" (a 300-character word left no room for its map)."""
+    return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
 def group_matrix(words: Sequence[Word], n_tokens: int, *, mean: bool = False) -> Tensor:  # [word, token]

@@ -14,7 +14,7 @@ import plotly.graph_objects as go
 import torch
 
 from ..analysis.overview import check_measure
-from ..data.words import group_matrix
+from ..data.words import LABEL_CHARS, group_matrix, short_label
 from .marks import mark_labels
 
 if TYPE_CHECKING:
@@ -38,8 +38,6 @@ __all__ = [
     "themed",
     "ticks",
 ]
-
-LABEL_CHARS = 24  # a tick label or a title's word at most (a longer one cut with "…"; hover names it whole)
 
 HEAD_COLOURS = [
     "#1f77b4",
@@ -94,11 +92,6 @@ def labels(cap: Capture, words: bool = False, part: str | None = None, axis: str
 def part_label(cap: Capture, part: str | None) -> str:
     """ "decoder " before L3·H8 when a capture has several parts, else nothing."""
     return f"{cap.resolve_part(part)} " if len(cap.parts) > 1 else ""
-
-
-def short_label(name: str, limit: int = LABEL_CHARS) -> str:
-    """``name`` cut to ``limit`` characters with "…" (a 300-character word left no room for its map)."""
-    return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
 def ticks(names: list[str], max_ticks: int = 64, *, new_from: int | None = None) -> dict:

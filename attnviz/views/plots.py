@@ -251,7 +251,7 @@ MAX_TICKS = 60  # axis labels a figure shows; every token is named on hover
 
 def thinned_ticks(names: list[str], max_ticks: int = MAX_TICKS, *, new_from: int | None = None, block: int = 1) -> dict:
     """Axis settings that label at most ``max_ticks`` evenly spaced tokens of a categorical axis
-    ("3:cat" reads "cat", cut at :data:`~attnviz.views.common.LABEL_CHARS`); a category whose first token (``block`` tokens a category) is at or after
+    ("3:cat" reads "cat", cut at :data:`~attnviz.data.words.LABEL_CHARS`); a category whose first token (``block`` tokens a category) is at or after
     ``new_from`` (a generation's new tokens) is marked."""
     step = -(-len(names) // max_ticks)
     text = [short_label(n.split(":", 1)[1]) for n in names[::step]]

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from torch import Tensor
 
 from ..data.capture import Capture
+from ..data.words import short_label
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError
 
 if TYPE_CHECKING:
@@ -70,14 +71,10 @@ class Edit:
         elif self.kind == "ablate":
             what = f"{self.how}-ablate"
         elif self.kind == "patch":
-            what = f"pattern from «{_short(getattr(self.source, 'text', ''))}»"
+            what = f"pattern from «{short_label(getattr(self.source, 'text', ''))}»"
         else:
             what = self.kind.replace("_", " ") + (" attention" if self.kind == "uniform" else "")
         return f"{what} at {where}"
-
-
-def _short(text: str, n: int = 24) -> str:
-    return text if len(text) <= n else text[: n - 1] + "…"
 
 
 def _tokens_label(tokens: Any) -> str:
