@@ -10,6 +10,7 @@ Every error is an :class:`AttnvizError` and says what was wrong and what to do::
     │   ├── EmptyTextError
     │   ├── InputTooLongError
     │   ├── ImageFileError       a file, array or object that is not an image attnviz can read
+    │   ├── NotAVisionModelError a picture given to a model that reads no pictures (a text model)
     │   └── CaptureMismatchError a capture that is not this model's (or is a generation's) where a text's is wanted
     ├── OutOfRangeError          a layer, head or batch index that does not exist (also an IndexError)
     ├── CaptureFileError         a file that is not a readable attnviz capture
@@ -56,6 +57,10 @@ class InputTooLongError(InputError):
 
 class ImageFileError(InputError):
     """An image input that cannot be read: not an image file, too large, or an array of the wrong shape."""
+
+
+class NotAVisionModelError(InputError):
+    """A picture given to a model that is not a vision encoder (nor a VLM): it reads text only."""
 
 
 class CaptureMismatchError(InputError):

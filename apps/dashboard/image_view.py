@@ -192,13 +192,11 @@ def capture_picture(captures: Captures, model: str, picture) -> tuple[str, attnv
     with readable(captures, picture) as source:
         try:
             made = attnviz.capture(model, source)
-        except attnviz.InputError as err:  # the library's advice is a Python call; the page's is the server's flag
-            if "is not a vision encoder" in str(err):
-                raise attnviz.InputError(refused) from err
-            raise
+        except attnviz.NotAVisionModelError as err:  # the library's advice is a Python call; the page's a flag
+            raise attnviz.NotAVisionModelError(refused) from err
     assert isinstance(made, attnviz.Capture)  # one picture, one capture
     if made.image is None:
-        raise attnviz.InputError(refused)
+        raise attnviz.NotAVisionModelError(refused)
     captures.cache.put(key, made)
     return key, made
 

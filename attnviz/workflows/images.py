@@ -22,7 +22,7 @@ from ..data.capture import Capture
 from ..data.images import ImageGrid, image_sequence, to_uint8
 from ..engine.taps import tap
 from ..engine.vision_specs import VISION_SPECS, vision_spec
-from ..errors import ArgumentTypeError, ImageFileError, InputError, UnsupportedModelError
+from ..errors import ArgumentTypeError, ImageFileError, InputError, NotAVisionModelError, UnsupportedModelError
 from .pipeline import Item, Resolved, captures, check_mode, tapped
 
 __all__ = [
@@ -63,7 +63,7 @@ def require_vision(resolved: Resolved) -> None:
     if spec is None:
         kind = getattr(resolved.model.config, "model_type", "?")
         names = sorted({spec.name for spec in VISION_SPECS.values()})
-        raise InputError(
+        raise NotAVisionModelError(
             f"{resolved.name} ({kind}) is not a vision encoder, so it cannot read an image; give it text, or "
             f"capture the image with one of: {', '.join(names)} (e.g. attnviz.tiny_model('vit'))"
         )
