@@ -53,6 +53,7 @@ def _tally_of(a: torch.Tensor) -> HeadTally:
     entropy = -(a * a.log()).sum(-1)
     pairs = torch.zeros(3, 0, dtype=torch.long)
     tally.take("encoder", 0, a, 0, visible, torch.zeros(1, N), pairs, torch.zeros(0, dtype=torch.long), {}, entropy)
+    tally.flush()
     return tally
 
 

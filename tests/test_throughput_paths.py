@@ -1,7 +1,7 @@
 """The shortcuts the head atlas and the probe sets take for speed give what the long way gives, exactly:
 many texts in one tokenizer call, the atlas' single tokenization and its pass without statistics by
 norm, the random sequences' reduction to the detectors' sums alone, and the tally's examples kept for
-every role and offset at once (issues #21, #22)."""
+every role and offset at once, each row's maximum read from the weights' bits (issues #21, #22)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import attnviz
 from attnviz.analysis import corpus_stats
 from attnviz.errors import InputTooLongError
 from attnviz.workflows.batched import BatchReducer
-from attnviz.workflows.head_tally import EXAMPLES, OFFSETS, HeadTally
+from attnviz.workflows.head_tally import EXAMPLES, OFFSETS, HeadTally, row_max
 from attnviz.workflows.inputs import encode, encode_all, tokenize, tokenize_each
 from attnviz.workflows.models import IdsTokenizer
 
@@ -123,6 +123,7 @@ def test_the_tally_keeps_each_roles_and_offsets_first_largest_row_as_a_loop_does
     visible = torch.ones(b, n, n, dtype=torch.bool)
     pairs = torch.zeros(3, 0, dtype=torch.long)
     tally.take("encoder", 0, a, 0, visible, torch.zeros(b, n), pairs, torch.zeros(0, dtype=torch.long), {}, None)
+    tally.flush()
     m = a.numpy()
     i = np.arange(n)
     first = m[..., 0]
@@ -204,3 +205,44 @@ def test_a_batchs_candidate_weights_are_each_probes_own_to_the_last_bit(threads,
                 assert ch.weight == float(top[layer, head]) and ch.pick == int(picks[layer, head])
     finally:
         torch.set_num_threads(before)
+
+
+def test_each_rows_maximum_read_from_the_weights_bits_is_torchs_max_and_its_first_key_on_a_tie():
+    g = torch.Generator().manual_seed(5)
+    soft = torch.softmax(torch.randn(3, 4, 9, 13, generator=g) * 4, -1)
+    soft[1, :, 6:] = 0  # a padded text's rows: all +0
+    ties = torch.randint(0, 3, (3, 4, 9, 13), generator=g).float()  # few values: ties in most rows
+    ties = ties / ties.sum(-1, keepdim=True).clamp_min(1)
+    tiny = torch.full((2, 5), 1e-40)  # subnormal weights order by their bits too
+    tiny[:, 3] = 2e-40
+    for a in (soft, ties, tiny, ties.double(), ties.transpose(-1, -2)):  # the last two: torch's own max
+        values, keys = row_max(a)
+        expected = a.max(-1)
+        assert torch.equal(keys, expected.indices) and torch.equal(values, expected.values)
+
+
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_the_tally_adds_a_batchs_layers_at_once_as_it_adds_them_one_by_one(family, monkeypatch):
+    """HeadTally.take leaves each layer's rows pending and adds a chunk's layers at once, their heads side
+    by side; with nothing held back (PENDING 0: each layer added as it comes) every count and example is
+    the same, to the bit."""
+    from attnviz.workflows import head_tally
+
+    model, tok = attnviz.tiny_model(family), IdsTokenizer()
+    texts = _texts(11, seed=4)
+    index = {t: k for k, t in enumerate(texts)}
+    layers = list(range(model.config.num_hidden_layers))
+    g = torch.Generator().manual_seed(2)
+    counts = torch.randint(1, 4, (200,), generator=g).double()  # ties among the rarest keys
+    tallies = []
+    for held in (head_tally.PENDING, 0):
+        monkeypatch.setattr(head_tally, "PENDING", held)
+        tally = HeadTally(layers, model.config.num_attention_heads, counts, index)
+        reducer = BatchReducer(model, tok, moved=False)
+        s = None
+        for start in range(0, len(texts), 4):
+            s, _ = reducer.add(s, texts[start : start + 4], tally=tally)
+        tallies.append(tally)
+    for name in ("offsets", "rare", "rows", "log_keys", "best", "where", "offset_best", "offset_where"):
+        assert torch.equal(getattr(tallies[0], name), getattr(tallies[1], name)), name
+    assert bool(torch.isfinite(tallies[0].best).all()) and bool((tallies[0].offsets.sum(-1) > 0).all())

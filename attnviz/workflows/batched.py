@@ -161,6 +161,8 @@ class BatchReducer:
             for call in recorder.calls:
                 if call.q is not None:
                     reduce(call)
+            if tally is not None:
+                tally.flush()  # what the tally read of this batch's layers, added for all of them at once
         calls = recorder.calls
         parts = sorted({c.part for c in calls})
         if self.part is not None and self.part not in parts:

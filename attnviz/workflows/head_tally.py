@@ -3,11 +3,17 @@
 The statistics of :func:`~attnviz.workflows.layer_reduction.reduce_layer` are sums of attention
 *mass*. Two roles of the atlas read where each row's *maximum* falls instead (Voita et al. 2019):
 a positional head's maximum sits on one relative offset, a rare-word head's on the rarest token the
-row sees. :class:`HeadTally` adds them from the same recomputed weights, chunk by chunk, while the
-layer is reduced — no second pass over the corpus — into float64 sums that add up across processes
-(:meth:`HeadTally.vector`), and keeps for each head and role the row where the role fires most (its
-example: text, position, value), which processes combine by taking the largest
+row sees. :class:`HeadTally` reads them from the same recomputed weights, chunk by chunk, while the
+layer is reduced — no second pass over the corpus — and adds them into float64 sums that add up across
+processes (:meth:`HeadTally.vector`), keeping for each head and role the row where the role fires most
+(its example: text, position, value), which processes combine by taking the largest
 (:meth:`HeadTally.examples_vector`).
+
+What it reads of the weights is small (per row: the maximum, its key, three weights); what it does
+with that is some forty small operations, each with a fixed cost that on a short text is most of its
+time. So each layer's reading waits (:meth:`HeadTally.take`) and a chunk's layers are added at once,
+their heads side by side (:meth:`HeadTally.flush`): the numbers are the same to the bit
+(``tests/test_throughput_paths.py``), the fixed costs paid once per batch instead of once per layer.
 """
 
 from __future__ import annotations
@@ -17,11 +23,109 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["EXAMPLES", "OFFSETS", "HeadTally"]
+__all__ = ["EXAMPLES", "OFFSETS", "PENDING", "HeadTally", "row_max"]
 
 OFFSETS = 8  # relative offsets -8..8 each have a bin; a maximum farther away falls in one more bin
+PENDING = 1 << 21  # values HeadTally.take holds at most before it adds them (rows · heads, pair weights)
 # the roles whose example is the row where the head's per-row value is largest
 EXAMPLES = ("previous", "next", "first", "special", "rare", "broad", "focused", "duplicate_token", "induction")
+
+
+_LOW = (1 << 32) - 1  # the low half of a packed number: the position, counted down (the first wins a tie)
+
+
+def _packed(values: Tensor, at: Tensor) -> Tensor:
+    """float32 ``values`` and each one's position ``at`` (0 ≤ at < 2³², broadcast to ``values``) as one
+    int64 each, whose order is the values' order and, on a tie, the earlier position first: the float's
+    bits made order-preserving as an int32 (negative floats' magnitude bits flipped; -0 read as +0), in
+    the high half, and ``_LOW - at`` in the low half. A scatter maximum of these is each group's largest
+    value and its first position at once (with floats: a maximum, a comparison, a second scatter)."""
+    bits = (values + 0.0).view(torch.int32)  # + 0.0: -0 becomes +0, which it equals
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    return (ordered.long() << 32) | (_LOW - at)
+
+
+def _unpacked(packed: Tensor) -> tuple[Tensor, Tensor]:
+    """(values float32, positions int64) of :func:`_packed` numbers."""
+    ordered = (packed >> 32).to(torch.int32)
+    bits = ordered ^ ((ordered >> 31) & 0x7FFFFFFF)
+    return bits.view(torch.float32), _LOW - (packed & _LOW)
+
+
+class _Pending:
+    """What :meth:`HeadTally.take` read of one chunk's layers, waiting to be added at once: the layers
+    (their numbers in the tally) and, per name, each layer's tensor (heads on dimension 1)."""
+
+    def __init__(
+        self, visible: Tensor, start: int, keys: int, pairs: Tensor, columns: Tensor, patterns: dict[str, int]
+    ) -> None:
+        self.visible, self.start, self.keys = visible, start, keys
+        self.pairs, self.columns, self.patterns = pairs, columns, dict(patterns)
+        self.layers: list[int] = []
+        self.taken: dict[str, list[Tensor]] = {}
+
+    def add(self, li: int, taken: dict[str, Tensor]) -> None:
+        self.layers.append(li)
+        for name, value in taken.items():
+            self.taken.setdefault(name, []).append(value)
+
+
+class _Rows:
+    """A chunk's rows, whatever the layer: which are scored ``[b, r]`` (they see ≥ 2 keys), how many
+    (``seen``), ``Σ log(keys seen)`` over the real rows (``log_seen``), each key's corpus count ``count``
+    ``[b, keys]`` and the lowest each row sees ``lowest`` ``[b, r]``; :meth:`shaped` what the tally's
+    operations index with, for ``h`` heads."""
+
+    def __init__(self, scored: Tensor, seen: float, log_seen: float, count: Tensor, lowest: Tensor) -> None:
+        self.scored, self.seen, self.log_seen, self.count, self.lowest = scored, seen, log_seen, count, lowest
+        self._shaped: dict[tuple[int, int, int], _Shaped] = {}
+
+    def shaped(self, h: int, start: int, keys: int) -> _Shaped:
+        key = (h, start, keys)
+        if key not in self._shaped:
+            self._shaped[key] = _Shaped(self.scored, h, start, keys)
+        return self._shaped[key]
+
+
+class _Shaped:
+    """Index tensors of a chunk of ``[b, h, r, keys]`` weights (rows ``start:start + r``): ``rows``
+    ``[r]`` their positions; ``ok`` ``[b, h, r]`` the scored rows; ``base`` ``[b, h, r]`` each row's
+    first offset bin (``head · bins``; ``h · bins``, a bin dropped, for a row not scored); ``near``
+    ``[b, h, r, 3]`` the keys before and after each row and the first key (clamped to the keys);
+    ``blocked`` ``[role, h, b, r]`` where each example role of :data:`EXAMPLES` reads no value (not
+    scored; no previous key for the first row, no next key for the last); ``at`` ``[b, h, r]`` each
+    row's ``text · r + row``."""
+
+    def __init__(self, scored: Tensor, h: int, start: int, keys: int) -> None:
+        b, r = scored.shape
+        device = scored.device
+        n_bins = 2 * OFFSETS + 2
+        self.rows = torch.arange(start, start + r, device=device)
+        self.ok = scored[:, None, :].expand(b, h, r)
+        heads = torch.arange(h, device=device)[None, :, None] * n_bins
+        self.base = torch.where(self.ok, heads, h * n_bins)  # [b, h, r] long
+        i = self.rows
+        near = torch.stack([(i - 1).clamp_min(0), (i + 1).clamp_max(keys - 1), torch.zeros_like(i)], -1)
+        self.near = near[None, None].expand(b, h, r, 3)
+        blocked = ~self.ok.transpose(0, 1)  # [h, b, r]
+        previous, following = blocked | (i < 1), blocked | (i + 1 >= keys)
+        self.blocked = torch.stack([previous, following, blocked, blocked, blocked, blocked, blocked])
+        assert len(self.blocked) == EXAMPLES.index("duplicate_token")  # the per-row roles, in EXAMPLES' order
+        at = torch.arange(b, device=device)[:, None] * r + torch.arange(r, device=device)[None, :]  # [b, r]
+        self.at = at[:, None, :].expand(b, h, r)
+
+
+def row_max(a: Tensor) -> tuple[Tensor, Tensor]:
+    """Each row's maximum over the last dimension and its first key, as ``a.max(-1)`` gives them, for
+    weights (float32, ≥ +0): a non-negative float's bits, read as an int32, order as the float does, and
+    torch's integer argmax is vectorised where its float max with indices is not (≈ 1.5× faster on the
+    weights of short rows). A row holding a NaN (unscored: no key it may see) may differ; other
+    tensors go to ``a.max(-1)``."""
+    if a.dtype != torch.float32 or not a.is_contiguous() or a.device.type != "cpu":
+        values, indices = a.max(-1)
+        return values, indices
+    arg = a.view(torch.int32).argmax(-1)
+    return a.gather(-1, arg[..., None])[..., 0], arg
 
 
 class HeadTally:
@@ -58,9 +162,13 @@ class HeadTally:
         self._ids = torch.zeros(0, dtype=torch.float64)  # the batch's texts' numbers
         self._tokens = torch.zeros(0, 0, dtype=torch.long)  # the batch's token ids [batch, n]
         self._per_mask: dict[int, tuple] = {}  # the batch's rows per chunk and mask (_rows_of)
+        self._pending: dict[tuple, _Pending] = {}  # per chunk: what take read of each layer, not yet added
+        self._held = 0  # the pending values (rows · heads and pair weights)
 
     def batch(self, ids: Tensor, texts: Sequence[str]) -> None:
-        """The batch whose layers come next: its padded token ids ``[batch, n]`` and its texts."""
+        """The batch whose layers come next: its padded token ids ``[batch, n]`` and its texts (what the
+        last batch left pending is added first: :meth:`flush`)."""
+        self.flush()
         self._tokens = ids.long()
         self._per_mask = {}
         self._ids = torch.tensor([float(self.index.get(t, -1)) for t in texts], dtype=torch.float64)
@@ -91,87 +199,108 @@ class HeadTally:
         rows]`` (None: no broad / focused examples). ``special_mass`` ``[batch, head, rows]``: each row's
         weight on the special keys where the caller has it already (the statistics' product with the key
         features, :func:`~attnviz.workflows.layer_reduction.key_classes`); else made from ``special``.
-        ``pair_weights`` ``[pairs, head]``: the weights at ``pairs`` where the caller has gathered them."""
+        ``pair_weights`` ``[pairs, head]``: the weights at ``pairs`` where the caller has gathered them.
+
+        Here each row's maximum and the few weights the examples read are taken from ``a``; the rest
+        (offset bins, rare keys, examples) waits for the chunk's other layers and is added for all of
+        them at once — the same operations over their heads side by side, each paying its fixed cost
+        once per batch instead of once per layer — by :meth:`flush` (at the next :meth:`batch`, when
+        the pending rows pass :data:`PENDING`, and by :class:`~attnviz.workflows.batched.BatchReducer`
+        after each batch). Read the sums after a flush."""
         self.part = part
         li = self.layers.index(layer)
-        if not self.full:
-            self._pattern_examples(li, a, start, pairs, columns, patterns, pair_weights)
-            return
         b, h, r, keys = a.shape
-        device = a.device
-        scored, rows_seen, log_seen, count, lowest = self._rows_of(visible, start, keys, device)
-        self.rows[li] += rows_seen
-        self.log_keys[li] += log_seen
-        rows = torch.arange(start, start + r, device=device)
-        top, arg = a.max(-1)  # [b, h, r]: each row's maximum weight and its key
-        offset = arg - rows[None, None, :]
-        bins = torch.where(offset.abs() <= OFFSETS, offset + OFFSETS, torch.full_like(offset, 2 * OFFSETS + 1))
-        n_bins = 2 * OFFSETS + 2
-        heads = torch.arange(h, device=device)[None, :, None].expand(b, h, r)
-        ok = scored[:, None, :].expand(b, h, r)
-        flat = (heads * n_bins + bins)[ok]
-        self.offsets[li] += torch.bincount(flat, minlength=h * n_bins).view(h, n_bins).double().cpu()
-        # rare: the key of the row's maximum holds a token of the lowest corpus count the row sees
-        hit = (count.gather(1, arg.view(b, -1)).view(b, h, r) == lowest[:, None, :]) & ok
-        self.rare[li] += hit.sum((0, 2)).double().cpu()
-        # examples: the row where each role's per-row value is largest
-        neg = torch.tensor(float("-inf"), device=device)
-        i = rows[None, None, :]
-        previous = a.gather(-1, (i - 1).clamp_min(0).expand(b, h, r)[..., None])[..., 0]
-        following = a.gather(-1, (i + 1).clamp_max(keys - 1).expand(b, h, r)[..., None])[..., 0]
-        values = {
-            "previous": torch.where(ok & (i >= 1), previous, neg),
-            "next": torch.where(ok & (i + 1 < keys), following, neg),
-            "first": torch.where(ok, a[..., 0], neg),
-            "special": torch.where(
-                ok, special_mass if special_mass is not None else torch.einsum("bhrk,bk->bhr", a, special.to(a)), neg
-            ),
-            "rare": torch.where(hit, top, neg),
-        }
-        if entropy is not None:
-            e = entropy.to(device, torch.float32)
-            values["broad"] = torch.where(ok, e, neg)
-            values["focused"] = torch.where(ok, -e, neg)
-        kept = EXAMPLES[: len(values)]  # the first roles of EXAMPLES, in its order: one maximum for all
-        assert tuple(values) == kept
-        self._keep(self.best[li, : len(kept)], self.where[li, : len(kept)], torch.stack(list(values.values())), start)
-        self._pattern_examples(li, a, start, pairs, columns, patterns, pair_weights)
-        # per offset bin: the row of highest maximum weight among those whose maximum falls there
-        self._keep_binned(li, torch.where(ok, top, neg), heads * n_bins + bins, start)
+        key = (id(visible), start, keys, id(pairs))
+        pending = self._pending.get(key)
+        if pending is not None and li in pending.layers:  # the same layer and chunk again: add the first now
+            self.flush()
+            pending = None
+        if pending is None:
+            pending = self._pending[key] = _Pending(visible, start, keys, pairs, columns, patterns)
+        weights = a[pairs[0], :, pairs[1], pairs[2]] if pair_weights is None else pair_weights  # [pairs, head]
+        if not self.full:
+            pending.add(li, {"pairs": weights})
+        else:
+            near = self._rows_of(visible, start, keys, a.device).shaped(h, start, keys).near
+            top, arg = row_max(a)  # [b, h, r]: each row's maximum weight and its key
+            taken = {"pairs": weights, "top": top, "arg": arg, "near": a.gather(-1, near)}  # near [b, h, r, 3]
+            taken["special"] = (
+                special_mass if special_mass is not None else torch.einsum("bhrk,bk->bhr", a, special.to(a))
+            )
+            if entropy is not None:
+                taken["entropy"] = entropy.to(a.device, torch.float32)
+            pending.add(li, taken)
+        self._held += b * h * r + weights.numel()
+        if self._held > PENDING:
+            self.flush()
 
-    def _pattern_examples(
-        self,
-        li: int,
-        a: Tensor,
-        start: int,
-        pairs: Tensor,
-        columns: Tensor,
-        patterns: dict[str, int],
-        pair_weights: Tensor | None = None,
-    ) -> None:
+    @torch.inference_mode()
+    def flush(self) -> None:
+        """Add what :meth:`take` left pending, chunk by chunk in the order they came."""
+        for pending in self._pending.values():
+            self._add(pending)
+        self._pending = {}
+        self._held = 0
+
+    def _add(self, pending: _Pending) -> None:
+        """A chunk's pending layers ``li`` added at once: their heads side by side (``L · h``), then each
+        sum and example split back into its layer's."""
+        li = pending.layers
+        got = {name: torch.cat(parts, 1) for name, parts in pending.taken.items()}  # the head dimension
+        start, keys = pending.start, pending.keys
+        if self.full:
+            top, arg = got["top"], got["arg"]
+            b, h, r = top.shape  # h: every pending layer's heads
+            rows = self._rows_of(pending.visible, start, keys, top.device)
+            shape = rows.shaped(h, start, keys)
+            self.rows[li] += rows.seen
+            self.log_keys[li] += rows.log_seen
+            # each row's maximum's relative offset's bin: -8..8 → 0..16, farther (either side) → 17; rows
+            # not scored → a bin dropped
+            n_bins = 2 * OFFSETS + 2
+            bins = (arg - shape.rows).clamp_(-OFFSETS - 1, OFFSETS + 1).add_(OFFSETS).remainder_(n_bins)
+            flat = bins.add_(shape.base).view(-1)  # head · bins + bin; h · bins + bin for a row not scored
+            counted = torch.bincount(flat, minlength=(h + 1) * n_bins)[: h * n_bins]
+            self.offsets[li] += counted.view(len(li), -1, n_bins).double().cpu()
+            # rare: the key of the row's maximum holds a token of the lowest corpus count the row sees
+            hit = rows.count.gather(1, arg.view(b, -1)).view(b, h, r) == rows.lowest[:, None, :]
+            hit = hit.logical_and_(shape.ok)
+            self.rare[li] += hit.sum((0, 2)).view(len(li), -1).double().cpu()
+            # examples: the row where each role's per-row value is largest (roles in EXAMPLES' order)
+            near = got["near"]
+            values = [near[..., 0], near[..., 1], near[..., 2], got["special"], top]
+            if "entropy" in got:
+                values += [got["entropy"], -got["entropy"]]
+            # [role, h, b, r]: each head's rows in (text, row) order, one contiguous run per role and head
+            stacked = torch.stack([v.transpose(0, 1) for v in values])
+            stacked.masked_fill_(shape.blocked[: len(values)], float("-inf"))
+            stacked[EXAMPLES.index("rare")].masked_fill_(~hit.transpose(0, 1), float("-inf"))
+            self._keep(li, stacked.view(len(values), h, b * r), start, r)
+            # per offset bin: the row of highest maximum weight among those whose maximum falls there
+            self._keep_binned(li, top, flat, shape.at, start, r)
+        self._pattern_examples(li, got["pairs"], start, pending)
+
+    def _pattern_examples(self, li: list[int], weights: Tensor, start: int, pending: _Pending) -> None:
         """The detectors' examples: of each pattern's (text, row, key) pairs, the one of most weight per head
-        (``pair_weights`` ``[pairs, head]``: the weights at ``pairs``, gathered once; else gathered here)."""
-        for name, column in patterns.items():
-            chosen = columns == column
-            if not bool(chosen.any()):
+        (``weights`` ``[pairs, layers · head]``: the weights at the chunk's pairs)."""
+        for name, column in pending.patterns.items():
+            chosen = torch.nonzero(pending.columns == column)[:, 0]
+            if not chosen.numel():
                 continue
-            t, qi, kj = pairs[:, chosen]
-            weights = a[t, :, qi, kj] if pair_weights is None else pair_weights[chosen]  # [pairs, head]
-            top_pair, at = weights.max(0)
+            t, qi, _ = pending.pairs[:, chosen]
+            top_pair, at = weights.index_select(0, chosen).max(0)  # [layers · head]
             k = EXAMPLES.index(name)
-            better = top_pair.double().cpu() > self.best[li, k]
-            self.best[li, k] = torch.where(better, top_pair.double().cpu(), self.best[li, k])
-            text = self._ids[t[at].cpu()]
-            position = (qi[at] + start).double().cpu()
-            self.where[li, k, :, 0] = torch.where(better, text, self.where[li, k, :, 0])
-            self.where[li, k, :, 1] = torch.where(better, position, self.where[li, k, :, 1])
+            top_pair = top_pair.double().cpu().view(len(li), -1)  # [layer, head]
+            best, where = self.best[li, k], self.where[li, k]  # copies: [layer, head], [layer, head, 2]
+            better = top_pair > best
+            self.best[li, k] = torch.where(better, top_pair, best)
+            where[..., 0] = torch.where(better, self._ids[t[at].cpu()].view_as(best), where[..., 0])
+            where[..., 1] = torch.where(better, (qi[at] + start).double().cpu().view_as(best), where[..., 1])
+            self.where[li, k] = where
 
-    def _rows_of(
-        self, visible: Tensor, start: int, keys: int, device: torch.device
-    ) -> tuple[Tensor, float, float, Tensor, Tensor]:
-        """What a chunk's rows are, whatever the layer: which are scored ``[b, r]``, how many, ``Σ log(keys
-        seen)``, each key's corpus count ``[b, keys]`` and the lowest each row sees ``[b, r]``. Made once per
-        batch and ``visible`` (the batch's own tensor for a chunk and mask: layers that share the mask share it)."""
+    def _rows_of(self, visible: Tensor, start: int, keys: int, device: torch.device) -> _Rows:
+        """What a chunk's rows are, whatever the layer (:class:`_Rows`). Made once per batch and ``visible``
+        (the batch's own tensor for a chunk and mask: layers that share the mask share it)."""
         found = self._per_mask.get(id(visible))
         if found is None:
             seen = visible.sum(-1)  # [b, r]
@@ -181,44 +310,47 @@ class HeadTally:
             count = self.counts.to(device)[tokens]  # [b, keys]
             inf = torch.full_like(count[:, None, :], float("inf"))
             lowest = torch.where(visible, count[:, None, :], inf).amin(-1)  # [b, r]
-            numbers = (scored, float(scored.sum()), float(seen[real].double().log().sum()), count, lowest)
-            found = self._per_mask[id(visible)] = (visible, *numbers)  # visible kept: its id stays its own
-        return found[1:]
+            rows = _Rows(scored, float(scored.sum()), float(seen[real].double().log().sum()), count, lowest)
+            found = self._per_mask[id(visible)] = (visible, rows)  # visible kept: its id stays its own
+        return found[1]
 
-    def _keep_binned(self, li: int, top: Tensor, groups: Tensor, start: int) -> None:
-        """:meth:`_keep` of each offset bin's examples without a tensor per bin: ``top`` ``[b, h, r]`` each
-        row's maximum weight (-inf: a row not scored), ``groups`` ``[b, h, r]`` its head's and bin's number
-        ``head · bins + bin``. Per group the largest value (a scatter maximum) and its first (text, row), as
-        :meth:`_keep` picks it; a group no row falls in stays -inf, which beats nothing."""
-        b, h, r = top.shape
+    def _keep_binned(self, li: list[int], top: Tensor, groups: Tensor, at: Tensor, start: int, r: int) -> None:
+        """:meth:`_keep` of each offset bin's examples without a tensor per bin: ``top`` ``[b, layers · h, r]``
+        each row's maximum weight, ``groups`` (flat, as ``top``) its head's and bin's number ``head · bins +
+        bin`` (``heads · bins`` and over: a row not scored, dropped), ``at`` each row's (text, row) as ``text ·
+        r + row``. Per group the largest value and its first (text, row), as :meth:`_keep` picks it, in one
+        scatter maximum of :func:`_packed` numbers; a group no row falls in stays -inf, which beats nothing."""
+        h = top.shape[1]
         n_bins = self.offset_best.shape[1]
-        values = top.permute(1, 0, 2).reshape(-1)  # head by head, each in (text, row) order
-        groups = groups.permute(1, 0, 2).reshape(-1)
-        at = torch.arange(b * r, device=top.device).repeat(h)  # each value's (text, row) as text · r + row
-        best = torch.full((h * n_bins,), float("-inf"), dtype=top.dtype, device=top.device)
-        best = best.scatter_reduce(0, groups, values, "amax")
-        tops = (values == best[groups]) & (values > float("-inf"))  # each group's largest, on every tie
-        first = torch.full((h * n_bins,), b * r, dtype=torch.long, device=top.device)
-        first = first.scatter_reduce(0, groups[tops], at[tops], "amin").clamp_max_(b * r - 1)
-        top_by_bin = best.view(h, n_bins).T.double().cpu()  # [bin, head]
-        first = first.view(h, n_bins).T.cpu()
-        better = top_by_bin > self.offset_best[li]
-        self.offset_best[li] = torch.where(better, top_by_bin, self.offset_best[li])
-        where = self.offset_where[li]
+        lowest = torch.iinfo(torch.int64).min
+        packed = torch.full(((h + 1) * n_bins,), lowest, dtype=torch.long, device=top.device)
+        packed = packed.scatter_reduce_(0, groups, _packed(top, at).view(-1), "amax")[: h * n_bins]
+        value, first = _unpacked(packed)
+        empty = packed == lowest  # no row of the group in this chunk
+        value, first = value.masked_fill_(empty, float("-inf")), first.masked_fill_(empty, 0)
+        top_by_bin = value.view(len(li), -1, n_bins).transpose(1, 2).double().cpu()  # [layer, bin, head]
+        first = first.view(len(li), -1, n_bins).transpose(1, 2).cpu()
+        kept, where = self.offset_best[li], self.offset_where[li]  # copies
+        better = top_by_bin > kept
+        self.offset_best[li] = torch.where(better, top_by_bin, kept)
         where[..., 0] = torch.where(better, self._ids[first // r], where[..., 0])
         where[..., 1] = torch.where(better, (first % r + start).double(), where[..., 1])
+        self.offset_where[li] = where
 
-    def _keep(self, best: Tensor, where: Tensor, values: Tensor, start: int) -> None:
-        """Keep, per role and head, the largest of ``values`` ``[role, batch, head, rows]`` (its first row on
-        a tie, texts before rows) if it beats ``best`` ``[role, head]``; ``where`` ``[role, head, 2]``."""
-        roles, b, h, r = values.shape
-        top, at = values.permute(0, 2, 1, 3).reshape(roles, h, -1).max(-1)  # [role, head]
-        top = top.double().cpu()
-        at = at.cpu()
+    def _keep(self, li: list[int], values: Tensor, start: int, r: int) -> None:
+        """Keep, per role and head, the largest of ``values`` ``[role, layers · head, batch · rows]`` (its first
+        row on a tie: texts before rows) where it beats ``best`` of the layers ``li`` and the first roles of
+        :data:`EXAMPLES`."""
+        roles = values.shape[0]
+        top, at = values.max(-1)  # [role, layers · head]: each run is contiguous, as torch's max reads fastest
+        top = top.double().cpu().view(roles, len(li), -1).transpose(0, 1)  # [layer, role, head]
+        at = at.cpu().view(roles, len(li), -1).transpose(0, 1)
+        best, where = self.best[li, :roles], self.where[li, :roles]  # copies
         better = top > best
-        best.copy_(torch.where(better, top, best))
+        self.best[li, :roles] = torch.where(better, top, best)
         where[..., 0] = torch.where(better, self._ids[at // r], where[..., 0])
         where[..., 1] = torch.where(better, (at % r + start).double(), where[..., 1])
+        self.where[li, :roles] = where
 
     def vector(self) -> Tensor:  # float64: what an all-reduce sums
         """The sums, flat (:meth:`load_vector` takes them back, added over processes)."""
