@@ -22,9 +22,16 @@ SmolLM2 (30 layers) takes the first ``--smollm2-texts``.
 Goal (issue #22): head_atlas ≥ 0.8× the plain forward's tokens/s. It is reported, not tuned; exit
 status 1 when it is missed (everything is printed first).
 
+``--stages`` also times, in the same rounds, what the atlas' pass is made of, each stage adding to the one
+before over the same batches (``BatchReducer``, the statistics by norm off as the atlas has them): the
+weights recomputed and checked alone (``statistics=False``: the capture, the early stop, each layer's
+GEMM, mask and softmax, the sampled rows' A·V against the kernel), then the statistics, then the atlas'
+tally (``HeadTally``); ``head_atlas`` adds the random sequences and its table.
+
     python bench/atlas_throughput.py                       # MiniLM, BERT-base's shape and SmolLM2
     python bench/atlas_throughput.py --models minilm --rounds 3 --texts 100
     python bench/atlas_throughput.py --models bert-base    # BERT-base's shape, random weights
+    python bench/atlas_throughput.py --models minilm --rounds 5 --stages
 """
 
 from __future__ import annotations
@@ -45,6 +52,9 @@ from corpus_throughput import forward_all, make_corpus, plain_batches  # noqa: E
 
 import attnviz  # noqa: E402
 from attnviz.analysis import corpus_stats, head_atlas  # noqa: E402
+from attnviz.workflows.batched import BatchReducer  # noqa: E402
+from attnviz.workflows.corpus import length_batches  # noqa: E402
+from attnviz.workflows.head_tally import HeadTally  # noqa: E402
 
 GOAL = 0.80
 WARMUP_TEXTS = 8
@@ -70,7 +80,25 @@ def load(name: str) -> tuple[Any, Any]:
     return BertModel(BertConfig()).eval(), tok
 
 
-def bench_model(name: str, texts: list[str], rounds: int, batch_size: int) -> dict[str, float]:
+def stage(model: Any, tok: Any, batch_size: int, *, statistics: bool, tally: bool) -> Callable[[list[str]], None]:
+    """The atlas' pass up to a stage (``--stages``): the batches ``corpus_stats`` cuts, through one
+    ``BatchReducer`` without the statistics by norm, with the statistics or not and a tally or not."""
+
+    def run(texts: list[str]) -> None:
+        reducer = BatchReducer(model, tok, moved=False, statistics=statistics)
+        layers = sorted(reducer.layers) if reducer.layers is not None else list(range(model.config.num_hidden_layers))
+        vocab = model.get_input_embeddings().num_embeddings
+        counts = torch.ones(vocab, dtype=torch.float64)
+        kept = HeadTally(layers, model.config.num_attention_heads, counts, {t: i for i, t in enumerate(texts)})
+        sums = None
+        for pool in length_batches(iter(texts), lambda t: len(tok(t)["input_ids"]), batch_size):
+            for batch in pool:
+                sums, _ = reducer.add(sums, [t for t, _ in batch], tally=kept if tally else None)
+
+    return run
+
+
+def bench_model(name: str, texts: list[str], rounds: int, batch_size: int, stages: bool = False) -> dict[str, float]:
     model, tok = load(name)
     batches = plain_batches(model, tok, texts, batch_size)
     tokens = sum(int(b["attention_mask"].sum()) for b in batches)
@@ -79,12 +107,16 @@ def bench_model(name: str, texts: list[str], rounds: int, batch_size: int) -> di
         "corpus_stats": lambda ts: corpus_stats(model, ts, tok, batch_size=batch_size, progress=False),
         "head_atlas": lambda ts: head_atlas(model, ts, tokenizer=tok, batch_size=batch_size, progress=False),
     }
+    if stages:
+        runs["weights+check"] = stage(model, tok, batch_size, statistics=False, tally=False)
+        runs["+statistics"] = stage(model, tok, batch_size, statistics=True, tally=False)
+        runs["+tally"] = stage(model, tok, batch_size, statistics=True, tally=True)
     for run in runs.values():  # warm-up
         run(texts[:WARMUP_TEXTS])
     times: dict[str, list[float]] = {k: [] for k in runs}
     order = list(runs)
     for r in range(rounds):
-        for k in order[r % 3 :] + order[: r % 3]:
+        for k in order[r % len(order) :] + order[: r % len(order)]:
             times[k].append(cpu(lambda k=k: runs[k](texts)))
     atlas = [f / a for f, a in zip(times["forward"], times["head_atlas"])]
     stats = [f / s for f, s in zip(times["forward"], times["corpus_stats"])]
@@ -98,6 +130,14 @@ def bench_model(name: str, texts: list[str], rounds: int, batch_size: int) -> di
         f"  tokens/s vs the plain forward (median of the rounds' ratios): head_atlas {statistics.median(atlas):.2f}×, "
         f"corpus_stats {statistics.median(stats):.2f}×; head_atlas vs corpus_stats {statistics.median(over):.2f}×"
     )
+    if stages:
+        parts = ["weights+check", "+statistics", "+tally", "head_atlas"]
+        print(
+            "  the atlas' pass by stage, each adding to the one before (vs the forward, median of the rounds): "
+            + ", ".join(
+                f"{k} {statistics.median(f / t for f, t in zip(times['forward'], times[k])):.2f}×" for k in parts
+            )
+        )
     return {"atlas": statistics.median(atlas), "stats": statistics.median(stats)}
 
 
@@ -109,13 +149,14 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--stages", action="store_true", help="also time the atlas' pass stage by stage")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     corpus = make_corpus(args.texts)
     missed = []
     for name in [m for m in args.models.split(",") if m]:
         texts = corpus[: args.smollm2_texts] if name == "smollm2" else corpus
-        ratio = bench_model(name, texts, args.rounds, args.batch_size)["atlas"]
+        ratio = bench_model(name, texts, args.rounds, args.batch_size, args.stages)["atlas"]
         if ratio < GOAL:
             missed.append(f"{name} {ratio:.2f}×")
     print(

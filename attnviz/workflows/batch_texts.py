@@ -206,7 +206,13 @@ class BatchTexts:
                 # right padding: each padded text's padded rows are the chunk's rows from its length on
                 lengths = torch.tensor(self.lengths) - start
                 tails = [(t, max(0, int(m))) for t, m in enumerate(lengths.tolist()) if m < stop - start]
-                found = ScoreMask(scores, tails, padded)
+                # a mask that blocks the padding alone (an encoder's): each padded text's keys from its length on
+                columns = [(t, m) for t, m in enumerate(self.lengths) if m < keys]
+                padded_keys = torch.zeros(scores.shape[0], 1, 1, keys, dtype=torch.bool, device=scores.device)
+                for t, m in columns:
+                    padded_keys[t, ..., m:] = True
+                only = torch.equal(blocked | ~rows[..., None], padded_keys | ~rows[..., None])
+                found = ScoreMask(scores, tails, padded, columns if only else None)
             self._cache[key] = (call.mask, call.key_padding, found)
         return self._cache[key][2]
 
@@ -235,11 +241,16 @@ class ScoreMask:
     """The mask :func:`_weights_and_entropy` adds: ``scores`` 0 or ``BLOCKED`` ``[b, 1, r, keys]``;
     ``tails`` the padded query rows as (text, first padded local row) — the texts are right-padded, so
     a text's padded rows are the chunk's rows from there on — whose weights are set to 0 (a slice each,
-    not a product over the whole chunk), and how many rows are padded."""
+    not a product over the whole chunk), and how many rows are padded. ``columns``: where the mask
+    blocks nothing but the padding (besides the padded rows, which ``tails`` sets to 0), each padded
+    text's first padded key (text, key): its scores from there on are set to ``BLOCKED`` (a slice each)
+    instead of adding ``scores`` to every score — the same numbers, as ``s + BLOCKED`` is ``BLOCKED``
+    in float32 for any score; None: ``scores`` is added."""
 
     scores: Tensor
     tails: list[tuple[int, int]]
     padded_rows: int
+    columns: list[tuple[int, int]] | None = None
 
 
 @dataclass

@@ -32,7 +32,7 @@ from torch import Tensor
 
 from ..attention import query_chunks, row_entropy, scaled_dot_product, weighted_values
 from ..engine.taps import AttentionCall
-from .batch_texts import COLUMNS, KEYED, PATTERNS, POSITIONAL, BatchTexts, Chunk, ScoreMask, rows_of
+from .batch_texts import BLOCKED, COLUMNS, KEYED, PATTERNS, POSITIONAL, BatchTexts, Chunk, ScoreMask, rows_of
 from .head_tally import HeadTally
 
 __all__ = ["BUDGET", "PickedRows", "add_masses", "key_classes", "reduce_layer"]
@@ -240,7 +240,12 @@ def _weights_and_entropy(
     k3 = k[:, :, :hi].float().reshape(b * kv, hi, dh)
     scores = scratch("scores", shape, q.device).view(b * kv, groups * r, hi)
     torch.baddbmm(scores, q3, k3.transpose(1, 2), beta=0, alpha=call.scaling, out=scores)
-    scores = scores.view(shape).add_(mask.scores)
+    scores = scores.view(shape)
+    if mask.columns is None:
+        scores.add_(mask.scores)
+    else:  # the padding alone: its key columns blocked, a slice per padded text
+        for t, first in mask.columns:
+            scores[t, ..., first:] = BLOCKED
     a = torch.ops.aten._softmax.out(scores, -1, False, out=scratch("weights", shape, q.device))
     own = a.diagonal(start, -2, -1)  # [b, h, r]: each row's weight on its own key
     for t, first in mask.tails:  # a padded row's scores are all BLOCKED: its weights, even, become 0
