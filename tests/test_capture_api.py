@@ -221,6 +221,12 @@ def test_unknown_model_name_says_what_to_do():
         attnviz.capture("no-such/model-xyz", "hello")
 
 
+@pytest.mark.parametrize("name", ["", "   "])
+def test_a_blank_model_name_is_said_as_blank_not_as_a_folder(name):
+    with pytest.raises(attnviz.ModelNotFoundError, match=r"no model named .*: give an embedded alias \(minilm"):
+        attnviz.load_model(name)
+
+
 def test_unsupported_model_names_what_is_supported():
     class NotTransformers(torch.nn.Module):
         def __init__(self):

@@ -92,6 +92,14 @@ def test_a_name_that_is_no_hub_id_is_refused_at_once(startup):
     )
 
 
+def test_a_blank_model_name_is_said_as_blank(startup):
+    rc, err, _ = cli("capture", "", "hi")
+    assert rc == 2
+    assert one_error_line(err) == (
+        "error: no model named (got ''): give an embedded alias (minilm, smollm2), a hub name or a model's folder"
+    )
+
+
 # ---------------------------------------------------------------- checked before the forward
 def test_layer_without_query_is_refused_not_ignored(startup):
     """It used to exit 0 with --layer silently ignored."""

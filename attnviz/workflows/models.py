@@ -207,9 +207,19 @@ def describe_model(name: str | Path) -> tuple[Any, Any]:
     the :func:`load_model` that follows reads neither again."""
     if not isinstance(name, (str, Path)):
         raise ArgumentTypeError(f"model name must be a string or path, got {type(name).__name__}")
+    _check_name(name)
     with _LOCK:
         _, _, config, tokenizer = _described(str(name))
     return config, tokenizer
+
+
+def _check_name(name: str | Path) -> None:
+    """A blank name is said as blank (not as a folder '' transformers cannot read)."""
+    if not str(name).strip():
+        raise ModelNotFoundError(
+            f"no model named (got {str(name)!r}): give an embedded alias ({', '.join(EMBEDDED_MODELS)}), "
+            "a hub name or a model's folder"
+        )
 
 
 @functools.lru_cache(maxsize=2)
@@ -288,6 +298,7 @@ def load_model(
         raise ArgumentTypeError(f"model name must be a string or path, got {type(name).__name__}")
     if not isinstance(with_processor, bool):
         raise ArgumentTypeError(f"with_processor must be True or False, got {type(with_processor).__name__}")
+    _check_name(name)
     try:
         dev = str(torch.device(device)) if device is not None else None
     except (RuntimeError, TypeError) as err:
