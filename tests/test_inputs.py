@@ -119,6 +119,14 @@ def test_cli_usage_and_input_errors_exit_2_in_one_line(tmp_path, capsys, tiny_be
         (["validate"], "attnviz validate: give MODEL TEXT, or --capture FILE"),
         (["capture", str(folder), "The cat.", "--max-length", "0"], "max_length must be a whole number ≥ 1"),
         (["capture", str(folder), "The cat.", "-o", str(tmp_path / "nowhere" / "x.attnviz")], "does not exist"),
+        (
+            ["capture", str(folder), "The cat.", "-o", str(tmp_path / "x.txt")],
+            "a capture is one safetensors file, not text",
+        ),
+        (
+            ["generate", str(folder), "The cat.", "-o", str(tmp_path / "x.CSV")],
+            f"name it {str(tmp_path / 'x.attnviz')!r}",
+        ),
         (["validate", str(folder), "The cat.", "--csv", str(tmp_path / "nowhere" / "e.csv")], "does not exist"),
         (["capture", str(folder), "The cat.", "--attn-implementation", "flash_attention_2"], "could not load"),
     ]

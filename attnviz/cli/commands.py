@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import InputError, Interrupted
-from .options import check_writable, column_mapping, corpus_kwargs, loading_kwargs
+from .options import check_capture_out, check_writable, column_mapping, corpus_kwargs, loading_kwargs
 from .preflight import preflight
 
 EXIT_INTERRUPTED = 75  # sysexits' EX_TEMPFAIL: stopped by a signal after checkpointing; resubmit with --resume
@@ -52,7 +52,7 @@ def cmd_capture(args) -> int:
                 "(to capture only some layers, use --layers)"
             )
     if args.out:
-        check_writable(args.out)
+        check_capture_out(args.out)
     preflight(args, args.text, layer=args.layer, query=args.query, part=args.part or "encoder")
     cap = _capture(args)
     print(cap)
@@ -91,7 +91,7 @@ def cmd_generate(args) -> int:
     )
 
     if args.out:
-        check_writable(args.out)
+        check_capture_out(args.out)
     sampling = {}
     if args.sample:
         sampling = {"do_sample": True, "temperature": args.temperature, "top_p": args.top_p}

@@ -118,6 +118,38 @@ def check_writable(path: str) -> None:
         raise InputError(f"cannot write {path!r}: the folder {str(Path(path).parent)!r} does not exist")
 
 
+# suffixes of other formats: a capture written there would be a safetensors file under a wrong name
+_NOT_A_CAPTURE = {
+    ".txt": "text",
+    ".csv": "a table",
+    ".tsv": "a table",
+    ".parquet": "a table",
+    ".json": "JSON",
+    ".jsonl": "JSON lines",
+    ".html": "a page",
+    ".png": "a picture",
+    ".svg": "a picture",
+    ".pdf": "a document",
+    ".npz": "NumPy arrays",
+    ".npy": "a NumPy array",
+    ".pt": "a torch pickle",
+    ".pkl": "a pickle",
+}
+
+
+def check_capture_out(path: str) -> None:
+    """:func:`check_writable`, and refuse a suffix of another format (``-o x.txt``, ``-o x.csv``): what
+    ``capture`` and ``generate`` write is a safetensors file, ``.attnviz`` by convention."""
+    check_writable(path)
+    suffix = Path(path).suffix.lower()
+    if suffix in _NOT_A_CAPTURE:
+        raise InputError(
+            f"-o/--out {path!r}: a capture is one safetensors file, not {_NOT_A_CAPTURE[suffix]}; name it "
+            f"{str(Path(path).with_suffix('.attnviz'))!r} (or .safetensors). For a table use attnviz stats or "
+            "atlas -o FILE.csv; for figures, attnviz export -o FILE.html"
+        )
+
+
 def column_mapping(pairs: list[str] | None) -> dict[str, str] | None:
     """``--column text=sentence --column pronoun=pron`` as load_probes' ``columns`` mapping."""
     if not pairs:
