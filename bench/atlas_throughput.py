@@ -31,6 +31,7 @@ tally (``HeadTally``); ``head_atlas`` adds the random sequences and its table.
     python bench/atlas_throughput.py                       # MiniLM, BERT-base's shape and SmolLM2
     python bench/atlas_throughput.py --models minilm --rounds 3 --texts 100
     python bench/atlas_throughput.py --models bert-base    # BERT-base's shape, random weights
+    python bench/atlas_throughput.py --models gpt2         # GPT-2's shape, random weights
     python bench/atlas_throughput.py --models minilm --rounds 5 --stages
 """
 
@@ -67,10 +68,20 @@ def cpu(fn: Callable[[], Any]) -> float:
 
 
 def load(name: str) -> tuple[Any, Any]:
-    """An embedded model by its alias, or ``bert-base``: BERT-base's shape (``BertConfig()``: 12 layers ×
+    """An embedded model by its alias; ``bert-base``: BERT-base's shape (``BertConfig()``: 12 layers ×
     12 heads, d_model 768) with random weights — no hub here — and MiniLM's tokenizer (BERT's uncased
-    vocabulary, the 30,522 tokens ``BertConfig()`` expects). Throughput depends on the shapes, not on
+    vocabulary, the 30,522 tokens ``BertConfig()`` expects); ``gpt2``: GPT-2's (``GPT2Config()``: 12 layers
+    × 12 heads, d_model 768, causal) with random weights and SmolLM2's byte-level BPE tokenizer (49,152
+    ids, under GPT-2's 50,257; read without SmolLM2's weights). Throughput depends on the shapes, not on
     what the weights learned."""
+    if name == "gpt2":
+        from transformers import GPT2Config, GPT2Model
+
+        from attnviz.workflows.models import describe_model
+
+        _, tok = describe_model("smollm2")
+        torch.manual_seed(0)
+        return GPT2Model(GPT2Config()).eval(), tok
     if name != "bert-base":
         return attnviz.load_model(name)
     from transformers import BertConfig, BertModel
