@@ -35,21 +35,17 @@ _LOW = (1 << 32) - 1  # the low half of a packed number: the position, counted d
 
 
 def _packed(values: Tensor, at: Tensor) -> Tensor:
-    """float32 ``values`` and each one's position ``at`` (0 ≤ at < 2³², broadcast to ``values``) as one
-    int64 each, whose order is the values' order and, on a tie, the earlier position first: the float's
-    bits made order-preserving as an int32 (negative floats' magnitude bits flipped; -0 read as +0), in
-    the high half, and ``_LOW - at`` in the low half. A scatter maximum of these is each group's largest
-    value and its first position at once (with floats: a maximum, a comparison, a second scatter)."""
-    bits = (values + 0.0).view(torch.int32)  # + 0.0: -0 becomes +0, which it equals
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    return (ordered.long() << 32) | (_LOW - at)
+    """Weights (float32, ≥ +0) and each one's position ``at`` (0 ≤ at < 2³², broadcast to ``values``) as
+    one int64 each, whose order is the weights' order and, on a tie, the earlier position first: the
+    float's bits (which order as the float does for a non-negative one, as :func:`row_max` reads them) in
+    the high half, ``_LOW - at`` in the low half. A scatter maximum of these is each group's largest
+    weight and its first position at once (with floats: a maximum, a comparison, a second scatter)."""
+    return (values.view(torch.int32).long() << 32) | (_LOW - at)
 
 
 def _unpacked(packed: Tensor) -> tuple[Tensor, Tensor]:
-    """(values float32, positions int64) of :func:`_packed` numbers."""
-    ordered = (packed >> 32).to(torch.int32)
-    bits = ordered ^ ((ordered >> 31) & 0x7FFFFFFF)
-    return bits.view(torch.float32), _LOW - (packed & _LOW)
+    """(weights float32, positions int64) of :func:`_packed` numbers."""
+    return (packed >> 32).to(torch.int32).view(torch.float32), _LOW - (packed & _LOW)
 
 
 class _Pending:
@@ -74,11 +70,12 @@ class _Rows:
     """A chunk's rows, whatever the layer: which are scored ``[b, r]`` (they see ≥ 2 keys), how many
     (``seen``), ``Σ log(keys seen)`` over the real rows (``log_seen``), each key's corpus count ``count``
     ``[b, keys]`` and the lowest each row sees ``lowest`` ``[b, r]``; :meth:`shaped` what the tally's
-    operations index with, for ``h`` heads."""
+    operations index with, for ``h`` heads, and :meth:`near` the keys each layer's weights are read at."""
 
     def __init__(self, scored: Tensor, seen: float, log_seen: float, count: Tensor, lowest: Tensor) -> None:
         self.scored, self.seen, self.log_seen, self.count, self.lowest = scored, seen, log_seen, count, lowest
         self._shaped: dict[tuple[int, int, int], _Shaped] = {}
+        self._near: dict[tuple[int, int, int], Tensor] = {}
 
     def shaped(self, h: int, start: int, keys: int) -> _Shaped:
         key = (h, start, keys)
@@ -86,13 +83,21 @@ class _Rows:
             self._shaped[key] = _Shaped(self.scored, h, start, keys)
         return self._shaped[key]
 
+    def near(self, h: int, start: int, keys: int) -> Tensor:
+        """``[b, h, r, 3]``: the keys before and after each row and the first key (clamped to the keys)."""
+        key = (h, start, keys)
+        if key not in self._near:
+            b, r = self.scored.shape
+            i = torch.arange(start, start + r, device=self.scored.device)
+            near = torch.stack([(i - 1).clamp_min(0), (i + 1).clamp_max(keys - 1), torch.zeros_like(i)], -1)
+            self._near[key] = near[None, None].expand(b, h, r, 3)
+        return self._near[key]
+
 
 class _Shaped:
     """Index tensors of a chunk of ``[b, h, r, keys]`` weights (rows ``start:start + r``): ``rows``
     ``[r]`` their positions; ``ok`` ``[b, h, r]`` the scored rows; ``base`` ``[b, h, r]`` each row's
-    first offset bin (``head · bins``; ``h · bins``, a bin dropped, for a row not scored); ``near``
-    ``[b, h, r, 3]`` the keys before and after each row and the first key (clamped to the keys);
-    ``blocked`` ``[role, h, b, r]`` where each example role of :data:`EXAMPLES` reads no value (not
+    first offset bin (``head · bins``; ``h · bins``, a bin dropped, for a row not scored); ``blocked`` ``[role, h, b, r]`` where each example role of :data:`EXAMPLES` reads no value (not
     scored; no previous key for the first row, no next key for the last); ``at`` ``[b, h, r]`` each
     row's ``text · r + row``."""
 
@@ -105,8 +110,6 @@ class _Shaped:
         heads = torch.arange(h, device=device)[None, :, None] * n_bins
         self.base = torch.where(self.ok, heads, h * n_bins)  # [b, h, r] long
         i = self.rows
-        near = torch.stack([(i - 1).clamp_min(0), (i + 1).clamp_max(keys - 1), torch.zeros_like(i)], -1)
-        self.near = near[None, None].expand(b, h, r, 3)
         blocked = ~self.ok.transpose(0, 1)  # [h, b, r]
         previous, following = blocked | (i < 1), blocked | (i + 1 >= keys)
         self.blocked = torch.stack([previous, following, blocked, blocked, blocked, blocked, blocked])
@@ -221,7 +224,7 @@ class HeadTally:
         if not self.full:
             pending.add(li, {"pairs": weights})
         else:
-            near = self._rows_of(visible, start, keys, a.device).shaped(h, start, keys).near
+            near = self._rows_of(visible, start, keys, a.device).near(h, start, keys)
             top, arg = row_max(a)  # [b, h, r]: each row's maximum weight and its key
             taken = {"pairs": weights, "top": top, "arg": arg, "near": a.gather(-1, near)}  # near [b, h, r, 3]
             taken["special"] = (
