@@ -223,36 +223,39 @@ def atlas_table(
             f"offset counts of shape {sums.offsets.shape} do not fit {n_layers} layers × {n_heads} heads × "
             f"{2 * OFFSETS + 2} offsets"
         )
-    by_head = stats.set_index(["layer", "head"])
+    # each head's statistics as plain numbers, looked up by (layer, head) once (not a pandas row per head)
+    columns = ["previous", "next", "first", "special", "entropy", "duplicate_token"]
+    by_head = dict(zip(zip(stats["layer"].tolist(), stats["head"].tolist()), stats[columns].to_numpy(float).tolist()))
     rows = np.asarray(sums.rows, dtype=np.float64)[:, None]  # [layer, 1]
     with np.errstate(invalid="ignore", divide="ignore"):
         shares = sums.offsets[..., :-1] / rows[..., None]  # [layer, head, offsets -8..8]
         rare = sums.rare / rows
         uniform = np.asarray(sums.log_keys, dtype=np.float64) / max(sums.tokens, 1)  # [layer]: mean log(keys)
     best_bin = shares.argmax(-1)  # [layer, head]
-    table = probes.accuracy.set_index(["layer", "head"]) if probes is not None else None
+    tested: dict[tuple[int, int], tuple[float, float]] = {}  # (layer, head) -> (accuracy, p_holm)
+    if probes is not None:
+        acc = probes.accuracy
+        keys = zip(acc["layer"].tolist(), acc["head"].tolist())
+        tested = dict(zip(keys, zip(acc["accuracy"].astype(float).tolist(), acc["p_holm"].astype(float).tolist())))
     records = []
     for li, layer in enumerate(sums.layers):
         for head in range(n_heads):
-            s = by_head.loc[(layer, head)]
-            ratio = float(s["entropy"]) / uniform[li] if uniform[li] > 0 else float("nan")
+            previous, following, first, special, entropy, duplicate = by_head[(layer, head)]
+            ratio = entropy / uniform[li] if uniform[li] > 0 else float("nan")
             scores = {
-                "previous_token": float(s["previous"]),
-                "next_token": float(s["next"]),
+                "previous_token": previous,
+                "next_token": following,
                 "positional": float(shares[li, head, best_bin[li, head]]) if rows[li, 0] > 0 else float("nan"),
                 "broad": ratio,
                 "focused": ratio,
-                "sink": float(s["first"]),
-                "special_token": float(s["special"]),
-                "duplicate_token": float(s["duplicate_token"]),
+                "sink": first,
+                "special_token": special,
+                "duplicate_token": duplicate,
                 "induction": float(induction[li, head]) if induction is not None else float("nan"),
                 "rare_word": float(rare[li, head]) if rows[li, 0] > 0 else float("nan"),
                 "coreference": float("nan"),
             }
-            accuracy = p_holm = float("nan")
-            if table is not None and (layer, head) in table.index:
-                accuracy = float(table.loc[(layer, head), "accuracy"])
-                p_holm = float(table.loc[(layer, head), "p_holm"])
+            accuracy, p_holm = tested.get((layer, head), (float("nan"), float("nan")))
             scores["coreference"] = accuracy
             row: dict = {"part": sums.part, "layer": layer, "head": head}
             met = []

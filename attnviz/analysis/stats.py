@@ -484,11 +484,12 @@ class HeadStatsSums:
 
         means = self.sums / self.counts.clamp_min(1)[:, None, None]
         means[self.counts == 0] = float("nan")
+        by_head = means.permute(1, 2, 0).reshape(-1, len(self.keys)).tolist()  # [layer · head][statistic]
         rows = []
         for li, layer in enumerate(self.layers):
             for head in range(self.n_heads):
                 row: dict[str, float | int] = {"layer": layer, "head": head}
-                row.update({k: float(means[ki, li, head]) for ki, k in enumerate(self.keys)})
+                row.update(zip(self.keys, by_head[li * self.n_heads + head]))
                 rows.append(row)
         return pd.DataFrame(rows)
 
