@@ -11,10 +11,14 @@ import torch
 
 import attnviz
 from attnviz.analysis import corpus_stats
-from attnviz.errors import InputTooLongError
+from attnviz.analysis.stats import statistic_keys
+from attnviz.errors import InputError, InputTooLongError
+from attnviz.workflows.atlas import ATLAS_STATISTICS
+from attnviz.workflows.batch_texts import STATISTIC_COLUMNS
 from attnviz.workflows.batched import BatchReducer
 from attnviz.workflows.head_tally import EXAMPLES, OFFSETS, HeadTally, row_max
 from attnviz.workflows.inputs import encode, encode_all, tokenize, tokenize_each
+from attnviz.workflows.layer_reduction import BUDGET
 from attnviz.workflows.models import IdsTokenizer
 
 TEXTS = [
@@ -99,6 +103,53 @@ def test_corpus_stats_without_the_statistics_by_norm_or_with_given_encodings_giv
     assert lean[rest].equals(whole[rest])
     wrong = {t: ([3, 4], [(0, 1), (2, 3)], ["3", "4"]) for t in texts}  # the given encodings are what is read
     assert corpus_stats(model, texts, tok, batch_size=4, progress=False, encodings=wrong)["tokens"].iloc[0] == 20
+
+
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_some_statistics_alone_equal_the_whole_reductions_and_leave_the_others_nan(family):
+    """``statistics=`` names: those sums alone (the atlas' six without any product over every weight:
+    the first key's column, the diagonals, the special keys gathered), in one chunk or many (rows from
+    ``start`` on, a causal chunk's keys cut at its last row), equal to the whole reduction's."""
+    model, tok = attnviz.tiny_model(family), IdsTokenizer()
+    texts = [*_texts(10, seed=2), "5"]  # and a text of one token: only its first row
+    encoded = tokenize(tok, texts, None, None, "tiny", False)
+    # special keys (an empty span) after the first: none, one or three per text, also the last and padding
+    for t, (ids, offsets, tokens) in enumerate(encoded):
+        for position in [p for p in (len(ids) - 1, 2, 5) if 0 < p < len(ids)][: t % 4]:
+            offsets[position] = (offsets[position][0], offsets[position][0])
+    every = statistic_keys()
+    keys = [k for k in every if not k.endswith("_moved")]  # by weight (the reducers here read no norms)
+    for budget in (BUDGET, 300):  # 300 weights per step: chunks of a few rows
+        whole = BatchReducer(model, tok, moved=False, budget=budget)
+        full = None
+        for start in range(0, len(texts), 4):
+            full, _ = whole.add(full, texts[start : start + 4], encoded[start : start + 4])
+        expected = full.frame()
+        assert np.isfinite(expected[keys].to_numpy()).all()
+        for chosen in (ATLAS_STATISTICS, ("self", "next"), ("special", "punctuation"), ("distance", "previous_token")):
+            reducer = BatchReducer(model, tok, moved=False, statistics=chosen, budget=budget)
+            some = None
+            for start in range(0, len(texts), 4):
+                some, _ = reducer.add(some, texts[start : start + 4], encoded[start : start + 4])
+            got = some.frame()
+            wanted = {STATISTIC_COLUMNS[name] for name in chosen}
+            filled = [k for k in keys if STATISTIC_COLUMNS[k] in wanted]  # previous_token reads previous's sums
+            assert set(chosen) <= set(filled)
+            np.testing.assert_allclose(got[filled].to_numpy(), expected[filled].to_numpy(), rtol=1e-6, atol=1e-9)
+            assert got[[k for k in every if k not in filled]].isna().all().all(), (chosen, budget)
+    lean = corpus_stats(model, texts, tok, batch_size=4, progress=False, statistics=["entropy"])
+    np.testing.assert_allclose(lean["entropy"], expected["entropy"], rtol=1e-6)
+    assert lean["first"].isna().all() and lean["first_moved"].isna().all()  # nor any statistic by norm
+
+
+def test_statistics_names_what_it_cannot_compute():
+    model, tok = attnviz.tiny_model("bert"), IdsTokenizer()
+    with pytest.raises(InputError, match="no statistic 'weights' to compute; choose from first, special"):
+        corpus_stats(model, ["1 2 3"], tok, progress=False, statistics=["entropy", "weights"])
+    with pytest.raises(InputError, match="no statistic 'first_moved'"):  # the statistics by norm follow moved=
+        BatchReducer(model, tok, statistics=["first_moved"])
+    with pytest.raises(InputError, match="without a checkpoint"):
+        corpus_stats(model, ["1 2 3"], tok, progress=False, statistics=["entropy"], checkpoint="x.ckpt")
 
 
 def _example_loop(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

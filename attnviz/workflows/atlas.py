@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RANDOM_LENGTH", "RANDOM_SEQUENCES", "head_atlas", "random_repeats"]
 
+#: the statistics the atlas' table reads of its pass (:func:`~attnviz.analysis.atlas.atlas_table`)
+ATLAS_STATISTICS = ("previous", "next", "first", "special", "entropy", "duplicate_token")
 RANDOM_SEQUENCES = 16  # repeated random sequences the induction role reads
 RANDOM_LENGTH = 25  # random tokens in each copy (each sequence holds two copies)
 
@@ -130,6 +132,7 @@ def head_atlas(
         progress=progress,
         tally=tally,
         moved=False,  # the atlas reads no statistic by norm: no value norms, no second set of sums
+        statistics=ATLAS_STATISTICS,  # nor the punctuation, self, distance: no product over every weight
         encodings=dict(zip(texts, encoded)),
         on_batch=None
         if on_progress is None

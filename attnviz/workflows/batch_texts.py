@@ -129,9 +129,19 @@ class BatchTexts:
                 width = max(1, max(len(rows) for rows in local))
                 checked = torch.tensor([rows + [rows[-1] if rows else 0] * (width - len(rows)) for rows in local])
             positional = torch.stack([(i - j).abs(), j == i, j == i - 1, j == i + 1]).to(torch.float64)
+            # each text's special keys (after the first) among the chunk's keys, its list padded with key 0 at 0
+            flags = self.keyed[:, :keys, 1] > 0
+            specials = torch.zeros(flags.shape[0], int(flags.sum(1).max()) if flags.numel() else 0, dtype=torch.long)
+            special_on = torch.zeros(specials.shape)
+            for t, row in enumerate(flags):
+                where_special = torch.nonzero(row)[:, 0]
+                specials[t, : len(where_special)] = where_special
+                special_on[t, : len(where_special)] = 1.0
             found = self._cache[key] = Chunk(
                 positional=positional.view(POSITIONAL, -1).to(device),
                 keyed=self.keyed[:, :keys].to(device, torch.float32),  # 0 or 1: exact
+                specials=specials.to(device),
+                special_on=special_on.to(device),
                 padded=~self.valid[:, None, start:stop].to(device),
                 pairs=pairs.to(device),
                 columns=columns.to(device),
@@ -258,7 +268,9 @@ class Chunk:
     """What a chunk of query rows reads of its batch, on the layers' device: ``positional`` the
     POSITIONAL features of each (row, key) ``[feature, rows·keys]`` (float64: ``|i - j|`` and whether
     ``j`` is ``i``, ``i - 1``, ``i + 1``); ``keyed`` the key features ``[batch, keys, KEYED]``
-    (float32, 0 or 1); ``padded`` the padded query rows ``[batch, 1, rows]``; ``pairs`` the detectors'
+    (float32, 0 or 1) and each text's special keys ``specials`` ``[batch, S]`` (those after the first,
+    below ``keys``; a shorter list padded with key 0, whose ``special_on`` ``[batch, S]`` is 0 where a
+    real one's is 1); ``padded`` the padded query rows ``[batch, 1, rows]``; ``pairs`` the detectors'
     (text, local row, key) ``[3, pairs]`` with each pair's column of COLUMNS; ``checked`` the local
     rows each text's self-check reads ``[batch, rows]`` (None: every row of every text), ``checks``
     whether any text samples a row of the chunk and ``unchecked`` the texts that sample none (None:
@@ -266,6 +278,8 @@ class Chunk:
 
     positional: Tensor
     keyed: Tensor
+    specials: Tensor
+    special_on: Tensor
     padded: Tensor
     pairs: Tensor
     columns: Tensor

@@ -19,7 +19,7 @@ one, to float rounding.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -35,7 +35,7 @@ from ..errors import AttnvizError, InputError, ValidationError
 from .batch_texts import STATISTIC_COLUMNS, BatchTexts
 from .head_tally import HeadTally
 from .inputs import Encoded, tokenize
-from .layer_reduction import BUDGET, PickedRows, reduce_layer
+from .layer_reduction import BUDGET, PickedRows, reduce_layer, wanted_columns
 from .pipeline import forward_inputs, n_layers, resolve, tapped
 from .runner import capture_forward, encode_texts
 
@@ -57,7 +57,7 @@ class BatchReducer:
         part: str | None = None,
         detectors: bool = True,
         moved: bool = True,
-        statistics: bool = True,
+        statistics: bool | Collection[str] = True,
         patterns: bool = False,
         budget: int = BUDGET,
     ) -> None:
@@ -73,7 +73,10 @@ class BatchReducer:
         self.part = part
         self.detectors = detectors
         self.moved = moved  # False: no value norms read (the _moved sums stay NaN), for a caller that needs none
-        self.statistics = statistics  # False: every sum NaN — the check and the picked rows only (probe sets)
+        # False: every sum NaN — the check and the picked rows only (probe sets); names: those statistics
+        # alone, the others NaN (the head atlas' six), checked here before any forward
+        wanted_columns(statistics, patterns)
+        self.statistics = statistics if isinstance(statistics, bool) else tuple(statistics)
         self.patterns = patterns  # with statistics=False, the detectors' sums still added (the atlas' induction)
         self.budget = budget
         self.inline = getattr(model.config, "model_type", "") in PROJECTION_SPECS  # reduced after the forward

@@ -33,6 +33,7 @@ from .corpus_checkpoint import EVERY_SECONDS, EVERY_TEXTS, CorpusCheckpoint, Pla
 from .head_tally import HeadTally
 from .inputs import Encoded, check_max_length
 from .interrupts import StopRounds, stop_requests
+from .layer_reduction import wanted_columns
 from .models import EMBEDDED_MODELS, load_model, resolve_dtype
 from .pipeline import Resolved, n_layers, resolve
 from .processes import process_state
@@ -166,6 +167,7 @@ def corpus_stats(
     on_batch: Callable[[int, int], None] | None = None,
     moved: bool = True,
     encodings: Mapping[str, Encoded] | None = None,
+    statistics: Iterable[str] | None = None,
 ) -> pd.DataFrame:
     """:func:`~attnviz.analysis.head_stats` over a whole corpus, pooled over every query token.
 
@@ -194,7 +196,10 @@ def corpus_stats(
     (:class:`~attnviz.workflows.head_tally.HeadTally`, what :func:`~attnviz.analysis.head_atlas` reads;
     this process's share — the caller adds them over processes); one-stack models, no checkpoint.
     ``moved=False``: no value norms are read and the ``_moved`` columns are NaN (for a caller that reads
-    none of them, as the head atlas). ``encodings``: texts the caller has already tokenized as the pass
+    none of them, as the head atlas). ``statistics``: the names (of :data:`~attnviz.analysis.stats.STATISTICS`
+    and the detectors) of the only statistics computed, by weight; every other column, and every ``_moved``
+    one, is NaN — without ``punctuation`` and ``distance`` no product runs over every weight, which is what
+    the head atlas reads (one-stack models, no checkpoint). ``encodings``: texts the caller has already tokenized as the pass
     tokenizes them (``BatchReducer.encode``: uncut), by text — not tokenized again (one-stack models).
     ``on_batch(texts, tokens)``: called after each batch with what this process has added so far (for
     a progress bar of the caller's own, e.g. the dashboard's).
@@ -226,6 +231,14 @@ def corpus_stats(
         )
     if checkpoint is not None and not moved:
         raise InputError("moved=False leaves the _moved sums out, which a checkpoint keeps: give moved=True")
+    if statistics is not None:
+        statistics = tuple([statistics] if isinstance(statistics, str) else statistics)
+        wanted_columns(statistics)  # an unknown name is said before the model runs
+        if checkpoint is not None or getattr(model.config, "is_encoder_decoder", False):
+            raise InputError(
+                "statistics= computes some statistics of one-stack models without a checkpoint (which keeps "
+                "every sum): give a decoder or an encoder and no checkpoint, or leave statistics out"
+            )
     if not getattr(model.config, "is_encoder_decoder", False):
         reducer = BatchReducer(
             resolved,
@@ -234,7 +247,8 @@ def corpus_stats(
             add_bos=add_bos,
             part=part,
             detectors=detectors,
-            moved=moved,
+            moved=moved and statistics is None,
+            statistics=True if statistics is None else statistics,
         )
     truncated = 0
     read = 0  # texts taken from the stream (all processes read the same stream)

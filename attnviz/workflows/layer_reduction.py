@@ -25,21 +25,41 @@ query rows (a causal chunk computes only the keys its rows may see).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Collection
 
 import torch
 from torch import Tensor
 
+from ..analysis.stats import DETECTORS, STATISTICS
 from ..attention import query_chunks, row_entropy, scaled_dot_product, weighted_values
 from ..engine.taps import AttentionCall
-from .batch_texts import BLOCKED, COLUMNS, KEYED, PATTERNS, POSITIONAL, BatchTexts, Chunk, ScoreMask, rows_of
+from ..errors import InputError
+from .batch_texts import (
+    BLOCKED,
+    COLUMNS,
+    KEYED,
+    PATTERNS,
+    POSITIONAL,
+    STATISTIC_COLUMNS,
+    BatchTexts,
+    Chunk,
+    ScoreMask,
+    rows_of,
+)
 from .head_tally import HeadTally
 
-__all__ = ["BUDGET", "PickedRows", "add_masses", "key_classes", "reduce_layer"]
+__all__ = ["BUDGET", "PickedRows", "add_masses", "key_classes", "reduce_layer", "special_mass", "wanted_columns"]
 
 BUDGET = 1 << 22  # weights (floats) recomputed per step: a chunk of query rows of the whole batch
 _TINY = torch.finfo(torch.float32).tiny
 _SAFE_REF = 1e-30  # a reference weight above this reads its logarithm to float precision
+_SHORT_ROWS = 16  # rows of fewer keys are softmaxed as whole-tensor operations on the CPU (_softmax)
+_KEYED_COLUMNS = frozenset(COLUMNS[:KEYED])
+_POSITIONAL_COLUMNS = frozenset(COLUMNS[KEYED : KEYED + POSITIONAL])
+_PATTERN_COLUMNS = frozenset(PATTERNS)
+_ALL_COLUMNS = frozenset(COLUMNS)
+_PATTERN_INDEX = {name: COLUMNS.index(name) for name in PATTERNS}
 
 
 class PickedRows:
@@ -74,7 +94,7 @@ def reduce_layer(
     budget: int = BUDGET,
     norms: Tensor | None = None,
     picked: PickedRows | None = None,
-    statistics: bool = True,
+    statistics: bool | Collection[str] = True,
     tally: HeadTally | None = None,
     patterns: bool = False,
 ) -> tuple[Tensor, dict[str, tuple[Tensor, Tensor]]]:
@@ -85,23 +105,22 @@ def reduce_layer(
     whose weights are also kept whole (:class:`PickedRows`), from the same recomputation.
     ``statistics=False``: the weights, the picked rows and the check only — no entropy, no sums (NaN);
     with ``patterns``, the detectors' pair sums (``duplicate_token``, ``induction``) are still added, as
-    ``statistics=True`` adds them.
+    ``statistics=True`` adds them. ``statistics`` as names (:func:`wanted_columns`): those sums alone, the
+    others NaN, and none by norm — without ``punctuation`` and ``distance``, no product over every weight
+    (:func:`add_masses`).
     ``tally``: where each row's maximum falls, and each role's example rows, added from the same
     weights (:class:`~attnviz.workflows.head_tally.HeadTally`, what the head atlas reads)."""
     q, k, v, out = call.q, call.k, call.v, call.out
     assert q is not None and k is not None and v is not None
     b, h, n = q.shape[0], q.shape[1], q.shape[2]
     device = q.device
-    sums = torch.zeros(2, len(COLUMNS), h, dtype=torch.float64, device=device)  # by weight, by norm
-    if not statistics:
-        sums.fill_(float("nan"))
-        norms = None
-        if patterns:
-            sums[0, [COLUMNS.index(name) for name in PATTERNS]] = 0.0
-    if norms is None:
-        sums[1] = float("nan")
-    else:
+    want = wanted_columns(statistics, patterns)
+    if statistics is not True:
+        norms = None  # the sums by norm: with every statistic alone
+    if norms is not None:
         norms = norms.to(device, torch.float32)
+    sums = _zeroed(want, norms is not None, h, device)  # [by weight, by norm]: 0 where added to, else NaN
+    tallied = tally is not None and tally.full  # the tally reads each row's entropy and special-key mass
     found: list[Tensor] = []  # per chunk: the check's [2, b, h] (max error, max |model|)
     chunks = list(query_chunks(n, n, b * h, budget=budget))
     causal = len(chunks) > 1 and _keys_after_blocked(call)
@@ -110,23 +129,28 @@ def reduce_layer(
         hi = stop if causal else n  # a causal chunk's rows see no key after its last row
         part = batch.chunk(start, stop, hi, device)
         mask = batch.score_mask(call, start, stop, hi) if plain else None
+        with_entropy = "entropy" in want or tallied
         if mask is not None:
-            a, entropy = _weights_and_entropy(call, start, stop, hi, mask, batch.scratch, statistics)
+            a, entropy = _weights_and_entropy(call, start, stop, hi, mask, batch.scratch, with_entropy)
         else:
             a, entropy = _weights_then_entropy(
-                call, start, stop, hi, batch.additive_mask(call, start, stop, hi), batch.scratch, statistics
+                call, start, stop, hi, batch.additive_mask(call, start, stop, hi), batch.scratch, with_entropy
             )
         # a [b, h, r, hi]: the padded rows and keys 0, so each sum reads the real rows alone
         if picked is not None:
             picked.take(call, a, start, stop)
-        # each row's mass on each key class [b, h, r, KEYED]: the sums and the tally's examples read it
-        classes = key_classes(a, part) if statistics or (tally is not None and tally.full) else None
+        # each row's mass on each key class [b, h, r, KEYED] where a sum reads the punctuation (one product
+        # over every weight); else each row's mass on its text's special keys alone, gathered
+        classes = key_classes(a, part) if "punctuation" in want else None
+        special = None
+        if classes is not None:
+            special = classes[..., 1]
+        elif "special" in want or tallied:
+            special = special_mass(a, part)
         # [pairs, h]: the detectors' single keys, gathered once for the sums and the tally
-        paired = _at_pairs(a, part.pairs) if statistics or patterns or tally is not None else None
+        paired = _at_pairs(a, part.pairs) if want & _PATTERN_COLUMNS or tally is not None else None
         if tally is not None:
-            columns = {name: COLUMNS.index(name) for name in PATTERNS}
             visible = batch.visible(call, start, stop, hi, mask)  # [b, r, hi]
-            special = None if classes is None else classes[..., 1]
             tally.take(
                 call.part,
                 call.layer,
@@ -136,18 +160,16 @@ def reduce_layer(
                 part.keyed[..., 1],
                 part.pairs,
                 part.columns,
-                columns,
+                _PATTERN_INDEX,
                 entropy,
                 special_mass=special,
                 pair_weights=paired,
             )
-        if statistics:
-            assert entropy is not None
-            entropy = entropy.masked_fill_(part.padded, 0).sum((0, 2))  # padded rows: NaN or not, 0
-            add_masses(sums[0], a, part, entropy, classes, paired)
-        elif patterns:  # the detectors' single keys alone, added as add_masses adds them
-            assert paired is not None
-            sums[0].index_add_(0, part.columns, paired.double())
+        if want:
+            if "entropy" in want:
+                assert entropy is not None
+                sums[0, COLUMNS.index("entropy")] += entropy.masked_fill_(part.padded, 0).sum((0, 2))  # padded: 0
+            add_masses(sums[0], a, part, None, classes, paired, start=start, want=want, special=special)
         if norms is not None:  # the shares of what is moved: c_ij = α_ij·‖f_h(x_j)‖ over the row's Σ_k c_ik
             moved = torch.mul(a, norms[:, :, None, :hi], out=batch.scratch("moved", a.shape, a.device))
             total = moved.sum(-1, keepdim=True).clamp_min_(_TINY)  # padded rows: 0 / tiny = 0
@@ -172,6 +194,41 @@ def reduce_layer(
     return sums.view(-1, h).cpu(), errors
 
 
+@functools.lru_cache(maxsize=64)
+def _template(want: frozenset[str], moved: bool, heads: int, device: str) -> Tensor:
+    sums = torch.full((2, len(COLUMNS), heads), float("nan"), dtype=torch.float64, device=device)
+    sums[0, [COLUMNS.index(name) for name in want]] = 0.0
+    if moved:
+        sums[1] = 0.0
+    return sums
+
+
+def _zeroed(want: frozenset[str], moved: bool, heads: int, device: torch.device) -> Tensor:
+    """A layer's fresh ``[2, column, head]`` float64 sums: 0 in the wanted columns by weight (and in every
+    one by norm where ``moved``), NaN in the others (a copy of a template made once per kind)."""
+    return _template(want, moved, heads, str(device)).clone()
+
+
+def wanted_columns(statistics: bool | Collection[str], patterns: bool = False) -> frozenset[str]:
+    """The COLUMNS a reduction fills by weight: every one (``statistics=True``), none — or the detectors'
+    alone with ``patterns`` — (``False``), or those of the named statistics (:data:`~attnviz.analysis.stats.
+    STATISTICS` and :data:`~attnviz.analysis.stats.DETECTORS` names; the detectors' too with ``patterns``)."""
+    if statistics is True:
+        return _ALL_COLUMNS
+    names = set(PATTERNS) if patterns else set()
+    if statistics is False:
+        return frozenset(names)
+    if isinstance(statistics, str):
+        statistics = [statistics]
+    for name in statistics:
+        column = STATISTIC_COLUMNS.get(name)
+        if column is None or column >= len(COLUMNS):
+            known = ", ".join([*STATISTICS, *DETECTORS])
+            raise InputError(f"no statistic {name!r} to compute; choose from {known}")
+        names.add(COLUMNS[column])
+    return frozenset(names)
+
+
 def key_classes(a: Tensor, part: Chunk) -> Tensor:
     """Each row's mass on each key class ``[b, h, r, KEYED]`` (float32): one batched product of the
     weights ``a`` ``[b, h, r, keys]`` with the texts' key features (first, special, punctuation) —
@@ -187,24 +244,60 @@ def add_masses(
     entropy: Tensor | None,
     classes: Tensor | None = None,
     paired: Tensor | None = None,
+    *,
+    start: int = 0,
+    want: frozenset[str] = _ALL_COLUMNS,
+    special: Tensor | None = None,
 ) -> None:
-    """Add a chunk's ``a`` [b, h, r, keys] (its weights, or its shares of what is moved) to the
-    ``[column, head]`` ``sums`` of COLUMNS: the key classes (each row's, :func:`key_classes`, summed
-    over rows in float64; ``classes`` where already made), the positional features (``a`` summed over
-    the texts in float32, then a product in float64) and the detectors' pairs (``paired`` ``[pairs, h]``:
-    ``a`` at them, where already gathered; and the rows' ``entropy`` [h] where given)."""
+    """Add a chunk's ``a`` [b, h, r, keys] (its weights, or its shares of what is moved; rows
+    ``start:start + r``) to the ``[column, head]`` ``sums`` of the COLUMNS in ``want``: the key classes
+    (each row's, :func:`key_classes`, summed over rows in float64; ``classes`` where already made), the
+    positional features (``a`` summed over the texts in float32, then a product in float64) and the
+    detectors' pairs (``paired`` ``[pairs, h]``: ``a`` at them, where already gathered; and the rows'
+    ``entropy`` [h] where given). Without ``punctuation`` in ``want`` the key classes need no product
+    over every weight: ``first`` is the first key's column and ``special`` each row's mass on its special
+    keys (``special`` [b, h, r] where already gathered, :func:`special_mass`); without ``distance``,
+    ``self``, ``previous`` and ``next`` are diagonals of ``a`` — each summed in float64."""
     h = a.shape[1]
-    if classes is None:
-        classes = key_classes(a, part)
-    keyed = classes.sum((0, 2), dtype=torch.float64)  # [h, KEYED]: mass on each key class
-    by_position = a.sum(0).view(h, -1).double()  # [h, r·hi]: summed over the texts (a handful of terms)
-    positional = torch.mm(part.positional, by_position.T)  # [POSITIONAL, h]: distance, self, previous, next
-    sums[: KEYED + POSITIONAL] += torch.cat([keyed.T, positional])
+    f64 = torch.float64
+    keyed_wanted = want & _KEYED_COLUMNS
+    if keyed_wanted and ("punctuation" in want or classes is not None):
+        if classes is None:
+            classes = key_classes(a, part)
+        sums[:KEYED] += classes.sum((0, 2), dtype=f64).T  # [KEYED, h]: mass on each key class
+    elif keyed_wanted:
+        if "first" in want:
+            sums[COLUMNS.index("first")] += a[..., 0].sum((0, 2), dtype=f64)
+        if "special" in want:
+            sums[COLUMNS.index("special")] += (special if special is not None else special_mass(a, part)).sum(
+                (0, 2), dtype=f64
+            )
+    positional_wanted = want & _POSITIONAL_COLUMNS
+    if "distance" in want:
+        by_position = a.sum(0).view(h, -1).double()  # [h, r·hi]: summed over the texts (a handful of terms)
+        sums[KEYED : KEYED + POSITIONAL] += torch.mm(part.positional, by_position.T)  # distance, self, previous, next
+    else:  # the key i + offset of each row i: a diagonal of each text's and head's [r, keys]
+        for name in positional_wanted:
+            offset = {"self": 0, "previous": -1, "next": 1}[name]
+            sums[COLUMNS.index(name)] += a.diagonal(start + offset, -2, -1).sum((0, 2), dtype=f64)
     if entropy is not None:
         sums[KEYED + POSITIONAL] += entropy
-    if paired is None:
-        paired = _at_pairs(a, part.pairs)
-    sums.index_add_(0, part.columns, paired.double())  # the detectors' single keys
+    if want & _PATTERN_COLUMNS:
+        if paired is None:
+            paired = _at_pairs(a, part.pairs)
+        sums.index_add_(0, part.columns, paired.double())  # the detectors' single keys
+
+
+def special_mass(a: Tensor, part: Chunk) -> Tensor:
+    """Each row's weight on its text's special keys (after the first) ``[b, h, r]`` float32: the weights at
+    ``part.specials`` gathered and summed — the special key class of :func:`key_classes` without a product
+    over every key."""
+    b, h, r, _ = a.shape
+    count = part.specials.shape[1]
+    if count == 0:
+        return a.new_zeros(b, h, r)
+    at = a.gather(-1, part.specials[:, None, None, :].expand(b, h, r, count))
+    return at.mul_(part.special_on[:, None, None, :]).sum(-1)
 
 
 def _at_pairs(a: Tensor, pairs: Tensor) -> Tensor:  # [pairs, h]
@@ -246,7 +339,7 @@ def _weights_and_entropy(
     else:  # the padding alone: its key columns blocked, a slice per padded text
         for t, first in mask.columns:
             scores[t, ..., first:] = BLOCKED
-    a = torch.ops.aten._softmax.out(scores, -1, False, out=scratch("weights", shape, q.device))
+    a = _softmax(scores, scratch("weights", shape, q.device))
     own = a.diagonal(start, -2, -1)  # [b, h, r]: each row's weight on its own key
     for t, first in mask.tails:  # a padded row's scores are all BLOCKED: its weights, even, become 0
         a[t, :, first:].zero_()
@@ -258,6 +351,16 @@ def _weights_and_entropy(
     lse32 = lse.float()
     rows = torch.sub(lse32[..., None], scores, out=scores).mul_(a).sum(-1)  # blocked: (lse - BLOCKED)·0
     return a, rows.double().add_(lse.sub_(lse32))  # each real row's weights sum to 1
+
+
+def _softmax(scores: Tensor, out: Tensor) -> Tensor:
+    """``softmax(scores, -1)`` into ``out``. On the CPU, rows of fewer than :data:`_SHORT_ROWS` keys go
+    through ``exp(s - max) / Σ`` as four whole-tensor operations: aten's softmax takes a path of its
+    own per row there, about five times slower on a batch of 12-token texts."""
+    if scores.shape[-1] >= _SHORT_ROWS or scores.device.type != "cpu":
+        return torch.ops.aten._softmax.out(scores, -1, False, out=out)
+    torch.sub(scores, scores.amax(-1, keepdim=True), out=out).exp_()
+    return out.div_(out.sum(-1, keepdim=True))
 
 
 def _weights_then_entropy(
