@@ -25,8 +25,9 @@ status 1 when it is missed (everything is printed first).
 ``--stages`` also times, in the same rounds, what the atlas' pass is made of, each stage adding to the one
 before over the same batches (``BatchReducer``, the statistics by norm off as the atlas has them): the
 weights recomputed and checked alone (``statistics=False``: the capture, the early stop, each layer's
-GEMM, mask and softmax, the sampled rows' A·V against the kernel), then the statistics, then the atlas'
-tally (``HeadTally``); ``head_atlas`` adds the random sequences and its table.
+GEMM, mask and softmax, the sampled rows' A·V against the kernel), then the statistics its table reads
+(``corpus_stats(statistics=ATLAS_STATISTICS)``: no product over every weight), then the atlas' tally
+(``HeadTally``); ``head_atlas`` adds the random sequences and its table.
 
     python bench/atlas_throughput.py                       # MiniLM, BERT-base's shape and SmolLM2
     python bench/atlas_throughput.py --models minilm --rounds 3 --texts 100
@@ -53,6 +54,7 @@ from corpus_throughput import forward_all, make_corpus, plain_batches  # noqa: E
 
 import attnviz  # noqa: E402
 from attnviz.analysis import corpus_stats, head_atlas  # noqa: E402
+from attnviz.workflows.atlas import ATLAS_STATISTICS  # noqa: E402
 from attnviz.workflows.batched import BatchReducer  # noqa: E402
 from attnviz.workflows.corpus import length_batches  # noqa: E402
 from attnviz.workflows.head_tally import HeadTally  # noqa: E402
@@ -93,10 +95,11 @@ def load(name: str) -> tuple[Any, Any]:
 
 def stage(model: Any, tok: Any, batch_size: int, *, statistics: bool, tally: bool) -> Callable[[list[str]], None]:
     """The atlas' pass up to a stage (``--stages``): the batches ``corpus_stats`` cuts, through one
-    ``BatchReducer`` without the statistics by norm, with the statistics or not and a tally or not."""
+    ``BatchReducer`` without the statistics by norm, with the statistics the atlas reads
+    (``ATLAS_STATISTICS``) or none, and a tally or not."""
 
     def run(texts: list[str]) -> None:
-        reducer = BatchReducer(model, tok, moved=False, statistics=statistics)
+        reducer = BatchReducer(model, tok, moved=False, statistics=ATLAS_STATISTICS if statistics else False)
         layers = sorted(reducer.layers) if reducer.layers is not None else list(range(model.config.num_hidden_layers))
         vocab = model.get_input_embeddings().num_embeddings
         counts = torch.ones(vocab, dtype=torch.float64)

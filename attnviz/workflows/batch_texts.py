@@ -128,7 +128,6 @@ class BatchTexts:
             if any(len(rows) < r for rows in local):  # each text's own rows, its last repeated to the longest list
                 width = max(1, max(len(rows) for rows in local))
                 checked = torch.tensor([rows + [rows[-1] if rows else 0] * (width - len(rows)) for rows in local])
-            positional = torch.stack([(i - j).abs(), j == i, j == i - 1, j == i + 1]).to(torch.float64)
             # each text's special keys (after the first) among the chunk's keys, its list padded with key 0 at 0
             flags = self.keyed[:, :keys, 1] > 0
             specials = torch.zeros(flags.shape[0], int(flags.sum(1).max()) if flags.numel() else 0, dtype=torch.long)
@@ -138,7 +137,7 @@ class BatchTexts:
                 specials[t, : len(where_special)] = where_special
                 special_on[t, : len(where_special)] = 1.0
             found = self._cache[key] = Chunk(
-                positional=positional.view(POSITIONAL, -1).to(device),
+                span=(start, stop, keys, device),
                 keyed=self.keyed[:, :keys].to(device, torch.float32),  # 0 or 1: exact
                 specials=specials.to(device),
                 special_on=special_on.to(device),
@@ -265,9 +264,9 @@ class ScoreMask:
 
 @dataclass
 class Chunk:
-    """What a chunk of query rows reads of its batch, on the layers' device: ``positional`` the
-    POSITIONAL features of each (row, key) ``[feature, rows·keys]`` (float64: ``|i - j|`` and whether
-    ``j`` is ``i``, ``i - 1``, ``i + 1``); ``keyed`` the key features ``[batch, keys, KEYED]``
+    """What a chunk of query rows reads of its batch, on the layers' device: its ``span`` (first and
+    last + 1 row, keys, device), whose :attr:`positional` features are made when first read (a sum of
+    the distance); ``keyed`` the key features ``[batch, keys, KEYED]``
     (float32, 0 or 1) and each text's special keys ``specials`` ``[batch, S]`` (those after the first,
     below ``keys``; a shorter list padded with key 0, whose ``special_on`` ``[batch, S]`` is 0 where a
     real one's is 1); ``padded`` the padded query rows ``[batch, 1, rows]``; ``pairs`` the detectors'
@@ -276,7 +275,7 @@ class Chunk:
     whether any text samples a row of the chunk and ``unchecked`` the texts that sample none (None:
     none)."""
 
-    positional: Tensor
+    span: tuple[int, int, int, torch.device]
     keyed: Tensor
     specials: Tensor
     special_on: Tensor
@@ -287,6 +286,15 @@ class Chunk:
     checks: bool
     unchecked: Tensor | None
     _picked: dict[int, Tensor] = field(default_factory=dict)
+
+    @functools.cached_property
+    def positional(self) -> Tensor:
+        """The POSITIONAL features of each (row, key) ``[feature, rows·keys]`` (float64: ``|i - j|`` and
+        whether ``j`` is ``i``, ``i - 1``, ``i + 1``)."""
+        start, stop, keys, device = self.span
+        i, j = torch.arange(start, stop)[:, None], torch.arange(keys)[None, :]
+        features = torch.stack([(i - j).abs(), j == i, j == i - 1, j == i + 1]).to(torch.float64)
+        return features.view(POSITIONAL, -1).to(device)
 
     def picked(self, heads: int) -> Tensor:
         """The ``checked`` rows as indices into ``[batch·heads·rows]`` (each text's rows in each head)."""
