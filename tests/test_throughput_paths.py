@@ -113,8 +113,8 @@ def test_some_statistics_alone_equal_the_whole_reductions_and_leave_the_others_n
     model, tok = attnviz.tiny_model(family), IdsTokenizer()
     texts = [*_texts(10, seed=2), "5"]  # and a text of one token: only its first row
     encoded = tokenize(tok, texts, None, None, "tiny", False)
-    # special keys (an empty span) after the first: none, one or three per text, also the last and padding
-    for t, (ids, offsets, tokens) in enumerate(encoded):
+    # special keys (an empty span) after the first: none to three per text, the last one among them
+    for t, (ids, offsets, _) in enumerate(encoded):
         for position in [p for p in (len(ids) - 1, 2, 5) if 0 < p < len(ids)][: t % 4]:
             offsets[position] = (offsets[position][0], offsets[position][0])
     every = statistic_keys()
