@@ -23,8 +23,10 @@ if TYPE_CHECKING:
 
     from .probe_result import ProbeResult
 
-__all__ = ["OFFSETS", "ROLES", "AtlasSums", "Role", "atlas_table", "offset_bins"]
+__all__ = ["OFFSETS", "ROLES", "TABLE_STATISTICS", "AtlasSums", "Role", "atlas_table", "offset_bins"]
 
+#: the statistics of corpus_stats' table that atlas_table reads (the head atlas' pass computes these alone)
+TABLE_STATISTICS = ("previous", "next", "first", "special", "entropy", "duplicate_token")
 OFFSETS = 8  # the relative offsets -8..8 of the positional role (a maximum farther away counts for none)
 
 
@@ -210,7 +212,7 @@ def atlas_table(
     if unknown:
         raise InputError(f"unknown role {unknown[0]!r}; choose from {', '.join(ROLES)}")
 
-    needed = {"layer", "head", "previous", "next", "first", "special", "entropy", "duplicate_token"}
+    needed = {"layer", "head", *TABLE_STATISTICS}
     missing = needed - set(stats.columns)
     if missing:
         raise InputError(
@@ -224,8 +226,8 @@ def atlas_table(
             f"{2 * OFFSETS + 2} offsets"
         )
     # each head's statistics as plain numbers, looked up by (layer, head) once (not a pandas row per head)
-    columns = ["previous", "next", "first", "special", "entropy", "duplicate_token"]
-    by_head = dict(zip(zip(stats["layer"].tolist(), stats["head"].tolist()), stats[columns].to_numpy(float).tolist()))
+    values = stats[list(TABLE_STATISTICS)].to_numpy(float).tolist()
+    by_head = dict(zip(zip(stats["layer"].tolist(), stats["head"].tolist()), values))
     rows = np.asarray(sums.rows, dtype=np.float64)[:, None]  # [layer, 1]
     with np.errstate(invalid="ignore", divide="ignore"):
         shares = sums.offsets[..., :-1] / rows[..., None]  # [layer, head, offsets -8..8]

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..analysis.atlas import ROLES, AtlasSums, atlas_table
+from ..analysis.atlas import ROLES, TABLE_STATISTICS, AtlasSums, atlas_table
 from ..analysis.probes import Probe, load_probes
 from ..errors import InputError
 from .batched import BatchReducer
@@ -36,8 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RANDOM_LENGTH", "RANDOM_SEQUENCES", "head_atlas", "random_repeats"]
 
-#: the statistics the atlas' table reads of its pass (:func:`~attnviz.analysis.atlas.atlas_table`)
-ATLAS_STATISTICS = ("previous", "next", "first", "special", "entropy", "duplicate_token")
+ATLAS_STATISTICS = TABLE_STATISTICS  # what the pass computes: the statistics its table reads, alone
 RANDOM_SEQUENCES = 16  # repeated random sequences the induction role reads
 RANDOM_LENGTH = 25  # random tokens in each copy (each sequence holds two copies)
 

@@ -75,6 +75,8 @@ class BatchReducer:
         self.moved = moved  # False: no value norms read (the _moved sums stay NaN), for a caller that needs none
         # False: every sum NaN — the check and the picked rows only (probe sets); names: those statistics
         # alone, the others NaN (the head atlas' six), checked here before any forward
+        if isinstance(statistics, str):
+            statistics = (statistics,)
         wanted_columns(statistics, patterns)
         self.statistics = statistics if isinstance(statistics, bool) else tuple(statistics)
         self.patterns = patterns  # with statistics=False, the detectors' sums still added (the atlas' induction)

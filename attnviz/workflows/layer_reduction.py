@@ -60,6 +60,7 @@ _POSITIONAL_COLUMNS = frozenset(COLUMNS[KEYED : KEYED + POSITIONAL])
 _PATTERN_COLUMNS = frozenset(PATTERNS)
 _ALL_COLUMNS = frozenset(COLUMNS)
 _PATTERN_INDEX = {name: COLUMNS.index(name) for name in PATTERNS}
+_OFFSET = {"self": 0, "previous": -1, "next": 1}  # the key of each row i that a positional column reads: i + offset
 
 
 class PickedRows:
@@ -121,6 +122,7 @@ def reduce_layer(
         norms = norms.to(device, torch.float32)
     sums = _zeroed(want, norms is not None, h, device)  # [by weight, by norm]: 0 where added to, else NaN
     tallied = tally is not None and tally.full  # the tally reads each row's entropy and special-key mass
+    with_entropy = "entropy" in want or tallied
     found: list[Tensor] = []  # per chunk: the check's [2, b, h] (max error, max |model|)
     chunks = list(query_chunks(n, n, b * h, budget=budget))
     causal = len(chunks) > 1 and _keys_after_blocked(call)
@@ -129,7 +131,6 @@ def reduce_layer(
         hi = stop if causal else n  # a causal chunk's rows see no key after its last row
         part = batch.chunk(start, stop, hi, device)
         mask = batch.score_mask(call, start, stop, hi) if plain else None
-        with_entropy = "entropy" in want or tallied
         if mask is not None:
             a, entropy = _weights_and_entropy(call, start, stop, hi, mask, batch.scratch, with_entropy)
         else:
@@ -218,9 +219,7 @@ def wanted_columns(statistics: bool | Collection[str], patterns: bool = False) -
     names = set(PATTERNS) if patterns else set()
     if statistics is False:
         return frozenset(names)
-    if isinstance(statistics, str):
-        statistics = [statistics]
-    for name in statistics:
+    for name in [statistics] if isinstance(statistics, str) else statistics:
         column = STATISTIC_COLUMNS.get(name)
         if column is None or column >= len(COLUMNS):
             known = ", ".join([*STATISTICS, *DETECTORS])
@@ -278,8 +277,7 @@ def add_masses(
         sums[KEYED : KEYED + POSITIONAL] += torch.mm(part.positional, by_position.T)  # distance, self, previous, next
     else:  # the key i + offset of each row i: a diagonal of each text's and head's [r, keys]
         for name in positional_wanted:
-            offset = {"self": 0, "previous": -1, "next": 1}[name]
-            sums[COLUMNS.index(name)] += a.diagonal(start + offset, -2, -1).sum((0, 2), dtype=f64)
+            sums[COLUMNS.index(name)] += a.diagonal(start + _OFFSET[name], -2, -1).sum((0, 2), dtype=f64)
     if entropy is not None:
         sums[KEYED + POSITIONAL] += entropy
     if want & _PATTERN_COLUMNS:
