@@ -44,12 +44,16 @@ class Scratch:
 
     def reserve(self, name: str, size: int, device: torch.device | str) -> Tensor:
         """The buffer ``name`` on ``device``, grown to at least ``size`` floats (a computation whose
-        chunks grow reserves its largest first, so that the buffer is made once)."""
+        chunks grow reserves its largest first, so that the buffer is made once). A buffer outgrown is
+        made at least twice as large: batches that grow one after another (texts by length) make it
+        a few times, not once each."""
         key = (name, str(device))
-        if key not in self._buffers or self._buffers[key].numel() < size:
+        found = self._buffers.get(key)
+        if found is None or found.numel() < size:
+            grown = size if found is None else max(size, 2 * found.numel())
             self._buffers.pop(key, None)  # the old one freed first
-            self._buffers[key] = torch.empty(size, device=device)
-        return self._buffers[key]
+            found = self._buffers[key] = torch.empty(grown, device=device)
+        return found
 
 
 def build_mask(

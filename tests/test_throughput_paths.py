@@ -91,6 +91,43 @@ def test_the_detectors_sums_alone_equal_those_of_the_whole_reduction(family):
     assert torch.isinf(tallies[1].best[:, EXAMPLES.index("previous")]).all()  # nothing else is kept
 
 
+@pytest.mark.parametrize("family", ["llama", "bert"])
+def test_a_reducers_buffers_kept_from_batch_to_batch_give_each_batch_its_own_numbers(family):
+    """BatchReducer keeps its weights-sized buffers from batch to batch: batches of growing and shrinking
+    lengths reduced by one reducer give, batch by batch, the sums and tally of a fresh reducer per batch
+    to the bit; a buffer outgrown is made at least twice as large (made a few times, not once a batch)."""
+    from attnviz.attention import Scratch
+
+    model, tok = attnviz.tiny_model(family), IdsTokenizer()
+    texts = sorted(_texts(12, seed=3), key=len) + _texts(3, seed=4)  # growing lengths, then shorter again
+    index = {t: k for k, t in enumerate(texts)}
+    layers = list(range(model.config.num_hidden_layers))
+    made: list[int] = []
+    reserve = Scratch.reserve
+
+    def counted(self, name, size, device):
+        before = self._buffers.get((name, str(device)))
+        found = reserve(self, name, size, device)
+        if found is not before:
+            assert before is None or found.numel() >= 2 * before.numel()
+            made.append(found.numel())
+        return found
+
+    kept = BatchReducer(model, tok, moved=False, statistics=ATLAS_STATISTICS)
+    batches = [texts[start : start + 3] for start in range(0, len(texts), 3)]
+    for batch in batches:
+        fresh = BatchReducer(model, tok, moved=False, statistics=ATLAS_STATISTICS)
+        tallies = [HeadTally(layers, model.config.num_attention_heads, torch.ones(200), index) for _ in "ab"]
+        mine, _ = fresh.add(None, batch, tally=tallies[0])
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(Scratch, "reserve", counted)
+            theirs, _ = kept.add(None, batch, tally=tallies[1])
+        assert mine.frame().equals(theirs.frame())
+        for name in ("offsets", "rare", "best", "where", "offset_best", "offset_where"):
+            assert torch.equal(getattr(tallies[0], name), getattr(tallies[1], name)), name
+    assert made and len(made) < len(batches) * len({"scores", "weights"})  # kept, not made again each batch
+
+
 def test_corpus_stats_without_the_statistics_by_norm_or_with_given_encodings_gives_the_same_table():
     model, tok = attnviz.tiny_model("bert"), IdsTokenizer()
     texts = _texts(10, seed=1)

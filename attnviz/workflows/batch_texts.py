@@ -58,7 +58,7 @@ class BatchTexts:
     (first, special, punctuation), the scored rows of each statistic, the rows the self-check samples,
     and per chunk of query rows what its reduction reads (:class:`Chunk`) and its mask."""
 
-    def __init__(self, encoded: list, texts: list[str], *, detectors: bool) -> None:
+    def __init__(self, encoded: list, texts: list[str], *, detectors: bool, scratch: Scratch | None = None) -> None:
         self.lengths = [len(ids) for ids, _, _ in encoded]
         self.detectors = detectors
         b, n = len(encoded), max(self.lengths)
@@ -79,7 +79,7 @@ class BatchTexts:
         self.has_special = torch.tensor(has_special)
         self.samples = [_sample_rows(m) for m in self.lengths]  # the rows the self-check compares, per text
         self._cache: dict[tuple, Any] = {}
-        self._scratch = Scratch()
+        self._scratch = scratch if scratch is not None else Scratch()
 
     def rows(self, keys: list[str]) -> Tensor:  # [statistic] float64: scored query rows over the batch
         n = torch.tensor(self.lengths, dtype=torch.float64)
@@ -151,9 +151,9 @@ class BatchTexts:
         return found
 
     def scratch(self, name: str, shape: torch.Size, device: torch.device) -> Tensor:
-        """A float32 buffer of this shape (:class:`attnviz.attention.Scratch`): one per name and batch,
-        as large as its largest chunk, that each layer writes into instead of allocating
-        weights-sized memory again."""
+        """A float32 buffer of this shape (:class:`attnviz.attention.Scratch`): one per name, as large as
+        the largest chunk asked of it, that each layer writes into instead of allocating weights-sized
+        memory again (the ``scratch`` given, which a caller keeps from batch to batch, or the batch's own)."""
         return self._scratch(name, shape, device)
 
     def additive_mask(self, call: AttentionCall, start: int, stop: int, keys: int) -> Tensor:

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from ..analysis.stats import HeadStatsSums
+from ..attention import Scratch
 from ..data.validate import TOLERANCES, ValidationReport, sample_rows
 from ..engine.projections import OutputProjection, output_projection
 from ..engine.specs import PROJECTION_SPECS
@@ -89,6 +90,10 @@ class BatchReducer:
         wanted = self.layers if self.layers is not None else set(range(count)) if count else None
         self.stop_after = None if hooked or not wanted else frozenset(wanted)
         self.projections: dict[str, OutputProjection | None] = {}  # attention module -> its output projection
+        # the weights-sized buffers every batch's layers write into, kept from batch to batch: on the CPU a
+        # batch's own would be fresh pages from the system each time, faulted in again (and the freed ones
+        # make the model's own allocations fault too)
+        self.scratch = Scratch()
 
     def value_norms(self, call: AttentionCall) -> Tensor | None:  # [batch, head, key]
         """‖f_h(x_j)‖ of every text, head and key of a call, from its module's output projection
@@ -126,7 +131,7 @@ class BatchReducer:
         encoded: list[Encoded] = [enc if enc is not None else next(made) for enc in known]
         inputs, lengths_by_part = forward_inputs(self.resolved, encoded)
         lengths = lengths_by_part["encoder"]
-        batch = BatchTexts(encoded, texts, detectors=self.detectors)
+        batch = BatchTexts(encoded, texts, detectors=self.detectors, scratch=self.scratch)
         if tally is not None:
             tally.batch(batch.ids, texts)
         reduced: list[tuple[AttentionCall, Tensor, dict[str, tuple[Tensor, Tensor]]]] = []
