@@ -18,6 +18,32 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import Tensor
 
+# The unary functions ATen hands to oneMKL's vector math (VML) for a contiguous float32 / float64 tensor
+# (aten/src/ATen/cpu/vml.h), each in each precision.
+_VML_FUNCTIONS = ("acos", "asin", "atan", "cos", "erf", "erfc", "erfinv", "exp", "log", "log10", "log2")
+_VML_FUNCTIONS += ("sin", "sqrt", "tan", "tanh", "trunc")
+
+
+def resolve_vml_dispatch() -> None:
+    """Call each function of :data:`_VML_FUNCTIONS` once, on one element, in this thread, in float32 and
+    float64 — what attnviz does when it is imported, before it computes anything.
+
+    oneMKL resolves each vector-math function's kernel on its first call; when that first call runs on
+    several of torch's threads at once (a tensor over 2,048 elements, two or more threads), one thread
+    may compute its whole share with a low-accuracy kernel: relative errors of ~1e-4 in float32 (~1e-9
+    in float64) for that one call, silently (pytorch/pytorch#188792; oneMKL 2024.2, as torch 2.13's
+    wheels bundle it). Here a fresh 2-thread process's first ``exp`` of a chunk's shifted scores was that
+    far off in 5 runs of 24: weights 2.4e-5 from the exact softmax, which the self-check refused. One
+    call on one element runs on the calling thread and resolves the kernel for the process; a torch
+    without MKL, or with one that resolves safely, only pays the calls (~0.1 ms)."""
+    for dtype in (torch.float32, torch.float64):
+        one = torch.full((1,), 0.5, dtype=dtype)
+        for name in _VML_FUNCTIONS:
+            getattr(torch, name)(one)
+
+
+resolve_vml_dispatch()
+
 __all__ = [
     "Scratch",
     "attention_output",
