@@ -20,8 +20,10 @@ from torch import Tensor
 
 # The unary functions ATen hands to oneMKL's vector math (VML) for a contiguous float32 / float64 tensor
 # (aten/src/ATen/cpu/vml.h), each in each precision.
-_VML_FUNCTIONS = ("acos", "asin", "atan", "cos", "erf", "erfc", "erfinv", "exp", "log", "log10", "log2")
-_VML_FUNCTIONS += ("sin", "sqrt", "tan", "tanh", "trunc")
+_VML_FUNCTIONS = (
+    *("acos", "asin", "atan", "cos", "erf", "erfc", "erfinv", "exp"),
+    *("log", "log10", "log2", "sin", "sqrt", "tan", "tanh", "trunc"),
+)
 
 
 def resolve_vml_dispatch() -> None:
