@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -310,6 +311,31 @@ def test_cli_stats_writes_csv_and_parquet_and_refuses_bad_paths(tmp_path, capsys
     assert ".parquet or .csv" in capsys.readouterr().err
     assert main(["stats", str(folder), str(tmp_path / "none.txt"), "--quiet"]) == 2
     assert "no corpus file" in capsys.readouterr().err
+    # --statistics: those columns alone, as the whole table has them; the others and every *_moved NaN
+    lean = tmp_path / "lean.csv"
+    assert (
+        main(["stats", str(folder), str(corpus), "--out", str(lean), "--statistics", "entropy, previous", "--quiet"])
+        == 0
+    )
+    assert "wrote" in capsys.readouterr().err
+    lean_csv = pd.read_csv(lean)
+    np.testing.assert_allclose(lean_csv[["entropy", "previous"]], csv[["entropy", "previous"]], rtol=1e-6, atol=1e-9)
+    from attnviz.workflows.batch_texts import STATISTIC_COLUMNS
+
+    asked = {STATISTIC_COLUMNS["entropy"], STATISTIC_COLUMNS["previous"]}  # previous_token reads previous' sum
+    others = [c for c in csv.columns if c in STATISTIC_COLUMNS and STATISTIC_COLUMNS[c] not in asked]
+    assert [c for c in csv.columns if c in STATISTIC_COLUMNS and c not in others] == [
+        "previous",
+        "entropy",
+        "previous_token",
+    ]
+    assert "first" in others and "first_moved" in others and lean_csv[others].isna().all().all()
+    assert main(["stats", str(folder), str(corpus), "--statistics", "entropy,colour", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no statistic 'colour' to compute; choose from first, special" in err
+    checkpoint = ["--checkpoint", str(tmp_path / "c.ckpt")]
+    assert main(["stats", str(folder), str(corpus), "--statistics", "entropy", *checkpoint, "--quiet"]) == 2
+    assert "(--statistics)" in capsys.readouterr().err
 
 
 @pytest.fixture(scope="module")

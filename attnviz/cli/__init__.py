@@ -232,8 +232,14 @@ def _stats_placement(p: argparse.ArgumentParser) -> None:
 
 
 def _stats_run_args(p: argparse.ArgumentParser) -> None:
-    """``attnviz stats``' part, truncation and checkpoints."""
+    """``attnviz stats``' part, statistics, truncation and checkpoints."""
     p.add_argument("--part", choices=["encoder", "decoder"], default=None, help="encoder-decoder models: which part")
+    p.add_argument(
+        "--statistics",
+        default=None,
+        help="comma-separated: compute only these (e.g. entropy,previous), by weight; the other columns and every "
+        "*_moved one are left empty (NaN). One-stack models, no --checkpoint (default: every statistic)",
+    )
     p.add_argument(
         "--no-truncate", action="store_true", help="refuse a text over the model's limit (default: cut and count it)"
     )

@@ -146,6 +146,7 @@ def cmd_stats(args) -> int:
             **corpus_kwargs(args),
             device_map=args.device_map,
             part=args.part,
+            statistics=None if args.statistics is None else [name.strip() for name in args.statistics.split(",")],
             truncate=not args.no_truncate,
             checkpoint=args.checkpoint,
             resume=args.resume,

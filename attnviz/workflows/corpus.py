@@ -236,8 +236,8 @@ def corpus_stats(
         wanted_columns(statistics)  # an unknown name is said before the model runs
         if checkpoint is not None or getattr(model.config, "is_encoder_decoder", False):
             raise InputError(
-                "statistics= computes some statistics of one-stack models without a checkpoint (which keeps "
-                "every sum): give a decoder or an encoder and no checkpoint, or leave statistics out"
+                "statistics= (--statistics) computes some statistics of one-stack models without a checkpoint "
+                "(which keeps every sum): give a decoder or an encoder and no checkpoint, or leave statistics out"
             )
     if not getattr(model.config, "is_encoder_decoder", False):
         reducer = BatchReducer(
