@@ -167,10 +167,11 @@ def reduce_layer(
                 pair_weights=paired,
             )
         if want:
+            entropy_sum = None
             if "entropy" in want:
                 assert entropy is not None
-                sums[0, COLUMNS.index("entropy")] += entropy.masked_fill_(part.padded, 0).sum((0, 2))  # padded: 0
-            add_masses(sums[0], a, part, None, classes, paired, start=start, want=want, special=special)
+                entropy_sum = entropy.masked_fill_(part.padded, 0).sum((0, 2))  # padded rows: NaN or not, 0
+            add_masses(sums[0], a, part, entropy_sum, classes, paired, start=start, want=want, special=special)
         if norms is not None:  # the shares of what is moved: c_ij = α_ij·‖f_h(x_j)‖ over the row's Σ_k c_ik
             moved = torch.mul(a, norms[:, :, None, :hi], out=batch.scratch("moved", a.shape, a.device))
             total = moved.sum(-1, keepdim=True).clamp_min_(_TINY)  # padded rows: 0 / tiny = 0
