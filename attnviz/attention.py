@@ -51,7 +51,6 @@ __all__ = [
     "attention_output",
     "build_mask",
     "head_max",
-    "per_text",
     "row_entropy",
     "scaled_dot_product",
     "weighted_values",
@@ -227,42 +226,15 @@ def scaled_dot_product(
     return weighted_values(weights, v), weights
 
 
-PER_TEXT_KEYS = 32  # from this many keys, a CPU product over a strided Q, K or V goes text by text
-
-
-def per_text(x: Tensor, keys: int, groups: int = 1) -> bool:
-    """Whether a batched product over ``x`` ``[batch, head, pos, d]`` (float32, on the CPU, one key/value
-    head per query head) is cheaper text by text on ``x`` in place than on a copy of it into
-    ``[batch·head, pos, d]``: where ``x`` is not laid out as that copy already (the projection's
-    ``[batch, pos, head, d]`` transposed) and the rows reach :data:`PER_TEXT_KEYS` keys (measured on
-    MiniLM's shapes, one thread: 15–25 % faster at 60–110 keys, slower under ~30, the per-call cost)."""
-    return (
-        groups == 1
-        and keys >= PER_TEXT_KEYS
-        and x.device.type == "cpu"
-        and x.dtype == torch.float32
-        and x.stride(1) < x.stride(2)
-    )
-
-
 def weighted_values(
     weights: Tensor,  # [batch, head, query_pos, key_pos]
     v: Tensor,  # [batch or 1, kv_head, key_pos, d_head_v]
 ) -> Tensor:  # [batch, head, query_pos, d_head_v]
-    """A·V: each query head's weights times the values of its key/value head (GQA read in place).
-    Values of one head per query head, in the projection's own layout (``[batch, pos, head, d]``
-    transposed), on the CPU and with rows of :data:`PER_TEXT_KEYS` keys or more: one product per
-    text on the values in place (no copy of them into ``[batch·head, key, d]``; each text's matrices
-    are the same, so the numbers are too)."""
+    """A·V: each query head's weights times the values of its key/value head (GQA read in place)."""
     rows, n_head, n_q, n_k = weights.shape
     n_kv = v.shape[1]
     groups = n_head // n_kv
     v = v.to(weights.dtype)
-    if per_text(v, n_k, groups) and v.shape[0] == rows:
-        out = weights.new_empty(rows, n_head, n_q, v.shape[-1])
-        for t in range(rows):
-            torch.bmm(weights[t], v[t], out=out[t])
-        return out
     out = torch.bmm(
         weights.reshape(rows * n_kv, groups * n_q, n_k), v.expand(rows, -1, -1, -1).reshape(rows * n_kv, n_k, -1)
     )

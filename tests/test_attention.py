@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from attnviz.attention import PER_TEXT_KEYS, build_mask, per_text, scaled_dot_product, weighted_values
+from attnviz.attention import build_mask, scaled_dot_product
 
 
 def qkv(heads=4, kv_heads=4, n=7, d=8, batch=2, seed=0):
@@ -107,22 +107,6 @@ def test_chunks_written_into_a_scratch_equal_fresh_ones(causal):
         torch.testing.assert_close(weights_2, weights, atol=0, rtol=0)
         buffers.add(weights_2.untyped_storage().data_ptr())
     assert len(fresh) == 6 and len(buffers) == 1  # 40 rows in chunks of 7: one buffer for all
-
-
-@pytest.mark.parametrize("keys", [PER_TEXT_KEYS - 1, PER_TEXT_KEYS, 45])
-def test_values_in_the_projections_layout_are_weighted_text_by_text_as_a_copy_would_be(keys):
-    """A·V on values laid out as a model's projection makes them ([batch, pos, head, d] transposed): from
-    PER_TEXT_KEYS keys one product per text on them in place, the same numbers as the batched product over
-    a contiguous copy, and each text's own (an independent einsum in float64)."""
-    g = torch.Generator().manual_seed(3)
-    v = torch.randn(3, keys, 4, 8, generator=g).transpose(1, 2)  # [batch, head, key, d], not contiguous
-    weights = torch.rand(3, 4, 5, keys, generator=g).softmax(-1)
-    assert per_text(v, keys) == (keys >= PER_TEXT_KEYS)
-    assert not per_text(v.contiguous(), keys) and not per_text(v.double(), keys) and not per_text(v, keys, groups=2)
-    got = weighted_values(weights, v)
-    assert torch.equal(got, weighted_values(weights, v.contiguous()))
-    ref = torch.einsum("bhqk,bhkd->bhqd", weights.double(), v.double())
-    torch.testing.assert_close(got.double(), ref, atol=1e-6, rtol=1e-6)
 
 
 def test_a_scratch_refuses_other_precisions():

@@ -124,40 +124,6 @@ def test_padded_keys_get_no_weight_even_where_the_kernel_had_no_mask():
     assert bool((err <= 1e-5 + 1.3e-6 * scale).all()), err.max()
 
 
-def test_queries_and_keys_in_the_projections_layout_give_the_weights_a_copy_of_them_gives():
-    """From PER_TEXT_KEYS keys, the CPU's Q·Kᵀ and A·V run text by text on Q, K and V where the model's
-    projection left them ([batch, pos, head, d] transposed): every sum and the check equal those of
-    contiguous copies (the batched products), to the bit."""
-    from attnviz.attention import PER_TEXT_KEYS, per_text, scaled_dot_product
-    from attnviz.engine.taps import AttentionCall
-    from attnviz.workflows.batch_texts import BatchTexts
-    from attnviz.workflows.layer_reduction import reduce_layer
-
-    g = torch.Generator().manual_seed(1)
-    lengths, heads, d = [PER_TEXT_KEYS + 9, 12, PER_TEXT_KEYS], 3, 8
-    n = max(lengths)
-    q, k, v = (torch.randn(len(lengths), n, heads, d, generator=g).transpose(1, 2) for _ in range(3))
-    assert per_text(q, n) and per_text(k, n) and per_text(v, n)
-    out = torch.zeros(len(lengths), n, heads, d)
-    for b, m in enumerate(lengths):
-        one = scaled_dot_product(q[b : b + 1, :, :m], k[b : b + 1, :, :m], v[b : b + 1, :, :m])[0]
-        out[b, :m] = one[0].transpose(0, 1)
-    texts = ["a " * m for m in lengths]
-    encoded = [([3 + i % 5 for i in range(m)], [(2 * i, 2 * i + 1) for i in range(m)], ["a"] * m) for m in lengths]
-
-    def reduced(q, k, v):
-        call = AttentionCall("attn", "encoder", 0, d**-0.5, False, None, None, "test", q=q, k=k, v=v, out=out)
-        return reduce_layer(call, BatchTexts(encoded, texts, detectors=True))
-
-    sums, errors = reduced(q, k, v)
-    copied, copied_errors = reduced(q.contiguous(), k.contiguous(), v.contiguous())
-    torch.testing.assert_close(sums, copied, rtol=0, atol=0, equal_nan=True)  # the sums by norm: NaN, none given
-    assert not bool(sums[: len(sums) // 2].isnan().any())
-    assert all(torch.equal(errors[name][0], copied_errors[name][0]) for name in errors)
-    err, scale = errors["output"]
-    assert bool((err <= 1e-5 + 1.3e-6 * scale).all()), err.max()
-
-
 # llama's weights come from reduce_layer's own GEMM and softmax (entropy without a log per weight),
 # gpt_oss's sinks and bloom's ALiBi from scaled_dot_product: a wrong scale must fail both.
 @pytest.mark.parametrize("family", ["llama", "gpt_oss", "bloom"])

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from ..analysis.stats import DETECTORS, STATISTICS
-from ..attention import per_text, query_chunks, row_entropy, scaled_dot_product, weighted_values
+from ..attention import query_chunks, row_entropy, scaled_dot_product, weighted_values
 from ..engine.taps import AttentionCall
 from ..errors import InputError
 from .batch_texts import (
@@ -315,9 +315,8 @@ def _weights_and_entropy(
     entropy: bool = True,
 ) -> tuple[Tensor, Tensor | None]:
     """The weights ``softmax(Q·Kᵀ·scale + mask)`` ``[b, h, r, hi]`` of rows ``start:stop`` (as
-    :func:`~attnviz.attention.scaled_dot_product` computes them: one GEMM — one per text on Q and K in
-    place where :func:`~attnviz.attention.per_text` says so —, the mask, a softmax; the padded rows then
-    set to 0) and each row's entropy ``[b, h, r]`` (float64; NaN on padded rows)
+    :func:`~attnviz.attention.scaled_dot_product` computes them: one GEMM, the mask, a softmax; the
+    padded rows then set to 0) and each row's entropy ``[b, h, r]`` (float64; NaN on padded rows)
     without a logarithm per weight. The mask adds nothing to an allowed score, so
     ``-log a_j = lse - s_j`` for every key with weight and the entropy is ``Σ a_j (lse - s_j)``:
     terms ≥ 0, summed without cancellation. ``lse = s_i - log a_ii`` is read at the row's own key
@@ -329,17 +328,11 @@ def _weights_and_entropy(
     b, h, kv, dh = q.shape[0], q.shape[1], k.shape[1], q.shape[-1]
     r, groups = stop - start, h // kv
     shape = torch.Size((b, h, r, hi))
-    scores = scratch("scores", shape, q.device)
-    if per_text(q, hi, groups) and per_text(k, hi):  # Q and K in the projection's layout, read in place
-        for t in range(b):
-            torch.baddbmm(
-                scores[t], q[t, :, start:stop], k[t, :, :hi].transpose(1, 2), beta=0, alpha=call.scaling, out=scores[t]
-            )
-    else:
-        q3 = q[:, :, start:stop].float().reshape(b * kv, groups * r, dh)  # GQA: a key/value head's queries at once
-        k3 = k[:, :, :hi].float().reshape(b * kv, hi, dh)
-        s3 = scores.view(b * kv, groups * r, hi)
-        torch.baddbmm(s3, q3, k3.transpose(1, 2), beta=0, alpha=call.scaling, out=s3)
+    q3 = q[:, :, start:stop].float().reshape(b * kv, groups * r, dh)  # GQA: a key/value head's queries at once
+    k3 = k[:, :, :hi].float().reshape(b * kv, hi, dh)
+    scores = scratch("scores", shape, q.device).view(b * kv, groups * r, hi)
+    torch.baddbmm(scores, q3, k3.transpose(1, 2), beta=0, alpha=call.scaling, out=scores)
+    scores = scores.view(shape)
     if mask.columns is None:
         scores.add_(mask.scores)
     else:  # the padding alone: its key columns blocked, a slice per padded text
