@@ -285,3 +285,58 @@ def test_a_backend_the_model_cannot_run_is_named_not_the_model(capsys):
         line.startswith("error: 'minilm' cannot run with attn_implementation='bogus': ")
         and "not an embedded" not in line
     )
+
+
+@pytest.mark.parametrize(
+    ("argv", "ignored"),
+    [
+        (["export", "minilm", "The dog.", "--capture", "{cap}", "-o", "{out}"], "MODEL, TEXT"),
+        (["export", "--capture", "{cap}", "-o", "{out}", "--layers", "3", "--dtype", "float16"], "--layers, --dtype"),
+        (["validate", "--capture", "{cap}", "--layers", "3"], "--layers"),
+        (["validate", "--capture", "{cap}", "--add-bos", "--max-length", "9"], "--max-length, --add-bos"),
+    ],
+)
+def test_a_saved_capture_with_options_for_running_a_model_is_refused_not_ignored(argv, ignored, tmp_path, capsys):
+    """--capture reads a file, so a model, a text or a loading option beside it would be dropped: refused
+    before the file is read (it is not a capture at all here)."""
+    cap = tmp_path / "c.attnviz"
+    cap.write_bytes(b"not read")
+    assert main([a.format(cap=cap, out=tmp_path / "x.html") for a in argv]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert f"--capture reads a saved capture, so {ignored} would be ignored" in line, line
+    assert not (tmp_path / "x.html").exists()
+
+
+def test_export_writes_html_alone_and_says_so_for_another_suffix(tmp_path, capsys):
+    cap = tmp_path / "c.attnviz"
+    cap.write_bytes(b"not read")
+    assert main(["export", "--capture", str(cap), "-o", str(tmp_path / "x.png")]) == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        f"error: attnviz export writes one HTML page: give an .html path for -o (got {str(tmp_path / 'x.png')!r})"
+    )
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("option", ["--capture", "--stats", "--corpus"])
+def test_the_app_refuses_a_missing_file_before_it_serves(option, tmp_path, monkeypatch, capsys):
+    import attnviz.dashboard
+
+    def serve(**kwargs):
+        raise AssertionError("the server started with a missing file")
+
+    monkeypatch.setattr(attnviz.dashboard, "run", serve)
+    missing = str(tmp_path / "nothing.here")
+    assert main(["app", option, missing, "--port", "8097"]) == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        f"error: attnviz app {option}: no file {missing!r}; give the path of one (or leave {option} out)"
+    )
+
+
+@pytest.mark.parametrize("port", ["80970", "0", "http"])
+def test_a_port_out_of_range_is_a_usage_error_not_a_traceback(port, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["app", "--port", port])
+    assert stop.value.code == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        f"error: argument --port: a port is a whole number from 1 to 65535, got {port!r} (see attnviz app --help)"
+    )

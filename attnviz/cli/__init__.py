@@ -221,9 +221,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1; others warn: no authentication)"
     )
-    p.add_argument("--port", type=int, default=8050, help="port to serve on (default 8050)")
+    p.add_argument("--port", type=_port, default=8050, help="port to serve on, 1–65535 (default 8050)")
     p.set_defaults(func=cmd_app)
     return parser
+
+
+def _port(value: str) -> int:
+    """A TCP port: a whole number from 1 to 65535 (argparse says so in one line otherwise)."""
+    try:
+        port = int(value)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is a whole number from 1 to 65535, got {value!r}")
+    return port
 
 
 def _stats_placement(p: argparse.ArgumentParser) -> None:

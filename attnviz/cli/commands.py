@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 from collections.abc import Callable
@@ -270,6 +271,30 @@ def _end_processes(barrier: bool = True) -> None:
         dist.destroy_process_group()
 
 
+# the options that say how a model runs: read only when there is a model to run (not with --capture)
+_RUN_OPTIONS = (
+    ("model", "MODEL"),
+    ("text", "TEXT"),
+    ("layers", "--layers"),
+    ("device", "--device"),
+    ("dtype", "--dtype"),
+    ("attn_implementation", "--attn-implementation"),
+    ("max_length", "--max-length"),
+    ("add_bos", "--add-bos"),
+    ("target", "--target"),
+)
+
+
+def _refuse_run_options(args, command: str) -> None:
+    """With ``--capture FILE`` nothing runs: a model, a text or a loading option given too is refused, not ignored."""
+    given = [name for dest, name in _RUN_OPTIONS if getattr(args, dest, None) not in (None, False)]
+    if given:
+        raise InputError(
+            f"attnviz {command}: --capture reads a saved capture, so {', '.join(given)} would be ignored; "
+            "give MODEL TEXT (and its options), or --capture FILE alone"
+        )
+
+
 def cmd_validate(args) -> int:
     """``attnviz validate``: recompute every head and compare it with the model's own numbers (exit 1 over tolerance)."""
     if args.out:
@@ -279,6 +304,7 @@ def cmd_validate(args) -> int:
             load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
         )
 
+        _refuse_run_options(args, "validate")
         cap = load(args.capture)
     else:
         if not args.model or not args.text:
@@ -363,12 +389,15 @@ def cmd_export(args) -> int:
         load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
+    if not args.out.lower().endswith((".html", ".htm")):
+        raise InputError(f"attnviz export writes one HTML page: give an .html path for -o (got {args.out!r})")
     check_writable(args.out)
     views = [v.strip() for v in args.views.split(",") if v.strip()]
     unknown = [v for v in views if v not in EXPORT_VIEWS]
     if unknown or not views:
         raise InputError(f"--views takes a comma-separated list of {', '.join(EXPORT_VIEWS)}; got {args.views!r}")
     if args.capture:
+        _refuse_run_options(args, "export")
         cap = load(args.capture)
     elif args.model and args.text:
         preflight(args, args.text, layer=args.layer, head=args.head, part=args.part or "encoder")
@@ -401,6 +430,9 @@ def cmd_app(args) -> int:
     except ImportError as err:
         print(f"error: the dashboard needs dash ({err}); install with: pip install 'attnviz[app]'", file=sys.stderr)
         return 2
+    for option, path in (("--capture", args.capture), ("--stats", args.stats), ("--corpus", args.corpus)):
+        if path is not None and not os.path.isfile(path):
+            raise InputError(f"attnviz app {option}: no file {path!r}; give the path of one (or leave {option} out)")
     run(
         models=args.model,
         capture_file=args.capture,
