@@ -381,7 +381,7 @@ def _load(name: str, device, dtype, device_map, offload_folder=None):
 
     if name in EMBEDDED_MODELS:
         raise InputError("device_map applies to hub names and folders; the embedded models load whole")
-    extra = {"offload_folder": str(offload_folder)} if offload_folder is not None else {}
+    extra: dict[str, Any] = {"offload_folder": str(offload_folder)} if offload_folder is not None else {}
     model = AutoModel.from_pretrained(name, device_map=device_map, dtype=resolve_dtype(dtype), **extra)
     return model.eval(), AutoTokenizer.from_pretrained(name)
 
