@@ -423,6 +423,9 @@ def cmd_export(args) -> int:
 
 def cmd_app(args) -> int:
     """``attnviz app``: start the dashboard."""
+    for option, path in (("--capture", args.capture), ("--stats", args.stats), ("--corpus", args.corpus)):
+        if path is not None and not os.path.isfile(path):
+            raise InputError(f"attnviz app {option}: no file {path!r}; give the path of one (or leave {option} out)")
     try:
         from attnviz.dashboard import (
             run,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
@@ -430,9 +433,6 @@ def cmd_app(args) -> int:
     except ImportError as err:
         print(f"error: the dashboard needs dash ({err}); install with: pip install 'attnviz[app]'", file=sys.stderr)
         return 2
-    for option, path in (("--capture", args.capture), ("--stats", args.stats), ("--corpus", args.corpus)):
-        if path is not None and not os.path.isfile(path):
-            raise InputError(f"attnviz app {option}: no file {path!r}; give the path of one (or leave {option} out)")
     run(
         models=args.model,
         capture_file=args.capture,
