@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import BLOOM_SLOW
 
 import attnviz
 from attnviz import edits
@@ -263,11 +264,9 @@ def test_bad_edits_are_refused_with_what_to_do():
         edits.ablate(how="half")
     with pytest.raises(InputError, match="> 0"):
         edits.temperature(0)
-    falcon = attnviz.tiny_model(
-        "falcon_alibi", new_decoder_architecture=True
-    )  # refused (inline edits: test_edits_inline.py)
-    with pytest.raises(UnsupportedModelError, match="new_decoder_architecture with ALiBi"):
-        attnviz.intervene(falcon, TEXT, [edits.ablate(layer=0)], TOK)
+    bloom = attnviz.tiny_model("bloom", **BLOOM_SLOW)  # refused (inline edits: test_edits_inline.py)
+    with pytest.raises(UnsupportedModelError, match="slow_but_exact=True bypasses"):
+        attnviz.intervene(bloom, TEXT, [edits.ablate(layer=0)], TOK)
     assert installed_backends() == {} and listeners() == ()
 
 

@@ -11,16 +11,24 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import BLOOM_SLOW
 
 import attnviz
-from attnviz.engine.specs import FAMILIES, support_table
+from attnviz.engine.specs import FAMILIES, falcon_passes_alibi, support_table
 from attnviz.workflows.models import IdsTokenizer
 
 SUPPORTED = [(f.tiny, backend) for f in FAMILIES if f.how != "refused" for backend in f.backends]
+#: Falcon's attention takes ALiBi as an argument (transformers < 5.25) rather than inside its mask only
+OLD_FALCON = falcon_passes_alibi()
 #: what stays refused: (tiny family, config overrides, the reason's words)
 REFUSED = {
     "deberta talking heads": ("deberta", {"talking_head": True}, r"DeBERTa \(v1\) with talking_head=True mixes"),
-    "falcon new + alibi": ("falcon_alibi", {"new_decoder_architecture": True}, "new_decoder_architecture with ALiBi"),
+    "bloom slow but exact": ("bloom", BLOOM_SLOW, r"Bloom with pretraining_tp > 1 and slow_but_exact=True bypasses"),
+    **(
+        {"falcon new + alibi": ("falcon_alibi", {"new_decoder_architecture": True}, "with transformers < 5.25")}
+        if OLD_FALCON
+        else {}
+    ),
     "longt5 transient-global": (
         "longt5",
         {"encoder_attention_type": "transient-global"},
@@ -298,12 +306,41 @@ def test_the_docs_support_table_is_the_one_the_tests_check():
 
 
 def test_falcon_on_sdpa_shows_its_own_kernels_numbers():
-    """Falcon's sdpa path adds ALiBi once (inside the mask) where its eager path adds it twice:
-    attnviz reproduces each backend's own computation, checked against that kernel's output."""
+    """Before transformers 5.25 Falcon's sdpa path adds ALiBi once (inside the mask) where its eager
+    path adds it twice; from 5.25 both add it once, inside the mask, and attnviz records it as the
+    bias. attnviz reproduces each backend's own computation, checked against that kernel's output."""
     ids = torch.randint(3, 120, (1, 10), generator=torch.Generator().manual_seed(5))
     sdpa = attnviz.capture(attnviz.tiny_model("falcon_alibi", attn_implementation="sdpa"), input_ids=ids)
     eager = attnviz.capture(attnviz.tiny_model("falcon_alibi", attn_implementation="eager"), input_ids=ids)
     assert sdpa.validate().passed and eager.validate().passed
-    assert sdpa.layer(0).mask is not None and sdpa.layer(0).bias is None  # ALiBi folded into the mask
     assert eager.layer(0).bias is not None
-    assert (sdpa.attention(0) - eager.attention(0)).abs().max() > 1e-3  # the two paths differ in transformers
+    gap = (sdpa.attention(0) - eager.attention(0)).abs().max()
+    if OLD_FALCON:
+        assert sdpa.layer(0).mask is not None and sdpa.layer(0).bias is None  # ALiBi folded into the mask
+        assert gap > 1e-3  # the two paths differ in transformers
+    else:
+        mask = sdpa.layer(0).mask  # ALiBi moved to the bias: the mask (if kept) says only who may attend
+        assert sdpa.layer(0).bias is not None and (mask is None or mask.dtype == torch.bool)
+        assert gap < 1e-5
+
+
+NEW_ALIBI = {"new_decoder_architecture": True, "num_kv_heads": 2, "parallel_attn": True}
+
+
+@pytest.mark.skipif(OLD_FALCON, reason="refused before transformers 5.25 (test_families_attnviz_cannot_reproduce…)")
+@pytest.mark.parametrize("backend", ["eager", "sdpa"])
+def test_falcon_new_decoder_architecture_with_alibi_from_transformers_5_25(backend):
+    """From 5.25 Falcon's ALiBi reaches every layout inside the mask: the new decoder architecture
+    (q/k/v fused per key/value group) with ALiBi matches the model's own eager weights, padded."""
+    model = attnviz.tiny_model("falcon_alibi", attn_implementation=backend, **NEW_ALIBI)
+    reference = attnviz.tiny_model("falcon_alibi", attn_implementation="eager", **NEW_ALIBI)
+    reference.load_state_dict(model.state_dict())
+    caps = attnviz.capture(model, texts([11, 8], seed=3), IdsTokenizer())
+    ids, mask = padded([c.token_ids for c in caps])
+    with torch.no_grad():
+        own = reference(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    for b, cap in enumerate(caps):
+        n = cap.n_tokens
+        assert cap.validate(rows=None).passed and cap.info("decoder")["n_kv_heads"] == 2
+        for layer in range(2):
+            torch.testing.assert_close(cap.attention(layer), own[layer][b, :, :n, :n], atol=2e-6, rtol=0)

@@ -19,6 +19,7 @@ The facts of vision encoders and of models of two towers are :mod:`attnviz.engin
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
 import sys
@@ -321,20 +322,80 @@ def _deberta_v1_refusal(config) -> str | None:
     return None
 
 
+_TAKES_ALIBI: dict[type[nn.Module], bool] = {}
+
+
+def _takes_alibi(attention_class: type[nn.Module]) -> bool:
+    """Whether a Falcon attention class takes ALiBi as an ``alibi`` argument (transformers < 5.25:
+    its eager path adds ``alibi·inv_norm`` to the scores and its mask carries ALiBi too) — from 5.25
+    ALiBi reaches it only inside the additive mask, already ÷√d (``FalconModel.forward``)."""
+    if attention_class not in _TAKES_ALIBI:
+        _TAKES_ALIBI[attention_class] = "alibi" in inspect.signature(attention_class.forward).parameters
+    return _TAKES_ALIBI[attention_class]
+
+
+def _falcon_passes_alibi(module: Any) -> bool:
+    return _takes_alibi(type(module))
+
+
+def falcon_passes_alibi() -> bool:
+    """Whether the installed transformers' Falcon passes ALiBi as an argument (< 5.25) rather than in its mask."""
+    from transformers.models.falcon import modeling_falcon
+
+    return _takes_alibi(modeling_falcon.FalconAttention)
+
+
 def _falcon_refusal(config) -> str | None:
-    if getattr(config, "new_decoder_architecture", False) and getattr(config, "alibi", False):
-        return "Falcon's new_decoder_architecture with ALiBi is not supported (with rotary embeddings it is)"
+    alibi = getattr(config, "alibi", False)
+    if getattr(config, "new_decoder_architecture", False) and alibi and falcon_passes_alibi():
+        return (
+            "Falcon's new_decoder_architecture with ALiBi is not supported with transformers < 5.25 "
+            "(with rotary embeddings it is; from 5.25 both are)"
+        )
     return None
 
 
 def _falcon_rotary(module: Any, inputs: dict, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
     """Falcon without ALiBi rotates q and k inside its attention module: the rotation of its own
     modeling file (``apply_rotary_pos_emb``) with the ``position_embeddings`` (cos, sin) it was given."""
-    if inputs.get("alibi") is not None:
+    if module.config.alibi:
         return q, k
     cos, sin = inputs["position_embeddings"]
     rotary = sys.modules[type(module).__module__].apply_rotary_pos_emb
     return rotary(q, k, cos, sin)
+
+
+def _falcon_mask_alibi(module: Any, inputs: dict, batch: int) -> Tensor:  # [b, h, 1, k]
+    """The ALiBi term Falcon's additive mask carries on every key it lets through (transformers ≥ 5.25),
+    one row per head: a key's term is the same for every query that may see it; a key no query sees
+    (padding) gets 0, which is what ``build_alibi_tensor`` gives a padded key."""
+    mask = inputs["attention_mask"]
+    allowed = mask > torch.finfo(mask.dtype).min / 2
+    seen = torch.where(allowed, mask, torch.finfo(mask.dtype).min).amax(dim=-2, keepdim=True)
+    return torch.where(allowed.any(dim=-2, keepdim=True), seen, 0).expand(batch, module.num_heads, 1, -1)
+
+
+def _falcon_bias(module: Any, inputs: dict, batch: int) -> Tensor | None:
+    if not module.config.alibi:
+        return None
+    if not _falcon_passes_alibi(module):  # ≥ 5.25: in the mask only, moved here (the mask becomes bool)
+        return _falcon_mask_alibi(module, inputs, batch)
+    if module.config._attn_implementation == "sdpa":  # < 5.25's sdpa path: in the mask only, left there
+        return None
+    return _alibi_per_item(module, inputs["alibi"], batch) * module.inv_norm_factor
+
+
+def _falcon_mask(module: Any, inputs: dict, n: int) -> Tensor | None:
+    mask = inputs.get("attention_mask")
+    if mask is None or not module.config.alibi or _falcon_passes_alibi(module):
+        return mask
+    return mask > torch.finfo(mask.dtype).min / 2  # ≥ 5.25: its ALiBi is the bias (``_falcon_bias``)
+
+
+def _falcon_mask_bias(module: Any, inputs: dict, batch: int) -> Tensor | None:
+    if inputs.get("alibi") is None:  # no ALiBi, or ≥ 5.25 (the mask is bool already, the bias holds it)
+        return None
+    return _alibi_per_item(module, inputs["alibi"], batch) * module.inv_norm_factor
 
 
 def _bloom_refusal(config) -> str | None:
@@ -406,8 +467,10 @@ PROJECTION_SPECS: dict[str, ProjectionSpec] = {
         mask="attention_mask",
         mask_true_means_masked=True,
     ),
-    # Falcon (alibi=True, e.g. falcon-rw): fused [head, 3, d] (or multi-query [head + 2, d]); its
-    # eager path adds alibi·inv_norm to the scores, and the mask it receives carries ALiBi as well.
+    # Falcon (alibi=True, e.g. falcon-rw): fused [head, 3, d] (or multi-query [head + 2, d]). Before
+    # transformers 5.25 its eager path adds alibi·inv_norm to the scores and the mask it receives
+    # carries ALiBi as well (sdpa: the mask only); from 5.25 only the mask carries it, on both
+    # backends, and attnviz moves it into the bias (``_falcon_bias``, ``_falcon_mask``).
     # Without ALiBi (falcon-7b, -40b): RoPE applied inside the module (``rotate``), no bias; the new
     # decoder architecture fuses [kv_head, group + 2, d]
     "falcon": ProjectionSpec(
@@ -422,14 +485,9 @@ PROJECTION_SPECS: dict[str, ProjectionSpec] = {
         mask="attention_mask",
         refuse=_falcon_refusal,
         rotate=_falcon_rotary,
-        bias=lambda m, inputs, batch: (
-            None
-            if inputs.get("alibi") is None or m.config._attn_implementation == "sdpa"
-            else _alibi_per_item(m, inputs["alibi"], batch) * m.inv_norm_factor
-        ),
-        mask_bias=lambda m, inputs, batch: (
-            None if inputs.get("alibi") is None else _alibi_per_item(m, inputs["alibi"], batch) * m.inv_norm_factor
-        ),
+        bias=_falcon_bias,
+        mask_from=_falcon_mask,
+        mask_bias=_falcon_mask_bias,
     ),
     # DeBERTa (v1): one fused in_proj split per head [head, 3, d], q_bias and v_bias added after it,
     # Q divided by √(d·f) before Q·Kᵀ; c2p / p2c as v2's, by the module's own disentangled_att_bias
@@ -567,7 +625,8 @@ FAMILIES: tuple[Family, ...] = (
         "decoder",
         "ALiBi",
         "falcon_alibi",
-        "its sdpa path adds ALiBi once where eager adds it twice; each backend's own numbers are shown",
+        "from transformers 5.25 both backends add ALiBi once, recorded as the bias; before, its sdpa path "
+        "adds it once (left in the mask) where eager adds it twice; each backend's own numbers are shown",
         ("eager",),
     ),
     Family(
