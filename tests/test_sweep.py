@@ -7,6 +7,8 @@ written by its script (``python -m attnviz.workflows.sweep --write``), between i
 from pathlib import Path
 
 import pytest
+import torch
+import transformers
 
 from attnviz.engine.specs import FAMILIES
 from attnviz.workflows import sweep, sweep_table, sweep_towers
@@ -75,6 +77,7 @@ def test_the_section_names_an_outcome_without_a_number_by_its_kind_and_reason():
     refused = sweep.Outcome("vit", "sdpa", "refused", reason="no such backend")
     section = sweep_table.markdown([exact], [exact, refused], [], [], [exact, refused])
     assert "1 of 2 family × backend pairs exact" in section
+    assert section.startswith(f"Measured with transformers {transformers.__version__} and torch {torch.__version__}")
     assert "vit (sdpa) refused: no such backend" in section and "vit (eager 0e+00, sdpa refused)" in section
 
 
@@ -84,7 +87,8 @@ def test_the_support_page_holds_the_sweeps_section_between_its_marks():
         assert text.count(sweep_table.MARK) == 2, path
         section = text.split(sweep_table.MARK)[1]
         assert (
-            "**The claimed families:**" in section
+            "Measured with transformers " in section
+            and "**The claimed families:**" in section
             and "**The vision encoders**" in section
             and f"of {_pairs()} family × backend pairs exact" in section
         )

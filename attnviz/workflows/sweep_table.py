@@ -50,13 +50,19 @@ def markdown(
     not_text: Sequence[str],
     two: Sequence[Outcome] = (),
 ) -> str:
-    """The docs' sweep section: counts, then the lists (made from the outcomes, never typed)."""
+    """The docs' sweep section: the versions it ran on, counts, then the lists (made from the outcomes, never typed)."""
     by = {k: [o for o in others if o.kind == k] for k in ("exact", "refused", "mismatch", "not buildable")}
     exact_claims = [o for o in claims if o.kind == "exact"]
     types = sorted({o.family for o in others})
     exact_types = sorted({o.family for o in by["exact"]} - {o.family for o in others if o.kind != "exact"})
     not_exact = "; ".join(f"{o.family} ({o.backend}): {o.reason}" for o in claims if o.kind != "exact")
+    import torch
+    import transformers
+
     lines = [
+        f"Measured with transformers {transformers.__version__} and torch {torch.__version__} "
+        "(each release of transformers may change the lists below).",
+        "",
         f"**The claimed families:** {len(exact_claims)} of {len(claims)} family × backend pairs exact "
         f"(≤ {EXACT:.0e}; largest error {max((o.error or 0.0) for o in claims):.1e})"
         + (f"; not exact: {not_exact}" if not_exact else "")
