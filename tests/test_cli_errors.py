@@ -241,8 +241,12 @@ def test_a_corpus_commands_bad_length_and_corpus_are_said_before_the_weights(
 ):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("The cat sat.\nIt slept.\n", encoding="utf-8")
-    assert main([command, "minilm", str(corpus), "--max-length", "0"]) == 2  # was a ZeroDivisionError's traceback
-    assert one_error_line(capsys.readouterr().err) == "error: max_length must be a whole number ≥ 1, got 0"
+    with pytest.raises(SystemExit) as stop:  # was a ZeroDivisionError's traceback
+        main([command, "minilm", str(corpus), "--max-length", "0"])
+    assert stop.value.code == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        f"error: argument --max-length: a whole number ≥ 1, got '0' (see attnviz {command} --help)"
+    )
     missing = tmp_path / "missing.txt"
     assert main([command, "minilm", str(missing)]) == 2  # was said after the weights had loaded (36 s on SmolLM2)
     assert one_error_line(capsys.readouterr().err) == (
@@ -271,10 +275,81 @@ def test_the_atlas_reads_its_probe_set_before_the_weights_and_the_corpus(tmp_pat
 
 def test_coref_top_must_be_a_count_of_heads(no_weights, capsys):
     for top in ("0", "-2"):  # 0 printed an empty table and -2 every head but two (pandas' head(-2))
-        assert main(["coref", "minilm", "The cat sat. It slept.", "--pronoun", "It", "--top", top]) == 2
+        with pytest.raises(SystemExit) as stop:
+            main(["coref", "minilm", "The cat sat. It slept.", "--pronoun", "It", "--top", top])
+        assert stop.value.code == 2
         assert one_error_line(capsys.readouterr().err) == (
-            f"error: --top is how many heads to print: a whole number ≥ 1, got {top}"
+            f"error: argument --top: a whole number ≥ 1, got {top!r} (see attnviz coref --help)"
         )
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["capture", "minilm", "The cat.", "--max-length", "0"], "--max-length"),  # said 'max_length must be'
+        (["generate", "smollm2", "The cat", "--max-new-tokens", "0"], "--max-new-tokens"),  # 'max_new_tokens'
+        (["probes", "minilm", "en", "--batch-size", "-1"], "--batch-size"),
+        (["probes", "minilm", "en", "--top", "x"], "--top"),
+        (["stats", "minilm", "c.txt", "--checkpoint-every-texts", "0"], "--checkpoint-every-texts"),
+    ],
+)
+def test_a_count_below_one_is_refused_by_the_parser_naming_the_option(argv, option, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(argv)
+    assert stop.value.code == 2
+    line = one_error_line(capsys.readouterr().err)
+    assert line.startswith(f"error: argument {option}: a whole number ≥ 1, got "), line
+
+
+@pytest.fixture
+def no_model(monkeypatch, no_weights):
+    """Describing the model (its config and tokenizer: seconds for a GGUF) fails the test too."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was described before the text was checked")
+
+    monkeypatch.setattr("attnviz.workflows.models.describe_model", refuse)
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["capture", "smollm2", "  "], "error: the text is empty or only whitespace; give at least one word"),
+        (["generate", "smollm2", ""], "error: the prompt is empty or only whitespace; give at least one word"),
+        (
+            ["coref", "smollm2", "The cat sat. It slept.", "--pronoun", "she"],
+            "error: --pronoun 'she' is not in the text 'The cat sat. It slept.': give a word of it",
+        ),
+        (
+            ["coref", "smollm2", "The cat sat. It slept.", "--pronoun", "it", "--candidates", "Cat,dog"],
+            "error: --candidates 'dog' is not in the text 'The cat sat. It slept.': give a word of it",
+        ),
+    ],
+)
+def test_a_text_that_cannot_serve_is_said_before_the_model_loads(argv, said, no_model, capsys):
+    """An empty text took ~20 s on SmolLM2 (its GGUF tokenizer) before the refusal; a pronoun or a
+    candidate missing from the text came after the weights and the forward."""
+    assert main(argv) == 2
+    assert one_error_line(capsys.readouterr().err) == said
+
+
+def test_statistics_part_and_generation_are_checked_against_the_model_before_its_weights(
+    tmp_path, no_weights, no_corpus_weights, capsys
+):
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("The cat sat.\n", encoding="utf-8")
+    assert main(["stats", "minilm", str(corpus), "--statistics", "entropy,foo"]) == 2
+    assert one_error_line(capsys.readouterr().err).startswith(
+        "error: --statistics: no statistic 'foo' to compute; choose from first, special"
+    )
+    assert main(["capture", "minilm", "The cat.", "--part", "cross", "--query", "cat"]) == 2  # printed, then refused
+    assert one_error_line(capsys.readouterr().err) == (
+        "error: --part cross reads an encoder-decoder's cross-attention; minilm has one stack: leave --part out"
+    )
+    assert main(["generate", "minilm", "The cat"]) == 2
+    assert one_error_line(capsys.readouterr().err).startswith(
+        "error: minilm cannot generate text (it has no language-model head"
+    )
 
 
 def test_a_backend_the_model_cannot_run_is_named_not_the_model(capsys):

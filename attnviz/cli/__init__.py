@@ -30,7 +30,7 @@ from .commands import (
     cmd_validate,
     error_line,
 )
-from .options import add_bos, add_corpus_args, add_loading_args, add_model_args, add_out
+from .options import add_bos, add_corpus_args, add_loading_args, add_model_args, add_out, count
 
 __all__ = ["EXIT_INTERRUPTED", "build_parser", "main"]
 
@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("generate", help="continue a text with the model and record every step's attention")
     p.add_argument("model", help="embedded alias (smollm2), hub name, or local folder of a model that generates")
     p.add_argument("prompt", help="the text to continue (encoder-decoder models: the source)")
-    p.add_argument("--max-new-tokens", type=int, default=20, help="how many tokens to generate (default: 20)")
+    p.add_argument("--max-new-tokens", type=count, default=20, help="how many tokens to generate (default: 20)")
     p.add_argument("--sample", action="store_true", help="sample instead of the greedy choice")
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (with --sample)")
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold (with --sample)")
@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pronoun", required=True, help="the pronoun (its last occurrence is used), e.g. it or 它")
     p.add_argument("--candidates", help="comma-separated candidates (default: proposed from the text)")
     p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
-    p.add_argument("--top", type=int, default=10, help="how many heads to print")
+    p.add_argument("--top", type=count, default=10, help="how many heads to print")
     p.add_argument(
         "--part",
         choices=["encoder", "decoder"],
@@ -131,14 +131,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strict", action="store_true", help="refuse the file if any probe in it cannot be used")
     p.add_argument(
         "--batch-size",
-        type=int,
+        type=count,
         default=64,  # attnviz.workflows.probing.BATCH_SIZE (not imported: --help loads no torch)
         help="probes per forward, grouped by length, at most 4,096 padded tokens each (default: 64)",
     )
     p.add_argument("--per-probe", help="write each probe with the candidate each top head picked to this CSV file")
     p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
     p.add_argument("--no-bos", action="store_true", help="do not prepend a BOS token to each probe")
-    p.add_argument("--top", type=int, default=5, help="how many heads to print")
+    p.add_argument("--top", type=count, default=5, help="how many heads to print")
     add_out(p, "write the per-head accuracy to this CSV file (--csv still works)", alias="--csv")
     p.add_argument(
         "--checkpoint",
@@ -268,7 +268,7 @@ def _stats_run_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--checkpoint-every-texts",
-        type=int,
+        type=count,
         default=1000,
         help="save after this many texts per process at most (default: 1000)",
     )

@@ -102,7 +102,7 @@ def cmd_generate(args) -> int:
         raise InputError(
             "--layer chooses the layer --steps prints: add --steps (to capture only some layers, use --layers)"
         )
-    preflight(args, args.prompt, layer=args.layer, part="decoder")
+    preflight(args, args.prompt, layer=args.layer, part="decoder", what="prompt", generates=True)
     gen = generate(
         args.model,
         args.prompt,
@@ -139,6 +139,14 @@ def cmd_stats(args) -> int:
 
     if args.resume and not args.checkpoint:
         raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
+    statistics = None if args.statistics is None else [name.strip() for name in args.statistics.split(",")]
+    if statistics is not None:
+        from ..workflows.layer_reduction import wanted_columns  # deferred with torch and the rest
+
+        try:
+            wanted_columns(statistics)  # an unknown name is said before the model loads
+        except InputError as err:
+            raise InputError(f"--statistics: {err}") from err
 
     def run():
         return corpus_stats(
@@ -147,7 +155,7 @@ def cmd_stats(args) -> int:
             **corpus_kwargs(args),
             device_map=args.device_map,
             part=args.part,
-            statistics=None if args.statistics is None else [name.strip() for name in args.statistics.split(",")],
+            statistics=statistics,
             truncate=not args.no_truncate,
             checkpoint=args.checkpoint,
             resume=args.resume,
@@ -325,11 +333,13 @@ def cmd_coref(args) -> int:
         rank_heads,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
-    if args.top < 1:
-        raise InputError(f"--top is how many heads to print: a whole number ≥ 1, got {args.top}")
+    candidates = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
+    for flag, words in (("--pronoun", [args.pronoun]), ("--candidates", candidates or [])):
+        for word in words:  # a word missing from the text is said before the model loads
+            if not word or word.lower() not in args.text.lower():
+                raise InputError(f"{flag} {word!r} is not in the text {args.text!r}: give a word of it")
     preflight(args, args.text)
     cap = _capture(args)
-    candidates = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
     ranking = rank_heads(cap, args.pronoun, candidates, exclude_sinks=not args.keep_sinks, part=args.part)
     print(ranking)
     print(ranking.table.head(args.top).round(3).to_string(index=False))

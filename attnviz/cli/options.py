@@ -16,6 +16,18 @@ def _layers(value: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--layers takes comma-separated integers like 0,3,5, got {value!r}") from err
 
 
+def count(value: str) -> int:
+    """A count the library needs at least one of (``--max-length``, ``--batch-size``, ``--top``,
+    ``--max-new-tokens`` …): a whole number ≥ 1, or argparse's one-line error before anything loads."""
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"a whole number ≥ 1, got {value!r}")
+    return number
+
+
 def add_out(p: argparse.ArgumentParser, help: str, *, required: bool = False, alias: str = "--output") -> None:
     """``-o/--out`` of a subcommand that writes a file; ``alias`` (its older spelling) still works."""
     p.add_argument("-o", "--out", alias, dest="out", required=required, metavar="FILE", help=help)
@@ -35,7 +47,7 @@ def add_model_args(p: argparse.ArgumentParser, *, text_required: bool, check: bo
     )
     p.add_argument("text", nargs=None if text_required else "?", help="the text to run the model on")
     add_loading_args(p)
-    p.add_argument("--max-length", type=int, default=None, help="truncate the text to this many tokens")
+    p.add_argument("--max-length", type=count, default=None, help="truncate the text to this many tokens")
     add_bos(p)
     p.add_argument(
         "--target",
@@ -81,10 +93,10 @@ def add_corpus_args(
     p.add_argument("model", help="embedded alias, hub name or local folder")
     p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')
     add_out(p, out)
-    p.add_argument("--batch-size", type=int, default=8, help="texts per forward, grouped by length (default: 8)")
+    p.add_argument("--batch-size", type=count, default=8, help="texts per forward, grouped by length (default: 8)")
     if after_batch_size is not None:
         after_batch_size(p)
-    p.add_argument("--max-length", type=int, default=None, help="truncate each text to this many tokens")
+    p.add_argument("--max-length", type=count, default=None, help="truncate each text to this many tokens")
     add_loading_args(p, backend=False)
     if after_loading is not None:
         after_loading(p)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..errors import InputError
+from ..errors import InputError, OutOfRangeError, UnsupportedModelError
 
 
 def _n_heads(config, part: str | None) -> int | None:
@@ -24,22 +24,37 @@ def preflight(
     head: int | None = None,
     query: str | None = None,
     part: str | None = None,
+    what: str = "text",
+    generates: bool = False,
 ) -> None:
-    """``args.model`` described (config and tokenizer, no weights) and the arguments checked against it:
-    a supported family, ``--layers``, ``layer`` and ``head`` in range, the text within the model's limit,
-    the ``query`` word in the tokenized text — an error now, not after the weights loaded and the model ran."""
+    """The text (``what``: its name in errors) not empty, then ``args.model`` described (config and
+    tokenizer, no weights) and the arguments checked against it: a supported family, one that can
+    write text (``generates``), ``--part cross`` only on an encoder-decoder, ``--layers``, ``layer``
+    and ``head`` in range, the text within the model's limit, the ``query`` word in the tokenized
+    text — an error now, not after the weights loaded and the model ran."""
     from ..data.words import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
         TokenSequence,
         words_from_offsets,
     )
-    from ..engine.specs import check_supported  # deferred with the rest of the library
-    from ..errors import OutOfRangeError  # deferred with the rest of the library
-    from ..workflows.inputs import tokenize  # deferred with the rest of the library
+    from ..engine.specs import check_supported, model_class_name  # deferred with the rest of the library
+    from ..workflows.inputs import check_texts, tokenize  # deferred with the rest of the library
     from ..workflows.models import describe_model  # deferred with the rest of the library
     from ..workflows.pipeline import check_layers, max_positions, n_layers  # deferred with the rest of the library
 
+    if text is not None:
+        check_texts(text, what)  # before the tokenizer loads (a GGUF's takes seconds)
     config, tokenizer = describe_model(args.model)
     check_supported(config)
+    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
+    if getattr(args, "part", None) == "cross" and not encoder_decoder:
+        raise InputError(
+            f"--part cross reads an encoder-decoder's cross-attention; {args.model} has one stack: leave --part out"
+        )
+    if generates and model_class_name(config) == "AutoModel":
+        raise UnsupportedModelError(
+            f"{args.model} cannot generate text (it has no language-model head: an encoder such as MiniLM reads a "
+            "text but writes none): use 'attnviz capture' for it, or generate with a causal LM such as 'smollm2'"
+        )
     layers = n_layers(config)
     check_layers(getattr(args, "layers", None), layers)
     if layer is not None:
@@ -56,7 +71,6 @@ def preflight(
     if text is None or tokenizer is None or (max_length is not None and max_length < 1):
         return  # no text to check (or a max_length the library refuses itself, before any weight loads)
     limit = max_positions(config)
-    encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
     name = str(args.model)
     [(ids, offsets, tokens)] = tokenize(tokenizer, [text], max_length, limit, name, getattr(args, "add_bos", False))
     target = getattr(args, "target", None)
