@@ -15,7 +15,14 @@ import torch
 from attnviz.dashboard import app as app_module
 from attnviz.dashboard import captures as captures_module
 from attnviz.dashboard import create_app
-from attnviz.dashboard.captures import Captures, content_words_before, default_head, default_query, wants_bos
+from attnviz.dashboard.captures import (
+    Captures,
+    content_words_before,
+    default_head,
+    default_query,
+    is_encoder_decoder,
+    wants_bos,
+)
 from attnviz.dashboard.common import word_of
 from attnviz.dashboard.errors import shows_errors
 from attnviz.dashboard.ids import AID, ID
@@ -90,10 +97,18 @@ def test_a_public_host_warns_that_there_is_no_authentication(monkeypatch, capsys
 
 
 @pytest.mark.slow
-def test_decoders_without_a_bos_open_with_one():
+def test_decoders_without_a_bos_open_with_one(monkeypatch):
+    """Read from the config and tokenizer alone: picking a model on the page loads no weights (it did,
+    and a test's teardown interrupting that load was CI's unhandled-thread warning)."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the weights were loaded to read a config fact")
+
+    monkeypatch.setattr("attnviz.workflows.models._load_cached", refuse)
     assert wants_bos("smollm2") is True  # its tokenizer starts a text with its first word
     assert wants_bos("minilm") is False  # [CLS] comes first already
     assert wants_bos("file:x.attnviz") is False
+    assert is_encoder_decoder("smollm2") is False
 
 
 @pytest.mark.slow

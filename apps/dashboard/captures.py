@@ -34,6 +34,7 @@ import torch
 import attnviz
 from attnviz.analysis.coref import STOP_WORDS
 from attnviz.workflows.inputs import Encoded, tokenize
+from attnviz.workflows.models import describe_model, writes_text
 from attnviz.workflows.pipeline import max_positions
 
 from .cache import CaptureCache, capture_key
@@ -53,11 +54,11 @@ def wants_bos(model: str) -> bool:
     no special token, so that its attention sink is not the text's first word."""
     if model.startswith(FILE_PREFIX):
         return False
-    try:
-        loaded, tokenizer = attnviz.load_model(model)
+    try:  # the config and tokenizer only: the weights load when the page runs the model
+        config, tokenizer = describe_model(model)
     except attnviz.AttnvizError:
         return False
-    if getattr(loaded.config, "is_encoder_decoder", False) or not loaded.can_generate():
+    if getattr(config, "is_encoder_decoder", False) or not writes_text(config):
         return False
     ids = tokenizer("a")["input_ids"]
     return not ids or ids[0] not in set(getattr(tokenizer, "all_special_ids", []))
@@ -68,7 +69,7 @@ def is_encoder_decoder(model: str) -> bool:
     if model.startswith(FILE_PREFIX) or model in attnviz.EMBEDDED_MODELS:
         return False
     try:
-        return bool(attnviz.load_model(model)[0].config.is_encoder_decoder)
+        return bool(getattr(describe_model(model)[0], "is_encoder_decoder", False))
     except attnviz.AttnvizError:
         return False
 

@@ -36,9 +36,9 @@ def preflight(
         TokenSequence,
         words_from_offsets,
     )
-    from ..engine.specs import check_supported, model_class_name  # deferred with the rest of the library
+    from ..engine.specs import check_supported  # deferred with the rest of the library
     from ..workflows.inputs import check_texts, tokenize  # deferred with the rest of the library
-    from ..workflows.models import describe_model  # deferred with the rest of the library
+    from ..workflows.models import describe_model, writes_text  # deferred with the rest of the library
     from ..workflows.pipeline import check_layers, max_positions, n_layers  # deferred with the rest of the library
 
     if text is not None:
@@ -50,7 +50,7 @@ def preflight(
         raise InputError(
             f"--part cross reads an encoder-decoder's cross-attention; {args.model} has one stack: leave --part out"
         )
-    if generates and model_class_name(config) == "AutoModel":
+    if generates and not writes_text(config):
         raise UnsupportedModelError(
             f"{args.model} cannot generate text (it has no language-model head: an encoder such as MiniLM reads a "
             "text but writes none): use 'attnviz capture' for it, or generate with a causal LM such as 'smollm2'"

@@ -41,6 +41,7 @@ __all__ = [
     "load_model",
     "load_processor",
     "model_kind",
+    "writes_text",
 ]
 
 
@@ -149,6 +150,15 @@ def model_kind(config: Any) -> str:
     if vision_spec(config) is not None:
         return "vision"
     return "text"
+
+
+def writes_text(config: Any) -> bool:
+    """Whether the model :func:`load_model` loads for this config can generate text (a causal LM, a
+    seq2seq LM, a vision-language model) — from the config alone, before any weight loads."""
+    kind = model_kind(config)
+    if kind == "vlm":
+        return True
+    return kind == "text" and model_class_name(config) in {"AutoModelForCausalLM", "AutoModelForSeq2SeqLM"}
 
 
 def _model_class(config):
