@@ -190,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--views",
         default="heatmap,head,model",
-        help=f"comma-separated, from {', '.join(EXPORT_VIEWS)} (default: heatmap,head,model)",
+        help=f"comma-separated, from {', '.join(EXPORT_VIEWS)} (default: heatmap,head,model); validation is two "
+        "figures: every layer and head's error, and --layer/--head's model numbers, attnviz's and their difference",
     )
     p.add_argument("--layer", type=int, default=None, help="the layer (default: the first captured)")
     p.add_argument("--head", type=int, default=0, help="the head (default: 0)")
