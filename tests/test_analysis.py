@@ -460,3 +460,11 @@ def test_rollout_figure_keeps_three_digits_of_tiny_flows():
     outside = tiny[:, 1:].numpy()
     np.testing.assert_allclose(z[:, 1:], outside, rtol=2e-3, atol=1e-12)
     assert f"{fig.data[0].zmax:.3g}" in fig.layout.title.text and "0.000;" not in fig.layout.title.text
+
+
+def test_a_candidate_on_the_sink_is_said_with_the_way_out_in_both_spellings():
+    """The library's add_bos=True and the command line's --add-bos, in the note the CLI prints too."""
+    cap = hand_capture(range(5), [[], [], [], [], [1]], text="the cat sat on it")
+    ranked = rank_heads(cap, "it", ["the", "cat"])
+    assert "'the' holds the sink token" in str(ranked)
+    assert "prepend a BOS (add_bos=True, --add-bos on the command line)" in str(ranked)

@@ -353,14 +353,16 @@ def rank_heads(
     p = find_span(cap, pronoun, last=True)
     spans = [find_span(cap, c) for c in candidates] if candidates is not None else propose_candidates(cap, p)
     if not spans:
-        raise InputError(f"no candidate antecedents for {p.text!r}: pass candidates=[...]")
+        raise InputError(
+            f"no candidate antecedents for {p.text!r}: pass candidates=[...] (--candidates on the command line)"
+        )
     refuse_later_candidates(any(r.causal for r in cap.records.values()), p, spans)
     names = _unique([s.text for s in spans])
     exclude = sink_positions(cap.offsets, p.tokens) if exclude_sinks else []
     notes = [
         f"{s.text!r} holds the sink token {cap.token_labels[t]!r}, left out of its weight"
         + ("" if set(s.tokens) - set(exclude) else " (so it gets 0)")
-        + "; prepend a BOS (add_bos=True) to keep the sink off the text"
+        + "; prepend a BOS (add_bos=True, --add-bos on the command line) to keep the sink off the text"
         for s in spans
         for t in s.tokens
         if t in exclude
