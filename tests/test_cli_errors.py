@@ -124,7 +124,13 @@ def test_layer_and_query_are_checked_against_the_config_and_the_text_before_the_
         one_error_line(capsys.readouterr().err) == "error: --layer 5 is not among --layers [0, 1]: add it to --layers"
     )
     assert main(["capture", "smollm2", "The dog ran.", "--layers", "0,40"]) == 2
-    assert one_error_line(capsys.readouterr().err) == "error: layer 40 is out of range: this model has layers 0..29"
+    assert (
+        one_error_line(capsys.readouterr().err) == "error: --layers: layer 40 is out of range: smollm2 has layers 0..29"
+    )
+    assert main(["capture", "smollm2", "The dog ran.", "--layers", ","]) == 2  # said as layers=[] (Python)
+    assert one_error_line(capsys.readouterr().err) == (
+        "error: --layers names no layer: give some, like 0,3,5, or leave it out for every layer"
+    )
     assert main(["generate", "smollm2", "Once", "--steps", "--layer", "30"]) == 2
     assert one_error_line(capsys.readouterr().err) == "error: --layer 30 is out of range: smollm2 has layers 0..29"
 
@@ -136,6 +142,27 @@ def test_head_and_layer_of_export_are_checked_before_the_weights(no_weights, tmp
     assert one_error_line(capsys.readouterr().err) == "error: --head 12 is out of range: minilm has heads 0..11"
     assert main(["export", "minilm", "The dog ran.", "--layer", "6", "--out", out]) == 2
     assert one_error_line(capsys.readouterr().err) == "error: --layer 6 is out of range: minilm has layers 0..5"
+
+
+def test_export_from_a_capture_names_the_option_it_cannot_show(tmp_path, capsys):
+    """They were the library's 'layer 9 is out of range: this model has …', naming no option."""
+    import torch
+
+    import attnviz
+
+    path = attnviz.capture(attnviz.tiny_model("bert"), input_ids=torch.tensor([[5, 9, 17]]), layers=[1]).save(
+        tmp_path / "c.attnviz"
+    )
+    out = str(tmp_path / "x.html")
+    cases = [
+        (["--layer", "0"], f"error: --layer 0: {path} holds layers [1] of its encoder; give one of them"),
+        (["--head", "4"], f"error: --head 4 is out of range: {path} has heads 0..3"),
+        (["--part", "cross"], f"error: --part cross: {path} holds encoder; give one of them"),
+    ]
+    for extra, said in cases:
+        assert main(["export", "--capture", str(path), "-o", out, *extra]) == 2
+        assert one_error_line(capsys.readouterr().err) == said
+    assert main(["export", "--capture", str(path), "-o", out, "--head", "3"]) == 0
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..errors import InputError, Interrupted
+from ..errors import InputError, Interrupted, OutOfRangeError
 from .options import check_capture_out, check_writable, column_mapping, corpus_kwargs, loading_kwargs
 from .preflight import preflight
 
@@ -390,6 +390,20 @@ def cmd_probes(args) -> int:
 EXPORT_VIEWS = ("heatmap", "head", "model", "validation")
 
 
+def _check_shown(args, cap) -> None:
+    """``export --capture FILE``'s ``--part``, ``--layer`` and ``--head`` against what the file holds,
+    said as the options (as preflight says them against a model)."""
+    if args.part is not None and args.part not in cap.parts:
+        raise InputError(f"--part {args.part}: {args.capture} holds {', '.join(cap.parts)}; give one of them")
+    part = args.part or cap.parts[0]
+    held = cap.layer_indices(part)
+    if args.layer is not None and args.layer not in held:
+        raise OutOfRangeError(f"--layer {args.layer}: {args.capture} holds layers {held} of its {part}; give one of them")
+    heads = cap.info(part)["n_heads"]
+    if not 0 <= args.head < heads:
+        raise OutOfRangeError(f"--head {args.head} is out of range: {args.capture} has heads 0..{heads - 1}")
+
+
 def cmd_export(args) -> int:
     """``attnviz export``: a capture's views as one self-contained HTML file."""
     from .. import (
@@ -409,6 +423,7 @@ def cmd_export(args) -> int:
     if args.capture:
         _refuse_run_options(args, "export")
         cap = load(args.capture)
+        _check_shown(args, cap)
     elif args.model and args.text:
         preflight(args, args.text, layer=args.layer, head=args.head, part=args.part or "encoder")
         cap = _capture(args)

@@ -56,7 +56,15 @@ def preflight(
             "text but writes none): use 'attnviz capture' for it, or generate with a causal LM such as 'smollm2'"
         )
     layers = n_layers(config)
-    check_layers(getattr(args, "layers", None), layers)
+    wanted = getattr(args, "layers", None)
+    if wanted is not None:  # said as the option, as --layer and --head are
+        if not wanted:
+            raise InputError("--layers names no layer: give some, like 0,3,5, or leave it out for every layer")
+        outside = [n for n in wanted if n < 0 or (layers is not None and n >= layers)]
+        if outside:
+            top = f"0..{layers - 1}" if layers is not None else "≥ 0"
+            raise OutOfRangeError(f"--layers: layer {outside[0]} is out of range: {args.model} has layers {top}")
+    check_layers(wanted, layers)
     if layer is not None:
         if layer < 0 or (layers is not None and layer >= layers):
             top = f"0..{layers - 1}" if layers is not None else "≥ 0"
