@@ -175,6 +175,14 @@ def test_the_head_statistics_view_shows_a_corpus_table(tmp_path, tiny_bert_words
         _post(broken_app, run_output, {ID.run: 0}, {ID.text: "The cat sat.", ID.model: "minilm"}, changed=[])
     )
     assert "Could not open the statistics file" in opening and "not a table of attnviz stats" in opening
+    both_app = create_app(  # two files that cannot be opened: both said (the second overwrote the first)
+        MODELS, default_model="minilm", stats_file=str(broken), corpus_file=str(tmp_path / "nothing.txt")
+    )
+    run_output = next(key for key in both_app.callback_map if f"{ID.store}.data" in key)
+    opening = json.dumps(
+        _post(both_app, run_output, {ID.run: 0}, {ID.text: "The cat sat.", ID.model: "minilm"}, changed=[])
+    )
+    assert "Could not open the statistics file" in opening and "Could not open the corpus file" in opening
 
 
 def _post(app, callback_output: str, inputs: dict, state: dict, changed: list | None = None) -> dict:

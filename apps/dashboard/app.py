@@ -107,7 +107,7 @@ def create_app(
       statistics, rollout, validation) computed, by background jobs (progress, Cancel).
     """
     models = dict(models or DEFAULT_MODELS)
-    startup_error = ""
+    startup_errors: list[str] = []  # each file that could not be opened, said together when the page opens
     default_text = DEFAULT_TEXT
     if default_model is not None and default_model not in models:
         models = {default_model: default_model, **models}
@@ -121,13 +121,13 @@ def create_app(
         try:
             corpus = read_table(stats_file)
         except attnviz.AttnvizError as err:
-            startup_error = f"Could not open the statistics file: {err}"
+            startup_errors.append(f"Could not open the statistics file: {err}")
     texts = None
     if corpus_file is not None:
         try:
             texts = space_view.read_corpus(corpus_file)
         except (attnviz.AttnvizError, OSError) as err:
-            startup_error = f"Could not open the corpus file: {err}"
+            startup_errors.append(f"Could not open the corpus file: {err}")
     files: dict[str, str] = {}  # the page's name of a capture file -> its path, which stays on the server
     opened = None
     if capture_file is not None:
@@ -138,7 +138,7 @@ def create_app(
             models = {value: f"capture file: {Path(capture_file).name} ({opened.model.get('name')})", **models}
             selected, default_text = value, opened.text
         except attnviz.AttnvizError as err:
-            startup_error = f"Could not open the capture file: {err}"
+            startup_errors.append(f"Could not open the capture file: {err}")
     few_malloc_arenas()
     captures = Captures(
         models, cache_bytes=cache_bytes, max_tokens=max_tokens, files=files, background_from=background_from
@@ -161,7 +161,7 @@ def create_app(
     def show_view(tab):
         return [{"display": "block"} if key == tab else {"display": "none"} for key, _ in VIEWS]
 
-    run_view.register(app, captures, startup_error=startup_error)
+    run_view.register(app, captures, startup_error=" ".join(startup_errors))
     jobs_view.register(app, captures)
     for view in (
         overview_view,
