@@ -398,7 +398,9 @@ def _check_shown(args, cap) -> None:
     part = args.part or cap.parts[0]
     held = cap.layer_indices(part)
     if args.layer is not None and args.layer not in held:
-        raise OutOfRangeError(f"--layer {args.layer}: {args.capture} holds layers {held} of its {part}; give one of them")
+        raise OutOfRangeError(
+            f"--layer {args.layer}: {args.capture} holds layers {held} of its {part}; give one of them"
+        )
     heads = cap.info(part)["n_heads"]
     if not 0 <= args.head < heads:
         raise OutOfRangeError(f"--head {args.head} is out of range: {args.capture} has heads 0..{heads - 1}")
