@@ -239,7 +239,10 @@ def test_cli_generate_prints_the_continuation_and_saves_a_generation(tmp_path, c
     assert code == 0 and len(attnviz.Generation.of(attnviz.load(out))) == 2
     assert main(["generate", "minilm", "The cat", "--max-new-tokens", "2"]) == 2
     assert "cannot generate" in capsys.readouterr().err
-    assert main(["generate", "smollm2", "The cat", "--max-new-tokens", "0"]) == 2
+    with pytest.raises(SystemExit) as stop:  # the parser's (tests/test_cli_errors.py)
+        main(["generate", "smollm2", "The cat", "--max-new-tokens", "0"])
+    assert stop.value.code == 2
+    capsys.readouterr()
     assert main(["generate", "smollm2", "The cat", "--temperature", "0.5"]) == 2
     assert "--sample" in capsys.readouterr().err
 
