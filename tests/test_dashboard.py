@@ -462,6 +462,10 @@ def test_picking_another_model_says_the_views_wait_for_run(dash_duo):
         "The views show MiniLM (BERT)'s capture: press Run model to read the text with SmolLM2 (decoder).",
     )
     assert "minilm" in dash_duo.find_element(f"#{ID.status}").text  # nothing ran
+    # SmolLM2's tokenizer starts a text with its first word: its BOS default, read from its config and
+    # tokenizer (no weights); waited for, so the test does not end inside that read
+    poll(lambda: dash_duo.find_element(f"#{ID.bos} input").is_selected(), timeout=60)
     choose(dash_duo, f"#{ID.model}", 0)
     dash_duo.wait_for_text_to_equal(f"#{ID.model_hint}", "")
+    poll(lambda: not dash_duo.find_element(f"#{ID.bos} input").is_selected(), timeout=30)  # [CLS] comes first
     no_console_errors(dash_duo)
