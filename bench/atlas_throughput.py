@@ -50,7 +50,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from corpus_throughput import forward_all, make_corpus, plain_batches  # noqa: E402  the same corpus, batches, forward
+from corpus_throughput import forward_all, machine, make_corpus, plain_batches  # noqa: E402  the same corpus, batches, forward
 
 import attnviz  # noqa: E402
 from attnviz.analysis import corpus_stats, head_atlas  # noqa: E402
@@ -166,6 +166,7 @@ def main() -> int:
     p.add_argument("--stages", action="store_true", help="also time the atlas' pass stage by stage")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
+    print(machine(), flush=True)
     corpus = make_corpus(args.texts)
     missed = []
     for name in [m for m in args.models.split(",") if m]:

@@ -53,6 +53,7 @@ import argparse
 import cProfile
 import inspect
 import os
+import platform
 import pstats
 import random
 import resource
@@ -110,6 +111,22 @@ def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
 
 
 # ------------------------------------------------------------------ part 1: corpus_stats vs forward
+def machine() -> str:
+    """The CPU these ratios were measured on: the atlas' and the statistics' own work (small operations over
+    the weights) and the model's (its GEMMs) do not scale alike from one processor to another, so the same
+    code's ratio moves with the CPU (docs/benchmarks.md: 0.76–0.78× and 0.89× on two)."""
+    name = platform.processor() or platform.machine()
+    try:
+        names = [line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")]
+        name = names[0] if names else name
+    except OSError:
+        pass
+    return (
+        f"CPU: {name}, {os.cpu_count()} cores; torch {torch.__version__} "
+        f"({torch.backends.cpu.get_cpu_capability()}), {torch.get_num_threads()} thread(s)"
+    )
+
+
 def plain_batches(model, tok, texts: list[str], batch_size: int) -> list[dict[str, Any]]:
     """The batches corpus_stats cuts (length_batches, the tokenizer's lengths), right-padded as
     attnviz pads them, with the keyword arguments attnviz's capture passes to forward."""
@@ -410,6 +427,7 @@ def main() -> int:
     logging.set_verbosity_error()
     logging.disable_progress_bar()
     started = time.perf_counter()
+    print(machine(), flush=True)
 
     results = []
     for family in (f.strip() for f in args.models.split(",") if f.strip()):

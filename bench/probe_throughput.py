@@ -34,16 +34,21 @@ import statistics
 import sys
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import torch
 
-import attnviz
-from attnviz.analysis import load_probes
-from attnviz.workflows.corpus import length_batches
-from attnviz.workflows.inputs import tokenize
-from attnviz.workflows.pipeline import forward_inputs, resolve
-from attnviz.workflows.probing import BATCH_SIZE, BATCH_TOKENS
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from corpus_throughput import machine  # noqa: E402  the CPU line every throughput bench prints
+
+import attnviz  # noqa: E402
+from attnviz.analysis import load_probes  # noqa: E402
+from attnviz.workflows.corpus import length_batches  # noqa: E402
+from attnviz.workflows.inputs import tokenize  # noqa: E402
+from attnviz.workflows.pipeline import forward_inputs, resolve  # noqa: E402
+from attnviz.workflows.probing import BATCH_SIZE, BATCH_TOKENS  # noqa: E402
 
 GOAL = 0.80
 
@@ -128,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    print(machine())
     print(f"evaluate_probes vs a plain batched forward of the same batches — {args.threads} thread(s), CPU time")
     print(
         f"{'model':10} {'probes':>6} {'batches':>7} {'pad':>5} {'plain s':>8} {'eval s':>8} {'ratio':>6} "
