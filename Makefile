@@ -73,7 +73,7 @@ bench: setup
 	$(PY) bench/soak.py   # 8 sessions x 50 interactions on one server
 	$(PY) bench/moved_cost.py   # what keeping "what moves" costs a capture
 	$(PY) bench/moved_shares.py   # weight vs what moves on the carried models (reported)
-	-$(PY) bench/atlas_throughput.py   # MiniLM misses its 0.8x goal, BERT-base's shape and SmolLM2 meet it (docs/benchmarks.md); reported, not a gate
+	-$(PY) bench/atlas_throughput.py   # MiniLM meets its 0.8x goal on some CPUs and not on others (0.89x / 0.77x, docs/benchmarks.md); reported, not a gate
 	-$(PY) bench/probe_throughput.py   # MiniLM misses its 0.8x goal (docs/benchmarks.md); reported, not a gate
 	$(PY) bench/probe_accuracy.py   # the carried models on the shipped probe sets (reported)
 
