@@ -104,14 +104,15 @@ def by_hand(caps: list[attnviz.Capture]) -> pd.DataFrame:
     )[["layer", "head", *MOVED]]
 
 
-def assert_moved_equal(table: pd.DataFrame, expected: pd.DataFrame, atol: float = 1e-6) -> None:
+def assert_moved_equal(table: pd.DataFrame, expected: pd.DataFrame, atol: float = 1e-6, rtol: float = 0.0) -> None:
     pd.testing.assert_frame_equal(
         table[["layer", "head"]].reset_index(drop=True), expected[["layer", "head"]].reset_index(drop=True)
     )
     ours, theirs = table[MOVED].to_numpy(), expected[MOVED].to_numpy()
     assert (pd.isna(ours) == pd.isna(theirs)).all()  # NaN exactly where a column has no scored row
-    diff = abs(ours - theirs)
-    assert float(diff[~pd.isna(diff)].max()) <= atol
+    known = ~pd.isna(theirs)
+    excess = abs(ours - theirs)[known] - rtol * abs(theirs[known])
+    assert float(excess.max()) <= atol
 
 
 def _ids_texts(count: int, seed: int = 0) -> list[str]:
@@ -186,7 +187,8 @@ def test_the_fused_pass_gives_the_same_moved_columns_also_over_chunks_of_a_long_
     cap = attnviz.capture(model, input_ids=ids)
     fused = summarize(cap).head_stats()
     pd.testing.assert_frame_equal(fused, head_stats(cap), rtol=1e-5, atol=1e-6)
-    assert_moved_equal(fused, by_hand([cap]), atol=1e-5)
+    # the mean distance by norm is ~255 tokens here, where one float32 step is 1.5e-5: relative there
+    assert_moved_equal(fused, by_hand([cap]), atol=1e-6, rtol=1e-6)
 
 
 def test_the_fused_pass_of_an_encoder_decoder_part(tiny):
