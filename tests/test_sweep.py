@@ -68,7 +68,7 @@ def test_a_wrong_number_is_a_mismatch_not_exact(monkeypatch):
     """The classification can fail: a comparison off by more than EXACT is a mismatch with its error."""
     monkeypatch.setattr(sweep, "compare", lambda eager, model: 1e-3)
     (outcome,) = sweep.claimed(["llama"])[:1]
-    assert outcome.kind == "mismatch" and outcome.error == 1e-3 and "> 5e-07" in outcome.reason
+    assert outcome.kind == "mismatch" and outcome.error == 1e-3 and "> 1e-06" in outcome.reason
 
 
 def test_the_section_names_an_outcome_without_a_number_by_its_kind_and_reason():

@@ -47,8 +47,13 @@ from attnviz.workflows.models import IdsTokenizer
 from attnviz.workflows.runner import capture
 from attnviz.workflows.tiny import tiny_families, tiny_model, tiny_processor
 
-#: the bound of "exact" at float32: every layer and head of every part, the largest absolute difference
-EXACT = 5e-7
+#: the bound of "exact" at float32: every layer and head of every part, the largest absolute difference — about
+#: eight float32 steps at a weight of 1. A capture on sdpa is compared with the *eager* model's weights, and the
+#: two backends' own float32 roundings differ: on an AMD EPYC (Zen 5) UMT5's sdpa capture is 5.1e-7 from its eager
+#: weights while the eager weights themselves are 3.3e-7 from the same model run in float64 (T5's scores are not
+#: scaled by 1/√d, so their rounding reaches the weights larger); 5e-7, the bound until 4 Dec 2026, held on the
+#: processors measured before.
+EXACT = 1e-6
 #: the config fields set on every family, where its config has them (at construction, so derived fields
 #: such as ``layer_types`` or ``head_dim`` follow)
 TINY_FIELDS: dict[str, Any] = {
