@@ -93,6 +93,33 @@ def test_the_tally_counts_where_each_rows_maximum_falls_as_numpy_does():
     assert list(hits) == [1, 1, N]  # rows 15 and 16 of heads 0 and 1 land on the rarest; head 2 always
 
 
+def test_a_row_whose_keys_tie_for_the_rarest_token_is_left_out_of_the_rare_word_role():
+    """Voita's rare-word head points at *the* least frequent token: a row whose keys hold two different
+    tokens of the lowest corpus count has none to point at, so it is not a rare-word row (a maximum on
+    either would be a hit by chance); a token repeated at two keys is still one token."""
+    a = _hand_made()  # head 2: every row's maximum on position 14 (token 11)
+    counts = _corpus_counts()
+    counts[13] = 1  # token 13 (positions 8 and 18) now ties with token 11 at the lowest count
+    tally = HeadTally([0], 3, counts, {"the text": 7})
+    tally.batch(torch.tensor([IDS]), ["the text"])
+    visible = torch.ones(1, N, N, dtype=torch.bool)
+    pairs = torch.zeros(3, 0, dtype=torch.long)
+    entropy = -(a * a.log()).sum(-1)
+    tally.take("encoder", 0, a, 0, visible, torch.zeros(1, N), pairs, torch.zeros(0, dtype=torch.long), {}, entropy)
+    tally.flush()
+    assert tally.rare_rows.tolist() == [0] and tally.rare[0].tolist() == [0, 0, 0]  # every row sees the tie
+    # causal: rows 1-6 see only tokens of count 12 (a tie), rows 7-13 see token 13 alone at count 1, from
+    # row 14 on tokens 11 and 13 tie at 1 — seven rows have one rarest token, as numpy counts them too
+    causal = torch.ones(N, N, dtype=torch.bool).tril()[None]
+    tally = HeadTally([0], 3, counts, {"the text": 7})
+    tally.batch(torch.tensor([IDS]), ["the text"])
+    tally.take("decoder", 0, a, 0, causal, torch.zeros(1, N), pairs, torch.zeros(0, dtype=torch.long), {}, entropy)
+    tally.flush()
+    ids, c = np.array(IDS), counts.numpy()
+    single = [len(set(ids[: i + 1][c[ids[: i + 1]] == c[ids[: i + 1]].min()].tolist())) == 1 for i in range(1, N)]
+    assert tally.rare_rows.item() == sum(single) == 7
+
+
 def test_the_atlas_names_a_previous_token_a_positional_and_a_rare_word_head():
     a = _hand_made()
     tally = _tally_of(a)
@@ -158,7 +185,7 @@ def test_atlas_scores_equal_numpy_over_the_captured_maps(family):
         offsets = np.zeros((heads, 2 * OFFSETS + 2))
         rare = np.zeros(heads)
         previous, first, entropy = np.zeros(heads), np.zeros(heads), np.zeros(heads)
-        rows = log_keys = prev_rows = tokens = 0
+        rows = rare_rows = log_keys = prev_rows = tokens = 0
         for cap in caps:
             m = cap.attention(layer).double().numpy()  # [head, q, k]
             ids = np.array(cap.token_ids)
@@ -167,10 +194,13 @@ def test_atlas_scores_equal_numpy_over_the_captured_maps(family):
             lowest = np.minimum.accumulate(counts[ids]) if causal else np.full(n, counts[ids].min())
             top = m.argmax(-1)  # [head, row]
             for i in np.flatnonzero(seen >= 2):
+                keys = ids[: seen[i]] if causal else ids
+                single = len(set(keys[counts[keys] == lowest[i]].tolist())) == 1  # one rarest token, no tie
+                rare_rows += single
                 for h in range(heads):
                     o = top[h, i] - i
                     offsets[h, o + OFFSETS if abs(o) <= OFFSETS else -1] += 1
-                    rare[h] += counts[ids[top[h, i]]] == lowest[i]
+                    rare[h] += single and counts[ids[top[h, i]]] == lowest[i]
             rows += int((seen >= 2).sum())
             log_keys += np.log(seen).sum()
             previous += m[:, np.arange(1, n), np.arange(n - 1)].sum(-1)
@@ -182,7 +212,8 @@ def test_atlas_scores_equal_numpy_over_the_captured_maps(family):
         share = offsets[:, :-1] / rows
         np.testing.assert_allclose(got.positional.to_numpy(), share.max(-1), atol=1e-12)
         np.testing.assert_array_equal(got.positional_offset.to_numpy(), share.argmax(-1) - OFFSETS)
-        np.testing.assert_allclose(got.rare_word.to_numpy(), rare / rows, atol=1e-12)
+        assert 0 < rare_rows < rows  # rows with one rarest token and rows with a tie, both
+        np.testing.assert_allclose(got.rare_word.to_numpy(), rare / rare_rows, atol=1e-12)
         np.testing.assert_allclose(got.previous_token.to_numpy(), previous / prev_rows, atol=1e-6)
         np.testing.assert_allclose(got.sink.to_numpy(), first / tokens, atol=1e-6)
         np.testing.assert_allclose(got.broad.to_numpy(), (entropy / tokens) / (log_keys / tokens), atol=1e-5)

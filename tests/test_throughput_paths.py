@@ -321,7 +321,7 @@ def test_the_tally_adds_a_batchs_layers_at_once_as_it_adds_them_one_by_one(famil
     index = {t: k for k, t in enumerate(texts)}
     layers = list(range(model.config.num_hidden_layers))
     g = torch.Generator().manual_seed(2)
-    counts = torch.randint(1, 4, (200,), generator=g).double()  # ties among the rarest keys
+    counts = torch.randint(1, 12, (200,), generator=g).double()  # rows with one rarest token and rows with a tie
     tallies = []
     for held in (head_tally.PENDING, 0):
         monkeypatch.setattr(head_tally, "PENDING", held)
@@ -331,6 +331,7 @@ def test_the_tally_adds_a_batchs_layers_at_once_as_it_adds_them_one_by_one(famil
         for start in range(0, len(texts), 4):
             s, _ = reducer.add(s, texts[start : start + 4], tally=tally)
         tallies.append(tally)
-    for name in ("offsets", "rare", "rows", "log_keys", "best", "where", "offset_best", "offset_where"):
+    for name in ("offsets", "rare", "rows", "rare_rows", "log_keys", "best", "where", "offset_best", "offset_where"):
         assert torch.equal(getattr(tallies[0], name), getattr(tallies[1], name)), name
     assert bool(torch.isfinite(tallies[0].best).all()) and bool((tallies[0].offsets.sum(-1) > 0).all())
+    assert bool((0 < tallies[0].rare_rows).all()) and bool((tallies[0].rare_rows < tallies[0].rows).all())

@@ -130,7 +130,8 @@ ROLES: dict[str, Role] = {
         "tokens, with no numeric threshold: " + _HALF,
     ),
     "rare_word": Role(
-        "share of rows whose maximum falls on a token of the lowest corpus count among the keys the row sees",
+        "share of rows whose maximum falls on the rarest token the row sees (the lowest corpus count among its "
+        "keys); rows whose keys hold two or more tokens of that count are left out",
         0.5,
         True,
         False,
@@ -153,8 +154,9 @@ class AtlasSums:
     """What the atlas reads of one pass over a corpus besides the statistics, per layer and head:
     ``offsets`` ``[layer, head, bin]`` rows whose maximum fell on each offset bin (:func:`offset_bins`),
     ``rare`` ``[layer, head]`` rows whose maximum fell on the rarest token they see, ``rows`` ``[layer]``
-    the rows scored (real rows seeing ≥ 2 keys), ``log_keys`` ``[layer]`` Σ log(keys seen) over every
-    real row and ``tokens`` those rows. ``examples[name]`` ``[layer, head, 3]`` (value, text, position)
+    the rows scored (real rows seeing ≥ 2 keys), ``rare_rows`` ``[layer]`` those whose keys hold one token
+    of the lowest corpus count alone (the rare-word role's rows; None: every scored row), ``log_keys``
+    ``[layer]`` Σ log(keys seen) over every real row and ``tokens`` those rows. ``examples[name]`` ``[layer, head, 3]`` (value, text, position)
     of the row where a role fires most (``previous``, ``next``, ``first``, ``special``, ``rare``,
     ``broad``, ``focused``, ``duplicate_token``, ``induction``), ``offset_examples`` ``[layer, bin,
     head, 3]`` per offset bin (text -1: none)."""
@@ -169,6 +171,7 @@ class AtlasSums:
     tokens: int
     examples: dict[str, np.ndarray] = field(default_factory=dict)
     offset_examples: np.ndarray | None = None
+    rare_rows: np.ndarray | None = None
 
 
 # the example each role reads (AtlasSums.examples)
@@ -231,7 +234,8 @@ def atlas_table(
     rows = np.asarray(sums.rows, dtype=np.float64)[:, None]  # [layer, 1]
     with np.errstate(invalid="ignore", divide="ignore"):
         shares = sums.offsets[..., :-1] / rows[..., None]  # [layer, head, offsets -8..8]
-        rare = sums.rare / rows
+        rare_rows = rows if sums.rare_rows is None else np.asarray(sums.rare_rows, dtype=np.float64)[:, None]
+        rare = sums.rare / rare_rows  # NaN where no row has one rarest token
         uniform = np.asarray(sums.log_keys, dtype=np.float64) / max(sums.tokens, 1)  # [layer]: mean log(keys)
     best_bin = shares.argmax(-1)  # [layer, head]
     tested: dict[tuple[int, int], tuple[float, float]] = {}  # (layer, head) -> (accuracy, p_holm)
@@ -254,7 +258,7 @@ def atlas_table(
                 "special_token": special,
                 "duplicate_token": duplicate,
                 "induction": float(induction[li, head]) if induction is not None else float("nan"),
-                "rare_word": float(rare[li, head]) if rows[li, 0] > 0 else float("nan"),
+                "rare_word": float(rare[li, head]) if rare_rows[li, 0] > 0 else float("nan"),
                 "coreference": float("nan"),
             }
             accuracy, p_holm = tested.get((layer, head), (float("nan"), float("nan")))

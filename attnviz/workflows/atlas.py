@@ -256,6 +256,7 @@ def _atlas_sums(tally: HeadTally, stats: pd.DataFrame, part: str | None) -> Atla
         n_heads=tally.n_heads,
         offsets=tally.offsets.numpy(),
         rare=tally.rare.numpy(),
+        rare_rows=tally.rare_rows.numpy(),
         rows=tally.rows.numpy(),
         log_keys=tally.log_keys.numpy(),
         tokens=int(stats["tokens"].iloc[0]),

@@ -69,11 +69,16 @@ class _Pending:
 class _Rows:
     """A chunk's rows, whatever the layer: which are scored ``[b, r]`` (they see ≥ 2 keys), how many
     (``seen``), ``Σ log(keys seen)`` over the real rows (``log_seen``), each key's corpus count ``count``
-    ``[b, keys]`` and the lowest each row sees ``lowest`` ``[b, r]``; :meth:`shaped` what the tally's
-    operations index with, for ``h`` heads, and :meth:`near` the keys each layer's weights are read at."""
+    ``[b, keys]``, the lowest each row sees ``lowest`` ``[b, r]``, the scored rows whose keys of that count
+    hold one token alone ``rare_ok`` ``[b, r]`` (a rarest token to point at: two tokens tied at the lowest
+    count leave the row out of the rare-word role) and how many (``rare_seen``); :meth:`shaped` what the
+    tally's operations index with, for ``h`` heads, and :meth:`near` the keys each layer's weights are read at."""
 
-    def __init__(self, scored: Tensor, seen: float, log_seen: float, count: Tensor, lowest: Tensor) -> None:
+    def __init__(
+        self, scored: Tensor, seen: float, log_seen: float, count: Tensor, lowest: Tensor, rare_ok: Tensor
+    ) -> None:
         self.scored, self.seen, self.log_seen, self.count, self.lowest = scored, seen, log_seen, count, lowest
+        self.rare_ok, self.rare_seen = rare_ok, float(rare_ok.sum())
         self._shaped: dict[tuple[int, int, int], _Shaped] = {}
         self._near: dict[tuple[int, int, int], Tensor] = {}
 
@@ -134,9 +139,10 @@ def row_max(a: Tensor) -> tuple[Tensor, Tensor]:
 class HeadTally:
     """Per layer and head, over every real query row that sees at least two keys: how often the row's
     maximum falls on each relative offset (``offsets`` ``[layer, head, 2·OFFSETS + 2]``: bins for -8..8,
-    then "farther"), how often on a token of the lowest corpus count among the keys the row sees
-    (``rare`` ``[layer, head]``; the counts are ``counts[token id]``), how many rows were scored
-    (``rows`` ``[layer]``) and ``Σ log(keys the row sees)`` over every real row (``log_keys`` ``[layer]``,
+    then "farther"), how often on the token of the lowest corpus count among the keys the row sees
+    (``rare`` ``[layer, head]``, over the ``rare_rows`` ``[layer]`` whose keys hold one token of that count
+    alone — two tokens tied there give no rarest token to point at; the counts are ``counts[token id]``),
+    how many rows were scored (``rows`` ``[layer]``) and ``Σ log(keys the row sees)`` over every real row (``log_keys`` ``[layer]``,
     the entropy of uniform attention, which the broad and focused roles compare with).
 
     ``index`` maps a text to its number in the corpus (examples name texts by it; an unknown text
@@ -157,6 +163,7 @@ class HeadTally:
         self.offsets = torch.zeros(n, h, bins, dtype=torch.float64)
         self.rare = torch.zeros(n, h, dtype=torch.float64)
         self.rows = torch.zeros(n, dtype=torch.float64)
+        self.rare_rows = torch.zeros(n, dtype=torch.float64)
         self.log_keys = torch.zeros(n, dtype=torch.float64)
         self.best = torch.full((n, len(EXAMPLES), h), float("-inf"), dtype=torch.float64)
         self.where = torch.full((n, len(EXAMPLES), h, 2), -1.0, dtype=torch.float64)
@@ -257,6 +264,7 @@ class HeadTally:
             rows = self._rows_of(pending.visible, start, keys, top.device)
             shape = rows.shaped(h, start, keys)
             self.rows[li] += rows.seen
+            self.rare_rows[li] += rows.rare_seen
             self.log_keys[li] += rows.log_seen
             # each row's maximum's relative offset's bin: -8..8 → 0..16, farther (either side) → 17; rows
             # not scored → a bin dropped
@@ -265,9 +273,9 @@ class HeadTally:
             flat = bins.add_(shape.base).view(-1)  # head · bins + bin; h · bins + bin for a row not scored
             counted = torch.bincount(flat, minlength=(h + 1) * n_bins)[: h * n_bins]
             self.offsets[li] += counted.view(len(li), -1, n_bins).double().cpu()
-            # rare: the key of the row's maximum holds a token of the lowest corpus count the row sees
+            # rare: the key of the row's maximum holds the row's one token of the lowest corpus count it sees
             hit = rows.count.gather(1, arg.view(b, -1)).view(b, h, r) == rows.lowest[:, None, :]
-            hit = hit.logical_and_(shape.ok)
+            hit = hit.logical_and_(rows.rare_ok[:, None, :])
             self.rare[li] += hit.sum((0, 2)).view(len(li), -1).double().cpu()
             # examples: the row where each role's per-row value is largest (roles in EXAMPLES' order)
             near = got["near"]
@@ -313,7 +321,13 @@ class HeadTally:
             count = self.counts.to(device)[tokens]  # [b, keys]
             inf = torch.full_like(count[:, None, :], float("inf"))
             lowest = torch.where(visible, count[:, None, :], inf).amin(-1)  # [b, r]
-            rows = _Rows(scored, float(scored.sum()), float(seen[real].double().log().sum()), count, lowest)
+            # the tokens at that count among the keys each row sees: one alone, or a tie (the row left out)
+            at_lowest = visible & (count[:, None, :] == lowest[..., None])  # [b, r, keys]
+            ids = tokens[:, None, :].expand_as(at_lowest)
+            alone = torch.where(at_lowest, ids, -1).amax(-1) == torch.where(at_lowest, ids, ids.max() + 1).amin(-1)
+            rows = _Rows(
+                scored, float(scored.sum()), float(seen[real].double().log().sum()), count, lowest, alone & scored
+            )
             found = self._per_mask[id(visible)] = (visible, rows)  # visible kept: its id stays its own
         return found[1]
 
@@ -357,16 +371,17 @@ class HeadTally:
 
     def vector(self) -> Tensor:  # float64: what an all-reduce sums
         """The sums, flat (:meth:`load_vector` takes them back, added over processes)."""
-        return torch.cat([self.offsets.flatten(), self.rare.flatten(), self.rows, self.log_keys])
+        return torch.cat([self.offsets.flatten(), self.rare.flatten(), self.rows, self.log_keys, self.rare_rows])
 
     def load_vector(self, vector: Tensor) -> None:
         vector = vector.to("cpu", torch.float64)
-        sizes = [self.offsets.numel(), self.rare.numel(), self.rows.numel(), self.log_keys.numel()]
+        sizes = [self.offsets.numel(), self.rare.numel(), self.rows.numel(), self.log_keys.numel(), len(self.rare_rows)]
         parts = torch.split(vector, sizes)
         self.offsets = parts[0].view_as(self.offsets).clone()
         self.rare = parts[1].view_as(self.rare).clone()
         self.rows = parts[2].clone()
         self.log_keys = parts[3].clone()
+        self.rare_rows = parts[4].clone()
 
     def examples_vector(self) -> Tensor:  # [row, 3] float64: (value, text, position) per role, layer and head
         """The examples, one (value, text, position) row each; :meth:`load_examples` takes the rows of
