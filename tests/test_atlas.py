@@ -16,6 +16,7 @@ from attnviz.analysis import head_atlas
 from attnviz.analysis.atlas import OFFSETS, ROLES, AtlasSums, atlas_table
 from attnviz.analysis.probe_result import ProbeResult
 from attnviz.cli import main
+from attnviz.errors import InputError
 from attnviz.workflows.atlas import random_repeats
 from attnviz.workflows.head_tally import EXAMPLES, HeadTally
 from attnviz.workflows.models import IdsTokenizer
@@ -309,6 +310,44 @@ def test_roles_picks_the_roles_reported():
     # the command line's spelling in Python too (it said "unknown role 'sink,broad'")
     same = head_atlas(model, _texts(3), tokenizer=tok, roles="sink, broad", random_sequences=2, progress=False)
     pd.testing.assert_frame_equal(same, df)
+    # a role named twice is one column, counted once (it was two columns and "sink, sink")
+    twice = head_atlas(model, _texts(3), tokenizer=tok, roles="sink,broad,sink", random_sequences=2, progress=False)
+    pd.testing.assert_frame_equal(twice, df)
+
+
+def test_coreference_asked_for_without_a_probe_set_is_refused_before_the_model_runs():
+    """Asked for by name, coreference without probes would be NaN for every head after the whole pass."""
+    with pytest.raises(InputError, match="coreference role reads a probe set: give probes="):
+        head_atlas("no-such-model", ["a text"], roles=["sink", "coreference"], progress=False)  # before loading
+    model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
+    df = head_atlas(model, _texts(2), tokenizer=tok, random_sequences=2, progress=False)  # every role: NaN is fine
+    assert df.coreference.isna().all() and "coreference" not in ",".join(df.roles)
+    hover = attnviz.figures.head_atlas(df).data[0].customdata[0][0]
+    assert "coreference: — (not scored: no probe set was given)" in hover and "nan" not in hover
+
+
+def test_an_example_at_a_special_token_names_it_in_its_context():
+    """[CLS] covers no text: its example read "…[]Tom thanked…" — now the token's own name in the brackets."""
+    from attnviz.workflows.atlas import _describer
+
+    text = "Tom thanked Mike."
+    offsets = [(0, 0), (0, 3), (4, 11), (12, 16), (16, 17), (0, 0)]
+    encoded = [([101, 3419, 5763, 3000, 1012, 102], offsets, ["[CLS]", "tom", "thanked", "mike", ".", "[SEP]"])]
+    describe = _describer([text], encoded)
+    assert describe(0, 0) == "text 0, query token 0 '[CLS]': …[[CLS]]Tom thanked Mike.…"
+    assert describe(0, 1) == "text 0, query token 1 'tom': …[Tom] thanked Mike.…"  # the text's own spelling
+    assert describe(0, 5) == "text 0, query token 5 '[SEP]': …Tom thanked Mike.[[SEP]]…"  # where it stands
+
+
+def test_a_score_is_written_on_the_side_of_its_threshold_it_is_on():
+    """0.79965 against broad's ≥ 0.8 written "0.800" read as met while the head was not counted."""
+    broad, previous = ROLES["broad"], ROLES["previous_token"]  # ≥ 0.8; > 0.5
+    assert broad.text(0.799645) == "0.7996" and broad.text(0.8) == "0.800" and broad.text(0.81234) == "0.812"
+    assert previous.text(0.5000001) == "0.5000001" and previous.text(0.4999) == "0.500"  # > 0.5: not met either way
+    assert previous.text(float("nan")) == "—"
+    df = pd.DataFrame({"layer": [0], "head": [0], "roles": [""], "broad": [0.799645]})
+    assert "· broad: 0.7996 (≥ 0.8)" in attnviz.figures.head_atlas(df).data[0].customdata[0][0]
+    assert "<td" in (page := attnviz.figures.atlas_page(df)) and ">0.7996<" in page
 
 
 def test_cli_atlas_writes_csv_and_html_and_refuses_bad_paths(tmp_path, capsys, model_folder, tiny_bert_words):

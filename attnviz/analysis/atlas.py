@@ -54,6 +54,18 @@ class Role:
             return score >= self.threshold if self.inclusive else score > self.threshold
         return score <= self.threshold if self.inclusive else score < self.threshold
 
+    def text(self, score: float, digits: int = 3) -> str:
+        """``score`` with ``digits`` decimals — or as many more as it takes for the number written to be on
+        the same side of the threshold as the score (0.79965 against ≥ 0.8 is "0.7996", not "0.800", which
+        would read as met); "—" where there is no score (NaN)."""
+        if not np.isfinite(score):
+            return "—"
+        for places in range(digits, 17):
+            written = f"{score:.{places}f}"
+            if self.met(float(written)) == self.met(score):
+                return written
+        return repr(float(score))
+
 
 _HALF = "attnviz counts a head when more than half of its attention goes there (> 0.5)"
 ROLES: dict[str, Role] = {

@@ -95,14 +95,19 @@ def head_atlas(atlas: pd.DataFrame, *, part: str | None = None, title: str | Non
             role = ROLES[name]
             side = ("≥" if role.inclusive else ">") if role.above else ("≤" if role.inclusive else "<")
             score = row[name]
-            shown = "—" if score != score else f"{score:.3f}"  # NaN: not scored
+            shown = role.text(score) if name != "coreference" else _fmt(score)  # NaN: "—", not scored
             extra = (
                 f" (offset {row['positional_offset']:+d})"
                 if name == "positional" and "positional_offset" in row
                 else ""
             )
             if name == "coreference" and "coreference_p_holm" in row:
-                extra = f" (Holm p = {row['coreference_p_holm']:.3g}; counts at p {side} {role.threshold:g})"
+                p_holm = row["coreference_p_holm"]
+                extra = (
+                    f" (Holm p = {p_holm:.3g}; counts at p {side} {role.threshold:g})"
+                    if p_holm == p_holm
+                    else " (not scored: no probe set was given)"
+                )
                 lines.append(f"{'✓' if name in met else '·'} {name}: {shown}{extra}")
                 continue
             lines.append(f"{'✓' if name in met else '·'} {name}: {shown} ({side} {role.threshold:g}){extra}")
@@ -169,7 +174,7 @@ def atlas_page(atlas: pd.DataFrame, path: str | Path | None = None, *, title: st
     head = "".join(f'<th style="{cell}">{escape(c)}</th>' for c in [*columns, "examples"])
     body = []
     for row in atlas.to_dict("records"):
-        values = [_fmt(row[c]) for c in columns]
+        values = [ROLES[c].text(row[c]) if c in ROLES and c != "coreference" else _fmt(row[c]) for c in columns]
         shown = "<br>".join(
             f"<b>{escape(e.removesuffix('_example'))}</b>: {escape(str(row[e]))}" for e in examples if row[e]
         )

@@ -81,6 +81,11 @@ def head_atlas(
     of the corpus and every process returns the same table.
     """
     chosen = _roles(roles)
+    if roles is not None and "coreference" in chosen and probes is None:
+        raise InputError(
+            "the coreference role reads a probe set: give probes= a shipped set's name ('en', 'zh') or a file "
+            "(--probes on the command line), or leave coreference out of the roles"
+        )
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise InputError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}")
     if not isinstance(random_sequences, int) or random_sequences < 1:
@@ -229,7 +234,7 @@ def _roles(roles: Iterable[str] | None) -> list[str]:
         return list(ROLES)
     if isinstance(roles, str):
         roles = [r.strip() for r in roles.split(",")]  # "sink,broad", as the command line's --roles takes them
-    chosen = list(roles)
+    chosen = list(dict.fromkeys(roles))  # each role once: "sink,sink" is one sink column, counted once
     unknown = [r for r in chosen if r not in ROLES]
     if unknown or not chosen:
         what = f"unknown role {unknown[0]!r}" if unknown else "roles is empty"
@@ -273,7 +278,10 @@ def _describer(texts: list[str], encoded: list[Encoded]):
         if not 0 <= position < len(tokens):
             return f"text {text}, token {position}"
         start, end = offsets[position]
+        if start == end:  # a special token covers no text ((0, 0) wherever it stands): after the tokens before it
+            start = end = max((e for s, e in offsets[:position] if e > s), default=0)
         before, after = body[max(0, start - 40) : start], body[end : end + 40]
-        return f"text {text}, query token {position} {tokens[position]!r}: …{before}[{body[start:end]}]{after}…"
+        shown = body[start:end] or tokens[position]  # a special token: its own name ([CLS])
+        return f"text {text}, query token {position} {tokens[position]!r}: …{before}[{shown}]{after}…"
 
     return describe
