@@ -442,3 +442,104 @@ def test_a_port_out_of_range_is_a_usage_error_not_a_traceback(port, capsys):
     assert one_error_line(capsys.readouterr().err) == (
         f"error: argument --port: a port is a whole number from 1 to 65535, got {port!r} (see attnviz app --help)"
     )
+
+
+# ---------------------------------------------------------------- attnviz app --corpus, read as attnviz atlas reads it
+NO_TEXT = 'the corpus has no text: give one text per line (.txt) or {"text": ...} per line (.jsonl)'
+
+
+@pytest.fixture
+def no_server(monkeypatch) -> list[dict]:
+    """``attnviz.dashboard.run`` replaced: what the app command would serve, recorded (nothing served)."""
+    import attnviz.dashboard
+
+    served: list[dict] = []
+    monkeypatch.setattr(attnviz.dashboard, "run", lambda **kwargs: served.append(kwargs))
+    return served
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "said"),
+    [
+        ("empty.txt", b"", NO_TEXT),
+        ("blank.txt", b"\n  \n\t\n", NO_TEXT),
+        ("bad.jsonl", b"not json\n", "{path}:1 is not JSON (Expecting value)"),
+        ("untitled.jsonl", b'{"title": "The cat sat."}\n', '{path}:1 has no "text" string'),
+        ("late.jsonl", b'{"text": "The cat sat."}\n' * 3 + b"oops\n", "{path}:4 is not JSON"),  # the page reads it
+        ("good.csv", b"The cat sat.\nIt slept.\n", "{path!r} is a .csv table"),
+        ("latin1.txt", "Café au lait.\n".encode("latin-1"), "{path!r} is not UTF-8 text (invalid continuation byte)"),
+    ],
+)
+def test_the_app_refuses_a_corpus_the_atlas_would_refuse_before_it_serves(
+    name, content, said, tmp_path, no_server, capsys
+):
+    # each was served, the page saying "Could not open the corpus file" and the atlas reading the shipped sentences
+    path = tmp_path / name
+    path.write_bytes(content)
+    assert main(["app", "--corpus", str(path), "--port", "8097"]) == 2
+    line = one_error_line(capsys.readouterr().err)
+    said = said.replace("{path!r}", repr(str(path))).replace("{path}", str(path))
+    assert line.startswith("error: attnviz app --corpus: " + said), line
+    assert no_server == []
+
+
+def test_the_app_serves_a_corpus_as_far_as_the_page_reads_it(tmp_path, no_server, capsys):
+    from attnviz.dashboard import space_view
+
+    from attnviz.cli.commands import APP_CORPUS_TEXTS
+
+    assert APP_CORPUS_TEXTS == space_view.CORPUS_TEXTS  # the check reads what the page reads, no more
+    corpus = tmp_path / "long.jsonl"
+    corpus.write_text('{"text": "The cat sat."}\n' * APP_CORPUS_TEXTS + "past what the page reads\n", encoding="utf-8")
+    assert main(["app", "--corpus", str(corpus), "--port", "8097"]) == 0
+    assert [kwargs["corpus_file"] for kwargs in no_server] == [str(corpus)]
+    assert capsys.readouterr().err == ""
+    assert len(space_view.read_corpus(str(corpus))) == APP_CORPUS_TEXTS  # and the page opens it
+
+
+def test_app_help_says_the_corpus_goes_to_the_q_k_space_and_the_head_atlas():
+    help_text = " ".join(build_parser()._subparsers._group_actions[0].choices["app"].format_help().split())
+    assert "Q·K space view" in help_text and "the Head atlas" in help_text
+
+
+# ---------------------------------------------------------------- comma-separated options and -o suffixes
+def test_comma_separated_options_take_spaces_after_the_commas():
+    parser = build_parser()
+    atlas = parser.parse_args(["atlas", "minilm", "c.txt", "--roles", "previous_token, sink ,", "--layers", "0, 3"])
+    assert atlas.roles == ["previous_token", "sink"]  # was refused: unknown role ' sink'
+    assert atlas.layers == [0, 3]
+
+
+def test_stats_statistics_take_spaces_and_an_empty_list_is_refused(tmp_path, no_corpus_weights, capsys):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The cat sat.\n", encoding="utf-8")
+    with pytest.raises(AssertionError, match="weights were loaded"):  # the names passed: the model would load
+        main(["stats", "minilm", str(corpus), "--statistics", " entropy, previous ,"])
+    assert main(["stats", "minilm", str(corpus), "--statistics", " , "]) == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        "error: --statistics takes comma-separated names (e.g. entropy,previous), got ' , '"
+    )
+
+
+def test_an_upper_case_out_suffix_is_that_format(tmp_path, monkeypatch, capsys):
+    import pandas as pd
+
+    from attnviz.workflows.corpus import read_table
+
+    def atlas(model, corpus, **kwargs):
+        df = pd.DataFrame({"layer": [0, 0], "head": [0, 1], "roles": ["sink", ""], "texts": 1, "tokens": 4})
+        df.attrs.update(texts=1, tokens=4, rank=0)
+        return df
+
+    monkeypatch.setattr("attnviz.workflows.atlas.head_atlas", atlas)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("The cat sat.\n", encoding="utf-8")
+    out = tmp_path / "atlas.CSV"
+    assert main(["atlas", "minilm", str(corpus), "-o", str(out), "--quiet"]) == 0  # was: give a .csv … path
+    assert capsys.readouterr().err.splitlines()[-1] == f"wrote {out}"
+    assert list(read_table(out)["roles"].fillna("")) == ["sink", ""]  # written as CSV, and read back as CSV
+    pages: list[str] = []
+    monkeypatch.setattr("attnviz.views.atlas.atlas_page", lambda df, path: pages.append(path))
+    page = str(tmp_path / "atlas.HTML")
+    assert main(["atlas", "minilm", str(corpus), "-o", page, "--quiet"]) == 0
+    assert pages == [page]  # a page, not a table's "cannot tell the format"

@@ -30,7 +30,7 @@ from .commands import (
     cmd_validate,
     error_line,
 )
-from .options import add_bos, add_corpus_args, add_loading_args, add_model_args, add_out, count
+from .options import add_bos, add_corpus_args, add_loading_args, add_model_args, add_out, count, names
 
 __all__ = ["EXIT_INTERRUPTED", "build_parser", "main"]
 
@@ -217,7 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--corpus",
         default=None,
-        help="texts (.txt, one per line, or .jsonl) the Q·K space view embeds beside the page's text",
+        help='texts (.txt, one per line, or .jsonl {"text": ...}; its first 500 are read) for the Q·K space view, '
+        "which embeds them beside the page's text, and the Head atlas (without one it reads the shipped English "
+        "probe sentences); a file attnviz atlas would refuse is refused before the page serves",
     )
     p.add_argument(
         "--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1; others warn: no authentication)"
@@ -291,7 +293,7 @@ def _atlas_role_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the repeated random sequences (induction; default: 0)")
     p.add_argument(
         "--roles",
-        type=lambda v: [r for r in v.split(",") if r],
+        type=names,
         default=None,
         help="report only these roles, comma-separated (default: all)",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import warnings
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..errors import InputError, Interrupted, OutOfRangeError
-from .options import check_capture_out, check_writable, column_mapping, corpus_kwargs, loading_kwargs
+from .options import check_capture_out, check_writable, column_mapping, corpus_kwargs, loading_kwargs, names
 from .preflight import preflight
 
 EXIT_INTERRUPTED = 75  # sysexits' EX_TEMPFAIL: stopped by a signal after checkpointing; resubmit with --resume
@@ -139,8 +140,12 @@ def cmd_stats(args) -> int:
 
     if args.resume and not args.checkpoint:
         raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
-    statistics = None if args.statistics is None else [name.strip() for name in args.statistics.split(",")]
+    statistics = None if args.statistics is None else names(args.statistics)
     if statistics is not None:
+        if not statistics:
+            raise InputError(
+                f"--statistics takes comma-separated names (e.g. entropy,previous), got {args.statistics!r}"
+            )
         from ..workflows.layer_reduction import wanted_columns  # deferred with torch and the rest
 
         try:
@@ -201,7 +206,7 @@ def cmd_atlas(args) -> int:
             file=sys.stderr,
         )
         if args.out:
-            if args.out.endswith(".html"):
+            if args.out.lower().endswith(".html"):
                 from ..views.atlas import atlas_page  # deferred: plotly loads only for a page
 
                 atlas_page(df, args.out)
@@ -219,11 +224,11 @@ def cmd_atlas(args) -> int:
 
 def run_corpus_command(args, suffixes: tuple[str, ...], run: Callable[[], Any], report: Callable[[Any], None]) -> int:
     """What ``attnviz stats`` and ``attnviz atlas`` share: ``-o/--out`` refused unless writable and of
-    one of ``suffixes`` (named in this order in the error), the checks before the model loads, then
-    :func:`in_processes` with the table's own rank (``df.attrs["rank"]``)."""
+    one of ``suffixes`` (named in this order in the error; in any case: ``atlas.CSV``), the checks before
+    the model loads, then :func:`in_processes` with the table's own rank (``df.attrs["rank"]``)."""
     if args.out:
         check_writable(args.out)
-        if not args.out.endswith(suffixes):
+        if not args.out.lower().endswith(suffixes):
             named = ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
             raise InputError(f"-o/--out {args.out!r}: give a {named} path")
     preflight(args, None)
@@ -418,7 +423,7 @@ def cmd_export(args) -> int:
     if not args.out.lower().endswith((".html", ".htm")):
         raise InputError(f"attnviz export writes one HTML page: give an .html path for -o (got {args.out!r})")
     check_writable(args.out)
-    views = [v.strip() for v in args.views.split(",") if v.strip()]
+    views = names(args.views)
     unknown = [v for v in views if v not in EXPORT_VIEWS]
     if unknown or not views:
         raise InputError(f"--views takes a comma-separated list of {', '.join(EXPORT_VIEWS)}; got {args.views!r}")
@@ -448,11 +453,35 @@ def cmd_export(args) -> int:
     return 0
 
 
+#: the texts of ``attnviz app --corpus FILE`` the dashboard reads (apps/dashboard/space_view.py's
+#: CORPUS_TEXTS, not imported: the checks answer before dash loads)
+APP_CORPUS_TEXTS = 500
+
+
+def _check_app_corpus(path: str) -> None:
+    """``attnviz app --corpus FILE`` read as ``attnviz atlas`` reads a corpus, as far as the dashboard
+    reads it (its first :data:`APP_CORPUS_TEXTS` texts): a file with no text, a bad JSONL line among
+    them or a table's suffix is refused before the page serves, in the corpus commands' words."""
+    from ..workflows.corpus import NO_TEXT, read_texts  # deferred with the rest of the library
+
+    try:
+        if not list(itertools.islice(read_texts(path), APP_CORPUS_TEXTS)):
+            raise InputError(NO_TEXT)
+    except UnicodeDecodeError as err:
+        raise InputError(
+            f"attnviz app --corpus: {path!r} is not UTF-8 text ({err.reason}): give a .txt or .jsonl file"
+        ) from err
+    except InputError as err:
+        raise InputError(f"attnviz app --corpus: {err}") from err
+
+
 def cmd_app(args) -> int:
     """``attnviz app``: start the dashboard."""
     for option, path in (("--capture", args.capture), ("--stats", args.stats), ("--corpus", args.corpus)):
         if path is not None and not os.path.isfile(path):
             raise InputError(f"attnviz app {option}: no file {path!r}; give the path of one (or leave {option} out)")
+    if args.corpus is not None:
+        _check_app_corpus(args.corpus)
     try:
         from attnviz.dashboard import (
             run,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load

@@ -9,9 +9,15 @@ from pathlib import Path
 from ..errors import InputError
 
 
+def names(value: str) -> list[str]:
+    """A comma-separated option (``--roles``, ``--statistics``, ``--layers``, ``--views``) as its items,
+    each stripped of the spaces around it (``"previous_token, sink"``); empty items (a trailing comma) left out."""
+    return [part.strip() for part in value.split(",") if part.strip()]
+
+
 def _layers(value: str) -> list[int]:
     try:
-        return [int(part) for part in value.split(",") if part.strip()]
+        return [int(part) for part in names(value)]
     except ValueError as err:
         raise argparse.ArgumentTypeError(f"--layers takes comma-separated integers like 0,3,5, got {value!r}") from err
 

@@ -437,11 +437,12 @@ def _bar(show: bool, initial: int = 0):
 
 
 def write_table(df: pd.DataFrame, path: str | Path) -> Path:
-    """Write a statistics table as Parquet or CSV, by the file's suffix."""
+    """Write a statistics table as Parquet or CSV, by the file's suffix (any case: ``stats.CSV``)."""
     path = Path(path)
-    if path.suffix == ".csv":
+    suffix = path.suffix.lower()
+    if suffix == ".csv":
         df.to_csv(path, index=False)
-    elif path.suffix == ".parquet":
+    elif suffix == ".parquet":
         try:
             df.to_parquet(path, index=False)
         except ImportError as err:
@@ -461,7 +462,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
     if not path.is_file():
         raise InputError(f"no statistics file at {str(path)!r}; write one with: attnviz stats MODEL CORPUS --out FILE")
     try:
-        df = pd.read_csv(path) if path.suffix == ".csv" else pd.read_parquet(path)
+        df = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
     except (ValueError, OSError, ImportError) as err:
         raise InputError(f"cannot read {str(path)!r} as a .parquet or .csv table: {err}") from err
     missing = {"layer", "head", "texts", "tokens"} - set(df.columns)
