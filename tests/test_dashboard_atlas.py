@@ -67,8 +67,29 @@ def test_the_tab_builds_the_librarys_atlas_over_the_servers_corpus(folder):
         f"{folder}: {met} of {len(expected)} heads meet a role, over 4 texts"
     )
     assert "the corpus mini.txt" in answer[TID.note]["children"]
+    assert "BOS" not in answer[TID.note]["children"]  # [CLS] starts every text: the box changes nothing
     figure = answer[TID.graph]["figure"]
     assert figure["data"][0]["type"] == "heatmap" and figure["layout"]["title"]["text"] == f"Head atlas of {folder}"
+
+
+@pytest.mark.parametrize(("bos", "said"), [(True, ", with a BOS before each text."), (False, ", without a BOS.")])
+def test_the_result_line_says_whether_a_bos_went_before_each_text(bos, said, llama_folder):
+    # the atlas follows the side panel's box, and the roles move with it (SmolLM2: 244 vs 254 heads meet one)
+    app = atlas_app({llama_folder: "tiny Llama"}, CORPUS)
+    store = {"key": Captures.key(llama_folder, CORPUS[0], bos), "model": llama_folder, "bos": bos}
+    answer = _post(app, callback(app, f"{TID.graph}.figure"), {TID.run: 1}, {ID.store: store, TID.coreference: []})
+    expected = head_atlas(llama_folder, CORPUS, add_bos=bos, progress=False)
+    note = answer[TID.note]["children"]
+    assert note == (
+        f"{llama_folder}: {int((expected.roles != '').sum())} of {len(expected)} heads meet a role, over 4 texts "
+        f"({expected.attrs['tokens']:,} tokens) of the corpus mini.txt (its first 4 texts){said}"
+    )
+
+
+def test_the_corpus_line_names_the_file_once(folder):
+    app = atlas_app({folder: "tiny BERT"}, CORPUS)
+    line = _post(app, callback(app, f"{TID.corpus}.children"), {ID.tabs: "atlas"}, {})
+    assert line[TID.corpus]["children"] == "Corpus: mini.txt (its first 4 texts)."  # was "Corpus: the corpus mini.txt"
 
 
 def test_without_a_corpus_the_atlas_reads_the_shipped_probe_sentences(folder):

@@ -68,13 +68,24 @@ def table_of(atlas) -> tuple[list[dict], list[dict]]:
     return shown.to_dict("records"), [{"name": c, "id": c} for c in columns]
 
 
+def bos_applies(model: str) -> bool:
+    """Whether the side panel's *prepend BOS* box changes what ``model`` reads: its tokenizer starts a
+    text with no special token of its own (SmolLM2; MiniLM's [CLS] is one, and no BOS goes before it)."""
+    from attnviz.workflows.models import describe_model  # the config and tokenizer only, no weights
+
+    _, tokenizer = describe_model(model)
+    ids = tokenizer("a")["input_ids"]
+    return not ids or ids[0] not in set(getattr(tokenizer, "all_special_ids", []))
+
+
 def register(app: Dash, captures: Captures, corpus: list[str] | None = None, corpus_name: str = "") -> None:
     """``corpus``: the texts of ``attnviz app --corpus FILE`` (else the shipped probe sentences)."""
-    described = f"the corpus {corpus_name} (its first {len(corpus):,} texts)" if corpus else SHIPPED
+    named = f"{corpus_name} (its first {len(corpus):,} texts)" if corpus else SHIPPED
+    described = f"the corpus {named}" if corpus else SHIPPED
 
     @app.callback([Output(TID.corpus, "children")], Input(ID.tabs, "value"))
     def corpus_line(_tab):
-        return [f"Corpus: {described}."]
+        return [f"Corpus: {named}."]
 
     @app.callback(
         Output(TID.graph, "figure"),
@@ -101,10 +112,11 @@ def register(app: Dash, captures: Captures, corpus: list[str] | None = None, cor
         def progress(done: int, total: int, what: str) -> None:
             set_progress((str(done), str(total), what))
 
+        bos = bool(store.get("bos"))
         atlas = attnviz.analysis.head_atlas(
             model,
             corpus or shipped_corpus(),
-            add_bos=bool(store.get("bos")),
+            add_bos=bos,
             probes="en" if "en" in (coreference or []) else None,
             progress=False,
             on_progress=progress,
@@ -114,8 +126,11 @@ def register(app: Dash, captures: Captures, corpus: list[str] | None = None, cor
         met = atlas["roles"].str.len().gt(0).sum()
         note = (
             f"{model}: {met} of {len(atlas)} heads meet a role, over {atlas.attrs.get('texts', 0):,} texts "
-            f"({atlas.attrs.get('tokens', 0):,} tokens) of {described}."
+            f"({atlas.attrs.get('tokens', 0):,} tokens) of {described}"
         )
+        if bos_applies(model):  # the atlas follows the side panel's box, which moves what heads meet a role
+            note += ", with a BOS before each text" if bos else ", without a BOS"
+        note += "."
         return atlas_figure(atlas, title=f"Head atlas of {model}"), data, columns, note
 
     @app.callback(
