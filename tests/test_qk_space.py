@@ -10,6 +10,8 @@ import torch
 
 import attnviz
 from attnviz.analysis import qk_space, qk_vectors
+from attnviz.analysis.qk_space import token_contexts
+from attnviz.data.words import TokenSequence, words_from_offsets
 from attnviz.errors import ArgumentTypeError, InputError
 from attnviz.figures import qk_space_figure
 
@@ -117,6 +119,57 @@ def test_rows_name_each_token(bert_caps):
     assert "L0·H0" in df.attrs["description"] and "AttentionViz" in df.attrs["description"]
 
 
+def _contexts(df, text: int = 0) -> list[str]:
+    return df[(df.kind == "key") & (df.text == text)].context.tolist()
+
+
+def test_context_is_the_text_around_the_token_with_its_spaces(bert_caps, tiny_bert_words, smol_tokenizer):
+    """A point's context is the text around its token (four tokens each side), spaces as in the text,
+    the token bracketed — a word piece inside its word; a special token by its string. It was the
+    labels run together: '[CLS]Thecat[sat]onthematbecause', 'Unbelieva[bly],thehuggingface'."""
+    contexts = _contexts(qk_space(bert_caps, 0, 0))  # [CLS] The cat sat on the mat because it was tired . [SEP]
+    assert contexts[3] == "[CLS] The cat [sat] on the mat because"
+    assert contexts[6] == "cat sat on the [mat] because it was tired"
+    assert contexts[0] == "[[CLS]] The cat sat on" and contexts[1] == "[CLS] [The] cat sat on the"
+    assert contexts[-2] == "because it was tired[.] [SEP]" and contexts[-1] == "it was tired. [[SEP]]"
+    model, tok = tiny_bert_words
+    pieces = attnviz.capture(model, "Unbelievably, the huggingface tokenizer splits words.", tok)
+    assert pieces.tokens[1:7] == ["un", "##bel", "##ie", "##va", "##bly", ","]
+    contexts = _contexts(qk_space(pieces, 0, 0))
+    assert contexts[5] == "Unbelieva[bly], the huggingface"
+    assert contexts[2] == "[CLS] Un[bel]ievably,"
+    # byte-level BPE (SmolLM2's tokenizer): a token's span holds its leading space, kept outside the brackets
+    smol = attnviz.tiny_model("llama", attn_implementation="eager", vocab_size=len(smol_tokenizer))
+    cap = attnviz.capture(smol, TEXTS[0], smol_tokenizer)
+    assert cap.tokens[:3] == ["The", "Ġcat", "Ġsat"]
+    contexts = _contexts(qk_space(cap, 0, 0))
+    assert contexts[1] == "The [cat] sat on the mat" and contexts[0] == "[The] cat sat on the"
+    assert contexts[-1] == "because it was tired[.]"
+
+
+def test_context_of_pieces_sharing_a_span_special_tokens_between_and_line_breaks():
+    text = "a 小\nb"
+    tokens = ["<s>", "a", "Ġ", "å", "°", "Ċ", "b", "</s>", "<s>"]  # 小 is two byte-level pieces
+    offsets = [(0, 0), (0, 1), (1, 2), (2, 3), (2, 3), (3, 4), (4, 5), (5, 5), (5, 5)]
+    seq = TokenSequence(text, tokens, list(range(len(tokens))), offsets, words_from_offsets(text, offsets, tokens))
+    assert token_contexts(seq)[3] == "<s> a [小]↵b </s>"  # either piece brackets the character, shown once
+    assert token_contexts(seq)[4] == "<s> a [小]↵b </s> <s>"
+    assert token_contexts(seq, window=1)[1] == "<s> [a]"
+    assert token_contexts(seq, window=2)[7] == "↵b [</s>] <s>"
+
+
+def test_context_without_a_text_is_the_tokens_joined_by_spaces(tiny_bert_words):
+    model, _ = tiny_bert_words
+    ids = torch.arange(100, 112)[None]
+    cap = attnviz.capture(model, input_ids=ids)  # no text: the tokens are the ids
+    contexts = _contexts(qk_space(cap, 0, 0))
+    assert contexts[5] == "101 102 103 104 [105] 106 107 108 109"
+    assert contexts[0] == "[100] 101 102 103 104"
+    tokens = ["[CLS]", "the", "cat", "[SEP]"]
+    bare = TokenSequence("", tokens, [0, 1, 2, 3], [(0, 0)] * 4, [])  # offsets that are no spans of a text
+    assert token_contexts(bare)[2] == "[CLS] the [cat] [SEP]"
+
+
 def test_cross_attention_reads_decoder_queries_and_encoder_keys(tiny):
     model = tiny("bart", "eager")
     cap = attnviz.capture(
@@ -194,6 +247,27 @@ def test_figure_is_webgl_with_what_a_click_means(bert_caps):
     assert tsne.layout.xaxis.title.text == "t-SNE 1" and tsne.layout.yaxis.title.text == "t-SNE 2"
     with pytest.raises(InputError, match="unknown color"):
         qk_space_figure(df, color="size")
+
+
+def test_figure_subtitle_never_breaks_inside_a_parenthesis_and_hover_is_escaped():
+    """The description is wrapped at 110 characters between words: "(|t| = 5.52)" was split "(|t|<br>= 5.52)"."""
+    import pandas as pd
+
+    df = pd.DataFrame({"kind": ["query", "key"], "text": 0, "position": [0, 0], "x": [0.0, 1.0], "y": [1.0, 0.0]})
+    df["token"] = df["word"] = df["context"] = "t"
+    df["token_class"], df["norm"] = "word", 1.0
+    df.attrs["description"] = (
+        "L2·H5, encoder: PCA in 2-D of all 54 points, 31% of the variance; keys translated onto the queries' "
+        "mean (|t| = 5.52), queries ×0.954 and keys ÷0.954 (AttentionViz's softmax-invariant normalisation)."
+    )
+    subtitle = qk_space_figure(df).layout.title.text.split("<sup>", 1)[1].removesuffix("</sup>")
+    lines = subtitle.split("<br>")
+    assert " ".join(lines) == df.attrs["description"] and max(len(line) for line in lines) <= 110
+    assert lines[1].startswith("(|t| = 5.52), queries")
+    assert all(line.count("(") == line.count(")") for line in lines)
+    df["context"], df["word"] = "<s> The [cat] sat & ran", "<s>"  # a BOS like <s> is text, not a tag
+    hover = qk_space_figure(df).data[0].text[0]
+    assert "<br>&lt;s&gt; The [cat] sat &amp; ran<br>word: &lt;s&gt; ·" in hover
 
 
 def test_figure_of_twenty_thousand_points_stays_webgl():

@@ -71,6 +71,61 @@ class QKVectors:
     spans: list[tuple[slice, slice]] = field(default_factory=list)
 
 
+def _fits(seq: TokenSequence) -> bool:
+    """Whether the offsets are character spans of the sequence's own text (not so without a text)."""
+    return bool(seq.text) and all(0 <= start <= end <= len(seq.text) for start, end in seq.offsets)
+
+
+def token_contexts(seq: TokenSequence, window: int = CONTEXT) -> list[str]:
+    """Each token bracketed among its ``window`` neighbours on each side, as the text reads: the text
+    from the first to the last token of the window, its spaces as they are, the token's characters
+    in brackets (a word piece inside its word: ``Unbelieva[bly],``). A special token that covers no
+    text ([CLS], BOS) shows as its token string, set apart by a space; a line break as ↵. Where the
+    offsets are not spans of the text (no text): the labels joined by spaces."""
+    labels = seq.token_labels
+    if _fits(seq):
+        return [_in_text(seq, labels, i, window) for i in range(seq.n_tokens)]
+    out = []
+    for i in range(seq.n_tokens):
+        lo = max(0, i - window)
+        out.append(
+            " ".join(f"[{label}]" if j == i else label for j, label in enumerate(labels[lo : i + 1 + window], lo))
+        )
+    return out
+
+
+def _in_text(seq: TokenSequence, labels: list[str], position: int, window: int) -> str:
+    lo, hi = max(0, position - window), min(seq.n_tokens, position + 1 + window)
+    text, out = seq.text, ""
+    focus_start, focus_end = seq.offsets[position]
+    pos: int | None = None  # where the text written so far ends
+    apart = False  # a special token was written last: the text goes on after a space
+    for j in range(lo, hi):
+        start, end = seq.offsets[j]
+        if start == end:  # a special token covers no text: its own string, set apart by spaces
+            shown = f"[{seq.tokens[j]}]" if j == position else seq.tokens[j]
+            out += shown if not out or out[-1].isspace() else f" {shown}"
+            apart = True
+            continue
+        if focus_end > focus_start and j != position:  # the focus token's characters are its own
+            end, start = (min(end, focus_start), start) if j < position else (end, max(start, focus_end))
+            end = max(start, end)
+        if pos is not None:
+            start = max(start, pos)
+        piece = text[start:end] if pos is None else text[pos:end]  # from the last end: the spaces between
+        if j == position:
+            gap, body = text[pos:start] if pos is not None else "", text[start:end]
+            core = body.strip()
+            lead, trail = body[: len(body) - len(body.lstrip())], body[len(body.rstrip()) :] if core else ""
+            piece = f"{gap}{lead}[{core or labels[j]}]{trail}"
+        if piece and apart and not piece[0].isspace():
+            piece = f" {piece}"
+        out += piece
+        apart = apart and not piece
+        pos = end if pos is None else max(pos, end)
+    return out.replace("\r\n", "↵").replace("\n", "↵").strip()
+
+
 def _token_class(seq: TokenSequence, position: int) -> str:
     start, end = seq.offsets[position]
     if position == 0:
@@ -86,10 +141,9 @@ def _rows(seq: TokenSequence, kind: str, text: int, norms: Tensor) -> list[dict[
     for word in seq.words:
         for t in word.tokens:
             word_of[t] = word.text
+    contexts = token_contexts(seq)
     out = []
     for i, norm in enumerate(norms.tolist()):
-        before = "".join(labels[max(0, i - CONTEXT) : i])
-        after = "".join(labels[i + 1 : i + 1 + CONTEXT])
         out.append(
             {
                 "kind": kind,
@@ -98,7 +152,7 @@ def _rows(seq: TokenSequence, kind: str, text: int, norms: Tensor) -> list[dict[
                 "token": labels[i],
                 "word": word_of[i],
                 "token_class": _token_class(seq, i),
-                "context": f"{before}[{labels[i]}]{after}",
+                "context": contexts[i],
                 "norm": norm,
             }
         )
@@ -215,7 +269,8 @@ def qk_space(
 
     Returns one row per query and per key: ``kind`` ("query" / "key"), ``text`` (the capture's index),
     ``position``, ``token``, ``word``, ``token_class`` (first, special, punctuation, word),
-    ``context`` (the token among its neighbours, for hover), ``norm`` (the raw vector's norm) and
+    ``context`` (for hover: the text around the token, :data:`CONTEXT` tokens each side, the token
+    bracketed — :func:`token_contexts`), ``norm`` (the raw vector's norm) and
     the coordinates ``x, y`` (``z``). ``df.attrs["transform"]`` states what was done: the head and
     its key/value head, the normalisation (translation and scaling), the method and what it fitted,
     and which points were kept — past ``max_points`` a random sample (``seed``) of them, the same

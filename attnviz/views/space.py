@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
+from html import escape
 from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
@@ -28,11 +30,22 @@ _SYMBOL = {"query": "circle", "key": "diamond"}
 
 def _hover(df: pd.DataFrame) -> list[str]:
     return [
-        f"{kind} · text {text} · pos {pos}<br>{context}<br>word: {word} · |v| = {norm:.3g}"
+        f"{kind} · text {text} · pos {pos}<br>{escape(context)}<br>word: {escape(word)} · |v| = {norm:.3g}"
         for kind, text, pos, context, word, norm in zip(
             df["kind"], df["text"], df["position"], df["context"], df["word"], df["norm"]
         )
     ]
+
+
+_NO_BREAK = "\u00a0"  # textwrap breaks at white space only: a no-break space holds a group together
+_GROUP = re.compile(r"\([^()]*\)")
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken between words but never inside a
+    parenthesis of up to ``width`` characters — "(|t| = 5.52)" stays on one line."""
+    held = _GROUP.sub(lambda m: m.group(0).replace(" ", _NO_BREAK) if len(m.group(0)) <= width else m.group(0), text)
+    return [line.replace(_NO_BREAK, " ") for line in textwrap.wrap(held, width, break_on_hyphens=False)]
 
 
 @themed
@@ -82,7 +95,7 @@ def qk_space_figure(df: pd.DataFrame, *, color: str = "kind", title: str | None 
             fig.add_trace(go.Scatter3d(x=part["x"], y=part["y"], z=part["z"], **kwargs))
         else:
             fig.add_trace(go.Scattergl(x=part["x"], y=part["y"], **kwargs))
-    described = "<br>".join(textwrap.wrap(df.attrs.get("description", ""), 110))  # one line was cut off
+    described = "<br>".join(_wrap(df.attrs.get("description", ""), 110))  # one line was cut off
     lines = described.count("<br>") + 1 if described else 0
     fig.update_layout(
         title={"text": title or f"Query–key space<br><sup>{described}</sup>", "x": 0.01},
