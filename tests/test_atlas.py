@@ -359,7 +359,10 @@ def test_cli_atlas_writes_csv_and_html_and_refuses_bad_paths(tmp_path, capsys, m
     out = tmp_path / "atlas.csv"
     assert main(["atlas", folder, str(corpus), "-o", str(out), "--quiet", "--seed", "3"]) == 0
     err = capsys.readouterr().err
-    assert "3 texts" in err and "heads per role" in err
+    assert "3 texts" in err and "heads per role" in err and "cut at" not in err
+    # texts cut to fit are said, as attnviz stats says them (they were cut without a word)
+    assert main(["atlas", folder, str(corpus), "-o", str(tmp_path / "cut.csv"), "--quiet", "--max-length", "6"]) == 0
+    assert "(2 cut at the model's limit), " in capsys.readouterr().err
     written = pd.read_csv(out, keep_default_na=False)
     direct = head_atlas(model, texts, tokenizer=tok, seed=3, progress=False)
     assert written.roles.tolist() == direct.roles.tolist()

@@ -259,6 +259,13 @@ def test_read_texts_from_files_and_bad_lines(tmp_path):
         list(read_texts(broken))
     with pytest.raises(attnviz.InputError, match="no corpus file"):
         list(read_texts(tmp_path / "missing.txt"))
+    latin = tmp_path / "latin.txt"  # a UnicodeDecodeError's traceback from attnviz atlas / stats before
+    latin.write_bytes("Café au lait.\n".encode("latin-1"))
+    with pytest.raises(attnviz.InputError, match=r"latin.txt' is not UTF-8 text \(invalid continuation byte\)"):
+        list(read_texts(latin))
+    upper = tmp_path / "C.JSONL"  # its lines were read as texts, each a JSON string
+    upper.write_text(json.dumps({"text": "a"}) + "\n", encoding="utf-8")
+    assert list(read_texts(upper)) == ["a"]
     table = tmp_path / "corpus.csv"  # read line by line, its header "text,label" and "hello,1" were two texts
     table.write_text("text,label\nhello,1\n", encoding="utf-8")
     with pytest.raises(attnviz.InputError, match=r"is a \.csv table: a corpus is a \.txt .* pandas\.read_csv"):

@@ -200,9 +200,11 @@ def cmd_atlas(args) -> int:
     def report(df) -> None:
         met = [r for cell in df["roles"] for r in cell.split(", ") if r]
         counts = ", ".join(f"{name} {met.count(name)}" for name in dict.fromkeys(met)) or "none"
+        cut = df.attrs.get("truncated", 0)  # said as attnviz stats says it (they were cut without a word)
         print(
-            f"{_count(df.attrs['texts'], 'text')}, {_count(df.attrs['tokens'], 'token')}, {len(df)} heads; "
-            f"heads per role: {counts}",
+            f"{_count(df.attrs['texts'], 'text')}, {_count(df.attrs['tokens'], 'token')}"
+            + (f" ({cut:,} cut at the model's limit)" if cut else "")
+            + f", {len(df)} heads; heads per role: {counts}",
             file=sys.stderr,
         )
         if args.out:
@@ -467,11 +469,7 @@ def _check_app_corpus(path: str) -> None:
     try:
         if not list(itertools.islice(read_texts(path), APP_CORPUS_TEXTS)):
             raise InputError(NO_TEXT)
-    except UnicodeDecodeError as err:
-        raise InputError(
-            f"attnviz app --corpus: {path!r} is not UTF-8 text ({err.reason}): give a .txt or .jsonl file"
-        ) from err
-    except InputError as err:
+    except InputError as err:  # a file that is not UTF-8 too: read_texts says so
         raise InputError(f"attnviz app --corpus: {err}") from err
 
 

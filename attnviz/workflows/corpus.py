@@ -83,9 +83,17 @@ def read_texts(source: str | Path | Iterable[str]) -> Iterator[str]:
 
 
 def _read_file(path: Path) -> Iterator[str]:
-    jsonl = path.suffix == ".jsonl"
+    jsonl = path.suffix.lower() == ".jsonl"  # x.JSONL too: read as text lines, each JSON line became a "text"
     with path.open(encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
+        number = 0
+        while True:
+            try:
+                line = next(f)  # decoded a block at a time: the error names no line
+            except StopIteration:
+                return
+            except UnicodeDecodeError as err:  # a traceback before, from attnviz atlas and stats
+                raise InputError(f"{str(path)!r} is not UTF-8 text ({err.reason}): save the corpus as UTF-8") from err
+            number += 1
             if not line.strip():
                 continue
             if not jsonl:
