@@ -116,3 +116,23 @@ def test_a_cell_or_a_row_selects_the_head(folder):
     assert (cell[ID.layer]["value"], cell[ID.head]["value"]) == (1, 3)
     row = _post(app, select, {TID.table: {"row": 0, "column": 2, "row_id": "0-2"}}, {})
     assert (row[ID.layer]["value"], row[ID.head]["value"]) == (0, 2)
+
+
+def test_the_table_writes_a_score_on_the_side_of_its_threshold_it_is_on():
+    """Rounded to three decimals, L0·H4's broad 0.79965 showed as 0.8 beside "≥ 0.8" with no role."""
+    import pandas as pd
+
+    atlas = pd.DataFrame(
+        {
+            "layer": [0, 0],
+            "head": [4, 5],
+            "roles": ["", "broad"],
+            "positional_offset": [-1, 0],
+            "broad": [0.799645, 0.81234],
+            "coreference": [float("nan"), 0.5714],
+        }
+    )
+    data, columns = atlas_view.table_of(atlas)
+    assert [row["broad"] for row in data] == [0.7996, 0.812]
+    assert data[1]["coreference"] == 0.571 and data[0]["coreference"] != data[0]["coreference"]  # NaN kept
+    assert [c["id"] for c in columns] == ["layer", "head", "roles", "positional_offset", "broad", "coreference"]
