@@ -15,7 +15,7 @@ from attnviz.analysis.atlas import ROLES
 from attnviz.figures import head_atlas as atlas_figure
 from attnviz.figures import message_figure
 
-from .captures import FILE_PREFIX, Captures
+from .captures import FILE_PREFIX, Captures, starts_with_special
 from .common import TABLE_STYLE, head_of, job_controls
 from .errors import shows_errors
 from .ids import ID, TID
@@ -77,8 +77,7 @@ def bos_applies(model: str) -> bool:
     from attnviz.workflows.models import describe_model  # the config and tokenizer only, no weights
 
     _, tokenizer = describe_model(model)
-    ids = tokenizer("a")["input_ids"]
-    return not ids or ids[0] not in set(getattr(tokenizer, "all_special_ids", []))
+    return not starts_with_special(tokenizer)
 
 
 def register(app: Dash, captures: Captures, corpus: list[str] | None = None, corpus_name: str = "") -> None:

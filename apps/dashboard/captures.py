@@ -60,8 +60,14 @@ def wants_bos(model: str) -> bool:
         return False
     if getattr(config, "is_encoder_decoder", False) or not writes_text(config):
         return False
+    return not starts_with_special(tokenizer)
+
+
+def starts_with_special(tokenizer) -> bool:
+    """Whether ``tokenizer`` starts a text with a special token of its own (MiniLM's [CLS]): then a BOS box
+    changes nothing; SmolLM2's starts with the text's first word."""
     ids = tokenizer("a")["input_ids"]
-    return not ids or ids[0] not in set(getattr(tokenizer, "all_special_ids", []))
+    return bool(ids) and ids[0] in set(getattr(tokenizer, "all_special_ids", []))
 
 
 def is_encoder_decoder(model: str) -> bool:
