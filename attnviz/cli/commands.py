@@ -234,11 +234,26 @@ def run_corpus_command(args, suffixes: tuple[str, ...], run: Callable[[], Any], 
             named = ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
             raise InputError(f"-o/--out {args.out!r}: give a {named} path")
     preflight(args, None)
-    if args.quiet:  # no bar at all: transformers' own (loading the weights, a GGUF's conversion) too
-        from transformers.utils import logging as transformers_logging  # deferred with torch and the rest
-
-        transformers_logging.disable_progress_bar()
+    if args.quiet:
+        quiet_loading()
     return in_processes(run, report, rank=lambda df: df.attrs["rank"])
+
+
+def quiet_loading() -> None:
+    """No progress bar while a model loads: transformers' own (loading the weights), and a GGUF file's
+    conversion, which transformers draws with tqdm itself (``disable_progress_bar`` leaves it on)."""
+    import functools
+
+    from transformers.utils import logging as transformers_logging  # deferred with torch and the rest
+
+    transformers_logging.disable_progress_bar()
+    try:
+        from transformers import modeling_gguf_pytorch_utils as gguf_loading
+    except ImportError:  # a transformers without GGUF loading: no such bar
+        return
+    bar = getattr(gguf_loading, "tqdm", None)
+    if bar is not None and not isinstance(bar, functools.partial):
+        gguf_loading.tqdm = functools.partial(bar, disable=True)
 
 
 def in_processes(run: Callable[[], R], report: Callable[[R], None], *, rank: Callable[[R], int]) -> int:
