@@ -454,3 +454,17 @@ def test_the_page_carries_the_cjk_face_only_when_it_holds_such_text():
     df.loc[0, example] = "我家的小猫很可爱，它很好动。"  # a corpus' example in Chinese
     page = attnviz.figures.atlas_page(df)
     assert '@font-face{font-family:"attnviz CJK"' in page and "小猫" in page
+
+
+def test_a_probe_set_the_tokenizer_cannot_score_is_refused_before_the_corpus_pass(monkeypatch):
+    """MiniLM reads the zh set's pronouns as [UNK] only: the atlas said so after its whole corpus pass."""
+    from attnviz.workflows import atlas as atlas_workflow
+
+    def no_pass(*args, **kwargs):
+        raise AssertionError("the corpus pass ran")
+
+    monkeypatch.setattr(atlas_workflow, "corpus_stats", no_pass)
+    with pytest.raises(InputError, match=r"no probe could be scored \(\d+ left out\): zh-\d+: the tokenizer reads"):
+        head_atlas("minilm", ["A short text."], probes="zh", progress=False)
+    with pytest.raises(AssertionError, match="the corpus pass ran"):  # a set it can score: on to the pass
+        head_atlas("minilm", ["A short text."], probes="en", progress=False)

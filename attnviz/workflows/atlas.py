@@ -28,7 +28,7 @@ from .head_tally import EXAMPLES, HeadTally
 from .inputs import Encoded, check_max_length, tokenize
 from .models import load_model
 from .pipeline import n_layers, resolve
-from .probing import evaluate_probes
+from .probing import evaluate_probes, refuse_unscorable
 from .processes import process_state
 
 if TYPE_CHECKING:
@@ -111,6 +111,8 @@ def head_atlas(
             "the head atlas reads one-stack models (an encoder or a decoder); for an encoder-decoder use "
             "corpus_stats(..., part=...) and detect_heads on its captures"
         )
+    if probes is not None:  # a set this tokenizer cannot score at all is said before the corpus pass, not after
+        refuse_unscorable(resolved, probes)
     checked = resolved.layers(layers)
     wanted = sorted(checked) if checked is not None else list(range(n_layers(resolved.model.config) or 0))
     bounds = [x for x in (max_length, resolved.limit) if x is not None]

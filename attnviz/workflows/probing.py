@@ -40,7 +40,7 @@ from .probe_choices import HeadChoices, PronounRows, batch_candidate_weights
 from .processes import process_state
 from .runner import capture_forward, encode_texts
 
-__all__ = ["BATCH_SIZE", "BATCH_TOKENS", "KIND", "evaluate_probes"]
+__all__ = ["BATCH_SIZE", "BATCH_TOKENS", "KIND", "evaluate_probes", "refuse_unscorable"]
 
 # Probes per forward, and padded tokens per forward at most. Each layer's taps, recomputation and
 # check cost about the same whatever the batch, so short probes want many per forward: MiniLM's
@@ -237,6 +237,47 @@ def evaluate_probes(
     return _result(sorted(scored, key=lambda s: s["index"]), resolved.name, how, loaded_problems + skipped)
 
 
+def probe_places(tokenizer: Any, probe: Probe, encoded: Encoded) -> tuple[Span, list[Span]] | InputError:
+    """The probe's pronoun and candidates (:meth:`Probe.locate`) as spans of its tokens (``encoded``: its
+    ids, offsets and tokens), or the InputError that says why not. A span the tokenizer could only read as
+    its unknown token (MiniLM's vocabulary has no 它) is refused: its weight would be the weight of [UNK],
+    not of the word."""
+    ids, offsets, _ = encoded
+    unknown = getattr(tokenizer, "unk_token_id", None)  # None: a byte-level tokenizer
+    try:
+        (p_start, p_end), ranges = probe.locate()
+        spans = []
+        for start, end in [(p_start, p_end), *ranges]:
+            text, tokens = probe.text[start:end], covering_tokens(offsets, start, end)
+            if not tokens:
+                raise InputError(f"no token covers characters {start}..{end} ({text!r}) of the text")
+            if unknown is not None and all(ids[t] == unknown for t in tokens):
+                raise InputError(
+                    f"the tokenizer reads {text!r} as its unknown token only: a head's weight on it would be "
+                    "the weight of that token, not of the word; use a model whose vocabulary has it"
+                )
+            spans.append(Span(text, start, end, tokens))
+    except InputError as err:
+        return err
+    return spans[0], spans[1:]
+
+
+def refuse_unscorable(resolved: Any, probes: Sequence[Probe], add_bos: bool = False) -> None:
+    """Raise what :func:`evaluate_probes` raises after its run when no probe can be scored, from the
+    tokenizer alone — every probe's text too long for the model, or its pronoun or candidates covered by no
+    token or by the unknown token only (the ``zh`` set on MiniLM) — so that a caller with a long pass
+    before the probes (the head atlas) says it before that pass."""
+    mine = list(enumerate(probes))
+    skipped: list[str] = []
+    encoded, _ = _by_length(resolved, mine, add_bos, skipped)
+    for b, one in encoded.items():
+        place = probe_places(resolved.tokenizer, mine[b][1], one)
+        if not isinstance(place, InputError):
+            return
+        skipped.append(f"{mine[b][1].id}: {place}")
+    raise InputError(_none_scored(skipped))
+
+
 def _none_scored(reasons: list[str], shown: int = 3) -> str:
     """Why no probe could be scored: the first reasons, and how many more (a set can hold thousands)."""
     more = f"; and {len(reasons) - shown:,} more" if len(reasons) > shown else ""
@@ -378,27 +419,7 @@ class ProbeRun:
         return out
 
     def _places(self, probe: Probe, encoded: Encoded) -> tuple[Span, list[Span]] | InputError:
-        """The probe's pronoun and candidates (:meth:`Probe.locate`) as spans of its tokens. A span the
-        tokenizer could only read as its unknown token (MiniLM's vocabulary has no 它) is refused: its
-        weight would be the weight of [UNK], not of the word."""
-        ids, offsets, _ = encoded
-        unknown = getattr(self.resolved.tokenizer, "unk_token_id", None)  # None: a byte-level tokenizer
-        try:
-            (p_start, p_end), ranges = probe.locate()
-            spans = []
-            for start, end in [(p_start, p_end), *ranges]:
-                text, tokens = probe.text[start:end], covering_tokens(offsets, start, end)
-                if not tokens:
-                    raise InputError(f"no token covers characters {start}..{end} ({text!r}) of the text")
-                if unknown is not None and all(ids[t] == unknown for t in tokens):
-                    raise InputError(
-                        f"the tokenizer reads {text!r} as its unknown token only: a head's weight on it would be "
-                        "the weight of that token, not of the word; use a model whose vocabulary has it"
-                    )
-                spans.append(Span(text, start, end, tokens))
-        except InputError as err:
-            return err
-        return spans[0], spans[1:]
+        return probe_places(self.resolved.tokenizer, probe, encoded)
 
     def _from_capture(self, cap: Capture, probe: Probe):
         """One probe from its own capture (an encoder-decoder's part)."""
