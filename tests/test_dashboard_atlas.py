@@ -136,3 +136,4 @@ def test_the_table_writes_a_score_on_the_side_of_its_threshold_it_is_on():
     assert [row["broad"] for row in data] == [0.7996, 0.812]
     assert data[1]["coreference"] == 0.571 and data[0]["coreference"] != data[0]["coreference"]  # NaN kept
     assert [c["id"] for c in columns] == ["layer", "head", "roles", "positional_offset", "broad", "coreference"]
+    assert [c["name"] for c in columns][-2:] == ["broad (≥ 0.8)", "coreference (p ≤ 0.05)"]  # the intro says so

@@ -34,9 +34,9 @@ def layout() -> list:
     return [
         html.P(
             "Each head of the page's model named by what it does over a corpus, with the criteria the papers "
-            "give (Clark et al. 2019, Voita et al. 2019, Olsson et al. 2022, Gu et al. 2024 — the table says, "
-            "per role, the threshold and where a paper gives none). Induction is read on repeated random "
-            "token sequences the atlas generates (seed 0). Click a cell or a row to select that head."
+            "give (Clark et al. 2019, Voita et al. 2019, Olsson et al. 2022, Gu et al. 2024; each column of the "
+            "table names its role's threshold, and the guide says where a paper gives none). Induction is read on "
+            "repeated random token sequences the atlas generates (seed 0). Click a cell or a row to select that head."
         ),
         html.Div(id=TID.corpus, style={"color": "#555", "margin": "4px 0"}),
         html.Div(
@@ -68,7 +68,8 @@ def table_of(atlas) -> tuple[list[dict], list[dict]]:
         # the decimals that keep each score on its side of the threshold (0.7996 under ≥ 0.8 showed as 0.8)
         shown[name] = [float("nan") if v != v else float(ROLES[name].text(v)) for v in atlas[name].tolist()]
     shown.insert(0, "id", [f"{r.layer}-{r.head}" for r in shown.itertuples(index=False)])
-    return shown.to_dict("records"), [{"name": c, "id": c} for c in columns]
+    named = {r: f"{r} ({'p ' if r == 'coreference' else ''}{ROLES[r].side} {ROLES[r].threshold:g})" for r in ROLES}
+    return shown.to_dict("records"), [{"name": named.get(c, c), "id": c} for c in columns]
 
 
 def bos_applies(model: str) -> bool:

@@ -54,6 +54,11 @@ class Role:
             return score >= self.threshold if self.inclusive else score > self.threshold
         return score <= self.threshold if self.inclusive else score < self.threshold
 
+    @property
+    def side(self) -> str:
+        """The comparison a score must pass: ``>``, ``≥``, ``<`` or ``≤`` (its threshold after it)."""
+        return ("≥" if self.inclusive else ">") if self.above else ("≤" if self.inclusive else "<")
+
     def text(self, score: float, digits: int = 3) -> str:
         """``score`` with ``digits`` decimals — or as many more as it takes for the number written to be on
         the same side of the threshold as the score (0.79965 against ≥ 0.8 is "0.7996", not "0.800", which

@@ -93,7 +93,7 @@ def head_atlas(atlas: pd.DataFrame, *, part: str | None = None, title: str | Non
         lines = [f"L{row['layer']}·H{h}: {', '.join(met) or 'no role'}"]
         for name in roles:
             role = ROLES[name]
-            side = ("≥" if role.inclusive else ">") if role.above else ("≤" if role.inclusive else "<")
+            side = role.side
             score = row[name]
             shown = role.text(score) if name != "coreference" else _fmt(score)  # NaN: "—", not scored
             extra = (
