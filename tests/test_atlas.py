@@ -328,12 +328,12 @@ def test_coreference_asked_for_without_a_probe_set_is_refused_before_the_model_r
 
 def test_an_example_at_a_special_token_names_it_in_its_context():
     """[CLS] covers no text: its example read "…[]Tom thanked…" — now the token's own name in the brackets."""
-    from attnviz.workflows.atlas import _describer
+    from attnviz.workflows.atlas import example_describer
 
     text = "Tom thanked Mike."
     offsets = [(0, 0), (0, 3), (4, 11), (12, 16), (16, 17), (0, 0)]
     encoded = [([101, 3419, 5763, 3000, 1012, 102], offsets, ["[CLS]", "tom", "thanked", "mike", ".", "[SEP]"])]
-    describe = _describer([text], encoded)
+    describe = example_describer([text], encoded)
     assert describe(0, 0) == "text 0, query token 0 '[CLS]': …[[CLS]]Tom thanked Mike.…"
     assert describe(0, 1) == "text 0, query token 1 'tom': …[Tom] thanked Mike.…"  # the text's own spelling
     assert describe(0, 5) == "text 0, query token 5 '[SEP]': …Tom thanked Mike.[[SEP]]…"  # where it stands

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import sys
@@ -242,8 +243,6 @@ def run_corpus_command(args, suffixes: tuple[str, ...], run: Callable[[], Any], 
 def quiet_loading() -> None:
     """No progress bar while a model loads: transformers' own (loading the weights), and a GGUF file's
     conversion, which transformers draws with tqdm itself (``disable_progress_bar`` leaves it on)."""
-    import functools
-
     from transformers.utils import logging as transformers_logging  # deferred with torch and the rest
 
     transformers_logging.disable_progress_bar()

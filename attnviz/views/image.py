@@ -91,7 +91,8 @@ def patch_row(
     q = query_of(grid, query)
     row = _row(cap, layer, head, q, part, causal, scale, temperature)
     values = grid.patch_values(row)
-    return values, float(row.sum() - values.sum())
+    start, stop = grid.n_prefix, grid.n_prefix + grid.n_patches  # the patches' tokens; the rest is off the picture
+    return values, float(row[:start].sum() + row[stop:].sum())  # read, not 1 - Σ patches (two float32 sums' error)
 
 
 def _row(

@@ -34,7 +34,7 @@ from .processes import process_state
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["RANDOM_LENGTH", "RANDOM_SEQUENCES", "head_atlas", "random_repeats"]
+__all__ = ["RANDOM_LENGTH", "RANDOM_SEQUENCES", "example_describer", "head_atlas", "random_repeats"]
 
 ATLAS_STATISTICS = TABLE_STATISTICS  # what the pass computes: the statistics its table reads, alone
 RANDOM_SEQUENCES = 16  # repeated random sequences the induction role reads
@@ -179,7 +179,7 @@ def head_atlas(
     induction_examples = np.concatenate(
         [random_tally.best[:, k, :, None].numpy(), random_tally.where[:, k].numpy()], -1
     )  # [layer, head, 3]
-    describe = _describer(texts, encoded)
+    describe = example_describer(texts, encoded)
     frame = atlas_table(
         stats,
         sums,
@@ -272,7 +272,11 @@ def _atlas_sums(tally: HeadTally, stats: pd.DataFrame, part: str | None) -> Atla
     )
 
 
-def _describer(texts: list[str], encoded: list[Encoded]):
+def example_describer(texts: list[str], encoded: list[Encoded]) -> Callable[[int, int], str]:
+    """How the atlas names an example row: ``describe(text, position)`` → ``"text 3, query token 5 'it': …the
+    40 characters before[the token]the 40 after…"``, from the corpus ``texts`` and their ``encoded`` (ids,
+    character offsets, tokens); a special token, which covers no text, by its own name where it stands."""
+
     def describe(text: int, position: int) -> str:
         if not 0 <= text < len(texts):
             return f"text {text}, token {position}"
