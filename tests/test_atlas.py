@@ -363,6 +363,12 @@ def test_cli_atlas_writes_csv_and_html_and_refuses_bad_paths(tmp_path, capsys, m
     # texts cut to fit are said, as attnviz stats says them (they were cut without a word)
     assert main(["atlas", folder, str(corpus), "-o", str(tmp_path / "cut.csv"), "--quiet", "--max-length", "6"]) == 0
     assert "(2 cut at the model's limit), " in capsys.readouterr().err
+    # or refused, before the pass: the atlas tokenizes the whole corpus first
+    assert main(["atlas", folder, str(corpus), "--quiet", "--max-length", "6", "--no-truncate"]) == 2
+    said = capsys.readouterr().err
+    assert said.startswith("error: text 1 of the corpus has 9 tokens; the limit is 6. Leave truncate on") and (
+        said.count("\n") == 1
+    )
     written = pd.read_csv(out, keep_default_na=False)
     direct = head_atlas(model, texts, tokenizer=tok, seed=3, progress=False)
     assert written.roles.tolist() == direct.roles.tolist()
@@ -468,3 +474,19 @@ def test_a_probe_set_the_tokenizer_cannot_score_is_refused_before_the_corpus_pas
         head_atlas("minilm", ["A short text."], probes="zh", progress=False)
     with pytest.raises(AssertionError, match="the corpus pass ran"):  # a set it can score: on to the pass
         head_atlas("minilm", ["A short text."], probes="en", progress=False)
+
+
+def test_truncate_false_refuses_a_long_text_before_the_pass(monkeypatch):
+    from attnviz.errors import InputTooLongError
+    from attnviz.workflows import atlas as atlas_workflow
+
+    def no_pass(*args, **kwargs):
+        raise AssertionError("the corpus pass ran")
+
+    monkeypatch.setattr(atlas_workflow, "corpus_stats", no_pass)
+    model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
+    texts = ["5 6 7", "5 6 7 8 9 10 11"]  # the second is over max_length 5
+    with pytest.raises(InputTooLongError, match="text 2 of the corpus has 7 tokens; the limit is 5"):
+        head_atlas(model, texts, tokenizer=tok, max_length=5, truncate=False, progress=False)
+    with pytest.raises(AssertionError, match="the corpus pass ran"):  # cut and counted by default: on to the pass
+        head_atlas(model, texts, tokenizer=tok, max_length=5, progress=False)

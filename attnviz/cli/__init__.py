@@ -292,6 +292,11 @@ def _atlas_role_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the repeated random sequences (induction; default: 0)")
     p.add_argument(
+        "--no-truncate",
+        action="store_true",
+        help="refuse a text over the model's limit, before the pass (default: cut and count it)",
+    )
+    p.add_argument(
         "--roles",
         type=names,
         default=None,

@@ -195,7 +195,13 @@ def cmd_atlas(args) -> int:
 
     def run():
         return head_atlas(
-            args.model, args.corpus, **corpus_kwargs(args), probes=args.probes, seed=args.seed, roles=args.roles
+            args.model,
+            args.corpus,
+            **corpus_kwargs(args),
+            probes=args.probes,
+            seed=args.seed,
+            roles=args.roles,
+            truncate=not args.no_truncate,
         )
 
     def report(df) -> None:

@@ -21,7 +21,7 @@ import torch
 
 from ..analysis.atlas import ROLES, TABLE_STATISTICS, AtlasSums, atlas_table
 from ..analysis.probes import Probe, load_probes
-from ..errors import InputError
+from ..errors import InputError, InputTooLongError
 from .batched import BatchReducer
 from .corpus import NO_TEXT, corpus_stats, read_texts
 from .head_tally import EXAMPLES, HeadTally
@@ -53,6 +53,7 @@ def head_atlas(
     layers: Iterable[int] | None = None,
     max_length: int | None = None,
     add_bos: bool = False,
+    truncate: bool = True,
     random_sequences: int = RANDOM_SEQUENCES,
     random_length: int = RANDOM_LENGTH,
     device: str | None = None,
@@ -64,7 +65,9 @@ def head_atlas(
 
     - ``corpus``: texts (an iterable of strings, read into memory: the atlas counts their tokens and
       names its examples by them), or a ``.txt`` / ``.jsonl`` file as :func:`corpus_stats` reads.
-    - ``batch_size``, ``layers``, ``max_length``, ``add_bos``: as :func:`corpus_stats`.
+    - ``batch_size``, ``layers``, ``max_length``, ``add_bos``: as :func:`corpus_stats`; ``truncate=False``
+      refuses a text over the model's limit (or ``max_length``) before the pass, instead of cutting it and
+      counting it (``df.attrs["truncated"]``).
     - ``probes``: a probe set (a shipped set's name, a file, or probes) for the coreference role.
     - ``seed``: the repeated random sequences of the induction role (``random_sequences`` of them,
       ``random_length`` random tokens repeated twice, special tokens as the tokenizer adds them).
@@ -121,6 +124,13 @@ def head_atlas(
     rows = int(embeddings.num_embeddings)  # the token ids the model has rows for
     # every text tokenized once, in one call (uncut, as corpus_stats tokenizes it): the counts, then the pass
     encoded = tokenize(tokenizer, texts, None, None, resolved.name, add_bos)
+    if not truncate and cap_length is not None:  # the whole corpus is tokenized already: said before the pass
+        over = next(((i, len(ids)) for i, (ids, _, _) in enumerate(encoded, 1) if len(ids) > cap_length), None)
+        if over is not None:
+            raise InputTooLongError(
+                f"text {over[0]} of the corpus has {over[1]:,} tokens; the limit is {cap_length:,}. Leave truncate "
+                "on (the default: such texts are cut and counted) or shorten it"
+            )
     counts = torch.bincount(torch.tensor([i for ids, _, _ in encoded for i in ids], dtype=torch.long), minlength=rows)
     index: dict[str, int] = {}
     for i, text in enumerate(texts):
@@ -135,6 +145,7 @@ def head_atlas(
         layers=wanted,
         max_length=max_length,
         add_bos=add_bos,
+        truncate=truncate,
         progress=progress,
         tally=tally,
         moved=False,  # the atlas reads no statistic by norm: no value norms, no second set of sums
