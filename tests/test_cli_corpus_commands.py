@@ -111,20 +111,18 @@ def test_attnviz_probes_stopped_by_a_signal_exits_75_with_one_line(probes_run, c
     assert out == "" and err == "warning: a tokenizer's warning\nerror: stopped by SIGINT: 5 probes saved in 'p.ckpt'\n"
 
 
-def test_quiet_leaves_out_a_gguf_files_conversion_bar(monkeypatch):
+def test_quiet_leaves_out_a_gguf_files_conversion_bar_while_the_command_runs(monkeypatch):
     """--quiet disabled transformers' bars, but SmolLM2's "Converting and de-quantizing GGUF tensors" bar
-    is tqdm's own, drawn by transformers directly: it stayed."""
+    is tqdm's own, drawn by transformers directly: it stayed. Both come back after the command (an
+    in-process ``main`` left them off for the rest of the process)."""
+    import tqdm.auto
     from transformers import modeling_gguf_pytorch_utils as gguf_loading
     from transformers.utils import logging as transformers_logging
 
     from attnviz.cli.commands import quiet_loading
 
-    monkeypatch.setattr(gguf_loading, "tqdm", gguf_loading.tqdm)  # put back after the test
-    assert not gguf_loading.tqdm(range(2)).disable
-    try:
-        quiet_loading()
+    monkeypatch.setattr(gguf_loading, "tqdm", tqdm.auto.tqdm)  # as transformers has it; put back after the test
+    before = transformers_logging.is_progress_bar_enabled()
+    with quiet_loading():
         assert gguf_loading.tqdm(range(2)).disable and not transformers_logging.is_progress_bar_enabled()
-        quiet_loading()  # twice: still one bar, disabled
-        assert gguf_loading.tqdm(range(2)).disable
-    finally:
-        transformers_logging.enable_progress_bar()
+    assert gguf_loading.tqdm is tqdm.auto.tqdm and transformers_logging.is_progress_bar_enabled() == before

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from ..errors import InputError, Interrupted, OutOfRangeError
@@ -241,24 +242,35 @@ def run_corpus_command(args, suffixes: tuple[str, ...], run: Callable[[], Any], 
             named = ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
             raise InputError(f"-o/--out {args.out!r}: give a {named} path")
     preflight(args, None)
-    if args.quiet:
-        quiet_loading()
-    return in_processes(run, report, rank=lambda df: df.attrs["rank"])
+    with quiet_loading() if args.quiet else contextlib.nullcontext():
+        return in_processes(run, report, rank=lambda df: df.attrs["rank"])
 
 
-def quiet_loading() -> None:
-    """No progress bar while a model loads: transformers' own (loading the weights), and a GGUF file's
-    conversion, which transformers draws with tqdm itself (``disable_progress_bar`` leaves it on)."""
+@contextlib.contextmanager
+def quiet_loading() -> Iterator[None]:
+    """No progress bar while a model loads, for the block: transformers' own (loading the weights), and a
+    GGUF file's conversion, which transformers draws with tqdm itself (``disable_progress_bar`` leaves it
+    on). Both are put back after it, so a command run in a process that goes on (``attnviz.cli.main`` in a
+    notebook or a test) leaves them as it found them."""
     from transformers.utils import logging as transformers_logging  # deferred with torch and the rest
 
+    enabled = transformers_logging.is_progress_bar_enabled()
     transformers_logging.disable_progress_bar()
+    gguf_loading: Any = None
     try:
-        from transformers import modeling_gguf_pytorch_utils as gguf_loading
+        from transformers import modeling_gguf_pytorch_utils as gguf_loading  # deferred likewise
     except ImportError:  # a transformers without GGUF loading: no such bar
-        return
+        pass
     bar = getattr(gguf_loading, "tqdm", None)
-    if bar is not None and not isinstance(bar, functools.partial):
+    if bar is not None:
         gguf_loading.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        if bar is not None:
+            gguf_loading.tqdm = bar
+        if enabled:
+            transformers_logging.enable_progress_bar()
 
 
 def in_processes(run: Callable[[], R], report: Callable[[R], None], *, rank: Callable[[R], int]) -> int:
