@@ -324,7 +324,9 @@ def test_attnviz_stats_stopped_by_sigterm_exits_75_with_one_line_and_resumes_to_
 ):
     model, corpus, whole = cli_corpus
     checkpoint, out = tmp_path / "run.ckpt", tmp_path / "out.parquet"
-    code, err = _stop_once_saved(_stats(model, corpus, out, checkpoint), [checkpoint], random.Random(seed))
+    # within 0.2 s of the first save: on an AMD EPYC (Zen 5) the other 390 texts take ~0.4 s, and a signal
+    # after the run (0.42 s, seed 0's draw under the old 0.5 s bound) ended the process by SIGTERM's default
+    code, err = _stop_once_saved(_stats(model, corpus, out, checkpoint), [checkpoint], random.Random(seed), most=0.2)
     assert code == EXIT_INTERRUPTED, err[-2000:]
     lines = [line for line in err.splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and lines[0].startswith("error: stopped by SIGTERM: ") and not out.exists()
