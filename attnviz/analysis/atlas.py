@@ -173,8 +173,8 @@ class AtlasSums:
     ``rare`` ``[layer, head]`` rows whose maximum fell on the rarest token they see, ``rows`` ``[layer]``
     the rows scored (real rows seeing ≥ 2 keys), ``rare_rows`` ``[layer]`` those whose keys hold one token
     of the lowest corpus count alone (the rare-word role's rows; None: every scored row), ``log_keys``
-    ``[layer]`` Σ log(keys seen) over every real row and ``tokens`` those rows. ``examples[name]`` ``[layer, head, 3]`` (value, text, position)
-    of the row where a role fires most (``previous``, ``next``, ``first``, ``special``, ``rare``,
+    ``[layer]`` Σ log(keys seen) over every real row and ``tokens`` those rows. ``examples[name]``
+    ``[layer, head, 3]`` (value, text, position) of the row where a role fires most (``previous``, ``next``, ``first``, ``special``, ``rare``,
     ``broad``, ``focused``, ``duplicate_token``, ``induction``), ``offset_examples`` ``[layer, bin,
     head, 3]`` per offset bin (text -1: none)."""
 

@@ -21,9 +21,9 @@ import torch
 
 from ..analysis.atlas import ROLES, TABLE_STATISTICS, AtlasSums, atlas_table
 from ..analysis.probes import Probe, load_probes
-from ..errors import InputError, InputTooLongError
+from ..errors import InputError
 from .batched import BatchReducer
-from .corpus import NO_TEXT, corpus_stats, read_texts
+from .corpus import NO_TEXT, corpus_stats, read_texts, too_long
 from .head_tally import EXAMPLES, HeadTally
 from .inputs import Encoded, check_max_length, tokenize
 from .models import load_model
@@ -127,10 +127,7 @@ def head_atlas(
     if not truncate and cap_length is not None:  # the whole corpus is tokenized already: said before the pass
         over = next(((i, len(ids)) for i, (ids, _, _) in enumerate(encoded, 1) if len(ids) > cap_length), None)
         if over is not None:
-            raise InputTooLongError(
-                f"text {over[0]} of the corpus has {over[1]:,} tokens; the limit is {cap_length:,}. Leave truncate "
-                "on (the default: such texts are cut and counted) or shorten it"
-            )
+            raise too_long(*over, cap_length)
     counts = torch.bincount(torch.tensor([i for ids, _, _ in encoded for i in ids], dtype=torch.long), minlength=rows)
     index: dict[str, int] = {}
     for i, text in enumerate(texts):

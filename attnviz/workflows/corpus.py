@@ -82,32 +82,39 @@ def read_texts(source: str | Path | Iterable[str]) -> Iterator[str]:
             yield text
 
 
+def too_long(number: int, tokens: int, limit: int) -> InputTooLongError:
+    """The refusal of a corpus' text over the model's limit with ``truncate=False`` (its ``number``, from 1)."""
+    return InputTooLongError(
+        f"text {number} of the corpus has {tokens:,} tokens; the limit is {limit:,}. Leave truncate on "
+        "(the default: such texts are cut and counted) or shorten it"
+    )
+
+
 def _read_file(path: Path) -> Iterator[str]:
     jsonl = path.suffix.lower() == ".jsonl"  # x.JSONL too: read as text lines, each JSON line became a "text"
-    with path.open(encoding="utf-8") as f:
-        number = 0
-        while True:
-            try:
-                line = next(f)  # decoded a block at a time: the error names no line
-            except StopIteration:
-                return
-            except UnicodeDecodeError as err:  # a traceback before, from attnviz atlas and stats
-                raise InputError(f"{str(path)!r} is not UTF-8 text ({err.reason}): save the corpus as UTF-8") from err
-            number += 1
-            if not line.strip():
-                continue
-            if not jsonl:
-                yield line.rstrip("\n")
-                continue
-            try:
-                item = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise InputError(f'{path}:{number} is not JSON ({err.msg}); each line must be {{"text": ...}}') from err
-            text = item.get("text") if isinstance(item, dict) else None
-            if not isinstance(text, str):
-                raise InputError(f'{path}:{number} has no "text" string; each line must be {{"text": ...}}')
-            if text.strip():
-                yield text
+    try:
+        with path.open(encoding="utf-8") as f:
+            yield from _lines(path, f, jsonl)
+    except UnicodeDecodeError as err:  # decoded a block at a time: no line to name (a traceback before)
+        raise InputError(f"{str(path)!r} is not UTF-8 text ({err.reason}): save the corpus as UTF-8") from err
+
+
+def _lines(path: Path, f: Iterable[str], jsonl: bool) -> Iterator[str]:
+    for number, line in enumerate(f, 1):
+        if not line.strip():
+            continue
+        if not jsonl:
+            yield line.rstrip("\n")
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise InputError(f'{path}:{number} is not JSON ({err.msg}); each line must be {{"text": ...}}') from err
+        text = item.get("text") if isinstance(item, dict) else None
+        if not isinstance(text, str):
+            raise InputError(f'{path}:{number} has no "text" string; each line must be {{"text": ...}}')
+        if text.strip():
+            yield text
 
 
 def length_batches(
@@ -278,10 +285,7 @@ def corpus_stats(
             n = len(tokenizer(text, verbose=False)["input_ids"])  # a text over the limit is counted here, not warned of
         if cap_length is not None and n > cap_length:
             if not truncate:
-                raise InputTooLongError(
-                    f"text {read} of the corpus has {n:,} tokens; the limit is {cap_length:,}. Leave truncate on "
-                    "(the default: such texts are cut and counted) or shorten it"
-                )
+                raise too_long(read, n, cap_length)
             truncated += 1
             return cap_length
         return n

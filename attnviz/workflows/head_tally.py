@@ -72,7 +72,8 @@ class _Rows:
     ``[b, keys]``, the lowest each row sees ``lowest`` ``[b, r]``, the scored rows whose keys of that count
     hold one token alone ``rare_ok`` ``[b, r]`` (a rarest token to point at: two tokens tied at the lowest
     count leave the row out of the rare-word role) and how many (``rare_seen``); :meth:`shaped` what the
-    tally's operations index with, for ``h`` heads, and :meth:`near` the keys each layer's weights are read at."""
+    tally's operations index with, for ``h`` heads, and :meth:`near` the keys each layer's weights are read
+    at."""
 
     def __init__(
         self, scored: Tensor, seen: float, log_seen: float, count: Tensor, lowest: Tensor, rare_ok: Tensor
@@ -142,8 +143,8 @@ class HeadTally:
     then "farther"), how often on the token of the lowest corpus count among the keys the row sees
     (``rare`` ``[layer, head]``, over the ``rare_rows`` ``[layer]`` whose keys hold one token of that count
     alone — two tokens tied there give no rarest token to point at; the counts are ``counts[token id]``),
-    how many rows were scored (``rows`` ``[layer]``) and ``Σ log(keys the row sees)`` over every real row (``log_keys`` ``[layer]``,
-    the entropy of uniform attention, which the broad and focused roles compare with).
+    how many rows were scored (``rows`` ``[layer]``) and ``Σ log(keys the row sees)`` over every real row
+    (``log_keys`` ``[layer]``, the entropy of uniform attention, which the broad and focused roles compare with).
 
     ``index`` maps a text to its number in the corpus (examples name texts by it; an unknown text
     is -1). Examples: ``best[layer]`` ``[role, head]`` the largest per-row value of each
@@ -375,7 +376,13 @@ class HeadTally:
 
     def load_vector(self, vector: Tensor) -> None:
         vector = vector.to("cpu", torch.float64)
-        sizes = [self.offsets.numel(), self.rare.numel(), self.rows.numel(), self.log_keys.numel(), len(self.rare_rows)]
+        sizes = [
+            self.offsets.numel(),
+            self.rare.numel(),
+            self.rows.numel(),
+            self.log_keys.numel(),
+            self.rare_rows.numel(),
+        ]
         parts = torch.split(vector, sizes)
         self.offsets = parts[0].view_as(self.offsets).clone()
         self.rare = parts[1].view_as(self.rare).clone()
