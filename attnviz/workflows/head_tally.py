@@ -376,13 +376,7 @@ class HeadTally:
 
     def load_vector(self, vector: Tensor) -> None:
         vector = vector.to("cpu", torch.float64)
-        sizes = [
-            self.offsets.numel(),
-            self.rare.numel(),
-            self.rows.numel(),
-            self.log_keys.numel(),
-            self.rare_rows.numel(),
-        ]
+        sizes = [t.numel() for t in (self.offsets, self.rare, self.rows, self.log_keys, self.rare_rows)]
         parts = torch.split(vector, sizes)
         self.offsets = parts[0].view_as(self.offsets).clone()
         self.rare = parts[1].view_as(self.rare).clone()
