@@ -68,7 +68,7 @@ def test_edits_on_cuda_equal_the_cpu_edits(family):
     from attnviz.workflows.models import IdsTokenizer
 
     text, kw = "11 5 7 9 13 21 34 55", ({"target": "3 4 5 6"} if family == "t5" else {})
-    plan = [edits.knockout(layer=1, head=0, key="7"), edits.temperature(2.0, layer=0), edits.ablate(layer=1, head=1)]
+    plan = [edits.knockout(layer=1, head=0, key="5"), edits.temperature(2.0, layer=0), edits.ablate(layer=1, head=1)]
     on_cpu = attnviz.intervene(attnviz.tiny_model(family), text, plan, IdsTokenizer(), **kw)
     model = attnviz.tiny_model(family).to("cuda")
     out = attnviz.intervene(model, text, plan, IdsTokenizer(), **kw)

@@ -48,8 +48,8 @@ class _Stream:
         past = self.n
         if call.part == "cross":  # the source's keys: the same at every step
             if not self.k:
-                self.k.append(move(call.k[0]).clone())
-                self.v.append(move(call.v[0]).clone())
+                self.k.append(move(call.k[0]))
+                self.v.append(move(call.v[0]))
             elif n_k != self.k[0].shape[-2]:
                 raise UnsupportedModelError(
                     f"{call.name} read {n_k} source positions at one step and {self.k[0].shape[-2]} at another"
@@ -58,10 +58,10 @@ class _Stream:
         else:
             # A dynamic cache hands the kernel every position so far, a static one its whole buffer (the
             # new rows at the step's positions); a sliding-window cache keeps only the last positions,
-            # the new ones last. The rows are copied: a view would keep the step's whole cache alive.
+            # the new ones last (each copied by move).
             start = past if n_k >= past + n_q else n_k - n_q
-            self.k.append(move(call.k[0, :, start : start + n_q]).clone())
-            self.v.append(move(call.v[0, :, start : start + n_q]).clone())
+            self.k.append(move(call.k[0, :, start : start + n_q]))
+            self.v.append(move(call.v[0, :, start : start + n_q]))
             first_key = past + n_q - n_k if n_k < past + n_q else 0
         self.q.append(move(call.q[0]))
         self.out.append(move(call.out[0].transpose(0, 1)))
@@ -152,8 +152,10 @@ class StepRecorder(Recorder):
             stream = self.streams[key] = _Stream(call)
             self.calls.append(AttentionCall(**{**call.__dict__, **dict.fromkeys(_TENSOR_FIELDS)}))  # sizes only
 
-        def move(t: Tensor) -> Tensor:
-            return t.to("cpu") if self.to_cpu else t
+        def move(t: Tensor) -> Tensor:  # a copy of its own, wherever it is kept: a view would keep the step's
+            # whole cache alive, and a compiled static cache's CUDA graphs write the next step into the same
+            # buffers (q and out read at the end were a later step's: torch refused them, test_gpu.py)
+            return t.to("cpu", copy=True) if self.to_cpu else t.clone()
 
         stream.take(call, move)
 
