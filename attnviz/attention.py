@@ -47,12 +47,14 @@ def resolve_vml_dispatch() -> None:
 resolve_vml_dispatch()
 
 __all__ = [
+    "SAMPLE_ROWS",
     "Scratch",
     "attention_output",
     "build_mask",
     "head_max",
     "row_entropy",
     "scaled_dot_product",
+    "spread_rows",
     "weighted_values",
 ]
 
@@ -278,6 +280,21 @@ def row_entropy(weights: Tensor, work: Tensor) -> Tensor:  # [..., keys] -> [...
     ``work``: a tensor of the weights' shape and dtype to compute in (the weights are kept)."""
     tiny = torch.finfo(weights.dtype).tiny
     return torch.clamp_min(weights, tiny, out=work).log_().mul_(weights).sum(-1).neg_()
+
+
+#: the query rows the default self-check recomputes, besides the first and the last (:func:`spread_rows`)
+SAMPLE_ROWS = 32
+
+
+def spread_rows(n: int, count: int, device: torch.device | str | None = None) -> Tensor:  # [min(n, count + 2)]
+    """The first and the last of ``n`` rows and ``count`` more spread evenly between them — row ``i`` of
+    ``m`` is ``round(i · (n - 1) / (m - 1))``, halves up, in integer arithmetic: the same rows whether
+    made on the host or on ``device`` (made there: nothing is copied to it)."""
+    m = min(n, count + 2)
+    if m <= 1:
+        return torch.zeros(max(m, 0), dtype=torch.long, device=device)
+    i = torch.arange(m, device=device)
+    return (i * (2 * (n - 1)) + (m - 1)) // (2 * (m - 1))
 
 
 def head_max(x: Tensor) -> Tensor:  # [head, ...] -> [head]

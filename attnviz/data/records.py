@@ -47,6 +47,9 @@ class LayerRecord:
     # Σ_h Σ_j α_ij f_h(x_j) + b against the model's own projection output over a sample of rows,
     # measured while capturing: (max |error|, a bound on the size of the terms summed, rows compared)
     projection_check: Tensor | None = None  # [3]
+    # transient, while capturing: the model's own weights at the rows the self-check samples
+    # (:func:`attnviz.attention.spread_rows`), compared there and dropped (only their errors are kept)
+    sampled_weights: Tensor | None = None  # [head, sample rows, key_pos]
 
     @property
     def n_queries(self) -> int:

@@ -22,13 +22,14 @@ float16: 1e-3, 1e-3; bfloat16: 1e-2, 1.6e-2). ``rel_error`` is the max absolute 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from ..attention import attention_output, head_max
+from ..attention import SAMPLE_ROWS, attention_output, head_max, spread_rows
 from ..errors import ValidationError
 
 if TYPE_CHECKING:
@@ -57,7 +58,6 @@ TOLERANCES: dict[str, tuple[float, float]] = {
     "float16": (1e-3, 1e-3),
     "bfloat16": (1e-2, 1.6e-2),
 }
-SAMPLE_ROWS = 32  # rows spread over the text, besides the first and the last
 _COLUMNS = ["part", "layer", "head", "quantity", "rows", "max_abs_error", "rel_error", "tolerance", "passed"]
 
 
@@ -177,10 +177,9 @@ class ValidationReport:
 
 
 def sample_rows(n: int, count: int = SAMPLE_ROWS) -> Tensor:  # [≤ count + 2] query rows
-    """The first and the last row and ``count`` more spread evenly between them."""
-    return (
-        torch.unique(torch.linspace(0, n - 1, count + 2).round().long()) if n > 0 else torch.zeros(0, dtype=torch.long)
-    )
+    """The first and the last row and ``count`` more spread evenly between them
+    (:func:`attnviz.attention.spread_rows`, on the host)."""
+    return spread_rows(n, count)
 
 
 class LayerErrors:
@@ -253,16 +252,17 @@ def layer_rows(
     part: str,
     layer: int,
     rec: LayerRecord,
-    errors: dict[str, tuple[Tensor, Tensor]],
+    errors: Mapping[str, tuple[Tensor | list[float], Tensor | list[float]]],
     n_rows: int,
     atol: float,
     rtol: float,
 ) -> list[dict]:
-    """A report's rows (one per quantity and head) of one layer's :meth:`LayerErrors.errors`, over
-    ``n_rows`` compared query rows."""
+    """A report's rows (one per quantity and head) of one layer's :meth:`LayerErrors.errors` (per head, as
+    tensors or lists of floats read back already), over ``n_rows`` compared query rows."""
     out = []
     for quantity, (errs, scales) in errors.items():
-        for head, (err, scale) in enumerate(zip(errs.tolist(), scales.tolist())):
+        read = (t.tolist() if isinstance(t, Tensor) else t for t in (errs, scales))
+        for head, (err, scale) in enumerate(zip(*read)):
             tol = atol + rtol * scale
             out.append(
                 {

@@ -15,6 +15,7 @@ head's slice of the output projection applied to the value the query reads (Koba
 
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,17 +23,45 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..attention import SAMPLE_ROWS, spread_rows
 from .specs import OUTPUT_PROJECTIONS, PROJECTION_SPECS, TRANSPOSED_WEIGHTS
 
-__all__ = ["OutputProjection", "ProjectionWatch", "output_projection", "projection_module", "watched_rows"]
+__all__ = [
+    "OutputProjection",
+    "ProjectionWatch",
+    "output_projection",
+    "projection_module",
+    "rows_index",
+    "watched_rows",
+]
 
-WATCHED_ROWS = 32  # query rows kept of each projection call's output, besides its first and last
+WATCHED_ROWS = SAMPLE_ROWS  # query rows kept of each projection call's output, besides its first and last
 
 
-def watched_rows(n: int) -> Tensor:  # [≤ WATCHED_ROWS + 2]
+def watched_rows(n: int, device: torch.device | None = None) -> Tensor:  # [min(n, WATCHED_ROWS + 2)]
     """The rows of an ``n``-row projection call whose output is kept: the first, the last and
-    :data:`WATCHED_ROWS` spread between them (every row of a short call, or of a generation step)."""
-    return torch.unique(torch.linspace(0, n - 1, WATCHED_ROWS + 2).round().long()) if n > 0 else torch.zeros(0).long()
+    :data:`WATCHED_ROWS` spread between them (every row of a short call, or of a generation step),
+    made on ``device`` (:func:`attnviz.attention.spread_rows`: the host's list is the same rows)."""
+    return spread_rows(n, WATCHED_ROWS, device)
+
+
+_INDICES: dict[tuple[int, str], tuple[Tensor, Tensor]] = {}  # the last lengths' rows, most recent last
+_INDICES_KEPT = 64
+_INDICES_LOCK = threading.Lock()
+
+
+def rows_index(n: int, device: torch.device | str) -> tuple[Tensor, Tensor]:
+    """(:func:`watched_rows` of ``n`` on the host, the same rows made on ``device``), kept for the last
+    :data:`_INDICES_KEPT` lengths: a capture of a length seen before launches nothing to make them."""
+    key = (n, str(device))
+    with _INDICES_LOCK:
+        found = _INDICES.pop(key, None)
+        if found is None:
+            found = (watched_rows(n), watched_rows(n, torch.device(device)))
+        _INDICES[key] = found
+        while len(_INDICES) > _INDICES_KEPT:
+            _INDICES.pop(next(iter(_INDICES)))
+    return found
 
 
 def projection_module(model: nn.Module, attention_name: str) -> nn.Module | None:
@@ -62,6 +91,7 @@ class OutputProjection:
     d_v: int
     _grams: Tensor | None = field(default=None, repr=False)
     _row_sizes: Tensor | None = field(default=None, repr=False)
+    _size_bounds: Tensor | None = field(default=None, repr=False)
 
     @property
     def heads(self) -> Tensor:  # [head, hidden, d_v]: W_O^h, head h's columns of the weight
@@ -107,6 +137,14 @@ class OutputProjection:
         if self._row_sizes is None:
             self._row_sizes = self.weight.abs().sum(-1)
         return self._row_sizes
+
+    @property
+    def size_bounds(self) -> Tensor:  # [2]: max_e Σ_k |W[e, k]|, max |b|
+        """What :meth:`magnitude` multiplies and adds, as one tensor where the weight is (made once)."""
+        if self._size_bounds is None:
+            bias = self.weight.new_zeros(()) if self.bias is None else self.bias.abs().max().to(self.weight.device)
+            self._size_bounds = torch.stack([self.row_sizes.max(), bias])
+        return self._size_bounds
 
     def magnitude(self, per_head: Tensor) -> float:
         """A bound on the size of the terms any output entry sums, ``max_e Σ_k |W[e, k]| · max |o| +
@@ -175,7 +213,12 @@ class ProjectionWatch:
     armed: dict[int, tuple[str, int]] = field(default_factory=dict)
     found: dict[str, nn.Module | None] = field(default_factory=dict)  # attention module name -> its projection
 
-    def arm(self, model: nn.Module, name: str, layer: int, listening: Any, to_cpu: bool) -> None:
+    @staticmethod
+    def index(n: int, device: torch.device) -> tuple[Tensor, Tensor]:
+        """(the rows kept of an ``n``-row call on the host, the same on ``device``): :func:`rows_index`."""
+        return rows_index(n, device)
+
+    def arm(self, model: nn.Module, name: str, layer: int, listening: Any) -> None:
         """Keep the rows of the next output of the projection of the attention module at ``name``
         (hooked on first use), as ``layer``'s, when heard in a context where ``listening()`` is true."""
         if name not in self.found:
@@ -193,13 +236,19 @@ class ProjectionWatch:
             if which is None or not isinstance(output, Tensor) or not listening():
                 return
             n = output.shape[-2]
-            rows = watched_rows(n)
+            rows, on_device = self.index(n, output.device)
             start = self.rows_before.get(which, 0)
             self.rows_before[which] = start + n
-            kept = output.detach()[..., rows.to(output.device), :]
-            self.seen.setdefault(which, []).append((rows + start, kept.to("cpu") if to_cpu else kept))
+            # a copy of its own (a static cache's step writes the same buffer again); moved to the host after the forward
+            kept = output.detach().index_select(-2, on_device)
+            self.seen.setdefault(which, []).append((rows + start, kept))
 
         self.handles[key] = projection.register_forward_hook(keep)
+
+    def to_host(self, copies: Any) -> None:
+        """Every kept row copied to the host by ``copies`` (an :class:`~attnviz.engine.transfer.HostCopies`)."""
+        for calls in self.seen.values():
+            calls[:] = [(positions, copies.copy(kept)) for positions, kept in calls]
 
     def remove(self) -> None:
         for handle in self.handles.values():
@@ -211,4 +260,6 @@ class ProjectionWatch:
         calls = self.seen.get((name, layer))
         if not calls:
             return None
+        if len(calls) == 1:  # one forward's call
+            return calls[0]
         return torch.cat([p for p, _ in calls]), torch.cat([o for _, o in calls], dim=-2)

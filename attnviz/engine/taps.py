@@ -40,6 +40,7 @@ from .interface import installed_backends, wrapped
 from .listeners import Call, Seen, listening, owner, recorders
 from .projections import ProjectionWatch
 from .specs import PROJECTION_SPECS, SHARED_LAYERS, check_supported, locate
+from .transfer import HostCopies
 from .vision_specs import TOWERS
 
 __all__ = [
@@ -84,6 +85,7 @@ class AttentionCall:
     sinks: Tensor | None = None  # [head] learned sink logits (gpt-oss)
     weight_error: Tensor | None = None  # [batch, head] max |recomputed - model's weights| (weights dropped)
     weight_scale: Tensor | None = None  # [batch, head] max |model's weights|
+    sampled_weights: list[Tensor] | None = None  # per batch item: [head, sample rows, key_pos] (weight_mode "sample")
     sizes: dict[str, int] = field(default_factory=dict)  # n_heads, n_kv_heads, d_head (also when not kept)
     sliding_window: int | None = None  # the window the module asked for, also when its mask carries it
     step: int = 0  # how many earlier calls this module made in this tap (a generation's step)
@@ -141,8 +143,8 @@ def weight_errors(call: AttentionCall, weights: Tensor, lengths: list[int] | Non
     backend's ``weights``, over each item's real query rows (``lengths``; None: every row) — so a
     capture can drop the n×n weights at once (``weight_mode="compare"``)."""
     batch, heads = weights.shape[0], weights.shape[1]
-    err = torch.zeros(batch, heads)
-    scale = torch.zeros(batch, heads)
+    err = torch.zeros(batch, heads, device=weights.device)  # kept where the weights are: nothing waits for them
+    scale = torch.zeros(batch, heads, device=weights.device)
     for b in range(batch):
         item = call.item(b)
         n = lengths[b] if lengths is not None else item["q"].shape[-2]
@@ -161,8 +163,8 @@ def weight_errors(call: AttentionCall, weights: Tensor, lengths: list[int] | Non
             all_keys=True,
         ):
             theirs = weights[b][:, r.to(weights.device)].to(ours.device, torch.float32)
-            err[b] = torch.maximum(err[b], head_max(ours - theirs).cpu())
-            scale[b] = torch.maximum(scale[b], head_max(theirs).cpu())
+            err[b] = torch.maximum(err[b], head_max(ours - theirs).to(err.device))
+            scale[b] = torch.maximum(scale[b], head_max(theirs).to(err.device))
     return err, scale
 
 
@@ -174,7 +176,9 @@ class Recorder:
     model: nn.Module
     layers: set[int] | None = None  # None = every layer
     to_cpu: bool = True
-    weight_mode: str = "keep"  # backend's weights: "keep" them, "compare" at once and keep only the errors, or "drop"
+    # backend's weights: "keep" them, "sample": keep the rows the self-check samples (compared after the
+    # forward), "compare" every row at once and keep only the errors, or "drop"
+    weight_mode: str = "keep"
     lengths: dict[str, list[int]] | None = None  # per part: real query rows per batch item (right padding)
     calls: list[AttentionCall] = field(default_factory=list)
     #: a sample of rows of each kept layer's output projection output (the self-check's reference)
@@ -190,6 +194,11 @@ class Recorder:
     _where: dict[tuple[int, bool], tuple[str, int]] = field(default_factory=dict)  # (module, causal) -> part, layer
     _per_forward: int | None = None  # a shared family's attention calls per forward (specs.SHARED_LAYERS)
     _calls: int = 0  # calls placed so far (a shared family's layers are counted by it)
+    #: calls whose part their mask's structure tells, read after the forward: (call, module, mask)
+    _structures: list[tuple[AttentionCall, nn.Module, Tensor]] = field(default_factory=list)
+    #: whether this recorder reads each call inside the forward (its part, its bias), so it cannot wait
+    #: until the forward is over to read them (a generation's steps, the corpus' reduction)
+    reads_in_forward: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         self._names = {id(m): name for name, m in self.model.named_modules()}
@@ -233,16 +242,26 @@ class Recorder:
         (its ``is_causal``, else ``designed_causal``, else the call's causal flag or mask structure).
         Called once per call: in a family whose modules are shared by several layers
         (:data:`~attnviz.engine.specs.SHARED_LAYERS`) the layer is the call's index in its forward."""
-        looks_causal = getattr(module, "is_causal", None)
-        if looks_causal is None:
-            looks_causal = designed_causal
-        if looks_causal is None:
-            looks_causal = causal or (mask is not None and _is_causal_structure(mask))
+        looks_causal = self.designed(module, causal, mask, designed_causal)
+        if looks_causal is None:  # read from the mask's structure, which needs the host to wait for it
+            looks_causal = _is_causal_structure(mask)  # type: ignore[arg-type]
         part, layer = self.where(module, bool(looks_causal))
         if self._per_forward:
             layer = self._calls % self._per_forward
         self._calls += 1
         return part, layer
+
+    @staticmethod
+    def designed(module: nn.Module, causal: bool, mask: Tensor | None, designed_causal: bool | None) -> bool | None:
+        """Whether the module's attention is causal by design, when that can be told without reading a
+        tensor (its ``is_causal``, else ``designed_causal``, else the call's causal flag or no mask);
+        None: only the mask's structure tells."""
+        looks_causal = getattr(module, "is_causal", None)
+        if looks_causal is None:
+            looks_causal = designed_causal
+        if looks_causal is None and (causal or mask is None):
+            looks_causal = causal
+        return looks_causal
 
     def add(
         self,
@@ -269,11 +288,15 @@ class Recorder:
 
         ``designed_causal`` says whether the attention is causal by design (when the module has no
         ``is_causal``): it names the part of a one-stack model even for a single token."""
-        part, layer = self.place(module, causal, mask, designed_causal)
+        structure = None  # a mask whose structure alone says whether the part is causal: read after the forward
+        if self.reads_in_forward or self.designed(module, causal, mask, designed_causal) is not None:
+            part, layer = self.place(module, causal, mask, designed_causal)
+        else:
+            part, layer = self.place(module, causal, None, False)
+            structure = mask
         keep = self.layers is None or layer in self.layers
-
-        if bias is not None and not bias.any():
-            bias = None  # T5's cross-attention passes zeros
+        if self.reads_in_forward and bias is not None and not bias.any():
+            bias = None  # T5's cross-attention passes zeros (else seen after the forward: finish)
         call = AttentionCall(
             name=self._names[id(module)],
             part=part,
@@ -288,6 +311,8 @@ class Recorder:
             step=self._steps.get((id(module), layer), 0),
         )
         self._steps[(id(module), layer)] = call.step + 1
+        if structure is not None:
+            self._structures.append((call, module, structure))
         if keep:
             call.q, call.k, call.v, call.out = q.detach(), k.detach(), v.detach(), out.detach()
             call.mask, call.key_padding = mask, key_padding
@@ -295,26 +320,60 @@ class Recorder:
             call.sinks = sinks.detach() if isinstance(sinks, Tensor) else None
             if isinstance(weights, Tensor) and self.weight_mode == "keep":
                 call.weights = weights.detach()
+            elif isinstance(weights, Tensor) and self.weight_mode == "sample":
+                call.sampled_weights = self.sampled(weights.detach(), part)
             elif isinstance(weights, Tensor) and self.weight_mode == "compare":
                 lengths = None if self.lengths is None else self.lengths.get(part)
                 call.weight_error, call.weight_scale = weight_errors(call, weights.detach(), lengths)
             # an edited call's head outputs may change after the kernel (ablation): its projection is not proved
             if self.proves_projections and owner(module) is None:
-                self.projections.arm(
-                    self.model, call.name, layer, lambda: any(r is self for r in recorders(module)), self.to_cpu
-                )
+                self.projections.arm(self.model, call.name, layer, lambda: any(r is self for r in recorders(module)))
             self.keep(call)
         else:
             self.calls.append(call)
 
+    def sampled(self, weights: Tensor, part: str) -> list[Tensor]:
+        """Each batch item's weights at the rows the self-check samples of its real queries (one gather
+        per item, with an index made on the weights' device once per length)."""
+        lengths = None if self.lengths is None else self.lengths.get(part)
+        n = weights.shape[-2]
+        return [
+            weights[b].index_select(-2, self.projections.index(n if lengths is None else lengths[b], weights.device)[1])
+            for b in range(weights.shape[0])
+        ]
+
     def keep(self, call: AttentionCall) -> None:
-        """Store a call of a layer that was asked for (moved to the CPU unless ``to_cpu`` is off)."""
-        if self.to_cpu:
-            for name in CALL_TENSORS:
-                value = getattr(call, name)
-                if isinstance(value, Tensor):
-                    setattr(call, name, value.to("cpu"))
+        """Keep a call of a layer that was asked for: references only, nothing waits for the device
+        (moved to the host by :meth:`finish`, after the forward, unless ``to_cpu`` is off)."""
         self.calls.append(call)
+
+    def finish(self) -> None:
+        """What a call's recording needed the host to read, read once the forward is over (on a GPU the
+        forward ran without waiting for it): the part of a call whose mask structure says whether it is
+        causal, whether a bias is all zeros (T5's cross-attention), and the kept tensors copied to the
+        host — without blocking, into pinned memory, then waited for once (:class:`HostCopies`)."""
+        structures: dict[int, bool] = {}
+        for call, module, mask in self._structures:
+            if id(mask) not in structures:  # one forward's layers share their mask
+                structures[id(mask)] = _is_causal_structure(mask)
+            call.part, _ = self.where(module, structures[id(mask)])
+        self._structures.clear()
+        biased = [c for c in self.calls if c.bias is not None]
+        if biased and not self.reads_in_forward:
+            nonzero = torch.stack([c.bias.any() for c in biased]).tolist()  # type: ignore[union-attr]
+            for call, any_ in zip(biased, nonzero):
+                call.bias = call.bias if any_ else None
+        if self.to_cpu:
+            copies = HostCopies()
+            for call in self.calls:
+                for name in CALL_TENSORS:
+                    value = getattr(call, name)
+                    if isinstance(value, Tensor):
+                        setattr(call, name, copies.copy(value))
+                if call.sampled_weights is not None:
+                    call.sampled_weights = [copies.copy(w) for w in call.sampled_weights]
+            self.projections.to_host(copies)
+            copies.wait()
 
 
 def _is_causal_structure(mask: Tensor) -> bool:
@@ -372,5 +431,6 @@ def tap(
     try:
         with attached(model), listening(recorder):
             yield recorder
+        recorder.finish()
     finally:
         recorder.projections.remove()

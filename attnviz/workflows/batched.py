@@ -207,6 +207,7 @@ class ReducingRecorder(Recorder):
     reduce: Callable[[AttentionCall], None] | None = None
     awaited: set[int] | None = None  # layers still to come; once none is left the forward stops (None: never)
     proves_projections: ClassVar[bool] = False  # no record is made: nothing reads the projections' rows
+    reads_in_forward: ClassVar[bool] = True  # each layer is reduced as its kernel returns
 
     def keep(self, call: AttentionCall) -> None:
         if self.reduce is None:

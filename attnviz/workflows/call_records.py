@@ -20,12 +20,11 @@ __all__ = ["build_records"]
 def _describe_mask(
     call: AttentionCall, mask: Tensor | None, n_q: int, n_k: int
 ) -> tuple[bool, int | None, Tensor | None]:
-    """(causal, window, custom mask or None) for one item's mask cut to its ``n_q × n_k`` tokens."""
-    structure = build_mask(
-        n_q, n_k, causal=call.causal, window=call.window, device=None if mask is None else mask.device
-    )
+    """(causal, window, custom mask or None) for one item's mask cut to its ``n_q × n_k`` tokens.
+    Without a mask nothing is built: the causal flag and the window say it all."""
     if mask is None:
         return call.causal and n_q > 1, call.window, None
+    structure = build_mask(n_q, n_k, causal=call.causal, window=call.window, device=mask.device)
     if mask.is_floating_point():
         blocked = mask <= torch.finfo(mask.dtype).min / 2
         if bool((mask.masked_fill(blocked, 0) != 0).any()):  # carries a bias (ALiBi folded into the mask)
@@ -130,6 +129,7 @@ def build_records(
             relative_bias=relative,
             sinks=None if call.sinks is None else call.sinks.float().clone(),
             weight_error=None if call.weight_error is None else call.weight_error[b].clone(),
+            sampled_weights=None if call.sampled_weights is None else call.sampled_weights[b][..., :n_k],
             weight_scale=None if call.weight_scale is None else call.weight_scale[b].clone(),
         )
     return records

@@ -268,12 +268,12 @@ def spaced_offsets(tokens: list[str]) -> list[tuple[int, int]]:
 
 def padded(encoded: list[Encoded], device) -> tuple[Tensor, Tensor]:
     n = max(len(ids) for ids, _, _ in encoded)
-    ids = torch.zeros(len(encoded), n, dtype=torch.long)
-    mask = torch.zeros(len(encoded), n, dtype=torch.long)
+    both = torch.zeros(2, len(encoded), n, dtype=torch.long)  # ids and mask, moved to the device in one copy
     for b, (row, _, _) in enumerate(encoded):
-        ids[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-        mask[b, : len(row)] = 1
-    return ids.to(device), mask.to(device)
+        both[0, b, : len(row)] = torch.tensor(row, dtype=torch.long)
+        both[1, b, : len(row)] = 1
+    both = both.to(device)
+    return both[0], both[1]
 
 
 def decoder_inputs(model, tokenizer, encoded, target, decoder_input_ids, encoder_decoder, max_length, limit, name):

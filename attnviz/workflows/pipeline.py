@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from ..data.capture import Capture, TokenSequence
 from ..data.images import ImageGrid
-from ..data.validate import SAMPLE_ROWS, ValidationError, validate
+from ..data.validate import SAMPLE_ROWS, ValidationError, ValidationReport, validate
 from ..engine.projections import ProjectionWatch
 from ..engine.specs import ENCODER_DECODER_PARTS, PARTS, RESERVED_POSITIONS, check_supported, supported_families
 from ..engine.taps import AttentionCall
@@ -41,9 +41,10 @@ from ..errors import (
     UnsupportedModelError,
 )
 from .call_records import build_records
+from .device_check import check_captures
+from .device_check import to_host as records_to_host
 from .inputs import Encoded, check_vocabulary, padded
 from .models import alias_of, load_model, resolve_dtype
-from .what_moves import add_value_terms
 
 __all__ = [
     "CHECKS",
@@ -226,6 +227,8 @@ def forward_inputs(
     model = resolved.model
     check_vocabulary(model, encoded, what)
     ids, attention_mask = padded(encoded, resolved.device)
+    # the mask passed even without padding: some families read a mask they build themselves another way
+    # (DeBERTa's all-ones float mask is kept as a custom mask); passing it costs no sync in transformers ≥ 5.24
     kwargs: dict[str, Any] = {"input_ids": ids, "attention_mask": attention_mask}
     lengths = {"encoder": [len(e[0]) for e in encoded], "decoder": [len(e[0]) for e in encoded]}
     if resolved.encoder_decoder:
@@ -326,12 +329,14 @@ def captures(
     rows: dict[str, Tensor] | None = None,
     extra: dict[str, Any] | None = None,
     projections: ProjectionWatch | None = None,
+    to_host: bool = False,
 ) -> list[Capture]:
     """One checked :class:`Capture` per item of the batch the ``calls`` recorded: its records (from
     ``kept``, default the calls whose tensors were kept), what each head moves
     (:func:`attnviz.workflows.what_moves.add_value_terms`, proved against the rows of the output
     projections the taps kept in ``projections``), the metadata (``extra`` added), and the
-    self-check unless ``check="off"`` (``rows``: per part, the query rows to prove)."""
+    self-check unless ``check="off"`` (``rows``: per part, the query rows to prove) — batched where the
+    records are (:mod:`attnviz.workflows.device_check`), then, with ``to_host``, the records copied to the host."""
     kept = [c for c in calls if c.q is not None] if kept is None else kept
     meta = capture_meta(resolved, kept[0], part_sizes(calls), check) | (extra or {})
     batched = len(items) > 1
@@ -341,9 +346,11 @@ def captures(
         )
         for b, item in enumerate(items)
     ]
-    add_value_terms(resolved.model, made, projections, check)
+    reports = check_captures(resolved.model, made, projections, check, rows)
+    if to_host:  # after the checks, which ran where the model did: every record's tensors in one wait
+        records_to_host(made)
     if check != "off":
-        self_check(made, check, rows)
+        self_check(made, check, rows, reports)
     return made
 
 
@@ -369,10 +376,18 @@ def capture_meta(resolved: Resolved, first: AttentionCall, parts: dict, check: s
     }
 
 
-def self_check(made: list[Capture], check: str, rows: dict[str, Tensor] | None = None) -> None:
-    """Validate each capture (``rows``: per part, else a sample or all); raise :class:`ValidationError` on a mismatch."""
+def self_check(
+    made: list[Capture],
+    check: str,
+    rows: dict[str, Tensor] | None = None,
+    reports: list[ValidationReport | None] | None = None,
+) -> None:
+    """Validate each capture (``rows``: per part, else a sample or all; ``reports``: already made, by
+    :func:`~attnviz.workflows.device_check.check_captures`); raise :class:`ValidationError` on a mismatch."""
     for i, cap in enumerate(made):
-        report = validate(cap, rows=rows if rows is not None else SAMPLE_ROWS if check == "sample" else None)
+        report = reports[i] if reports is not None else None
+        if report is None:
+            report = validate(cap, rows=rows if rows is not None else SAMPLE_ROWS if check == "sample" else None)
         cap.model["check_error"] = max((r["max_abs_error"] / r["tolerance"] for r in report.rows), default=0.0)
         if not report.passed:
             which = "" if len(made) == 1 else f" (text {i})"

@@ -11,11 +11,13 @@ steps × n is kept, whatever the cache (dynamic, sliding-window, static).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 from torch import Tensor
 
 from ..engine.taps import AttentionCall, Recorder
+from ..engine.transfer import HostCopies
 from ..errors import UnsupportedModelError
 
 __all__ = ["StepRecorder"]
@@ -69,9 +71,9 @@ class _Stream:
             key_positions = torch.arange(n_k) + first_key
             keep = key_positions < past + n_q if call.part != "cross" else key_positions >= 0
             values = call.bias[0].expand(-1, n_q, -1)[..., keep.to(call.bias.device)]
-            self.bias.append((past, key_positions[keep], move(values).float()))
+            self.bias.append((past, key_positions[keep], move(values.float())))
         if call.weight_error is not None and call.weight_scale is not None:
-            err, scale = call.weight_error[0].cpu(), call.weight_scale[0].cpu()
+            err, scale = call.weight_error[0], call.weight_scale[0]  # where the kernel ran: no wait per step
             self.weight_error = err if self.weight_error is None else torch.maximum(self.weight_error, err)
             self.weight_scale = scale if self.weight_scale is None else torch.maximum(self.weight_scale, scale)
         self.steps.append(n_q)
@@ -126,10 +128,13 @@ class StepRecorder(Recorder):
     """A :class:`Recorder` for generation: each call of a layer is streamed into that layer's rows
     (queries and outputs of the step, the keys and values it added) instead of being kept whole."""
 
+    reads_in_forward: ClassVar[bool] = True  # each step's part and bias are read as the step runs
+
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.streams: dict[tuple[str, int], _Stream] = {}
         self.encoder_calls: list[AttentionCall] = []
+        self.copies = HostCopies()
 
     def keep(self, call: AttentionCall) -> None:
         assert call.q is not None
@@ -155,9 +160,13 @@ class StepRecorder(Recorder):
         def move(t: Tensor) -> Tensor:  # a copy of its own, wherever it is kept: a view would keep the step's
             # whole cache alive, and a compiled static cache's CUDA graphs write the next step into the same
             # buffers (q and out read at the end were a later step's: torch refused them, test_gpu.py)
-            return t.to("cpu", copy=True) if self.to_cpu else t.clone()
+            return self.copies.copy(t, own=True) if self.to_cpu else t.clone()
 
         stream.take(call, move)
+
+    def finish(self) -> None:
+        self.copies.wait()  # every step's copies to the host, started without waiting
+        super().finish()
 
     def assembled(self) -> list[AttentionCall]:
         return self.encoder_calls + [s.assemble() for key, s in self.streams.items() if key[0] not in _ONCE]

@@ -19,7 +19,7 @@ from ..data.capture import Capture
 from ..data.records import LayerRecord
 from ..engine.projections import OutputProjection, ProjectionWatch, output_projection
 
-__all__ = ["add_value_terms", "projection_errors"]
+__all__ = ["add_value_terms", "check_projection", "projection_errors"]
 
 
 def projection_errors(rec: LayerRecord, projection: OutputProjection, rows: torch.Tensor, model_out: torch.Tensor):
@@ -37,16 +37,26 @@ def projection_errors(rec: LayerRecord, projection: OutputProjection, rows: torc
     return float(error), projection.magnitude(per_head)
 
 
-def add_value_terms(model: nn.Module, made: list[Capture], watch: ProjectionWatch | None, check: str) -> None:
+def add_value_terms(
+    model: nn.Module,
+    made: list[Capture],
+    watch: ProjectionWatch | None,
+    check: str,
+    *,
+    only: set[tuple[str, int]] | None = None,
+    item: int = 0,
+) -> None:
     """Fill ``value_dots`` (and, unless ``check == "off"``, ``projection_check``) of each capture's
-    records; item ``b`` of the batch is ``made[b]``."""
+    records (``only``: of these (part, layer) alone); item ``item + b`` of the batch is ``made[b]``."""
     projections: dict[str, OutputProjection | None] = {}
-    for b, cap in enumerate(made):
+    for b, cap in enumerate(made, start=item):
         widths = {  # the longest word of each part's keys, in tokens
             part: max((w.token_stop - w.token_start for w in cap.sequences(part)[1].words), default=1)
             for part in cap.parts
         }
         for (part, layer), rec in cap.records.items():
+            if only is not None and (part, layer) not in only:
+                continue
             n_heads = rec.q.shape[0]
             if rec.name not in projections:
                 projections[rec.name] = output_projection(model, rec.name, n_heads, rec.v.shape[-1])
@@ -54,12 +64,24 @@ def add_value_terms(model: nn.Module, made: list[Capture], watch: ProjectionWatc
             if projection is None:
                 continue
             rec.value_dots = projection.value_dots(rec.v, widths[part])
-            seen = None if watch is None or check == "off" else watch.rows(rec.name, layer)
-            if seen is None:
-                continue
-            positions, outputs = seen
-            real = positions < rec.n_queries
-            if not bool(real.any()):
-                continue
-            error, size = projection_errors(rec, projection, positions[real], outputs[b][real])
-            rec.projection_check = torch.tensor([error, size, float(real.sum())])
+            if watch is not None and check != "off":
+                check_projection(rec, layer, projection, watch, b)
+
+
+def check_projection(
+    rec: LayerRecord, layer: int, projection: OutputProjection, watch: ProjectionWatch, b: int
+) -> None:
+    """Set ``rec.projection_check`` from the rows of item ``b`` the taps kept of ``layer``'s projection
+    output that fall in the record (a padded batch's item keeps fewer), if any."""
+    seen = watch.rows(rec.name, layer)
+    if seen is None:
+        return
+    positions, outputs = seen
+    real = positions < rec.n_queries  # positions: on the host
+    if not bool(real.any()):
+        return
+    picked = torch.nonzero(real).flatten()
+    error, size = projection_errors(
+        rec, projection, positions[picked], outputs[b].index_select(-2, picked.to(outputs.device))
+    )
+    rec.projection_check = torch.tensor([error, size, float(len(picked))])
