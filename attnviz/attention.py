@@ -526,6 +526,9 @@ def online_attention(
                 q_t, kf[:, keys], r, keys, qpos, key_positions[keys],
                 scale=scale, mask=mask, bias=bias, softcap=softcap, temperature=temperature, structure=structure,
             )  # fmt: skip
+            if not d_v:  # the log-sum-exp alone: one fused logsumexp per tile, added to the running one
+                m = torch.logaddexp(m, torch.logsumexp(s, -1))
+                continue
             new_m = torch.maximum(m, s.amax(-1))
             shift = new_m.nan_to_num(neginf=0.0)  # a row with no key yet: nothing to shift (exp(-inf) = 0)
             p = s.sub_(shift[..., None]).exp_()
@@ -535,6 +538,9 @@ def online_attention(
                 pv = torch.bmm(p.view(n_kv, groups * (stop - start), k1 - k0), vf[:, keys])
                 acc.mul_(rescale[..., None]).add_(pv.view(n_head, stop - start, d_v))
             m = new_m
+        if not d_v:  # m is the running log-sum-exp itself
+            lse[:, start:stop] = m if sink is None else torch.logaddexp(m, sink)
+            continue
         if sink is not None:  # the sink's logit joins each row's denominator
             new_m = torch.maximum(m, sink)
             rescale = (m - new_m).exp_()
