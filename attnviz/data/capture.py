@@ -84,6 +84,13 @@ def _check_causal(causal: object, part: str) -> None:
 Span = range | slice | Sequence[int] | Tensor | None
 
 
+def _rows(span: Span, n: int, name: str, what: str) -> Tensor:
+    """:func:`_span` as a tensor of indices always."""
+    index = _span(span, n, name, what, tensor=True)
+    assert isinstance(index, Tensor)  # tensor=True
+    return index
+
+
 def _span(span: Span, n: int, name: str, what: str, *, tensor: bool = False) -> Tensor | slice:
     """``span`` as a slice (a range or slice of step 1, unless ``tensor``) or a 1-d long tensor of
     indices; an :class:`OutOfRangeError` naming ``0..n-1`` for an index outside it."""
@@ -441,7 +448,7 @@ class Capture:
                     layer, head, part=part, causal=causal, scale=scale, temperature=temperature, words=True
                 )
                 n_q, n_k = full.shape[-2:]
-                r, c = _span(rows, n_q, "rows", "query words"), _span(cols, n_k, "cols", "key words")
+                r, c = _rows(rows, n_q, "rows", "query words"), _span(cols, n_k, "cols", "key words")
                 full = full.index_select(-2, r.to(full.device))
                 return full[..., c] if isinstance(c, slice) else full.index_select(-1, c.to(full.device))
             return self._tile(layer, head, rows, cols, part, causal, scale, float(temperature))
@@ -460,7 +467,7 @@ class Capture:
         part = self.resolve_part(part)
         rec = self.layer(layer, part)
         self.check_head(head, part)
-        lse = rec.log_sum_exp(_span(rows, rec.n_queries, "rows", "query rows", tensor=True), head)
+        lse = rec.log_sum_exp(_rows(rows, rec.n_queries, "rows", "query rows"), head)
         return lse if head is None else lse[0]
 
     def _tile(
@@ -477,7 +484,7 @@ class Capture:
         part = self.resolve_part(part)
         rec = self.layer(layer, part)
         self.check_head(head, part)
-        r = _span(rows, rec.n_queries, "rows", "query rows", tensor=True)
+        r = _rows(rows, rec.n_queries, "rows", "query rows")
         c = _span(cols, rec.n_keys, "cols", "key columns")
         _check_causal(causal, part)
         args = rec.sdpa_arguments(head)
