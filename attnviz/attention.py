@@ -7,7 +7,10 @@ ALiBi (``bias``), sliding windows (``window``), Gemma-2's soft-capping (``softca
 learned sinks (``sinks``: one extra logit per head in the softmax's denominator).
 
 :func:`attention_output` computes the same A·V in query chunks, batched over heads, without ever
-holding a layer's whole n×n matrix; validation runs through it.
+holding a layer's whole n×n matrix, and gives each chunk's weights. :func:`online_attention` computes
+A·V in tiles of queries *and* keys with a running max and sum per row (online softmax, as
+FlashAttention does) and returns each row's log-sum-exp; :func:`attention_tile` then gives any tile of
+weights as ``exp(s − lse)`` in O(tile). Full validation runs through :func:`online_attention`.
 """
 
 from __future__ import annotations
@@ -50,8 +53,10 @@ __all__ = [
     "SAMPLE_ROWS",
     "Scratch",
     "attention_output",
+    "attention_tile",
     "build_mask",
     "head_max",
+    "online_attention",
     "row_entropy",
     "scaled_dot_product",
     "spread_rows",
@@ -383,3 +388,213 @@ def _part(t: Tensor | Callable[[Tensor, slice], Tensor | None] | None, rows: Ten
     t = t if t.dim() == 3 else t[None]
     t = t if t.shape[-2] == 1 else t.index_select(-2, rows.to(t.device))
     return t[..., keys][None]
+
+
+#: a mask or bias given whole ``[head or 1, query_pos, key_pos]`` or as a function ``(rows, keys) -> [head or 1, r, k]``
+Part = Tensor | Callable[[Tensor, slice | Tensor], Tensor | None] | None
+
+
+def _piece(t: Part, rows: Tensor, keys: slice | Tensor) -> Tensor | None:  # [head or 1, r, k]
+    """A tile of a mask or bias: the function's answer, or the whole tensor's keys first, then its rows
+    (so a tile reads ``r × k`` numbers, not ``r × key_pos``)."""
+    if t is None:
+        return None
+    if callable(t) and not isinstance(t, Tensor):
+        return t(rows, keys)
+    t = t if t.dim() == 3 else t[None]
+    t = t[..., keys] if isinstance(keys, slice) else t.index_select(-1, keys.to(t.device))
+    return t if t.shape[-2] == 1 else t.index_select(-2, rows.to(t.device))
+
+
+def _tile_scores(
+    q: Tensor,  # [head, r, d] float32, the tile's rows
+    k: Tensor,  # [kv_head, c, d] float32, the tile's keys
+    rows: Tensor,  # [r] on q's device
+    keys: slice | Tensor,  # the tile's key columns (a slice, or [c] on q's device)
+    query_positions: Tensor,  # [r] on q's device
+    key_positions: Tensor,  # [c] on q's device
+    *,
+    scale: float,
+    mask: Part,
+    bias: Part,
+    softcap: float | None,
+    temperature: float,
+    structure: tuple[bool, int | None],  # (causal, window) to apply to this tile; (False, None): none blocks here
+) -> Tensor:  # [head, r, c]: the scores as scaled_dot_product makes them, blocked pairs -inf
+    """One tile's logits in :func:`scaled_dot_product`'s order: Q·Kᵀ·scale (one GEMM per key/value
+    group, GQA through a reshape), soft-cap, bias, temperature, mask, causal / window structure."""
+    n_head, r, d = q.shape
+    n_kv, c = k.shape[0], k.shape[1]
+    groups = n_head // n_kv
+    s = torch.baddbmm(q.new_zeros(1, 1, 1), q.reshape(n_kv, groups * r, d), k.transpose(1, 2), beta=0, alpha=scale)
+    s = s.view(n_head, r, c)
+    if softcap is not None:
+        s = torch.tanh(s / softcap) * softcap
+    b = _piece(bias, rows, keys)
+    if b is not None:
+        s += b.to(s.dtype)
+    if temperature != 1.0:
+        s /= temperature
+    m = _piece(mask, rows, keys)
+    if m is not None:
+        if m.dtype == torch.bool:
+            s.masked_fill_(~m, float("-inf"))
+        else:
+            s += m.to(s.dtype)
+    causal, window = structure
+    if causal or window is not None:
+        i, j = query_positions[:, None], key_positions[None, :]
+        blocked = torch.zeros(r, c, dtype=torch.bool, device=s.device)
+        if causal:
+            blocked |= j > i
+        if window is not None:
+            blocked |= (i - j) >= window
+        s.masked_fill_(blocked, float("-inf"))
+    return s
+
+
+def _key_tiles(
+    positions: Tensor, n_k: int, block_keys: int, *, causal: bool, window: int | None
+) -> Iterator[tuple[int, int, tuple[bool, int | None]]]:
+    """The key tiles ``(start, stop, structure)`` some row at ``positions`` (host, [r]) may see; each
+    tile's structure is what must still be masked in it — tiles the causal / window structure blocks
+    for every row are skipped, tiles it blocks for no row are not masked."""
+    lo, hi = int(positions.min()), int(positions.max())
+    for start in range(0, n_k, block_keys):
+        stop = min(n_k, start + block_keys)
+        if causal and start > hi:
+            break
+        if window is not None and stop - 1 <= lo - window:
+            continue
+        yield start, stop, (causal and stop - 1 > lo, window if window is not None and start <= hi - window else None)
+
+
+def _row_tiles(n_rows: int, n_head: int, block_keys: int, budget: int) -> Iterator[tuple[int, int]]:
+    rows = max(1, min(n_rows, budget // max(1, n_head * block_keys)))
+    for start in range(0, n_rows, rows):
+        yield start, min(n_rows, start + rows)
+
+
+def online_attention(
+    q: Tensor,  # [head, query_pos, d_head]
+    k: Tensor,  # [kv_head, key_pos, d_head]
+    v: Tensor,  # [kv_head, key_pos, d_head_v] (width 0: only the log-sum-exp)
+    *,
+    rows: Tensor | None = None,  # [r] the query rows to compute (default: all)
+    scale: float,
+    causal: bool,
+    window: int | None = None,
+    mask: Part = None,  # [head or 1, query_pos, key_pos], or (rows, keys) -> [head or 1, r, k]
+    bias: Part = None,  # [head or 1, query_pos, key_pos], or (rows, keys) -> [head or 1, r, k]
+    sinks: Tensor | None = None,  # [head]
+    softcap: float | None = None,
+    temperature: float = 1.0,
+    budget: int = 1 << 21,
+    block_keys: int = 1024,
+) -> tuple[Tensor, Tensor]:  # out [head, r, d_head_v], lse [head, r]
+    """A·V and each row's log-sum-exp, in tiles of queries and keys (online softmax, as FlashAttention
+    computes it), all heads at once, in float32.
+
+    Each tile of rows walks the key tiles with a running max ``m`` and sum ``l`` per row (a new tile's
+    max rescales what was summed before), so no row's weights exist whole: memory stays near
+    ``budget`` floats per tile (``block_keys`` keys × as many rows as fit) whatever the length. Key
+    tiles the causal / window structure blocks for every row of a tile are never computed; queries
+    align with the last keys, as in a prefill. Everything :func:`attention_output` honours is honoured
+    the same way: ``scale``, ``causal``, ``window``, ``mask`` / ``bias`` as tensors or functions
+    ``(rows, keys) -> [head or 1, r, k]`` (``keys`` a slice), GQA (query head h reads key/value head
+    ``h // (head / kv_head)``, through a reshape), ``softcap``, ``temperature`` and learned ``sinks``
+    (one more logit per head in each row's denominator).
+
+    ``lse[h, i] = log Σ_j exp(s_ij)`` over the row's keys — plus ``exp(sink_h)`` with sinks — so
+    ``exp(s_ij − lse[h, i])`` is the weight the softmax gives (:func:`attention_tile`). A row whose every
+    key is masked gets output 0 and ``lse = -inf`` (its weights 0, not NaN). ``rows`` on any device;
+    the tiles are planned on the host from one copy of them, and nothing inside the loop waits for the
+    device (given functions of ``mask`` / ``bias`` must not either).
+    """
+    n_head, n_q, _ = q.shape
+    n_kv, n_k, d_v = v.shape
+    if n_head % n_kv:
+        raise ValueError(f"{n_head} query heads cannot share {n_kv} key/value heads evenly")
+    device = q.device
+    host_rows = torch.arange(n_q) if rows is None else rows.cpu().long()
+    offset = n_k - n_q
+    qf, kf, vf = q.float(), k.float(), v.float()
+    groups = n_head // n_kv
+    block_keys = max(1, min(block_keys, n_k))
+    n_r = len(host_rows)
+    out = torch.zeros(n_head, n_r, d_v, device=device)
+    lse = torch.full((n_head, n_r), float("-inf"), device=device)
+    if n_r == 0 or n_k == 0:
+        return out, lse
+    all_rows = host_rows.to(device)
+    key_positions = torch.arange(n_k, device=device)
+    sink = None if sinks is None else sinks.to(device=device, dtype=torch.float32)[:, None] / temperature
+    for start, stop in _row_tiles(n_r, n_head, block_keys, budget):
+        r = all_rows[start:stop]
+        positions = host_rows[start:stop] + offset
+        qpos = r + offset
+        q_t = qf.index_select(1, r)
+        m = torch.full((n_head, stop - start), float("-inf"), device=device)
+        total = torch.zeros(n_head, stop - start, device=device)
+        acc = out[:, start:stop]
+        for k0, k1, structure in _key_tiles(positions, n_k, block_keys, causal=causal, window=window):
+            keys = slice(k0, k1)
+            s = _tile_scores(
+                q_t, kf[:, keys], r, keys, qpos, key_positions[keys],
+                scale=scale, mask=mask, bias=bias, softcap=softcap, temperature=temperature, structure=structure,
+            )  # fmt: skip
+            if not d_v:  # the log-sum-exp alone: one fused logsumexp per tile, added to the running one
+                m = torch.logaddexp(m, torch.logsumexp(s, -1))
+                continue
+            new_m = torch.maximum(m, s.amax(-1))
+            shift = new_m.nan_to_num(neginf=0.0)  # a row with no key yet: nothing to shift (exp(-inf) = 0)
+            p = s.sub_(shift[..., None]).exp_()
+            rescale = (m - shift).exp_()
+            total.mul_(rescale).add_(p.sum(-1))
+            if d_v:
+                pv = torch.bmm(p.view(n_kv, groups * (stop - start), k1 - k0), vf[:, keys])
+                acc.mul_(rescale[..., None]).add_(pv.view(n_head, stop - start, d_v))
+            m = new_m
+        if not d_v:  # m is the running log-sum-exp itself
+            lse[:, start:stop] = m if sink is None else torch.logaddexp(m, sink)
+            continue
+        if sink is not None:  # the sink's logit joins each row's denominator
+            new_m = torch.maximum(m, sink)
+            rescale = (m - new_m).exp_()
+            total.mul_(rescale).add_((sink - new_m).exp_())
+            acc.mul_(rescale[..., None])
+            m = new_m
+        if d_v:
+            acc.div_(total.clamp_min(torch.finfo(torch.float32).tiny)[..., None])  # a row with no key: 0 / tiny = 0
+        lse[:, start:stop] = m + total.log()
+    return out, lse
+
+
+def attention_tile(
+    q: Tensor,  # [head, query_pos, d_head]
+    k: Tensor,  # [kv_head, key_pos, d_head]
+    lse: Tensor,  # [head, r]: the rows' log-sum-exp (online_attention's, with the same arguments)
+    *,
+    rows: Tensor,  # [r] query rows
+    cols: slice | Tensor,  # the key columns: a slice, or [c] indices
+    scale: float,
+    causal: bool,
+    window: int | None = None,
+    mask: Part = None,
+    bias: Part = None,
+    softcap: float | None = None,
+    temperature: float = 1.0,
+) -> Tensor:  # [head, r, c] float32
+    """The weights of rows × cols, ``exp(s − lse)``, from the rows' log-sum-exp (:func:`online_attention`
+    with the same arguments; its sinks are inside ``lse``): O(r · c · d), whatever the length. A row
+    whose every key is masked (``lse = -inf``) gets weights 0."""
+    n_q, n_k = q.shape[-2], k.shape[-2]
+    device = q.device
+    r = rows.to(device)
+    key_positions = torch.arange(n_k, device=device)[cols] if isinstance(cols, slice) else cols.to(device)
+    s = _tile_scores(
+        q.index_select(1, r).float(), (k[:, cols] if isinstance(cols, slice) else k.index_select(1, key_positions)).float(),
+        r, cols if isinstance(cols, slice) else key_positions, r + (n_k - n_q), key_positions,
+        scale=scale, mask=mask, bias=bias, softcap=softcap, temperature=temperature, structure=(causal, window),
+    )  # fmt: skip
+    return s.sub_(lse.to(device=device, dtype=torch.float32)[..., None]).exp_().nan_to_num_(nan=0.0)

@@ -4,7 +4,7 @@ At 8,192 tokens one head's map has 67 million cells — more than a browser draw
 should carry. :func:`overview` pools it into at most ``size × size`` blocks of whole tokens (``max``
 shows where any strong cell is, ``mean`` where the mass is), computed in chunks of query rows so
 the n×n map never exists whole; :func:`window` recomputes just the rows a zoom shows, at full
-resolution; :func:`thumbnails` pools every head of a layer to a few cells (a model view's mosaic),
+resolution (a tile from each row's log-sum-exp, :meth:`Capture.attention`'s ``rows=`` / ``cols=``); :func:`thumbnails` pools every head of a layer to a few cells (a model view's mosaic),
 again a chunk of rows at a time. Both use the model's own mask, bias, sinks and scaling, as :meth:`Capture.attention` does.
 
 Each takes a ``measure`` (:data:`MEASURES`): ``"weights"``, the weights α, or ``"moved"``, what the head
@@ -176,21 +176,18 @@ def window(
     measure: str = "weights",
 ) -> Tensor:  # [rows, keys]
     """The head's exact weights for queries ``rows[0]:rows[1]`` and keys ``keys[0]:keys[1]``,
-    computing only those rows; ``measure="moved"``: its contributions α_ij·‖f_h(x_j)‖ there."""
+    computing only that tile from the rows' log-sum-exp (``cap.attention(..., rows=, cols=)``: O(rows ×
+    keys) once the layer's log-sum-exp holds the rows, else one pass over their keys first, kept for the
+    next zoom); ``measure="moved"``: its contributions α_ij·‖f_h(x_j)‖ there."""
     norms = measure_norms(cap, layer, measure, part)
-    rec, args = _one_head(cap, layer, head, part)
+    rec, _ = _one_head(cap, layer, head, part)
     spans = {"rows": (rows, rec.n_queries), "keys": (keys, rec.n_keys)}
     for what, (span, n) in spans.items():
         if not isinstance(span, (tuple, list)) or len(span) != 2 or not all(isinstance(x, int) for x in span):
             raise ArgumentTypeError(f"{what} must be a (start, stop) pair of ints, got {span!r}")
         if not 0 <= span[0] < span[1] <= n:
             raise OutOfRangeError(f"{what} {tuple(span)} is outside 0..{n} (start < stop)")
-    q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
-    chunks = [
-        weights[0][:, keys[0] : keys[1]]
-        for _, _, _, weights in attention_output(q, k, v, rows=torch.arange(*rows), all_keys=True, **args)
-    ]
-    out = torch.cat(chunks).float()
+    out = cap.attention(layer, head, part=part, rows=range(*rows), cols=range(*keys))
     return out if norms is None else out * norms[head, keys[0] : keys[1]].to(out.device)[None, :]
 
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ..attention import attention_output, build_mask, scaled_dot_product
+from ..attention import attention_output, attention_tile, build_mask, online_attention, scaled_dot_product
 from ..engine.specs import PARTS
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError
 from .images import ImageGrid, image_sequence
@@ -55,7 +55,74 @@ RECORD_TENSORS = (
     "weight_scale",
     "value_dots",
     "projection_check",
+    "lse",
 )
+
+
+def _factor(scale: object, model: float) -> float:
+    """The factor on Q·Kᵀ that ``scale`` (of :meth:`Capture.attention`) means, the model's being ``model``."""
+    if scale is True:
+        return model
+    if scale is False:
+        return 1.0
+    if isinstance(scale, (int, float)):
+        return float(scale)
+    raise ArgumentTypeError(f"scale must be True (the model's), False (none) or a number, got {scale!r}")
+
+
+def _check_causal(causal: object, part: str) -> None:
+    """Refuse a ``causal`` (of :meth:`Capture.attention`) that is not None / True / False, or True for cross-attention."""
+    if causal not in (None, True, False) or not isinstance(causal, (bool, type(None))):
+        raise ArgumentTypeError(f"causal must be None (the model's), True or False, got {causal!r}")
+    if causal is True and part == "cross":
+        raise InputError(
+            "cross-attention has no causal mask: each target token reads the whole source; leave causal=None (or False)"
+        )
+
+
+#: which query rows or key columns: a range, a slice, a sequence of ints or a 1-d tensor (None: all)
+Span = range | slice | Sequence[int] | Tensor | None
+
+
+def _rows(span: Span, n: int, name: str, what: str) -> Tensor:
+    """:func:`_span` as a tensor of indices always."""
+    index = _span(span, n, name, what, tensor=True)
+    assert isinstance(index, Tensor)  # tensor=True
+    return index
+
+
+def _span(span: Span, n: int, name: str, what: str, *, tensor: bool = False) -> Tensor | slice:
+    """``span`` as a slice (a range or slice of step 1, unless ``tensor``) or a 1-d long tensor of
+    indices; an :class:`OutOfRangeError` naming ``0..n-1`` for an index outside it."""
+    if span is None:
+        span = range(n)
+    if isinstance(span, slice):
+        if span.step not in (None, 1) and span.step <= 0:
+            raise InputError(f"{name}: a slice must step forward, got {span!r}")
+        span = range(*span.indices(n))
+    if isinstance(span, range):
+        if len(span) and not (0 <= span[0] < n and 0 <= span[-1] < n):
+            raise OutOfRangeError(f"{name} {span} lie outside 0..{n - 1} ({n} {what})")
+        if span.step == 1 and not tensor:
+            return slice(span.start, span.stop)
+        return torch.arange(span.start, span.stop, span.step) if len(span) else torch.zeros(0, dtype=torch.long)
+    if isinstance(span, Tensor):
+        if span.dim() > 1 or span.dtype.is_floating_point or span.dtype == torch.bool:
+            raise ArgumentTypeError(
+                f"{name} must be a 1-d tensor of ints, got {span.dtype} of shape {tuple(span.shape)}"
+            )
+        index = span.long().flatten()
+    elif isinstance(span, Sequence) and all(isinstance(x, int) and not isinstance(x, bool) for x in span):
+        index = torch.tensor(list(span), dtype=torch.long)
+    else:
+        raise ArgumentTypeError(
+            f"{name} must be a range, a slice, a sequence of ints or a 1-d tensor of ints, got {type(span).__name__}"
+        )
+    if index.numel():
+        low, high = int(index.min()), int(index.max())  # one wait: the indices are checked once
+        if low < 0 or high >= n:
+            raise OutOfRangeError(f"{name} must lie in 0..{n - 1} ({n} {what}), got {low if low < 0 else high}")
+    return index
 
 
 @dataclass
@@ -316,30 +383,17 @@ class Capture:
             if bias is not None and bias.shape[0] > 1:
                 bias = bias[head : head + 1]
             sinks = None if sinks is None else sinks[head : head + 1]
-        if scale is True:
-            factor = rec.scaling
-        elif scale is False:
-            factor = 1.0
-        elif isinstance(scale, (int, float)):
-            factor = float(scale)
-        else:
-            raise ArgumentTypeError(f"scale must be True (the model's), False (none) or a number, got {scale!r}")
+        factor = _factor(scale, rec.scaling)
+        _check_causal(causal, part)
         mask = rec.mask_part()
         if mask is not None and head is not None and mask.shape[0] > 1:
             mask = mask[head : head + 1]
         if causal is None:  # exactly the model's own mask
             kwargs = dict(causal=rec.causal, window=rec.window, mask=None if mask is None else mask[None])
         elif causal is True:
-            if part == "cross":
-                raise InputError(
-                    "cross-attention has no causal mask: each target token reads the whole source; "
-                    "leave causal=None (or False)"
-                )
             kwargs = dict(causal=True, window=rec.window if rec.causal else None)
-        elif causal is False:
-            kwargs = dict(causal=False)
         else:
-            raise ArgumentTypeError(f"causal must be None (the model's), True or False, got {causal!r}")
+            kwargs = dict(causal=False)
         return (
             q[None],
             k[None],
@@ -357,6 +411,8 @@ class Capture:
         scale: bool | float = True,
         temperature: float = 1.0,
         words: bool = False,
+        rows: Span = None,
+        cols: Span = None,
     ) -> Tensor:  # [head, query_pos, key_pos], or [query_pos, key_pos] for one head
         """Attention weights recomputed by attnviz's own SDPA, in float32.
 
@@ -370,15 +426,88 @@ class Capture:
         - ``words``: merge tokens into words — attention *to* a word summed over its tokens, *from*
           a word averaged over its tokens — giving ``[word, word]``.
 
+        - ``rows`` / ``cols``: only this tile of the map, ``[head, r, c]`` (``[r, c]`` for one head) —
+          a ``range``, a ``slice``, a sequence of ints or a 1-d tensor of query rows / key columns
+          (``None``: all). The tile is ``exp(s − lse)`` from each row's log-sum-exp: O(r · c) once the
+          layer's :attr:`LayerRecord.lse` holds the rows (full validation fills it,
+          :meth:`log_sum_exp` / ``LayerRecord.fill_lse()`` too), else the rows' log-sum-exp is
+          computed first by one pass over their keys in tiles, O(r · key_pos), and — under the model's
+          own settings (``causal=None``, ``scale=True``, ``temperature=1``) — kept on the record for
+          next time. Other settings compute their rows' log-sum-exp each time; ``words=True`` slices
+          the word map (rows and columns are words then). Indices outside the map are an
+          :class:`OutOfRangeError`.
+
         Position biases (T5, ALiBi) are part of the scores; with learned sinks (gpt-oss) each row
         sums to less than 1, the rest being the sink's share (:meth:`sink_share`).
         """
         if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
             raise InputError(f"temperature must be a number > 0, got {temperature!r}")
+        if rows is not None or cols is not None:
+            if words:
+                full = self.attention(
+                    layer, head, part=part, causal=causal, scale=scale, temperature=temperature, words=True
+                )
+                n_q, n_k = full.shape[-2:]
+                r, c = _rows(rows, n_q, "rows", "query words"), _span(cols, n_k, "cols", "key words")
+                full = full.index_select(-2, r.to(full.device))
+                return full[..., c] if isinstance(c, slice) else full.index_select(-1, c.to(full.device))
+            return self._tile(layer, head, rows, cols, part, causal, scale, float(temperature))
         q, k, v, kwargs = self._sdpa_args(layer, head, causal, scale, part)
         _, weights = scaled_dot_product(q, k, v, temperature=float(temperature), **kwargs)
         weights = weights[0] if head is None else weights[0, 0]
         return self.to_words(weights, part) if words else weights
+
+    def log_sum_exp(
+        self, layer: int, head: int | None = None, *, part: str | None = None, rows: Span = None
+    ) -> Tensor:  # [head, r], or [r] for one head
+        """Each query row's log-sum-exp ``log Σ_j exp(s_ij)`` (with sinks, their term included) under the
+        model's own settings: ``exp(s_ij − lse_i)`` is the weight :meth:`attention` gives. Read from the
+        layer's :attr:`LayerRecord.lse`; rows it does not hold yet are computed by one key-tiled pass
+        (:func:`attnviz.attention.online_attention`) and kept there."""
+        part = self.resolve_part(part)
+        rec = self.layer(layer, part)
+        self.check_head(head, part)
+        lse = rec.log_sum_exp(_rows(rows, rec.n_queries, "rows", "query rows"), head)
+        return lse if head is None else lse[0]
+
+    def _tile(
+        self,
+        layer: int,
+        head: int | None,
+        rows: Span,
+        cols: Span,
+        part: str | None,
+        causal: bool | None,
+        scale: bool | float,
+        temperature: float,
+    ) -> Tensor:  # [head, r, c] or [r, c]
+        part = self.resolve_part(part)
+        rec = self.layer(layer, part)
+        self.check_head(head, part)
+        r = _rows(rows, rec.n_queries, "rows", "query rows")
+        c = _span(cols, rec.n_keys, "cols", "key columns")
+        _check_causal(causal, part)
+        args = rec.sdpa_arguments(head)
+        args["scale"] = _factor(scale, rec.scaling)
+        if causal is True:
+            args.update(causal=True, window=rec.window if rec.causal else None, mask=None)
+        elif causal is False:
+            args.update(causal=False, window=None, mask=None)
+        q, k, v = rec.head_qkv(head)
+        if causal is None and scale is True and temperature == 1.0:
+            lse = rec.log_sum_exp(r, head)  # the model's own: kept on the record
+        else:
+            _, lse = online_attention(q, k, v[..., :0], rows=r, temperature=temperature, **args)
+        args.pop("sinks")  # inside lse
+        weights = attention_tile(q, k, lse, rows=r, cols=c, temperature=temperature, **args)
+        # a row whose every key an additive mask hides (its logits all ≈ float32's min) has a finite lse
+        # that float32 cannot tell from its logits: its weights come from the whole map (one wait, rare)
+        if bool(((lse < torch.finfo(torch.float32).min / 2) & torch.isfinite(lse)).any()):
+            full = self.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature)
+            full = full if head is None else full[None]
+            full = full.index_select(1, r.to(full.device))
+            weights = full[..., c] if isinstance(c, slice) else full.index_select(-1, c.to(full.device))
+        return weights if head is None else weights[0]
 
     def value_norms(self, layer: int, *, part: str | None = None) -> Tensor:  # [head, key_pos]
         """‖f_h(x_j)‖ per head and key, float32: the norm of what head *h* would move from key *j*

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..attention import Scratch, attention_output
+from ..attention import Scratch, attention_output, online_attention
 
 __all__ = ["LayerRecord"]
 
@@ -50,6 +50,11 @@ class LayerRecord:
     # transient, while capturing: the model's own weights at the rows the self-check samples
     # (:func:`attnviz.attention.spread_rows`), compared there and dropped (only their errors are kept)
     sampled_weights: Tensor | None = None  # [head, sample rows, key_pos]
+    # each query row's log-sum-exp of its logits under the model's own settings, sinks included, so that
+    # any tile of weights is exp(s - lse) in O(tile) (Capture.attention(rows=, cols=)); filled by full
+    # validation and by fill_lse(), a row at a time as tiles ask for them: NaN where not computed yet,
+    # -inf for a row whose every key is masked
+    lse: Tensor | None = None  # [head, query_pos]
 
     @property
     def n_queries(self) -> int:
@@ -64,14 +69,17 @@ class LayerRecord:
         """‖f_h(x_j)‖ = ‖W_O^h v_j‖ per head and key, float32, or None without an output projection."""
         return None if self.value_dots is None else self.value_dots[..., 0].clamp_min(0).sqrt()
 
-    def bias_part(self, rows: Tensor | None = None, keys: slice = slice(None)) -> Tensor | None:  # [head or 1, r, k]
-        """The additive score bias for these query rows and keys (dense), or None."""
+    def bias_part(
+        self, rows: Tensor | None = None, keys: slice | Tensor = slice(None)
+    ) -> Tensor | None:  # [head or 1, r, k]
+        """The additive score bias for these query rows and keys (a slice or indices; dense), or None.
+        A relative bias is gathered on its own device: no transfer, no wait."""
         if self.relative_bias is not None:
             n_q = self.n_queries
-            i = torch.arange(n_q) if rows is None else rows.cpu()
-            j = torch.arange(self.n_keys)[keys]
-            index = (j[None, :] - i[:, None] + n_q - 1).to(self.relative_bias.device)
-            return self.relative_bias[:, index]
+            device = self.relative_bias.device
+            i = torch.arange(n_q, device=device) if rows is None else rows.to(device)
+            j = torch.arange(self.n_keys, device=device)[keys if isinstance(keys, slice) else keys.to(device)]
+            return self.relative_bias[:, j[None, :] - i[:, None] + n_q - 1]
         if self.bias is None:
             return None
         b = (
@@ -81,18 +89,67 @@ class LayerRecord:
         )
         return b[..., keys]
 
-    def sdpa_arguments(self) -> dict:
-        """The keyword arguments of :func:`attnviz.attention.attention_output` that recompute this
-        layer as the model computed it (scaling, mask, window, bias, sinks, soft-cap)."""
+    def sdpa_arguments(self, head: int | None = None) -> dict:
+        """The keyword arguments of :func:`attnviz.attention.attention_output` (and
+        :func:`~attnviz.attention.online_attention`) that recompute this layer as the model computed it
+        (scaling, mask, window, bias, sinks, soft-cap); of one query ``head`` alone when given (with
+        :meth:`head_qkv`'s tensors)."""
+        mask, bias = self.mask_part, self.bias_part
+        if head is not None:
+
+            def pick(t: Tensor | None) -> Tensor | None:
+                return t if t is None or t.shape[0] == 1 else t[head : head + 1]
+
+            def mask(rows: Tensor | None = None, keys: slice | Tensor = slice(None)) -> Tensor | None:
+                return pick(self.mask_part(rows, keys))
+
+            def bias(rows: Tensor | None = None, keys: slice | Tensor = slice(None)) -> Tensor | None:
+                return pick(self.bias_part(rows, keys))
+
         return dict(
             scale=self.scaling,
             causal=self.causal,
             window=self.window,
-            mask=self.mask_part if self.mask is not None else None,
-            bias=self.bias_part if self.bias is not None or self.relative_bias is not None else None,
-            sinks=self.sinks,
+            mask=mask if self.mask is not None else None,
+            bias=bias if self.bias is not None or self.relative_bias is not None else None,
+            sinks=self.sinks if self.sinks is None or head is None else self.sinks[head : head + 1],
             softcap=self.softcap,
         )
+
+    def head_qkv(self, head: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """``(q [h, query_pos, d], k [kv, key_pos, d], v [kv, key_pos, d_v])``: every head's, or one query
+        head's with the key/value head it reads (GQA groups consecutive query heads)."""
+        if head is None:
+            return self.q, self.k, self.v
+        kv = head // (self.q.shape[0] // self.k.shape[0])
+        return self.q[head : head + 1], self.k[kv : kv + 1], self.v[kv : kv + 1]
+
+    def log_sum_exp(self, rows: Tensor | None = None, head: int | None = None) -> Tensor:  # [head or 1, r]
+        """Each row's log-sum-exp under the model's own settings (:attr:`lse`), for ``rows`` (default all)
+        of every head or of one ``head``: what :attr:`lse` holds already is read, the rest computed by one
+        pass over the keys in tiles (:func:`attnviz.attention.online_attention`, O(r · key_pos)) and kept
+        in :attr:`lse` for next time. One wait for the device per call (which rows are missing)."""
+        n_head, n_q = self.q.shape[0], self.n_queries
+        rows = torch.arange(n_q, device=self.q.device) if rows is None else rows.to(self.q.device)
+        heads = slice(None) if head is None else slice(head, head + 1)
+        if self.lse is None:
+            self.lse = torch.full((n_head, n_q), float("nan"), device=self.q.device)
+        known = self.lse[heads].index_select(1, rows.to(self.lse.device))
+        missing = torch.isnan(known).any(0).cpu()
+        if bool(missing.any()):
+            todo = rows.cpu()[missing]
+            q, k, v = self.head_qkv(head)
+            _, lse = online_attention(q, k, v[..., :0], rows=todo, **self.sdpa_arguments(head))
+            self.lse[heads, todo.to(self.lse.device)] = lse.to(self.lse.device)
+            known = self.lse[heads].index_select(1, rows.to(self.lse.device))
+        return known
+
+    def fill_lse(self) -> Tensor:  # [head, query_pos]
+        """:attr:`lse` complete, every row of every head (the rows not yet known computed in one
+        key-tiled pass), and returned."""
+        self.log_sum_exp()
+        assert self.lse is not None  # log_sum_exp made it
+        return self.lse
 
     def weight_chunks(
         self, *, budget: int = 1 << 21, scratch: Scratch | None = None
@@ -107,9 +164,12 @@ class LayerRecord:
         for rows, keys, _, weights in chunks:
             yield rows, keys, weights
 
-    def mask_part(self, rows: Tensor | None = None, keys: slice = slice(None)) -> Tensor | None:  # [head or 1, r, k]
+    def mask_part(
+        self, rows: Tensor | None = None, keys: slice | Tensor = slice(None)
+    ) -> Tensor | None:  # [head or 1, r, k]
+        """The mask (bool, or additive) for these query rows and keys (a slice or indices), or None."""
         if self.mask is None:
             return None
         m = self.mask if self.mask.dim() == 3 else self.mask[None]
-        m = m if rows is None else m.index_select(-2, rows.to(m.device))
-        return m[..., keys]
+        m = m[..., keys] if isinstance(keys, slice) else m.index_select(-1, keys.to(m.device))
+        return m if rows is None or m.shape[-2] == 1 else m.index_select(-2, rows.to(m.device))

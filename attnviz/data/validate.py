@@ -10,9 +10,15 @@ Two comparisons:
   (``capture(..., keep_weights=True)`` keeps the n×n weights too).
 
 Every capture checks itself (``capture(check="sample")``): the first and last query rows and a few
-dozen spread over the text, in every layer and head. :func:`validate` checks every row. Both run
-through :func:`attnviz.attention.attention_output`: float32, chunked over query rows, all heads of
-a layer at once, the causal upper triangle skipped — never a whole layer's n² at once.
+dozen spread over the text, in every layer and head. :func:`validate` checks every row. Both run in
+float32, all heads of a layer at once, the causal upper triangle skipped — never a whole layer's n² at
+once. Every row of a layer that holds no model weights (the usual case) goes through
+:func:`attnviz.attention.online_attention`: tiles of queries *and* keys with a running max and sum
+per row, as FlashAttention computes it, whose log-sum-exp per row is kept on the record
+(``LayerRecord.lse``: any tile of weights is then O(tile), ``cap.attention(l, h, rows=, cols=)``).
+A sample of rows, and a layer whose record holds the model's own weights (``keep_weights=True``: they
+are compared tile by tile, so each tile's weights are needed whole), go through
+:func:`attnviz.attention.attention_output`, chunked over query rows.
 
 The tolerance is ``atol + rtol · max|model|`` for the head, with ``(atol, rtol)`` chosen by the
 dtype the model ran in (float32: 1e-5, 1.3e-6 — as ``torch.testing.assert_close``'s float32 rtol;
@@ -29,7 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..attention import SAMPLE_ROWS, attention_output, head_max, spread_rows
+from ..attention import SAMPLE_ROWS, attention_output, head_max, online_attention, spread_rows
 from ..errors import ValidationError
 
 if TYPE_CHECKING:
@@ -200,6 +206,20 @@ class LayerErrors:
         """Whether this layer has anything to compare chunk by chunk (its output or its weights)."""
         return bool(self._errors)
 
+    def add_output(self, rows: Tensor | None, out: Tensor) -> None:
+        """Compare A·V of ``rows`` (None: every row) with the model's output, without weights (a record
+        that holds the model's weights compares them too: feed it :meth:`add`)."""
+        rec = self.rec
+        if rec.out is None or rec.weights is not None:
+            raise ValueError("add_output is for a record with an output and without the model's weights; use add")
+        theirs = rec.out if rows is None else rec.out[:, rows.to(rec.out.device)]
+        theirs = theirs.to(out.device, torch.float32)
+        err, scale = self._errors["output"]
+        self._errors["output"] = (
+            torch.maximum(err, head_max(out - theirs).cpu()),
+            torch.maximum(scale, head_max(theirs).cpu()),
+        )
+
     def add(self, rows: Tensor, keys: slice, weights: Tensor, out: Tensor | None = None) -> None:
         rec = self.rec
         pairs = []
@@ -232,10 +252,16 @@ class LayerErrors:
 
 def record_errors(rec: LayerRecord, rows: Tensor | None = None) -> dict[str, tuple[Tensor, Tensor]]:
     """{quantity: (max abs error [head], max |model| [head])} of one layer, over ``rows`` (default all):
-    a :class:`LayerErrors` fed the layer's chunks with A·V."""
+    a :class:`LayerErrors` fed the layer's A·V. Every row of a record without the model's weights: A·V
+    by :func:`attnviz.attention.online_attention` (tiles of queries and keys), whose log-sum-exp per row
+    becomes ``rec.lse``; else the layer's chunks of rows from :func:`attnviz.attention.attention_output`."""
     consumer = LayerErrors(rec)
     if not consumer.wanted:
         return {}
+    if rows is None and rec.weights is None:
+        out, rec.lse = online_attention(rec.q, rec.k, rec.v, **rec.sdpa_arguments())
+        consumer.add_output(None, out)
+        return consumer.errors()
     chunks = attention_output(rec.q, rec.k, rec.v, rows=rows, all_keys=rec.weights is not None, **rec.sdpa_arguments())
     for r, keys, out, weights in chunks:
         consumer.add(r, keys, weights, out)
