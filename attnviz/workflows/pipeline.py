@@ -54,6 +54,7 @@ __all__ = [
     "check_calls",
     "check_layers",
     "check_mode",
+    "compiled",
     "forward_inputs",
     "max_positions",
     "n_layers",
@@ -270,6 +271,12 @@ def check_calls(model: nn.Module, calls: list[AttentionCall], encoder_decoder: b
     """Refuse what would show an incomplete or mislabelled picture: no call at all, a layer that ran
     twice in one forward (or two modules at one layer), an encoder-decoder part that bypassed the taps."""
     family = f"{type(model).__name__} ({getattr(model.config, 'model_type', '?')})"
+    if not calls and compiled(model):
+        raise UnsupportedModelError(
+            f"{family} is compiled with torch.compile and its compiled code ran without attnviz's hooks: "
+            "dynamo does not guard on module hooks, so a graph compiled before the capture skips them. "
+            "Capture the model before running it compiled, or call torch.compiler.reset() first"
+        )
     if not calls:
         raise UnsupportedModelError(
             f"{family} ran no attention that attnviz could tap (backend "
@@ -295,6 +302,17 @@ def check_calls(model: nn.Module, calls: list[AttentionCall], encoder_decoder: b
                 f"{family}: the {' and '.join(missing)} attention did not go through transformers' "
                 "AttentionInterface, so a capture would show only part of the model"
             )
+
+
+def compiled(model: nn.Module) -> bool:
+    """Whether torch.compile wraps the model, its call or the forward of one of its modules
+    (``torch.compile(model)``, ``model.compile()``, ``module.forward = torch.compile(module.forward)``)."""
+    inner = getattr(model, "_orig_mod", model)  # torch.compile(model): an OptimizedModule around it
+    return inner is not model or any(
+        getattr(m, "_compiled_call_impl", None) is not None
+        or hasattr(getattr(m, "forward", None), "_torchdynamo_orig_callable")
+        for m in inner.modules()
+    )
 
 
 def part_sizes(calls: list[AttentionCall]) -> dict[str, dict[str, int]]:
