@@ -25,6 +25,7 @@ import contextvars
 from collections.abc import Iterator
 from typing import Any, Protocol, runtime_checkable
 
+import torch
 from torch import Tensor, nn
 
 __all__ = [
@@ -141,6 +142,7 @@ def listened(module: nn.Module) -> bool:
     return any(r.owns(module) for r in recording) or any(e.owns(module) for e in editing)
 
 
+@torch.compiler.disable  # a compiled model breaks its graph here and runs this as written: no recompiles per layer
 def dispatch(call: Call) -> Any:
     """Run one attention call with its listeners: the owning editor (if any) computes it and says
     what the recorders should see, else the model's own computation runs; then every owning

@@ -231,6 +231,7 @@ class ProjectionWatch:
         if key in self.handles:
             return
 
+        @torch.compiler.disable  # read as written under torch.compile, as the attention calls are (listeners.dispatch)
         def keep(_module, _args, output):
             which = self.armed.pop(key, None)
             if which is None or not isinstance(output, Tensor) or not listening():
