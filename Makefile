@@ -77,10 +77,13 @@ bench: setup
 	-$(PY) bench/probe_throughput.py   # MiniLM misses its 0.8x goal (docs/benchmarks.md); reported, not a gate
 	$(PY) bench/probe_accuracy.py   # the carried models on the shipped probe sets (reported)
 
-# On a CUDA machine (a CUDA torch build in the venv): tests/test_gpu.py, the capture and generation benches
-# in bfloat16 on sdpa (and flash-attention when flash_attn imports), long captures (SmolLM2 at 8,192 tokens,
-# a random Llama-3-8B shape up to 32,768), under 8 minutes, one table to GPU_CHECK_OUT (and its .log).
-# Without CUDA it says so in one line and exits 3.
+# On a CUDA machine (a CUDA torch build in the venv), under 8 minutes (470 s of steps, each with its own
+# budget): tests/test_gpu.py, then the GPU benchmark in bfloat16 — each capture split into the forward under
+# the taps, the post-forward work and (its own step) full validation, CUDA events, the median of up to 10
+# interleaved rounds after 3 warm-ups — on GPT-2 small and BERT-base at 128-2,048 tokens, the Llama-3-8B
+# shape at 4k-32k (4 of its layers at 64k/128k), SmolLM2 at 8,192, generation, on sdpa (flash-attention-2
+# and flex where they import); one table and a line per goal of issue 42 to GPU_CHECK_OUT (every round in
+# its .log). Without CUDA it says so in one line and exits 3. `--device cpu --quick` is its smoke test.
 GPU_CHECK_OUT ?= gpu-check.md
 gpu-check: setup
 	$(PY) bench/gpu_check.py --out $(GPU_CHECK_OUT) $(ARGS)

@@ -100,5 +100,15 @@ def test_the_gpu_check_runs_its_long_captures_on_cuda(tmp_path):
     cmd = [sys.executable, str(script), "--quick", "--only", "llama", "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    build, capture = (line.split(" | ") for line in out.read_text().splitlines() if line.startswith("| tiny"))
-    assert "on cuda" in build[6] and float(capture[3]) > 0 and "validation passed" in capture[6]
+    rows = [r for r in _read_table(out.read_text()) if r["what"].startswith("tiny random Llama")]
+    assert "on cuda" in rows[0]["result"]
+    timed = [r for r in rows if r["default check ×"] != "-"]
+    assert len(timed) == 3 and all(float(r["peak GB"]) > 0 and float(r["forward ms"]) > 0 for r in timed)
+    full = [r for r in rows if r["what"].endswith("full validation")]
+    assert len(full) == 2 and all("validation passed" in r["result"] for r in full)
+
+
+def _read_table(text: str) -> list[dict[str, str]]:
+    lines = [line for line in text.splitlines() if line.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("| ").split(" | ")]
+    return [dict(zip(head, (c.strip() for c in line.strip()[2:-2].split(" | ")))) for line in lines[1:]]
