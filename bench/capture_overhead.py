@@ -55,9 +55,9 @@ def run_once(mode: str, model, ids: torch.Tensor):
         if mode == "attnviz":
             out = attnviz.capture(model, input_ids=ids)
         elif mode == "eager+oa":
-            out = model(input_ids=ids, use_cache=False, output_attentions=True)
+            out = model(input_ids=ids, use_cache=False, output_attentions=True, logits_to_keep=1)
         else:
-            out = model(input_ids=ids, use_cache=False)
+            out = model(input_ids=ids, use_cache=False, logits_to_keep=1)  # as capture() asks
     if model.device.type == "cuda":
         torch.cuda.synchronize(model.device)  # a GPU runs asynchronously: time the work, not its launch
     return out

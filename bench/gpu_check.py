@@ -4,10 +4,12 @@ How a capture is timed (the *overhead* rows). One ``attnviz.capture(...)`` is sp
 touching the library, by timing four things over the same ids, interleaved round by round (the order
 rotates each round):
 
-  - ``plain``:  the model's own forward, ``model(input_ids=ids)`` under ``torch.no_grad()``;
+  - ``plain``:  the model's own forward, ``model(input_ids=ids, use_cache=False, logits_to_keep=1)`` under
+                ``torch.no_grad()`` (the last position's logits, as ``capture`` asks for them);
   - ``taps``:   the same forward under ``attnviz.tap(model, ...)`` with the arguments ``capture`` gives it
-                (its layers, ``to_cpu``, ``weight_mode="drop"``, the attention mask of ones it passes):
-                the forward under the taps, nothing after it;
+                (its layers, ``to_cpu=False`` — capture copies the records to the host after its check —,
+                ``weight_mode="drop"``, the attention mask of ones it passes): the forward under the taps,
+                nothing after it;
   - ``off``:    ``attnviz.capture(model, input_ids=ids, check="off")``: the taps, then the records and
                 what each head moves (what-moves);
   - ``sample``: ``attnviz.capture(model, input_ids=ids)``, the default check (``"sample"``).
@@ -508,9 +510,13 @@ def ids_for(m: Any, n: int) -> Any:
 
 
 def forward_kwargs(m: Any) -> dict[str, Any]:
+    """What the plain forward is given besides the ids: no cache, and — as ``capture()`` asks, since it
+    reads none — the last position's logits only (``logits_to_keep=1``), so both do the same work."""
     import inspect
 
-    return {"use_cache": False} if "use_cache" in inspect.signature(m.forward).parameters else {}
+    parameters = inspect.signature(m.forward).parameters
+    found: dict[str, Any] = {"use_cache": False} if "use_cache" in parameters else {}
+    return found | ({"logits_to_keep": 1} if "logits_to_keep" in parameters else {})
 
 
 def oom_row(err: BaseException, what: str, n: int) -> dict[str, Any]:
@@ -560,7 +566,7 @@ def overhead_step(plan: Plan, seconds: float) -> dict[str, Any]:
 
     def taps() -> None:  # what capture's own forward runs (pipeline.capture_forward, check="off")
         lengths = {"encoder": [n], "decoder": [n]}
-        with torch.no_grad(), attnviz.tap(m, layers=layers, to_cpu=not keep, weight_mode="drop", lengths=lengths):
+        with torch.no_grad(), attnviz.tap(m, layers=layers, to_cpu=False, weight_mode="drop", lengths=lengths):
             m(input_ids=ids, attention_mask=mask, **extra)
 
     def captured(check: str) -> Callable[[], None]:
