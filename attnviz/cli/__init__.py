@@ -52,6 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("capture", help="run a model on a text and record its attention")
     add_model_args(p, text_required=True)
     add_out(p, "save the capture to this file (.attnviz, safetensors; --output still works)")
+    p.add_argument(
+        "--keep",
+        type=names,
+        default=None,
+        help="what each layer's record keeps once the self-check has run: a comma list of q,k,v,out,norms "
+        "(q and k always; without v and out a long capture keeps under half, but cannot be validated again; "
+        "default: all)",
+    )
     p.add_argument("--query", help="print, per head, where this word's attention goes (word level)")
     p.add_argument(
         "--layer", type=int, default=None, help="the layer --query reads (default: the first captured); needs --query"

@@ -43,6 +43,7 @@ def _capture(args, check: str | None = None):
         add_bos=getattr(args, "add_bos", False),
         target=args.target,
         check=check or args.check,
+        keep=getattr(args, "keep", None),
     )
 
 
@@ -57,6 +58,10 @@ def cmd_capture(args) -> int:
             )
     if args.out:
         check_capture_out(args.out)
+    if args.keep is not None:
+        from ..workflows.pipeline import check_keep  # deferred, as the runner: torch loads after the checks
+
+        check_keep(args.keep, "--keep")
     preflight(args, args.text, layer=args.layer, query=args.query, part=args.part or "encoder")
     cap = _capture(args)
     print(cap)

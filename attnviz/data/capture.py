@@ -520,9 +520,10 @@ class Capture:
         rec = self.layer(layer, part)
         if rec.value_dots is None:
             raise InputError(
-                f"this capture holds no value norms for layer {layer}: its attention module {rec.name!r} has no "
-                "output projection attnviz could read (or the capture file was written before attnviz kept value "
-                "norms); capture it again, or show the weights instead"
+                f"this capture holds no value norms for layer {layer}: it was captured without them "
+                "(capture(..., keep=) without 'norms'), its attention module {rec.name!r} has no output "
+                "projection attnviz could read, or the capture file was written before attnviz kept value norms; "
+                "capture it again, or show the weights instead"
             )
         return rec
 

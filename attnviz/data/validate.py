@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from ..attention import SAMPLE_ROWS, attention_output, head_max, online_attention, spread_rows
-from ..errors import ValidationError
+from ..errors import InputError, ValidationError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -255,6 +255,12 @@ def record_errors(rec: LayerRecord, rows: Tensor | None = None) -> dict[str, tup
     a :class:`LayerErrors` fed the layer's A·V. Every row of a record without the model's weights: A·V
     by :func:`attnviz.attention.online_attention` (tiles of queries and keys), whose log-sum-exp per row
     becomes ``rec.lse``; else the layer's chunks of rows from :func:`attnviz.attention.attention_output`."""
+    if rec.v.shape[-1] == 0 and rec.out is not None and rec.out.shape[-1] > 0:
+        raise InputError(
+            f"this capture kept no values for {rec.name!r} (capture(..., keep=) without 'v'), so A·V cannot be "
+            "recomputed to compare with the kernel's output; its self-check ran while capturing "
+            "(cap.model['check_error']). Capture again with 'v' kept to validate it afterwards"
+        )
     consumer = LayerErrors(rec)
     if not consumer.wanted:
         return {}
@@ -360,6 +366,13 @@ def validate(
     text (plus the first and the last); a tensor compares those rows; ``{part: rows}`` chooses
     rows per part (a generation's self-check: a sample of the prompt and every generated row).
     """
+    kept = cap.model.get("kept")
+    if kept is not None and not {"v", "out"} <= set(kept):
+        raise InputError(
+            f"this capture kept {', '.join(kept)} of each layer (capture(..., keep=)): A·V needs the values and "
+            "the kernel's output to be compared after the capture; its self-check ran while capturing "
+            "(cap.model['check_error']). Capture again with 'v' and 'out' kept to validate it afterwards"
+        )
     atol, rtol = tolerance(cap, atol, rtol)
     report_rows = []
     for (part, layer), rec in sorted(cap.records.items(), key=lambda kv: (cap.parts.index(kv[0][0]), kv[0][1])):

@@ -48,6 +48,9 @@ from .models import alias_of, load_model, resolve_dtype
 
 __all__ = [
     "CHECKS",
+    "KEEP",
+    "check_keep",
+    "drop_unkept",
     "Item",
     "Resolved",
     "captures",
@@ -66,6 +69,45 @@ __all__ = [
 
 #: the self-checks a capture can run (see :func:`attnviz.capture`'s ``check``)
 CHECKS = ("sample", "full", "off")
+#: what a capture can keep of each layer (:func:`attnviz.capture`'s ``keep``): its queries and keys (every
+#: map is recomputed from them, so they are always kept), its values, the kernel's output, and the value
+#: dot products what a head moves is read from
+KEEP = ("q", "k", "v", "out", "norms")
+
+
+def check_keep(keep: Iterable[str] | str | None, option: str = "keep=") -> frozenset[str]:
+    """The names of :data:`KEEP` that ``keep`` asks for (None: all of them); anything else refused, the
+    message naming ``option`` (the command line's ``--keep``)."""
+    if keep is None:
+        return frozenset(KEEP)
+    names = {keep} if isinstance(keep, str) else set(keep)
+    unknown = sorted(str(n) for n in names - set(KEEP))
+    if unknown:
+        raise InputError(f"{option} names {', '.join(unknown)}; a capture keeps {', '.join(KEEP)} (or a subset)")
+    missing = [n for n in ("q", "k") if n not in names]
+    if missing:
+        raise InputError(
+            f"{option} leaves out {' and '.join(missing)}: every map is recomputed from the queries and keys, so a "
+            "capture keeps them; leave out v, out or norms to keep less"
+        )
+    return frozenset(names)
+
+
+def drop_unkept(made: list[Capture], keep: frozenset[str]) -> None:
+    """What ``keep`` does not name let go of every record, after the self-check has used it: V becomes a
+    zero-width tensor (weights are recomputed as before; A·V cannot be), ``out`` and the value dot products
+    None."""
+    for cap in made:
+        for rec in cap.records.values():
+            if "v" not in keep:
+                rec.v = rec.v[..., :0]
+            if "out" not in keep:
+                rec.out = None
+            if "norms" not in keep:
+                rec.value_dots = None
+        if keep != frozenset(KEEP):
+            cap.model["kept"] = [name for name in KEEP if name in keep]
+
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -348,13 +390,15 @@ def captures(
     extra: dict[str, Any] | None = None,
     projections: ProjectionWatch | None = None,
     to_host: bool = False,
+    keep: frozenset[str] = frozenset(KEEP),
 ) -> list[Capture]:
     """One checked :class:`Capture` per item of the batch the ``calls`` recorded: its records (from
     ``kept``, default the calls whose tensors were kept), what each head moves
     (:func:`attnviz.workflows.what_moves.add_value_terms`, proved against the rows of the output
     projections the taps kept in ``projections``), the metadata (``extra`` added), and the
     self-check unless ``check="off"`` (``rows``: per part, the query rows to prove) — batched where the
-    records are (:mod:`attnviz.workflows.device_check`), then, with ``to_host``, the records copied to the host."""
+    records are (:mod:`attnviz.workflows.device_check`), then what ``keep`` does not name let go
+    (:func:`drop_unkept`) and, with ``to_host``, the records copied to the host."""
     kept = [c for c in calls if c.q is not None] if kept is None else kept
     meta = capture_meta(resolved, kept[0], part_sizes(calls), check) | (extra or {})
     batched = len(items) > 1
@@ -365,6 +409,7 @@ def captures(
         for b, item in enumerate(items)
     ]
     reports = check_captures(resolved.model, made, projections, check, rows)
+    drop_unkept(made, keep)  # before the copies: what is not kept never reaches the host
     if to_host:  # after the checks, which ran where the model did: every record's tensors in one wait
         records_to_host(made)
     if check != "off":

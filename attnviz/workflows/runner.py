@@ -26,7 +26,18 @@ from ..errors import InputError, InputTooLongError, UnsupportedModelError
 from .images import capture_images, encode_images, is_image_input, require_vision
 from .inputs import Encoded, check_max_length, check_texts, decoder_inputs, given_tokens, ids_rows, tokenize
 from .joint import capture_joint, is_joint
-from .pipeline import Item, Resolved, captures, check_mode, forward_inputs, resolve, tapped
+from .pipeline import (
+    KEEP,
+    Item,
+    Resolved,
+    captures,
+    check_keep,
+    check_mode,
+    drop_unkept,
+    forward_inputs,
+    resolve,
+    tapped,
+)
 from .vlm import capture_vlm, is_vlm, vlm_refusal
 
 __all__ = ["TextInputs", "capture", "capture_forward", "encode_texts"]
@@ -54,6 +65,7 @@ def capture(
     image: Any = None,
     processor: Any = None,
     pixel_values: Tensor | None = None,
+    keep: Iterable[str] | str | None = None,
 ) -> Capture | list[Capture]:
     """Run ``model`` once and record Q, K, V and attention of every (or each given) layer and part.
 
@@ -78,6 +90,11 @@ def capture(
       capture.
     - ``keep_weights``: keep the n×n weights an eager backend returns (default: compare them with
       the recomputation while capturing and keep only the errors; with ``check="off"``, drop them).
+    - ``keep``: what each layer's record keeps once the self-check has run — the names of
+      ``("q", "k", "v", "out", "norms")`` (default: all). Queries and keys are always kept (every map is
+      recomputed from them); without ``"v"`` and ``"out"`` a long capture keeps under half the bytes, but
+      ``cap.validate()`` can no longer recompute A·V; without ``"norms"``, what a head moves
+      (``cap.contributions``, ``cap.value_norms``) is not there. ``cap.model["kept"]`` says what was kept.
     - ``tokenized``: the texts as :func:`attnviz.workflows.inputs.tokenize` encoded them (with this
       tokenizer and ``add_bos``), one per text, for a caller that had to count tokens first: they are
       not tokenized again.
@@ -106,6 +123,7 @@ def capture(
     """
     check_mode(check)
     check_max_length(max_length)
+    kept = check_keep(keep)
     resolved = resolve(model, None if vision_spec(_config(model)) else tokenizer, device, dtype, attn_implementation)
     wanted = resolved.layers(layers)
     # an eager backend's own weights: kept, dropped, or compared with the recomputation — at the rows the
@@ -127,6 +145,7 @@ def capture(
             keep_on_device=keep_on_device,
             weight_mode=weight_mode,
         )
+        drop_unkept(made, kept)
         return made[0] if isinstance(text, str) else made
     if is_joint(resolved.model.config) and text is not None and not is_image_input(text):
         # a joint text–image model (CLIP, SigLIP): a text and a picture, its two towers as two parts
@@ -143,6 +162,7 @@ def capture(
             weight_mode=weight_mode,
             max_length=max_length,
         )
+        drop_unkept(made, kept)
         return made[0] if isinstance(text, str) else made
     if vision_spec(resolved.model.config) is not None or image is not None or pixel_values is not None:
         if text is not None and image is not None:
@@ -154,6 +174,7 @@ def capture(
         made = capture_images(
             resolved, images, layers=wanted, check=check, keep_on_device=keep_on_device, weight_mode=weight_mode
         )
+        drop_unkept(made, kept)
         one = not isinstance(picture, (list, tuple)) if pixel_values is None else len(made) == 1
         return made[0] if one else made
     if is_image_input(text):
@@ -176,6 +197,7 @@ def capture(
         keep_on_device=keep_on_device,
         weight_mode=weight_mode,
         logits=False,
+        keep=kept,
     )
     return made[0] if isinstance(text, str) or (inputs.texts is None and len(made) == 1) else made
 
@@ -243,6 +265,7 @@ def capture_forward(
     keep_on_device: bool = False,
     weight_mode: str | None = None,
     logits: bool = True,
+    keep: frozenset[str] = frozenset(KEEP),
 ) -> tuple[list[Capture], Any]:
     """(one Capture per text, the forward's own output: logits…): one padded forward of ``inputs``
     through the pipeline. ``weight_mode`` as the taps take it (default: ``"compare"``, ``"drop"`` with
@@ -264,7 +287,13 @@ def capture_forward(
     recorder, output = tapped(resolved, taps, lambda _: model(**kwargs), layers)
     items = [_item(inputs, b) for b in range(len(inputs.encoded))]
     made = captures(
-        resolved, recorder.calls, items, check, projections=recorder.projections, to_host=not keep_on_device
+        resolved,
+        recorder.calls,
+        items,
+        check,
+        projections=recorder.projections,
+        to_host=not keep_on_device,
+        keep=keep,
     )
     return made, output
 
