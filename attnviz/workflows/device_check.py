@@ -188,7 +188,7 @@ class Stacked:
 
     projections: list[OutputProjection]  # held, so that the ids the cache is keyed by stay theirs
     grams: Tensor  # [L, head, d_v, d_v]
-    heads: Tensor  # [L, head, hidden, d_v]
+    weight_t: Tensor  # [L, head·d_v, hidden]: each projection's weight, transposed for a batched product
     bias: Tensor | None  # [L, hidden]
     bounds: Tensor  # [L, 2]: OutputProjection.size_bounds
 
@@ -209,7 +209,7 @@ def stacked(projections: list[OutputProjection]) -> Stacked:
         found = Stacked(
             list(projections),
             torch.stack([p.grams for p in projections]),
-            torch.stack([p.heads for p in projections]),
+            torch.stack([p.weight for p in projections]).transpose(1, 2),
             torch.stack(biases) if all(b is not None for b in biases) else None,  # type: ignore[arg-type]
             torch.stack([p.size_bounds for p in projections]),
         )
@@ -257,7 +257,9 @@ def projection_errors(
     model_out = torch.stack([s[1][b] for s in seen]).float()  # type: ignore[index]  # [L, r, hidden]
     per_head = group.out.index_select(2, index).float()  # [L, head, r, d_v]
     facts = stacked(projections)
-    ours = torch.einsum("lhrd,lhed->lre", per_head, facts.heads.to(device))
+    n_layers, n_heads, r, d_v = per_head.shape
+    # Σ_h W_O^h o_h: the heads' outputs side by side, times the weight, every layer in one product
+    ours = torch.bmm(per_head.transpose(1, 2).reshape(n_layers, r, n_heads * d_v), facts.weight_t.to(device))
     if facts.bias is not None:
         ours += facts.bias.to(device)[:, None, :]
     error = (ours - model_out.to(device)).abs_().amax(dim=(1, 2))
