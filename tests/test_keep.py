@@ -48,7 +48,7 @@ def test_a_lean_capture_shows_the_same_maps_in_less_memory(family):
     kwargs = {"decoder_input_ids": ids[:, :12]} if model.config.is_encoder_decoder else {}
     full = attnviz.capture(model, input_ids=ids, **kwargs)
     lean = attnviz.capture(model, input_ids=ids, keep=("q", "k"), **kwargs)
-    assert lean.model["kept"] == ["q", "k"] and "kept" not in full.model
+    assert lean.model["kept"] == ["q", "k"] and full.model["kept"] == ["q", "k", "v", "out", "norms"]
     assert lean.model["check_error"] == pytest.approx(full.model["check_error"], rel=1e-6, abs=1e-12)  # checked first
     for part in full.parts:
         for layer in full.layer_indices(part):
@@ -57,16 +57,22 @@ def test_a_lean_capture_shows_the_same_maps_in_less_memory(family):
             )
             rec = lean.layer(layer, part)
             assert rec.out is None and rec.value_dots is None and rec.v.shape[-1] == 0
-    assert _bytes(lean) < 0.6 * _bytes(full)
+    dropped = sum(
+        t.numel() * t.element_size() for rec in full.records.values() for t in (rec.v, rec.out, rec.value_dots)
+    )
+    assert _bytes(lean) == _bytes(full) - dropped
+    assert lean.nbytes <= full.nbytes - dropped  # freed: nothing kept views V's or out's storage
 
 
 def test_what_was_not_kept_is_refused_by_name_and_a_file_keeps_the_choice(llama, ids, tmp_path):
     lean = attnviz.capture(llama, input_ids=ids, keep=["q", "k", "v", "norms"])
     assert lean.contributions(1).shape == (4, 40, 40)  # norms kept: what moves is there
-    with pytest.raises(attnviz.InputError, match=r"kept q, k, v, norms .*Capture again with 'v' and 'out' kept"):
+    with pytest.raises(attnviz.InputError, match=r"kept q, k, v, norms .*Capture again keeping v and out"):
         lean.validate()
-    bare = attnviz.capture(llama, input_ids=ids, keep="q k".split())
-    with pytest.raises(attnviz.InputError, match=r"captured without them \(capture\(\.\.\., keep=\) without 'norms'\)"):
+    bare = attnviz.capture(llama, input_ids=ids, keep="q,k")  # a string as the command line writes it
+    with pytest.raises(
+        attnviz.InputError, match=r"layer 0: it was captured without them \(capture\(\.\.\., keep=\) or --keep"
+    ):
         bare.contributions(0)
     path = bare.save(tmp_path / "bare.attnviz")
     back = attnviz.load(path)
@@ -80,12 +86,13 @@ def test_what_was_not_kept_is_refused_by_name_and_a_file_keeps_the_choice(llama,
         (("q", "v"), "keep= leaves out k: every map is recomputed from the queries and keys"),
         ("v", "keep= leaves out q and k"),
         (("q", "k", "weights"), "keep= names weights; a capture keeps q, k, v, out, norms"),
+        (3, "keep= takes names among q, k, v, out, norms"),
     ],
 )
 def test_a_keep_that_cannot_show_a_map_is_refused_before_the_forward(llama, ids, keep, message, monkeypatch):
     ran = []
     monkeypatch.setattr(type(llama), "forward", lambda *a, **k: ran.append(1))
-    with pytest.raises(attnviz.InputError, match=message):
+    with pytest.raises((attnviz.InputError, attnviz.ArgumentTypeError), match=message):
         attnviz.capture(llama, input_ids=ids, keep=keep)
     assert not ran
 
@@ -106,3 +113,15 @@ def test_the_command_line_keeps_what_keep_names_and_refuses_the_rest_before_the_
     assert main(["capture", "minilm", "The cat sat.", "--keep", "q,v"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--keep leaves out k: every map is recomputed from the queries and keys" in err
+
+
+def test_what_is_let_go_is_freed_when_queries_and_keys_share_its_storage():
+    """One layer of GPT-2 is no stack: its q, k and v are views of one fused projection's output, so a lean
+    capture copies q and k rather than keep that output (V's third of it) alive."""
+    model = attnviz.tiny_model("gpt2")
+    ids = torch.randint(3, 100, (1, 30), generator=torch.Generator().manual_seed(5))
+    full = attnviz.capture(model, input_ids=ids, layers=[1])
+    assert full.layer(1).q.untyped_storage().data_ptr() == full.layer(1).v.untyped_storage().data_ptr()
+    lean = attnviz.capture(model, input_ids=ids, layers=[1], keep=("q", "k"))
+    rec = lean.layer(1)
+    assert lean.nbytes == sum(t.numel() * t.element_size() for t in (rec.q, rec.k, rec.projection_check))

@@ -232,12 +232,18 @@ def test_rows_every_key_of_which_an_additive_mask_hides_come_out_as_the_whole_ma
 
 def test_rows_and_cols_outside_the_map_are_refused_with_the_valid_range():
     cap = capture("bart")
-    with pytest.raises(OutOfRangeError, match=r"rows must lie in 0\.\.8 \(9 query rows\), got 9"):
+    with pytest.raises(
+        OutOfRangeError, match=r"rows must lie in 0\.\.8 \(or -9\.\.-1 from the end; 9 query rows\), got 9"
+    ):
         cap.attention(0, 1, part="cross", rows=[0, 9])
-    with pytest.raises(OutOfRangeError, match=r"cols range\(10, 14\) lie outside 0\.\.12 \(13 key columns\)"):
+    with pytest.raises(
+        OutOfRangeError, match=r"cols must lie in 0\.\.12 \(or -13\.\.-1 from the end; 13 key columns\), got 13"
+    ):
         cap.attention(0, part="cross", cols=range(10, 14))
-    with pytest.raises(OutOfRangeError, match=r"rows must lie in 0\.\.12 \(13 query rows\), got -1"):
-        cap.attention(0, part="encoder", rows=torch.tensor([-1]))
+    with pytest.raises(
+        OutOfRangeError, match=r"rows must lie in 0\.\.12 \(or -13\.\.-1 from the end; 13 query rows\), got -14"
+    ):
+        cap.attention(0, part="encoder", rows=torch.tensor([-14]))
     with pytest.raises(ArgumentTypeError, match="rows must be a range, a slice, a sequence of ints or a 1-d tensor"):
         cap.attention(0, part="encoder", rows="all")
 
@@ -252,3 +258,19 @@ def test_the_log_sum_exp_is_saved_and_loaded_and_files_without_it_still_load(tmp
     for key, rec in cap.records.items():
         torch.testing.assert_close(again.records[key].lse, rec.lse, atol=0, rtol=0)
     torch.testing.assert_close(again.attention(1, 3, rows=[4], cols=range(13)), before.attention(1, 3)[[4]])
+
+
+def test_rows_and_cols_read_as_python_reads_indices():
+    """A slice clamps and may step backwards, an index may count from the end — a range, a list, a tensor
+    and a slice that name the same rows give the same tile."""
+    cap = capture("gpt2")
+    n = cap.layer(0).n_queries
+    full = cap.attention(0, 1)
+    same = [slice(0, n + 5), range(n), list(range(n)), torch.arange(n), slice(None)]
+    for rows in same:
+        torch.testing.assert_close(cap.attention(0, 1, rows=rows), full, atol=1e-6, rtol=0)
+    for rows in ([-1], range(-1, -4, -1), slice(None, None, -2), torch.tensor([-2, 0])):
+        picked = list(range(n))[rows] if isinstance(rows, slice) else [int(i) % n for i in rows]
+        expected = full[picked]
+        torch.testing.assert_close(cap.attention(0, 1, rows=rows), expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(cap.attention(0, 1, cols=[-1, 0]), full[:, [n - 1, 0]], atol=1e-6, rtol=0)

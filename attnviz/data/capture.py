@@ -93,19 +93,19 @@ def _rows(span: Span, n: int, name: str, what: str) -> Tensor:
 
 def _span(span: Span, n: int, name: str, what: str, *, tensor: bool = False) -> Tensor | slice:
     """``span`` as a slice (a range or slice of step 1, unless ``tensor``) or a 1-d long tensor of
-    indices; an :class:`OutOfRangeError` naming ``0..n-1`` for an index outside it."""
+    indices, read as Python reads them: a slice clamps to ``0..n-1`` and may step backwards, an index
+    may count from the end (``-1`` is the last); an :class:`OutOfRangeError` naming ``0..n-1`` for an
+    index outside ``-n..n-1``."""
     if span is None:
         span = range(n)
     if isinstance(span, slice):
-        if span.step not in (None, 1) and span.step <= 0:
-            raise InputError(f"{name}: a slice must step forward, got {span!r}")
         span = range(*span.indices(n))
     if isinstance(span, range):
-        if len(span) and not (0 <= span[0] < n and 0 <= span[-1] < n):
-            raise OutOfRangeError(f"{name} {span} lie outside 0..{n - 1} ({n} {what})")
-        if span.step == 1 and not tensor:
+        if not len(span):
+            return slice(0, 0) if not tensor else torch.zeros(0, dtype=torch.long)
+        if span.step == 1 and 0 <= span[0] and span[-1] < n and not tensor:
             return slice(span.start, span.stop)
-        return torch.arange(span.start, span.stop, span.step) if len(span) else torch.zeros(0, dtype=torch.long)
+        span = list(span)
     if isinstance(span, Tensor):
         if span.dim() > 1 or span.dtype.is_floating_point or span.dtype == torch.bool:
             raise ArgumentTypeError(
@@ -120,8 +120,12 @@ def _span(span: Span, n: int, name: str, what: str, *, tensor: bool = False) -> 
         )
     if index.numel():
         low, high = int(index.min()), int(index.max())  # one wait: the indices are checked once
-        if low < 0 or high >= n:
-            raise OutOfRangeError(f"{name} must lie in 0..{n - 1} ({n} {what}), got {low if low < 0 else high}")
+        if low < -n or high >= n:
+            raise OutOfRangeError(
+                f"{name} must lie in 0..{n - 1} (or -{n}..-1 from the end; {n} {what}), got {low if low < -n else high}"
+            )
+        if low < 0:
+            index = torch.where(index < 0, index + n, index)
     return index
 
 
@@ -521,7 +525,7 @@ class Capture:
         if rec.value_dots is None:
             raise InputError(
                 f"this capture holds no value norms for layer {layer}: it was captured without them "
-                "(capture(..., keep=) without 'norms'), its attention module {rec.name!r} has no output "
+                f"(capture(..., keep=) or --keep without 'norms'), its attention module {rec.name!r} has no output "
                 "projection attnviz could read, or the capture file was written before attnviz kept value norms; "
                 "capture it again, or show the weights instead"
             )

@@ -257,7 +257,7 @@ def record_errors(rec: LayerRecord, rows: Tensor | None = None) -> dict[str, tup
     becomes ``rec.lse``; else the layer's chunks of rows from :func:`attnviz.attention.attention_output`."""
     if rec.v.shape[-1] == 0 and rec.out is not None and rec.out.shape[-1] > 0:
         raise InputError(
-            f"this capture kept no values for {rec.name!r} (capture(..., keep=) without 'v'), so A·V cannot be "
+            f"this capture kept no values for {rec.name!r} (keep= / --keep without v), so A·V cannot be "
             "recomputed to compare with the kernel's output; its self-check ran while capturing "
             "(cap.model['check_error']). Capture again with 'v' kept to validate it afterwards"
         )
@@ -369,9 +369,10 @@ def validate(
     kept = cap.model.get("kept")
     if kept is not None and not {"v", "out"} <= set(kept):
         raise InputError(
-            f"this capture kept {', '.join(kept)} of each layer (capture(..., keep=)): A·V needs the values and "
-            "the kernel's output to be compared after the capture; its self-check ran while capturing "
-            "(cap.model['check_error']). Capture again with 'v' and 'out' kept to validate it afterwards"
+            f"this capture kept {', '.join(kept)} of each layer (keep= / --keep): A·V needs the values and the "
+            "kernel's output to be compared after the capture; its self-check ran while capturing (its largest "
+            "error over the tolerance is cap.model['check_error']). Capture again keeping v and out to validate "
+            "it afterwards"
         )
     atol, rtol = tolerance(cap, atol, rtol)
     report_rows = []

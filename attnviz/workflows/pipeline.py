@@ -80,7 +80,15 @@ def check_keep(keep: Iterable[str] | str | None, option: str = "keep=") -> froze
     message naming ``option`` (the command line's ``--keep``)."""
     if keep is None:
         return frozenset(KEEP)
-    names = {keep} if isinstance(keep, str) else set(keep)
+    if isinstance(keep, str):  # "q,k" or "q k", as the command line writes it
+        keep = keep.replace(",", " ").split()
+    try:
+        names = set(keep)
+    except TypeError as err:
+        raise ArgumentTypeError(
+            f"{option} takes names among {', '.join(KEEP)} (a tuple, or a string such as 'q,k'), "
+            f"got {type(keep).__name__}"
+        ) from err
     unknown = sorted(str(n) for n in names - set(KEEP))
     if unknown:
         raise InputError(f"{option} names {', '.join(unknown)}; a capture keeps {', '.join(KEEP)} (or a subset)")
@@ -95,18 +103,24 @@ def check_keep(keep: Iterable[str] | str | None, option: str = "keep=") -> froze
 
 def drop_unkept(made: list[Capture], keep: frozenset[str]) -> None:
     """What ``keep`` does not name let go of every record, after the self-check has used it: V becomes a
-    zero-width tensor (weights are recomputed as before; A·V cannot be), ``out`` and the value dot products
-    None."""
+    zero-width tensor of its own (weights are recomputed as before; A·V cannot be), ``out`` and the value
+    dot products None — and Q and K are copied when they share storage with what was let go (GPT-2's
+    fused projection), so that it is freed. ``cap.model["kept"]`` names what was kept."""
     for cap in made:
+        cap.model["kept"] = [name for name in KEEP if name in keep]
+        if keep == frozenset(KEEP):
+            continue
         for rec in cap.records.values():
             if "v" not in keep:
-                rec.v = rec.v[..., :0]
+                rec.v = rec.v.new_empty(*rec.v.shape[:-1], 0)
             if "out" not in keep:
                 rec.out = None
             if "norms" not in keep:
                 rec.value_dots = None
-        if keep != frozenset(KEEP):
-            cap.model["kept"] = [name for name in KEEP if name in keep]
+            for name in ("q", "k"):
+                t = getattr(rec, name)
+                if t.untyped_storage().nbytes() > t.numel() * t.element_size():
+                    setattr(rec, name, t.clone())
 
 
 R = TypeVar("R")
