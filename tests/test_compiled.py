@@ -65,6 +65,8 @@ def test_a_compiled_models_capture_equals_the_uncompiled_capture(family, backend
     # inductor fuses and reorders float32 sums (measured: ≤ 1.1e-7); the other backends run the same kernels
     assert_same_capture(got, want, atol=1e-6 if dynamo == "inductor" else 0.0)
     assert got.validate().passed, str(got.validate())
+    assert got.model["class"] == want.model["class"] == type(model).__name__  # not torch's OptimizedModule
+    assert got.model["name"] == want.model["name"]
     again = attnviz.capture(compiled, input_ids=IDS, check="full")  # the compiled code, reused
     assert_same_capture(again, got)
     if logits is not None:  # the compiled model runs as before once the taps are gone

@@ -57,6 +57,7 @@ __all__ = [
     "check_calls",
     "check_layers",
     "check_mode",
+    "model_class",
     "compiled",
     "forward_inputs",
     "max_positions",
@@ -246,7 +247,7 @@ def resolve(
         )
     config = model.config
     source = getattr(config, "_name_or_path", "")
-    name = name or alias_of(source) or source or type(model).__name__  # an embedded model by its alias
+    name = name or alias_of(source) or source or model_class(model)  # an embedded model by its alias
     check_supported(config)
     return Resolved(model, tokenizer, name)
 
@@ -360,6 +361,11 @@ def check_calls(model: nn.Module, calls: list[AttentionCall], encoder_decoder: b
             )
 
 
+def model_class(model: nn.Module) -> str:
+    """The model's class name — the compiled model's own, not torch.compile's wrapper (``OptimizedModule``)."""
+    return type(getattr(model, "_orig_mod", model)).__name__
+
+
 def compiled(model: nn.Module) -> bool:
     """Whether torch.compile wraps the model, its call or the forward of one of its modules
     (``torch.compile(model)``, ``model.compile()``, ``module.forward = torch.compile(module.forward)``)."""
@@ -439,7 +445,7 @@ def capture_meta(resolved: Resolved, first: AttentionCall, parts: dict, check: s
     return {
         "name": resolved.name,
         "model_type": getattr(config, "model_type", None),
-        "class": type(model).__name__,
+        "class": model_class(model),
         "backend": first.backend,
         "dtype": str(first.q.dtype).removeprefix("torch."),
         "device": str(resolved.device),
