@@ -188,7 +188,9 @@ class Stacked:
 
     projections: list[OutputProjection]  # held, so that the ids the cache is keyed by stay theirs
     grams: Tensor  # [L, head, d_v, d_v]
-    weight_t: Tensor  # [L, head·d_v, hidden]: each projection's weight, transposed for a batched product
+    # [L, head·d_v, hidden]: each projection's head slices W_O^h (the ones the value norms are made of,
+    # OutputProjection.heads) side by side, transposed for a batched product — so the check proves them
+    weight_t: Tensor
     bias: Tensor | None  # [L, hidden]
     bounds: Tensor  # [L, 2]: OutputProjection.size_bounds
 
@@ -209,7 +211,7 @@ def stacked(projections: list[OutputProjection]) -> Stacked:
         found = Stacked(
             list(projections),
             torch.stack([p.grams for p in projections]),
-            torch.stack([p.weight for p in projections]).transpose(1, 2),
+            torch.stack([p.heads.transpose(1, 2).reshape(-1, p.heads.shape[1]) for p in projections]),
             torch.stack(biases) if all(b is not None for b in biases) else None,  # type: ignore[arg-type]
             torch.stack([p.size_bounds for p in projections]),
         )
