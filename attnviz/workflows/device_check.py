@@ -9,7 +9,8 @@ soft-cap, and no tensor of their own (no custom mask, bias, sinks or kept weight
 
 - its Q, K, V and outputs are stacked ``[layer, head, pos, d]`` (one copy each; the records become
   views of the stacks) when that stays under :data:`STACK_BYTES`, else each layer is its own group
-  (at long context an operation costs far more than its launch);
+  (at long context an operation costs far more than its launch) — and on the CPU, where a launch costs
+  nothing, each layer is its own group too (:data:`STACK_CPU`);
 - the sampled rows (:func:`attnviz.data.validate.sample_rows`, made on the device) are recomputed
   for every layer and head at once — one Q·Kᵀ, the causal and window structure built on the device,
   one softmax, one A·V — and compared with the kernels' outputs;
@@ -54,6 +55,10 @@ __all__ = ["STACK_BYTES", "Group", "Stacked", "check_captures", "groups", "stack
 
 #: the most bytes a group's stacked Q, K, V and outputs may take; past it each layer is its own group
 STACK_BYTES = 1 << 28
+#: whether records on the CPU are stacked too: no — there a launch costs nothing and the stacking copy
+#: does (3 % of GPT-2 small's forward at 1,024 tokens), so each layer is checked alone, the same formula.
+#: ``tests/test_gpu_feel.py`` and ``bench/launches.py`` set it, to count on the CPU what a GPU runs.
+STACK_CPU = False
 #: the most scores one batched recomputation holds at once (layers are taken a few at a time past it)
 SCORE_BUDGET = 1 << 26
 
@@ -114,7 +119,8 @@ def groups(cap: Capture) -> tuple[list[Group], list[tuple[str, int]]]:
         members.sort(key=lambda m: m[0])
         first = members[0][1]
         per_layer = sum(t.numel() * t.element_size() for t in (first.q, first.k, first.v, first.out) if t is not None)
-        size = 1 if per_layer * len(members) > STACK_BYTES else len(members)
+        alone = per_layer * len(members) > STACK_BYTES or (first.q.device.type == "cpu" and not STACK_CPU)
+        size = 1 if alone else len(members)
         for start in range(0, len(members), size):
             chunk = members[start : start + size]
             made.append(Group(part, [m[0] for m in chunk], [m[1] for m in chunk]))
