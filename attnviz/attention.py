@@ -469,12 +469,6 @@ def _key_tiles(
         yield start, stop, (causal and stop - 1 > lo, window if window is not None and start <= hi - window else None)
 
 
-def _row_tiles(n_rows: int, n_head: int, block_keys: int, budget: int) -> Iterator[tuple[int, int]]:
-    rows = max(1, min(n_rows, budget // max(1, n_head * block_keys)))
-    for start in range(0, n_rows, rows):
-        yield start, min(n_rows, start + rows)
-
-
 def online_attention(
     q: Tensor,  # [head, query_pos, d_head]
     k: Tensor,  # [kv_head, key_pos, d_head]
@@ -529,7 +523,7 @@ def online_attention(
     all_rows = host_rows.to(device)
     key_positions = torch.arange(n_k, device=device)
     sink = None if sinks is None else sinks.to(device=device, dtype=torch.float32)[:, None] / temperature
-    for start, stop in _row_tiles(n_r, n_head, block_keys, budget):
+    for start, stop in query_chunks(n_r, block_keys, n_head, budget=budget):
         r = all_rows[start:stop]
         positions = host_rows[start:stop] + offset
         qpos = r + offset
