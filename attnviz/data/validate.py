@@ -255,12 +255,6 @@ def record_errors(rec: LayerRecord, rows: Tensor | None = None) -> dict[str, tup
     a :class:`LayerErrors` fed the layer's A·V. Every row of a record without the model's weights: A·V
     by :func:`attnviz.attention.online_attention` (tiles of queries and keys), whose log-sum-exp per row
     becomes ``rec.lse``; else the layer's chunks of rows from :func:`attnviz.attention.attention_output`."""
-    if rec.v.shape[-1] == 0 and rec.out is not None and rec.out.shape[-1] > 0:
-        raise InputError(
-            f"this capture kept no values for {rec.name!r} (keep= / --keep without v), so A·V cannot be "
-            "recomputed to compare with the kernel's output; its self-check ran while capturing "
-            "(cap.model['check_error']). Capture again with 'v' kept to validate it afterwards"
-        )
     consumer = LayerErrors(rec)
     if not consumer.wanted:
         return {}

@@ -75,7 +75,6 @@ class Group:
     k: Tensor = field(init=False)  # [L, kv_head, key_pos, d_head]
     v: Tensor = field(init=False)  # [L, kv_head, key_pos, d_head_v]
     out: Tensor = field(init=False)  # [L, head, query_pos, d_head_v]
-    value_dots: Tensor | None = None  # [L, head, key_pos, width]
 
     def __post_init__(self) -> None:
         if len(self.recs) == 1:
@@ -339,9 +338,9 @@ def check_captures(
             projection_rows = 0
             projections = _projections(model, group)
             if projections is not None:
-                group.value_dots = value_dots(group, projections, widths[group.part])
+                dots = value_dots(group, projections, widths[group.part])
                 for i, rec in enumerate(group.recs):
-                    rec.value_dots = group.value_dots[i]
+                    rec.value_dots = dots[i]
                 checked = None if watch is None or check == "off" else projection_errors(group, projections, watch, b)
                 if checked is not None:
                     measured["projection"], measured["size"], projection_rows = checked
