@@ -33,12 +33,12 @@ from .errors import (
     UnsupportedModelError,
     ValidationError,
 )
+from .workflows.capture.models import EMBEDDED_MODELS, load_model
+from .workflows.capture.runner import capture
+from .workflows.corpus.probing import evaluate_probes
 from .workflows.generation import generate
 from .workflows.generation_result import Generation, GenerationStep
 from .workflows.intervene import head_importance, intervene
-from .workflows.models import EMBEDDED_MODELS, load_model
-from .workflows.probing import evaluate_probes
-from .workflows.runner import capture
 from .workflows.tiny import tiny_families, tiny_model, tiny_processor
 
 __version__ = "0.1.0"

@@ -96,7 +96,7 @@ def test_without_a_corpus_the_atlas_reads_the_shipped_probe_sentences(folder):
     app = atlas_app({folder: "tiny BERT"}, None)
     line = _post(app, callback(app, f"{TID.corpus}.children"), {ID.tabs: "atlas"}, {})
     assert line[TID.corpus]["children"] == f"Corpus: {atlas_view.SHIPPED}."
-    texts = list(attnviz.workflows.corpus.read_texts(atlas_view.shipped_corpus()))
+    texts = list(attnviz.workflows.corpus.corpus.read_texts(atlas_view.shipped_corpus()))
     assert len(texts) == 42 and "trophy" in texts[0]
 
 

@@ -15,7 +15,7 @@ from conftest import BLOOM_SLOW
 
 import attnviz
 from attnviz.engine.specs import FAMILIES, falcon_passes_alibi, support_table
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
 
 SUPPORTED = [(f.tiny, backend) for f in FAMILIES if f.how != "refused" for backend in f.backends]
 #: Falcon's attention takes ALiBi as an argument (transformers < 5.25) rather than inside its mask only

@@ -9,8 +9,8 @@ from skimage.data import chelsea
 
 import attnviz
 from attnviz.views.image import patch_row, text_attention, text_positions, text_row
-from attnviz.workflows.joint import tiny_joint
-from attnviz.workflows.vlm import tiny_vlm
+from attnviz.workflows.capture.joint import tiny_joint
+from attnviz.workflows.capture.vlm import tiny_vlm
 
 PROMPT = "USER: <image> What is in the picture? ASSISTANT: a cat"
 

@@ -9,9 +9,9 @@ import torch
 from skimage.data import chelsea, coffee
 
 import attnviz
-from attnviz.workflows.joint import tiny_joint
-from attnviz.workflows.models import load_processor, model_kind
-from attnviz.workflows.vlm import tiny_vlm
+from attnviz.workflows.capture.joint import tiny_joint
+from attnviz.workflows.capture.models import load_processor, model_kind
+from attnviz.workflows.capture.vlm import tiny_vlm
 
 TEXT = "A photo: <image> the cat sleeps"
 

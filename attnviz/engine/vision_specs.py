@@ -51,7 +51,7 @@ def _cls_and_registers(config) -> tuple[str, ...]:
 #: the vision encoders attnviz captures from images, by ``config.model_type``; their attention goes
 #: through the AttentionInterface, bidirectional, one part (``encoder``). ``clip`` and ``siglip`` are
 #: the joint checkpoints' model types (a name of one loads as the joint model, both towers:
-#: ``workflows.models.model_kind``; ``tower`` names its vision tower, captured alone as this spec says).
+#: ``workflows.capture.models.model_kind``; ``tower`` names its vision tower, captured alone as this spec says).
 VISION_SPECS: dict[str, VisionSpec] = {
     "vit": VisionSpec("ViT", _cls, "ViTModel"),
     "deit": VisionSpec("DeiT", lambda config: ("[CLS]", "[DIST]"), "DeiTModel"),  # + the distillation token

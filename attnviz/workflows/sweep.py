@@ -43,8 +43,8 @@ import torch
 from attnviz.engine.specs import FAMILIES, unblock
 from attnviz.engine.vision_specs import vision_spec
 from attnviz.errors import UnsupportedModelError, ValidationError
-from attnviz.workflows.models import IdsTokenizer
-from attnviz.workflows.runner import capture
+from attnviz.workflows.capture.models import IdsTokenizer
+from attnviz.workflows.capture.runner import capture
 from attnviz.workflows.tiny import tiny_families, tiny_model, tiny_processor
 
 #: the bound of "exact" at float32: every layer and head of every part, the largest absolute difference — about

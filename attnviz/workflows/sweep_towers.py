@@ -1,9 +1,9 @@
 """The support sweep's models of two towers: each part of each capture against the model's own eager attention.
 
 - the joint text–image models (``CLIPModel``, ``SiglipModel``, built by
-  :func:`attnviz.workflows.joint.tiny_joint`): two padded texts with two pictures, the ``text`` part
+  :func:`attnviz.workflows.capture.joint.tiny_joint`): two padded texts with two pictures, the ``text`` part
   against the text tower's ``output_attentions`` and the ``vision`` part against the vision tower's;
-- the vision-language models (LLaVA and Idefics3, :func:`attnviz.workflows.vlm.tiny_vlm`): two padded texts with
+- the vision-language models (LLaVA and Idefics3, :func:`attnviz.workflows.capture.vlm.tiny_vlm`): two padded texts with
   two pictures, the ``decoder`` part against the model's ``output_attentions`` and the ``vision`` part
   against its vision tower's own, run alone on the same pixels.
 
@@ -20,10 +20,10 @@ import numpy as np
 import torch
 
 from ..errors import UnsupportedModelError
-from .joint import tiny_joint
-from .runner import capture
+from .capture.joint import tiny_joint
+from .capture.runner import capture
+from .capture.vlm import tiny_vlm
 from .sweep import EXACT, Outcome
-from .vlm import tiny_vlm
 
 __all__ = ["TOWER_FAMILIES", "towers", "worst_error"]
 

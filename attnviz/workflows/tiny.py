@@ -1,8 +1,8 @@
 """Tiny random models of the families attnviz claims, for tests, examples and the support sweep:
 :func:`tiny_model` (a family's tiny config, randomly initialised, in eval mode; :func:`tiny_families`
 lists them) and :func:`tiny_processor` (a tiny vision family's image processor). The models of two
-towers have their own builders beside their workflows (``workflows.joint.tiny_joint``,
-``workflows.vlm.tiny_vlm``)."""
+towers have their own builders beside their workflows (``workflows.capture.joint.tiny_joint``,
+``workflows.capture.vlm.tiny_vlm``)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 One pass over the corpus through :func:`~attnviz.workflows.corpus.corpus_stats` — batched by length,
 reduced layer by layer as the forward goes, spread over the processes of ``torchrun`` / ``accelerate
 launch`` — gives the mass-based roles (its statistics) and, in the same reduction, where each row's
-maximum falls (:class:`~attnviz.workflows.head_tally.HeadTally`: the positional and rare-word roles,
+maximum falls (:class:`~attnviz.analysis.head_tally.HeadTally`: the positional and rare-word roles,
 and each role's example row). The texts are tokenized once, before it: their token counts (rarity)
 and the pass read the same encodings. No statistic by norm is read, so none is computed. The induction role reads repeated random sequences the atlas
 generates from ``seed`` (Olsson et al. 2022), run through the same reducer; coreference, a probe set
@@ -19,15 +19,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..analysis.atlas import ROLES, TABLE_STATISTICS, AtlasSums, atlas_table
-from ..analysis.probes import Probe, load_probes
-from ..errors import InputError
+from ...analysis.atlas import ROLES, TABLE_STATISTICS, AtlasSums, atlas_table
+from ...analysis.head_tally import EXAMPLES, HeadTally
+from ...analysis.probes import Probe, load_probes
+from ...errors import InputError
+from ..capture.inputs import Encoded, check_max_length, tokenize
+from ..capture.models import load_model
+from ..capture.pipeline import n_layers, resolve
 from .batched import BatchReducer
 from .corpus import NO_TEXT, corpus_stats, read_texts, too_long
-from .head_tally import EXAMPLES, HeadTally
-from .inputs import Encoded, check_max_length, tokenize
-from .models import load_model
-from .pipeline import n_layers, resolve
 from .probing import evaluate_probes, refuse_unscorable
 from .processes import process_state
 
