@@ -209,7 +209,7 @@ def generate(
 
     # a step's records are built inside the forward: its weights compared there, not after it
     weight_mode = weight_mode_for(check, after_forward=False)
-    taps = tap(lm, layers=wanted, to_cpu=not keep_on_device, weight_mode=weight_mode, recorder_class=StepRecorder)
+    taps = tap(lm, layers=wanted, keep_on_device=keep_on_device, weight_mode=weight_mode, recorder_class=StepRecorder)
     recorder, sequence = tapped(resolved, taps, run, wanted, forward_calls=_first_forward)
     assert isinstance(recorder, StepRecorder)
     n_total = sequence.shape[1]

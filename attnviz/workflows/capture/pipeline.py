@@ -476,7 +476,7 @@ def run_captures(
     taps = tap(
         resolved.model,
         layers=layers,
-        to_cpu=False,
+        keep_on_device=True,
         weight_mode=weight_mode or weight_mode_for(check),
         lengths=lengths,
     )

@@ -161,7 +161,7 @@ class BatchReducer:
         taps = tap(
             model,
             layers=self.layers,
-            to_cpu=False,
+            keep_on_device=True,
             weight_mode="compare",
             lengths=lengths_by_part,
             recorder_class=ReducingRecorder,

@@ -29,6 +29,7 @@ import torch
 from ...analysis.head_tally import HeadTally
 from ...analysis.layer_reduction import wanted_columns
 from ...analysis.stats import HeadStatsSums
+from ...deprecation import warn_renamed
 from ...errors import ArgumentTypeError, InputError, InputTooLongError, Interrupted
 from ..capture.inputs import Encoded, check_max_length
 from ..capture.models import EMBEDDED_MODELS, load_model, resolve_dtype
@@ -179,10 +180,11 @@ def corpus_stats(
     checkpoint_every_seconds: float = EVERY_SECONDS,
     progress: bool = True,
     tally: HeadTally | None = None,
-    on_batch: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
     moved: bool = True,
     encodings: Mapping[str, Encoded] | None = None,
     statistics: Iterable[str] | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
     """:func:`~attnviz.analysis.head_stats` over a whole corpus, pooled over every query token.
 
@@ -216,14 +218,19 @@ def corpus_stats(
     one, is NaN — without ``punctuation`` and ``distance`` no product runs over every weight, which is what
     the head atlas reads (one-stack models, no checkpoint). ``encodings``: texts the caller has already tokenized as the pass
     tokenizes them (``BatchReducer.encode``: uncut), by text — not tokenized again (one-stack models).
-    ``on_batch(texts, tokens)``: called after each batch with what this process has added so far (for
-    a progress bar of the caller's own, e.g. the dashboard's).
+    ``on_progress(done, total)``: called after each batch with the texts this process has added so far and
+    the corpus's size (0 while a corpus read lazily — an iterator, a file — has not been counted), for a progress
+    bar of the caller's own, e.g. the dashboard's. ``on_batch(texts, tokens)``: what it was before,
+    deprecated.
     ``df.attrs`` holds ``per_process`` (texts each process captured), ``padding`` (the share of
     padding tokens in the batches), ``truncated`` and ``resumed_after`` (texts the checkpoint already held).
     """
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise InputError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}")
     check_max_length(max_length)
+    if on_batch is not None:
+        warn_renamed("corpus_stats(on_batch=)", "on_progress=, called with (texts done, the corpus's texts)")
+    size = len(texts) if isinstance(texts, (list, tuple)) else 0
     check_corpus(texts)
     state = process_state()
     if isinstance(model, (str, Path)):
@@ -336,6 +343,8 @@ def corpus_stats(
                     mine[0] += len(counts)
                     mine[1] += sum(counts)
                     mine[2] += max(counts) * len(counts)
+                    if on_progress is not None:
+                        on_progress(mine[0], size)
                     if on_batch is not None:
                         on_batch(mine[0], mine[1])
             skip_batches = 0
