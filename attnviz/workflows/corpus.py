@@ -29,6 +29,7 @@ import torch
 from ..analysis.stats import HeadStatsSums
 from ..errors import ArgumentTypeError, InputError, InputTooLongError, Interrupted
 from .batched import BatchReducer
+from .checkpoints import check_interval
 from .corpus_checkpoint import EVERY_SECONDS, EVERY_TEXTS, CorpusCheckpoint, Place
 from .head_tally import HeadTally
 from .inputs import Encoded, check_max_length
@@ -224,6 +225,8 @@ def corpus_stats(
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise InputError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}")
     check_max_length(max_length)
+    check_interval("checkpoint_every_texts", checkpoint_every_texts, EVERY_TEXTS, "texts")  # before any model loads
+    check_interval("checkpoint_every_seconds", checkpoint_every_seconds, EVERY_SECONDS, "seconds")
     check_corpus(texts)
     state = process_state()
     if isinstance(model, (str, Path)):
