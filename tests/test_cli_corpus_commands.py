@@ -1,4 +1,4 @@
-"""What ``attnviz stats``, ``attnviz atlas`` and ``attnviz probes`` share (``attnviz.cli.commands``): ``-o``
+"""What ``attnviz stats``, ``attnviz atlas`` and ``attnviz probes`` share (``attnviz.cli.runs``): ``-o``
 refused by its suffixes before anything runs, each warning on one line, the report on the process of rank 0
 only, a signal's stop (``Interrupted``) as one line and exit status 75 — and ``attnviz probes`` through it,
 its run replaced by one that warns, stops or ends, so no model loads."""
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from attnviz.cli import EXIT_INTERRUPTED, main
-from attnviz.cli.commands import in_processes, run_corpus_command
+from attnviz.cli.runs import in_processes, run_corpus_command
 from attnviz.errors import InputError, Interrupted
 
 
@@ -119,7 +119,7 @@ def test_quiet_leaves_out_a_gguf_files_conversion_bar_while_the_command_runs(mon
     from transformers import modeling_gguf_pytorch_utils as gguf_loading
     from transformers.utils import logging as transformers_logging
 
-    from attnviz.cli.commands import quiet_loading
+    from attnviz.cli.runs import quiet_loading
 
     monkeypatch.setattr(gguf_loading, "tqdm", tqdm.auto.tqdm)  # as transformers has it; put back after the test
     before = transformers_logging.is_progress_bar_enabled()
