@@ -86,6 +86,7 @@ def probes_run(monkeypatch):
     monkeypatch.setattr("attnviz.analysis.probes.load_probes", lambda *a, **k: ["probe"])
 
     def evaluate(model, probes, **kwargs):
+        outcome["kwargs"] = kwargs
         warnings.warn("a tokenizer's warning", UserWarning, stacklevel=1)
         if outcome["raise"] is not None:
             raise outcome["raise"]
@@ -102,6 +103,18 @@ def test_attnviz_probes_reports_after_its_run_with_the_warning_on_one_line(probe
     assert err == "warning: a tokenizer's warning\n"
     assert out.startswith("2 probes on m\n") and f"per-head accuracy written to {acc}" in out
     assert pd.read_csv(acc).accuracy.tolist() == [1.0] and pd.read_csv(per_probe).top.tolist() == [2]
+
+
+def test_attnviz_probes_prepends_no_bos_unless_told_as_the_library_and_quiet_hides_its_bar(probes_run, capsys):
+    """``attnviz probes`` follows ``evaluate_probes``' ``add_bos=False`` (it prepended one until --no-bos);
+    --no-bos, kept one release, says so on one line and changes nothing."""
+    seen = []
+    for extra in ([], ["--add-bos"], ["--no-bos"], ["--quiet"]):
+        assert main(["probes", "m", "en", *extra]) == 0
+        seen.append((probes_run["kwargs"]["add_bos"], probes_run["kwargs"]["progress"]))
+    assert seen == [(False, True), (True, True), (False, True), (False, False)]
+    deprecation = "warning: --no-bos is deprecated and will be removed in the next release; it does nothing"
+    assert capsys.readouterr().err.count(deprecation) == 1
 
 
 def test_attnviz_probes_stopped_by_a_signal_exits_75_with_one_line(probes_run, capsys):

@@ -337,10 +337,13 @@ def test_one_option_name_and_default_per_idea_across_every_subcommand(capsys):
     assert PARTS == CAPTURE_PARTS  # written again in the CLI only so that --help loads no torch
     parser = build_parser()
     defaults = {command: vars(parser.parse_args([command, *argv])) for command, argv in SUBCOMMANDS.items()}
-    having = {name: {c for c, d in defaults.items() if name in d} for name in ("top", "seed", "add_bos", "part")}
+    having = {
+        name: {c for c, d in defaults.items() if name in d} for name in ("top", "seed", "add_bos", "part", "quiet")
+    }
     assert having["top"] == {"coref", "probes"} and having["seed"] == {"generate", "atlas"}
     assert having["add_bos"] == set(SUBCOMMANDS) - {"app"} and having["part"] == {"capture", "coref", "stats", "export"}
-    for name, value in (("top", 10), ("seed", 0), ("add_bos", False), ("part", None)):
+    assert having["quiet"] == {"stats", "atlas", "probes"}  # the commands with a progress bar
+    for name, value in (("top", 10), ("seed", 0), ("add_bos", False), ("part", None), ("quiet", False)):
         assert {defaults[c][name] for c in having[name]} == {value}, name
     for command in having["part"]:
         for part in PARTS:

@@ -28,6 +28,7 @@ from .options import (
     add_no_bos,
     add_out,
     add_part,
+    add_quiet,
     add_seed,
     add_top,
     count,
@@ -147,6 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_no_bos(p)
     add_top(p, "how many heads to print, and whose picks --per-probe writes")
+    add_quiet(p)
     add_out(p, "write the per-head accuracy to this CSV file", csv=True)
     p.add_argument(
         "--checkpoint",

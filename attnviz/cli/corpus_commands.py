@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from ..errors import InputError
 from .options import check_part, check_writable, column_mapping, corpus_kwargs, names
-from .runs import in_processes, run_corpus_command
+from .runs import in_processes, quiet_loading, run_corpus_command
 
 
 def _count(n: int, thing: str) -> str:
@@ -136,6 +137,7 @@ def cmd_probes(args) -> int:
             args.model,
             probes,
             batch_size=args.batch_size,
+            progress=not args.quiet,
             exclude_sinks=not args.keep_sinks,
             add_bos=args.add_bos,
             checkpoint=args.checkpoint,
@@ -153,4 +155,5 @@ def cmd_probes(args) -> int:
             result.picks_table(top=args.top).to_csv(args.per_probe, index=False)
             print(f"each probe with the picks of the top {args.top} heads written to {args.per_probe}")
 
-    return in_processes(run, report)
+    with quiet_loading() if args.quiet else contextlib.nullcontext():
+        return in_processes(run, report)

@@ -88,6 +88,11 @@ def add_no_bos(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_quiet(p: argparse.ArgumentParser) -> None:
+    """``--quiet``: no progress bar (a long command's: ``stats``, ``atlas``, ``probes``)."""
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
 def add_part(p: argparse.ArgumentParser, help: str) -> None:
     """``--part``: one of :data:`PARTS` (the command refuses those it cannot read: :func:`check_part`)."""
     p.add_argument("--part", choices=PARTS, default=None, help=help)
@@ -186,7 +191,7 @@ def add_corpus_args(
     add_bos(p, "prepend a BOS token to each text")
     if after_add_bos is not None:
         after_add_bos(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet(p)
 
 
 def corpus_kwargs(args) -> dict:
