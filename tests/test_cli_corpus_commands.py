@@ -1,4 +1,4 @@
-"""What ``attnviz stats``, ``attnviz atlas`` and ``attnviz probes`` share (``attnviz.cli.commands``): ``-o``
+"""What ``attnviz stats``, ``attnviz atlas`` and ``attnviz probes`` share (``attnviz.cli.runs``): ``-o``
 refused by its suffixes before anything runs, each warning on one line, the report on the process of rank 0
 only, a signal's stop (``Interrupted``) as one line and exit status 75 — and ``attnviz probes`` through it,
 its run replaced by one that warns, stops or ends, so no model loads."""
@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from attnviz.cli import EXIT_INTERRUPTED, main
-from attnviz.cli.commands import in_processes, run_corpus_command
+from attnviz.cli.runs import in_processes, run_corpus_command
 from attnviz.errors import InputError, Interrupted
 
 
@@ -86,6 +86,7 @@ def probes_run(monkeypatch):
     monkeypatch.setattr("attnviz.analysis.probes.load_probes", lambda *a, **k: ["probe"])
 
     def evaluate(model, probes, **kwargs):
+        outcome["kwargs"] = kwargs
         warnings.warn("a tokenizer's warning", UserWarning, stacklevel=1)
         if outcome["raise"] is not None:
             raise outcome["raise"]
@@ -104,6 +105,18 @@ def test_attnviz_probes_reports_after_its_run_with_the_warning_on_one_line(probe
     assert pd.read_csv(acc).accuracy.tolist() == [1.0] and pd.read_csv(per_probe).top.tolist() == [2]
 
 
+def test_attnviz_probes_prepends_no_bos_unless_told_as_the_library_and_quiet_hides_its_bar(probes_run, capsys):
+    """``attnviz probes`` follows ``evaluate_probes``' ``add_bos=False`` (it prepended one until --no-bos);
+    --no-bos, kept one release, says so on one line and changes nothing."""
+    seen = []
+    for extra in ([], ["--add-bos"], ["--no-bos"], ["--quiet"]):
+        assert main(["probes", "m", "en", *extra]) == 0
+        seen.append((probes_run["kwargs"]["add_bos"], probes_run["kwargs"]["progress"]))
+    assert seen == [(False, True), (True, True), (False, True), (False, False)]
+    deprecation = "warning: --no-bos is deprecated and will be removed in the next release; it does nothing"
+    assert capsys.readouterr().err.count(deprecation) == 1
+
+
 def test_attnviz_probes_stopped_by_a_signal_exits_75_with_one_line(probes_run, capsys):
     probes_run["raise"] = Interrupted("stopped by SIGINT: 5 probes saved in 'p.ckpt'", rank=0)
     assert main(["probes", "m", "en", "--checkpoint", "p.ckpt"]) == EXIT_INTERRUPTED
@@ -119,7 +132,7 @@ def test_quiet_leaves_out_a_gguf_files_conversion_bar_while_the_command_runs(mon
     from transformers import modeling_gguf_pytorch_utils as gguf_loading
     from transformers.utils import logging as transformers_logging
 
-    from attnviz.cli.commands import quiet_loading
+    from attnviz.cli.runs import quiet_loading
 
     monkeypatch.setattr(gguf_loading, "tqdm", tqdm.auto.tqdm)  # as transformers has it; put back after the test
     before = transformers_logging.is_progress_bar_enabled()

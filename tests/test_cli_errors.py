@@ -231,11 +231,16 @@ def test_a_usage_error_is_one_line_too(capsys):
     ],
     ids=lambda argv: argv[0],
 )
-def test_every_subcommand_that_writes_takes_o_and_out_and_its_old_spelling(argv):
+def test_every_subcommand_that_writes_takes_o_and_out_and_its_old_spelling(argv, capsys):
     parser = build_parser()
-    old = {"validate": "--csv", "probes": "--csv", "stats": "--out"}.get(argv[0], "--output")
-    for flag in ("-o", "--out", old):
+    for flag in ("-o", "--out", "--output"):
         assert parser.parse_args([*argv, flag, "f.x"]).out == "f.x", flag
+    assert capsys.readouterr().err == ""
+    if argv[0] in ("validate", "probes"):  # --csv works one release more, and says what to give instead
+        assert parser.parse_args([*argv, "--csv", "f.x"]).out == "f.x"
+        assert capsys.readouterr().err == (
+            "warning: --csv is deprecated and will be removed in the next release; use -o/--out\n"
+        )
     args = (
         parser.parse_args([*argv, "-o", "f.x", "--layers", "0,2", "--device", "cpu"]) if argv[0] != "probes" else None
     )
@@ -308,6 +313,83 @@ def test_coref_top_must_be_a_count_of_heads(no_weights, capsys):
         assert one_error_line(capsys.readouterr().err) == (
             f"error: argument --top: a whole number ≥ 1, got {top!r} (see attnviz coref --help)"
         )
+
+
+SUBCOMMANDS = {  # each subcommand with its required arguments
+    "capture": ["m", "t"],
+    "generate": ["m", "t"],
+    "validate": ["m", "t"],
+    "coref": ["m", "t", "--pronoun", "it"],
+    "probes": ["m", "en"],
+    "stats": ["m", "c.txt"],
+    "atlas": ["m", "c.txt"],
+    "export": ["m", "t", "-o", "x.html"],
+    "app": [],
+}
+
+
+def test_one_option_name_and_default_per_idea_across_every_subcommand(capsys):
+    """--top 10, --seed 0, --add-bos off, --part with every part a capture can hold, -o/--out/--output: the
+    same in every subcommand that has it; --no-bos and --csv set nothing of their own."""
+    from attnviz.cli.options import PARTS
+    from attnviz.engine.specs import PARTS as CAPTURE_PARTS
+
+    assert PARTS == CAPTURE_PARTS  # written again in the CLI only so that --help loads no torch
+    parser = build_parser()
+    defaults = {command: vars(parser.parse_args([command, *argv])) for command, argv in SUBCOMMANDS.items()}
+    having = {
+        name: {c for c, d in defaults.items() if name in d} for name in ("top", "seed", "add_bos", "part", "quiet")
+    }
+    assert having["top"] == {"coref", "probes"} and having["seed"] == {"generate", "atlas"}
+    assert having["add_bos"] == set(SUBCOMMANDS) - {"app"} and having["part"] == {"capture", "coref", "stats", "export"}
+    assert having["quiet"] == {"stats", "atlas", "probes"}  # the commands with a progress bar
+    for name, value in (("top", 10), ("seed", 0), ("add_bos", False), ("part", None), ("quiet", False)):
+        assert {defaults[c][name] for c in having[name]} == {value}, name
+    for command in having["part"]:
+        for part in PARTS:
+            assert parser.parse_args([command, *SUBCOMMANDS[command], "--part", part]).part == part
+    assert not any("no_bos" in d or "csv" in d for d in defaults.values())
+    assert capsys.readouterr().err == ""
+
+
+def test_no_bos_is_deprecated_and_does_nothing_for_off_is_the_default(capsys):
+    parser = build_parser()
+    plain, old = parser.parse_args(["probes", "m", "en"]), parser.parse_args(["probes", "m", "en", "--no-bos"])
+    assert plain.add_bos is False and old.add_bos is False and vars(plain) == vars(old)
+    assert capsys.readouterr().err == (
+        "warning: --no-bos is deprecated and will be removed in the next release; it does nothing: no BOS token "
+        "is prepended unless --add-bos is given\n"
+    )
+    assert parser.parse_args(["probes", "m", "en", "--add-bos"]).add_bos is True
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["coref", "minilm", "The cat sat. It slept.", "--pronoun", "It", "--part", "cross"], "encoder or decoder"),
+        (["stats", "minilm", "c.txt", "--part", "vision"], "encoder or decoder"),
+        (["capture", "minilm", "The cat.", "--query", "cat", "--part", "text"], "encoder, decoder or cross"),
+        (["export", "minilm", "The cat.", "-o", "x.html", "--part", "vision"], "encoder, decoder or cross"),
+    ],
+)
+def test_a_part_the_command_cannot_read_is_refused_in_one_line(argv, said, no_weights, capsys):
+    assert main(argv) == 2
+    command = " ".join(argv[:1] + (["--query"] if argv[0] == "capture" else []))
+    assert one_error_line(capsys.readouterr().err) == (
+        f"error: --part {argv[-1]}: attnviz {command} reads the {said} attention; give one of them"
+    )
+
+
+@pytest.mark.parametrize("command", [["probes", "minilm", "en"], ["stats", "minilm", "c.txt"]])
+@pytest.mark.parametrize("value", ["0", "-1", "nan"])
+def test_a_checkpoint_interval_of_no_time_is_refused_by_the_parser(command, value, capsys):
+    with pytest.raises(SystemExit) as stop:
+        main([*command, "--checkpoint-every-seconds", value])
+    assert stop.value.code == 2
+    assert one_error_line(capsys.readouterr().err) == (
+        f"error: argument --checkpoint-every-seconds: a number of seconds > 0, got {value!r} "
+        f"(see attnviz {command[0]} --help)"
+    )
 
 
 @pytest.mark.parametrize(
@@ -486,7 +568,7 @@ def test_the_app_refuses_a_corpus_the_atlas_would_refuse_before_it_serves(
 def test_the_app_serves_a_corpus_as_far_as_the_page_reads_it(tmp_path, no_server, capsys):
     from attnviz.dashboard import space_view
 
-    from attnviz.cli.commands import APP_CORPUS_TEXTS
+    from attnviz.cli.app_command import APP_CORPUS_TEXTS
 
     assert APP_CORPUS_TEXTS == space_view.CORPUS_TEXTS  # the check reads what the page reads, no more
     corpus = tmp_path / "long.jsonl"

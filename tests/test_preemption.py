@@ -291,7 +291,15 @@ def cli_corpus(tmp_path_factory, bert_tokenizer):
     with corpus.open("w", encoding="utf-8") as f:
         for _ in range(400):
             f.write(json.dumps({"text": " ".join(rng.choices(words, k=rng.randint(3, 30))) + "."}) + "\n")
-    return folder / "bert", corpus, corpus_stats(str(folder / "bert"), corpus, batch_size=2, progress=False)
+    # on one thread, as the commands the tests compare it with run (OMP_NUM_THREADS=1): on two, torch's float32
+    # kernels add in another order and the table differs by ~6e-10 (two CPU cores), over the tests' 1e-12
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        whole = corpus_stats(str(folder / "bert"), corpus, batch_size=2, progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    return folder / "bert", corpus, whole
 
 
 def _stats(model, corpus, out, checkpoint, *extra, processes=1) -> subprocess.Popen:

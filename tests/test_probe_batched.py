@@ -3,13 +3,15 @@ weights give for that probe run alone, the batch size changes nothing, and what 
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
 import torch
 
 import attnviz
-from attnviz.analysis import rank_heads
+from attnviz.analysis import load_probes, rank_heads
 from attnviz.analysis.probes import Probe
 from attnviz.workflows.corpus import probing
 from attnviz.workflows.corpus.corpus import MAX_PADDING
@@ -180,6 +182,32 @@ def test_what_cannot_be_scored_is_named_and_the_rest_is_scored(tiny, smol_tokeni
         attnviz.evaluate_probes(model, probes[2:3], smol_tokenizer, progress=False)
     with pytest.raises(attnviz.InputError, match="batch_size must be a whole number ≥ 1, got 0"):
         attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=0, progress=False)
+    for name, value, unit, default in (
+        ("checkpoint_every_probes", 0, "probes", "100"),
+        ("checkpoint_every_probes", -5, "probes", "100"),
+        ("checkpoint_every_seconds", 0.0, "seconds", "60"),
+    ):
+        with pytest.raises(attnviz.InputError) as refused:
+            attnviz.evaluate_probes(model, probes, smol_tokenizer, progress=False, **{name: value})
+        assert str(refused.value) == (
+            f"{name} must be a number > 0, got {value!r}: pass how many {unit} may pass between two checkpoints "
+            f"(default: {default}), or checkpoint=None for none"
+        )
+
+
+def test_a_line_that_is_no_probe_is_reported_by_its_line_number(tiny, smol_tokenizer, tmp_path):
+    """A line of a JSONL file the reader could not read has no id: the skipped report says "line 3: …",
+    not a bare "3: …" that a reader could not tell from an id."""
+    model = tiny("llama", vocab_size=len(smol_tokenizer))
+    text, pronoun, candidates, gold = PROBES[0]
+    good = json.dumps({"text": text, "pronoun": pronoun, "candidates": candidates, "gold": gold})
+    path = tmp_path / "mixed.jsonl"
+    path.write_text(f"{good}\n{good}\nnot json\n", encoding="utf-8")
+    with pytest.warns(UserWarning, match="1 unusable"):
+        probes = load_probes(path)
+    result = attnviz.evaluate_probes(model, probes, smol_tokenizer, progress=False)
+    assert len(result.skipped) == 1 and result.skipped[0].startswith("line 3: not JSON ("), result.skipped
+    assert result.skipped[0].endswith(" (when loading)")
 
 
 def test_a_word_the_tokenizer_reads_as_unknown_is_refused_not_scored(tiny_bert_words):

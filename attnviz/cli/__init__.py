@@ -7,8 +7,10 @@ check), 2 for usage and input errors, 75 (EX_TEMPFAIL: run it again) when SIGTER
 Arguments are checked before the model runs: a hub name is asked of the hub once (an unknown or
 unreachable name fails in seconds), and ``--layers``, ``--layer``, ``--head``, ``--query`` and the
 text's length are checked against the model's config and the tokenized text before its weights load.
-Every subcommand that writes a file takes ``-o/--out`` (the older ``--output`` and ``--csv`` stay
-as aliases)."""
+One option name and default per idea across the subcommands: every one that writes a file takes
+``-o/--out`` (or ``--output``; the older ``--csv`` works for one release, with a deprecation line on
+stderr), ``--add-bos`` is off by default, ``--top`` prints 10 heads, ``--seed`` is 0 and ``--part``
+offers the attentions a capture can hold (a command refuses in one line those it cannot read)."""
 
 from __future__ import annotations
 
@@ -16,21 +18,25 @@ import argparse
 import sys
 
 from ..errors import AttnvizError, ValidationError
-from .commands import (
-    EXIT_INTERRUPTED,
-    EXPORT_VIEWS,
-    cmd_app,
-    cmd_atlas,
-    cmd_capture,
-    cmd_coref,
-    cmd_export,
-    cmd_generate,
-    cmd_probes,
-    cmd_stats,
-    cmd_validate,
-    error_line,
+from .app_command import cmd_app
+from .corpus_commands import cmd_atlas, cmd_probes, cmd_stats
+from .options import (
+    add_bos,
+    add_corpus_args,
+    add_loading_args,
+    add_model_args,
+    add_no_bos,
+    add_out,
+    add_part,
+    add_quiet,
+    add_seed,
+    add_top,
+    count,
+    names,
+    seconds,
 )
-from .options import add_bos, add_corpus_args, add_loading_args, add_model_args, add_out, count, names
+from .runs import EXIT_INTERRUPTED, error_line
+from .text_commands import EXPORT_VIEWS, cmd_capture, cmd_coref, cmd_export, cmd_generate, cmd_validate
 
 __all__ = ["EXIT_INTERRUPTED", "build_parser", "main"]
 
@@ -64,12 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--layer", type=int, default=None, help="the layer --query reads (default: the first captured); needs --query"
     )
-    p.add_argument(
-        "--part",
-        choices=["encoder", "decoder", "cross"],
-        default=None,
-        help="encoder-decoder models: the attention --query reads (default: encoder); needs --query",
-    )
+    add_part(p, "encoder-decoder models: the attention --query reads (default: encoder); needs --query")
     p.set_defaults(func=cmd_capture)
 
     p = sub.add_parser("generate", help="continue a text with the model and record every step's attention")
@@ -79,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sample", action="store_true", help="sample instead of the greedy choice")
     p.add_argument("--temperature", type=float, default=None, help="sampling temperature (with --sample)")
     p.add_argument("--top-p", type=float, default=None, help="nucleus sampling threshold (with --sample)")
-    p.add_argument("--seed", type=int, default=None, help="seed for a repeatable sample")
+    add_seed(p, "seed of the sampling draw (with --sample): the same seed, the same text")
     add_bos(p)
     add_loading_args(p)
     p.add_argument(
@@ -100,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_model_args(p, text_required=False, check=False)
     p.add_argument("--capture", help="validate a saved capture file instead of running a model")
-    add_out(p, "write the per layer/head errors to this CSV file (--csv still works)", alias="--csv")
+    add_out(p, "write the per layer/head errors to this CSV file", csv=True)
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser("coref", help="rank heads by the attention from a pronoun to candidate antecedents")
@@ -108,13 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pronoun", required=True, help="the pronoun (its last occurrence is used), e.g. it or 它")
     p.add_argument("--candidates", help="comma-separated candidates (default: proposed from the text)")
     p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
-    p.add_argument("--top", type=count, default=10, help="how many heads to print")
-    p.add_argument(
-        "--part",
-        choices=["encoder", "decoder"],
-        default=None,
-        help="encoder-decoder models: rank the encoder's (source) or the decoder's (target) heads",
-    )
+    add_top(p)
+    add_part(p, "encoder-decoder models: rank the encoder's (source) or the decoder's (target) heads")
     p.set_defaults(func=cmd_coref)
 
     p = sub.add_parser(
@@ -145,9 +141,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--per-probe", help="write each probe with the candidate each top head picked to this CSV file")
     p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
-    p.add_argument("--no-bos", action="store_true", help="do not prepend a BOS token to each probe")
-    p.add_argument("--top", type=count, default=5, help="how many heads to print")
-    add_out(p, "write the per-head accuracy to this CSV file (--csv still works)", alias="--csv")
+    add_bos(
+        p,
+        "prepend a BOS token to each probe, so a decoder's attention sink is not a candidate; as evaluate_probes' "
+        "add_bos, off unless given (this command prepended one until this release; --no-bos now does nothing)",
+    )
+    add_no_bos(p)
+    add_top(p, "how many heads to print, and whose picks --per-probe writes")
+    add_quiet(p)
+    add_out(p, "write the per-head accuracy to this CSV file", csv=True)
     p.add_argument(
         "--checkpoint",
         help="save the run's place to this file (atomically; one per process under torchrun) every 100 probes or "
@@ -158,9 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--checkpoint-every-seconds",
-        type=float,
+        type=seconds,
         default=60.0,
-        help="save after this many seconds at most (default: 60)",
+        help="save after this many seconds at most, a number > 0 (default: 60)",
     )
     p.set_defaults(func=cmd_probes)
 
@@ -203,12 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--layer", type=int, default=None, help="the layer (default: the first captured)")
     p.add_argument("--head", type=int, default=0, help="the head (default: 0)")
-    p.add_argument(
-        "--part",
-        choices=["encoder", "decoder", "cross"],
-        default=None,
-        help="encoder-decoder models: which attention (default: encoder)",
-    )
+    add_part(p, "encoder-decoder models: which attention (default: encoder)")
     p.add_argument("--words", action="store_true", help="merge tokens into words")
     p.set_defaults(func=cmd_export)
 
@@ -255,7 +252,7 @@ def _stats_placement(p: argparse.ArgumentParser) -> None:
 
 def _stats_run_args(p: argparse.ArgumentParser) -> None:
     """``attnviz stats``' part, statistics, truncation and checkpoints."""
-    p.add_argument("--part", choices=["encoder", "decoder"], default=None, help="encoder-decoder models: which part")
+    add_part(p, "encoder-decoder models: which part")
     p.add_argument(
         "--statistics",
         default=None,
@@ -285,9 +282,9 @@ def _stats_run_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--checkpoint-every-seconds",
-        type=float,
+        type=seconds,
         default=60.0,
-        help="save after this many seconds at most (default: 60)",
+        help="save after this many seconds at most, a number > 0 (default: 60)",
     )
 
 
@@ -298,7 +295,7 @@ def _atlas_role_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="a probe file or a shipped set's name (as attnviz probes reads) for the coreference role",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the repeated random sequences (induction; default: 0)")
+    add_seed(p, "seed of the repeated random sequences (induction)")
     p.add_argument(
         "--no-truncate",
         action="store_true",

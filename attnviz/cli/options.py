@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -34,14 +35,95 @@ def count(value: str) -> int:
     return number
 
 
-def add_out(p: argparse.ArgumentParser, help: str, *, required: bool = False, alias: str = "--output") -> None:
-    """``-o/--out`` of a subcommand that writes a file; ``alias`` (its older spelling) still works."""
-    p.add_argument("-o", "--out", alias, dest="out", required=required, metavar="FILE", help=help)
+#: the attentions a capture can hold (attnviz.engine.specs.PARTS, not imported: --help loads no torch; a
+#: test checks they agree): every ``--part`` offers them all, and a command refuses those it cannot read
+PARTS = ("encoder", "decoder", "cross", "text", "vision")
+TOP = 10  # the heads ``--top`` prints by default, in every subcommand
+SEED = 0  # ``--seed``'s default, in every subcommand: a run is repeatable unless told otherwise
 
 
-def add_bos(p: argparse.ArgumentParser) -> None:
-    """``--add-bos``."""
-    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token so a decoder's sink is not a word")
+def deprecated(option: str, instead: str) -> str:
+    """The one line on stderr an option kept for one release prints (a DeprecationWarning's CLI form)."""
+    return f"warning: {option} is deprecated and will be removed in the next release; {instead}"
+
+
+class _Deprecated(argparse.Action):
+    """An old option that still works for one release: its one :func:`deprecated` line on stderr, then
+    what it always did (store its value under the new option's ``dest``; a flag, ``nargs=0``, stores nothing)."""
+
+    def __init__(self, option_strings, dest, *, instead: str, **kwargs):
+        self.instead = instead
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(deprecated(option_string or self.option_strings[0], self.instead), file=sys.stderr)
+        if self.nargs != 0:
+            setattr(namespace, self.dest, values)
+
+
+def add_out(p: argparse.ArgumentParser, help: str, *, required: bool = False, csv: bool = False) -> None:
+    """``-o/--out`` (``--output`` too) of a subcommand that writes a file; ``csv``: the older ``--csv``
+    works for one release, with a deprecation line."""
+    p.add_argument("-o", "--out", "--output", dest="out", required=required, metavar="FILE", help=help)
+    if csv:
+        p.add_argument(
+            "--csv", dest="out", action=_Deprecated, instead="use -o/--out", metavar="FILE", help=argparse.SUPPRESS
+        )
+
+
+def add_bos(p: argparse.ArgumentParser, help: str = "prepend a BOS token so a decoder's sink is not a word") -> None:
+    """``--add-bos`` (off by default, as the library's ``add_bos=False``)."""
+    p.add_argument("--add-bos", action="store_true", help=f"{help} (default: off)")
+
+
+def add_no_bos(p: argparse.ArgumentParser) -> None:
+    """``--no-bos``, kept for one release: off is the default now, so it does nothing but say so."""
+    p.add_argument(
+        "--no-bos",
+        action=_Deprecated,
+        nargs=0,
+        instead="it does nothing: no BOS token is prepended unless --add-bos is given",
+        default=argparse.SUPPRESS,  # nothing of its own in the parsed arguments
+        help=argparse.SUPPRESS,
+    )
+
+
+def add_quiet(p: argparse.ArgumentParser) -> None:
+    """``--quiet``: no progress bar (a long command's: ``stats``, ``atlas``, ``probes``)."""
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def add_part(p: argparse.ArgumentParser, help: str) -> None:
+    """``--part``: one of :data:`PARTS` (the command refuses those it cannot read: :func:`check_part`)."""
+    p.add_argument("--part", choices=PARTS, default=None, help=help)
+
+
+def check_part(args, command: str, readable: tuple[str, ...]) -> None:
+    """``--part`` refused in one line where ``attnviz command`` cannot read that attention."""
+    if args.part is not None and args.part not in readable:
+        named = ", ".join(readable[:-1]) + " or " + readable[-1]
+        raise InputError(f"--part {args.part}: attnviz {command} reads the {named} attention; give one of them")
+
+
+def add_top(p: argparse.ArgumentParser, help: str = "how many heads to print") -> None:
+    """``--top``: how many heads (default :data:`TOP`)."""
+    p.add_argument("--top", type=count, default=TOP, help=f"{help} (default: {TOP})")
+
+
+def add_seed(p: argparse.ArgumentParser, help: str) -> None:
+    """``--seed`` (default :data:`SEED`: the same result each run)."""
+    p.add_argument("--seed", type=int, default=SEED, help=f"{help} (default: {SEED})")
+
+
+def seconds(value: str) -> float:
+    """A time between two checkpoints (``--checkpoint-every-seconds``): a number > 0, or argparse's one-line error."""
+    try:
+        number = float(value)
+    except ValueError:
+        number = 0.0
+    if not number > 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"a number of seconds > 0, got {value!r}")
+    return number
 
 
 def add_model_args(p: argparse.ArgumentParser, *, text_required: bool, check: bool = True) -> None:
@@ -106,10 +188,10 @@ def add_corpus_args(
     add_loading_args(p, backend=False)
     if after_loading is not None:
         after_loading(p)
-    p.add_argument("--add-bos", action="store_true", help="prepend a BOS token to each text")
+    add_bos(p, "prepend a BOS token to each text")
     if after_add_bos is not None:
         after_add_bos(p)
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    add_quiet(p)
 
 
 def corpus_kwargs(args) -> dict:

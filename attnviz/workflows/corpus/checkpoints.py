@@ -24,9 +24,19 @@ import torch
 
 from ...errors import InputError
 
-__all__ = ["MAGIC", "rank_path", "read_checkpoint", "write_checkpoint", "written_by"]
+__all__ = ["MAGIC", "check_interval", "rank_path", "read_checkpoint", "write_checkpoint", "written_by"]
 
 MAGIC = b"attnviz checkpoint 1\n"  # then the payload's sha256 (hex) and a newline, then the payload
+
+
+def check_interval(name: str, value: Any, default: float, unit: str) -> None:
+    """Refuse a checkpoint interval that is no number > 0 (``checkpoint_every_probes=0``: a checkpoint after
+    no probe at all), naming the value and what to pass: a positive number of ``unit``, or ``default``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise InputError(
+            f"{name} must be a number > 0, got {value!r}: pass how many {unit} may pass between two checkpoints "
+            f"(default: {default:g}), or checkpoint=None for none"
+        )
 
 
 def rank_path(path: str | Path, rank: int, num_processes: int) -> Path:

@@ -36,6 +36,7 @@ from ..capture.models import EMBEDDED_MODELS, load_model, resolve_dtype
 from ..capture.pipeline import Resolved, n_layers, resolve
 from ..capture.runner import capture_forward, encode_texts
 from .batched import BatchReducer
+from .checkpoints import check_interval
 from .corpus_checkpoint import EVERY_SECONDS, EVERY_TEXTS, CorpusCheckpoint, Place
 from .interrupts import StopRounds, stop_requests
 from .processes import process_state
@@ -231,6 +232,8 @@ def corpus_stats(
     if on_batch is not None:
         warn_renamed("corpus_stats(on_batch=)", "on_progress=, called with (texts done, the corpus's texts)")
     size = len(texts) if isinstance(texts, (list, tuple)) else 0
+    check_interval("checkpoint_every_texts", checkpoint_every_texts, EVERY_TEXTS, "texts")  # before any model loads
+    check_interval("checkpoint_every_seconds", checkpoint_every_seconds, EVERY_SECONDS, "seconds")
     check_corpus(texts)
     state = process_state()
     if isinstance(model, (str, Path)):

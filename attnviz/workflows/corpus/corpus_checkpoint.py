@@ -22,7 +22,7 @@ from typing import Any
 
 from ...analysis.stats import HeadStatsSums
 from ...errors import InputError
-from .checkpoints import rank_path, read_checkpoint, write_checkpoint, written_by
+from .checkpoints import check_interval, rank_path, read_checkpoint, write_checkpoint, written_by
 
 __all__ = ["EVERY_SECONDS", "EVERY_TEXTS", "KIND", "CorpusCheckpoint", "Place"]
 
@@ -56,9 +56,8 @@ class CorpusCheckpoint:
         every_texts: int = EVERY_TEXTS,
         every_seconds: float = EVERY_SECONDS,
     ):
-        for name, value in (("checkpoint_every_texts", every_texts), ("checkpoint_every_seconds", every_seconds)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise InputError(f"{name} must be a number > 0, got {value!r}")
+        check_interval("checkpoint_every_texts", every_texts, EVERY_TEXTS, "texts")
+        check_interval("checkpoint_every_seconds", every_seconds, EVERY_SECONDS, "seconds")
         self.named = Path(path)
         if not self.named.parent.is_dir():
             raise InputError(

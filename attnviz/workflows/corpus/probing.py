@@ -35,7 +35,7 @@ from ..capture.inputs import Encoded, tokenize_each
 from ..capture.pipeline import Resolved, resolve
 from ..capture.runner import capture_forward, encode_texts
 from .batched import BatchReducer
-from .checkpoints import rank_path, read_checkpoint, write_checkpoint, written_by
+from .checkpoints import check_interval, rank_path, read_checkpoint, write_checkpoint, written_by
 from .corpus import length_batches
 from .interrupts import StopRounds, stop_requests
 from .processes import process_state
@@ -50,6 +50,8 @@ __all__ = ["BATCH_SIZE", "BATCH_TOKENS", "KIND", "evaluate_probes", "refuse_unsc
 BATCH_SIZE = 64
 BATCH_TOKENS = 4096
 
+EVERY_PROBES = 100  # probes one process scores between two checkpoints, at most
+EVERY_SECONDS = 60.0  # seconds between two checkpoints, at most
 KIND = "attnviz probes checkpoint 2"  # 2: the picks of every head per probe (1 kept only counts)
 
 
@@ -109,8 +111,8 @@ def evaluate_probes(
     on_progress: Callable[[int, int], None] | None = None,
     checkpoint: str | Path | None = None,
     resume: bool = False,
-    checkpoint_every_probes: int = 100,
-    checkpoint_every_seconds: float = 60.0,
+    checkpoint_every_probes: int = EVERY_PROBES,
+    checkpoint_every_seconds: float = EVERY_SECONDS,
 ) -> ProbeResult:
     """Score every head of ``model`` on ``probes``: how often its preferred candidate is the gold one.
 
@@ -143,6 +145,8 @@ def evaluate_probes(
 
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise InputError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}")
+    check_interval("checkpoint_every_probes", checkpoint_every_probes, EVERY_PROBES, "probes")
+    check_interval("checkpoint_every_seconds", checkpoint_every_seconds, EVERY_SECONDS, "seconds")
     probes = _probe_list(probes)
     loaded_problems = _load_problems(probes)
     resolved = resolve(model, tokenizer)  # a name is loaded once, for every probe
@@ -302,7 +306,9 @@ def _load_problems(probes: list[Probe]) -> list[str]:
     if problems is None or len(problems) == 0:
         return []
     return [
-        f"{row.get('id') or row.get('row', '?')}: {row['reason']} (when loading)" for row in problems.to_dict("records")
+        # a line the reader could not make a probe of has no id: its line number, said as one
+        f"{row.get('id') or 'line ' + str(row.get('row', '?'))}: {row['reason']} (when loading)"
+        for row in problems.to_dict("records")
     ]
 
 

@@ -3,7 +3,9 @@
 attnviz opens no socket and starts no process itself; a run started by a launcher reads its rank
 and world size through accelerate's ``PartialState`` (one GPU per process, or gloo on CPU), and
 :func:`largest` asks every process the same question at once (a collective: each process calls it
-the same number of times, or the ones that called wait for the others).
+the same number of times, or the ones that called wait for the others). :func:`process_rank` and
+:func:`end_processes` are what a command around such a run needs (``attnviz stats``, ``attnviz probes``):
+whose turn it is to print, and closing the group the launcher made.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 
 from ...errors import InputError
 
-__all__ = ["OneProcess", "largest", "process_state"]
+__all__ = ["OneProcess", "end_processes", "largest", "process_rank", "process_state"]
 
 
 class OneProcess:
@@ -58,3 +60,21 @@ def largest(state: Any, values: list[int]) -> list[int]:
     flags = torch.tensor(values, dtype=torch.int64, device=state.device)
     torch.distributed.all_reduce(flags, op=torch.distributed.ReduceOp.MAX)
     return [int(x) for x in flags.tolist()]
+
+
+def process_rank() -> int:
+    """This process's rank in the group torchrun or accelerate launch made (0 outside one, or before
+    :func:`process_state` joined it)."""
+    dist = torch.distributed
+    return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+
+
+def end_processes(barrier: bool = True) -> None:
+    """Close the process group torchrun or accelerate launch made, if any (one left open can abort at
+    exit); ``barrier=False`` where the others may have stopped already (a signal stopped them all at the
+    same round: :class:`~attnviz.workflows.corpus.interrupts.StopRounds`, so none waits at a barrier)."""
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        if barrier:
+            dist.barrier()
+        dist.destroy_process_group()

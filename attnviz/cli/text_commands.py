@@ -1,0 +1,252 @@
+"""The subcommands on one text: ``capture``, ``generate``, ``validate``, ``coref`` and ``export``; each
+takes its parsed arguments and returns the exit status."""
+
+from __future__ import annotations
+
+import sys
+
+from ..errors import InputError, OutOfRangeError
+from .options import check_capture_out, check_part, check_writable, loading_kwargs, names
+from .preflight import preflight
+
+ENCODER_DECODER = ("encoder", "decoder", "cross")  # the attentions of --part that capture and export read
+
+
+def _capture(args, check: str | None = None):
+    """The capture a command asked for; ``check``: the command's own (validate: every row), else ``--check``."""
+    from ..workflows.capture.runner import (
+        capture,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
+
+    return capture(
+        args.model,
+        args.text,
+        max_length=args.max_length,
+        **loading_kwargs(args),
+        add_bos=getattr(args, "add_bos", False),
+        target=args.target,
+        check=check or args.check,
+        keep=getattr(args, "keep", None),
+    )
+
+
+def cmd_capture(args) -> int:
+    """``attnviz capture``: capture a text (saved with ``-o``), and with ``--query`` print where a word's attention goes."""
+    check_part(args, "capture --query", ENCODER_DECODER)
+    if args.query is None:
+        given = [f"--{name}" for name in ("layer", "part") if getattr(args, name) is not None]
+        if given:
+            raise InputError(
+                f"{' and '.join(given)} choose{'s' if len(given) == 1 else ''} what --query prints: add --query WORD "
+                "(to capture only some layers, use --layers)"
+            )
+    if args.out:
+        check_capture_out(args.out)
+    if args.keep is not None:
+        from ..workflows.capture.pipeline import check_keep  # deferred, as the runner: torch loads after the checks
+
+        check_keep(args.keep, "--keep")
+    preflight(args, args.text, layer=args.layer, query=args.query, part=args.part or "encoder")
+    cap = _capture(args)
+    print(cap)
+    print("words:", " | ".join(cap.word_labels))
+    if cap.target is not None:
+        print("target words:", " | ".join(cap.target.word_labels))
+    if args.query is not None:
+        part = cap.resolve_part(args.part) if args.part or len(cap.parts) == 1 else "encoder"
+        layer = args.layer if args.layer is not None else min(cap.layer_indices(part))
+        queries, keys = cap.sequences(part)
+        if part in ("decoder", "cross") and args.query not in queries.word_labels:
+            raise InputError(
+                f"no word {args.query!r} in the target {queries.word_labels}: {part} attention's queries "
+                "are the decoder's tokens, so give the target text with --target"
+            )
+        q = queries.word_index(args.query)
+        weights = cap.attention(layer, part=part, words=True)[:, q]  # [head, word]
+        where = f" ({part})" if len(cap.parts) > 1 else ""
+        print(f"attention from {queries.words[q].text!r} in layer {layer}{where}, per head (word level, top 3):")
+        for head in range(weights.shape[0]):
+            top = weights[head].topk(min(3, weights.shape[-1]))
+            pairs = ", ".join(
+                f"{keys.words[i].text}={v:.2f}" for v, i in zip(top.values.tolist(), top.indices.tolist())
+            )
+            print(f"  H{head}: {pairs}")
+    if args.out:
+        path = cap.save(args.out)
+        print(f"saved to {path}")
+    return 0
+
+
+def cmd_generate(args) -> int:
+    """``attnviz generate``: let the model write and record every step's attention."""
+    from ..workflows.generation import (
+        generate,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
+
+    if args.out:
+        check_capture_out(args.out)
+    sampling = {}
+    if args.sample:
+        sampling = {"do_sample": True, "temperature": args.temperature, "top_p": args.top_p}
+    elif args.temperature is not None or args.top_p is not None:
+        raise InputError("--temperature and --top-p apply to sampling: add --sample")
+    if args.layer is not None and not args.steps:
+        raise InputError(
+            "--layer chooses the layer --steps prints: add --steps (to capture only some layers, use --layers)"
+        )
+    preflight(args, args.prompt, layer=args.layer, part="decoder", what="prompt", generates=True)
+    gen = generate(
+        args.model,
+        args.prompt,
+        max_new_tokens=args.max_new_tokens,
+        add_bos=args.add_bos,
+        **loading_kwargs(args),
+        check=args.check,
+        seed=args.seed if args.sample else None,  # the greedy choice draws nothing: its record says no seed
+        **{k: v for k, v in sampling.items() if v is not None},
+    )
+    print(args.prompt + gen.text if not gen.capture.model.get("encoder_decoder") else gen.text)
+    stopped = "the model ended the text" if gen.info["stopped"] == "eos" else "max_new_tokens reached"
+    checked = "" if args.check == "off" else f"; every generated row checked against its step ({args.check})"
+    print(f"{len(gen)} new tokens after {gen.prompt_length} ({stopped}){checked}", file=sys.stderr)
+    if args.steps:
+        layer = args.layer if args.layer is not None else max(gen.capture.layer_indices("decoder"))
+        print(f"what each new token attended to most (layer {layer}, mean over heads):")
+        for i in range(len(gen)):
+            step = gen.step(i)
+            top = ", ".join(f"{t}@{p}={w:.2f}" for p, t, w in step.top(3, layer=layer))
+            print(f"  {i:>4} {step.token!r:>14}  {top}")
+    if args.out:
+        path = gen.save(args.out)
+        print(f"saved to {path} (open it with: attnviz app --capture {path})", file=sys.stderr)
+    return 0
+
+
+# the options that say how a model runs: read only when there is a model to run (not with --capture)
+_RUN_OPTIONS = (
+    ("model", "MODEL"),
+    ("text", "TEXT"),
+    ("layers", "--layers"),
+    ("device", "--device"),
+    ("dtype", "--dtype"),
+    ("attn_implementation", "--attn-implementation"),
+    ("max_length", "--max-length"),
+    ("add_bos", "--add-bos"),
+    ("target", "--target"),
+)
+
+
+def _refuse_run_options(args, command: str) -> None:
+    """With ``--capture FILE`` nothing runs: a model, a text or a loading option given too is refused, not ignored."""
+    given = [name for dest, name in _RUN_OPTIONS if getattr(args, dest, None) not in (None, False)]
+    if given:
+        raise InputError(
+            f"attnviz {command}: --capture reads a saved capture, so {', '.join(given)} would be ignored; "
+            "give MODEL TEXT (and its options), or --capture FILE alone"
+        )
+
+
+def cmd_validate(args) -> int:
+    """``attnviz validate``: recompute every head and compare it with the model's own numbers (exit 1 over tolerance)."""
+    if args.out:
+        check_writable(args.out)
+    if args.capture:
+        from ..data.io import (
+            load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        )
+
+        _refuse_run_options(args, "validate")
+        cap = load(args.capture)
+    else:
+        if not args.model or not args.text:
+            raise InputError("attnviz validate: give MODEL TEXT, or --capture FILE")
+        preflight(args, args.text)
+        cap = _capture(args, check="full")  # every row against the kernel's output, its weights where it has them
+    report = cap.validate()
+    print(report)
+    if args.out:
+        report.to_pandas().to_csv(args.out, index=False)
+        print(f"per layer/head errors written to {args.out}")
+    return 0 if report.passed else 1
+
+
+def cmd_coref(args) -> int:
+    """``attnviz coref``: rank the heads by how much a pronoun attends to its candidates."""
+    from ..analysis import (
+        rank_heads,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
+
+    check_part(args, "coref", ("encoder", "decoder"))
+    candidates = [c.strip() for c in args.candidates.split(",")] if args.candidates else None
+    for flag, words in (("--pronoun", [args.pronoun]), ("--candidates", candidates or [])):
+        for word in words:  # a word missing from the text is said before the model loads
+            if not word or word.lower() not in args.text.lower():
+                raise InputError(f"{flag} {word!r} is not in the text {args.text!r}: give a word of it")
+    preflight(args, args.text)
+    cap = _capture(args)
+    ranking = rank_heads(cap, args.pronoun, candidates, exclude_sinks=not args.keep_sinks, part=args.part)
+    print(ranking)
+    print(ranking.table.head(args.top).round(3).to_string(index=False))
+    return 0
+
+
+EXPORT_VIEWS = ("heatmap", "head", "model", "validation")
+
+
+def _check_shown(args, cap) -> None:
+    """``export --capture FILE``'s ``--part``, ``--layer`` and ``--head`` against what the file holds,
+    said as the options (as preflight says them against a model)."""
+    if args.part is not None and args.part not in cap.parts:
+        raise InputError(f"--part {args.part}: {args.capture} holds {', '.join(cap.parts)}; give one of them")
+    part = args.part or cap.parts[0]
+    held = cap.layer_indices(part)
+    if args.layer is not None and args.layer not in held:
+        raise OutOfRangeError(
+            f"--layer {args.layer}: {args.capture} holds layers {held} of its {part}; give one of them"
+        )
+    heads = cap.info(part)["n_heads"]
+    if not 0 <= args.head < heads:
+        raise OutOfRangeError(f"--head {args.head} is out of range: {args.capture} has heads 0..{heads - 1}")
+
+
+def cmd_export(args) -> int:
+    """``attnviz export``: a capture's views as one self-contained HTML file."""
+    from .. import (
+        figures,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
+    from ..data.io import (
+        load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    )
+
+    check_part(args, "export", ENCODER_DECODER)
+    if not args.out.lower().endswith((".html", ".htm")):
+        raise InputError(f"attnviz export writes one HTML page: give an .html path for -o (got {args.out!r})")
+    check_writable(args.out)
+    views = names(args.views)
+    unknown = [v for v in views if v not in EXPORT_VIEWS]
+    if unknown or not views:
+        raise InputError(f"--views takes a comma-separated list of {', '.join(EXPORT_VIEWS)}; got {args.views!r}")
+    if args.capture:
+        _refuse_run_options(args, "export")
+        cap = load(args.capture)
+        _check_shown(args, cap)
+    elif args.model and args.text:
+        preflight(args, args.text, layer=args.layer, head=args.head, part=args.part or "encoder")
+        cap = _capture(args)
+    else:
+        raise InputError("attnviz export: give MODEL TEXT, or --capture FILE")
+    part = args.part if args.part or len(cap.parts) == 1 else cap.parts[0]
+    layer = args.layer if args.layer is not None else cap.layer_indices(part)[0]
+    build = {
+        "heatmap": lambda: [figures.heatmap(cap, layer, args.head, words=args.words, part=part)],
+        "head": lambda: [figures.head_view(cap, layer, words=args.words, part=part)],
+        "model": lambda: [figures.model_view(cap, words=args.words, part=part, selected=(layer, args.head))],
+        "validation": lambda: [
+            figures.validation_map(cap.validate(), part=cap.resolve_part(part)),
+            figures.comparison(cap, layer, args.head, part=part),
+        ],
+    }
+    figs = [fig for view in views for fig in build[view]()]
+    path = figures.to_html(figs, args.out, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}")
+    print(f"{len(figs)} figure(s) written to {path} (self-contained: opens offline)")
+    return 0
