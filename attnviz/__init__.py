@@ -8,6 +8,8 @@
 Importing attnviz loads no model, patches nothing and does not import dash.
 """
 
+import warnings
+
 from . import edits as edits  # the edits of intervene(): attnviz.edits.knockout(…)
 from .attention import scaled_dot_product
 from .data.capture import Capture, LayerRecord, TokenSequence
@@ -39,11 +41,18 @@ from .workflows.intervene import head_importance, intervene
 from .workflows.models import EMBEDDED_MODELS, load_model
 from .workflows.probing import evaluate_probes
 from .workflows.runner import capture
-from .workflows.tiny import tiny_families, tiny_model, tiny_processor
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("analysis", "figures")  # imported on first use: they bring pandas and plotly
+# imported on first use: analysis and figures bring pandas and plotly; testing (the tiny models, the
+# support sweep) is for developers and tests, not the user-facing API
+_SUBMODULES = ("analysis", "figures", "families", "testing")
+#: names that moved out of the user-facing API, kept one release with a DeprecationWarning: old → new
+_MOVED = {
+    "tiny_families": "attnviz.testing.tiny_families",
+    "tiny_model": "attnviz.testing.tiny_model",
+    "tiny_processor": "attnviz.testing.tiny_processor",
+}
 
 
 def __getattr__(name: str):
@@ -51,6 +60,15 @@ def __getattr__(name: str):
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")
+    if name in _MOVED:
+        import importlib
+
+        warnings.warn(
+            f"attnviz.{name} is deprecated and will be removed in the next release; use {_MOVED[name]}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(f"{__name__}.testing"), name)
     raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
 
 
@@ -89,8 +107,5 @@ __all__ = [
     "load_model",
     "scaled_dot_product",
     "tap",
-    "tiny_families",
-    "tiny_model",
-    "tiny_processor",
     "validate",
 ]

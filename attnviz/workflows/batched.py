@@ -30,9 +30,9 @@ from ..analysis.stats import HeadStatsSums
 from ..attention import Scratch
 from ..data.validate import TOLERANCES, ValidationReport, sample_rows
 from ..engine.projections import OutputProjection, output_projection
-from ..engine.specs import PROJECTION_SPECS
 from ..engine.taps import CALL_TENSORS, AttentionCall, Recorder, tap
 from ..errors import AttnvizError, InputError, ValidationError
+from ..families import PROJECTION_SPECS
 from .batch_texts import STATISTIC_COLUMNS, BatchTexts
 from .head_tally import HeadTally
 from .inputs import Encoded, tokenize
