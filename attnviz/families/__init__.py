@@ -38,6 +38,7 @@ __all__ = [
     "VLMS",
     "Facts",
     "register",
+    "discover",
     "registered",
     "unregister",
     "vision_spec",
@@ -128,8 +129,9 @@ def vlm_spec(config: Any) -> VlmSpec | None:
     return VLMS.get(getattr(config, "model_type", "") or "")
 
 
-def _discover() -> None:
-    """Register every module of this package that defines ``FACTS``."""
+def discover() -> None:
+    """Register every module of this package (every folder of its ``__path__``) that is not registered yet: what
+    importing the package does; call it again after adding a folder to ``__path__``."""
     for info in pkgutil.iter_modules(__path__):
         if info.name == "facts" or info.name.startswith("_"):
             continue
@@ -140,4 +142,4 @@ def _discover() -> None:
         register(facts)
 
 
-_discover()
+discover()
