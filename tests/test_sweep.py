@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from attnviz.families import FAMILIES
-from attnviz.workflows import sweep, sweep_table, sweep_towers
+from attnviz.testing import sweep, sweep_table, sweep_towers
 
 ROOT = Path(__file__).parent.parent
 

@@ -5,7 +5,7 @@ rows (:class:`Family`), where its inline attention lives (:class:`ProjectionSpec
 (:class:`VisionSpec`), its towers, its VLM layout (:class:`VlmSpec`), its tiny test models
 (:class:`Tiny`, :class:`TinyPair`), what it refuses. The registry (``attnviz/families/__init__.py``)
 collects them; the engine and the workflows read the registry, never a family by name. This module
-imports nothing of attnviz's but the errors, so the engine and every family can import it.
+imports nothing of attnviz's, so the engine and every family can import it.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Two sweeps, one comparison (:func:`compare`): a padded batch of two texts of dif
 targets for an encoder-decoder) captured through attnviz's text path on a backend, every part and layer
 compared with the *eager* model's own ``output_attentions`` on the same weights.
 
-- :func:`claimed`: every family the support table claims (``specs.FAMILIES``), on each backend it
+- :func:`claimed`: every family the support table claims (``attnviz.families.FAMILIES``), on each backend it
   names, built by :func:`attnviz.testing.tiny_model` — what ``tests/test_sweep.py`` holds to :data:`EXACT`.
 - :func:`vision`: every tiny vision encoder (ViT, DeiT, DINOv2 with and without registers, the CLIP and
   SigLIP vision towers) on eager and sdpa, a batch of two pictures through its image processor.
