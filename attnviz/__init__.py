@@ -8,8 +8,6 @@
 Importing attnviz loads no model, patches nothing and does not import dash.
 """
 
-import warnings
-
 from . import edits as edits  # the edits of intervene(): attnviz.edits.knockout(…)
 from .attention import scaled_dot_product
 from .data.capture import Capture, LayerRecord, TokenSequence
@@ -17,6 +15,7 @@ from .data.io import load
 from .data.predictions import Intervention, Prediction
 from .data.validate import ValidationReport, validate
 from .data.words import Word
+from .deprecation import warn_renamed as _warn_renamed  # private here: not a name of attnviz
 from .engine.taps import tap
 from .errors import (
     ArgumentTypeError,
@@ -35,12 +34,12 @@ from .errors import (
     UnsupportedModelError,
     ValidationError,
 )
+from .workflows.capture.models import EMBEDDED_MODELS, load_model
+from .workflows.capture.runner import capture
+from .workflows.corpus.probing import evaluate_probes
 from .workflows.generation import generate
 from .workflows.generation_result import Generation, GenerationStep
 from .workflows.intervene import head_importance, intervene
-from .workflows.models import EMBEDDED_MODELS, load_model
-from .workflows.probing import evaluate_probes
-from .workflows.runner import capture
 
 __version__ = "0.1.0"
 
@@ -63,11 +62,7 @@ def __getattr__(name: str):
     if name in _MOVED:
         import importlib
 
-        warnings.warn(
-            f"attnviz.{name} is deprecated and will be removed in the next release; use {_MOVED[name]}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        _warn_renamed(f"attnviz.{name}", _MOVED[name])
         return getattr(importlib.import_module(f"{__name__}.testing"), name)
     raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
 

@@ -54,10 +54,10 @@ from corpus_throughput import forward_all, machine, make_corpus, plain_batches  
 
 import attnviz  # noqa: E402
 from attnviz.analysis import corpus_stats, head_atlas  # noqa: E402
-from attnviz.workflows.atlas import ATLAS_STATISTICS  # noqa: E402
-from attnviz.workflows.batched import BatchReducer  # noqa: E402
-from attnviz.workflows.corpus import length_batches  # noqa: E402
-from attnviz.workflows.head_tally import HeadTally  # noqa: E402
+from attnviz.analysis.head_tally import HeadTally  # noqa: E402
+from attnviz.workflows.corpus.atlas import ATLAS_STATISTICS  # noqa: E402
+from attnviz.workflows.corpus.batched import BatchReducer  # noqa: E402
+from attnviz.workflows.corpus.corpus import length_batches  # noqa: E402
 
 GOAL = 0.80
 WARMUP_TEXTS = 8
@@ -79,7 +79,7 @@ def load(name: str) -> tuple[Any, Any]:
     if name == "gpt2":
         from transformers import GPT2Config, GPT2Model
 
-        from attnviz.workflows.models import describe_model
+        from attnviz.workflows.capture.models import describe_model
 
         _, tok = describe_model("smollm2")
         torch.manual_seed(0)

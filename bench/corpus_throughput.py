@@ -10,7 +10,7 @@
    encoding that sorts a text by length is the one its batch uses), runs each batch under the taps
    and, as each layer returns, recomputes that layer's weights for the whole padded batch at once,
    checks the sampled rows against the kernel's output and adds the statistics to float64 sums
-   (``attnviz.workflows.batched``); after the last layer's attention it stops the forward (what
+   (``attnviz.workflows.corpus.batched``); after the last layer's attention it stops the forward (what
    the model computes after it feeds no statistic; the plain forward runs whole, so the ratio
    counts that saving: ``--whole-forward`` makes corpus_stats run every forward to its end, to
    see the ratio without it). Both count the same real
@@ -71,7 +71,7 @@ import torch
 
 import attnviz
 from attnviz.analysis import corpus_stats
-from attnviz.workflows.corpus import length_batches
+from attnviz.workflows.corpus.corpus import length_batches
 
 GOAL_THROUGHPUT = 0.90
 CSV_TOLERANCE = 1e-6
@@ -153,9 +153,10 @@ def forward_all(model, batches: list[dict[str, Any]]) -> None:
 
 def profile_breakdown(model, tok, texts: list[str], batch_size: int) -> list[tuple[str, int, float]]:
     """One corpus_stats run under cProfile: (label, indent, profiled seconds) rows."""
+    from attnviz.analysis import batch_texts, layer_reduction
     from attnviz.attention import weighted_values
     from attnviz.engine.taps import Recorder
-    from attnviz.workflows import batch_texts, batched, layer_reduction
+    from attnviz.workflows.corpus import batched
 
     profiler = cProfile.Profile()
     profiler.enable()
@@ -175,7 +176,7 @@ def profile_breakdown(model, tok, texts: list[str], batch_size: int) -> list[tup
             return 0.0
         return sum(v[3] for c, v in stats[where(fn)][4].items() if c == where(caller))
 
-    import attnviz.workflows.corpus as corpus_module
+    import attnviz.workflows.corpus.corpus as corpus_module
 
     total = cum(corpus_module.corpus_stats)
     count = sum(v[3] for k, v in stats.items() if k[0] == where(corpus_module.corpus_stats)[0] and k[2] == "count")
@@ -411,8 +412,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.whole_forward:
-        import attnviz.workflows.corpus as corpus_module
-        from attnviz.workflows.batched import BatchReducer
+        import attnviz.workflows.corpus.corpus as corpus_module
+        from attnviz.workflows.corpus.batched import BatchReducer
 
         class WholeForward(BatchReducer):
             def __init__(self, *a: Any, **kw: Any) -> None:

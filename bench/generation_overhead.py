@@ -48,7 +48,7 @@ from typing import Any
 import torch
 
 import attnviz
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
 
 GOAL_TIME = 1.10
 GOAL_MEMORY = 0.05

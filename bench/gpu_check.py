@@ -7,7 +7,7 @@ rotates each round):
   - ``plain``:  the model's own forward, ``model(input_ids=ids, use_cache=False, logits_to_keep=1)`` under
                 ``torch.no_grad()`` (the last position's logits, as ``capture`` asks for them);
   - ``taps``:   the same forward under ``attnviz.tap(model, ...)`` with the arguments ``capture`` gives it
-                (its layers, ``to_cpu=False`` — capture copies the records to the host after its check —,
+                (its layers, ``keep_on_device=True`` — capture copies the records to the host after its check —,
                 ``weight_mode="drop"``, the attention mask of ones it passes): the forward under the taps,
                 nothing after it;
   - ``off``:    ``attnviz.capture(model, input_ids=ids, check="off")``: the taps, then the records and
@@ -566,7 +566,7 @@ def overhead_step(plan: Plan, seconds: float) -> dict[str, Any]:
 
     def taps() -> None:  # what capture's own forward runs (pipeline.capture_forward, check="off")
         lengths = {"encoder": [n], "decoder": [n]}
-        with torch.no_grad(), attnviz.tap(m, layers=layers, to_cpu=False, weight_mode="drop", lengths=lengths):
+        with torch.no_grad(), attnviz.tap(m, layers=layers, keep_on_device=True, weight_mode="drop", lengths=lengths):
             m(input_ids=ids, attention_mask=mask, **extra)
 
     def captured(check: str) -> Callable[[], None]:

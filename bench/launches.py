@@ -233,8 +233,8 @@ def counting(model: torch.nn.Module | None = None) -> Iterator[Counter]:
 def count(model: torch.nn.Module, run: Callable[[], Any], warm: int = 1) -> Counter:
     """The counts of ``run()`` after ``warm`` uncounted runs (caches filled as a user's second call finds
     them; run under the counter too, so that what they cached from the model's tensors is on the device),
-    with the records stacked as on a GPU (:data:`attnviz.workflows.device_check.STACK_CPU`)."""
-    from attnviz.workflows import device_check
+    with the records stacked as on a GPU (:data:`attnviz.workflows.capture.device_check.STACK_CPU`)."""
+    from attnviz.workflows.capture import device_check
 
     stack, device_check.STACK_CPU = device_check.STACK_CPU, True
     try:

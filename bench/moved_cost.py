@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from attnviz.workflows import pipeline
+from attnviz.workflows.capture import pipeline
 
 
 def cpu_seconds(run) -> float:

@@ -5,7 +5,7 @@ a plain batched forward of the same texts: the SAME batches (the probes tokenize
 tokenizes them — a BOS prepended — sorted by length and cut by ``length_batches`` into at most ``B``
 texts (default: the library's ``BATCH_SIZE``, 64) of at most ``BATCH_TOKENS`` padded tokens, with
 padding ≤ 10 %), right-padded with the keyword arguments attnviz's capture passes
-(``attnviz.workflows.pipeline.forward_inputs``), ``model(**kwargs)`` under ``torch.no_grad``. The
+(``attnviz.workflows.capture.pipeline.forward_inputs``), ``model(**kwargs)`` under ``torch.no_grad``. The
 plain batches are built before its clock starts (the baseline is the forward alone); the evaluator
 does everything itself: it tokenizes, runs each batch under the taps, checks the sampled rows
 against the kernel's output (``check="sample"``), recomputes each pronoun's rows in every head and
@@ -45,10 +45,10 @@ from corpus_throughput import machine  # noqa: E402  the CPU line every throughp
 
 import attnviz  # noqa: E402
 from attnviz.analysis import load_probes  # noqa: E402
-from attnviz.workflows.corpus import length_batches  # noqa: E402
-from attnviz.workflows.inputs import tokenize  # noqa: E402
-from attnviz.workflows.pipeline import forward_inputs, resolve  # noqa: E402
-from attnviz.workflows.probing import BATCH_SIZE, BATCH_TOKENS  # noqa: E402
+from attnviz.workflows.capture.inputs import tokenize  # noqa: E402
+from attnviz.workflows.capture.pipeline import forward_inputs, resolve  # noqa: E402
+from attnviz.workflows.corpus.corpus import length_batches  # noqa: E402
+from attnviz.workflows.corpus.probing import BATCH_SIZE, BATCH_TOKENS  # noqa: E402
 
 GOAL = 0.80
 

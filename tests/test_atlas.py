@@ -14,12 +14,12 @@ import torch
 import attnviz
 from attnviz.analysis import head_atlas
 from attnviz.analysis.atlas import OFFSETS, ROLES, AtlasSums, atlas_table
+from attnviz.analysis.head_tally import EXAMPLES, HeadTally
 from attnviz.analysis.probe_result import ProbeResult
 from attnviz.cli import main
 from attnviz.errors import InputError
-from attnviz.workflows.atlas import random_repeats
-from attnviz.workflows.head_tally import EXAMPLES, HeadTally
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
+from attnviz.workflows.corpus.atlas import random_repeats
 
 N = 20  # tokens of the hand-made text
 IDS = [5, 6, 7, 8, 9, 10, 12, 13, 14, 15, 5, 6, 7, 8, 11, 9, 10, 12, 13, 14]  # 11 (position 14) is the rarest
@@ -328,7 +328,7 @@ def test_coreference_asked_for_without_a_probe_set_is_refused_before_the_model_r
 
 def test_an_example_at_a_special_token_names_it_in_its_context():
     """[CLS] covers no text: its example read "…[]Tom thanked…" — now the token's own name in the brackets."""
-    from attnviz.workflows.atlas import example_describer
+    from attnviz.workflows.corpus.atlas import example_describer
 
     text = "Tom thanked Mike."
     offsets = [(0, 0), (0, 3), (4, 11), (12, 16), (16, 17), (0, 0)]
@@ -464,7 +464,7 @@ def test_the_page_carries_the_cjk_face_only_when_it_holds_such_text():
 
 def test_a_probe_set_the_tokenizer_cannot_score_is_refused_before_the_corpus_pass(monkeypatch):
     """MiniLM reads the zh set's pronouns as [UNK] only: the atlas said so after its whole corpus pass."""
-    from attnviz.workflows import atlas as atlas_workflow
+    from attnviz.workflows.corpus import atlas as atlas_workflow
 
     def no_pass(*args, **kwargs):
         raise AssertionError("the corpus pass ran")
@@ -478,7 +478,7 @@ def test_a_probe_set_the_tokenizer_cannot_score_is_refused_before_the_corpus_pas
 
 def test_truncate_false_refuses_a_long_text_before_the_pass(monkeypatch):
     from attnviz.errors import InputTooLongError
-    from attnviz.workflows import atlas as atlas_workflow
+    from attnviz.workflows.corpus import atlas as atlas_workflow
 
     def no_pass(*args, **kwargs):
         raise AssertionError("the corpus pass ran")

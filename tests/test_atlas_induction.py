@@ -12,8 +12,8 @@ import torch
 from transformers import AutoModel, GPT2Config
 
 from attnviz.analysis import head_atlas
-from attnviz.workflows.atlas import random_repeats
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
+from attnviz.workflows.corpus.atlas import random_repeats
 
 VOCAB, POSITIONS = 24, 40
 # the residual stream: [token one-hot | position one-hot | previous token one-hot]

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from attnviz.workflows.batch_texts import COLUMNS, PATTERNS, BatchTexts
-from attnviz.workflows.layer_reduction import add_masses, key_classes
+from attnviz.analysis.batch_texts import COLUMNS, PATTERNS, BatchTexts
+from attnviz.analysis.layer_reduction import add_masses, key_classes
 
 WORDS = ["the", "cat", ",", "sat", "on", "the", "mat", ".", "and", "the", "cat", "sat", "!"]
 

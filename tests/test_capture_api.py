@@ -275,7 +275,7 @@ def test_every_workflow_refuses_the_same_bad_input_with_the_same_message(bad, ex
     one message, written once (a layer out of range, a check that does not exist, a model object
     without its tokenizer, a model in training mode)."""
     from attnviz import edits
-    from attnviz.workflows.models import IdsTokenizer
+    from attnviz.workflows.capture.models import IdsTokenizer
 
     model = attnviz.testing.tiny_model("llama")
     bad = dict(bad)
@@ -297,7 +297,7 @@ def test_every_workflow_refuses_the_same_bad_input_with_the_same_message(bad, ex
 
 def test_the_record_data_model_imports_nothing_of_the_engine():
     """LayerRecord is data: turning the taps' calls into records is the pipeline's
-    (attnviz.workflows.call_records), so attnviz.data.records imports no engine module."""
+    (attnviz.workflows.capture.call_records), so attnviz.data.records imports no engine module."""
     import ast
     from pathlib import Path
 

@@ -91,7 +91,7 @@ def probes_run(monkeypatch):
             raise outcome["raise"]
         return _Result()
 
-    monkeypatch.setattr("attnviz.workflows.probing.evaluate_probes", evaluate)
+    monkeypatch.setattr("attnviz.workflows.corpus.probing.evaluate_probes", evaluate)
     return outcome
 
 

@@ -56,7 +56,7 @@ def no_weights(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the model's weights were loaded before the argument was checked")
 
-    monkeypatch.setattr("attnviz.workflows.pipeline.load_model", refuse)
+    monkeypatch.setattr("attnviz.workflows.capture.pipeline.load_model", refuse)
 
 
 # ---------------------------------------------------------------- an unknown model, in seconds
@@ -201,7 +201,7 @@ def test_an_error_of_probes_is_never_on_the_progress_bars_line(monkeypatch, caps
     def fails(self, batch):
         raise InputError("a probe failed mid-run")
 
-    monkeypatch.setattr("attnviz.workflows.probing.ProbeRun.score", fails)
+    monkeypatch.setattr("attnviz.workflows.corpus.probing.ProbeRun.score", fails)
     assert main(["probes", "minilm", "en"]) == 2
     err = capsys.readouterr().err
     assert "probes:" in err and err.endswith("\nerror: a probe failed mid-run\n"), err
@@ -258,8 +258,8 @@ def no_corpus_weights(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the model's weights were loaded before the argument was checked")
 
-    monkeypatch.setattr("attnviz.workflows.corpus._load", refuse)
-    monkeypatch.setattr("attnviz.workflows.atlas.load_model", refuse)
+    monkeypatch.setattr("attnviz.workflows.corpus.corpus._load", refuse)
+    monkeypatch.setattr("attnviz.workflows.corpus.atlas.load_model", refuse)
 
 
 @pytest.mark.parametrize("command", ["stats", "atlas"])
@@ -335,7 +335,7 @@ def no_model(monkeypatch, no_weights):
     def refuse(*args, **kwargs):
         raise AssertionError("the model was described before the text was checked")
 
-    monkeypatch.setattr("attnviz.workflows.models.describe_model", refuse)
+    monkeypatch.setattr("attnviz.workflows.capture.models.describe_model", refuse)
 
 
 @pytest.mark.parametrize(
@@ -524,14 +524,14 @@ def test_stats_statistics_take_spaces_and_an_empty_list_is_refused(tmp_path, no_
 def test_an_upper_case_out_suffix_is_that_format(tmp_path, monkeypatch, capsys):
     import pandas as pd
 
-    from attnviz.workflows.corpus import read_table
+    from attnviz.workflows.corpus.corpus import read_table
 
     def atlas(model, corpus, **kwargs):
         df = pd.DataFrame({"layer": [0, 0], "head": [0, 1], "roles": ["sink", ""], "texts": 1, "tokens": 4})
         df.attrs.update(texts=1, tokens=4, rank=0)
         return df
 
-    monkeypatch.setattr("attnviz.workflows.atlas.head_atlas", atlas)
+    monkeypatch.setattr("attnviz.workflows.corpus.atlas.head_atlas", atlas)
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("The cat sat.\n", encoding="utf-8")
     out = tmp_path / "atlas.CSV"

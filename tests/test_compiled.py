@@ -12,7 +12,7 @@ import torch
 
 import attnviz
 from attnviz.errors import UnsupportedModelError
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
 
 IDS = torch.randint(3, 120, (1, 10), generator=torch.Generator().manual_seed(0))
 PROMPT = "11 5 7 9 13 21 34 55 89"

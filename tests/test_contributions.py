@@ -16,7 +16,7 @@ from attnviz.engine import projections
 from attnviz.engine.projections import OutputProjection
 from attnviz.errors import InputError, ValidationError
 from attnviz.families import FAMILIES
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
 
 EAGER = [f.tiny for f in FAMILIES if f.how != "refused" and "eager" in f.backends]
 

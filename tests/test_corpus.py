@@ -18,8 +18,8 @@ import torch
 import attnviz
 from attnviz.analysis import corpus_stats, head_stats
 from attnviz.cli import main
-from attnviz.workflows.corpus import MAX_PADDING, POOL, length_batches, read_texts
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
+from attnviz.workflows.corpus.corpus import MAX_PADDING, POOL, length_batches, read_texts
 
 
 def _texts(count: int, seed: int = 0) -> list[str]:
@@ -62,8 +62,8 @@ _UNEVEN = [
 )
 @pytest.mark.parametrize("budget", [None, 300], ids=["whole", "chunked"])
 def test_a_padded_batch_reduced_at_once_equals_its_texts_one_by_one(family, overrides, budget, bert_tokenizer):
-    from attnviz.workflows.batched import BatchReducer
-    from attnviz.workflows.layer_reduction import BUDGET
+    from attnviz.analysis.layer_reduction import BUDGET
+    from attnviz.workflows.corpus.batched import BatchReducer
 
     if family == "bert":
         model = attnviz.testing.tiny_model("bert", attn_implementation="eager", vocab_size=bert_tokenizer.vocab_size)
@@ -87,10 +87,10 @@ def test_padded_keys_get_no_weight_even_where_the_kernel_had_no_mask():
     """A kernel called without a mask (each text computed alone, so nothing to pad) still gets
     padded keys blocked in the batch's recomputation: the batch equals its texts reduced one by one,
     and the check passes."""
+    from attnviz.analysis.batch_texts import COLUMNS, BatchTexts
+    from attnviz.analysis.layer_reduction import reduce_layer
     from attnviz.attention import scaled_dot_product
     from attnviz.engine.taps import AttentionCall
-    from attnviz.workflows.batch_texts import COLUMNS, BatchTexts
-    from attnviz.workflows.layer_reduction import reduce_layer
 
     g = torch.Generator().manual_seed(0)
     lengths, n, heads, d = [3, 11, 7], 11, 2, 4
@@ -128,7 +128,7 @@ def test_padded_keys_get_no_weight_even_where_the_kernel_had_no_mask():
 # gpt_oss's sinks and bloom's ALiBi from scaled_dot_product: a wrong scale must fail both.
 @pytest.mark.parametrize("family", ["llama", "gpt_oss", "bloom"])
 def test_a_recomputation_that_misses_the_kernel_raises_validation_error(monkeypatch, family):
-    from attnviz.workflows import batched
+    from attnviz.workflows.corpus import batched
 
     model, tok = attnviz.testing.tiny_model(family), IdsTokenizer()
     original = batched.reduce_layer
@@ -147,9 +147,9 @@ def test_entropy_read_at_each_rows_own_key_or_from_the_log_when_that_key_weighs_
     """reduce_layer reads a row's entropy as Σ a (lse - s) with lse taken at the row's own key; a
     real row whose own key weighs ~0 (here e^-400: its log unreadable) sends the layer to
     -Σ a log a. Both equal the entropy of the weights scaled_dot_product computes."""
+    from attnviz.analysis import batch_texts, layer_reduction
     from attnviz.attention import scaled_dot_product
     from attnviz.engine.taps import AttentionCall
-    from attnviz.workflows import batch_texts, layer_reduction
 
     logs = []
     row_entropy = layer_reduction._row_entropy
@@ -210,7 +210,7 @@ def test_the_forward_stops_once_the_last_wanted_layer_is_reduced(monkeypatch):
 def test_texts_are_read_lazily(monkeypatch):
     """The corpus is never in memory: when the first batch is captured, at most one pool of texts
     has been read from the generator."""
-    from attnviz.workflows.batched import BatchReducer
+    from attnviz.workflows.corpus.batched import BatchReducer
 
     model, tok = attnviz.testing.tiny_model("gpt2"), IdsTokenizer()
     read = []
@@ -327,7 +327,7 @@ def test_cli_stats_writes_csv_and_parquet_and_refuses_bad_paths(tmp_path, capsys
     assert "wrote" in capsys.readouterr().err
     lean_csv = pd.read_csv(lean)
     np.testing.assert_allclose(lean_csv[["entropy", "previous"]], csv[["entropy", "previous"]], rtol=1e-6, atol=1e-9)
-    from attnviz.workflows.batch_texts import STATISTIC_COLUMNS
+    from attnviz.analysis.batch_texts import STATISTIC_COLUMNS
 
     asked = {STATISTIC_COLUMNS["entropy"], STATISTIC_COLUMNS["previous"]}  # previous_token reads previous' sum
     others = [c for c in csv.columns if c in STATISTIC_COLUMNS and STATISTIC_COLUMNS[c] not in asked]

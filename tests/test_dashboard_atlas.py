@@ -42,14 +42,21 @@ def folder(model_folder, tiny_bert_words):
 
 
 def test_head_atlas_reports_its_progress(folder):
-    seen: list[tuple[int, int, str]] = []
-    head_atlas(folder, CORPUS, batch_size=2, progress=False, on_progress=lambda *a: seen.append(a))
-    texts = [s for s in seen if s[2].startswith("text ")]
-    assert [s[:2] for s in texts] == [(2, 4), (4, 4)] and texts[-1][2] == "text 4 of 4"
-    assert seen[-1] == (4, 4, "induction: 16 repeated random sequences")
-    with_probes: list[tuple[int, int, str]] = []
-    head_atlas(folder, CORPUS, probes="en", progress=False, on_progress=lambda *a: with_probes.append(a))
-    assert with_probes[-1] == (4, 4, "coreference: the probe set")
+    """on_progress(done, total): the texts as they are added, then a step for the random sequences and one
+    for the probe set, ``total`` counting them all; a callback of (done, total, what) — the old form — still
+    hears what runs, with a DeprecationWarning."""
+    seen: list[tuple[int, int]] = []
+    head_atlas(folder, CORPUS, batch_size=2, progress=False, on_progress=lambda done, total: seen.append((done, total)))
+    assert seen == [(2, 5), (4, 5), (4, 5), (5, 5)]
+    with_probes: list[tuple[int, int]] = []
+    head_atlas(folder, CORPUS, probes="en", progress=False, on_progress=lambda d, t: with_probes.append((d, t)))
+    assert with_probes[-3:] == [(4, 6), (5, 6), (6, 6)]
+    old: list[tuple[int, int, str]] = []
+    with pytest.warns(DeprecationWarning, match="a callback of \\(done, total\\)"):
+        head_atlas(folder, CORPUS, batch_size=2, progress=False, on_progress=lambda *a: old.append(a))
+    texts = [s for s in old if s[2].startswith("text ")]
+    assert [s[:2] for s in texts] == [(2, 5), (4, 5)] and texts[-1][2] == "text 4 of 4"
+    assert old[-2:] == [(4, 5, "induction: 16 repeated random sequences"), (5, 5, "done")]
 
 
 def test_the_tab_builds_the_librarys_atlas_over_the_servers_corpus(folder):
@@ -96,7 +103,7 @@ def test_without_a_corpus_the_atlas_reads_the_shipped_probe_sentences(folder):
     app = atlas_app({folder: "tiny BERT"}, None)
     line = _post(app, callback(app, f"{TID.corpus}.children"), {ID.tabs: "atlas"}, {})
     assert line[TID.corpus]["children"] == f"Corpus: {atlas_view.SHIPPED}."
-    texts = list(attnviz.workflows.corpus.read_texts(atlas_view.shipped_corpus()))
+    texts = list(attnviz.workflows.corpus.corpus.read_texts(atlas_view.shipped_corpus()))
     assert len(texts) == 42 and "trophy" in texts[0]
 
 

@@ -104,7 +104,7 @@ def test_decoders_without_a_bos_open_with_one(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("the weights were loaded to read a config fact")
 
-    monkeypatch.setattr("attnviz.workflows.models._load_cached", refuse)
+    monkeypatch.setattr("attnviz.workflows.capture.models._load_cached", refuse)
     assert wants_bos("smollm2") is True  # its tokenizer starts a text with its first word
     assert wants_bos("minilm") is False  # [CLS] comes first already
     assert wants_bos("file:x.attnviz") is False
@@ -154,7 +154,7 @@ def test_attention_rows_equal_the_full_maps(tiny_bert_words):
 
 def test_the_head_statistics_view_shows_a_corpus_table(tmp_path, tiny_bert_words, bert_tokenizer):
     from attnviz.analysis import corpus_stats
-    from attnviz.workflows.corpus import write_table
+    from attnviz.workflows.corpus.corpus import write_table
 
     model, tok = tiny_bert_words
     table = corpus_stats(model, ["The cat sat.", "It was tired, so it slept."], tok, progress=False)

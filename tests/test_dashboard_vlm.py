@@ -22,7 +22,7 @@ from test_dashboard import choose, no_console_errors, open_tab, poll, wait_statu
 
 import attnviz
 from attnviz.testing import tiny_joint, tiny_vlm
-from attnviz.workflows.models import embedded_source
+from attnviz.workflows.capture.models import embedded_source
 
 TOL = 1e-6  # the page draws float32 weights; a neighbouring token's row differs by ~1e-3 in these models
 

@@ -12,7 +12,7 @@ from attnviz import edits
 from attnviz.engine.listeners import listeners
 from attnviz.engine.taps import installed_backends
 from attnviz.errors import InputError, OutOfRangeError, UnsupportedModelError
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
 
 TEXT = "11 5 7 9 13 21 8 30"
 OTHER = "12 6 40 3 17 25 9 2"  # the same length, other tokens

@@ -10,8 +10,8 @@ import torch
 
 import attnviz
 from attnviz import edits
-from attnviz.workflows.inputs import tokenize
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.inputs import tokenize
+from attnviz.workflows.capture.models import IdsTokenizer
 
 TEXT = "11 5 7 9 13 21 8 30"
 TARGET = "3 4 5 6 7 8"

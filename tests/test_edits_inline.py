@@ -26,7 +26,7 @@ from attnviz.engine.listeners import listeners
 from attnviz.errors import UnsupportedModelError
 from attnviz.families import PROJECTION_SPECS
 from attnviz.families.falcon import falcon_passes_alibi
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
 
 TEXT = "11 5 7 9 13 21 8 30"
 OTHER = "12 6 40 3 17 25 9 2"  # the same length, other tokens

@@ -190,7 +190,7 @@ def test_cli_target_part_and_exit_codes(bart, tmp_path, capsys):
 def test_a_slow_tokenizer_gets_offsets_rebuilt_from_its_tokens(tiny_bert_words):
     from transformers import BertTokenizerLegacy
 
-    from attnviz.workflows.models import embedded_source
+    from attnviz.workflows.capture.models import embedded_source
 
     model, fast = tiny_bert_words
     folder, _ = embedded_source("minilm")

@@ -21,8 +21,8 @@ import attnviz
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md"] + sorted(p for p in (ROOT / "docs").rglob("*.md") if blocks(p))
 #: where the pipeline and the corpus paths look ``load_model`` up
-LOADERS = ["attnviz", "attnviz.workflows.models", "attnviz.workflows.pipeline", "attnviz.workflows.atlas",
-           "attnviz.workflows.corpus"]  # fmt: skip
+LOADERS = ["attnviz", "attnviz.workflows.capture.models", "attnviz.workflows.capture.pipeline", "attnviz.workflows.corpus.atlas",
+           "attnviz.workflows.corpus.corpus"]  # fmt: skip
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -17,7 +17,7 @@ import attnviz
 from attnviz.engine.specs import support_table
 from attnviz.families import FAMILIES
 from attnviz.families.falcon import falcon_passes_alibi
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
 
 SUPPORTED = [(f.tiny, backend) for f in FAMILIES if f.how != "refused" for backend in f.backends]
 #: Falcon's attention takes ALiBi as an argument (transformers < 5.25) rather than inside its mask only

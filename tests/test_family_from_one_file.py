@@ -17,7 +17,7 @@ import attnviz
 import attnviz.families as families
 from attnviz.engine.specs import support_table
 from attnviz.testing import tiny_families, tiny_model
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
 
 NEW = "neo_copy"
 #: what turns GPT-Neo's module into another family's: its model type, its row's name, its tiny config

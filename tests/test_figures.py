@@ -123,7 +123,7 @@ def test_model_view_thumbnails_are_what_the_mosaic_draws_for_tokens_and_words(be
     for words in (False, True):
         seen: list = []
         thumbs = figures.model_view_thumbnails(
-            bert_cap, words=words, cells=4, on_layer=lambda *a, seen=seen: seen.append(a)
+            bert_cap, words=words, cells=4, on_progress=lambda *a, seen=seen: seen.append(a)
         )
         assert seen == [(i, bert_cap.n_layers) for i in range(1, bert_cap.n_layers + 1)]
         expected = torch.nn.functional.adaptive_max_pool2d(bert_cap.attention(1, words=words)[None], (4, 4))[0]

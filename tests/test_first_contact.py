@@ -13,7 +13,7 @@ import pytest
 
 import attnviz
 from attnviz.data.predictions import byte_text, token_text, tokens_text
-from attnviz.workflows.models import IdsTokenizer, describe_model
+from attnviz.workflows.capture.models import IdsTokenizer, describe_model
 
 ROOT = Path(__file__).parent.parent
 

@@ -125,7 +125,7 @@ def test_a_vlm_family_attnviz_does_not_map_is_refused_with_why():
     load_model would load it as a VLM (AutoModelForImageTextToText)."""
     import transformers as tf
 
-    from attnviz.workflows.models import model_kind
+    from attnviz.workflows.capture.models import model_kind
 
     small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
     config = tf.SmolVLMConfig(

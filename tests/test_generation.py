@@ -11,7 +11,7 @@ import attnviz
 from attnviz.cli import main
 from attnviz.engine import taps
 from attnviz.engine.interface import installed_backends
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
 
 PROMPT = "11 5 7 9 13 21 34 55 89"  # 9 tokens: longer than Mistral's and gpt-oss's sliding window of 4
 N_NEW = 7

@@ -47,7 +47,7 @@ def test_eager_half_weights_are_compared_in_float32():
 )
 @pytest.mark.parametrize("keep_on_device", [False, True])
 def test_generation_on_cuda_equals_the_cpu_generation(family, kwargs, keep_on_device):
-    from attnviz.workflows.models import IdsTokenizer
+    from attnviz.workflows.capture.models import IdsTokenizer
 
     prompt = "11 5 7 9 13 21 34 55 89"
     on_cpu = attnviz.generate(attnviz.testing.tiny_model(family), prompt, IdsTokenizer(), max_new_tokens=6, **kwargs)
@@ -65,7 +65,7 @@ def test_generation_on_cuda_equals_the_cpu_generation(family, kwargs, keep_on_de
 @pytest.mark.parametrize("family", ["llama", "gpt_oss", "t5"])
 def test_edits_on_cuda_equal_the_cpu_edits(family):
     from attnviz import edits
-    from attnviz.workflows.models import IdsTokenizer
+    from attnviz.workflows.capture.models import IdsTokenizer
 
     text, kw = "11 5 7 9 13 21 34 55", ({"target": "3 4 5 6"} if family == "t5" else {})
     plan = [edits.knockout(layer=1, head=0, key="5"), edits.temperature(2.0, layer=0), edits.ablate(layer=1, head=1)]

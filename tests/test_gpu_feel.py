@@ -21,7 +21,7 @@ import attnviz
 from attnviz.data.validate import SAMPLE_ROWS, validate
 from attnviz.engine.projections import output_projection
 from attnviz.engine.taps import Recorder
-from attnviz.workflows import device_check
+from attnviz.workflows.capture import device_check
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("launches", ROOT / "bench" / "launches.py")

@@ -206,7 +206,7 @@ def test_an_image_capture_survives_save_and_load(tmp_path):
     assert torch.equal(back.attention(1), cap.attention(1))
     figures.image_attention(back, 1, query="(0,0)")  # a loaded capture draws over its picture
     # a text capture's file has no picture, and loads without one
-    text = attnviz.capture(attnviz.testing.tiny_model("bert"), "5 6 7", attnviz.workflows.models.IdsTokenizer())
+    text = attnviz.capture(attnviz.testing.tiny_model("bert"), "5 6 7", attnviz.workflows.capture.models.IdsTokenizer())
     assert attnviz.load(text.save(tmp_path / "text.safetensors")).image is None
 
 
@@ -272,7 +272,7 @@ def test_a_text_model_given_a_picture_says_which_models_read_images():
 
 
 def test_image_figures_of_a_text_capture_say_what_they_need():
-    cap = attnviz.capture(attnviz.testing.tiny_model("bert"), "5 6 7", attnviz.workflows.models.IdsTokenizer())
+    cap = attnviz.capture(attnviz.testing.tiny_model("bert"), "5 6 7", attnviz.workflows.capture.models.IdsTokenizer())
     with pytest.raises(attnviz.InputError, match="this capture has no picture: image figures draw a vision"):
         figures.image_attention(cap, 0)
 
@@ -280,7 +280,7 @@ def test_image_figures_of_a_text_capture_say_what_they_need():
 def test_an_image_file_too_large_is_refused_before_it_is_decoded(tmp_path, monkeypatch):
     from PIL import Image
 
-    from attnviz.workflows import images
+    from attnviz.workflows.capture import images
 
     path = tmp_path / "big.png"
     Image.fromarray(chelsea()).save(path)

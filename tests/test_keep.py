@@ -108,7 +108,7 @@ def test_the_command_line_keeps_what_keep_names_and_refuses_the_rest_before_the_
     def refuse(*args, **kwargs):
         raise AssertionError("the model's weights were loaded before --keep was checked")
 
-    monkeypatch.setattr("attnviz.workflows.pipeline.load_model", refuse)
+    monkeypatch.setattr("attnviz.workflows.capture.pipeline.load_model", refuse)
     capsys.readouterr()
     assert main(["capture", "minilm", "The cat sat.", "--keep", "q,v"]) == 2
     err = capsys.readouterr().err

@@ -10,7 +10,7 @@ from skimage.data import chelsea, coffee
 
 import attnviz
 from attnviz.testing import tiny_joint, tiny_vlm
-from attnviz.workflows.models import load_processor, model_kind
+from attnviz.workflows.capture.models import load_processor, model_kind
 
 TEXT = "A photo: <image> the cat sleeps"
 

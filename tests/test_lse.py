@@ -18,7 +18,7 @@ from attnviz.attention import attention_output, attention_tile, online_attention
 from attnviz.data.validate import LayerErrors
 from attnviz.errors import ArgumentTypeError, OutOfRangeError
 from attnviz.families import FAMILIES
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
 
 #: every tiny family the support table claims (tests/test_families.py's SUPPORTED, one backend each)
 CLAIMED = sorted({f.tiny for f in FAMILIES if f.how != "refused" and f.tiny})

@@ -23,10 +23,10 @@ import attnviz
 from attnviz.analysis import corpus_stats
 from attnviz.cli import EXIT_INTERRUPTED, build_parser, main
 from attnviz.errors import Interrupted
-from attnviz.workflows import batched, checkpoints, corpus_checkpoint, interrupts, probing
-from attnviz.workflows.corpus_checkpoint import EVERY_SECONDS, EVERY_TEXTS, CorpusCheckpoint, Place
-from attnviz.workflows.interrupts import SIGNALS
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
+from attnviz.workflows.corpus import batched, checkpoints, corpus_checkpoint, interrupts, probing
+from attnviz.workflows.corpus.corpus_checkpoint import EVERY_SECONDS, EVERY_TEXTS, CorpusCheckpoint, Place
+from attnviz.workflows.corpus.interrupts import SIGNALS
 
 BATCH = 2  # pools of 64 × 2 = 128 texts: 170 texts make two pools, the second one short
 

@@ -11,8 +11,8 @@ import torch
 import attnviz
 from attnviz.analysis import rank_heads
 from attnviz.analysis.probes import Probe
-from attnviz.workflows import probing
-from attnviz.workflows.corpus import MAX_PADDING
+from attnviz.workflows.corpus import probing
+from attnviz.workflows.corpus.corpus import MAX_PADDING
 
 PROBES = [  # lengths differ: several batches, padded
     ("The cat sat on the mat because it was tired.", "it", ["cat", "mat"], "cat"),
@@ -200,7 +200,7 @@ def test_a_word_the_tokenizer_reads_as_unknown_is_refused_not_scored(tiny_bert_w
 
 def test_a_recomputation_that_misses_the_kernel_stops_the_probe_set(tiny, smol_tokenizer, monkeypatch):
     """The probes read weights attnviz recomputed: checked against the kernel's own output, as a capture's."""
-    from attnviz.workflows import batched
+    from attnviz.workflows.corpus import batched
 
     model = tiny("llama", vocab_size=len(smol_tokenizer))
     original = batched.reduce_layer

@@ -20,9 +20,9 @@ import attnviz
 from attnviz.analysis import corpus_stats, head_stats, summarize
 from attnviz.analysis.stats import MOVED_STATISTICS, HeadStatsSums, statistic_keys
 from attnviz.cli import main
-from attnviz.workflows.checkpoints import read_checkpoint, write_checkpoint
-from attnviz.workflows.corpus_checkpoint import KIND
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.models import IdsTokenizer
+from attnviz.workflows.corpus.checkpoints import read_checkpoint, write_checkpoint
+from attnviz.workflows.corpus.corpus_checkpoint import KIND
 
 MOVED = [
     "first_moved",
@@ -218,7 +218,7 @@ def test_a_padded_chunked_batch_moves_what_its_captures_move(family):
     and ALiBi (bloom), a sliding window (mistral: a chunk's keys start after 0) and an encoder
     (roberta), in one padded batch cut into chunks of rows: the by-norm columns equal the captures'
     hand computation, NaN in the same places."""
-    from attnviz.workflows.batched import BatchReducer
+    from attnviz.workflows.corpus.batched import BatchReducer
 
     model, tok = attnviz.testing.tiny_model(family), IdsTokenizer()
     texts = [
@@ -320,7 +320,7 @@ def test_the_statistics_view_shows_weight_and_norm_side_by_side_and_maps_the_one
     from attnviz.dashboard import create_app
     from attnviz.dashboard.stats_view import map_column, side_by_side
 
-    from attnviz.workflows.corpus import write_table
+    from attnviz.workflows.corpus.corpus import write_table
 
     model, tok = tiny_bert_words
     table = corpus_stats(model, ["The cat sat.", "It was tired, so it slept."], tok, progress=False)

@@ -116,10 +116,10 @@ def test_long_text_default_rollout_block_is_a_512_cell_bound():
     torch.testing.assert_close(summary.rollout, rollout_blocks(cap, 3), atol=1e-6, rtol=1e-5)
 
 
-def test_on_layer_sees_each_layer_and_an_exception_from_it_stops_the_pass():
+def test_on_progress_sees_each_layer_and_an_exception_from_it_stops_the_pass():
     cap = CASES["llama-gqa-sdpa"]()
     seen = []
-    summarize(cap, on_layer=lambda done, total: seen.append((done, total)))
+    summarize(cap, on_progress=lambda done, total: seen.append((done, total)))
     assert seen == [(1, 2), (2, 2)]
 
     class Cancelled(Exception):
@@ -132,7 +132,7 @@ def test_on_layer_sees_each_layer_and_an_exception_from_it_stops_the_pass():
         raise Cancelled
 
     with pytest.raises(Cancelled):
-        summarize(cap, on_layer=cancel)
+        summarize(cap, on_progress=cancel)
     assert calls == [1]  # stopped after the first layer
 
 

@@ -291,7 +291,7 @@ def custom_backends():
 def test_flash_and_flex_mask_forms_are_normalised(custom_backends, family):
     from test_families import padded, reference, texts
 
-    from attnviz.workflows.models import IdsTokenizer
+    from attnviz.workflows.capture.models import IdsTokenizer
 
     tok = IdsTokenizer()
     sources = texts([11, 7], seed=3)

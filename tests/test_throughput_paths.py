@@ -11,15 +11,15 @@ import torch
 
 import attnviz
 from attnviz.analysis import corpus_stats
+from attnviz.analysis.batch_texts import STATISTIC_COLUMNS
+from attnviz.analysis.head_tally import EXAMPLES, OFFSETS, HeadTally, row_max
+from attnviz.analysis.layer_reduction import BUDGET
 from attnviz.analysis.stats import statistic_keys
 from attnviz.errors import InputError, InputTooLongError
-from attnviz.workflows.atlas import ATLAS_STATISTICS
-from attnviz.workflows.batch_texts import STATISTIC_COLUMNS
-from attnviz.workflows.batched import BatchReducer
-from attnviz.workflows.head_tally import EXAMPLES, OFFSETS, HeadTally, row_max
-from attnviz.workflows.inputs import encode, encode_all, tokenize, tokenize_each
-from attnviz.workflows.layer_reduction import BUDGET
-from attnviz.workflows.models import IdsTokenizer
+from attnviz.workflows.capture.inputs import encode, encode_all, tokenize, tokenize_each
+from attnviz.workflows.capture.models import IdsTokenizer
+from attnviz.workflows.corpus.atlas import ATLAS_STATISTICS
+from attnviz.workflows.corpus.batched import BatchReducer
 
 TEXTS = [
     "The trophy would not fit in the suitcase because it was too big.",
@@ -236,7 +236,7 @@ def test_the_tally_keeps_each_roles_and_offsets_first_largest_row_as_a_loop_does
 def _pronoun_rows(g: torch.Generator, batch: int, rows: int, keys: int) -> list:
     """Random probes' readings of a batch's kept rows: pronouns of 1–3 tokens, texts of a few lengths (some
     the batch's longest), 2–5 candidates of 0–9 tokens each (0: every token a sink), sinks or none."""
-    from attnviz.workflows.probe_choices import PronounRows
+    from attnviz.analysis.probe_choices import PronounRows
 
     readings = []
     for text in range(batch):
@@ -259,7 +259,7 @@ def test_a_batchs_candidate_weights_are_each_probes_own_to_the_last_bit(threads,
     those candidate_weights gives each probe's own rows — equal bit for bit, not within a tolerance —
     and so is each head's pick and best head (HeadChoices) as the probe-by-probe code made them."""
     from attnviz.analysis.coref import candidate_weights
-    from attnviz.workflows.probe_choices import HeadChoices, batch_candidate_weights
+    from attnviz.analysis.probe_choices import HeadChoices, batch_candidate_weights
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
@@ -314,7 +314,7 @@ def test_the_tally_adds_a_batchs_layers_at_once_as_it_adds_them_one_by_one(famil
     """HeadTally.take leaves each layer's rows pending and adds a chunk's layers at once, their heads side
     by side; with nothing held back (PENDING 0: each layer added as it comes) every count and example is
     the same, to the bit."""
-    from attnviz.workflows import head_tally
+    from attnviz.analysis import head_tally
 
     model, tok = attnviz.testing.tiny_model(family), IdsTokenizer()
     texts = _texts(11, seed=4)

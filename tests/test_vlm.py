@@ -221,7 +221,7 @@ def test_smolvlm_and_qwen2_vl_with_a_picture_are_refused_with_why():
         attnviz.capture(model, "<image> a cat", chelsea(), processor=object())
     with pytest.raises(attnviz.UnsupportedModelError, match=r"untested .* It captures LLaVA and Idefics3"):
         attnviz.capture(model, "<image> a cat", image=chelsea())
-    from attnviz.workflows.vlm import vlm_refusal
+    from attnviz.workflows.capture.vlm import vlm_refusal
 
     qwen = type("Config", (), {"model_type": "qwen2_vl"})()
     assert "spatial_merge_size × spatial_merge_size blocks" in (vlm_refusal(qwen) or "")

@@ -121,7 +121,7 @@ def test_a_picture_split_into_tiles_and_smolvlm_are_refused_with_what_to_do(idef
             attnviz.generate(model, TEXT, chelsea(), processor=processor, max_new_tokens=1)
     finally:
         processor.image_processor.do_image_splitting = False
-    from attnviz.workflows.vlm import vlm_refusal
+    from attnviz.workflows.capture.vlm import vlm_refusal
 
     smolvlm = type("Config", (), {"model_type": "smolvlm"})()
     assert "Idefics3" in (vlm_refusal(smolvlm) or "") and vlm_refusal(model.config) is None

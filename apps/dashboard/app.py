@@ -114,7 +114,7 @@ def create_app(
     selected = default_model or next(iter(models))
     corpus = None
     if stats_file is not None:
-        from attnviz.workflows.corpus import (
+        from attnviz.workflows.corpus.corpus import (
             read_table,  # deferred: only a server started with a statistics table reads one
         )
 

@@ -75,7 +75,7 @@ def table_of(atlas) -> tuple[list[dict], list[dict]]:
 def bos_applies(model: str) -> bool:
     """Whether the side panel's *prepend BOS* box changes what ``model`` reads: its tokenizer starts a
     text with no special token of its own (SmolLM2; MiniLM's [CLS] is one, and no BOS goes before it)."""
-    from attnviz.workflows.models import describe_model  # the config and tokenizer only, no weights
+    from attnviz.workflows.capture.models import describe_model  # the config and tokenizer only, no weights
 
     _, tokenizer = describe_model(model)
     return not starts_with_special(tokenizer)

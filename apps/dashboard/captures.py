@@ -33,9 +33,9 @@ import torch
 
 import attnviz
 from attnviz.analysis.coref import STOP_WORDS
-from attnviz.workflows.inputs import Encoded, tokenize
-from attnviz.workflows.models import describe_model, writes_text
-from attnviz.workflows.pipeline import max_positions
+from attnviz.workflows.capture.inputs import Encoded, tokenize
+from attnviz.workflows.capture.models import describe_model, writes_text
+from attnviz.workflows.capture.pipeline import max_positions
 
 from .cache import CaptureCache, capture_key
 from .common import text_limit, word_of

@@ -8,7 +8,7 @@ from dash import Input, Output, html, no_update
 
 import attnviz
 from attnviz.views.common import short_label
-from attnviz.workflows.pipeline import max_positions
+from attnviz.workflows.capture.pipeline import max_positions
 
 from .ui import FONT
 

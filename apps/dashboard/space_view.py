@@ -95,7 +95,7 @@ def layout() -> list:
 
 def read_corpus(path: str) -> list[str]:
     """The corpus file's first :data:`CORPUS_TEXTS` texts (``.txt``: one per line; ``.jsonl``: "text")."""
-    from attnviz.workflows.corpus import read_texts  # deferred: only a server started with a corpus reads one
+    from attnviz.workflows.corpus.corpus import read_texts  # deferred: only a server started with a corpus reads one
 
     texts = []
     for text in read_texts(path):

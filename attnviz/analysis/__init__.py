@@ -44,14 +44,16 @@ __all__ = [
 
 
 def __getattr__(name: str):
-    # corpus_stats runs a model (attnviz.workflows.corpus), whose reduction imports this package's
+    # corpus_stats runs a model (attnviz.workflows.corpus.corpus), whose reduction imports this package's
     # statistics: imported on first use, so that the analyses never import the workflows.
     if name == "corpus_stats":
-        from ..workflows.corpus import corpus_stats
+        from ..workflows.corpus.corpus import corpus_stats
 
         return corpus_stats
-    if name == "head_atlas":  # runs a model too (attnviz.workflows.atlas): imported on first use, as corpus_stats
-        from ..workflows.atlas import head_atlas
+    if (
+        name == "head_atlas"
+    ):  # runs a model too (attnviz.workflows.corpus.atlas): imported on first use, as corpus_stats
+        from ..workflows.corpus.atlas import head_atlas
 
         return head_atlas
     raise AttributeError(f"module 'attnviz.analysis' has no attribute {name!r}")

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from ..deprecation import renamed
 from ..errors import InputError
 
 if TYPE_CHECKING:
@@ -135,6 +136,7 @@ def rollout_rows(
     residual: float = 0.5,
     head_fusion: str = "mean",
     part: str | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
     on_layer: Callable[[int, int], None] | None = None,
 ) -> Tensor:  # [len(rows) or m, key_pos]
     """Rows of the final layer's rollout (``rollout(cap)[-1][rows]``) without the n×n products.
@@ -142,8 +144,9 @@ def rollout_rows(
     ``rows``: query positions, or a float ``[m, query_pos]`` matrix of row weights (each output row
     is that mix of the rollout's rows; :func:`rollout_blocks` passes block means). Computed right to
     left — ``W·R_L = (…((W·Â_L)·Â_{L-1})…)·Â_1`` — in layers·m·n² instead of layers·n³.
-    ``on_layer(done, total)``: called after each layer (last to first); an exception it raises stops
-    the computation."""
+    ``on_progress(done, total)``: called after each layer (last to first); an exception it raises stops
+    the computation (``on_layer=``: its old name, deprecated)."""
+    on_progress = renamed("rollout_rows", "on_layer", on_layer, "on_progress", on_progress)
     cap, layers, fuse = _checked(cap, residual, head_fusion, part)
     n = cap.n_tokens
     weights = torch.as_tensor(rows)
@@ -161,8 +164,8 @@ def rollout_rows(
         for r, keys, w in cap.layer(layer).weight_chunks():
             step.add(r, keys, w)
         result = step.result
-        if on_layer is not None:
-            on_layer(done, len(layers))
+        if on_progress is not None:
+            on_progress(done, len(layers))
     return result
 
 

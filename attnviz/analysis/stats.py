@@ -423,7 +423,7 @@ class HeadStatsSums:
     def add_reduced(self, sums: Tensor, rows: Tensor, *, texts: int, tokens: int) -> None:
         """Add several texts already reduced: ``sums`` ``[statistic, layer, head]`` and ``rows``
         ``[statistic]`` (scored query rows), in :attr:`keys` order (a batch of
-        :class:`~attnviz.workflows.batched.BatchReducer`)."""
+        :class:`~attnviz.workflows.corpus.batched.BatchReducer`)."""
         if sums.shape != self.sums.shape or rows.shape != self.counts.shape:
             raise InputError(
                 f"reduced sums {tuple(sums.shape)} do not fit statistics of shape {tuple(self.sums.shape)}: "

@@ -20,6 +20,7 @@ from torch import Tensor
 
 from ..attention import Scratch, attention_output
 from ..data.validate import LayerErrors, ValidationReport, layer_rows, report, tolerance
+from ..deprecation import renamed
 from .overview import MODEL_VIEW_CELLS, ThumbnailPool
 from .rollout import ROLLOUT_CELLS, RolloutStep, block_means, check_residual, missing_layers
 from .stats import HeadStatsSums
@@ -72,6 +73,7 @@ def summarize(
     rollout_block: int | None = None,
     residual: float = 0.5,
     detectors: bool = True,
+    on_progress: Callable[[int, int], None] | None = None,
     on_layer: Callable[[int, int], None] | None = None,
 ) -> Summary:
     """Thumbnails, head statistics, rollout block means and the validation of one self-attention part,
@@ -85,9 +87,11 @@ def summarize(
       (:data:`~attnviz.analysis.rollout.ROLLOUT_CELLS`); 1 gives ``rollout(cap)[-1]``. Rollout needs every layer: without them
       ``rollout`` is None and ``rollout_error`` says why; the rest is computed all the same.
     - ``residual``, ``detectors``: as :func:`rollout_blocks` and :func:`head_stats` take them.
-    - ``on_layer(done, total)``: called after each layer (``done`` = 1…total). If it raises, the pass
-      stops and the exception propagates — how a caller cancels; nothing half-done is returned.
+    - ``on_progress(done, total)``: called after each layer (``done`` = 1…total). If it raises, the pass
+      stops and the exception propagates — how a caller cancels; nothing half-done is returned
+      (``on_layer=``: its old name, deprecated).
     """
+    on_progress = renamed("summarize", "on_layer", on_layer, "on_progress", on_progress)
     sub = cap.select(part)
     name = sub.resolve_part(None)
     layers = sub.layer_indices()
@@ -123,8 +127,8 @@ def summarize(
         rows[layer] = layer_rows(name, layer, rec, errors.errors(), rec.n_queries, atol, rtol)
         if step is not None:
             result = step.result
-        if on_layer is not None:
-            on_layer(done, len(layers))
+        if on_progress is not None:
+            on_progress(done, len(layers))
     return Summary(
         part=name,
         layers=layers,

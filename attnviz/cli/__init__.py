@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--batch-size",
         type=count,
-        default=64,  # attnviz.workflows.probing.BATCH_SIZE (not imported: --help loads no torch)
+        default=64,  # attnviz.workflows.corpus.probing.BATCH_SIZE (not imported: --help loads no torch)
         help="probes per forward, grouped by length, at most 4,096 padded tokens each (default: 64)",
     )
     p.add_argument("--per-probe", help="write each probe with the candidate each top head picked to this CSV file")

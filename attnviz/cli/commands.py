@@ -31,7 +31,7 @@ def error_line(err: BaseException) -> str:
 
 def _capture(args, check: str | None = None):
     """The capture a command asked for; ``check``: the command's own (validate: every row), else ``--check``."""
-    from ..workflows.runner import (
+    from ..workflows.capture.runner import (
         capture,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
@@ -59,7 +59,7 @@ def cmd_capture(args) -> int:
     if args.out:
         check_capture_out(args.out)
     if args.keep is not None:
-        from ..workflows.pipeline import check_keep  # deferred, as the runner: torch loads after the checks
+        from ..workflows.capture.pipeline import check_keep  # deferred, as the runner: torch loads after the checks
 
         check_keep(args.keep, "--keep")
     preflight(args, args.text, layer=args.layer, query=args.query, part=args.part or "encoder")
@@ -140,7 +140,7 @@ def cmd_generate(args) -> int:
 
 def cmd_stats(args) -> int:
     """``attnviz stats``: head statistics over a corpus, over processes, checkpointed and resumable."""
-    from ..workflows.corpus import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    from ..workflows.corpus.corpus import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
         corpus_stats,
         write_table,
     )
@@ -153,7 +153,7 @@ def cmd_stats(args) -> int:
             raise InputError(
                 f"--statistics takes comma-separated names (e.g. entropy,previous), got {args.statistics!r}"
             )
-        from ..workflows.layer_reduction import wanted_columns  # deferred with torch and the rest
+        from ..analysis.layer_reduction import wanted_columns  # deferred with torch and the rest
 
         try:
             wanted_columns(statistics)  # an unknown name is said before the model loads
@@ -195,7 +195,7 @@ def cmd_stats(args) -> int:
 
 def cmd_atlas(args) -> int:
     """``attnviz atlas``: each head's roles over a corpus, as a table or an HTML page."""
-    from ..workflows.atlas import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    from ..workflows.corpus.atlas import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
         head_atlas,
     )
 
@@ -227,7 +227,7 @@ def cmd_atlas(args) -> int:
                 atlas_page(df, args.out)
                 print(f"wrote {args.out}", file=sys.stderr)
             else:
-                from ..workflows.corpus import write_table  # deferred with the rest of the workflows
+                from ..workflows.corpus.corpus import write_table  # deferred with the rest of the workflows
 
                 print(f"wrote {write_table(df, args.out)}", file=sys.stderr)
         else:
@@ -394,7 +394,7 @@ def cmd_probes(args) -> int:
     """``attnviz probes``: evaluate every head on a probe set (accuracy, intervals, tests)."""
     if args.out:
         check_writable(args.out)
-    from ..workflows.probing import (
+    from ..workflows.corpus.probing import (
         evaluate_probes,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
@@ -501,7 +501,7 @@ def _check_app_corpus(path: str) -> None:
     """``attnviz app --corpus FILE`` read as ``attnviz atlas`` reads a corpus, as far as the dashboard
     reads it (its first :data:`APP_CORPUS_TEXTS` texts): a file with no text, a bad JSONL line among
     them or a table's suffix is refused before the page serves, in the corpus commands' words."""
-    from ..workflows.corpus import NO_TEXT, read_texts  # deferred with the rest of the library
+    from ..workflows.corpus.corpus import NO_TEXT, read_texts  # deferred with the rest of the library
 
     try:
         if not list(itertools.islice(read_texts(path), APP_CORPUS_TEXTS)):

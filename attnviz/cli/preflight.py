@@ -37,9 +37,13 @@ def preflight(
         words_from_offsets,
     )
     from ..engine.specs import check_supported  # deferred with the rest of the library
-    from ..workflows.inputs import check_texts, tokenize  # deferred with the rest of the library
-    from ..workflows.models import describe_model, writes_text  # deferred with the rest of the library
-    from ..workflows.pipeline import check_layers, max_positions, n_layers  # deferred with the rest of the library
+    from ..workflows.capture.inputs import check_texts, tokenize  # deferred with the rest of the library
+    from ..workflows.capture.models import describe_model, writes_text  # deferred with the rest of the library
+    from ..workflows.capture.pipeline import (  # deferred with the rest of the library
+        check_layers,
+        max_positions,
+        n_layers,
+    )
 
     if text is not None:
         check_texts(text, what)  # before the tokenizer loads (a GGUF's takes seconds)

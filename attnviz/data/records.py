@@ -1,6 +1,6 @@
 """What one attention layer's kernel saw and produced (:class:`LayerRecord`): the data model of a
 Capture's layers. How the calls a tap records become records is the workflows' business
-(:mod:`attnviz.workflows.call_records`); this module imports nothing of the engine.
+(:mod:`attnviz.workflows.capture.call_records`); this module imports nothing of the engine.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ class Editor:
     """Computes the attention calls of the layers in ``plans`` while it is active (see :func:`editing`)."""
 
     def __init__(self, model: nn.Module, plans: dict[tuple[str, int], LayerPlan]):
-        self.reader = Recorder(model, to_cpu=False, weight_mode="drop")  # places calls; records nothing
+        self.reader = Recorder(model, keep_on_device=True, weight_mode="drop")  # places calls; records nothing
         self.plans = plans
         self.ran: set[tuple[str, int]] = set()
 

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from ..attention import attention_output, head_max
+from ..deprecation import renamed
 from ..families import PROJECTION_SPECS, SHARED_LAYERS, TOWERS
 from .hooks import hooked
 from .interface import installed_backends, wrapped
@@ -175,7 +176,7 @@ class Recorder:
 
     model: nn.Module
     layers: set[int] | None = None  # None = every layer
-    to_cpu: bool = True
+    keep_on_device: bool = False  # False: the kept tensors are copied to the host after the forward
     # backend's weights: "keep" them, "sample": keep the rows the self-check samples (compared after the
     # forward), "compare" every row at once and keep only the errors, or "drop"
     weight_mode: str = "keep"
@@ -344,7 +345,7 @@ class Recorder:
 
     def keep(self, call: AttentionCall) -> None:
         """Keep a call of a layer that was asked for: references only, nothing waits for the device
-        (moved to the host by :meth:`finish`, after the forward, unless ``to_cpu`` is off)."""
+        (moved to the host by :meth:`finish`, after the forward, unless ``keep_on_device``)."""
         self.calls.append(call)
 
     def finish(self) -> None:
@@ -363,7 +364,7 @@ class Recorder:
             nonzero = torch.stack([c.bias.any() for c in biased]).tolist()  # type: ignore[union-attr]
             for call, any_ in zip(biased, nonzero):
                 call.bias = call.bias if any_ else None
-        if self.to_cpu:
+        if not self.keep_on_device:
             copies = HostCopies()
             for call in self.calls:
                 for name in CALL_TENSORS:
@@ -406,8 +407,9 @@ def tap(
     model: nn.Module,
     *,
     layers: set[int] | None = None,
-    to_cpu: bool = True,
+    keep_on_device: bool = False,
     weight_mode: str = "keep",
+    to_cpu: bool | None = None,
     lengths: dict[str, list[int]] | None = None,
     recorder_class: type[Recorder] = Recorder,
 ) -> Iterator[Recorder]:
@@ -426,8 +428,15 @@ def tap(
     Taps nest (an inner tap on another model, or the same one, records too); an active
     :func:`attnviz.edits.editing` block's edits are recorded as they ran. The wrappers and hooks
     are removed on exit, also when the block raises; the model is not modified.
+
+    ``keep_on_device``: leave the recorded tensors where the model computed them (default: copied to the
+    host once the block's forward is over); ``to_cpu=`` is its old, inverted name (deprecated).
     """
-    recorder = recorder_class(model, layers=layers, to_cpu=to_cpu, weight_mode=weight_mode, lengths=lengths)
+    if to_cpu is not None:
+        keep_on_device = not renamed("tap", "to_cpu", to_cpu, "keep_on_device", None)
+    recorder = recorder_class(
+        model, layers=layers, keep_on_device=keep_on_device, weight_mode=weight_mode, lengths=lengths
+    )
     try:
         with attached(model), listening(recorder):
             yield recorder

@@ -44,8 +44,8 @@ from attnviz.errors import UnsupportedModelError, ValidationError
 from attnviz.families import FAMILIES, vision_spec
 from attnviz.families.longt5 import unblock
 from attnviz.testing.tiny import tiny_families, tiny_model, tiny_processor
-from attnviz.workflows.models import IdsTokenizer
-from attnviz.workflows.runner import capture
+from attnviz.workflows.capture.models import IdsTokenizer
+from attnviz.workflows.capture.runner import capture
 
 #: the bound of "exact" at float32: every layer and head of every part, the largest absolute difference — about
 #: eight float32 steps at a weight of 1. A capture on sdpa is compared with the *eager* model's weights, and the

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from ..errors import UnsupportedModelError
-from ..workflows.runner import capture
+from ..workflows.capture.runner import capture
 from .sweep import EXACT, Outcome
 from .tiny import tiny_joint, tiny_vlm
 

@@ -13,7 +13,7 @@ import torch
 
 from ..errors import InputError, UnsupportedModelError
 from ..families import TINY, TINY_PAIRS
-from ..workflows.models import embedded_source
+from ..workflows.capture.models import embedded_source
 
 __all__ = ["tiny_families", "tiny_joint", "tiny_model", "tiny_processor", "tiny_vlm"]
 

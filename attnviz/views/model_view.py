@@ -11,6 +11,7 @@ import torch
 
 from ..analysis.overview import MODEL_VIEW_CELLS, check_measure
 from ..analysis.overview import thumbnails as pool_layer
+from ..deprecation import renamed
 from .common import labels, measure_map, measure_symbol, themed
 from .marks import boundary, marked_title, new_starts
 
@@ -44,16 +45,18 @@ def model_view_thumbnails(
     cells: int = MODEL_VIEW_CELLS,
     part: str | None = None,
     layers: Sequence[int] | None = None,
-    on_layer: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
     measure: str = "weights",
+    on_layer: Callable[[int, int], None] | None = None,
 ) -> dict[int, torch.Tensor]:
     """What :func:`model_view` draws: ``{layer: [head, t_q, t_k]}``, each head's map max-pooled to
     :func:`thumb_size` (the map itself when it fits), for ``layers`` (default: every captured layer).
     Token maps are pooled a chunk of query rows at a time (:func:`attnviz.analysis.overview.thumbnails`);
-    word maps are merged whole, a layer at a time. ``on_layer(done, total)`` is called after each
-    layer; an exception it raises stops the pooling. ``measure="moved"``: each head's contributions
+    word maps are merged whole, a layer at a time. ``on_progress(done, total)`` is called after each
+    layer (``on_layer=``: its old name, deprecated); an exception it raises stops the pooling. ``measure="moved"``: each head's contributions
     α_ij·‖f_h(x_j)‖ (:meth:`Capture.contributions`) max-pooled the same way — a cell is the largest
     amount any of its (query, key) pairs moves."""
+    on_progress = renamed("model_view_thumbnails", "on_layer", on_layer, "on_progress", on_progress)
     check_measure(measure)
     layers = cap.layer_indices(part) if layers is None else list(layers)
     n_q, n_k = len(labels(cap, words, part, "query")), len(labels(cap, words, part, "key"))
@@ -67,8 +70,8 @@ def model_view_thumbnails(
             pooled[layer] = torch.nn.functional.adaptive_max_pool2d(w[None], (t_q, t_k))[0]
         else:
             pooled[layer] = pool_layer(cap, layer, (t_q, t_k), part=part, measure=measure).cpu()
-        if on_layer is not None:
-            on_layer(done, len(layers))
+        if on_progress is not None:
+            on_progress(done, len(layers))
     return pooled
 
 

@@ -1,7 +1,7 @@
 """``generate()``: what a model attends to while it generates — every step, with its KV cache.
 
 The model's own ``generate`` runs unmodified (greedy by default, sampling with ``seed=``) as the
-pipeline's run (:func:`attnviz.workflows.pipeline.tapped`), recorded step by step into one O(n·d)
+pipeline's run (:func:`attnviz.workflows.capture.pipeline.tapped`), recorded step by step into one O(n·d)
 :class:`~attnviz.Capture` (:class:`~attnviz.workflows.step_recorder.StepRecorder`); after it one more
 cached forward reads the last new token, so that token has its row too. The pipeline then checks the
 prefill's calls as one forward's, and proves every generated row against the kernel output of the
@@ -26,12 +26,12 @@ from ..data.words import offsets_from_tokens, words_from_offsets
 from ..engine.taps import AttentionCall, Recorder, tap
 from ..errors import ArgumentTypeError, InputError, InputTooLongError, UnsupportedModelError
 from ..families import PROJECTION_SPECS
+from .capture.images import is_image_input
+from .capture.inputs import Encoded, check_vocabulary, given_tokens, surfaces, tokenize
+from .capture.pipeline import Item, captures, check_mode, resolve, tapped, weight_mode_for
+from .capture.vlm import encode_vlm, image_token_id, is_vlm, vlm_refusal
 from .generation_result import Generation
-from .images import is_image_input
-from .inputs import Encoded, check_vocabulary, given_tokens, surfaces, tokenize
-from .pipeline import Item, captures, check_mode, resolve, tapped
 from .step_recorder import StepRecorder
-from .vlm import encode_vlm, image_token_id, is_vlm, vlm_refusal
 
 __all__ = ["generate"]
 
@@ -78,7 +78,7 @@ def generate(
       several sequences and assisted decoding are refused: they rewrite the cache.
     - ``check``: ``"sample"`` (default) proves every generated row and a sample of the prompt's
       rows against the kernel output of the step that computed them; ``"full"`` every row; ``"off"``.
-    - ``tokenized``: the prompt as :func:`attnviz.workflows.inputs.tokenize` encoded it (with this
+    - ``tokenized``: the prompt as :func:`attnviz.workflows.capture.inputs.tokenize` encoded it (with this
       tokenizer and ``add_bos``), a list of one, for a caller that had to count its tokens first: it
       is not tokenized again (as for :func:`attnviz.capture`).
 
@@ -207,8 +207,9 @@ def generate(
             lm(input_ids=last, attention_mask=torch.ones_like(sequence), **{_cache_argument(lm): cache}, use_cache=True)
         return sequence
 
-    weight_mode = "drop" if check == "off" else "compare"
-    taps = tap(lm, layers=wanted, to_cpu=not keep_on_device, weight_mode=weight_mode, recorder_class=StepRecorder)
+    # a step's records are built inside the forward: its weights compared there, not after it
+    weight_mode = weight_mode_for(check, after_forward=False)
+    taps = tap(lm, layers=wanted, keep_on_device=keep_on_device, weight_mode=weight_mode, recorder_class=StepRecorder)
     recorder, sequence = tapped(resolved, taps, run, wanted, forward_calls=_first_forward)
     assert isinstance(recorder, StepRecorder)
     n_total = sequence.shape[1]

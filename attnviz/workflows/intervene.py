@@ -23,10 +23,10 @@ from ..data.capture import Capture
 from ..data.predictions import Intervention, Prediction, continuation_ids, tokens_text
 from ..edits import Edit, LayerPlan, editing, plan
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError, ValidationError
-from .from_capture import capture_inputs, verified_forward
-from .inputs import Encoded
-from .pipeline import Resolved, forward_inputs, resolve
-from .runner import TextInputs, capture_forward, encode_texts
+from .capture.from_capture import capture_inputs, verified_forward
+from .capture.inputs import Encoded
+from .capture.pipeline import Resolved, forward_inputs, resolve
+from .capture.runner import TextInputs, capture_forward, encode_texts
 
 __all__ = ["head_importance", "intervene"]
 

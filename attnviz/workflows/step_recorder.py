@@ -160,7 +160,7 @@ class StepRecorder(Recorder):
         def move(t: Tensor) -> Tensor:  # a copy of its own, wherever it is kept: a view would keep the step's
             # whole cache alive, and a compiled static cache's CUDA graphs write the next step into the same
             # buffers (q and out read at the end were a later step's: torch refused them, test_gpu.py)
-            return self.copies.copy(t, own=True) if self.to_cpu else t.clone()
+            return self.copies.copy(t, own=True) if not self.keep_on_device else t.clone()
 
         stream.take(call, move)
 

@@ -16,16 +16,16 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
-from ..data.capture import Capture, TokenSequence
-from ..data.images import ImageGrid, to_uint8
-from ..data.words import words_from_offsets
-from ..engine.taps import tap
-from ..errors import AttnvizError, InputError, UnsupportedModelError
-from ..families import TOWERS, vision_spec
+from ...data.capture import Capture, TokenSequence
+from ...data.images import ImageGrid, to_uint8
+from ...data.words import words_from_offsets
+from ...engine.taps import AttentionCall
+from ...errors import AttnvizError, InputError, UnsupportedModelError
+from ...families import TOWERS, vision_spec
 from .images import read_image
 from .inputs import check_texts, padded, tokenize
 from .models import load_processor
-from .pipeline import Item, Resolved, captures, check_mode, tapped
+from .pipeline import Item, Resolved, check_mode, run_captures
 
 __all__ = ["capture_joint", "is_joint"]
 
@@ -40,7 +40,7 @@ def is_joint(config: Any) -> bool:
 def _processors(resolved: Resolved, processor: Any, tokenizer: Any) -> tuple[Any, Any]:
     """(tokenizer, image processor): a joint processor's two (``CLIPProcessor``, ``SiglipProcessor``),
     or ``tokenizer=`` and an image processor given apart; neither given: the one saved with the model's
-    name or folder (:func:`attnviz.workflows.models.load_processor`)."""
+    name or folder (:func:`attnviz.workflows.capture.models.load_processor`)."""
     source = getattr(resolved.model.config, "_name_or_path", "")
     if processor is None and tokenizer is None and source:
         with contextlib.suppress(AttnvizError):
@@ -117,23 +117,18 @@ def capture_joint(
     ids, mask = padded(encoded, resolved.device)
     dtype = next(model.parameters()).dtype
     lengths = {"text": [len(e[0]) for e in encoded], "vision": [n_vision] * len(texts)}
-    taps = tap(
-        model,
-        layers=layers,
-        to_cpu=not keep_on_device,
-        weight_mode=weight_mode or ("drop" if check == "off" else "compare"),
-        lengths=lengths,
-    )
     forward = dict(input_ids=ids, attention_mask=mask, pixel_values=pixel_values.to(resolved.device, dtype))
-    recorder, _ = tapped(resolved, taps, lambda _: model(**forward), layers)
-    ran = {c.part for c in recorder.calls}
-    seen = {c.q.shape[-2] for c in recorder.calls if c.part == "vision" and c.q is not None}
-    if ran != {"text", "vision"} or seen - {n_vision}:
-        raise UnsupportedModelError(
-            f"{resolved.name} ran the attention of {sorted(ran)} (vision over {sorted(seen)} tokens); attnviz "
-            f"expects its text tower over the text and its vision tower over {n_vision} tokens (prefix "
-            f"{prefix}, {layout.grid[0]}×{layout.grid[1]} patches)"
-        )
+
+    def ran(calls: list[AttentionCall]) -> None:
+        parts = {c.part for c in calls}
+        seen = {c.q.shape[-2] for c in calls if c.part == "vision" and c.q is not None}
+        if parts != {"text", "vision"} or seen - {n_vision}:
+            raise UnsupportedModelError(
+                f"{resolved.name} ran the attention of {sorted(parts)} (vision over {sorted(seen)} tokens); attnviz "
+                f"expects its text tower over the text and its vision tower over {n_vision} tokens (prefix "
+                f"{prefix}, {layout.grid[0]}×{layout.grid[1]} patches)"
+            )
+
     mean, std = getattr(images, "image_mean", None), getattr(images, "image_std", None)
     rescale = getattr(images, "rescale_factor", None) if getattr(images, "do_rescale", True) else 1.0
     items = []
@@ -144,4 +139,15 @@ def capture_joint(
             texts[b], list(tokens), list(row), list(offsets), words_from_offsets(texts[b], offsets, tokens)
         )
         items.append(Item(sequence, None, cut, image=grid))
-    return captures(resolved, recorder.calls, items, check, projections=recorder.projections)
+    made, _ = run_captures(
+        resolved,
+        lambda: model(**forward),
+        items,
+        layers=layers,
+        check=check,
+        keep_on_device=keep_on_device,
+        weight_mode=weight_mode,
+        lengths=lengths,
+        ran=ran,
+    )
+    return made

@@ -1,12 +1,12 @@
 """Where a corpus run stands, saved so that a stopped run continues without counting a text twice.
 
 The corpus is read as pools of batches cut the same way on every run (the same texts, the same
-``batch_size``: :func:`~attnviz.workflows.corpus.length_batches` is deterministic), and every
+``batch_size``: :func:`~attnviz.workflows.corpus.corpus.length_batches` is deterministic), and every
 process takes the same share of each pool. So a place in the run is: the texts read before the
 current pool (``read``, and ``truncated`` among them), and how many batches of this process's
 share of that pool are added (``done``). A checkpoint holds that place and this process's own sums
 (never added over processes: no process waits on another to save), written by
-:mod:`~attnviz.workflows.checkpoints` atomically, one file per process.
+:mod:`~attnviz.workflows.corpus.checkpoints` atomically, one file per process.
 
 It is written every ``every_texts`` texts this process added or ``every_seconds`` seconds,
 whichever comes first, at a stop signal, and when the run's last batch is added.
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..analysis.stats import HeadStatsSums
-from ..errors import InputError
+from ...analysis.stats import HeadStatsSums
+from ...errors import InputError
 from .checkpoints import rank_path, read_checkpoint, write_checkpoint, written_by
 
 __all__ = ["EVERY_SECONDS", "EVERY_TEXTS", "KIND", "CorpusCheckpoint", "Place"]

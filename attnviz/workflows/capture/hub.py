@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import ModelNotFoundError
+from ...errors import ModelNotFoundError
 
 __all__ = ["TIMEOUT", "hub_check"]
 

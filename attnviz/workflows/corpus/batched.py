@@ -1,11 +1,11 @@
 """Head statistics of a padded batch, reduced at once (what :func:`~attnviz.analysis.corpus_stats` runs).
 
-:class:`BatchReducer` takes the pipeline's front half (:mod:`attnviz.workflows.pipeline`: the model
+:class:`BatchReducer` takes the pipeline's front half (:mod:`attnviz.workflows.capture.pipeline`: the model
 resolved, the batch's forward inputs, the forward under the taps, the checked calls) and, instead
 of keeping records, reduces each kept layer the moment its kernel returns (:class:`ReducingRecorder`;
 families read through projection hooks after the forward) with
-:func:`~attnviz.workflows.layer_reduction.reduce_layer` over the batch's
-:class:`~attnviz.workflows.batch_texts.BatchTexts`. The self-check compares the sampled rows of each
+:func:`~attnviz.analysis.layer_reduction.reduce_layer` over the batch's
+:class:`~attnviz.analysis.batch_texts.BatchTexts`. The self-check compares the sampled rows of each
 text (the first, the last and :data:`~attnviz.data.validate.SAMPLE_ROWS` more, as
 ``capture(check="sample")``) with the kernel's own output at the same tolerances; a mismatch raises
 :class:`~attnviz.ValidationError` with the text's own capture.
@@ -26,19 +26,19 @@ from typing import Any, ClassVar
 import torch
 from torch import Tensor
 
-from ..analysis.stats import HeadStatsSums
-from ..attention import Scratch
-from ..data.validate import TOLERANCES, ValidationReport, sample_rows
-from ..engine.projections import OutputProjection, output_projection
-from ..engine.taps import CALL_TENSORS, AttentionCall, Recorder, tap
-from ..errors import AttnvizError, InputError, ValidationError
-from ..families import PROJECTION_SPECS
-from .batch_texts import STATISTIC_COLUMNS, BatchTexts
-from .head_tally import HeadTally
-from .inputs import Encoded, tokenize
-from .layer_reduction import BUDGET, PickedRows, reduce_layer, wanted_columns
-from .pipeline import forward_inputs, n_layers, resolve, tapped
-from .runner import capture_forward, encode_texts
+from ...analysis.batch_texts import STATISTIC_COLUMNS, BatchTexts
+from ...analysis.head_tally import HeadTally
+from ...analysis.layer_reduction import BUDGET, PickedRows, reduce_layer, wanted_columns
+from ...analysis.stats import HeadStatsSums
+from ...attention import Scratch
+from ...data.validate import TOLERANCES, ValidationReport, sample_rows
+from ...engine.projections import OutputProjection, output_projection
+from ...engine.taps import CALL_TENSORS, AttentionCall, Recorder, tap
+from ...errors import AttnvizError, InputError, ValidationError
+from ...families import PROJECTION_SPECS
+from ..capture.inputs import Encoded, tokenize
+from ..capture.pipeline import forward_inputs, n_layers, resolve, tapped
+from ..capture.runner import capture_forward, encode_texts
 
 __all__ = ["BatchReducer", "ReducingRecorder"]
 
@@ -161,7 +161,7 @@ class BatchReducer:
         taps = tap(
             model,
             layers=self.layers,
-            to_cpu=False,
+            keep_on_device=True,
             weight_mode="compare",
             lengths=lengths_by_part,
             recorder_class=ReducingRecorder,

@@ -31,16 +31,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..data.capture import Capture
-from ..data.images import ImageGrid, patch_label, to_uint8
-from ..data.words import TokenSequence, Word, words_from_offsets
-from ..engine.taps import tap
-from ..errors import ArgumentTypeError, AttnvizError, InputError, UnsupportedModelError
-from ..families import REFUSED_VLMS, VISION_SPECS, VLMS, vision_spec, vlm_spec
-from ..families.facts import ImageLayout, split_refusal
+from ...data.capture import Capture
+from ...data.images import ImageGrid, patch_label, to_uint8
+from ...data.words import TokenSequence, Word, words_from_offsets
+from ...engine.taps import AttentionCall
+from ...errors import ArgumentTypeError, AttnvizError, InputError, UnsupportedModelError
+from ...families import REFUSED_VLMS, VISION_SPECS, VLMS, vision_spec, vlm_spec
+from ...families.facts import ImageLayout, split_refusal
 from .images import read_image
 from .models import load_processor
-from .pipeline import Item, Resolved, captures, check_mode, tapped
+from .pipeline import Item, Resolved, check_mode, run_captures
 
 __all__ = [
     "VlmInputs",
@@ -133,7 +133,7 @@ def _sequence(
 
 
 def _own_processor(source: str) -> Any:
-    """The processor saved with the model's name or folder (:func:`attnviz.workflows.models.load_processor`),
+    """The processor saved with the model's name or folder (:func:`attnviz.workflows.capture.models.load_processor`),
     or None where there is none: the caller then says to pass one."""
     try:
         return load_processor(source)
@@ -263,25 +263,31 @@ def capture_vlm(
     rows, cols = inputs.layout.tower_grid
 
     kwargs = inputs.forward_kwargs(resolved.device, next(model.parameters()).dtype)
-    taps = tap(
-        model,
-        layers=layers,
-        to_cpu=not keep_on_device,
-        weight_mode=weight_mode or ("drop" if check == "off" else "compare"),
-        lengths={"decoder": lengths, "vision": [n_tower] * len(inputs.texts)},
-    )
-    recorder, _ = tapped(resolved, taps, lambda _: model(**kwargs), layers)
     n = encoded["input_ids"].shape[1]
-    seen = {(c.part, c.q.shape[-2]) for c in recorder.calls if c.q is not None}
-    if {p for p, _ in seen} - {"decoder", "vision"} or seen - {("decoder", n), ("vision", n_tower)}:
-        raise UnsupportedModelError(
-            f"{resolved.name} attended over {sorted(seen)} (part, tokens); attnviz expects its language model "
-            f"over the {n} merged tokens and its vision tower over {n_tower} (prefix {inputs.layout.prefix}, "
-            f"{rows}×{cols} patches), or it cannot say which position is which image token"
-        )
+
+    def ran(calls: list[AttentionCall]) -> None:
+        seen = {(c.part, c.q.shape[-2]) for c in calls if c.q is not None}
+        if {p for p, _ in seen} - {"decoder", "vision"} or seen - {("decoder", n), ("vision", n_tower)}:
+            raise UnsupportedModelError(
+                f"{resolved.name} attended over {sorted(seen)} (part, tokens); attnviz expects its language model "
+                f"over the {n} merged tokens and its vision tower over {n_tower} (prefix {inputs.layout.prefix}, "
+                f"{rows}×{cols} patches), or it cannot say which position is which image token"
+            )
+
     items = []
     for b, (sequence, _, _) in enumerate(inputs.made):
         grid, tower = inputs.pictures(b, sequence.tokens)
         cut = {"decoder": (lengths[b], lengths[b]), "vision": (n_tower, n_tower)}
         items.append(Item(sequence, None, cut, image=grid, vision=tower))
-    return captures(resolved, recorder.calls, items, check, projections=recorder.projections)
+    made, _ = run_captures(
+        resolved,
+        lambda: model(**kwargs),
+        items,
+        layers=layers,
+        check=check,
+        keep_on_device=keep_on_device,
+        weight_mode=weight_mode,
+        lengths={"decoder": lengths, "vision": [n_tower] * len(inputs.texts)},
+        ran=ran,
+    )
+    return made

@@ -1,6 +1,6 @@
 """Probe sets run through a model: every head scored on Winograd-style coreference probes.
 
-This runs models (the probes in padded batches, by length), so it sits beside :mod:`attnviz.workflows.runner`;
+This runs models (the probes in padded batches, by length), so it sits beside :mod:`attnviz.workflows.capture.runner`;
 ranking one capture's heads is :func:`attnviz.analysis.rank_heads`, which never touches a model, and both read
 a pronoun's weights through :func:`attnviz.analysis.coref.span_attention`.
 """
@@ -19,26 +19,26 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..analysis.coref import (
+from ...analysis.coref import (
     Span,
     covering_tokens,
     refuse_later_candidates,
     sink_positions,
     span_attention,
 )
-from ..analysis.probes import Probe, ProbeResult, ProbeSet, load_probes
-from ..data.capture import Capture
-from ..errors import ArgumentTypeError, InputError, Interrupted
+from ...analysis.layer_reduction import PickedRows
+from ...analysis.probe_choices import HeadChoices, PronounRows, batch_candidate_weights
+from ...analysis.probes import Probe, ProbeResult, ProbeSet, load_probes
+from ...data.capture import Capture
+from ...errors import ArgumentTypeError, InputError, Interrupted
+from ..capture.inputs import Encoded, tokenize_each
+from ..capture.pipeline import Resolved, resolve
+from ..capture.runner import capture_forward, encode_texts
 from .batched import BatchReducer
 from .checkpoints import rank_path, read_checkpoint, write_checkpoint, written_by
 from .corpus import length_batches
-from .inputs import Encoded, tokenize_each
 from .interrupts import StopRounds, stop_requests
-from .layer_reduction import PickedRows
-from .pipeline import Resolved, resolve
-from .probe_choices import HeadChoices, PronounRows, batch_candidate_weights
 from .processes import process_state
-from .runner import capture_forward, encode_texts
 
 __all__ = ["BATCH_SIZE", "BATCH_TOKENS", "KIND", "evaluate_probes", "refuse_unscorable"]
 
@@ -137,7 +137,7 @@ def evaluate_probes(
     :class:`~attnviz.errors.Interrupted` is raised once it is saved. ``resume=True`` continues from it
     (the same probes, ``batch_size`` and number of processes); with no checkpoint there it warns and
     starts. Under several processes they agree before each batch whether the run stops
-    (:class:`~attnviz.workflows.interrupts.StopRounds`): a signal that reaches any of them stops all.
+    (:class:`~attnviz.workflows.corpus.interrupts.StopRounds`): a signal that reaches any of them stops all.
     """
     from tqdm.auto import tqdm  # deferred: only a progress bar needs it
 
@@ -324,7 +324,7 @@ def _by_length(
 
 
 def _batches(order: list[int], encoded: dict[int, Encoded], batch_size: int) -> list[list[int]]:
-    """``order`` (already by length) cut as :func:`~attnviz.workflows.corpus.length_batches` cuts a pool."""
+    """``order`` (already by length) cut as :func:`~attnviz.workflows.corpus.corpus.length_batches` cuts a pool."""
     if not order:
         return []
     [cut] = length_batches(order, lambda b: len(encoded[b][0]), batch_size, pool=len(order), max_tokens=BATCH_TOKENS)
@@ -335,12 +335,12 @@ def _batches(order: list[int], encoded: dict[int, Encoded], batch_size: int) -> 
 class ProbeRun:
     """How this process scores its probes, a batch at a time (:meth:`score`).
 
-    One-stack models run each batch through :class:`~attnviz.workflows.batched.BatchReducer` — one
+    One-stack models run each batch through :class:`~attnviz.workflows.corpus.batched.BatchReducer` — one
     padded forward, each layer's weights recomputed for the whole batch as its kernel returns and
     checked against the kernel's own output (``capture(check="sample")``'s rows and tolerances) — and
-    keep only the pronoun's rows (:class:`~attnviz.workflows.layer_reduction.PickedRows`); no per-probe
+    keep only the pronoun's rows (:class:`~attnviz.analysis.layer_reduction.PickedRows`); no per-probe
     :class:`~attnviz.Capture` is made. An encoder-decoder's probes are captured one by one
-    (:func:`~attnviz.workflows.runner.capture_forward`: its parts read different tokens)."""
+    (:func:`~attnviz.workflows.capture.runner.capture_forward`: its parts read different tokens)."""
 
     resolved: Resolved
     mine: list[tuple[int, Probe]]  # (index in the whole set, probe)

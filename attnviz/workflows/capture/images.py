@@ -6,7 +6,7 @@ image processor (``AutoImageProcessor.from_pretrained`` for a name or folder, or
 it (uint8 RGB, the processed size) and its tokens' layout — the tokens before the patches
 (:data:`attnviz.families.VISION_SPECS`), then the patches row by row
 (:class:`attnviz.data.images.ImageGrid`). The forward and its checks are the pipeline's
-(:mod:`attnviz.workflows.pipeline`), as for text.
+(:mod:`attnviz.workflows.capture.pipeline`), as for text.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..data.capture import Capture
-from ..data.images import ImageGrid, image_sequence, to_uint8
-from ..engine.taps import tap
-from ..errors import ArgumentTypeError, ImageFileError, InputError, NotAVisionModelError, UnsupportedModelError
-from ..families import VISION_SPECS, vision_spec
-from .pipeline import Item, Resolved, captures, check_mode, tapped
+from ...data.capture import Capture
+from ...data.images import ImageGrid, image_sequence, to_uint8
+from ...engine.taps import AttentionCall
+from ...errors import ArgumentTypeError, ImageFileError, InputError, NotAVisionModelError, UnsupportedModelError
+from ...families import VISION_SPECS, vision_spec
+from .pipeline import Item, Resolved, check_mode, run_captures
 
 __all__ = [
     "MAX_IMAGE_PIXELS",
@@ -224,24 +224,35 @@ def capture_images(
     batch, _, height, width = inputs.pixel_values.shape
     layout = grid_of(resolved, height, width)
     n = layout.n_tokens
-    taps = tap(
-        model,
-        layers=layers,
-        to_cpu=not keep_on_device,
-        weight_mode=weight_mode or ("drop" if check == "off" else "compare"),
-        lengths={"encoder": [n] * batch},
-    )
-    recorder, _ = tapped(resolved, taps, lambda _: model(pixel_values=inputs.pixel_values), layers)
-    ran = {c.q.shape[-2] for c in recorder.calls if c.q is not None}
-    if ran != {n}:
-        raise UnsupportedModelError(
-            f"{resolved.name}'s attention read {sorted(ran)} tokens, but its layout (prefix "
-            f"{layout.prefix}, {layout.grid[0]}×{layout.grid[1]} patches) has {n}; attnviz cannot say which "
-            "token is which patch"
-        )
+
+    def ran(calls: list[AttentionCall]) -> None:
+        seen = {c.q.shape[-2] for c in calls if c.q is not None}
+        if seen != {n}:
+            raise UnsupportedModelError(
+                f"{resolved.name}'s attention read {sorted(seen)} tokens, but its layout (prefix "
+                f"{layout.prefix}, {layout.grid[0]}×{layout.grid[1]} patches) has {n}; attnviz cannot say which "
+                "token is which patch"
+            )
+
     sequence = image_sequence(layout)
-    items = [Item(sequence, None, {"encoder": (n, n)}) for _ in range(batch)]
-    made = captures(resolved, recorder.calls, items, check, projections=recorder.projections)
-    for cap, picture in zip(made, inputs.pictures):
-        cap.image = ImageGrid(picture, layout.patch, layout.grid, list(layout.prefix))
+    items = [
+        Item(
+            sequence,
+            None,
+            {"encoder": (n, n)},
+            image=ImageGrid(picture, layout.patch, layout.grid, list(layout.prefix)),
+        )
+        for picture in inputs.pictures
+    ]
+    made, _ = run_captures(
+        resolved,
+        lambda: model(pixel_values=inputs.pixel_values),
+        items,
+        layers=layers,
+        check=check,
+        keep_on_device=keep_on_device,
+        weight_mode=weight_mode,
+        lengths={"encoder": [n] * batch},
+        ran=ran,
+    )
     return made

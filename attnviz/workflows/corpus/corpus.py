@@ -3,7 +3,7 @@
 One sentence says little about a head (Clark et al. pooled 1,000 segments). :func:`corpus_stats`
 reads texts lazily, groups them into batches of similar length (padding at most
 :data:`MAX_PADDING` of a batch's tokens), runs each batch in one forward and reduces it at once,
-layer by layer as the forward goes (:mod:`~attnviz.workflows.batched`), into per-head float64 sums
+layer by layer as the forward goes (:mod:`~attnviz.workflows.corpus.batched`), into per-head float64 sums
 (:class:`~attnviz.analysis.stats.HeadStatsSums`) — memory does not grow with the corpus. An
 encoder-decoder's batch is captured and added text by text (its parts read different tokens).
 
@@ -12,7 +12,7 @@ batches (accelerate's ``PartialState.split_between_processes``) and the sums are
 processes with accelerate's ``reduce`` over torch.distributed (gloo on CPU, nccl on GPU): N
 processes give the one-process numbers. attnviz opens no socket and starts no process itself. With a
 checkpoint, the processes agree before each batch whether the run stops
-(:class:`~attnviz.workflows.interrupts.StopRounds`): a signal that reaches any of them stops all of
+(:class:`~attnviz.workflows.corpus.interrupts.StopRounds`): a signal that reaches any of them stops all of
 them, each saving its own place, so none is left waiting in the final sum for one that stopped.
 """
 
@@ -26,18 +26,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 
-from ..analysis.stats import HeadStatsSums
-from ..errors import ArgumentTypeError, InputError, InputTooLongError, Interrupted
+from ...analysis.head_tally import HeadTally
+from ...analysis.layer_reduction import wanted_columns
+from ...analysis.stats import HeadStatsSums
+from ...deprecation import warn_renamed
+from ...errors import ArgumentTypeError, InputError, InputTooLongError, Interrupted
+from ..capture.inputs import Encoded, check_max_length
+from ..capture.models import EMBEDDED_MODELS, load_model, resolve_dtype
+from ..capture.pipeline import Resolved, n_layers, resolve
+from ..capture.runner import capture_forward, encode_texts
 from .batched import BatchReducer
 from .corpus_checkpoint import EVERY_SECONDS, EVERY_TEXTS, CorpusCheckpoint, Place
-from .head_tally import HeadTally
-from .inputs import Encoded, check_max_length
 from .interrupts import StopRounds, stop_requests
-from .layer_reduction import wanted_columns
-from .models import EMBEDDED_MODELS, load_model, resolve_dtype
-from .pipeline import Resolved, n_layers, resolve
 from .processes import process_state
-from .runner import capture_forward, encode_texts
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -179,10 +180,11 @@ def corpus_stats(
     checkpoint_every_seconds: float = EVERY_SECONDS,
     progress: bool = True,
     tally: HeadTally | None = None,
-    on_batch: Callable[[int, int], None] | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
     moved: bool = True,
     encodings: Mapping[str, Encoded] | None = None,
     statistics: Iterable[str] | None = None,
+    on_batch: Callable[[int, int], None] | None = None,
 ) -> pd.DataFrame:
     """:func:`~attnviz.analysis.head_stats` over a whole corpus, pooled over every query token.
 
@@ -208,7 +210,7 @@ def corpus_stats(
     none), plus ``texts`` and ``tokens`` (the corpus's, over all processes). A checkpoint written
     before the ``_moved`` columns is refused on ``resume`` (its texts were never summed by norm).
     ``tally``: per-head counts of where each row's maximum falls, added in the same reduction
-    (:class:`~attnviz.workflows.head_tally.HeadTally`, what :func:`~attnviz.analysis.head_atlas` reads;
+    (:class:`~attnviz.analysis.head_tally.HeadTally`, what :func:`~attnviz.analysis.head_atlas` reads;
     this process's share — the caller adds them over processes); one-stack models, no checkpoint.
     ``moved=False``: no value norms are read and the ``_moved`` columns are NaN (for a caller that reads
     none of them, as the head atlas). ``statistics``: the names (of :data:`~attnviz.analysis.stats.STATISTICS`
@@ -216,14 +218,19 @@ def corpus_stats(
     one, is NaN — without ``punctuation`` and ``distance`` no product runs over every weight, which is what
     the head atlas reads (one-stack models, no checkpoint). ``encodings``: texts the caller has already tokenized as the pass
     tokenizes them (``BatchReducer.encode``: uncut), by text — not tokenized again (one-stack models).
-    ``on_batch(texts, tokens)``: called after each batch with what this process has added so far (for
-    a progress bar of the caller's own, e.g. the dashboard's).
+    ``on_progress(done, total)``: called after each batch with the texts this process has added so far and
+    the corpus's size (0 while a corpus read lazily — an iterator, a file — has not been counted), for a progress
+    bar of the caller's own, e.g. the dashboard's. ``on_batch(texts, tokens)``: what it was before,
+    deprecated.
     ``df.attrs`` holds ``per_process`` (texts each process captured), ``padding`` (the share of
     padding tokens in the batches), ``truncated`` and ``resumed_after`` (texts the checkpoint already held).
     """
     if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
         raise InputError(f"batch_size must be a whole number ≥ 1, got {batch_size!r}")
     check_max_length(max_length)
+    if on_batch is not None:
+        warn_renamed("corpus_stats(on_batch=)", "on_progress=, called with (texts done, the corpus's texts)")
+    size = len(texts) if isinstance(texts, (list, tuple)) else 0
     check_corpus(texts)
     state = process_state()
     if isinstance(model, (str, Path)):
@@ -336,6 +343,8 @@ def corpus_stats(
                     mine[0] += len(counts)
                     mine[1] += sum(counts)
                     mine[2] += max(counts) * len(counts)
+                    if on_progress is not None:
+                        on_progress(mine[0], size)
                     if on_batch is not None:
                         on_batch(mine[0], mine[1])
             skip_batches = 0

@@ -1,6 +1,6 @@
 """What the head atlas needs of each layer beyond the corpus statistics: :class:`HeadTally`.
 
-The statistics of :func:`~attnviz.workflows.layer_reduction.reduce_layer` are sums of attention
+The statistics of :func:`~attnviz.analysis.layer_reduction.reduce_layer` are sums of attention
 *mass*. Two roles of the atlas read where each row's *maximum* falls instead (Voita et al. 2019):
 a positional head's maximum sits on one relative offset, a rare-word head's on the rarest token the
 row sees. :class:`HeadTally` reads them from the same recomputed weights, chunk by chunk, while the
@@ -209,14 +209,14 @@ class HeadTally:
         ``patterns`` (``duplicate_token``, ``induction``), and each row's ``entropy`` ``[batch, head,
         rows]`` (None: no broad / focused examples). ``special_mass`` ``[batch, head, rows]``: each row's
         weight on the special keys where the caller has it already (the statistics' product with the key
-        features, :func:`~attnviz.workflows.layer_reduction.key_classes`); else made from ``special``.
+        features, :func:`~attnviz.analysis.layer_reduction.key_classes`); else made from ``special``.
         ``pair_weights`` ``[pairs, head]``: the weights at ``pairs`` where the caller has gathered them.
 
         Here each row's maximum and the few weights the examples read are taken from ``a``; the rest
         (offset bins, rare keys, examples) waits for the chunk's other layers and is added for all of
         them at once — the same operations over their heads side by side, each paying its fixed cost
         once per batch instead of once per layer — by :meth:`flush` (at the next :meth:`batch`, when
-        the pending rows pass :data:`PENDING`, and by :class:`~attnviz.workflows.batched.BatchReducer`
+        the pending rows pass :data:`PENDING`, and by :class:`~attnviz.workflows.corpus.batched.BatchReducer`
         after each batch). Read the sums after a flush."""
         self.part = part
         li = self.layers.index(layer)

@@ -31,7 +31,6 @@ from collections.abc import Callable, Collection
 import torch
 from torch import Tensor
 
-from ..analysis.stats import DETECTORS, STATISTICS
 from ..attention import query_chunks, row_entropy, scaled_dot_product, weighted_values
 from ..engine.taps import AttentionCall
 from ..errors import InputError
@@ -48,6 +47,7 @@ from .batch_texts import (
     rows_of,
 )
 from .head_tally import HeadTally
+from .stats import DETECTORS, STATISTICS
 
 __all__ = ["BUDGET", "PickedRows", "add_masses", "key_classes", "reduce_layer", "special_mass", "wanted_columns"]
 
@@ -110,7 +110,7 @@ def reduce_layer(
     others NaN, and none by norm — without ``punctuation`` and ``distance``, no product over every weight
     (:func:`add_masses`).
     ``tally``: where each row's maximum falls, and each role's example rows, added from the same
-    weights (:class:`~attnviz.workflows.head_tally.HeadTally`, what the head atlas reads)."""
+    weights (:class:`~attnviz.analysis.head_tally.HeadTally`, what the head atlas reads)."""
     q, k, v, out = call.q, call.k, call.v, call.out
     assert q is not None and k is not None and v is not None
     b, h, n = q.shape[0], q.shape[1], q.shape[2]

@@ -15,11 +15,11 @@ soft-cap, and no tensor of their own (no custom mask, bias, sinks or kept weight
   for every layer and head at once — one Q·Kᵀ, the causal and window structure built on the device,
   one softmax, one A·V — and compared with the kernels' outputs;
 - ``value_dots`` (:meth:`attnviz.engine.projections.OutputProjection.value_dots`) and the output
-  projection's check (:func:`attnviz.workflows.what_moves.projection_errors`) for every layer at once;
+  projection's check (:func:`attnviz.workflows.capture.what_moves.projection_errors`) for every layer at once;
 - every error of the capture comes back to the host in one transfer.
 
 A record that fits no group (a custom mask, a bias, sinks, kept weights, a batch's padded rows) goes
-the per-layer way (:func:`attnviz.workflows.what_moves.add_value_terms`, :func:`attnviz.data.validate.validate`),
+the per-layer way (:func:`attnviz.workflows.capture.what_moves.add_value_terms`, :func:`attnviz.data.validate.validate`),
 and its rows join the same report. The numbers are the per-layer path's: the same formula in the same
 float32, only batched (``tests/test_gpu_feel.py`` compares them).
 """
@@ -34,10 +34,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..attention import attention_output, head_max, spread_rows
-from ..data.capture import Capture
-from ..data.records import LayerRecord
-from ..data.validate import (
+from ...attention import attention_output, head_max, spread_rows
+from ...data.capture import Capture
+from ...data.records import LayerRecord
+from ...data.validate import (
     SAMPLE_ROWS,
     ValidationReport,
     layer_rows,
@@ -47,8 +47,8 @@ from ..data.validate import (
     tolerance,
     validate,
 )
-from ..engine.projections import WATCHED_ROWS, OutputProjection, ProjectionWatch, output_projection
-from ..engine.transfer import HostCopies
+from ...engine.projections import WATCHED_ROWS, OutputProjection, ProjectionWatch, output_projection
+from ...engine.transfer import HostCopies
 from .what_moves import add_value_terms, check_projection
 
 __all__ = ["STACK_BYTES", "Group", "Stacked", "check_captures", "groups", "stacked", "to_host"]
@@ -249,7 +249,7 @@ def projection_errors(
     group: Group, projections: list[OutputProjection], watch: ProjectionWatch, b: int
 ) -> tuple[Tensor, Tensor, int] | None:
     """(max |Σ_h W_O^h o_h + b − the model's projection output| [L], the size bound of its terms [L], rows)
-    over the rows the taps kept of every layer of the group at once (:func:`attnviz.workflows.what_moves.projection_errors`
+    over the rows the taps kept of every layer of the group at once (:func:`attnviz.workflows.capture.what_moves.projection_errors`
     layer by layer); None when the layers' kept rows differ or reach past the record (a padded batch)."""
     seen = [watch.rows(rec.name, layer) for rec, layer in zip(group.recs, group.layers)]
     if any(s is None for s in seen):

@@ -3,7 +3,7 @@
 One pass over the corpus through :func:`~attnviz.workflows.corpus.corpus_stats` — batched by length,
 reduced layer by layer as the forward goes, spread over the processes of ``torchrun`` / ``accelerate
 launch`` — gives the mass-based roles (its statistics) and, in the same reduction, where each row's
-maximum falls (:class:`~attnviz.workflows.head_tally.HeadTally`: the positional and rare-word roles,
+maximum falls (:class:`~attnviz.analysis.head_tally.HeadTally`: the positional and rare-word roles,
 and each role's example row). The texts are tokenized once, before it: their token counts (rarity)
 and the pass read the same encodings. No statistic by norm is read, so none is computed. The induction role reads repeated random sequences the atlas
 generates from ``seed`` (Olsson et al. 2022), run through the same reducer; coreference, a probe set
@@ -12,6 +12,7 @@ through :func:`attnviz.evaluate_probes`. :func:`~attnviz.analysis.atlas.atlas_ta
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,15 +20,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from ..analysis.atlas import ROLES, TABLE_STATISTICS, AtlasSums, atlas_table
-from ..analysis.probes import Probe, load_probes
-from ..errors import InputError
+from ...analysis.atlas import ROLES, TABLE_STATISTICS, AtlasSums, atlas_table
+from ...analysis.head_tally import EXAMPLES, HeadTally
+from ...analysis.probes import Probe, load_probes
+from ...deprecation import warn_renamed
+from ...errors import InputError
+from ..capture.inputs import Encoded, check_max_length, tokenize
+from ..capture.models import load_model
+from ..capture.pipeline import n_layers, resolve
 from .batched import BatchReducer
 from .corpus import NO_TEXT, corpus_stats, read_texts, too_long
-from .head_tally import EXAMPLES, HeadTally
-from .inputs import Encoded, check_max_length, tokenize
-from .models import load_model
-from .pipeline import n_layers, resolve
 from .probing import evaluate_probes, refuse_unscorable
 from .processes import process_state
 
@@ -59,7 +61,7 @@ def head_atlas(
     device: str | None = None,
     dtype: str | None = None,
     progress: bool = True,
-    on_progress: Callable[[int, int, str], None] | None = None,
+    on_progress: Callable[..., None] | None = None,
 ) -> pd.DataFrame:
     """Name each head's roles with published criteria, over a corpus.
 
@@ -73,9 +75,10 @@ def head_atlas(
       ``random_length`` random tokens repeated twice, special tokens as the tokenizer adds them).
     - ``roles``: the roles reported, as names or one comma-separated string (default: every role of
       :data:`~attnviz.analysis.atlas.ROLES`).
-    - ``on_progress(done, total, what)``: called as the corpus's texts are added (``done`` of ``total``
-      texts, this process's), then before the random sequences and the probe set (for a progress bar
-      of the caller's own, e.g. the dashboard's).
+    - ``on_progress(done, total)``: called as the corpus's texts are added (this process's), then after the
+      random sequences and after the probe set: ``total`` counts the texts and those one or two steps (for a
+      progress bar of the caller's own, e.g. the dashboard's). A callback of three parameters
+      ``(done, total, what)`` gets what is running too — deprecated, it goes in the next release.
 
     Returns one row per part, layer and head (:func:`~attnviz.analysis.atlas.atlas_table`): each
     role's score, threshold and source, ``positional_offset``, ``roles`` (those the head meets) and each
@@ -99,6 +102,7 @@ def head_atlas(
     texts = list(read_texts(corpus))  # before the model loads: a missing or empty corpus is said at once
     if not texts:
         raise InputError(NO_TEXT)
+    report = _reporter(on_progress, len(texts) + 1 + (probes is not None))
     if isinstance(probes, (str, Path)):
         probes = load_probes(probes)  # likewise a probe set's problems, not after the whole corpus
     state = process_state()
@@ -148,9 +152,7 @@ def head_atlas(
         moved=False,  # the atlas reads no statistic by norm: no value norms, no second set of sums
         statistics=ATLAS_STATISTICS,  # nor the punctuation, self, distance: no product over every weight
         encodings=dict(zip(texts, encoded)),
-        on_batch=None
-        if on_progress is None
-        else lambda done, _tokens: on_progress(done, len(texts), f"text {done} of {len(texts)}"),
+        on_progress=None if report is None else lambda done, _: report(done, f"text {done} of {len(texts)}"),
     )
     if state.num_processes > 1:
         from accelerate.utils import gather, reduce  # deferred: accelerate is optional (attnviz[stats])
@@ -158,8 +160,8 @@ def head_atlas(
         tally.load_vector(reduce(tally.vector().to(state.device), reduction="sum"))
         tally.load_examples(gather(tally.examples_vector()[None].to(state.device)))
     # induction: every process runs the same random sequences (they are few)
-    if on_progress is not None:
-        on_progress(len(texts), len(texts), f"induction: {random_sequences} repeated random sequences")
+    if report is not None:
+        report(len(texts), f"induction: {random_sequences} repeated random sequences")
     randoms = random_repeats(tokenizer, rows, random_sequences, random_length, seed=seed, add_bos=add_bos)
     names = [f"{'x' * len(ids)}#{k}" for k, (ids, _, _) in enumerate(randoms)]
     # the random sequences feed the induction role alone: its pair sums and examples, no other statistic
@@ -179,14 +181,16 @@ def head_atlas(
     induction = random_sums.frame()["induction"].to_numpy().reshape(len(wanted), heads)
     result = None
     if probes is not None:
-        if on_progress is not None:
-            on_progress(len(texts), len(texts), "coreference: the probe set")
+        if report is not None:
+            report(len(texts) + 1, "coreference: the probe set")
         result = evaluate_probes(resolved.model, probes, tokenizer, progress=progress)
     sums = _atlas_sums(tally, stats, random_tally.part)
     k = EXAMPLES.index("induction")
     induction_examples = np.concatenate(
         [random_tally.best[:, k, :, None].numpy(), random_tally.where[:, k].numpy()], -1
     )  # [layer, head, 3]
+    if report is not None:
+        report(len(texts) + 1 + (probes is not None), "done")
     describe = example_describer(texts, encoded)
     frame = atlas_table(
         stats,
@@ -299,3 +303,27 @@ def example_describer(texts: list[str], encoded: list[Encoded]) -> Callable[[int
         return f"text {text}, query token {position} {tokens[position]!r}: …{before}[{shown}]{after}…"
 
     return describe
+
+
+def _reporter(on_progress: Callable[..., None] | None, total: int) -> Callable[[int, str], None] | None:
+    """``report(done, what)`` calling ``on_progress(done, total)``, or ``on_progress(done, total, what)``
+    for a callback of three parameters (deprecated)."""
+    if on_progress is None:
+        return None
+    try:
+        parameters = list(inspect.signature(on_progress).parameters.values())
+        positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        three = len(positional) >= 3 or any(p.kind is p.VAR_POSITIONAL for p in parameters)
+    except (TypeError, ValueError):  # no signature to read: the documented two arguments
+        three = False
+    if three:
+        warn_renamed("head_atlas(on_progress=) of (done, total, what)", "a callback of (done, total)")
+
+    def report(done: int, what: str) -> None:
+        assert on_progress is not None
+        if three:
+            on_progress(done, total, what)
+        else:
+            on_progress(done, total)
+
+    return report

@@ -2,16 +2,16 @@
 
 1. :func:`resolve`: a name loaded (or a model object checked), in eval mode, a family attnviz
    supports; its position limit and the layers asked for (:class:`Resolved`).
-2. :func:`forward_inputs`: encoded texts (:mod:`attnviz.workflows.inputs`) as the forward's
+2. :func:`forward_inputs`: encoded texts (:mod:`attnviz.workflows.capture.inputs`) as the forward's
    padded ids and masks, ids the embedding has no row for refused.
 3. :func:`tapped`: the forward (or a whole generation loop, given as a callable) under the taps,
    then the checks on what they recorded (:func:`check_calls`; some asked-for layer ran).
-4. :func:`captures`: the records of each text (:func:`attnviz.workflows.call_records.build_records`),
+4. :func:`captures`: the records of each text (:func:`attnviz.workflows.capture.call_records.build_records`),
    the metadata, the :class:`Capture`, the self-check (:func:`self_check`).
 
 :func:`attnviz.capture`, :func:`attnviz.generate`, :func:`attnviz.intervene`,
 :func:`attnviz.evaluate_probes` enter it here; the corpus path
-(:class:`~attnviz.workflows.batched.BatchReducer`) reduces the calls instead of keeping records
+(:class:`~attnviz.workflows.corpus.batched.BatchReducer`) reduces the calls instead of keeping records
 and shares steps 1 to 3. Each step and each of its errors is written here once.
 """
 
@@ -27,20 +27,20 @@ from typing import Any, TypeVar
 import torch
 from torch import Tensor, nn
 
-from ..data.capture import Capture, TokenSequence
-from ..data.images import ImageGrid
-from ..data.validate import SAMPLE_ROWS, ValidationError, ValidationReport, validate
-from ..engine.projections import ProjectionWatch
-from ..engine.specs import ENCODER_DECODER_PARTS, PARTS, check_supported, supported_families
-from ..engine.taps import AttentionCall
-from ..errors import (
+from ...data.capture import Capture, TokenSequence
+from ...data.images import ImageGrid
+from ...data.validate import SAMPLE_ROWS, ValidationError, ValidationReport, validate
+from ...engine.projections import ProjectionWatch
+from ...engine.specs import ENCODER_DECODER_PARTS, PARTS, check_supported, supported_families
+from ...engine.taps import AttentionCall, tap
+from ...errors import (
     ArgumentTypeError,
     InputError,
     ModelInTrainingModeError,
     OutOfRangeError,
     UnsupportedModelError,
 )
-from ..families import RESERVED_POSITIONS
+from ...families import RESERVED_POSITIONS
 from .call_records import build_records
 from .device_check import check_captures
 from .device_check import to_host as records_to_host
@@ -66,7 +66,9 @@ __all__ = [
     "part_sizes",
     "resolve",
     "self_check",
+    "run_captures",
     "tapped",
+    "weight_mode_for",
 ]
 
 #: the self-checks a capture can run (see :func:`attnviz.capture`'s ``check``)
@@ -127,6 +129,21 @@ def drop_unkept(made: list[Capture], keep: frozenset[str]) -> None:
 
 R = TypeVar("R")
 T = TypeVar("T")
+
+
+def weight_mode_for(check: str, keep_weights: bool = False, *, after_forward: bool = True) -> str:
+    """What the taps do with an eager backend's own n×n weights (their ``weight_mode``), the one rule:
+    ``"keep"`` them (``keep_weights``); ``"drop"`` them when nothing is checked; at the default check
+    (``"sample"``) keep the rows it samples and compare them after the forward, where the records are
+    checked (``after_forward``: :func:`captures`; a recorder that builds its records inside the forward,
+    a generation's steps, compares at once instead); at a full check ``"compare"`` them while capturing
+    and keep only the errors."""
+    check_mode(check)
+    if keep_weights:
+        return "keep"
+    if check == "off":
+        return "drop"
+    return "sample" if check == "sample" and after_forward else "compare"
 
 
 def check_mode(check: str) -> str:
@@ -415,10 +432,10 @@ def captures(
 ) -> list[Capture]:
     """One checked :class:`Capture` per item of the batch the ``calls`` recorded: its records (from
     ``kept``, default the calls whose tensors were kept), what each head moves
-    (:func:`attnviz.workflows.what_moves.add_value_terms`, proved against the rows of the output
+    (:func:`attnviz.workflows.capture.what_moves.add_value_terms`, proved against the rows of the output
     projections the taps kept in ``projections``), the metadata (``extra`` added), and the
     self-check unless ``check="off"`` (``rows``: per part, the query rows to prove) — batched where the
-    records are (:mod:`attnviz.workflows.device_check`), then what ``keep`` does not name let go
+    records are (:mod:`attnviz.workflows.capture.device_check`), then what ``keep`` does not name let go
     (:func:`drop_unkept`) and, with ``to_host``, the records copied to the host."""
     kept = [c for c in calls if c.q is not None] if kept is None else kept
     meta = capture_meta(resolved, kept[0], part_sizes(calls), check) | (extra or {})
@@ -436,6 +453,47 @@ def captures(
     if check != "off":
         self_check(made, check, rows, reports)
     return made
+
+
+def run_captures(
+    resolved: Resolved,
+    forward: Callable[[], T],
+    items: list[Item],
+    *,
+    layers: set[int] | None,
+    check: str,
+    keep_on_device: bool,
+    weight_mode: str | None,
+    lengths: dict[str, list[int]] | None = None,
+    ran: Callable[[list[AttentionCall]], None] | None = None,
+    keep: frozenset[str] = frozenset(KEEP),
+) -> tuple[list[Capture], T]:
+    """(one checked :class:`Capture` per item, what ``forward()`` returned): the tap → record → build
+    sequence every capture takes — ``forward()`` under taps that keep what they record where the model
+    runs (``weight_mode`` as :func:`weight_mode_for` says for ``check``, when None), the calls checked
+    (:func:`tapped`; ``ran(calls)`` may refuse a run whose shapes do not match what the caller expects),
+    then :func:`captures`: the records, checked where they are, copied to the host unless ``keep_on_device``."""
+    check_mode(check)
+    taps = tap(
+        resolved.model,
+        layers=layers,
+        keep_on_device=True,
+        weight_mode=weight_mode or weight_mode_for(check),
+        lengths=lengths,
+    )
+    recorder, output = tapped(resolved, taps, lambda _: forward(), layers)
+    if ran is not None:
+        ran(recorder.calls)
+    made = captures(
+        resolved,
+        recorder.calls,
+        items,
+        check,
+        projections=recorder.projections,
+        to_host=not keep_on_device,
+        keep=keep,
+    )
+    return made, output
 
 
 def capture_meta(resolved: Resolved, first: AttentionCall, parts: dict, check: str) -> dict:
@@ -467,7 +525,7 @@ def self_check(
     reports: list[ValidationReport | None] | None = None,
 ) -> None:
     """Validate each capture (``rows``: per part, else a sample or all; ``reports``: already made, by
-    :func:`~attnviz.workflows.device_check.check_captures`); raise :class:`ValidationError` on a mismatch."""
+    :func:`~attnviz.workflows.capture.device_check.check_captures`); raise :class:`ValidationError` on a mismatch."""
     for i, cap in enumerate(made):
         report = reports[i] if reports is not None else None
         if report is None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..attention import build_mask
-from ..data.records import LayerRecord
-from ..engine.taps import AttentionCall
+from ...attention import build_mask
+from ...data.records import LayerRecord
+from ...engine.taps import AttentionCall
 
 __all__ = ["build_records"]
 

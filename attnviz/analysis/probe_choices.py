@@ -1,7 +1,7 @@
 """A batch of probes read at once: each probe's pronoun rows in every head of the rows a batch kept
 (:func:`batch_candidate_weights`, the numbers :func:`attnviz.analysis.coref.candidate_weights` gives
 each probe alone, to the last bit) and each probe's pick in every head and its best head
-(:class:`HeadChoices`) — what :mod:`attnviz.workflows.probing` scores a batch with."""
+(:class:`HeadChoices`) — what :mod:`attnviz.workflows.corpus.probing` scores a batch with."""
 
 from __future__ import annotations
 

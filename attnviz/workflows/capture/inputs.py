@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..data.words import offsets_from_tokens
-from ..errors import ArgumentTypeError, EmptyTextError, InputError, InputTooLongError
+from ...data.words import offsets_from_tokens
+from ...errors import ArgumentTypeError, EmptyTextError, InputError, InputTooLongError
 
 __all__ = [
     "Encoded",

@@ -61,7 +61,7 @@ class StopRounds:
     """The processes of a run agreeing, batch by batch, whether it stops.
 
     A process calls :meth:`stopped` before each of its batches and :meth:`finished` after its last.
-    Each call is one round: :func:`~attnviz.workflows.processes.largest` of (the signal this process
+    Each call is one round: :func:`~attnviz.workflows.corpus.processes.largest` of (the signal this process
     noted, whether it still has a batch), so every process gets the same answer. When any process
     was signalled, all of them stop at the same round, each at its own place — a process whose share
     is done included, for :meth:`finished` goes on taking part in the rounds until no process has a

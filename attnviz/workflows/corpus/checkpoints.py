@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from ..errors import InputError
+from ...errors import InputError
 
 __all__ = ["MAGIC", "rank_path", "read_checkpoint", "write_checkpoint", "written_by"]
 

@@ -1,8 +1,8 @@
 """``capture()``: run a model once on one text or a batch and return what its attention did as Captures.
 
-The texts (or ids) become the encoded inputs here (:mod:`attnviz.workflows.inputs`: each text
+The texts (or ids) become the encoded inputs here (:mod:`attnviz.workflows.capture.inputs`: each text
 tokenized alone and right-padded, the target of an encoder-decoder model shifted right as the model
-does with labels); the rest is the pipeline (:mod:`attnviz.workflows.pipeline`): one forward under
+does with labels); the rest is the pipeline (:mod:`attnviz.workflows.capture.pipeline`): one forward under
 the taps, the checked calls, each text's own rows of the padded batch as its records, the self-check.
 :func:`capture_forward` is the entry the other workflows take (intervene, the probes).
 """
@@ -18,11 +18,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..data.capture import Capture, TokenSequence
-from ..data.words import words_from_offsets
-from ..engine.taps import tap
-from ..errors import InputError, InputTooLongError, UnsupportedModelError
-from ..families import vision_spec
+from ...data.capture import Capture, TokenSequence
+from ...data.words import words_from_offsets
+from ...errors import InputError, InputTooLongError, UnsupportedModelError
+from ...families import vision_spec
 from .images import capture_images, encode_images, is_image_input, require_vision
 from .inputs import Encoded, check_max_length, check_texts, decoder_inputs, given_tokens, ids_rows, tokenize
 from .joint import capture_joint, is_joint
@@ -30,13 +29,13 @@ from .pipeline import (
     KEEP,
     Item,
     Resolved,
-    captures,
     check_keep,
     check_mode,
     drop_unkept,
     forward_inputs,
     resolve,
-    tapped,
+    run_captures,
+    weight_mode_for,
 )
 from .vlm import capture_vlm, is_vlm, vlm_refusal
 
@@ -95,7 +94,7 @@ def capture(
       recomputed from them); without ``"v"`` and ``"out"`` a long capture keeps under half the bytes, but
       ``cap.validate()`` can no longer recompute A·V; without ``"norms"``, what a head moves
       (``cap.contributions``, ``cap.value_norms``) is not there. ``cap.model["kept"]`` says what was kept.
-    - ``tokenized``: the texts as :func:`attnviz.workflows.inputs.tokenize` encoded them (with this
+    - ``tokenized``: the texts as :func:`attnviz.workflows.capture.inputs.tokenize` encoded them (with this
       tokenizer and ``add_bos``), one per text, for a caller that had to count tokens first: they are
       not tokenized again.
 
@@ -110,13 +109,13 @@ def capture(
       processor=…)`` — a text (or a list) and as many pictures through the model's processor (its
       tokenizer and image processor); each capture has two parts, ``text`` (the text tower over the
       text's tokens) and ``vision`` (the vision tower over ``[CLS]`` and the patches), ``cap.image`` the
-      picture the vision part read (:mod:`attnviz.workflows.joint`).
+      picture the vision part read (:mod:`attnviz.workflows.capture.joint`).
     - Vision-language models (LLaVA): ``capture(model, text, image, processor=…)`` — a text with
       one ``<image>`` and a picture (or a list of texts and as many pictures: one padded batch) through
       the model's processor; each capture has two parts: ``decoder``, the language model's attention
       over the merged sequence, each image position labelled ``(row,col)`` by its patch and mapped to the
       picture by ``cap.image``, and ``vision``, the vision tower's own attention over its ``[CLS]`` and
-      patches (``cap.vision``) (:mod:`attnviz.workflows.vlm`).
+      patches (``cap.vision``) (:mod:`attnviz.workflows.capture.vlm`).
 
     The model runs unmodified on whatever backend it has (eager, sdpa, flash, flex…); the taps are
     gone afterwards, also if forward raises.
@@ -128,7 +127,7 @@ def capture(
     wanted = resolved.layers(layers)
     # an eager backend's own weights: kept, dropped, or compared with the recomputation — at the rows the
     # default check samples (kept for it, compared after the forward), at every row while capturing
-    weight_mode = "keep" if keep_weights else {"off": "drop", "sample": "sample"}.get(check, "compare")
+    weight_mode = weight_mode_for(check, keep_weights)
     refused = vlm_refusal(resolved.model.config)
     if refused and (image is not None or pixel_values is not None or is_image_input(tokenizer) or is_image_input(text)):
         raise UnsupportedModelError(refused)
@@ -268,8 +267,7 @@ def capture_forward(
     keep: frozenset[str] = frozenset(KEEP),
 ) -> tuple[list[Capture], Any]:
     """(one Capture per text, the forward's own output: logits…): one padded forward of ``inputs``
-    through the pipeline. ``weight_mode`` as the taps take it (default: ``"compare"``, ``"drop"`` with
-    ``check="off"``). ``logits=False``: a language model computes its last position's logits only
+    through the pipeline. ``weight_mode`` as the taps take it (default: :func:`~attnviz.workflows.capture.pipeline.weight_mode_for` ``check``). ``logits=False``: a language model computes its last position's logits only
     (``logits_to_keep=1``, where its forward takes it) — a caller that reads none saves the
     vocabulary × tokens of them (8.4 GB for an 8B model at 32k tokens)."""
     check_mode(check)
@@ -277,25 +275,18 @@ def capture_forward(
     kwargs, lengths = forward_inputs(resolved, inputs.encoded, inputs.decoded)
     if not logits and "logits_to_keep" in inspect.signature(model.forward).parameters:
         kwargs["logits_to_keep"] = 1
-    taps = tap(  # kept where the model runs until the checks are done there
-        model,
-        layers=layers,
-        to_cpu=False,
-        weight_mode=weight_mode or ("drop" if check == "off" else "compare"),
-        lengths=lengths,
-    )
-    recorder, output = tapped(resolved, taps, lambda _: model(**kwargs), layers)
     items = [_item(inputs, b) for b in range(len(inputs.encoded))]
-    made = captures(
+    return run_captures(
         resolved,
-        recorder.calls,
+        lambda: model(**kwargs),
         items,
-        check,
-        projections=recorder.projections,
-        to_host=not keep_on_device,
+        layers=layers,
+        check=check,
+        keep_on_device=keep_on_device,
+        weight_mode=weight_mode,
+        lengths=lengths,
         keep=keep,
     )
-    return made, output
 
 
 def _config(model: Any) -> Any:

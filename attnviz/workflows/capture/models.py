@@ -26,13 +26,13 @@ from typing import Any, Literal, overload
 import torch
 from torch import nn
 
-from ..engine.specs import model_class_name
-from ..errors import (
+from ...engine.specs import model_class_name
+from ...errors import (
     ArgumentTypeError,
     InputError,
     ModelNotFoundError,
 )
-from ..families import TOWERS, vision_spec
+from ...families import TOWERS, vision_spec
 from .hub import hub_check
 
 __all__ = [
@@ -194,7 +194,7 @@ def _not_loaded(name: str, err: BaseException) -> ModelNotFoundError:
 def _described(name: str) -> tuple[str, dict, Any, Any]:
     """(the source from_pretrained reads, its keyword arguments, the config, the tokenizer) of a name:
     what the model is, before its weights load. A hub name is asked of the hub once first
-    (:func:`~attnviz.workflows.hub.hub_check`: an unknown or unreachable name fails in seconds)."""
+    (:func:`~attnviz.workflows.capture.hub.hub_check`: an unknown or unreachable name fails in seconds)."""
     from transformers import AutoConfig, AutoTokenizer  # deferred: importing attnviz does not import transformers
 
     kwargs: dict = hub_check(name, list(EMBEDDED_MODELS))
@@ -204,7 +204,7 @@ def _described(name: str) -> tuple[str, dict, Any, Any]:
         source = str(folder)
     try:
         config = AutoConfig.from_pretrained(source, **kwargs)
-        # a vision encoder reads images (its image processor is loaded by attnviz.workflows.images)
+        # a vision encoder reads images (its image processor is loaded by attnviz.workflows.capture.images)
         tokenizer = None if model_kind(config) == "vision" else AutoTokenizer.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as err:
         raise _not_loaded(name, err) from err

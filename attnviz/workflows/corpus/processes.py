@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from ..errors import InputError
+from ...errors import InputError
 
 __all__ = ["OneProcess", "largest", "process_state"]
 

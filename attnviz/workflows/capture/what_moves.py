@@ -15,9 +15,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ..data.capture import Capture
-from ..data.records import LayerRecord
-from ..engine.projections import OutputProjection, ProjectionWatch, output_projection
+from ...data.capture import Capture
+from ...data.records import LayerRecord
+from ...engine.projections import OutputProjection, ProjectionWatch, output_projection
 
 __all__ = ["add_value_terms", "check_projection", "projection_errors"]
 

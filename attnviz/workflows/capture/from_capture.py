@@ -1,7 +1,7 @@
 """A capture as the input of another forward of the model that made it (``intervene(model, cap, …)``).
 
 The capture's ids, offsets and tokens (its :class:`~attnviz.TokenSequence`, and the decoder's for an
-encoder-decoder) become the :class:`~attnviz.workflows.runner.TextInputs` of the pipeline again, so
+encoder-decoder) become the :class:`~attnviz.workflows.capture.runner.TextInputs` of the pipeline again, so
 nothing is tokenized a second time (:func:`capture_inputs`). Before anything is read from it, the
 capture is proved to be this model's: the same class, then one forward of its ids with one layer
 tapped whose Q and output must be the capture's (:func:`verified_forward`) — a capture of another
@@ -15,8 +15,8 @@ from typing import Any
 
 from torch import Tensor
 
-from ..data.capture import Capture
-from ..errors import ArgumentTypeError, CaptureMismatchError
+from ...data.capture import Capture
+from ...errors import ArgumentTypeError, CaptureMismatchError
 from .pipeline import Resolved
 from .runner import TextInputs, capture_forward
 

@@ -4,7 +4,7 @@ The real tokens and each key's features (first, special, punctuation), the score
 statistic, the rows the self-check samples (as ``capture(check="sample")``), and per chunk of query
 rows what its reduction reads (:class:`Chunk`) and the mask it adds (:class:`ScoreMask`), made once
 per batch and shared by every layer. The columns of a layer's sums (:data:`COLUMNS`) are laid out
-here; :func:`~attnviz.workflows.layer_reduction.reduce_layer` fills them.
+here; :func:`~attnviz.analysis.layer_reduction.reduce_layer` fills them.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from ..analysis.stats import DETECTORS, MOVED_OF, moved_name, pattern_rows
-from ..analysis.stats import is_punct as stats_is_punct
 from ..attention import Scratch, build_mask
 from ..data.validate import SAMPLE_ROWS, sample_rows
 from ..engine.taps import AttentionCall
+from .stats import DETECTORS, MOVED_OF, moved_name, pattern_rows
+from .stats import is_punct as stats_is_punct
 
 __all__ = [
     "BLOCKED",

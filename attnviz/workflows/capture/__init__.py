@@ -1,0 +1,1 @@
+"""One capture: the pipeline from a model and its inputs to checked captures, and the modality adapters that enter it."""
