@@ -15,6 +15,7 @@ from .data.io import load
 from .data.predictions import Intervention, Prediction
 from .data.validate import ValidationReport, validate
 from .data.words import Word
+from .deprecation import warn_renamed as _warn_renamed  # private here: not a name of attnviz
 from .engine.taps import tap
 from .errors import (
     ArgumentTypeError,
@@ -39,11 +40,18 @@ from .workflows.corpus.probing import evaluate_probes
 from .workflows.generation import generate
 from .workflows.generation_result import Generation, GenerationStep
 from .workflows.intervene import head_importance, intervene
-from .workflows.tiny import tiny_families, tiny_model, tiny_processor
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("analysis", "figures")  # imported on first use: they bring pandas and plotly
+# imported on first use: analysis and figures bring pandas and plotly; testing (the tiny models, the
+# support sweep) is for developers and tests, not the user-facing API
+_SUBMODULES = ("analysis", "figures", "families", "testing")
+#: names that moved out of the user-facing API, kept one release with a DeprecationWarning: old → new
+_MOVED = {
+    "tiny_families": "attnviz.testing.tiny_families",
+    "tiny_model": "attnviz.testing.tiny_model",
+    "tiny_processor": "attnviz.testing.tiny_processor",
+}
 
 
 def __getattr__(name: str):
@@ -51,6 +59,11 @@ def __getattr__(name: str):
         import importlib
 
         return importlib.import_module(f"{__name__}.{name}")
+    if name in _MOVED:
+        import importlib
+
+        _warn_renamed(f"attnviz.{name}", _MOVED[name])
+        return getattr(importlib.import_module(f"{__name__}.testing"), name)
     raise AttributeError(f"module 'attnviz' has no attribute {name!r}")
 
 
@@ -89,8 +102,5 @@ __all__ = [
     "load_model",
     "scaled_dot_product",
     "tap",
-    "tiny_families",
-    "tiny_model",
-    "tiny_processor",
     "validate",
 ]

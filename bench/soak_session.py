@@ -35,7 +35,7 @@ def tiny_folder(root: Path) -> str:
     if not folder.exists():
         source, kwargs = embedded_source("smollm2")  # its tokenizer only, no weights
         tokenizer = AutoTokenizer.from_pretrained(str(source), **kwargs)
-        model = attnviz.tiny_model("llama", vocab_size=len(tokenizer), max_position_embeddings=8192)
+        model = attnviz.testing.tiny_model("llama", vocab_size=len(tokenizer), max_position_embeddings=8192)
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
     return str(folder)

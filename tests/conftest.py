@@ -80,7 +80,7 @@ def tiny():
     def make(family: str, backend: str = "sdpa", **overrides):
         key = (family, backend, tuple(sorted(overrides.items())))
         if key not in cache:
-            cache[key] = attnviz.tiny_model(family, attn_implementation=backend, **overrides)
+            cache[key] = attnviz.testing.tiny_model(family, attn_implementation=backend, **overrides)
         return cache[key]
 
     return make
@@ -122,7 +122,9 @@ def bert_tokenizer():
 @pytest.fixture(scope="session")
 def tiny_bert_words(bert_tokenizer):
     """A tiny random BERT with MiniLM's vocabulary, so real text can be captured in milliseconds."""
-    return attnviz.tiny_model("bert", attn_implementation="eager", vocab_size=bert_tokenizer.vocab_size), bert_tokenizer
+    return attnviz.testing.tiny_model(
+        "bert", attn_implementation="eager", vocab_size=bert_tokenizer.vocab_size
+    ), bert_tokenizer
 
 
 # ---------------------------------------------------------------- the dashboard's model folders
@@ -160,7 +162,7 @@ N_LONG = 4096  # the long text's tokens (without a BOS)
 @pytest.fixture(scope="session")
 def long_llama(smol_tokenizer):
     """A tiny random Llama with 8,192 positions reading SmolLM2's vocabulary: 4,096 tokens in ~2 s."""
-    model = attnviz.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=8192)
+    model = attnviz.testing.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=8192)
     return model, smol_tokenizer
 
 

@@ -178,7 +178,7 @@ def test_rollout_matches_a_direct_product():
     np.testing.assert_allclose(flow[-1].numpy(), step @ step @ step, atol=1e-6)
     np.testing.assert_allclose(flow[-1].sum(-1).numpy(), np.ones(5), atol=1e-6)
     with pytest.raises(attnviz.InputError, match="rollout needs every layer"):
-        rollout(attnviz.capture(attnviz.tiny_model("gpt2"), input_ids=torch.arange(3, 8)[None], layers=[1]))
+        rollout(attnviz.capture(attnviz.testing.tiny_model("gpt2"), input_ids=torch.arange(3, 8)[None], layers=[1]))
 
 
 def test_shipped_probe_sets_are_well_formed():
@@ -308,7 +308,7 @@ def test_real_models_coreference_and_probes(smollm2):
 
 
 def test_rollout_figure_at_length_thins_labels_and_keeps_the_sink_off_the_colour_scale():
-    model = attnviz.tiny_model("llama", max_position_embeddings=512)
+    model = attnviz.testing.tiny_model("llama", max_position_embeddings=512)
     cap = attnviz.capture(model, input_ids=torch.randint(3, 120, (1, 300), generator=torch.Generator().manual_seed(1)))
     flow = rollout(cap)
     fig = rollout_figure(cap, flow)
@@ -326,7 +326,7 @@ def test_rollout_figure_at_length_thins_labels_and_keeps_the_sink_off_the_colour
 def test_rollout_figure_of_a_long_text_is_pooled_to_at_most_512_cells():
     from attnviz.views.plots import rollout_figure
 
-    model = attnviz.tiny_model("llama", max_position_embeddings=1200)
+    model = attnviz.testing.tiny_model("llama", max_position_embeddings=1200)
     cap = attnviz.capture(model, input_ids=torch.randint(3, 100, (1, 1100)), check="off")
     flow = rollout(cap)
     fig = rollout_figure(cap, flow)
@@ -345,7 +345,7 @@ def test_rollout_figure_of_a_long_text_is_pooled_to_at_most_512_cells():
 def test_rollout_rows_and_blocks_equal_the_full_rollout(family):
     """Right to left through the layers (layers·m·n²): rows, row mixes and block means of the final
     layer's rollout equal what the n×n products give — a last block shorter than the others included."""
-    model = attnviz.tiny_model(family)
+    model = attnviz.testing.tiny_model(family)
     cap = attnviz.capture(model, input_ids=torch.randint(3, 90, (1, 37), generator=torch.Generator().manual_seed(2)))
     last = rollout(cap)[-1]
     torch.testing.assert_close(rollout_rows(cap, [0, 17, 36]), last[[0, 17, 36]], atol=1e-6, rtol=1e-5)
@@ -403,7 +403,7 @@ def test_head_stats_over_chunks_of_rows_equal_the_full_maps(family, monkeypatch,
     from attnviz.data import records
 
     tok = bert_tokenizer if family == "bert" else smol_tokenizer
-    model = attnviz.tiny_model(family, attn_implementation="eager", vocab_size=len(tok))
+    model = attnviz.testing.tiny_model(family, attn_implementation="eager", vocab_size=len(tok))
     text = "The cat sat on the mat, because the cat, it said, was tired. The cat sat on the mat."
     cap = attnviz.capture(model, text, tok)
     chunked = records.attention_output
@@ -451,7 +451,7 @@ def test_rollout_figure_in_words_merges_as_the_other_views_do(minilm):
 def test_rollout_figure_keeps_three_digits_of_tiny_flows():
     """On a 30-layer decoder the cells outside the sink are ~1e-5: rounded to 5 decimals they were 0 or 1e-5
     (the map drew that rounding) and the title said the scale ended at 0.000."""
-    cap = attnviz.capture(attnviz.tiny_model("llama"), input_ids=torch.arange(3, 23)[None])
+    cap = attnviz.capture(attnviz.testing.tiny_model("llama"), input_ids=torch.arange(3, 23)[None])
     flow = rollout(cap)[-1]
     tiny = flow * 1e-4
     tiny[:, 0] += 1 - tiny.sum(1)  # nearly all of the flow on the sink, as there

@@ -42,11 +42,13 @@ DEFERRED_DEPENDENCIES = {
 }
 #: the folders of attnviz and what each may import at module level (docs/architecture.md, "The flow")
 LAYERS = {
-    "engine": {"engine"},
+    "families": {"families"},
+    "engine": {"engine", "families"},
     "data": {"data", "engine"},
     "analysis": {"analysis", "data", "engine"},
     "views": {"views", "analysis", "data", "engine"},
-    "workflows": {"workflows", "analysis", "data", "engine"},
+    "workflows": {"workflows", "analysis", "data", "engine", "families"},
+    "testing": {"testing", "workflows", "analysis", "data", "engine", "families"},
 }
 
 
@@ -286,6 +288,83 @@ def test_the_folders_import_only_in_the_direction_of_the_flow():
 
 
 SUBPACKAGES = set(LAYERS) | {"dashboard"}
+
+
+def names_a_model_type(node: ast.expr) -> bool:
+    """Whether an expression is a config's model type: ``….model_type``, a name ``model_type``, or
+    ``getattr(…, "model_type", …)``."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "model_type"
+    if isinstance(node, ast.Name):
+        return node.id == "model_type"
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "getattr"
+        and len(node.args) >= 2
+        and isinstance(node.args[1], ast.Constant)
+        and node.args[1].value == "model_type"
+    )
+
+
+def is_literal(node: ast.expr) -> bool:
+    """A string written in the code, or a collection written out of them (a tuple, list, set, or
+    ``frozenset({…})`` / ``set(…)`` / ``tuple(…)`` of one)."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.Tuple | ast.List | ast.Set):
+        return any(is_literal(e) for e in node.elts)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"frozenset", "set", "tuple"}:
+        return any(is_literal(a) for a in node.args)
+    return False
+
+
+def family_tests(tree: ast.Module) -> list[int]:
+    """Lines comparing a model type with a literal (``==``, ``!=``, ``in``, ``not in``, either side):
+    a family named in code. Looking a model type up in a table (``PROJECTION_SPECS.get(model_type)``,
+    ``model_type in auto.MODEL_MAPPING_NAMES``) or looping over transformers' mapping names is not one."""
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Compare):
+            continue
+        sides = [node.left, *node.comparators]
+        for (a, b), op in zip(zip(sides, sides[1:], strict=False), node.ops, strict=True):
+            if not isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn):
+                continue
+            if (names_a_model_type(a) and is_literal(b)) or (names_a_model_type(b) and is_literal(a)):
+                found.append(node.lineno)
+    return found
+
+
+def test_no_family_is_named_by_its_model_type_outside_the_families():
+    """A family's facts live in its module under ``attnviz/families/`` (docs/architecture.md, "Where a new
+    thing goes"): nowhere else in attnviz or the dashboard is a model type compared with a literal."""
+    families = SOURCES["attnviz"] / "families"
+    bad = [
+        f"{module.path.relative_to(ROOT)}:{line}"
+        for module in modules().values()
+        if families not in module.path.parents
+        for line in family_tests(module.tree)
+    ]
+    assert bad == [], "a model type compared with a literal outside attnviz/families/ (make it a family's fact):\n" + (
+        "\n".join(bad)
+    )
+
+
+@pytest.mark.parametrize(
+    ("code", "found"),
+    [
+        ('if config.model_type == "idefics3": pass', [1]),
+        ('x = getattr(config, "model_type", "") != "idefics3"', [1]),
+        ('ok = model_type in {"bert", "roberta"}', [1]),
+        ('ok = "t5" in (model_type,) or model_type not in ("t5",)', [1]),
+        ("ok = PROJECTION_SPECS.get(model_type)", []),
+        ("for model_type in auto.MODEL_MAPPING_NAMES:\n    ok = model_type in auto.MODEL_MAPPING_NAMES", []),
+        ('ok = config.model_type == other.model_type and name == "bert"', []),
+    ],
+)
+def test_the_family_rule_reads_comparisons_with_literals(code, found):
+    assert family_tests(ast.parse(code)) == found
 
 
 @pytest.mark.parametrize(

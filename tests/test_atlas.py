@@ -159,7 +159,7 @@ def test_the_atlas_names_a_previous_token_a_positional_and_a_rare_word_head():
 def _sharpened(family: str, **overrides):
     """A tiny random model whose queries are scaled up: attention far from uniform, so each row's
     maximum is clear of float rounding."""
-    model = attnviz.tiny_model(family, attn_implementation="eager", **overrides)
+    model = attnviz.testing.tiny_model(family, attn_implementation="eager", **overrides)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith(("q_proj.weight", "query.weight")):
@@ -288,7 +288,7 @@ def test_coreference_is_met_by_the_heads_whose_accuracy_beats_chance_after_holm(
 
 
 def test_bad_input_says_what_was_wrong_and_what_to_do(tmp_path):
-    model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model("gpt2"), IdsTokenizer()
     with pytest.raises(attnviz.InputError, match=r"the corpus has no text: give one text per line"):
         head_atlas(model, ["", "   "], tokenizer=tok, progress=False)
     with pytest.raises(attnviz.InputError, match=r"unknown role 'sinks'; choose from previous_token, next_token"):
@@ -302,7 +302,7 @@ def test_bad_input_says_what_was_wrong_and_what_to_do(tmp_path):
 
 
 def test_roles_picks_the_roles_reported():
-    model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model("gpt2"), IdsTokenizer()
     df = head_atlas(model, _texts(3), tokenizer=tok, roles=["sink", "broad"], random_sequences=2, progress=False)
     assert {"sink", "broad"} <= set(df.columns) and "previous_token" not in df.columns
     assert not any(c.startswith("coreference") for c in df.columns)  # coreference_p_holm came along
@@ -319,7 +319,7 @@ def test_coreference_asked_for_without_a_probe_set_is_refused_before_the_model_r
     """Asked for by name, coreference without probes would be NaN for every head after the whole pass."""
     with pytest.raises(InputError, match="coreference role reads a probe set: give probes="):
         head_atlas("no-such-model", ["a text"], roles=["sink", "coreference"], progress=False)  # before loading
-    model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model("gpt2"), IdsTokenizer()
     df = head_atlas(model, _texts(2), tokenizer=tok, random_sequences=2, progress=False)  # every role: NaN is fine
     assert df.coreference.isna().all() and "coreference" not in ",".join(df.roles)
     hover = attnviz.figures.head_atlas(df).data[0].customdata[0][0]
@@ -484,7 +484,7 @@ def test_truncate_false_refuses_a_long_text_before_the_pass(monkeypatch):
         raise AssertionError("the corpus pass ran")
 
     monkeypatch.setattr(atlas_workflow, "corpus_stats", no_pass)
-    model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model("gpt2"), IdsTokenizer()
     texts = ["5 6 7", "5 6 7 8 9 10 11"]  # the second is over max_length 5
     with pytest.raises(InputTooLongError, match="text 2 of the corpus has 7 tokens; the limit is 5"):
         head_atlas(model, texts, tokenizer=tok, max_length=5, truncate=False, progress=False)

@@ -277,7 +277,7 @@ def test_every_workflow_refuses_the_same_bad_input_with_the_same_message(bad, ex
     from attnviz import edits
     from attnviz.workflows.capture.models import IdsTokenizer
 
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
     bad = dict(bad)
     if bad.pop("train", False):
         model.train()

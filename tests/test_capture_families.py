@@ -76,7 +76,7 @@ def test_sdpa_capture_matches_eager_output_attentions(tiny, ids, family):
 
 
 def test_input_ids_rows_are_taken_as_given():
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
     a = torch.tensor([[5, 6, 7, 8, 9, 10]])
     b = torch.tensor([[5, 6, 7]])
     alone = attnviz.capture(model, input_ids=b)
@@ -102,18 +102,18 @@ def test_mistral_sliding_window_is_captured(tiny, ids):
 
 
 def test_gpt2_layer_scaling_quirks(ids):
-    model = attnviz.tiny_model("gpt2", attn_implementation="eager", scale_attn_by_inverse_layer_idx=True)
+    model = attnviz.testing.tiny_model("gpt2", attn_implementation="eager", scale_attn_by_inverse_layer_idx=True)
     cap = attnviz.capture(model, input_ids=ids[:1])
     assert cap.layer(0).scaling == pytest.approx(8**-0.5)
     assert cap.layer(1).scaling == pytest.approx(8**-0.5 / 2)
     assert cap.validate().passed
-    unscaled = attnviz.tiny_model("gpt2", attn_implementation="sdpa", scale_attn_weights=False)
+    unscaled = attnviz.testing.tiny_model("gpt2", attn_implementation="sdpa", scale_attn_weights=False)
     cap = attnviz.capture(unscaled, input_ids=ids[:1])
     assert cap.layer(0).scaling == 1.0 and cap.validate().passed
 
 
 def test_gpt2_reorder_and_upcast_under_eager_is_unsupported(ids):
-    model = attnviz.tiny_model("gpt2", attn_implementation="eager", reorder_and_upcast_attn=True)
+    model = attnviz.testing.tiny_model("gpt2", attn_implementation="eager", reorder_and_upcast_attn=True)
     with pytest.raises(
         attnviz.UnsupportedModelError,
         match="ran no attention that attnviz could tap .* GPT-2 with reorder_and_upcast_attn under eager bypasses the interface",
@@ -172,7 +172,7 @@ def test_a_plain_forward_in_another_thread_during_capture_is_not_recorded(tiny, 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_half_precision_on_cpu_is_validated_in_float32(ids, dtype, backend):
-    model = attnviz.tiny_model("llama", attn_implementation=backend).to(dtype)
+    model = attnviz.testing.tiny_model("llama", attn_implementation=backend).to(dtype)
     cap = attnviz.capture(model, input_ids=ids[:1])
     assert cap.q(0).dtype == dtype and cap.attention(0).dtype == torch.float32
     report = cap.validate()
@@ -186,7 +186,7 @@ PROJECTION_FAMILIES = ["gpt_neo", "xglm", "openai-gpt"]
 
 @pytest.mark.parametrize("family", PROJECTION_FAMILIES)
 def test_projection_hook_families_match_output_attentions(ids, family):
-    model = attnviz.tiny_model(family, attn_implementation="eager")
+    model = attnviz.testing.tiny_model(family, attn_implementation="eager")
     with torch.no_grad():
         reference = model(input_ids=ids[:1], output_attentions=True).attentions
     cap = attnviz.capture(model, input_ids=ids[:1])
@@ -198,7 +198,7 @@ def test_projection_hook_families_match_output_attentions(ids, family):
 
 
 def test_gpt_neo_local_layers_keep_their_window(ids):
-    cap = attnviz.capture(attnviz.tiny_model("gpt_neo", attn_implementation="eager"), input_ids=ids[:1])
+    cap = attnviz.capture(attnviz.testing.tiny_model("gpt_neo", attn_implementation="eager"), input_ids=ids[:1])
     assert (cap.layer(0).window, cap.layer(1).window) == (None, 4)  # global, then local
     assert cap.layer(0).scaling == 1.0  # GPT-Neo does not scale its scores
     w = cap.attention(1, head=0)
@@ -206,7 +206,7 @@ def test_gpt_neo_local_layers_keep_their_window(ids):
 
 
 def test_projection_hooks_are_removed_also_after_an_exception(ids):
-    model = attnviz.tiny_model("xglm", attn_implementation="eager")
+    model = attnviz.testing.tiny_model("xglm", attn_implementation="eager")
     hooks_before = hook_snapshot(model)
     capture_with_a_failing_layer(model, model.model.layers[1], ids)
     assert hook_snapshot(model) == hooks_before
@@ -215,6 +215,6 @@ def test_projection_hooks_are_removed_also_after_an_exception(ids):
 
 
 def test_projection_hooks_record_only_their_own_thread():
-    model = attnviz.tiny_model("openai-gpt", attn_implementation="eager")
+    model = attnviz.testing.tiny_model("openai-gpt", attn_implementation="eager")
     assert capture_concurrently(model, [torch.randint(3, 120, (1, 5 + i)) for i in range(3)], rounds=4) == []
-    assert hook_snapshot(model) == hook_snapshot(attnviz.tiny_model("openai-gpt", attn_implementation="eager"))
+    assert hook_snapshot(model) == hook_snapshot(attnviz.testing.tiny_model("openai-gpt", attn_implementation="eager"))

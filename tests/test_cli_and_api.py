@@ -20,7 +20,17 @@ def test_all_is_sorted_and_complete():
         assert hasattr(attnviz, name), name
     public = {n for n, v in vars(attnviz).items() if not n.startswith("_") and not isinstance(v, types.ModuleType)}
     assert public == set(attnviz.__all__), public ^ set(attnviz.__all__)
-    assert {"Capture", "AttnvizError", "capture", "load", "tap", "evaluate_probes", "tiny_model"} <= public
+    assert {"Capture", "AttnvizError", "capture", "load", "tap", "evaluate_probes"} <= public
+
+
+@pytest.mark.parametrize("name", ["tiny_model", "tiny_families", "tiny_processor"])
+def test_the_tiny_models_left_the_api_and_their_old_names_warn_for_a_release(name):
+    """The tiny models are for tests (``attnviz.testing``): the old top-level name still gives the same
+    function, with a DeprecationWarning naming the new one."""
+    assert name not in attnviz.__all__
+    with pytest.warns(DeprecationWarning, match=rf"attnviz\.{name} is deprecated .* use attnviz\.testing\.{name}"):
+        old = getattr(attnviz, name)
+    assert old is getattr(attnviz.testing, name)
 
 
 def test_import_has_no_side_effects():

@@ -150,7 +150,7 @@ def test_export_from_a_capture_names_the_option_it_cannot_show(tmp_path, capsys)
 
     import attnviz
 
-    path = attnviz.capture(attnviz.tiny_model("bert"), input_ids=torch.tensor([[5, 9, 17]]), layers=[1]).save(
+    path = attnviz.capture(attnviz.testing.tiny_model("bert"), input_ids=torch.tensor([[5, 9, 17]]), layers=[1]).save(
         tmp_path / "c.attnviz"
     )
     out = str(tmp_path / "x.html")

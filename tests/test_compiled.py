@@ -31,7 +31,7 @@ CASES = [
 
 def _tiny(family: str, backend: str | None):
     torch.manual_seed(0)
-    return attnviz.tiny_model(family, **({"attn_implementation": backend} if backend else {}))
+    return attnviz.testing.tiny_model(family, **({"attn_implementation": backend} if backend else {}))
 
 
 def _compiled(model, how: str, backend: str):

@@ -14,8 +14,8 @@ import torch
 import attnviz
 from attnviz.engine import projections
 from attnviz.engine.projections import OutputProjection
-from attnviz.engine.specs import FAMILIES
 from attnviz.errors import InputError, ValidationError
+from attnviz.families import FAMILIES
 from attnviz.workflows.capture.models import IdsTokenizer
 
 EAGER = [f.tiny for f in FAMILIES if f.how != "refused" and "eager" in f.backends]
@@ -84,7 +84,7 @@ def test_every_family_in_the_table_has_a_reference_here():
 @pytest.mark.parametrize("family", EAGER)
 def test_contributions_are_the_models_weights_times_the_norm_of_its_own_projection_of_v(family):
     torch.manual_seed(0)
-    model = attnviz.tiny_model(family, attn_implementation="eager")
+    model = attnviz.testing.tiny_model(family, attn_implementation="eager")
     ids = torch.randint(3, 100, (1, 9))
     kwargs = {"decoder_input_ids": torch.randint(3, 100, (1, 6))} if model.config.is_encoder_decoder else {}
     cap = attnviz.capture(model, input_ids=ids, **kwargs)
@@ -110,7 +110,7 @@ def test_contributions_are_the_models_weights_times_the_norm_of_its_own_projecti
 
 
 def test_the_toggles_reweight_and_the_norms_stay():
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
     cap = attnviz.capture(model, input_ids=torch.arange(3, 14)[None])
     norms = cap.value_norms(1)
     for kwargs in ({"causal": False}, {"scale": False}, {"temperature": 2.0}):
@@ -139,7 +139,7 @@ def test_words_get_the_norm_of_the_summed_vectors_not_the_sum_of_norms(tiny_bert
 
 
 def test_to_pandas_has_the_contribution_column_and_the_capture_file_keeps_it(tmp_path):
-    cap = attnviz.capture(attnviz.tiny_model("gpt2"), input_ids=torch.arange(3, 10)[None])
+    cap = attnviz.capture(attnviz.testing.tiny_model("gpt2"), input_ids=torch.arange(3, 10)[None])
     df = cap.to_pandas(layer=0)
     c = cap.contributions(0)
     torch.testing.assert_close(torch.tensor(df.contribution.to_numpy()), c.reshape(-1))
@@ -149,7 +149,9 @@ def test_to_pandas_has_the_contribution_column_and_the_capture_file_keeps_it(tmp
 
 
 def test_a_generation_proves_every_generated_row_against_the_projection():
-    cap = attnviz.generate(attnviz.tiny_model("llama"), "5 6 7 8 9 10 11", IdsTokenizer(), max_new_tokens=5).capture
+    cap = attnviz.generate(
+        attnviz.testing.tiny_model("llama"), "5 6 7 8 9 10 11", IdsTokenizer(), max_new_tokens=5
+    ).capture
     rows = {r["rows"] for r in cap.validate().projection}
     assert rows == {cap.n_tokens}  # 7 prompt rows (all of a short prompt) and 5 generated, one per step
     torch.testing.assert_close(cap.contributions(1), cap.attention(1) * cap.value_norms(1)[:, None, :])
@@ -163,7 +165,7 @@ def test_a_generation_proves_every_generated_row_against_the_projection():
     ],
 )
 def test_a_wrong_head_slice_fails_the_capture(monkeypatch, break_it):
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
     monkeypatch.setattr(OutputProjection, "heads", property(break_it))
     with pytest.raises(ValidationError, match="output projection") as info:
         attnviz.capture(model, input_ids=torch.arange(3, 14)[None])
@@ -172,7 +174,7 @@ def test_a_wrong_head_slice_fails_the_capture(monkeypatch, break_it):
 
 def test_a_layer_without_a_readable_projection_says_so_and_the_weights_still_show(monkeypatch):
     monkeypatch.setattr(projections, "OUTPUT_PROJECTIONS", ())
-    cap = attnviz.capture(attnviz.tiny_model("gpt2"), input_ids=torch.arange(3, 10)[None])
+    cap = attnviz.capture(attnviz.testing.tiny_model("gpt2"), input_ids=torch.arange(3, 10)[None])
     assert cap.validate().passed and cap.validate().projection == []
     with pytest.raises(InputError, match="no output projection"):
         cap.contributions(0)

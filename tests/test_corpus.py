@@ -29,7 +29,7 @@ def _texts(count: int, seed: int = 0) -> list[str]:
 
 
 def test_corpus_stats_equal_head_stats_over_the_same_texts():
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
     tok = IdsTokenizer()
     texts = _texts(23)
     df = corpus_stats(model, iter(texts), tok, batch_size=4, progress=False)
@@ -66,11 +66,11 @@ def test_a_padded_batch_reduced_at_once_equals_its_texts_one_by_one(family, over
     from attnviz.workflows.corpus.batched import BatchReducer
 
     if family == "bert":
-        model = attnviz.tiny_model("bert", attn_implementation="eager", vocab_size=bert_tokenizer.vocab_size)
+        model = attnviz.testing.tiny_model("bert", attn_implementation="eager", vocab_size=bert_tokenizer.vocab_size)
         tok = bert_tokenizer
         texts = ["Hi.", "The cat sat on the mat, and the dog sat on the cat's mat too; then it slept!", "Dogs bark."]
     else:
-        model, tok, texts = attnviz.tiny_model(family, **overrides), IdsTokenizer(), _UNEVEN
+        model, tok, texts = attnviz.testing.tiny_model(family, **overrides), IdsTokenizer(), _UNEVEN
     reducer = BatchReducer(model, tok, budget=budget or BUDGET)
     sums, lengths = reducer.add(None, texts)
     assert lengths == [len(tok(t)["input_ids"]) for t in texts] and len(set(lengths)) == len(texts)
@@ -130,7 +130,7 @@ def test_padded_keys_get_no_weight_even_where_the_kernel_had_no_mask():
 def test_a_recomputation_that_misses_the_kernel_raises_validation_error(monkeypatch, family):
     from attnviz.workflows.corpus import batched
 
-    model, tok = attnviz.tiny_model(family), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model(family), IdsTokenizer()
     original = batched.reduce_layer
 
     def off_scale(call, *args):
@@ -180,7 +180,7 @@ def test_the_forward_stops_once_the_last_wanted_layer_is_reduced(monkeypatch):
     """After the last wanted layer's attention nothing the model computes feeds a statistic: the
     forward stops there (the final norm never runs; with layers=[0], nor layer 1) and the numbers
     are those of head_stats. A model with forward hooks (accelerate's offloading) runs whole."""
-    model, tok = attnviz.tiny_model("llama"), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model("llama"), IdsTokenizer()
     texts = _texts(9, seed=4)
     ran: list[str] = []
     for name, module in [("norm", model.model.norm), ("layer 1", model.model.layers[1])]:
@@ -212,7 +212,7 @@ def test_texts_are_read_lazily(monkeypatch):
     has been read from the generator."""
     from attnviz.workflows.corpus.batched import BatchReducer
 
-    model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model("gpt2"), IdsTokenizer()
     read = []
 
     def texts():
@@ -273,14 +273,14 @@ def test_read_texts_from_files_and_bad_lines(tmp_path):
     with pytest.raises(attnviz.ArgumentTypeError, match="item 1"):
         list(read_texts(["a", 3]))
     with pytest.raises(attnviz.InputError, match="no text"):
-        corpus_stats(attnviz.tiny_model("gpt2"), [], IdsTokenizer(), progress=False)
+        corpus_stats(attnviz.testing.tiny_model("gpt2"), [], IdsTokenizer(), progress=False)
     with pytest.raises(attnviz.InputError, match="batch_size"):
-        corpus_stats(attnviz.tiny_model("gpt2"), ["1 2"], IdsTokenizer(), batch_size=0)
+        corpus_stats(attnviz.testing.tiny_model("gpt2"), ["1 2"], IdsTokenizer(), batch_size=0)
 
 
 def test_device_map_auto_loads_through_accelerate_and_gives_the_same_numbers(tmp_path, bert_tokenizer):
     folder = tmp_path / "bert"
-    model = attnviz.tiny_model("bert", vocab_size=bert_tokenizer.vocab_size)
+    model = attnviz.testing.tiny_model("bert", vocab_size=bert_tokenizer.vocab_size)
     model.save_pretrained(folder)
     bert_tokenizer.save_pretrained(folder)
     texts = ["The cat sat on the mat.", "It was tired, so it slept.", "Dogs bark."]
@@ -304,7 +304,7 @@ def test_device_map_auto_loads_through_accelerate_and_gives_the_same_numbers(tmp
 
 def test_cli_stats_writes_csv_and_parquet_and_refuses_bad_paths(tmp_path, capsys, bert_tokenizer):
     folder = tmp_path / "bert"
-    attnviz.tiny_model("bert", vocab_size=bert_tokenizer.vocab_size).save_pretrained(folder)
+    attnviz.testing.tiny_model("bert", vocab_size=bert_tokenizer.vocab_size).save_pretrained(folder)
     bert_tokenizer.save_pretrained(folder)
     corpus = tmp_path / "c.txt"
     corpus.write_text("The cat sat on the mat.\nIt was tired.\n", encoding="utf-8")
@@ -377,7 +377,7 @@ def test_two_processes_give_the_one_process_numbers(launcher, minilm_corpus, tmp
 
 
 def test_an_interrupted_run_resumes_from_its_checkpoint_without_counting_a_text_twice(tmp_path):
-    model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model("gpt2"), IdsTokenizer()
     texts = _texts(POOL * 2 * 3 + 7, seed=5)  # three whole pools of batch_size 2, and a bit
     whole = corpus_stats(model, texts, tok, batch_size=2, progress=False)
     checkpoint = tmp_path / "run.ckpt"
@@ -401,7 +401,7 @@ def test_an_interrupted_run_resumes_from_its_checkpoint_without_counting_a_text_
 
 
 def test_texts_over_the_limit_are_cut_and_counted_or_refused():
-    model, tok = attnviz.tiny_model("gpt2"), IdsTokenizer()  # 64 positions
+    model, tok = attnviz.testing.tiny_model("gpt2"), IdsTokenizer()  # 64 positions
     texts = ["5 6 7 8", " ".join(["9"] * 100), "10 11 12"]
     df = corpus_stats(model, texts, tok, progress=False)
     assert df.attrs["truncated"] == 1 and set(df["tokens"]) == {4 + 64 + 3}

@@ -406,7 +406,9 @@ def bart_folder(tmp_path_factory, bert_tokenizer):
     """A tiny random BART that reads MiniLM's vocabulary, saved as a model folder (an encoder-decoder
     the page loads like any hub name)."""
     folder = tmp_path_factory.mktemp("models") / "tiny-bart"
-    model = attnviz.tiny_model("bart", vocab_size=bert_tokenizer.vocab_size, pad_token_id=0, decoder_start_token_id=102)
+    model = attnviz.testing.tiny_model(
+        "bart", vocab_size=bert_tokenizer.vocab_size, pad_token_id=0, decoder_start_token_id=102
+    )
     model.save_pretrained(folder)
     bert_tokenizer.save_pretrained(folder)
     return str(folder)

@@ -95,7 +95,7 @@ def test_coreference_test_it_knocks_the_pronoun_out_of_its_top_heads(dash_duo):
 
 
 def test_head_importance_runs_in_the_background_and_selects_a_head(dash_duo, model_folder, smol_tokenizer):
-    tiny = attnviz.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=64)
+    tiny = attnviz.testing.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=64)
     folder = model_folder("tiny-llama", tiny, smol_tokenizer)
     dash_duo.start_server(create_app({folder: "tiny Llama", **MODELS}, default_model=folder))
     wait_status(dash_duo, "2 layers × 4 heads")

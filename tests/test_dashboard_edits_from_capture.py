@@ -18,7 +18,7 @@ TEXT = "My cat is cute, and it loves to play."
 
 
 def test_apply_to_the_model_starts_from_the_pages_capture(model_folder, smol_tokenizer, monkeypatch, tmp_path):
-    tiny = attnviz.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=64)
+    tiny = attnviz.testing.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=64)
     folder = model_folder("tiny-llama", tiny, smol_tokenizer)
     app = create_app({folder: "tiny Llama"}, default_model=folder)
     run = next(key for key in app.callback_map if f"{ID.store}.data" in key)
@@ -77,7 +77,7 @@ def test_a_generation_run_tokenizes_the_prompt_once(model_folder, smol_tokenizer
     those tokens (tokenized=): the prompt is tokenized once, BOS included."""
     from attnviz.dashboard.captures import Captures
 
-    tiny = attnviz.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=64)
+    tiny = attnviz.testing.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=64)
     folder = model_folder("tiny-llama", tiny, smol_tokenizer)
     tokenizer = attnviz.load_model(folder)[1]
     calls = tokenizer_calls(tokenizer)

@@ -26,7 +26,9 @@ PROMPT = "The cat sat on the mat because"
 @pytest.fixture(scope="module")
 def tiny_llama(smol_tokenizer):
     """A tiny random Llama (64 positions) that reads SmolLM2's vocabulary: it generates in milliseconds."""
-    return attnviz.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=64), smol_tokenizer
+    return attnviz.testing.tiny_model(
+        "llama", vocab_size=len(smol_tokenizer), max_position_embeddings=64
+    ), smol_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +229,9 @@ def test_new_tokens_start_after_the_prompt_on_each_generated_axis(gen, tiny_llam
     one_forward = attnviz.capture(model, PROMPT, tokenizer)
     assert generation_of(one_forward) is None and new_start(one_forward) is None
     # an encoder-decoder: the decoder's tokens are generated (after its start token), the source is not
-    bart_model = attnviz.tiny_model("bart", vocab_size=tiny_bert_words[1].vocab_size, decoder_start_token_id=102)
+    bart_model = attnviz.testing.tiny_model(
+        "bart", vocab_size=tiny_bert_words[1].vocab_size, decoder_start_token_id=102
+    )
     bart = attnviz.generate(bart_model, "The cat sat.", tiny_bert_words[1], max_new_tokens=3).capture
     found = {p: (new_start(bart, p, axis="query"), new_start(bart, p, axis="key")) for p in bart.parts}
     assert found == {"encoder": (None, None), "decoder": (1, 1), "cross": (1, None)}

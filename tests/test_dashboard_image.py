@@ -22,7 +22,7 @@ def vit_folder(tmp_path):
     model, picture = bright_patch_vit(2, 1)
     folder = tmp_path / "tiny-vit"
     model.save_pretrained(folder)
-    attnviz.tiny_processor("vit").save_pretrained(folder)
+    attnviz.testing.tiny_processor("vit").save_pretrained(folder)
     path = tmp_path / "white-patch.png"
     Image.fromarray(picture).save(path)
     broken = tmp_path / "broken.png"
@@ -89,7 +89,7 @@ def test_an_uploaded_picture_is_drawn_under_its_attention_and_a_clicked_patch_be
     assert z[0, 3] > 0.49 and z[2, 1] > 0.49 and z.sum() > 0.999
     # a sample picture: the coffee cup, as the model read it (32×32) under the heat
     choose(dash_duo, f"#{IID.sample}", 1)
-    expected = attnviz.capture(attnviz.load_model(str(folder))[0], coffee(), attnviz.tiny_processor("vit"))
+    expected = attnviz.capture(attnviz.load_model(str(folder))[0], coffee(), attnviz.testing.tiny_processor("vit"))
     poll(lambda: np.array_equal(picture_shown(dash_duo), expected.image.pixels.numpy()), timeout=30)
     # a broken file is a message on the tab, and the page goes on
     dash_duo.find_element(f"#{IID.upload} input").send_keys(str(broken))

@@ -353,7 +353,7 @@ def test_compare_helpers_partner_and_a_head_b_lacks(tiny_bert_words):
     assert partner("It is too big.") is None and partner(None) is None
     model, tokenizer = tiny_bert_words
     a = attnviz.capture(model, BIG, tokenizer)
-    two_heads = attnviz.tiny_model(
+    two_heads = attnviz.testing.tiny_model(
         "bert", attn_implementation="eager", vocab_size=tokenizer.vocab_size, num_attention_heads=2
     )
     b = attnviz.capture(two_heads, SMALL, tokenizer)

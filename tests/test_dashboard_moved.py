@@ -101,7 +101,7 @@ def test_the_model_view_shows_what_moves_on_its_own_scale(dash_duo, cat_capture)
 # ---------------------------------------------------------------- the long-text helpers, without a browser
 @pytest.fixture(scope="module")
 def long_cap():
-    model = attnviz.tiny_model("llama", max_position_embeddings=1024)
+    model = attnviz.testing.tiny_model("llama", max_position_embeddings=1024)
     ids = torch.randint(3, model.config.vocab_size, (1, 600), generator=torch.Generator().manual_seed(1))
     return attnviz.capture(model, input_ids=ids)
 

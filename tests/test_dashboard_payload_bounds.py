@@ -38,7 +38,7 @@ TAB_TIMEOUT = 600.0  # the heavy views at 2,000 tokens take a minute or two each
 @pytest.fixture(scope="module")
 def smol_llama(smol_tokenizer):
     """A tiny random Llama reading SmolLM2's vocabulary (4,096 positions, d_head 64): long texts in seconds."""
-    model = attnviz.tiny_model(
+    model = attnviz.testing.tiny_model(
         "llama",
         vocab_size=len(smol_tokenizer),
         max_position_embeddings=4096,

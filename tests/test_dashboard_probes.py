@@ -371,7 +371,9 @@ def test_a_probe_row_opens_its_text_in_the_lab_at_its_pronoun_and_head(tmp_path,
 def test_a_probe_scored_on_a_decoder_opens_with_its_text_as_the_target(tmp_path, model_folder, bert_tokenizer):
     """An encoder-decoder's decoder read each probe as the target (the evaluator's part="decoder"): the Lab
     opens on that part, at the pronoun's token of the target."""
-    bart = attnviz.tiny_model("bart", vocab_size=bert_tokenizer.vocab_size, pad_token_id=0, decoder_start_token_id=102)
+    bart = attnviz.testing.tiny_model(
+        "bart", vocab_size=bert_tokenizer.vocab_size, pad_token_id=0, decoder_start_token_id=102
+    )
     folder = model_folder("tiny-bart", bart, bert_tokenizer)
     app = probe_app({folder: "tiny BART"}, tmp_path)
     result = hand_result(3)

@@ -21,9 +21,8 @@ from skimage.data import chelsea
 from test_dashboard import choose, no_console_errors, open_tab, poll, wait_status
 
 import attnviz
-from attnviz.workflows.capture.joint import tiny_joint
+from attnviz.testing import tiny_joint, tiny_vlm
 from attnviz.workflows.capture.models import embedded_source
-from attnviz.workflows.capture.vlm import tiny_vlm
 
 TOL = 1e-6  # the page draws float32 weights; a neighbouring token's row differs by ~1e-3 in these models
 

@@ -83,7 +83,7 @@ def test_the_site_builds_strict_and_offline_with_its_reference_and_measured_numb
     for page in site.rglob("*.html"):
         html = page.read_text(encoding="utf-8")
         # every marker the hook fills was filled (the sweep's <!-- attnviz:sweep --> lines only frame what
-        # `python -m attnviz.workflows.sweep --write` wrote between them, and stay)
+        # `python -m attnviz.testing.sweep --write` wrote between them, and stay)
         assert "<!-- attnviz:cli -->" not in html and "<!-- attnviz:concepts -->" not in html, page
         assert not re.search(r":(func|class|meth|mod):<code>", html), page  # Sphinx roles read as code
         assert "fonts.googleapis" not in html and "fonts.gstatic" not in html, page

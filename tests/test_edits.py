@@ -20,7 +20,7 @@ TOK = IdsTokenizer()
 
 
 def _run(family, edit_list, impl="sdpa", **kw):
-    model = attnviz.tiny_model(family, attn_implementation=impl)
+    model = attnviz.testing.tiny_model(family, attn_implementation=impl)
     if model.config.is_encoder_decoder:
         kw.setdefault("target", "3 4 5 6 7 8")
     return model, attnviz.intervene(model, TEXT, edit_list, TOK, **kw)
@@ -127,7 +127,7 @@ def test_uniform_and_patch_replace_the_pattern():
 
     with pytest.raises(InputError, match="same length"):
         attnviz.intervene(model, TEXT + " 4", [edits.patch(source=source, layer=1, head=0)], TOK)
-    other_model = attnviz.capture(attnviz.tiny_model("gpt2"), OTHER, TOK)
+    other_model = attnviz.capture(attnviz.testing.tiny_model("gpt2"), OTHER, TOK)
     with pytest.raises(InputError, match="one model"):
         attnviz.intervene(model, TEXT, [edits.patch(source=other_model, layer=1, head=0)], TOK)
 
@@ -246,7 +246,7 @@ def test_ablating_a_head_of_the_newer_encoders_equals_zeroing_its_slice_by_hand(
 
 
 def test_bad_edits_are_refused_with_what_to_do():
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
     for edit, error, words in [
         (edits.knockout(layer=9, key=1), OutOfRangeError, "layers 0..1"),
         (edits.knockout(layer=0, head=7, key=1), OutOfRangeError, "heads 0..3"),
@@ -257,21 +257,21 @@ def test_bad_edits_are_refused_with_what_to_do():
         with pytest.raises(error, match=words):
             attnviz.intervene(model, TEXT, [edit], TOK)
     with pytest.raises(InputError, match="not causal"):
-        attnviz.intervene(attnviz.tiny_model("bert"), TEXT, [edits.no_causal_mask()], TOK)
+        attnviz.intervene(attnviz.testing.tiny_model("bert"), TEXT, [edits.no_causal_mask()], TOK)
     with pytest.raises(InputError, match="at least one edit"):
         attnviz.intervene(model, TEXT, [], TOK)
     with pytest.raises(InputError, match="'zero' or 'mean'"):
         edits.ablate(how="half")
     with pytest.raises(InputError, match="> 0"):
         edits.temperature(0)
-    bloom = attnviz.tiny_model("bloom", **BLOOM_SLOW)  # refused (inline edits: test_edits_inline.py)
+    bloom = attnviz.testing.tiny_model("bloom", **BLOOM_SLOW)  # refused (inline edits: test_edits_inline.py)
     with pytest.raises(UnsupportedModelError, match="slow_but_exact=True bypasses"):
         attnviz.intervene(bloom, TEXT, [edits.ablate(layer=0)], TOK)
     assert installed_backends() == {} and listeners() == ()
 
 
 def test_the_model_is_unmodified_afterwards_also_when_forward_raises():
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
     ids = torch.tensor([[11, 5, 7, 9]])
     with torch.no_grad():
         reference = model(ids).logits
@@ -295,7 +295,7 @@ def test_the_model_is_unmodified_afterwards_also_when_forward_raises():
 
 
 def test_head_importance_equals_ablating_each_head_alone():
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
     seen = []
     df = attnviz.head_importance(
         model, TEXT, 40, TOK, batch_size=3, progress=False, on_progress=lambda done, total: seen.append((done, total))
@@ -314,7 +314,7 @@ def test_head_importance_equals_ablating_each_head_alone():
         alone = attnviz.intervene(model, TEXT, [edits.ablate(layer=1, head=row.head)], TOK)
         assert row.logprob_drop == pytest.approx(-alone.delta_logprob([40, 41]), abs=1e-5)
     with pytest.raises(InputError, match="no language-model head"):
-        attnviz.head_importance(attnviz.tiny_model("bert"), TEXT, 5, TOK, progress=False)
+        attnviz.head_importance(attnviz.testing.tiny_model("bert"), TEXT, 5, TOK, progress=False)
 
 
 def test_figures_of_an_intervention_and_of_head_importance():

@@ -39,7 +39,7 @@ def _same_attention(a: attnviz.Capture, b: attnviz.Capture) -> None:
     [("llama", "decoder"), ("gpt2", "decoder"), ("bert", "encoder"), ("t5", "decoder"), ("bart", "cross")],
 )
 def test_an_intervention_from_a_capture_equals_the_one_from_its_text_and_tokenizes_nothing(family, part):
-    model = attnviz.tiny_model(family, attn_implementation="sdpa")
+    model = attnviz.testing.tiny_model(family, attn_implementation="sdpa")
     kw = {"target": TARGET} if model.config.is_encoder_decoder else {}
     chosen = [edits.knockout(layer=1, head=0, query=5, key=[2, 3], part=part), edits.temperature(2.0, layer=0)]
     tok = CountingTokenizer()
@@ -69,7 +69,7 @@ def test_an_intervention_from_a_capture_equals_the_one_from_its_text_and_tokeniz
 
 
 def test_a_capture_of_some_layers_or_read_back_from_its_file_is_a_before_too(tmp_path):
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
     tok = CountingTokenizer()
     chosen = [edits.knockout(layer=1, key="7")]  # a word of the text: planned on the capture's own words
     from_text = attnviz.intervene(model, TEXT, chosen, tok)
@@ -85,7 +85,7 @@ def test_a_capture_of_some_layers_or_read_back_from_its_file_is_a_before_too(tmp
 
 
 def test_head_importance_from_a_capture_equals_the_one_from_its_text():
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
     tok = CountingTokenizer()
     from_text = attnviz.head_importance(model, TEXT, [40, 41], tok, batch_size=3, progress=False)
     cap = attnviz.capture(model, TEXT, tok)
@@ -93,7 +93,7 @@ def test_head_importance_from_a_capture_equals_the_one_from_its_text():
     from_capture = attnviz.head_importance(model, cap, [40, 41], tok, batch_size=3, progress=False)
     assert tok.texts == []
     assert from_capture.equals(from_text) and from_capture.attrs == from_text.attrs
-    t5 = attnviz.tiny_model("t5")
+    t5 = attnviz.testing.tiny_model("t5")
     seq2seq = attnviz.capture(t5, TEXT, tok, target=TARGET)
     expected = attnviz.head_importance(t5, TEXT, 9, tok, decoder_text=TARGET, progress=False)
     assert attnviz.head_importance(t5, seq2seq, 9, tok, progress=False).equals(expected)
@@ -101,24 +101,24 @@ def test_head_importance_from_a_capture_equals_the_one_from_its_text():
 
 def test_a_capture_of_another_model_or_of_a_generation_is_refused_with_what_to_do():
     tok = IdsTokenizer()
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
     cap = attnviz.capture(model, TEXT, tok)
     knock = [edits.knockout(layer=1, key=2)]
     fix = "pass the model that made the capture (in the dtype it ran in), or the text, to capture it with this one"
     with pytest.raises(attnviz.CaptureMismatchError) as err:  # the same architecture, other weights
-        attnviz.intervene(attnviz.tiny_model("llama", seed=1), cap, knock, tok)
+        attnviz.intervene(attnviz.testing.tiny_model("llama", seed=1), cap, knock, tok)
     assert str(err.value).startswith(
         "this capture was not made by this model from these tokens: at decoder layer 1 this model computes "
         "other numbers (max |Δ| "
     ) and str(err.value).endswith(f"tolerance 1e-04; captured by 'LlamaForCausalLM' in float32); {fix}")
     with pytest.raises(attnviz.CaptureMismatchError) as err:
-        attnviz.head_importance(attnviz.tiny_model("gpt2"), cap, 5, tok, progress=False)
+        attnviz.head_importance(attnviz.testing.tiny_model("gpt2"), cap, 5, tok, progress=False)
     assert str(err.value) == (
         "this capture was made by 'LlamaForCausalLM' (LlamaForCausalLM, llama), not by this GPT2LMHeadModel "
         f"(gpt2); {fix}: head_importance(model, cap.text, …)"
     )
     with pytest.raises(attnviz.CaptureMismatchError) as err:
-        attnviz.intervene(attnviz.tiny_model("llama").to(torch.bfloat16), cap, knock, tok)
+        attnviz.intervene(attnviz.testing.tiny_model("llama").to(torch.bfloat16), cap, knock, tok)
     assert str(err.value) == f"this capture's dtype (float32) is not this model's (bfloat16); {fix}"
     generation = attnviz.generate(model, TEXT, tok, max_new_tokens=2).capture
     with pytest.raises(attnviz.CaptureMismatchError) as err:
@@ -140,7 +140,7 @@ def test_a_capture_of_another_model_or_of_a_generation_is_refused_with_what_to_d
 
 
 def test_generate_reads_the_prompts_tokens_as_given():
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
     tok = CountingTokenizer()
     expected = attnviz.generate(model, TEXT, tok, max_new_tokens=4)
     encoded = tokenize(tok, [TEXT], None, None, "llama", False, what="prompt")

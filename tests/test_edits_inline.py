@@ -23,8 +23,9 @@ from attnviz import edits
 from attnviz.edits import LayerPlan, editing
 from attnviz.engine.hooks import hooked_models
 from attnviz.engine.listeners import listeners
-from attnviz.engine.specs import PROJECTION_SPECS, falcon_passes_alibi
 from attnviz.errors import UnsupportedModelError
+from attnviz.families import PROJECTION_SPECS
+from attnviz.families.falcon import falcon_passes_alibi
 from attnviz.workflows.capture.models import IdsTokenizer
 
 TEXT = "11 5 7 9 13 21 8 30"
@@ -36,7 +37,7 @@ _MODELS: dict[str, torch.nn.Module] = {}
 
 def model_of(family: str) -> torch.nn.Module:
     if family not in _MODELS:
-        _MODELS[family] = attnviz.tiny_model(family, attn_implementation="eager")
+        _MODELS[family] = attnviz.testing.tiny_model(family, attn_implementation="eager")
     return _MODELS[family]
 
 
@@ -141,7 +142,7 @@ def test_falcon_multi_query_on_either_backend_opens_its_causal_mask_with_its_own
     """Falcon's sdpa path carries ALiBi once, in its mask; before transformers 5.25 eager adds it to
     the scores as well (from 5.25 it too has it in the mask only, recorded as the bias). The keys
     no_causal_mask opens get what that backend adds to every key; one key/value head (multi-query)."""
-    model = attnviz.tiny_model("falcon_alibi", attn_implementation=impl, multi_query=True)
+    model = attnviz.testing.tiny_model("falcon_alibi", attn_implementation=impl, multi_query=True)
     out = attnviz.intervene(model, TEXT, [edits.no_causal_mask(layer=0, head=1)], TOK)
     before = out.capture_before
     folded = impl == "sdpa" and falcon_passes_alibi()  # < 5.25's sdpa: ALiBi left in the recorded mask
@@ -341,7 +342,7 @@ def test_an_edit_outside_its_context_changes_nothing():
 
 
 def test_a_configuration_the_hooks_cannot_read_is_refused_with_why():
-    bloom = attnviz.tiny_model("bloom", attn_implementation="eager", **BLOOM_SLOW)
+    bloom = attnviz.testing.tiny_model("bloom", attn_implementation="eager", **BLOOM_SLOW)
     with pytest.raises(UnsupportedModelError, match="slow_but_exact=True bypasses its output projection"):
         with editing(bloom, {}):
             pass

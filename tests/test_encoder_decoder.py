@@ -14,7 +14,7 @@ TARGET = "Le chat était assis parce qu'il était fatigué."
 @pytest.fixture(scope="module")
 def bart(bert_tokenizer):
     """A tiny random BART that reads MiniLM's WordPiece vocabulary: real text, real shifts."""
-    model = attnviz.tiny_model(
+    model = attnviz.testing.tiny_model(
         "bart",
         attn_implementation="sdpa",
         vocab_size=bert_tokenizer.vocab_size,
@@ -36,7 +36,7 @@ def test_target_is_shifted_right_as_the_model_does_with_labels(bart, cap):
     assert cap.target.token_ids == [102] + labels[:-1]  # decoder start, then the labels but the last
     assert cap.target_tokens[:4] == ["[SEP]", "[CLS]", "le", "chat"]
     assert cap.target.word_labels[:4] == ["[SEP]", "[CLS]", "Le", "chat"] and cap.target_text == TARGET
-    eager = attnviz.tiny_model(
+    eager = attnviz.testing.tiny_model(
         "bart", attn_implementation="eager", vocab_size=tok.vocab_size, pad_token_id=0, decoder_start_token_id=102
     )
     with torch.no_grad():
@@ -84,7 +84,7 @@ def test_without_a_target_the_decoder_reads_its_start_token(bart):
         attnviz.capture(model, SOURCE, tok, target=TARGET, decoder_input_ids=torch.tensor([[1]]))
     with pytest.raises(attnviz.InputError, match="2 targets for 1 texts"):
         attnviz.capture(model, [SOURCE], tok, target=[TARGET, TARGET])
-    gpt2 = attnviz.tiny_model("gpt2", vocab_size=tok.vocab_size)
+    gpt2 = attnviz.testing.tiny_model("gpt2", vocab_size=tok.vocab_size)
     with pytest.raises(attnviz.InputError, match="is not an encoder-decoder model: it reads one text"):
         attnviz.capture(gpt2, SOURCE, tok, target=TARGET)
 
@@ -114,7 +114,7 @@ def test_analyses_read_one_self_attention_part(cap):
 
 
 def test_save_and_load_keep_parts_target_and_shared_tensors(tmp_path):
-    model = attnviz.tiny_model("t5")
+    model = attnviz.testing.tiny_model("t5")
     cap = attnviz.capture(model, input_ids=torch.randint(3, 120, (1, 30)), decoder_input_ids=torch.arange(3, 13)[None])
     back = attnviz.load(cap.save(tmp_path / "t5.attnviz"))
     assert back.parts == cap.parts and back.target.token_ids == cap.target.token_ids

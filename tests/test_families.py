@@ -1,6 +1,6 @@
 """Every family in the support table, captured and compared with its own eager attention.
 
-The support table (docs/guides/capture.md) is generated from ``attnviz.engine.specs.FAMILIES``; these tests are what makes each
+The support table (docs/guides/capture.md) is generated from ``attnviz.families.FAMILIES``; these tests are what makes each
 row true: a family marked as supported is built (tiny, random weights), captured on each backend
 the table names, and every part and layer is compared with the eager model's own
 ``output_attentions`` (``encoder_attentions``, ``decoder_attentions``, ``cross_attentions``).
@@ -14,7 +14,9 @@ import torch
 from conftest import BLOOM_SLOW
 
 import attnviz
-from attnviz.engine.specs import FAMILIES, falcon_passes_alibi, support_table
+from attnviz.engine.specs import support_table
+from attnviz.families import FAMILIES
+from attnviz.families.falcon import falcon_passes_alibi
 from attnviz.workflows.capture.models import IdsTokenizer
 
 SUPPORTED = [(f.tiny, backend) for f in FAMILIES if f.how != "refused" for backend in f.backends]
@@ -85,7 +87,7 @@ def unblocked(blocked, block):  # [batch, blocks, head, L, 3L] -> [batch, head, 
 
 def reference(family, caps, **overrides) -> dict[str, tuple]:
     """The eager model's own attentions on the captures' ids, padded and masked."""
-    eager = attnviz.tiny_model(family, attn_implementation="eager", **overrides)
+    eager = attnviz.testing.tiny_model(family, attn_implementation="eager", **overrides)
     ids, mask = padded([c.token_ids for c in caps])
     kwargs = {"input_ids": ids, "attention_mask": mask}
     if eager.config.is_encoder_decoder:
@@ -106,7 +108,7 @@ def test_every_part_matches_its_own_eager_attention_in_a_padded_batch(family, ba
     """One batched, padded forward; each capture holds only its text (parts, layers, lengths), owns
     its rows, and equals the eager model's weights on the real tokens — a test that fails when the
     padding, the part labels or the target shift go wrong."""
-    model = attnviz.tiny_model(family, attn_implementation=backend)
+    model = attnviz.testing.tiny_model(family, attn_implementation=backend)
     tok = IdsTokenizer()
     sources = texts([11, 8], seed=1)
     targets = texts([7, 5], seed=2) if model.config.is_encoder_decoder else None
@@ -140,7 +142,7 @@ def test_every_part_matches_its_own_eager_attention_in_a_padded_batch(family, ba
 def test_position_biases_and_sinks_are_needed_and_checked(family):
     """Leave the bias (or the sinks) out of the recomputation and validation fails: the term matters,
     and a capture that lost it could not pass its own check."""
-    cap = attnviz.capture(attnviz.tiny_model(family, attn_implementation="eager"), **_src_only(family))
+    cap = attnviz.capture(attnviz.testing.tiny_model(family, attn_implementation="eager"), **_src_only(family))
     part = "encoder" if "encoder" in cap.parts else "decoder"
     rec = cap.layer(0, part)
     assert rec.bias is not None or rec.relative_bias is not None or rec.sinks is not None
@@ -159,7 +161,7 @@ def _src_only(family):
 
 
 def test_t5_relative_bias_is_stored_once_per_stack_as_one_row_per_head():
-    model = attnviz.tiny_model("t5", attn_implementation="sdpa")
+    model = attnviz.testing.tiny_model("t5", attn_implementation="sdpa")
     cap = attnviz.capture(model, input_ids=torch.randint(3, 120, (1, 40)), decoder_input_ids=torch.arange(3, 23)[None])
     enc = [cap.layer(layer, "encoder") for layer in range(2)]
     assert enc[0].relative_bias.shape == (4, 79) and enc[0].bias is None  # [head, 2n - 1], not [head, n, n]
@@ -171,14 +173,16 @@ def test_t5_relative_bias_is_stored_once_per_stack_as_one_row_per_head():
 
 
 def test_gpt_oss_sinks_take_a_share_of_each_row():
-    model = attnviz.tiny_model("gpt_oss", attn_implementation="eager")
+    model = attnviz.testing.tiny_model("gpt_oss", attn_implementation="eager")
     cap = attnviz.capture(model, input_ids=torch.randint(3, 120, (1, 9)))
     share = cap.sink_share(0, 2)
     row_sums = cap.attention(0, 2).sum(-1)
     assert share.shape == (9,) and bool((share > 0).all())
     torch.testing.assert_close(share + row_sums, torch.ones(9))
     assert cap.sink_share(0, 2, part="decoder") is not None
-    assert attnviz.capture(attnviz.tiny_model("llama"), input_ids=torch.arange(3, 9)[None]).sink_share(0) is None
+    assert (
+        attnviz.capture(attnviz.testing.tiny_model("llama"), input_ids=torch.arange(3, 9)[None]).sink_share(0) is None
+    )
 
 
 DEBERTA_LAYOUTS = {
@@ -195,7 +199,7 @@ def test_deberta_layouts_match_their_own_eager_attention_in_a_padded_batch(layou
     equal the model's own weights at every layer within 5e-7, in a padded batch long enough that the
     relative distances reach past the buckets (40 tokens, 8 buckets) and get clamped."""
     overrides = DEBERTA_LAYOUTS[layout]
-    model = attnviz.tiny_model("deberta_v2", **overrides)
+    model = attnviz.testing.tiny_model("deberta_v2", **overrides)
     caps = attnviz.capture(model, texts([40, 23], seed=3), IdsTokenizer())
     (refs,) = reference("deberta_v2", caps, **overrides).values()
     f = 1 + len(model.config.pos_att_type or []) if model.config.relative_attention else 1
@@ -213,7 +217,7 @@ def test_deberta_v1_with_its_q_and_v_biases_matches_its_own_eager_attention():
     """DeBERTa (v1): the fused in_proj split per head, q_bias and v_bias added after it (random here:
     they start at zero), Q divided before Q·Kᵀ and the relative terms on that Q — every layer within
     5e-7 of the model's own weights in a padded batch, and A·V proved against its own output."""
-    model = attnviz.tiny_model("deberta")
+    model = attnviz.testing.tiny_model("deberta")
     g = torch.Generator().manual_seed(6)
     with torch.no_grad():
         for layer in model.encoder.layer:
@@ -237,7 +241,7 @@ def test_albert_keys_each_call_of_its_shared_module_by_its_index_in_the_forward(
     attention — and the output projection, shared too, is proved per layer."""
     shape = dict(num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2)
     for backend in ("eager", "sdpa"):
-        model = attnviz.tiny_model("albert", attn_implementation=backend, **shape)
+        model = attnviz.testing.tiny_model("albert", attn_implementation=backend, **shape)
         caps = attnviz.capture(model, texts([11, 8], seed=1), IdsTokenizer())
         (refs,) = reference("albert", caps, **shape).values()
         assert len(refs) == 8 and caps[0].layer_indices("encoder") == list(range(8))
@@ -264,7 +268,7 @@ def test_longt5_local_blocks_drawn_dense_keep_each_token_to_its_radius():
     """LongT5's encoder: each token sees the keys at most local_radius away (blocks of radius + 1,
     drawn over the whole text), with the relative bias of its blocks — and its transient-global
     variant, whose keys include per-block aggregates, is refused with why."""
-    model = attnviz.tiny_model("longt5")
+    model = attnviz.testing.tiny_model("longt5")
     cap = attnviz.capture(model, texts([13], seed=4)[0], IdsTokenizer(), target=texts([4], seed=5)[0])
     radius = model.config.local_radius
     i, j = torch.arange(13)[:, None], torch.arange(13)[None, :]
@@ -273,7 +277,7 @@ def test_longt5_local_blocks_drawn_dense_keep_each_token_to_its_radius():
         assert bool((weights[:, (i - j).abs() > radius] == 0).all())
         assert bool((weights[:, (i - j).abs() <= radius] > 0).all())
         assert cap.layer(layer, "encoder").bias is not None or cap.layer(layer, "encoder").relative_bias is not None
-    glob = attnviz.tiny_model("longt5", encoder_attention_type="transient-global")
+    glob = attnviz.testing.tiny_model("longt5", encoder_attention_type="transient-global")
     with pytest.raises(attnviz.UnsupportedModelError, match="transient-global attention: its encoder's keys"):
         attnviz.capture(glob, input_ids=torch.arange(3, 9)[None], decoder_input_ids=torch.arange(3, 6)[None])
 
@@ -281,7 +285,7 @@ def test_longt5_local_blocks_drawn_dense_keep_each_token_to_its_radius():
 def test_a_module_that_runs_twice_in_a_family_without_shared_layers_is_refused():
     """Only the families of ``SHARED_LAYERS`` number a module's calls by their order: a BERT whose one
     layer runs twice would otherwise hold two layers under one name — refused, with why."""
-    model = attnviz.tiny_model("bert")
+    model = attnviz.testing.tiny_model("bert")
     model.encoder.layer = torch.nn.ModuleList([model.encoder.layer[0]] * 2)
     with pytest.raises(attnviz.UnsupportedModelError, match="ran its attention twice encoder layer 0 in one forward"):
         attnviz.capture(model, input_ids=torch.arange(3, 9)[None])
@@ -290,7 +294,7 @@ def test_a_module_that_runs_twice_in_a_family_without_shared_layers_is_refused()
 @pytest.mark.parametrize("what", REFUSED)
 def test_families_attnviz_cannot_reproduce_are_refused_before_running(what):
     family, overrides, needle = REFUSED[what]
-    model = attnviz.tiny_model(family, attn_implementation="eager", **overrides)
+    model = attnviz.testing.tiny_model(family, attn_implementation="eager", **overrides)
     kwargs = {"input_ids": torch.arange(3, 9)[None]}
     if model.config.is_encoder_decoder:
         kwargs["decoder_input_ids"] = torch.arange(3, 6)[None]
@@ -303,7 +307,7 @@ def test_the_docs_support_table_is_the_one_the_tests_check():
     assert support_table() in page
     tested = {f.tiny for f in FAMILIES if f.how != "refused"}
     assert tested == {family for family, _ in SUPPORTED}
-    assert all(f.tiny in attnviz.tiny_families() for f in FAMILIES if f.tiny)
+    assert all(f.tiny in attnviz.testing.tiny_families() for f in FAMILIES if f.tiny)
 
 
 def test_falcon_on_sdpa_shows_its_own_kernels_numbers():
@@ -311,8 +315,8 @@ def test_falcon_on_sdpa_shows_its_own_kernels_numbers():
     path adds it twice; from 5.25 both add it once, inside the mask, and attnviz records it as the
     bias. attnviz reproduces each backend's own computation, checked against that kernel's output."""
     ids = torch.randint(3, 120, (1, 10), generator=torch.Generator().manual_seed(5))
-    sdpa = attnviz.capture(attnviz.tiny_model("falcon_alibi", attn_implementation="sdpa"), input_ids=ids)
-    eager = attnviz.capture(attnviz.tiny_model("falcon_alibi", attn_implementation="eager"), input_ids=ids)
+    sdpa = attnviz.capture(attnviz.testing.tiny_model("falcon_alibi", attn_implementation="sdpa"), input_ids=ids)
+    eager = attnviz.capture(attnviz.testing.tiny_model("falcon_alibi", attn_implementation="eager"), input_ids=ids)
     assert sdpa.validate().passed and eager.validate().passed
     assert eager.layer(0).bias is not None
     gap = (sdpa.attention(0) - eager.attention(0)).abs().max()
@@ -333,8 +337,8 @@ NEW_ALIBI = {"new_decoder_architecture": True, "num_kv_heads": 2, "parallel_attn
 def test_falcon_new_decoder_architecture_with_alibi_from_transformers_5_25(backend):
     """From 5.25 Falcon's ALiBi reaches every layout inside the mask: the new decoder architecture
     (q/k/v fused per key/value group) with ALiBi matches the model's own eager weights, padded."""
-    model = attnviz.tiny_model("falcon_alibi", attn_implementation=backend, **NEW_ALIBI)
-    reference = attnviz.tiny_model("falcon_alibi", attn_implementation="eager", **NEW_ALIBI)
+    model = attnviz.testing.tiny_model("falcon_alibi", attn_implementation=backend, **NEW_ALIBI)
+    reference = attnviz.testing.tiny_model("falcon_alibi", attn_implementation="eager", **NEW_ALIBI)
     reference.load_state_dict(model.state_dict())
     caps = attnviz.capture(model, texts([11, 8], seed=3), IdsTokenizer())
     ids, mask = padded([c.token_ids for c in caps])

@@ -35,7 +35,7 @@ def test_an_image_figure_names_the_face():
     from PIL import Image
 
     picture = Image.new("RGB", (32, 32), (200, 30, 30))
-    cap = attnviz.capture(attnviz.tiny_model("vit"), picture, attnviz.tiny_processor("vit"))
+    cap = attnviz.capture(attnviz.testing.tiny_model("vit"), picture, attnviz.testing.tiny_processor("vit"))
     for fig in (
         attnviz.figures.image_attention(cap, 0, head=0),
         attnviz.figures.image_heads(cap, 0),

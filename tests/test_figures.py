@@ -22,7 +22,7 @@ def bert_cap(tiny_bert_words):
 
 @pytest.fixture(scope="module")
 def decoder_cap():
-    return attnviz.capture(attnviz.tiny_model("llama"), input_ids=torch.arange(3, 13)[None])
+    return attnviz.capture(attnviz.testing.tiny_model("llama"), input_ids=torch.arange(3, 13)[None])
 
 
 def test_heatmap_holds_the_weights_and_leaves_the_causal_triangle_empty(decoder_cap):
@@ -66,7 +66,7 @@ def test_head_view_at_length_draws_the_strongest_lines_and_thins_labels():
     independently from the weights), a query range draws only its rows, labels are thinned and
     complete on hover."""
     cap = attnviz.capture(
-        attnviz.tiny_model("llama", max_position_embeddings=512),
+        attnviz.testing.tiny_model("llama", max_position_embeddings=512),
         input_ids=torch.randint(3, 120, (1, 300), generator=torch.Generator().manual_seed(3)),
     )
     w = cap.attention(1, 2)

@@ -59,7 +59,7 @@ def heat(fig, trace: int = 0) -> np.ndarray:
 # ---------------------------------------------------------------- captures
 @pytest.fixture(scope="module")
 def llama():
-    return attnviz.tiny_model("llama")
+    return attnviz.testing.tiny_model("llama")
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def bert_cap(tiny_bert_words):
 
 @pytest.fixture(scope="module")
 def long_llama():
-    return attnviz.tiny_model("llama", max_position_embeddings=1024)
+    return attnviz.testing.tiny_model("llama", max_position_embeddings=1024)
 
 
 @pytest.fixture(scope="module")

@@ -62,7 +62,7 @@ def umask():
 
 @pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o002, 0o664), (0o077, 0o600)])
 def test_a_capture_file_gets_the_users_normal_permissions(tmp_path, umask, mask, mode):
-    cap = attnviz.capture(attnviz.tiny_model("gpt2"), "1 2 3", IdsTokenizer())
+    cap = attnviz.capture(attnviz.testing.tiny_model("gpt2"), "1 2 3", IdsTokenizer())
     umask(mask)
     path = cap.save(tmp_path / "cap.attnviz")
     assert stat.S_IMODE(path.stat().st_mode) == mode  # safetensors alone writes 0600
@@ -73,7 +73,7 @@ def test_a_capture_file_gets_the_users_normal_permissions(tmp_path, umask, mask,
 
 
 def test_a_failed_save_leaves_no_empty_file(tmp_path, monkeypatch):
-    cap = attnviz.capture(attnviz.tiny_model("gpt2"), "1 2 3", IdsTokenizer())
+    cap = attnviz.capture(attnviz.testing.tiny_model("gpt2"), "1 2 3", IdsTokenizer())
 
     def disk_full(*args, **kwargs):
         raise OSError(28, "No space left on device")

@@ -12,7 +12,7 @@ from test_load_vlm import eager_outputs
 
 import attnviz
 from attnviz import figures
-from attnviz.workflows.capture.vlm import tiny_vlm
+from attnviz.testing import tiny_vlm
 
 PROMPT = "USER: <image> What is in the picture? ASSISTANT:"
 N_NEW = 4
@@ -114,7 +114,7 @@ def test_bad_pictures_say_what_to_do(vlm):
     with pytest.raises(attnviz.InputError, match="the prompt has '<image>' but no picture: pass it"):
         attnviz.generate(model, PROMPT, processor.tokenizer, max_new_tokens=2)
     with pytest.raises(attnviz.InputError, match="reads no pictures while it generates"):
-        attnviz.generate(attnviz.tiny_model("llama"), "1 2 3", image=chelsea(), max_new_tokens=2)
+        attnviz.generate(attnviz.testing.tiny_model("llama"), "1 2 3", image=chelsea(), max_new_tokens=2)
     # the text alone generates as any decoder's
     text_only = attnviz.generate(model, "USER: hello ASSISTANT:", processor.tokenizer, max_new_tokens=2)
     assert text_only.capture.parts == ("decoder",)

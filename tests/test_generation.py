@@ -52,7 +52,7 @@ def _plain(model, prompt_ids, kwargs):
     "family,backend,kwargs", CASES, ids=[f"{f}-{b}-{'-'.join(k) or 'greedy'}" for f, b, k in CASES]
 )
 def test_generation_equals_plain_generate_a_prefill_and_the_eager_weights(family, backend, kwargs):
-    model = attnviz.tiny_model(family, attn_implementation=backend)
+    model = attnviz.testing.tiny_model(family, attn_implementation=backend)
     tok = IdsTokenizer()
     gen = attnviz.generate(model, PROMPT, tok, max_new_tokens=N_NEW, check="full", **kwargs)
     cap = gen.capture
@@ -97,7 +97,7 @@ def test_every_generated_row_is_proved_against_the_kernel_of_its_step(monkeypatc
         kwargs["window"] = None
         return original(self, *args, **kwargs)
 
-    model = attnviz.tiny_model("mistral", attn_implementation="eager")
+    model = attnviz.testing.tiny_model("mistral", attn_implementation="eager")
     monkeypatch.setattr(taps.Recorder, "add", forgetful)
     with pytest.raises(attnviz.ValidationError) as err:
         attnviz.generate(model, PROMPT, IdsTokenizer(), max_new_tokens=3)
@@ -110,7 +110,7 @@ def test_every_generated_row_is_proved_against_the_kernel_of_its_step(monkeypatc
 def test_a_generated_row_is_the_one_computed_at_its_step():
     """The row of new token i is recorded when the model reads it: change its stored key after the
     fact and that step's output no longer matches (validation sees every step)."""
-    gen = attnviz.generate(attnviz.tiny_model("llama"), PROMPT, IdsTokenizer(), max_new_tokens=4)
+    gen = attnviz.generate(attnviz.testing.tiny_model("llama"), PROMPT, IdsTokenizer(), max_new_tokens=4)
     rec = gen.capture.layer(1)
     pos = gen.prompt_length + 2
     rec.k[:, pos] += 1.0
@@ -120,7 +120,7 @@ def test_a_generated_row_is_the_one_computed_at_its_step():
 
 
 def test_step_api_rows_top_keys_and_the_row_that_chose_the_token():
-    model = attnviz.tiny_model("gpt2")
+    model = attnviz.testing.tiny_model("gpt2")
     gen = attnviz.generate(model, PROMPT, IdsTokenizer(), max_new_tokens=5)
     cap = gen.capture
     step = gen.step(2)
@@ -143,19 +143,19 @@ def test_step_api_rows_top_keys_and_the_row_that_chose_the_token():
 
 
 def test_a_saved_generation_loads_back_as_a_generation(tmp_path):
-    gen = attnviz.generate(attnviz.tiny_model("qwen2"), PROMPT, IdsTokenizer(), max_new_tokens=3)
+    gen = attnviz.generate(attnviz.testing.tiny_model("qwen2"), PROMPT, IdsTokenizer(), max_new_tokens=3)
     path = gen.save(tmp_path / "gen.attnviz")
     again = attnviz.Generation.of(attnviz.load(path))
     assert again.new_token_ids == gen.new_token_ids and again.prompt_length == gen.prompt_length
     assert again.steps == gen.steps and again.text == gen.text
     torch.testing.assert_close(again.step(1).weights, gen.step(1).weights)
-    plain = attnviz.capture(attnviz.tiny_model("qwen2"), PROMPT, IdsTokenizer())
+    plain = attnviz.capture(attnviz.testing.tiny_model("qwen2"), PROMPT, IdsTokenizer())
     with pytest.raises(attnviz.InputError, match="not of a generation"):
         attnviz.Generation.of(plain)
 
 
 def test_layers_subset():
-    gen = attnviz.generate(attnviz.tiny_model("llama"), PROMPT, IdsTokenizer(), max_new_tokens=3, layers=[1])
+    gen = attnviz.generate(attnviz.testing.tiny_model("llama"), PROMPT, IdsTokenizer(), max_new_tokens=3, layers=[1])
     assert gen.capture.layer_indices() == [1] and gen.step(0).layers == [1]
     assert gen.capture.info()["n_layers"] == 2
 
@@ -179,7 +179,7 @@ def test_layers_subset():
     ],
 )
 def test_bad_input_is_a_clear_error(kwargs, error, match):
-    model = attnviz.tiny_model("llama")  # 64 positions: 9 prompt tokens leave room for 55
+    model = attnviz.testing.tiny_model("llama")  # 64 positions: 9 prompt tokens leave room for 55
     args = {"prompt": PROMPT, "max_new_tokens": 3, **kwargs}
     with pytest.raises(error, match=match):
         attnviz.generate(model, args.pop("prompt"), IdsTokenizer(), **args)
@@ -188,15 +188,15 @@ def test_bad_input_is_a_clear_error(kwargs, error, match):
 
 def test_models_that_cannot_generate_are_refused():
     with pytest.raises(attnviz.UnsupportedModelError, match="cannot generate"):
-        attnviz.generate(attnviz.tiny_model("bert"), PROMPT, IdsTokenizer(), max_new_tokens=2)
+        attnviz.generate(attnviz.testing.tiny_model("bert"), PROMPT, IdsTokenizer(), max_new_tokens=2)
     with pytest.raises(attnviz.UnsupportedModelError, match="attention interface"):
-        attnviz.generate(attnviz.tiny_model("gpt_neo"), PROMPT, IdsTokenizer(), max_new_tokens=2)
+        attnviz.generate(attnviz.testing.tiny_model("gpt_neo"), PROMPT, IdsTokenizer(), max_new_tokens=2)
     with pytest.raises(attnviz.InputError, match="tokenizer="):
-        attnviz.generate(attnviz.tiny_model("gpt2"), PROMPT, max_new_tokens=2)
+        attnviz.generate(attnviz.testing.tiny_model("gpt2"), PROMPT, max_new_tokens=2)
 
 
 def test_the_taps_are_gone_when_generate_raises(monkeypatch):
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
 
     def broken(*args, **kwargs):
         raise RuntimeError("the model failed mid-generation")
@@ -249,7 +249,7 @@ def test_cli_generate_prints_the_continuation_and_saves_a_generation(tmp_path, c
 
 def test_a_plain_tap_around_generate_numbers_each_modules_steps():
     """attnviz.tap() stays the low-level view: every call, each with its module's layer and step."""
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
     with torch.no_grad(), attnviz.tap(model, layers={1}) as rec:
         model.generate(torch.tensor([[5, 6, 7, 8, 9]]), max_new_tokens=3, pad_token_id=0)
     kept = [c for c in rec.calls if c.q is not None]
@@ -270,7 +270,7 @@ def test_each_step_keeps_its_own_rows_not_the_cache_it_was_cut_from(monkeypatch)
         return original(self)
 
     monkeypatch.setattr(StepRecorder, "assembled", spy)
-    attnviz.generate(attnviz.tiny_model("gpt2"), PROMPT, IdsTokenizer(), max_new_tokens=5)
+    attnviz.generate(attnviz.testing.tiny_model("gpt2"), PROMPT, IdsTokenizer(), max_new_tokens=5)
     assert len(seen) == 2 * 2 * 6  # layers × (k, v) × (prefill + 5 steps)
     assert all(t.untyped_storage().nbytes() == t.numel() * t.element_size() for t in seen)
 
@@ -278,7 +278,7 @@ def test_each_step_keeps_its_own_rows_not_the_cache_it_was_cut_from(monkeypatch)
 def test_a_wordpiece_continuation_keeps_its_space_and_labels_are_clean(bert_tokenizer):
     """WordPiece drops the leading space when it decodes the new tokens alone; the capture's text
     must still read "because pioneering", not "becausepioneering", and every word appear once."""
-    model = attnviz.tiny_model("llama", vocab_size=bert_tokenizer.vocab_size)
+    model = attnviz.testing.tiny_model("llama", vocab_size=bert_tokenizer.vocab_size)
     prompt = "The cat sat on the mat because"
     gen = attnviz.generate(model, prompt, bert_tokenizer, max_new_tokens=4, min_new_tokens=4)
     assert gen.capture.text == prompt + gen.text and gen.text.startswith(" ")

@@ -14,7 +14,7 @@ pytestmark = [
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
 @pytest.mark.parametrize("family", ["gpt2", "llama", "mistral", "bert"])
 def test_capture_on_cuda_in_each_dtype(family, dtype):
-    model = attnviz.tiny_model(family, attn_implementation="sdpa").to("cuda", dtype)
+    model = attnviz.testing.tiny_model(family, attn_implementation="sdpa").to("cuda", dtype)
     ids = torch.randint(3, 120, (1, 12))
     cap = attnviz.capture(model, input_ids=ids)
     assert cap.q(0).device.type == "cpu" and cap.q(0).dtype == dtype
@@ -24,7 +24,7 @@ def test_capture_on_cuda_in_each_dtype(family, dtype):
 
 
 def test_keep_on_device_keeps_tensors_on_cuda():
-    model = attnviz.tiny_model("llama", attn_implementation="sdpa").to("cuda")
+    model = attnviz.testing.tiny_model("llama", attn_implementation="sdpa").to("cuda")
     cap = attnviz.capture(model, input_ids=torch.randint(3, 120, (2, 12)), keep_on_device=True)
     assert cap[0].q(0).device.type == "cuda" and cap[0].attention(0).device.type == "cuda"
     assert cap[0].validate().passed
@@ -36,7 +36,7 @@ def test_keep_on_device_keeps_tensors_on_cuda():
 
 
 def test_eager_half_weights_are_compared_in_float32():
-    model = attnviz.tiny_model("llama", attn_implementation="eager").to("cuda", torch.float16)
+    model = attnviz.testing.tiny_model("llama", attn_implementation="eager").to("cuda", torch.float16)
     cap = attnviz.capture(model, input_ids=torch.randint(3, 120, (1, 16)))
     report = cap.validate()
     assert {r["quantity"] for r in report.rows} == {"output", "weights"} and report.passed, str(report)
@@ -50,8 +50,8 @@ def test_generation_on_cuda_equals_the_cpu_generation(family, kwargs, keep_on_de
     from attnviz.workflows.capture.models import IdsTokenizer
 
     prompt = "11 5 7 9 13 21 34 55 89"
-    on_cpu = attnviz.generate(attnviz.tiny_model(family), prompt, IdsTokenizer(), max_new_tokens=6, **kwargs)
-    model = attnviz.tiny_model(family).to("cuda")
+    on_cpu = attnviz.generate(attnviz.testing.tiny_model(family), prompt, IdsTokenizer(), max_new_tokens=6, **kwargs)
+    model = attnviz.testing.tiny_model(family).to("cuda")
     gen = attnviz.generate(model, prompt, IdsTokenizer(), max_new_tokens=6, keep_on_device=keep_on_device, **kwargs)
     assert gen.new_token_ids == on_cpu.new_token_ids
     assert gen.capture.q(0, part="decoder").device.type == ("cuda" if keep_on_device else "cpu")
@@ -69,8 +69,8 @@ def test_edits_on_cuda_equal_the_cpu_edits(family):
 
     text, kw = "11 5 7 9 13 21 34 55", ({"target": "3 4 5 6"} if family == "t5" else {})
     plan = [edits.knockout(layer=1, head=0, key="5"), edits.temperature(2.0, layer=0), edits.ablate(layer=1, head=1)]
-    on_cpu = attnviz.intervene(attnviz.tiny_model(family), text, plan, IdsTokenizer(), **kw)
-    model = attnviz.tiny_model(family).to("cuda")
+    on_cpu = attnviz.intervene(attnviz.testing.tiny_model(family), text, plan, IdsTokenizer(), **kw)
+    model = attnviz.testing.tiny_model(family).to("cuda")
     out = attnviz.intervene(model, text, plan, IdsTokenizer(), **kw)
     assert out.check_error <= 1e-4
     torch.testing.assert_close(out.after.logprobs, on_cpu.after.logprobs, atol=1e-4, rtol=0)
@@ -80,7 +80,7 @@ def test_edits_on_cuda_equal_the_cpu_edits(family):
 
 def test_a_long_bfloat16_capture_kept_on_cuda_validates_every_row():
     """What bench/gpu_check.py's long captures rely on, at a size every GPU holds."""
-    model = attnviz.tiny_model("llama", attn_implementation="sdpa", max_position_embeddings=2048)
+    model = attnviz.testing.tiny_model("llama", attn_implementation="sdpa", max_position_embeddings=2048)
     model = model.to("cuda", torch.bfloat16)
     ids = torch.randint(3, 120, (1, 2048))
     cap = attnviz.capture(model, input_ids=ids, layers=[1], keep_on_device=True)

@@ -111,7 +111,7 @@ def test_the_batched_check_gives_the_per_layer_paths_numbers(family, monkeypatch
     """Each head's error, value dots and projection check as the per-layer path computes them (the
     layers stacked as on a GPU: on the CPU each layer is checked alone)."""
     monkeypatch.setattr(device_check, "STACK_CPU", True)
-    model = attnviz.tiny_model(family)
+    model = attnviz.testing.tiny_model(family)
     ids = torch.randint(3, 100, (1, 50), generator=torch.Generator().manual_seed(2))
     cap = attnviz.capture(model, input_ids=ids)
     again = validate(cap, rows=SAMPLE_ROWS).to_pandas()  # the per-layer path, on the same records
@@ -139,7 +139,7 @@ def test_the_batched_check_gives_the_per_layer_paths_numbers(family, monkeypatch
 
 def test_on_the_cpu_each_layer_is_checked_alone_with_no_copy_of_its_tensors():
     """The CPU stacks nothing: a launch costs it nothing, a stacking copy 3 % of GPT-2's forward at 1,024 tokens."""
-    cap = attnviz.capture(attnviz.tiny_model("llama"), input_ids=torch.randint(3, 100, (1, 20)), check="off")
+    cap = attnviz.capture(attnviz.testing.tiny_model("llama"), input_ids=torch.randint(3, 100, (1, 20)), check="off")
     for rec in cap.records.values():
         rec.value_dots = None  # as the pipeline groups them: before what moves is filled
     found, rest = device_check.groups(cap)

@@ -8,9 +8,8 @@ from PIL import Image
 from skimage.data import chelsea
 
 import attnviz
+from attnviz.testing import tiny_joint, tiny_vlm
 from attnviz.views.image import patch_row, text_attention, text_positions, text_row
-from attnviz.workflows.capture.joint import tiny_joint
-from attnviz.workflows.capture.vlm import tiny_vlm
 
 PROMPT = "USER: <image> What is in the picture? ASSISTANT: a cat"
 
@@ -100,7 +99,7 @@ def test_text_rows_of_a_part_without_text_or_a_query_off_the_part_say_what_to_do
     vlm, _, _ = llava
     with pytest.raises(attnviz.OutOfRangeError, match=r"head 7 is out of range: layer 1 has heads 0\.\.3"):
         text_row(vlm, 1, 7, query=0, part="decoder")
-    vit = attnviz.capture(attnviz.tiny_model("vit"), chelsea(), attnviz.tiny_processor("vit"))
+    vit = attnviz.capture(attnviz.testing.tiny_model("vit"), chelsea(), attnviz.testing.tiny_processor("vit"))
     assert text_positions(vit) == []
 
 

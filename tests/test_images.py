@@ -30,8 +30,8 @@ PREFIX = {
 
 def own_attentions(family, pictures):
     """The eager model's own attention weights on the processor's pixel values of ``pictures``."""
-    eager = attnviz.tiny_model(family, attn_implementation="eager")
-    pixels = attnviz.tiny_processor(family)(images=pictures, return_tensors="pt")["pixel_values"]
+    eager = attnviz.testing.tiny_model(family, attn_implementation="eager")
+    pixels = attnviz.testing.tiny_processor(family)(images=pictures, return_tensors="pt")["pixel_values"]
     with torch.no_grad():
         return eager(pixel_values=pixels, output_attentions=True).attentions
 
@@ -39,9 +39,9 @@ def own_attentions(family, pictures):
 @pytest.mark.parametrize("backend", ["sdpa", "eager"])
 @pytest.mark.parametrize("family", VISION)
 def test_every_layer_of_a_batch_of_two_pictures_is_the_models_own_eager_attention(family, backend):
-    model = attnviz.tiny_model(family, attn_implementation=backend)
+    model = attnviz.testing.tiny_model(family, attn_implementation=backend)
     assert model.config._attn_implementation == backend
-    caps = attnviz.capture(model, [chelsea(), coffee()], attnviz.tiny_processor(family))
+    caps = attnviz.capture(model, [chelsea(), coffee()], attnviz.testing.tiny_processor(family))
     expected = own_attentions(family, [chelsea(), coffee()])
     assert len(caps) == 2 and len(expected) == 2
     for b, cap in enumerate(caps):
@@ -53,21 +53,23 @@ def test_every_layer_of_a_batch_of_two_pictures_is_the_models_own_eager_attentio
             assert ours.shape == ref[b].shape
             assert (ours - ref[b]).abs().max().item() <= 5e-7, (family, backend, b, layer)
     # each capture of the batch keeps its own picture and its own maps: those of that picture alone
-    alone = attnviz.capture(model, coffee(), attnviz.tiny_processor(family))
+    alone = attnviz.capture(model, coffee(), attnviz.testing.tiny_processor(family))
     assert torch.equal(caps[1].image.pixels, alone.image.pixels)
     assert not torch.equal(caps[0].image.pixels, caps[1].image.pixels)
     assert torch.allclose(caps[1].attention(0), alone.attention(0), atol=1e-6)
 
 
 def test_one_picture_gives_one_capture_and_a_list_gives_a_list():
-    model = attnviz.tiny_model("vit")
-    one = attnviz.capture(model, chelsea(), attnviz.tiny_processor("vit"))
+    model = attnviz.testing.tiny_model("vit")
+    one = attnviz.capture(model, chelsea(), attnviz.testing.tiny_processor("vit"))
     assert isinstance(one, attnviz.Capture)
-    assert isinstance(attnviz.capture(model, image=[chelsea()], processor=attnviz.tiny_processor("vit")), list)
+    assert isinstance(attnviz.capture(model, image=[chelsea()], processor=attnviz.testing.tiny_processor("vit")), list)
 
 
 def test_the_grid_names_cls_registers_and_each_patch_with_its_row_column_and_pixels():
-    cap = attnviz.capture(attnviz.tiny_model("dinov2_registers"), chelsea(), attnviz.tiny_processor("dinov2_registers"))
+    cap = attnviz.capture(
+        attnviz.testing.tiny_model("dinov2_registers"), chelsea(), attnviz.testing.tiny_processor("dinov2_registers")
+    )
     grid = cap.image
     assert grid.prefix == PREFIX["dinov2_registers"] and grid.grid == (4, 4) and grid.patch == (8, 8)
     assert cap.image.pixels.shape == (32, 32, 3) and cap.image.pixels.dtype == torch.uint8
@@ -92,7 +94,7 @@ def test_the_picture_is_what_the_model_read():
     resized to 32×32 (the processor's own resize of the original, within rounding)."""
     from PIL import Image
 
-    cap = attnviz.capture(attnviz.tiny_model("vit"), chelsea(), attnviz.tiny_processor("vit"))
+    cap = attnviz.capture(attnviz.testing.tiny_model("vit"), chelsea(), attnviz.testing.tiny_processor("vit"))
     resized = np.asarray(Image.fromarray(chelsea()).resize((32, 32), Image.BILINEAR)).astype(int)
     assert np.abs(cap.image.pixels.numpy().astype(int) - resized).max() <= 1
 
@@ -100,7 +102,7 @@ def test_the_picture_is_what_the_model_read():
 def bright_patch_vit(row, col):
     """A tiny ViT whose layer 0 makes every query, in every head, attend to the one bright patch of a
     black picture, and that picture (32×32, white at patch (row, col))."""
-    model = attnviz.tiny_model("vit", attn_implementation="eager")
+    model = attnviz.testing.tiny_model("vit", attn_implementation="eager")
     d = model.config.hidden_size
     w = torch.tensor([1.0, -1.0] * (d // 2))  # mean 0, variance 1: the layer norm keeps its sign
     with torch.no_grad():
@@ -138,7 +140,7 @@ def heat_cells(fig):
 
 def test_a_patch_overlay_lands_on_that_patchs_pixels():
     model, picture = bright_patch_vit(2, 1)
-    cap = attnviz.capture(model, picture, attnviz.tiny_processor("vit"), check="full")
+    cap = attnviz.capture(model, picture, attnviz.testing.tiny_processor("vit"), check="full")
     bright = cap.image.token((2, 1))
     weights = cap.attention(0)  # [head, query, key]
     assert weights[:, :, bright].min() > 0.99  # every query of every head attends to the bright patch
@@ -167,7 +169,7 @@ def test_a_patch_overlay_lands_on_that_patchs_pixels():
 
 
 def test_the_thumbnails_show_every_head_and_the_query_patch_is_outlined():
-    cap = attnviz.capture(attnviz.tiny_model("vit"), chelsea(), attnviz.tiny_processor("vit"))
+    cap = attnviz.capture(attnviz.testing.tiny_model("vit"), chelsea(), attnviz.testing.tiny_processor("vit"))
     fig = figures.image_heads(cap, 1, query=(1, 2))
     heats = [t for t in fig.data if t.type == "heatmap"]
     assert len(heats) == 4
@@ -182,7 +184,7 @@ def test_the_thumbnails_show_every_head_and_the_query_patch_is_outlined():
 
 
 def test_the_heatmap_is_labelled_by_patch():
-    cap = attnviz.capture(attnviz.tiny_model("deit"), chelsea(), attnviz.tiny_processor("deit"))
+    cap = attnviz.capture(attnviz.testing.tiny_model("deit"), chelsea(), attnviz.testing.tiny_processor("deit"))
     fig = figures.heatmap(cap, 0, 1)
     assert list(fig.layout.xaxis.ticktext)[:4] == ["[CLS]", "[DIST]", "(0,0)", "(0,1)"]
     assert list(fig.layout.yaxis.ticktext)[-1] == "(3,3)"
@@ -193,7 +195,9 @@ def test_the_heatmap_is_labelled_by_patch():
 
 
 def test_an_image_capture_survives_save_and_load(tmp_path):
-    cap = attnviz.capture(attnviz.tiny_model("dinov2_registers"), chelsea(), attnviz.tiny_processor("dinov2_registers"))
+    cap = attnviz.capture(
+        attnviz.testing.tiny_model("dinov2_registers"), chelsea(), attnviz.testing.tiny_processor("dinov2_registers")
+    )
     back = attnviz.load(cap.save(tmp_path / "cat.safetensors"))
     assert isinstance(back.image, ImageGrid)
     assert torch.equal(back.image.pixels, cap.image.pixels) and back.image.pixels.dtype == torch.uint8
@@ -202,12 +206,12 @@ def test_an_image_capture_survives_save_and_load(tmp_path):
     assert torch.equal(back.attention(1), cap.attention(1))
     figures.image_attention(back, 1, query="(0,0)")  # a loaded capture draws over its picture
     # a text capture's file has no picture, and loads without one
-    text = attnviz.capture(attnviz.tiny_model("bert"), "5 6 7", attnviz.workflows.capture.models.IdsTokenizer())
+    text = attnviz.capture(attnviz.testing.tiny_model("bert"), "5 6 7", attnviz.workflows.capture.models.IdsTokenizer())
     assert attnviz.load(text.save(tmp_path / "text.safetensors")).image is None
 
 
 def test_pixel_values_give_the_same_capture_as_the_picture():
-    model, processor = attnviz.tiny_model("clip_vision"), attnviz.tiny_processor("clip_vision")
+    model, processor = attnviz.testing.tiny_model("clip_vision"), attnviz.testing.tiny_processor("clip_vision")
     from_picture = attnviz.capture(model, coffee(), processor)
     pixels = processor(images=coffee(), return_tensors="pt")["pixel_values"]
     from_tensor = attnviz.capture(model, pixel_values=pixels, processor=processor)
@@ -220,7 +224,7 @@ def test_pixel_values_give_the_same_capture_as_the_picture():
 
 def test_a_folder_loads_its_own_image_processor(tmp_path):
     """A name or folder goes through from_pretrained: the model's class and AutoImageProcessor."""
-    model, processor = attnviz.tiny_model("vit"), attnviz.tiny_processor("vit")
+    model, processor = attnviz.testing.tiny_model("vit"), attnviz.testing.tiny_processor("vit")
     model.save_pretrained(tmp_path)
     processor.save_pretrained(tmp_path)
     cap = attnviz.capture(str(tmp_path), chelsea())
@@ -233,7 +237,7 @@ def test_paths_arrays_and_pil_images_are_the_same_picture(tmp_path):
 
     path = tmp_path / "cat.png"
     Image.fromarray(chelsea()).save(path)
-    model, processor = attnviz.tiny_model("vit"), attnviz.tiny_processor("vit")
+    model, processor = attnviz.testing.tiny_model("vit"), attnviz.testing.tiny_processor("vit")
     caps = [
         attnviz.capture(model, source, processor)
         for source in (chelsea(), Image.fromarray(chelsea()), path, str(path), chelsea() / 255.0)
@@ -243,7 +247,7 @@ def test_paths_arrays_and_pil_images_are_the_same_picture(tmp_path):
 
 
 def test_bad_pictures_are_refused_with_what_to_do(tmp_path):
-    model, processor = attnviz.tiny_model("vit"), attnviz.tiny_processor("vit")
+    model, processor = attnviz.testing.tiny_model("vit"), attnviz.testing.tiny_processor("vit")
     notes = tmp_path / "notes.png"
     notes.write_text(json.dumps({"not": "an image"}))
     with pytest.raises(attnviz.ImageFileError, match=r"is not an image Pillow can read .*give a PNG, JPEG"):
@@ -262,13 +266,13 @@ def test_bad_pictures_are_refused_with_what_to_do(tmp_path):
 
 def test_a_text_model_given_a_picture_says_which_models_read_images():
     with pytest.raises(attnviz.InputError, match=r"\(bert\) is not a vision encoder, so it cannot read an image"):
-        attnviz.capture(attnviz.tiny_model("bert"), chelsea())
+        attnviz.capture(attnviz.testing.tiny_model("bert"), chelsea())
     with pytest.raises(attnviz.InputError, match="is not a vision encoder.*ViT"):
-        attnviz.capture(attnviz.tiny_model("gpt2"), pixel_values=torch.zeros(1, 3, 32, 32))
+        attnviz.capture(attnviz.testing.tiny_model("gpt2"), pixel_values=torch.zeros(1, 3, 32, 32))
 
 
 def test_image_figures_of_a_text_capture_say_what_they_need():
-    cap = attnviz.capture(attnviz.tiny_model("bert"), "5 6 7", attnviz.workflows.capture.models.IdsTokenizer())
+    cap = attnviz.capture(attnviz.testing.tiny_model("bert"), "5 6 7", attnviz.workflows.capture.models.IdsTokenizer())
     with pytest.raises(attnviz.InputError, match="this capture has no picture: image figures draw a vision"):
         figures.image_attention(cap, 0)
 
@@ -282,13 +286,13 @@ def test_an_image_file_too_large_is_refused_before_it_is_decoded(tmp_path, monke
     Image.fromarray(chelsea()).save(path)
     monkeypatch.setattr(images, "MAX_IMAGE_PIXELS", 100 * 100)
     with pytest.raises(attnviz.ImageFileError, match=r"has 451×300 pixels, more than 10,000; resize it first"):
-        attnviz.capture(attnviz.tiny_model("vit"), path, attnviz.tiny_processor("vit"))
+        attnviz.capture(attnviz.testing.tiny_model("vit"), path, attnviz.testing.tiny_processor("vit"))
 
 
 def test_the_labs_switches_recompute_the_row_over_the_picture():
     """A patch's row with the causal mask forced sees only the tokens up to it (row by row), and without
     ÷√d_k it is the unscaled softmax: both are the capture's own recomputation, drawn on the grid."""
-    cap = attnviz.capture(attnviz.tiny_model("vit"), chelsea(), attnviz.tiny_processor("vit"))
+    cap = attnviz.capture(attnviz.testing.tiny_model("vit"), chelsea(), attnviz.testing.tiny_processor("vit"))
     q = cap.image.token((1, 1))
     grid, _ = figures.patch_row(cap, 1, 0, query=(1, 1), causal=True)
     assert torch.equal(grid.flatten(), cap.attention(1, 0, causal=True)[q, 1:])
@@ -317,6 +321,6 @@ def test_a_joint_text_image_model_is_refused_and_its_vision_tower_captured(joint
         )
     ).eval()
     with pytest.raises(attnviz.UnsupportedModelError, match=r"is a joint text–image model .*model\.vision_model"):
-        attnviz.capture(model, chelsea(), attnviz.tiny_processor(tiny))
-    cap = attnviz.capture(model.vision_model, chelsea(), attnviz.tiny_processor(tiny))
+        attnviz.capture(model, chelsea(), attnviz.testing.tiny_processor(tiny))
+    cap = attnviz.capture(model.vision_model, chelsea(), attnviz.testing.tiny_processor(tiny))
     assert cap.n_tokens == len(PREFIX[tiny]) + 16

@@ -10,7 +10,7 @@ from skimage.data import chelsea, coffee
 
 import attnviz
 from attnviz import figures
-from attnviz.workflows.capture.joint import tiny_joint
+from attnviz.testing import tiny_joint
 
 TEXTS = ["a cat sleeping on a mat", "a cup"]
 

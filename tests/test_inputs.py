@@ -13,11 +13,11 @@ from attnviz.cli import main
 
 @pytest.fixture(scope="module")
 def bart():
-    return attnviz.tiny_model("bart")
+    return attnviz.testing.tiny_model("bart")
 
 
 def test_ids_the_model_cannot_read(bart):
-    llama = attnviz.tiny_model("llama")
+    llama = attnviz.testing.tiny_model("llama")
     with pytest.raises(attnviz.EmptyTextError, match=r"input_ids has shape \(1, 0\): give at least one token"):
         attnviz.capture(llama, input_ids=torch.zeros(1, 0, dtype=torch.long))
     with pytest.raises(attnviz.EmptyTextError, match=r"decoder_input_ids has shape \(1, 0\)"):
@@ -42,7 +42,7 @@ def test_max_length_shorter_than_the_special_tokens(tiny_bert_words):
 
 
 def test_a_decoder_without_a_start_token_is_refused():
-    model = attnviz.tiny_model("bart", decoder_start_token_id=None)
+    model = attnviz.testing.tiny_model("bart", decoder_start_token_id=None)
     for kwargs in ({}, {"decoder_input_ids": None}):
         with pytest.raises(attnviz.InputError, match="names no decoder_start_token_id"):
             attnviz.capture(model, input_ids=torch.tensor([[5, 6, 7]]), **kwargs)
@@ -62,19 +62,19 @@ def test_cross_attention_has_no_causal_switch_and_figures_check_ranges(bart):
 
 
 def test_tiny_models_take_their_familys_backend():
-    assert attnviz.tiny_model("bloom").config._attn_implementation == "eager"  # bloom has no sdpa path
-    assert attnviz.tiny_model("llama").config._attn_implementation == "sdpa"
+    assert attnviz.testing.tiny_model("bloom").config._attn_implementation == "eager"  # bloom has no sdpa path
+    assert attnviz.testing.tiny_model("llama").config._attn_implementation == "sdpa"
     with pytest.raises(attnviz.UnsupportedModelError, match="cannot build bloom with attn_implementation='sdpa'"):
-        attnviz.tiny_model("bloom", attn_implementation="sdpa")
+        attnviz.testing.tiny_model("bloom", attn_implementation="sdpa")
 
 
 @pytest.mark.parametrize("family", ["bloom", "mpt", "gpt_neo", "falcon_alibi", "llama", "gpt2"])
 def test_a_one_token_decoder_is_still_a_decoder(family):
-    assert attnviz.capture(attnviz.tiny_model(family), input_ids=torch.tensor([[5]])).parts == ("decoder",)
+    assert attnviz.capture(attnviz.testing.tiny_model(family), input_ids=torch.tensor([[5]])).parts == ("decoder",)
 
 
 def test_check_off_skips_the_eager_weight_comparison_too():
-    model = attnviz.tiny_model("llama", attn_implementation="eager")
+    model = attnviz.testing.tiny_model("llama", attn_implementation="eager")
     ids = torch.randint(3, 120, (1, 20))
     off = attnviz.capture(model, input_ids=ids, check="off")
     assert off.layer(0).weight_error is None and off.layer(0).weights is None
@@ -83,9 +83,9 @@ def test_check_off_skips_the_eager_weight_comparison_too():
 
 
 def test_the_report_gives_advice_that_can_be_followed():
-    inline = attnviz.capture(attnviz.tiny_model("bloom"), input_ids=torch.tensor([[5, 6, 7]])).validate()
+    inline = attnviz.capture(attnviz.testing.tiny_model("bloom"), input_ids=torch.tensor([[5, 6, 7]])).validate()
     assert "computes attention inline, so only its A·V output can be compared" in str(inline)
-    sdpa = attnviz.capture(attnviz.tiny_model("llama"), input_ids=torch.tensor([[5, 6, 7]])).validate()
+    sdpa = attnviz.capture(attnviz.testing.tiny_model("llama"), input_ids=torch.tensor([[5, 6, 7]])).validate()
     assert "load with attn_implementation='eager' to compare them too" in str(sdpa)
 
 
@@ -102,7 +102,7 @@ def test_byte_tokenizers_without_offsets_get_their_characters_back():
     from transformers import ByT5Tokenizer
 
     tok = ByT5Tokenizer()
-    cap = attnviz.capture(attnviz.tiny_model("t5", vocab_size=len(tok)), "café 小猫", tok, target="小猫 ok")
+    cap = attnviz.capture(attnviz.testing.tiny_model("t5", vocab_size=len(tok)), "café 小猫", tok, target="小猫 ok")
     assert cap.offsets[:6] == [(0, 1), (1, 2), (2, 3), (3, 4), (3, 4), (4, 5)]  # é is two bytes, one character
     assert cap.word_labels == ["café", " ", "小猫", "</s>"]
     assert cap.target.word_labels == ["<pad>", "小猫", " ", "ok"]

@@ -25,7 +25,9 @@ def cap(tiny_bert_words):
 
 @pytest.fixture(scope="module")
 def seq2seq(bert_tokenizer):
-    model = attnviz.tiny_model("bart", vocab_size=bert_tokenizer.vocab_size, pad_token_id=0, decoder_start_token_id=102)
+    model = attnviz.testing.tiny_model(
+        "bart", vocab_size=bert_tokenizer.vocab_size, pad_token_id=0, decoder_start_token_id=102
+    )
     return attnviz.capture(model, TEXT, bert_tokenizer, target="Le chat était fatigué.")
 
 
@@ -58,7 +60,7 @@ def test_bertviz_encoder_decoder_views(seq2seq):
         views["Cross"]["left_text"] == seq2seq.target.token_labels
         and views["Cross"]["right_text"] == seq2seq.token_labels
     )
-    partial = attnviz.capture(attnviz.tiny_model("llama"), input_ids=torch.arange(3, 9)[None], layers=[1])
+    partial = attnviz.capture(attnviz.testing.tiny_model("llama"), input_ids=torch.arange(3, 9)[None], layers=[1])
     with pytest.raises(attnviz.InputError, match="bertviz numbers layers by position, so it needs every layer"):
         partial.to_bertviz()
 

@@ -11,7 +11,7 @@ from attnviz.data.capture import RECORD_TENSORS
 
 @pytest.fixture(scope="module")
 def llama():
-    return attnviz.tiny_model("llama")
+    return attnviz.testing.tiny_model("llama")
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_a_capture_keeps_per_token_and_layer_what_the_guide_says(llama, ids):
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "bert", "t5"])
 def test_a_lean_capture_shows_the_same_maps_in_less_memory(family):
-    model = attnviz.tiny_model(family)
+    model = attnviz.testing.tiny_model(family)
     ids = torch.randint(3, 100, (1, 30), generator=torch.Generator().manual_seed(4))
     kwargs = {"decoder_input_ids": ids[:, :12]} if model.config.is_encoder_decoder else {}
     full = attnviz.capture(model, input_ids=ids, **kwargs)
@@ -118,7 +118,7 @@ def test_the_command_line_keeps_what_keep_names_and_refuses_the_rest_before_the_
 def test_what_is_let_go_is_freed_when_queries_and_keys_share_its_storage():
     """One layer of GPT-2 is no stack: its q, k and v are views of one fused projection's output, so a lean
     capture copies q and k rather than keep that output (V's third of it) alive."""
-    model = attnviz.tiny_model("gpt2")
+    model = attnviz.testing.tiny_model("gpt2")
     ids = torch.randint(3, 100, (1, 30), generator=torch.Generator().manual_seed(5))
     full = attnviz.capture(model, input_ids=ids, layers=[1])
     assert full.layer(1).q.untyped_storage().data_ptr() == full.layer(1).v.untyped_storage().data_ptr()

@@ -31,7 +31,7 @@ SWITCHES = [
 def llama(smol_tokenizer):
     """A tiny random Llama (GQA: 4 heads over 2 KV heads) reading SmolLM2's vocabulary, and its capture
     of the Chinese example with a BOS."""
-    model = attnviz.tiny_model("llama", vocab_size=len(smol_tokenizer))
+    model = attnviz.testing.tiny_model("llama", vocab_size=len(smol_tokenizer))
     return model, attnviz.capture(model, ZH, smol_tokenizer, add_bos=True)
 
 
@@ -259,7 +259,7 @@ def test_lab_switches_to_what_moves_and_back(dash_duo, llama_folder, long_llama)
 
 def test_every_part_of_an_encoder_decoder(bert_tokenizer):
     """BART: encoder, decoder and cross rows — shares by hand, the lab's lines naming the part."""
-    model = attnviz.tiny_model("bart", vocab_size=bert_tokenizer.vocab_size, decoder_start_token_id=102)
+    model = attnviz.testing.tiny_model("bart", vocab_size=bert_tokenizer.vocab_size, decoder_start_token_id=102)
     cap = attnviz.capture(model, CAT, bert_tokenizer, target="The cat was tired.")
     for part in ("encoder", "decoder", "cross"):
         queries, keys = cap.sequences(part)

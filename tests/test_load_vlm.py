@@ -9,9 +9,8 @@ import torch
 from skimage.data import chelsea, coffee
 
 import attnviz
-from attnviz.workflows.capture.joint import tiny_joint
+from attnviz.testing import tiny_joint, tiny_vlm
 from attnviz.workflows.capture.models import load_processor, model_kind
-from attnviz.workflows.capture.vlm import tiny_vlm
 
 TEXT = "A photo: <image> the cat sleeps"
 
@@ -96,9 +95,9 @@ def test_a_saved_joint_model_loads_both_towers_and_captures_them(joint_folder):
 
 
 def test_a_vision_encoder_and_a_text_model_load_as_before(tmp_path):
-    vit = attnviz.tiny_model("vit")
+    vit = attnviz.testing.tiny_model("vit")
     vit.save_pretrained(tmp_path / "vit")
-    attnviz.tiny_processor("vit").save_pretrained(tmp_path / "vit")
+    attnviz.testing.tiny_processor("vit").save_pretrained(tmp_path / "vit")
     model, tokenizer, processor = attnviz.load_model(str(tmp_path / "vit"), with_processor=True)
     assert type(model).__name__ == "ViTModel" and tokenizer is None and type(processor).__name__.startswith("ViT")
     model, tokenizer, processor = attnviz.load_model("minilm", with_processor=True)

@@ -16,8 +16,8 @@ import torch
 import attnviz
 from attnviz.attention import attention_output, attention_tile, online_attention, scaled_dot_product
 from attnviz.data.validate import LayerErrors
-from attnviz.engine.specs import FAMILIES
 from attnviz.errors import ArgumentTypeError, OutOfRangeError
+from attnviz.families import FAMILIES
 from attnviz.workflows.capture.models import IdsTokenizer
 
 #: every tiny family the support table claims (tests/test_families.py's SUPPORTED, one backend each)
@@ -30,7 +30,7 @@ def text(n: int, seed: int) -> str:
 
 
 def capture(family: str, n: int = 13, **overrides):
-    model = attnviz.tiny_model(family, **overrides)
+    model = attnviz.testing.tiny_model(family, **overrides)
     target = text(9, seed=2) if model.config.is_encoder_decoder else None
     return attnviz.capture(model, text(n, seed=1), IdsTokenizer(), target=target)
 
@@ -143,9 +143,12 @@ VALIDATED = {
     "gpt_oss (sinks, sliding window)": lambda: [capture("gpt_oss", n=17)],
     "soft-cap": lambda: [softcapped()],
     "padded batch (gpt2, bart)": lambda: [
-        *attnviz.capture(attnviz.tiny_model("gpt2"), [text(13, 1), text(6, 2)], IdsTokenizer()),
+        *attnviz.capture(attnviz.testing.tiny_model("gpt2"), [text(13, 1), text(6, 2)], IdsTokenizer()),
         *attnviz.capture(
-            attnviz.tiny_model("bart"), [text(11, 3), text(5, 4)], IdsTokenizer(), target=[text(7, 5), text(3, 6)]
+            attnviz.testing.tiny_model("bart"),
+            [text(11, 3), text(5, 4)],
+            IdsTokenizer(),
+            target=[text(7, 5), text(3, 6)],
         ),
     ],
 }

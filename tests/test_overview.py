@@ -19,7 +19,7 @@ def _pool(full: torch.Tensor, rows, cols, mode):
 @pytest.mark.parametrize("family", ["llama", "mistral", "gpt_oss", "t5"])
 @pytest.mark.parametrize("mode", ["max", "mean"])
 def test_overview_is_the_pooled_map_and_a_window_is_the_map_there(family, mode):
-    model = attnviz.tiny_model(family, attn_implementation="eager")
+    model = attnviz.testing.tiny_model(family, attn_implementation="eager")
     ids = torch.randint(3, 120, (1, 61), generator=torch.Generator().manual_seed(0))
     kwargs = {"decoder_input_ids": ids[:, :23]} if model.config.is_encoder_decoder else {}
     cap = attnviz.capture(model, input_ids=ids, **kwargs)
@@ -42,7 +42,7 @@ def test_block_edges_cover_every_token_once():
 
 
 def test_overview_and_window_errors():
-    cap = attnviz.capture(attnviz.tiny_model("gpt2"), input_ids=torch.randint(3, 120, (1, 20)))
+    cap = attnviz.capture(attnviz.testing.tiny_model("gpt2"), input_ids=torch.randint(3, 120, (1, 20)))
     with pytest.raises(attnviz.InputError, match="mode"):
         overview(cap, 0, 0, mode="median")
     with pytest.raises(attnviz.InputError, match="size"):
@@ -57,7 +57,7 @@ def test_overview_and_window_errors():
 
 @pytest.mark.parametrize("family", ["llama", "gpt_oss", "t5"])
 def test_thumbnails_are_every_head_pooled_as_adaptive_max_pooling_bins_it(family):
-    model = attnviz.tiny_model(family, attn_implementation="eager")
+    model = attnviz.testing.tiny_model(family, attn_implementation="eager")
     ids = torch.randint(3, 120, (1, 61), generator=torch.Generator().manual_seed(0))
     kwargs = {"decoder_input_ids": ids[:, :23]} if model.config.is_encoder_decoder else {}
     cap = attnviz.capture(model, input_ids=ids, **kwargs)

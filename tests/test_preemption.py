@@ -40,7 +40,7 @@ def _texts(count: int, seed: int = 0) -> list[str]:
 @pytest.fixture(scope="module")
 def run():
     """The tiny model, its texts, and the uninterrupted table over them."""
-    model, tok, texts = attnviz.tiny_model("gpt2"), IdsTokenizer(), _texts(170, seed=7)
+    model, tok, texts = attnviz.testing.tiny_model("gpt2"), IdsTokenizer(), _texts(170, seed=7)
     return model, tok, texts, corpus_stats(model, texts, tok, batch_size=BATCH, progress=False)
 
 
@@ -166,7 +166,7 @@ def test_resume_without_a_checkpoint_starts_at_the_first_text_and_says_so(run, t
     _assert_same_table(df, whole)
     assert df.attrs["resumed_after"] == 0 and missing.is_file()
     folder = tmp_path / "bert"
-    attnviz.tiny_model("bert", vocab_size=bert_tokenizer.vocab_size).save_pretrained(folder)
+    attnviz.testing.tiny_model("bert", vocab_size=bert_tokenizer.vocab_size).save_pretrained(folder)
     bert_tokenizer.save_pretrained(folder)
     corpus = tmp_path / "c.txt"
     corpus.write_text("The cat sat on the mat.\nIt was tired.\n", encoding="utf-8")
@@ -283,7 +283,7 @@ def test_processes_with_different_numbers_of_batches_stop_at_the_same_round(sign
 def cli_corpus(tmp_path_factory, bert_tokenizer):
     """A tiny BERT saved as a folder, 400 short English texts, and the uninterrupted table over them."""
     folder = tmp_path_factory.mktemp("preempt")
-    attnviz.tiny_model("bert", vocab_size=bert_tokenizer.vocab_size).save_pretrained(folder / "bert")
+    attnviz.testing.tiny_model("bert", vocab_size=bert_tokenizer.vocab_size).save_pretrained(folder / "bert")
     bert_tokenizer.save_pretrained(folder / "bert")
     words = "the cat sat on a mat because it was tired and the dog ran to the park".split()
     rng = random.Random(0)

@@ -139,7 +139,7 @@ def test_context_is_the_text_around_the_token_with_its_spaces(bert_caps, tiny_be
     assert contexts[5] == "Unbelieva[bly], the huggingface"
     assert contexts[2] == "[CLS] Un[bel]ievably,"
     # byte-level BPE (SmolLM2's tokenizer): a token's span holds its leading space, kept outside the brackets
-    smol = attnviz.tiny_model("llama", attn_implementation="eager", vocab_size=len(smol_tokenizer))
+    smol = attnviz.testing.tiny_model("llama", attn_implementation="eager", vocab_size=len(smol_tokenizer))
     cap = attnviz.capture(smol, TEXTS[0], smol_tokenizer)
     assert cap.tokens[:3] == ["The", "Ġcat", "Ġsat"]
     contexts = _contexts(qk_space(cap, 0, 0))

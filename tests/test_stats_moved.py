@@ -131,14 +131,14 @@ def decoder_caps():
     tok = IdsTokenizer()
     made = {}
     for family, overrides in (("llama", {"num_key_value_heads": 2}), ("gpt2", {})):
-        model = attnviz.tiny_model(family, **overrides)
+        model = attnviz.testing.tiny_model(family, **overrides)
         made[family] = model, [attnviz.capture(model, t, tok) for t in _ids_texts(3)]
     return made
 
 
 @pytest.fixture(scope="module")
 def bert(bert_tokenizer):
-    model = attnviz.tiny_model("bert", vocab_size=bert_tokenizer.vocab_size)
+    model = attnviz.testing.tiny_model("bert", vocab_size=bert_tokenizer.vocab_size)
     return model, [attnviz.capture(model, t, bert_tokenizer) for t in SENTENCES]
 
 
@@ -182,7 +182,7 @@ def test_a_layer_without_value_norms_gets_nan_by_norm_and_its_weight_columns_unc
 def test_the_fused_pass_gives_the_same_moved_columns_also_over_chunks_of_a_long_text():
     """At 1,030 tokens the pass is cut into chunks of query rows, each causal chunk holding only
     the keys its rows see: every row's moved total is still whole."""
-    model = attnviz.tiny_model("llama", max_position_embeddings=1100)
+    model = attnviz.testing.tiny_model("llama", max_position_embeddings=1100)
     ids = torch.randint(3, 40, (1, 1030), generator=torch.Generator().manual_seed(3))
     cap = attnviz.capture(model, input_ids=ids)
     fused = summarize(cap).head_stats()
@@ -194,7 +194,7 @@ def test_the_fused_pass_gives_the_same_moved_columns_also_over_chunks_of_a_long_
 def test_the_fused_pass_of_an_encoder_decoder_part(tiny):
     g = torch.Generator().manual_seed(1)
     cap = attnviz.capture(
-        attnviz.tiny_model("t5"),
+        attnviz.testing.tiny_model("t5"),
         input_ids=torch.randint(3, 100, (1, 17), generator=g),
         decoder_input_ids=torch.randint(3, 100, (1, 11), generator=g),
     )
@@ -220,7 +220,7 @@ def test_a_padded_chunked_batch_moves_what_its_captures_move(family):
     hand computation, NaN in the same places."""
     from attnviz.workflows.corpus.batched import BatchReducer
 
-    model, tok = attnviz.tiny_model(family), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model(family), IdsTokenizer()
     texts = [
         "5 6",
         " ".join(str(3 + i % 7) for i in range(45)),
@@ -379,6 +379,6 @@ def test_show_what_moves_maps_the_statistics_by_norm_in_the_browser(dash_duo, mi
 
 
 def test_head_map_names_a_by_norm_column_by_its_meaning():
-    cap = attnviz.capture(attnviz.tiny_model("gpt2"), input_ids=torch.arange(3, 12)[None])
+    cap = attnviz.capture(attnviz.testing.tiny_model("gpt2"), input_ids=torch.arange(3, 12)[None])
     fig = attnviz.figures.head_map(attnviz.analysis.head_stats(cap), "first_moved")
     assert "by norm" in fig.layout.title.text and "what the head moves" in fig.layout.title.text

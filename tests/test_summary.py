@@ -22,7 +22,7 @@ def ids(n: int = N, seed: int = 0) -> torch.Tensor:
 
 def padded_encoder() -> attnviz.Capture:
     """A BERT capture whose records carry a key-padding mask (the last 5 keys masked out)."""
-    cap = attnviz.capture(attnviz.tiny_model("bert"), input_ids=ids())
+    cap = attnviz.capture(attnviz.testing.tiny_model("bert"), input_ids=ids())
     allowed = torch.ones(N, N, dtype=torch.bool)
     allowed[:, -5:] = False
     return replace(cap, records={key: replace(rec, mask=allowed) for key, rec in cap.records.items()})
@@ -30,16 +30,16 @@ def padded_encoder() -> attnviz.Capture:
 
 CASES = {
     "llama-gqa-eager-kept-weights": lambda: attnviz.capture(
-        attnviz.tiny_model("llama", attn_implementation="eager"), input_ids=ids(), keep_weights=True
+        attnviz.testing.tiny_model("llama", attn_implementation="eager"), input_ids=ids(), keep_weights=True
     ),
-    "llama-gqa-sdpa": lambda: attnviz.capture(attnviz.tiny_model("llama"), input_ids=ids()),
+    "llama-gqa-sdpa": lambda: attnviz.capture(attnviz.testing.tiny_model("llama"), input_ids=ids()),
     "bert-padding-mask": padded_encoder,
     "mistral-sliding-window": lambda: attnviz.capture(
-        attnviz.tiny_model("mistral", attn_implementation="eager"), input_ids=ids()
+        attnviz.testing.tiny_model("mistral", attn_implementation="eager"), input_ids=ids()
     ),
-    "falcon-alibi": lambda: attnviz.capture(attnviz.tiny_model("falcon_alibi"), input_ids=ids()),
+    "falcon-alibi": lambda: attnviz.capture(attnviz.testing.tiny_model("falcon_alibi"), input_ids=ids()),
     "t5-encoder-decoder": lambda: attnviz.capture(
-        attnviz.tiny_model("t5"), input_ids=ids(), decoder_input_ids=ids(29, seed=1)
+        attnviz.testing.tiny_model("t5"), input_ids=ids(), decoder_input_ids=ids(29, seed=1)
     ),
 }
 
@@ -110,7 +110,7 @@ def test_defaults_sizes_residual_and_detectors():
 
 
 def test_long_text_default_rollout_block_is_a_512_cell_bound():
-    cap = attnviz.capture(attnviz.tiny_model("llama", max_position_embeddings=1100), input_ids=ids(1030))
+    cap = attnviz.capture(attnviz.testing.tiny_model("llama", max_position_embeddings=1100), input_ids=ids(1030))
     summary = summarize(cap)
     assert summary.rollout_block == 3 and summary.rollout.shape == (344, 344)  # ceil(1030 / 512), ceil(1030 / 3)
     torch.testing.assert_close(summary.rollout, rollout_blocks(cap, 3), atol=1e-6, rtol=1e-5)
@@ -137,7 +137,7 @@ def test_on_progress_sees_each_layer_and_an_exception_from_it_stops_the_pass():
 
 
 def test_missing_layers_leave_rollout_none_with_its_reason_and_the_rest_computed():
-    cap = attnviz.capture(attnviz.tiny_model("llama"), input_ids=ids(), layers=[1])
+    cap = attnviz.capture(attnviz.testing.tiny_model("llama"), input_ids=ids(), layers=[1])
     summary = summarize(cap)
     with pytest.raises(attnviz.InputError) as refused:
         rollout(cap)

@@ -1,7 +1,7 @@
 """The support sweep over what the support table claims: every family of it, on each backend the table
 names, built tiny and captured in a padded batch, equals the model's own eager attention within
 ``sweep.EXACT`` at every part, layer and head — and the sweep's section of the docs' support page is
-written by its script (``python -m attnviz.workflows.sweep --write``), between its marks.
+written by its script (``python -m attnviz.testing.sweep --write``), between its marks.
 """
 
 from pathlib import Path
@@ -10,8 +10,8 @@ import pytest
 import torch
 import transformers
 
-from attnviz.engine.specs import FAMILIES
-from attnviz.workflows import sweep, sweep_table, sweep_towers
+from attnviz.families import FAMILIES
+from attnviz.testing import sweep, sweep_table, sweep_towers
 
 ROOT = Path(__file__).parent.parent
 

@@ -73,7 +73,7 @@ def while_capturing(model, kwargs, action):
 
 
 def test_an_unrelated_model_in_another_thread_runs_its_own_eager_function():
-    bert = attnviz.tiny_model("bert", attn_implementation="eager")
+    bert = attnviz.testing.tiny_model("bert", attn_implementation="eager")
     other = timesfm_eager()
     series = [torch.sin(torch.arange(16.0))]
     with torch.no_grad():
@@ -104,7 +104,7 @@ def test_the_eager_wrapper_calls_the_function_the_caller_passed():
 
     x = torch.randn(1, 2, 5, 4)
     expected = Homemade()(x)
-    bert = attnviz.tiny_model("bert", attn_implementation="eager")
+    bert = attnviz.testing.tiny_model("bert", attn_implementation="eager")
     got = while_capturing(bert, {"input_ids": torch.arange(3, 12)[None]}, lambda: Homemade()(x))
     torch.testing.assert_close(got, expected, atol=0, rtol=0)
     assert len(calls) == 2
@@ -112,7 +112,7 @@ def test_the_eager_wrapper_calls_the_function_the_caller_passed():
 
 # ---------------------------------------------------------------- nesting
 def test_nested_taps_record_in_both():
-    a, b = attnviz.tiny_model("llama"), attnviz.tiny_model("gpt2")
+    a, b = attnviz.testing.tiny_model("llama"), attnviz.testing.tiny_model("gpt2")
     ids = torch.arange(3, 10)[None]
     with torch.no_grad(), attnviz.tap(a) as outer:
         with attnviz.tap(b) as inner, attnviz.tap(a) as again:
@@ -133,7 +133,7 @@ def _hooks(model) -> int:
 def test_tap_records_every_layer_of_an_inline_family_with_its_own_numbers(family):
     """The families that compute attention inline are tapped through their projections: every
     layer with Q, K, V and the model's own A·V, which softmax(Q·Kᵀ·scale + bias) · V reproduces."""
-    model = attnviz.tiny_model(family)
+    model = attnviz.testing.tiny_model(family)
     ids = torch.arange(3, 12)[None]
     with torch.no_grad(), attnviz.tap(model) as rec:
         model(input_ids=ids)
@@ -160,7 +160,7 @@ def test_tap_records_every_layer_of_an_inline_family_with_its_own_numbers(family
 
 
 def test_nested_taps_of_an_inline_family_share_one_set_of_hooks():
-    model = attnviz.tiny_model("xglm")
+    model = attnviz.testing.tiny_model("xglm")
     ids = torch.arange(3, 10)[None]
     with torch.no_grad(), attnviz.tap(model) as outer:
         alone = _hooks(model)
@@ -174,7 +174,7 @@ def test_nested_taps_of_an_inline_family_share_one_set_of_hooks():
 
 @pytest.mark.parametrize("family", ["gpt_neo", "llama"])
 def test_hooks_wrappers_and_listeners_are_gone_after_an_exception(family):
-    model = attnviz.tiny_model(family)
+    model = attnviz.testing.tiny_model(family)
     with pytest.raises(RuntimeError, match="inside"), torch.no_grad(), attnviz.tap(model):
         model(input_ids=torch.arange(3, 10)[None])
         raise RuntimeError("inside the block")
@@ -190,7 +190,7 @@ def test_hooks_wrappers_and_listeners_are_gone_after_an_exception(family):
 )
 def test_tap_refuses_a_family_it_cannot_read_instead_of_recording_nothing(family, why):
     overrides = {"deberta": {"talking_head": True}, "bloom": BLOOM_SLOW}[family]
-    model = attnviz.tiny_model(family, **overrides)
+    model = attnviz.testing.tiny_model(family, **overrides)
     with pytest.raises(attnviz.UnsupportedModelError, match=why), attnviz.tap(model):
         pytest.fail("the block must not run")
     assert _hooks(model) == 0 and installed_backends() == {} and listeners() == ()
@@ -297,7 +297,7 @@ def test_flash_and_flex_mask_forms_are_normalised(custom_backends, family):
     sources = texts([11, 7], seed=3)
     targets = texts([6, 4], seed=4) if family == "bart" else None
     for backend in custom_backends:
-        model = attnviz.tiny_model(family, attn_implementation=backend)
+        model = attnviz.testing.tiny_model(family, attn_implementation=backend)
         with torch.no_grad(), attnviz.tap(model) as rec:
             ids, mask = padded([[int(t) for t in s.split()] for s in sources])
             model(input_ids=ids, attention_mask=mask, **({"decoder_input_ids": ids[:, :4]} if targets else {}))
@@ -323,7 +323,7 @@ def _liar(module, q, k, v, mask, scaling=None, dropout=0.0, **kwargs):
 def test_a_kernel_that_computes_something_else_raises_validation_error_with_the_capture():
     AttentionInterface.register("liar", _liar)
     try:
-        model = attnviz.tiny_model("llama", attn_implementation="liar")
+        model = attnviz.testing.tiny_model("llama", attn_implementation="liar")
         ids = torch.randint(3, 120, (1, 40))
         with pytest.raises(attnviz.ValidationError, match="could not reproduce what the model computed") as err:
             attnviz.capture(model, input_ids=ids)
@@ -343,7 +343,7 @@ def test_the_sample_check_compares_first_last_and_spread_rows():
     rows = sample_rows(1000)
     assert rows[0] == 0 and rows[-1] == 999 and len(rows) == 34
     assert sample_rows(5).tolist() == [0, 1, 2, 3, 4]
-    cap = attnviz.capture(attnviz.tiny_model("llama"), input_ids=torch.randint(3, 120, (1, 60)))
+    cap = attnviz.capture(attnviz.testing.tiny_model("llama"), input_ids=torch.randint(3, 120, (1, 60)))
     assert cap.model["check"] == "sample" and cap.model["check_error"] < 1
     report = cap.validate(rows=8)
     assert report.sample and set(report.to_pandas().rows) == {10}
@@ -353,7 +353,7 @@ def test_chunked_full_validation_equals_one_chunk():
     from attnviz.data.validate import record_errors
 
     cap = attnviz.capture(
-        attnviz.tiny_model("mistral", max_position_embeddings=256), input_ids=torch.randint(3, 120, (1, 200))
+        attnviz.testing.tiny_model("mistral", max_position_embeddings=256), input_ids=torch.randint(3, 120, (1, 200))
     )
     rec = cap.layer(1)
     import attnviz.attention as attention
@@ -374,12 +374,12 @@ def test_eager_keeps_errors_not_weights_and_costs_what_sdpa_costs():
     ids = torch.randint(3, 120, (1, 1024))
     sizes = {}
     for backend in ("eager", "sdpa"):
-        model = attnviz.tiny_model("llama", attn_implementation=backend, max_position_embeddings=1100)
+        model = attnviz.testing.tiny_model("llama", attn_implementation=backend, max_position_embeddings=1100)
         cap = attnviz.capture(model, input_ids=ids)
         sizes[backend] = cap.nbytes
     assert sizes["eager"] <= 1.05 * sizes["sdpa"], sizes
     kept = attnviz.capture(
-        attnviz.tiny_model("llama", attn_implementation="eager", max_position_embeddings=1100),
+        attnviz.testing.tiny_model("llama", attn_implementation="eager", max_position_embeddings=1100),
         input_ids=ids,
         keep_weights=True,
     )

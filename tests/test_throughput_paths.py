@@ -67,7 +67,7 @@ def _texts(count: int, seed: int = 0) -> list[str]:
 
 @pytest.mark.parametrize("family", ["llama", "bert"])
 def test_the_detectors_sums_alone_equal_those_of_the_whole_reduction(family):
-    model, tok = attnviz.tiny_model(family), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model(family), IdsTokenizer()
     texts = _texts(9)
     index = {t: k for k, t in enumerate(texts)}
     full, alone = BatchReducer(model, tok, moved=False), BatchReducer(model, tok, statistics=False, patterns=True)
@@ -98,7 +98,7 @@ def test_a_reducers_buffers_kept_from_batch_to_batch_give_each_batch_its_own_num
     to the bit; a buffer outgrown is made at least twice as large (made a few times, not once a batch)."""
     from attnviz.attention import Scratch
 
-    model, tok = attnviz.tiny_model(family), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model(family), IdsTokenizer()
     texts = sorted(_texts(12, seed=3), key=len) + _texts(3, seed=4)  # growing lengths, then shorter again
     index = {t: k for k, t in enumerate(texts)}
     layers = list(range(model.config.num_hidden_layers))
@@ -129,7 +129,7 @@ def test_a_reducers_buffers_kept_from_batch_to_batch_give_each_batch_its_own_num
 
 
 def test_corpus_stats_without_the_statistics_by_norm_or_with_given_encodings_gives_the_same_table():
-    model, tok = attnviz.tiny_model("bert"), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model("bert"), IdsTokenizer()
     texts = _texts(10, seed=1)
     whole = corpus_stats(model, texts, tok, batch_size=4, progress=False)
     encodings = dict(zip(texts, tokenize(tok, texts, None, None, "tiny", False)))
@@ -147,7 +147,7 @@ def test_some_statistics_alone_equal_the_whole_reductions_and_leave_the_others_n
     """``statistics=`` names: those sums alone (the atlas' six without any product over every weight:
     the first key's column, the diagonals, the special keys gathered), in one chunk or many (rows from
     ``start`` on, a causal chunk's keys cut at its last row), equal to the whole reduction's."""
-    model, tok = attnviz.tiny_model(family), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model(family), IdsTokenizer()
     texts = [*_texts(10, seed=2), "5"]  # and a text of one token: only its first row
     encoded = tokenize(tok, texts, None, None, "tiny", False)
     # special keys (an empty span) after the first: none to three per text, the last one among them
@@ -180,7 +180,7 @@ def test_some_statistics_alone_equal_the_whole_reductions_and_leave_the_others_n
 
 
 def test_statistics_names_what_it_cannot_compute():
-    model, tok = attnviz.tiny_model("bert"), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model("bert"), IdsTokenizer()
     with pytest.raises(InputError, match="no statistic 'weights' to compute; choose from first, special"):
         corpus_stats(model, ["1 2 3"], tok, progress=False, statistics=["entropy", "weights"])
     with pytest.raises(InputError, match="no statistic 'first_moved'"):  # the statistics by norm follow moved=
@@ -316,7 +316,7 @@ def test_the_tally_adds_a_batchs_layers_at_once_as_it_adds_them_one_by_one(famil
     the same, to the bit."""
     from attnviz.analysis import head_tally
 
-    model, tok = attnviz.tiny_model(family), IdsTokenizer()
+    model, tok = attnviz.testing.tiny_model(family), IdsTokenizer()
     texts = _texts(11, seed=4)
     index = {t: k for k, t in enumerate(texts)}
     layers = list(range(model.config.num_hidden_layers))

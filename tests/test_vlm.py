@@ -10,8 +10,8 @@ from skimage.data import chelsea, coffee
 
 import attnviz
 from attnviz import figures
+from attnviz.testing import tiny_vlm
 from attnviz.views.image import patch_row
-from attnviz.workflows.capture.vlm import tiny_vlm
 
 TEXT = "A photo: <image> the cat sleeps on a mat"
 

@@ -13,8 +13,8 @@ from test_load_vlm import eager_outputs
 
 import attnviz
 from attnviz import figures
+from attnviz.testing import tiny_vlm
 from attnviz.views.image import patch_row
-from attnviz.workflows.capture.vlm import tiny_vlm
 
 TEXT = "A photo: <image> the cat sleeps on a mat"
 

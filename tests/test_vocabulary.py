@@ -20,7 +20,7 @@ PROGRESS = {
 
 @pytest.fixture(scope="module")
 def llama():
-    model = attnviz.tiny_model("llama")
+    model = attnviz.testing.tiny_model("llama")
     return model, attnviz.capture(model, input_ids=torch.arange(1, 9)[None])
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import attnviz
+from attnviz.families import vlm_spec
 from attnviz.views.image import text_positions
 from attnviz.views.marks import MARK, new_start
 from attnviz.workflows.capture.joint import is_joint
@@ -52,7 +53,7 @@ KEEP_MODELS = 2  # as attnviz.load_model: the last two models stay loaded
 def tower_kind(model: str) -> str:
     """``"vlm"``, ``"joint"``, or ``"vision"`` (anything else: a vision encoder, or a model the vision path
     refuses with its own message) for a model name, from its config; a vision-language family attnviz
-    refuses with a picture (:data:`attnviz.workflows.capture.vlm.REFUSED_VLMS`) raises why."""
+    refuses with a picture (:data:`attnviz.families.REFUSED_VLMS`) raises why."""
     if model.startswith(FILE_PREFIX):
         return "vision"
     try:
@@ -111,7 +112,8 @@ def whole_pictures(model: Any, processor: Any) -> tuple[Any, str]:
     read whole — the model's own computation in that mode, said on the tab. The processor loaded (and
     cached by ``attnviz.load_processor``) is left as it was."""
     images = getattr(processor, "image_processor", None)
-    if getattr(model.config, "model_type", "") != "idefics3" or not getattr(images, "do_image_splitting", False):
+    spec = vlm_spec(model.config)
+    if spec is None or not spec.reads_tiles or not getattr(images, "do_image_splitting", False):
         return processor, ""
     processor = copy.copy(processor)
     processor.image_processor = copy.copy(images)

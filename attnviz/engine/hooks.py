@@ -1,7 +1,7 @@
 """The projection-hook side of the engine, for families that compute attention inline (no
 AttentionInterface call to wrap).
 
-From the facts in :data:`attnviz.engine.specs.PROJECTION_SPECS`: a pre-hook on the attention module
+From the facts in :data:`attnviz.families.PROJECTION_SPECS`: a pre-hook on the attention module
 keeps its inputs (ALiBi, mask), hooks on the q/k/v (or fused) projection keep their outputs, and a
 pre-hook on the output projection hands the call — its Q, K, V, bias and mask, and the model's own
 A·V — as an :class:`InlineCall` to :func:`attnviz.engine.listeners.dispatch`, the same dispatch the
@@ -26,9 +26,10 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import UnsupportedModelError
+from ..families.facts import ProjectionSpec
 from .listeners import dispatch, listened
 from .projections import projection_module
-from .specs import ProjectionSpec, fused_layout, supported_families
+from .specs import fused_layout, supported_families
 
 __all__ = ["InlineCall", "hooked", "hooked_models", "projection_read"]
 

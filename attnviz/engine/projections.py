@@ -24,7 +24,8 @@ import torch
 from torch import Tensor, nn
 
 from ..attention import SAMPLE_ROWS, spread_rows
-from .specs import OUTPUT_PROJECTIONS, PROJECTION_SPECS, TRANSPOSED_WEIGHTS
+from ..families import PROJECTION_SPECS
+from .specs import OUTPUT_PROJECTIONS, TRANSPOSED_WEIGHTS
 
 __all__ = [
     "OutputProjection",

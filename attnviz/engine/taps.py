@@ -9,14 +9,14 @@ causal flag, T5's ``position_bias``, gpt-oss's sinks ``s_aux``): for them a reco
 in front of the model's backend (:mod:`attnviz.engine.interface`), calls exactly the function the
 caller would have got and hands its result back unchanged. The families that compute attention
 inline (GPT-Neo, XGLM, GPT-1, Bloom, MPT, Falcon-ALiBi, DeBERTa-v2/v3:
-:data:`attnviz.engine.specs.PROJECTION_SPECS`)
+:data:`attnviz.families.PROJECTION_SPECS`)
 are read through hooks on their projections (:mod:`attnviz.engine.hooks`). :func:`attached` chooses.
 The model's config is never touched; everything is removed in ``finally``, also when forward raises.
 
 Each recorded call is keyed by the module that made it: its path in the model gives the part
 (``encoder`` / ``decoder`` / ``cross``) and the layer (:func:`attnviz.engine.specs.locate`), never the
 call order — except in a family whose modules each run for several layers
-(:data:`attnviz.engine.specs.SHARED_LAYERS`, ALBERT), where the layer is the call's index in its forward. An argument attnviz does not understand refuses the capture
+(:data:`attnviz.families.SHARED_LAYERS`, ALBERT), where the layer is the call's index in its forward. An argument attnviz does not understand refuses the capture
 (:class:`UnsupportedModelError`), so a map is never silently missing a term.
 
 Several captures may run at once — other threads, other models, nested ``with tap(a): with
@@ -36,13 +36,13 @@ from torch import Tensor, nn
 
 from ..attention import attention_output, head_max
 from ..deprecation import renamed
+from ..families import PROJECTION_SPECS, SHARED_LAYERS, TOWERS
 from .hooks import hooked
 from .interface import installed_backends, wrapped
 from .listeners import Call, Seen, listening, owner, recorders
 from .projections import ProjectionWatch
-from .specs import PROJECTION_SPECS, SHARED_LAYERS, check_supported, locate
+from .specs import check_supported, locate
 from .transfer import HostCopies
-from .vision_specs import TOWERS
 
 __all__ = [
     "CALL_TENSORS",
@@ -190,10 +190,10 @@ class Recorder:
     dense_masks: dict[int, Any] = field(default_factory=dict)
     _names: dict[int, str] = field(default_factory=dict)
     _encoder_decoder: bool = False
-    _towers: dict[str, str] | None = None  # a model of two towers: path component -> part (vision_specs.TOWERS)
+    _towers: dict[str, str] | None = None  # a model of two towers: path component -> part (families.TOWERS)
     _steps: dict[tuple[int, int], int] = field(default_factory=dict)  # calls so far per (module, layer)
     _where: dict[tuple[int, bool], tuple[str, int]] = field(default_factory=dict)  # (module, causal) -> part, layer
-    _per_forward: int | None = None  # a shared family's attention calls per forward (specs.SHARED_LAYERS)
+    _per_forward: int | None = None  # a shared family's attention calls per forward (families.SHARED_LAYERS)
     _calls: int = 0  # calls placed so far (a shared family's layers are counted by it)
     #: calls whose part their mask's structure tells, read after the forward: (call, module, mask)
     _structures: list[tuple[AttentionCall, nn.Module, Tensor]] = field(default_factory=list)
@@ -242,7 +242,7 @@ class Recorder:
         """(part, layer) of a call: the module's path, and whether its attention is causal by design
         (its ``is_causal``, else ``designed_causal``, else the call's causal flag or mask structure).
         Called once per call: in a family whose modules are shared by several layers
-        (:data:`~attnviz.engine.specs.SHARED_LAYERS`) the layer is the call's index in its forward."""
+        (:data:`~attnviz.families.SHARED_LAYERS`) the layer is the call's index in its forward."""
         looks_causal = self.designed(module, causal, mask, designed_causal)
         if looks_causal is None:  # read from the mask's structure, which needs the host to wait for it
             looks_causal = _is_causal_structure(mask)  # type: ignore[arg-type]

@@ -23,9 +23,9 @@ from torch import Tensor, nn
 from ..data.capture import TokenSequence
 from ..data.validate import SAMPLE_ROWS, sample_rows
 from ..data.words import offsets_from_tokens, words_from_offsets
-from ..engine.specs import PROJECTION_SPECS
 from ..engine.taps import AttentionCall, Recorder, tap
 from ..errors import ArgumentTypeError, InputError, InputTooLongError, UnsupportedModelError
+from ..families import PROJECTION_SPECS
 from .capture.images import is_image_input
 from .capture.inputs import Encoded, check_vocabulary, given_tokens, surfaces, tokenize
 from .capture.pipeline import Item, captures, check_mode, resolve, tapped, weight_mode_for

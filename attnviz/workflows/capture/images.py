@@ -4,7 +4,7 @@ Images (PIL images, numpy arrays, file paths; one or a list: a batch) go through
 image processor (``AutoImageProcessor.from_pretrained`` for a name or folder, or the one passed);
 ``pixel_values`` gives the processed tensor directly. Each capture keeps its picture as the model read
 it (uint8 RGB, the processed size) and its tokens' layout — the tokens before the patches
-(:data:`attnviz.engine.vision_specs.VISION_SPECS`), then the patches row by row
+(:data:`attnviz.families.VISION_SPECS`), then the patches row by row
 (:class:`attnviz.data.images.ImageGrid`). The forward and its checks are the pipeline's
 (:mod:`attnviz.workflows.capture.pipeline`), as for text.
 """
@@ -21,8 +21,8 @@ from torch import Tensor, nn
 from ...data.capture import Capture
 from ...data.images import ImageGrid, image_sequence, to_uint8
 from ...engine.taps import AttentionCall
-from ...engine.vision_specs import VISION_SPECS, vision_spec
 from ...errors import ArgumentTypeError, ImageFileError, InputError, NotAVisionModelError, UnsupportedModelError
+from ...families import VISION_SPECS, vision_spec
 from .pipeline import Item, Resolved, check_mode, run_captures
 
 __all__ = [
@@ -65,7 +65,7 @@ def require_vision(resolved: Resolved) -> None:
         names = sorted({spec.name for spec in VISION_SPECS.values()})
         raise NotAVisionModelError(
             f"{resolved.name} ({kind}) is not a vision encoder, so it cannot read an image; give it text, or "
-            f"capture the image with one of: {', '.join(names)} (e.g. attnviz.tiny_model('vit'))"
+            f"capture the image with one of: {', '.join(names)} (e.g. attnviz.testing.tiny_model('vit'))"
         )
 
 
@@ -136,7 +136,7 @@ def image_processor(resolved: Resolved, processor: Any = None) -> Any:
     if not source:
         raise InputError(
             f"{resolved.name} has no name or folder to load its image processor from; pass processor= "
-            "(AutoImageProcessor.from_pretrained(name), or attnviz.tiny_processor(family) for a tiny model)"
+            "(AutoImageProcessor.from_pretrained(name), or attnviz.testing.tiny_processor(family) for a tiny model)"
         )
     from transformers import AutoImageProcessor  # deferred: importing attnviz does not import transformers
 

@@ -1,6 +1,6 @@
 """A joint text–image model's capture: its text tower and its vision tower, two parts of one capture.
 
-CLIP and SigLIP (``CLIPModel``, ``SiglipModel``: the joint checkpoints, :data:`JOINT_TYPES`) read a
+CLIP and SigLIP (``CLIPModel``, ``SiglipModel``: the joint checkpoints, :func:`is_joint`) read a
 text with a text tower and a picture with a vision tower, apart, and compare the two embeddings. One
 forward of ``attnviz.capture(model, text, image, processor=…)`` records both: the ``text`` part, the
 text tower's attention over the text's tokens (CLIP's is causal, SigLIP's bidirectional), and the
@@ -20,22 +20,21 @@ from ...data.capture import Capture, TokenSequence
 from ...data.images import ImageGrid, to_uint8
 from ...data.words import words_from_offsets
 from ...engine.taps import AttentionCall
-from ...engine.vision_specs import TOWERS, vision_spec
 from ...errors import AttnvizError, InputError, UnsupportedModelError
+from ...families import TOWERS, vision_spec
 from .images import read_image
 from .inputs import check_texts, padded, tokenize
 from .models import load_processor
 from .pipeline import Item, Resolved, check_mode, run_captures
 
-__all__ = ["JOINT_TYPES", "capture_joint", "is_joint", "tiny_joint"]
-
-#: the joint text–image families attnviz captures as two parts, ``text`` and ``vision``
-JOINT_TYPES = frozenset(t for t, towers in TOWERS.items() if set(towers.values()) == {"text", "vision"})
+__all__ = ["capture_joint", "is_joint"]
 
 
 def is_joint(config: Any) -> bool:
-    """Whether ``config`` is a joint text–image model attnviz captures (:data:`JOINT_TYPES`)."""
-    return getattr(config, "model_type", None) in JOINT_TYPES
+    """Whether ``config`` is a joint text–image model attnviz captures: a family of
+    :data:`attnviz.families.TOWERS` whose towers are the parts ``text`` and ``vision``."""
+    towers = TOWERS.get(getattr(config, "model_type", "") or "")
+    return towers is not None and set(towers.values()) == {"text", "vision"}
 
 
 def _processors(resolved: Resolved, processor: Any, tokenizer: Any) -> tuple[Any, Any]:
@@ -152,40 +151,3 @@ def capture_joint(
         ran=ran,
     )
     return made
-
-
-def tiny_joint(family: str = "clip", *, attn_implementation: str | None = None, seed: int = 0) -> tuple[Any, Any]:
-    """(a tiny random ``CLIPModel`` or ``SiglipModel``, its processor), for tests and examples: two
-    2-layer towers of width 32 and 4 heads — the text tower over SmolLM2's real tokenizer, the vision
-    tower reading 32×32 pictures in 8×8 patches (CLIP: ``[CLS]`` + 16 patches; SigLIP: 16 patches)."""
-    import torch
-    import transformers as tf  # deferred: importing attnviz does not import transformers
-
-    from .models import embedded_source
-
-    names = {
-        "clip": ("CLIPConfig", "CLIPTextConfig", "CLIPVisionConfig", "CLIPModel", "CLIPProcessor"),
-        "siglip": ("SiglipConfig", "SiglipTextConfig", "SiglipVisionConfig", "SiglipModel", "SiglipProcessor"),
-    }
-    if family not in names:
-        raise InputError(f"tiny_joint builds {' or '.join(sorted(names))}, not {family!r}")
-    config_name, text_name, vision_name, model_name, processor_name = names[family]
-    folder, kwargs = embedded_source("smollm2")
-    tokenizer = tf.AutoTokenizer.from_pretrained(folder, **kwargs)
-    small = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
-    ids = dict(
-        pad_token_id=tokenizer.pad_token_id, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id
-    )
-    text = getattr(tf, text_name)(**small, vocab_size=len(tokenizer), max_position_embeddings=64, **ids)
-    vision = getattr(tf, vision_name)(**small, image_size=32, patch_size=8)
-    config = getattr(tf, config_name)(text_config=text.to_dict(), vision_config=vision.to_dict())
-    torch.manual_seed(seed)
-    model = tf.AutoModel.from_config(config, attn_implementation=attn_implementation or "sdpa")
-    assert type(model).__name__ == model_name
-    images: Any
-    if family == "clip":
-        images = tf.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
-    else:
-        images = tf.SiglipImageProcessor(size={"height": 32, "width": 32})
-    processor = getattr(tf, processor_name)(image_processor=images, tokenizer=tokenizer)
-    return model.eval(), processor

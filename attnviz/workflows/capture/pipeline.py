@@ -31,7 +31,7 @@ from ...data.capture import Capture, TokenSequence
 from ...data.images import ImageGrid
 from ...data.validate import SAMPLE_ROWS, ValidationError, ValidationReport, validate
 from ...engine.projections import ProjectionWatch
-from ...engine.specs import ENCODER_DECODER_PARTS, PARTS, RESERVED_POSITIONS, check_supported, supported_families
+from ...engine.specs import ENCODER_DECODER_PARTS, PARTS, check_supported, supported_families
 from ...engine.taps import AttentionCall, tap
 from ...errors import (
     ArgumentTypeError,
@@ -40,6 +40,7 @@ from ...errors import (
     OutOfRangeError,
     UnsupportedModelError,
 )
+from ...families import RESERVED_POSITIONS
 from .call_records import build_records
 from .device_check import check_captures
 from .device_check import to_host as records_to_host
@@ -365,7 +366,7 @@ def check_calls(model: nn.Module, calls: list[AttentionCall], encoder_decoder: b
             what = "ran its attention twice" if seen[key] == call.name else f"and {seen[key]} both sit at"
             raise UnsupportedModelError(
                 f"{family}: {call.name} {what} {call.part} layer {call.layer} in one forward (shared or "
-                "nested attention modules with no entry in attnviz.engine.specs.SHARED_LAYERS); attnviz keys each "
+                "nested attention modules with no entry in attnviz.families.SHARED_LAYERS); attnviz keys each "
                 "layer by the module that ran it and will not guess which is which"
             )
         seen[key] = call.name

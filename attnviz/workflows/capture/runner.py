@@ -20,8 +20,8 @@ from torch import Tensor, nn
 
 from ...data.capture import Capture, TokenSequence
 from ...data.words import words_from_offsets
-from ...engine.vision_specs import vision_spec
 from ...errors import InputError, InputTooLongError, UnsupportedModelError
+from ...families import vision_spec
 from .images import capture_images, encode_images, is_image_input, require_vision
 from .inputs import Encoded, check_max_length, check_texts, decoder_inputs, given_tokens, ids_rows, tokenize
 from .joint import capture_joint, is_joint

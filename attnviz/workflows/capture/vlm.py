@@ -1,7 +1,7 @@
 """A vision-language model's capture: its language model over the text and the picture's tokens, and
 its vision tower over the picture.
 
-A vision-language model (:data:`VLM_TYPES`) reads a prompt whose ``<image>`` placeholder the processor
+A vision-language model (:data:`attnviz.families.VLMS`) reads a prompt whose ``<image>`` placeholder the processor
 expands to the picture's tokens; the vision tower's patches, through the projector, fill those
 positions, and the language model attends over the merged sequence. Where each image token comes from:
 
@@ -35,59 +35,39 @@ from ...data.capture import Capture
 from ...data.images import ImageGrid, patch_label, to_uint8
 from ...data.words import TokenSequence, Word, words_from_offsets
 from ...engine.taps import AttentionCall
-from ...engine.vision_specs import VISION_SPECS, vision_spec
 from ...errors import ArgumentTypeError, AttnvizError, InputError, UnsupportedModelError
+from ...families import REFUSED_VLMS, VISION_SPECS, VLMS, vision_spec, vlm_spec
+from ...families.facts import ImageLayout, split_refusal
 from .images import read_image
 from .models import load_processor
 from .pipeline import Item, Resolved, check_mode, run_captures
 
 __all__ = [
-    "REFUSED_VLMS",
-    "VLM_TYPES",
     "VlmInputs",
     "capture_vlm",
     "encode_vlm",
     "image_token_id",
     "is_vlm",
-    "tiny_vlm",
     "vlm_refusal",
 ]
 
-#: the vision-language families attnviz captures (their towers: :data:`attnviz.engine.vision_specs.TOWERS`)
-VLM_TYPES = frozenset({"llava", "idefics3"})
-
-_UNTESTED = (
-    "its processor needs torchvision (for its video processor) and num2words, which attnviz's tests do not "
-    "install, so how it lays out a picture's tokens is untested (its model is Idefics3's, which is tested)"
-)
-_MERGED = (
-    "its vision tower reads the patches in spatial_merge_size × spatial_merge_size blocks (not row by row) "
-    "and, on eager and sdpa, runs its attention once per picture in a forward; each image token of its "
-    "language model stands for one such block, at 3-D (M-RoPE) positions"
-)
-#: vision-language families attnviz does not map to the picture yet, and why: a picture given to them is
-#: refused before any forward (their text alone is captured as any decoder's)
-REFUSED_VLMS = {
-    "smolvlm": f"SmolVLM: {_UNTESTED}",
-    "qwen2_vl": f"Qwen2-VL: {_MERGED}",
-    "qwen2_5_vl": f"Qwen2.5-VL: {_MERGED} (and windowed attention in most layers)",
-}
-
 
 def vlm_refusal(config: Any) -> str | None:
-    """Why attnviz does not capture this vision-language model with a picture (:data:`REFUSED_VLMS`), or None."""
+    """Why attnviz does not capture this vision-language model with a picture
+    (:data:`attnviz.families.REFUSED_VLMS`), or None."""
     reason = REFUSED_VLMS.get(getattr(config, "model_type", "") or "")
     if reason is None:
         return None
+    names = " and ".join(spec.name for spec in VLMS.values())
     return (
         f"{reason}; attnviz does not map those image tokens to the picture yet, so it refuses the picture "
-        f"rather than draw it wrong. It captures LLaVA and Idefics3 (model_type 'llava', 'idefics3')"
+        f"rather than draw it wrong. It captures {names} (model_type {', '.join(map(repr, VLMS))})"
     )
 
 
 def is_vlm(config: Any) -> bool:
-    """Whether ``config`` is a vision-language model attnviz captures (:data:`VLM_TYPES`)."""
-    return getattr(config, "model_type", None) in VLM_TYPES
+    """Whether ``config`` is a vision-language model attnviz captures (:data:`attnviz.families.VLMS`)."""
+    return vlm_spec(config) is not None
 
 
 def image_token_id(config: Any) -> int:
@@ -96,52 +76,14 @@ def image_token_id(config: Any) -> int:
     return int(value if value is not None else config.image_token_id)
 
 
-@dataclass(frozen=True)
-class _Layout:
-    """Where a picture's tokens sit: the vision tower's patches (``tower_patch`` pixels each, a
-    ``tower_grid``, after its ``prefix``), and the language model's image tokens (one per ``patch``
-    block of pixels, a ``grid``, row by row)."""
-
-    tower_patch: tuple[int, int]
-    tower_grid: tuple[int, int]
-    prefix: list[str]
-    patch: tuple[int, int]
-    grid: tuple[int, int]
-
-
-def _layout(resolved: Resolved, pixel_values: Any) -> _Layout:
-    """The :class:`_Layout` of a processed batch of pictures (one per text)."""
+def _layout(resolved: Resolved, pixel_values: Any) -> ImageLayout:
+    """The :class:`~attnviz.families.facts.ImageLayout` of a processed batch of pictures (one per text),
+    as the model's family lays it out (:attr:`attnviz.families.facts.VlmSpec.layout`)."""
     config: Any = resolved.model.config
-    patch: Any = config.vision_config.patch_size
-    ph, pw = (patch, patch) if isinstance(patch, int) else (int(patch[0]), int(patch[1]))
-    height, width = pixel_values.shape[-2:]
-    rows, cols = height // ph, width // pw
-    if config.model_type == "idefics3":
-        tiles = pixel_values.shape[1] if pixel_values.dim() == 5 else 1
-        if tiles != 1:
-            raise UnsupportedModelError(_split_refusal(resolved.name, f"{tiles} pictures"))
-        s = int(config.scale_factor)
-        if rows != cols or rows % s:  # the connector's pixel shuffle reads a square grid in s × s blocks
-            raise UnsupportedModelError(
-                f"{resolved.name}'s vision tower reads {rows}×{cols} patches, which its connector cannot "
-                f"pixel-shuffle in {s}×{s} blocks; use the processor of this model"
-            )
-        return _Layout((ph, pw), (rows, cols), [], (ph * s, pw * s), (rows // s, cols // s))
-    strategy = getattr(config, "vision_feature_select_strategy", "default")
-    if strategy != "default":
-        raise UnsupportedModelError(
-            f"{resolved.name} selects its image features with {strategy!r}; attnviz maps image tokens to "
-            "patches for vision_feature_select_strategy='default' (the [CLS] dropped) only"
-        )
-    return _Layout((ph, pw), (rows, cols), _tower_prefix(resolved), (ph, pw), (rows, cols))
-
-
-def _split_refusal(name: str, what: str) -> str:
-    return (
-        f"{name}'s processor splits the picture into {what} (do_image_splitting), each read by the vision "
-        "tower alone beside a downscaled whole; attnviz maps one tile to the picture: set "
-        "processor.image_processor.do_image_splitting = False (the picture is then read whole, at max_image_size)"
-    )
+    spec = vlm_spec(config)
+    if spec is None:
+        raise UnsupportedModelError(f"{resolved.name} is not a vision-language model attnviz captures")
+    return spec.layout(config, pixel_values, resolved.name, lambda: _tower_prefix(resolved))
 
 
 def _tower_prefix(resolved: Resolved) -> list[str]:
@@ -209,7 +151,7 @@ class VlmInputs:
     encoded: Any  # the processor's BatchFeature: input_ids, attention_mask, pixel_values
     lengths: list[int]  # each text's tokens in the right-padded batch
     made: list[tuple[TokenSequence, int, int]]  # (sequence, first image position, after the last)
-    layout: _Layout
+    layout: ImageLayout
     image_processor: Any
     tokenizer: Any  # the processor's
 
@@ -266,7 +208,7 @@ def encode_vlm(resolved: Resolved, text: Any, image: Any, processor: Any, *, ver
     tokenizer = processor.tokenizer
     image_id = image_token_id(config)
     if getattr(getattr(processor, "image_processor", None), "do_image_splitting", False):
-        raise UnsupportedModelError(_split_refusal(resolved.name, "tiles"))
+        raise UnsupportedModelError(split_refusal(resolved.name, "tiles"))
     placeholder = getattr(processor, "image_token", None) or tokenizer.convert_ids_to_tokens(image_id)
     for t in texts:
         if t.count(placeholder) != 1:
@@ -349,58 +291,3 @@ def capture_vlm(
         ran=ran,
     )
     return made
-
-
-def tiny_vlm(family: str = "llava", *, attn_implementation: str | None = None, seed: int = 0) -> tuple[Any, Any]:
-    """(a tiny random vision-language model, its processor), for tests and examples; the language model
-    a 2-layer Llama over SmolLM2's real tokenizer with the image tokens added. Needs Pillow.
-
-    - ``"llava"``: a 2-layer CLIP vision tower reading 32×32 pictures in 8×8 patches (16 image tokens,
-      its ``[CLS]`` dropped), ``LlavaProcessor``;
-    - ``"idefics3"``: a 2-layer Idefics3 (SigLIP-style) tower reading 64×64 pictures in 8×8 patches, its
-      connector's pixel shuffle (``scale_factor=2``) making 16 image tokens of 2×2 patches each,
-      ``Idefics3Processor`` with ``do_image_splitting=False`` (the picture whole, resized to 64×64)."""
-    import torch
-    import transformers as tf  # deferred: importing attnviz does not import transformers
-
-    from .models import embedded_source
-
-    if family not in ("llava", "idefics3"):
-        raise InputError(f"tiny_vlm builds 'llava' or 'idefics3', not {family!r}")
-    folder, kwargs = embedded_source("smollm2")
-    tokenizer = tf.AutoTokenizer.from_pretrained(folder, **kwargs)
-    small: dict[str, Any] = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64)
-    if family == "llava":
-        tokenizer.add_special_tokens({"additional_special_tokens": ["<image>"]})
-    else:  # the processor's tokens: the image's, the ones around it, and the tiles' (unused whole)
-        tiles = [f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6)]
-        around = ["<fake_token_around_image>", "<image>", "<global-img>", "<end_of_utterance>"]
-        tokenizer.add_special_tokens({"additional_special_tokens": around + tiles})
-    text = tf.LlamaConfig(
-        **small, num_key_value_heads=2, vocab_size=len(tokenizer), max_position_embeddings=128
-    ).to_dict()
-    token: Any = tokenizer.convert_tokens_to_ids("<image>")
-    image_id = int(token)
-    torch.manual_seed(seed)
-    if family == "llava":
-        vision = tf.CLIPVisionConfig(image_size=32, patch_size=8, **small)
-        config: Any = tf.LlavaConfig(vision_config=vision, text_config=text, image_token_index=image_id)
-        images: Any = tf.CLIPImageProcessor(size={"shortest_edge": 32}, crop_size={"height": 32, "width": 32})
-        processor: Any = tf.LlavaProcessor(
-            image_processor=images,
-            tokenizer=tokenizer,
-            patch_size=8,
-            vision_feature_select_strategy="default",
-            num_additional_image_tokens=1,
-        )
-    else:
-        vision_config = tf.Idefics3VisionConfig(image_size=64, patch_size=8, **small).to_dict()
-        config = tf.Idefics3Config(
-            vision_config=vision_config, text_config=text, image_token_id=image_id, scale_factor=2
-        )
-        images = tf.Idefics3ImageProcessorPil(
-            do_image_splitting=False, size={"longest_edge": 64}, max_image_size={"longest_edge": 64}
-        )
-        processor = tf.Idefics3Processor(image_processor=images, tokenizer=tokenizer, image_seq_len=16)
-    model = tf.AutoModelForImageTextToText.from_config(config, attn_implementation=attn_implementation or "sdpa")
-    return model.eval(), processor

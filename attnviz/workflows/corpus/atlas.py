@@ -1,6 +1,6 @@
 """The head atlas over a corpus: :func:`head_atlas` (re-exported as ``attnviz.analysis.head_atlas``).
 
-One pass over the corpus through :func:`~attnviz.workflows.corpus.corpus_stats` — batched by length,
+One pass over the corpus through :func:`~attnviz.workflows.corpus.corpus.corpus_stats` — batched by length,
 reduced layer by layer as the forward goes, spread over the processes of ``torchrun`` / ``accelerate
 launch`` — gives the mass-based roles (its statistics) and, in the same reduction, where each row's
 maximum falls (:class:`~attnviz.analysis.head_tally.HeadTally`: the positional and rare-word roles,

@@ -33,9 +33,9 @@ from ...analysis.stats import HeadStatsSums
 from ...attention import Scratch
 from ...data.validate import TOLERANCES, ValidationReport, sample_rows
 from ...engine.projections import OutputProjection, output_projection
-from ...engine.specs import PROJECTION_SPECS
 from ...engine.taps import CALL_TENSORS, AttentionCall, Recorder, tap
 from ...errors import AttnvizError, InputError, ValidationError
+from ...families import PROJECTION_SPECS
 from ..capture.inputs import Encoded, tokenize
 from ..capture.pipeline import forward_inputs, n_layers, resolve, tapped
 from ..capture.runner import capture_forward, encode_texts

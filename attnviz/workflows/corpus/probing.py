@@ -121,7 +121,7 @@ def evaluate_probes(
     probe's pronoun and candidates are found where :meth:`Probe.locate` says (its offsets when given).
 
     The probes run ``batch_size`` at a time, sorted by length and right-padded (padding ≤ 10 % of a
-    batch's tokens, as :func:`~attnviz.workflows.corpus.corpus_stats` batches; at most
+    batch's tokens, as :func:`~attnviz.workflows.corpus.corpus.corpus_stats` batches; at most
     :data:`BATCH_TOKENS` padded tokens, so long probes run fewer at a time): each text's records hold
     only its own tokens, so a head's pick is the one a forward of that probe alone gives
     (``batch_size=1``). A BOS token is prepended (``add_bos``) so that a decoder's attention sink is not

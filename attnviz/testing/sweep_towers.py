@@ -1,14 +1,14 @@
 """The support sweep's models of two towers: each part of each capture against the model's own eager attention.
 
 - the joint text–image models (``CLIPModel``, ``SiglipModel``, built by
-  :func:`attnviz.workflows.capture.joint.tiny_joint`): two padded texts with two pictures, the ``text`` part
+  :func:`attnviz.testing.tiny_joint`): two padded texts with two pictures, the ``text`` part
   against the text tower's ``output_attentions`` and the ``vision`` part against the vision tower's;
-- the vision-language models (LLaVA and Idefics3, :func:`attnviz.workflows.capture.vlm.tiny_vlm`): two padded texts with
+- the vision-language models (LLaVA and Idefics3, :func:`attnviz.testing.tiny_vlm`): two padded texts with
   two pictures, the ``decoder`` part against the model's ``output_attentions`` and the ``vision`` part
   against its vision tower's own, run alone on the same pixels.
 
-Each on eager and sdpa, an :class:`~attnviz.workflows.sweep.Outcome` per family and backend, held to
-:data:`~attnviz.workflows.sweep.EXACT` by ``tests/test_sweep.py``.
+Each on eager and sdpa, an :class:`~attnviz.testing.sweep.Outcome` per family and backend, held to
+:data:`~attnviz.testing.sweep.EXACT` by ``tests/test_sweep.py``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ import numpy as np
 import torch
 
 from ..errors import UnsupportedModelError
-from .capture.joint import tiny_joint
-from .capture.runner import capture
-from .capture.vlm import tiny_vlm
+from ..workflows.capture.runner import capture
 from .sweep import EXACT, Outcome
+from .tiny import tiny_joint, tiny_vlm
 
 __all__ = ["TOWER_FAMILIES", "towers", "worst_error"]
 

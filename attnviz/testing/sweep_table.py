@@ -1,8 +1,8 @@
 """The support sweep's section of the docs: its counts and lists as markdown, written between two marks.
 
-:func:`markdown` makes the section from the sweep's outcomes (:class:`attnviz.workflows.sweep.Outcome`, never
+:func:`markdown` makes the section from the sweep's outcomes (:class:`attnviz.testing.sweep.Outcome`, never
 typed in); :func:`write` puts it between the two :data:`MARK` lines of :data:`PAGE`, the support table's page
-(``python -m attnviz.workflows.sweep --write`` runs the sweep and both).
+(``python -m attnviz.testing.sweep --write`` runs the sweep and both).
 """
 
 from __future__ import annotations

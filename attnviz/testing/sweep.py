@@ -4,11 +4,11 @@ Two sweeps, one comparison (:func:`compare`): a padded batch of two texts of dif
 targets for an encoder-decoder) captured through attnviz's text path on a backend, every part and layer
 compared with the *eager* model's own ``output_attentions`` on the same weights.
 
-- :func:`claimed`: every family the support table claims (``specs.FAMILIES``), on each backend it
-  names, built by :func:`attnviz.tiny_model` — what ``tests/test_sweep.py`` holds to :data:`EXACT`.
+- :func:`claimed`: every family the support table claims (``attnviz.families.FAMILIES``), on each backend it
+  names, built by :func:`attnviz.testing.tiny_model` — what ``tests/test_sweep.py`` holds to :data:`EXACT`.
 - :func:`vision`: every tiny vision encoder (ViT, DeiT, DINOv2 with and without registers, the CLIP and
   SigLIP vision towers) on eager and sdpa, a batch of two pictures through its image processor.
-- :func:`attnviz.workflows.sweep_towers.towers`: the models of two towers (joint CLIP and SigLIP, LLaVA, Idefics3)
+- :func:`attnviz.testing.sweep_towers.towers`: the models of two towers (joint CLIP and SigLIP, LLaVA, Idefics3)
   on eager and sdpa, two texts with two pictures, each part against the model's own.
 - :func:`transformers_families`: every text model type of transformers' ``CONFIG_MAPPING`` with a
   causal-LM class (or, for an encoder, a masked-LM one, captured through ``AutoModel``), built tiny by
@@ -19,9 +19,9 @@ Each outcome is **exact** (≤ :data:`EXACT`, its max error stated), **refused**
 a ``ValidationError``: the user gets the error, never the wrong map —, or an error attnviz did not
 raise on purpose: a bug) or **not buildable** (transformers cannot build or run it tiny, and why).
 
-``python -m attnviz.workflows.sweep --markdown`` prints the counts for the docs; ``--write`` puts them
+``python -m attnviz.testing.sweep --markdown`` prints the counts for the docs; ``--write`` puts them
 between the ``<!-- attnviz:sweep -->`` markers of ``docs/guides/capture.md``
-(:data:`attnviz.workflows.sweep_table.PAGE`): the section is written by :mod:`attnviz.workflows.sweep_table`.
+(:data:`attnviz.testing.sweep_table.PAGE`): the section is written by :mod:`attnviz.testing.sweep_table`.
 """
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ from typing import Any
 
 import torch
 
-from attnviz.engine.specs import FAMILIES, unblock
-from attnviz.engine.vision_specs import vision_spec
 from attnviz.errors import UnsupportedModelError, ValidationError
+from attnviz.families import FAMILIES, vision_spec
+from attnviz.families.longt5 import unblock
+from attnviz.testing.tiny import tiny_families, tiny_model, tiny_processor
 from attnviz.workflows.capture.models import IdsTokenizer
 from attnviz.workflows.capture.runner import capture
-from attnviz.workflows.tiny import tiny_families, tiny_model, tiny_processor
 
 #: the bound of "exact" at float32: every layer and head of every part, the largest absolute difference — about
 #: eight float32 steps at a weight of 1. A capture on sdpa is compared with the *eager* model's weights, and the
@@ -213,7 +213,7 @@ def claimed(families: Iterable[str] | None = None) -> list[Outcome]:
 
 # --------------------------------------------------------------------------------------- vision encoders
 def vision() -> list[Outcome]:
-    """Every tiny vision family of :func:`attnviz.tiny_model`, on eager and sdpa: a batch of two pictures
+    """Every tiny vision family of :func:`attnviz.testing.tiny_model`, on eager and sdpa: a batch of two pictures
     (random, of two sizes) through its image processor, each layer against its eager model's own."""
     out = []
     g = torch.Generator().manual_seed(3)
@@ -384,7 +384,7 @@ class _Ids:  # what _eager_attentions reads of a capture: its ids (and its targe
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m attnviz.workflows.sweep", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m attnviz.testing.sweep", description=__doc__.split("\n")[0])
     parser.add_argument("--markdown", action="store_true", help="print the docs' section")
     parser.add_argument("--write", action="store_true", help="write it into docs/guides/capture.md")
     parser.add_argument("--only", nargs="*", help="these model types of transformers only")
