@@ -76,7 +76,7 @@ def test_batched_picks_are_the_models_own_eager_picks_for_each_probe_alone(
     tok = bert_tokenizer if family == "bert" else smol_tokenizer
     model = tiny(family, "eager", vocab_size=len(tok))
     probes = _probes()
-    result = attnviz.evaluate_probes(model, probes, tok, batch_size=3, progress=False)
+    result = attnviz.evaluate_probes(model, probes, tok, batch_size=3, add_bos=True, progress=False)
     assert result.per_probe.id.tolist() == [p.id for p in probes]  # the set's order, not the batches'
     assert result.picks.shape == (len(probes), model.config.num_hidden_layers, model.config.num_attention_heads)
     bos = family == "llama"  # add_bos: SmolLM2's tokenizer adds none itself; BERT's [CLS] is first already
@@ -95,7 +95,7 @@ def test_the_batch_size_changes_no_pick_and_each_pick_is_rank_heads_on_the_probe
     model = tiny("llama", vocab_size=len(smol_tokenizer))  # sdpa: the kernel that runs in practice
     probes = _probes() * 3
     probes = [Probe(p.text, p.pronoun, p.candidates, p.gold, id=f"{p.id}-{i}") for i, p in enumerate(probes)]
-    one = attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=1, progress=False)
+    one = attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=1, add_bos=True, progress=False)
     calls, padding = [], []
     original = probing.ProbeRun.score
 
@@ -106,7 +106,7 @@ def test_the_batch_size_changes_no_pick_and_each_pick_is_rank_heads_on_the_probe
         return original(self, batch)
 
     monkeypatch.setattr(probing.ProbeRun, "score", counted)
-    batched = attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=8, progress=False)
+    batched = attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=8, add_bos=True, progress=False)
     assert sum(calls) == len(probes) and 1 < max(calls) <= 8 and len(calls) < len(probes) / 2
     assert max(padding) <= MAX_PADDING  # cut by length as corpus_stats cuts: little padding
     np.testing.assert_array_equal(batched.picks, one.picks)
@@ -145,7 +145,7 @@ def test_the_default_batch_holds_many_short_probes_and_few_long_ones(tiny, smol_
         return original(self, batch)
 
     monkeypatch.setattr(probing.ProbeRun, "score", counted)
-    result = attnviz.evaluate_probes(model, short + long, smol_tokenizer, progress=False)
+    result = attnviz.evaluate_probes(model, short + long, smol_tokenizer, add_bos=True, progress=False)
     assert sum(n for n, _ in sizes) == len(short) + len(long) and not result.skipped
     assert max(n for n, _ in sizes) == probing.BATCH_SIZE == 64  # the short ones, 64 at a time
     assert all(tokens <= 1024 or n == 1 for n, tokens in sizes)  # the long ones: within the cap
@@ -171,7 +171,7 @@ def test_what_cannot_be_scored_is_named_and_the_rest_is_scored(tiny, smol_tokeni
             id="long",
         ),
     ]
-    result = attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=4, progress=False)
+    result = attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=4, add_bos=True, progress=False)
     assert result.per_probe.id.tolist() == ["p0", "p1"]
     reasons = dict(line.split(": ", 1) for line in result.skipped)
     assert set(reasons) == {"later", "long"}
@@ -179,16 +179,16 @@ def test_what_cannot_be_scored_is_named_and_the_rest_is_scored(tiny, smol_tokeni
     assert "accepts at most 24" in reasons["long"]
     assert "skipped 2" in str(result)
     with pytest.raises(attnviz.InputError, match=r"no probe could be scored \(1 left out\): later: 'dog' come"):
-        attnviz.evaluate_probes(model, probes[2:3], smol_tokenizer, progress=False)
+        attnviz.evaluate_probes(model, probes[2:3], smol_tokenizer, add_bos=True, progress=False)
     with pytest.raises(attnviz.InputError, match="batch_size must be a whole number ≥ 1, got 0"):
-        attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=0, progress=False)
+        attnviz.evaluate_probes(model, probes, smol_tokenizer, batch_size=0, add_bos=True, progress=False)
     for name, value, unit, default in (
         ("checkpoint_every_probes", 0, "probes", "100"),
         ("checkpoint_every_probes", -5, "probes", "100"),
         ("checkpoint_every_seconds", 0.0, "seconds", "60"),
     ):
         with pytest.raises(attnviz.InputError) as refused:
-            attnviz.evaluate_probes(model, probes, smol_tokenizer, progress=False, **{name: value})
+            attnviz.evaluate_probes(model, probes, smol_tokenizer, add_bos=True, progress=False, **{name: value})
         assert str(refused.value) == (
             f"{name} must be a number > 0, got {value!r}: pass how many {unit} may pass between two checkpoints "
             f"(default: {default}), or checkpoint=None for none"
@@ -205,7 +205,7 @@ def test_a_line_that_is_no_probe_is_reported_by_its_line_number(tiny, smol_token
     path.write_text(f"{good}\n{good}\nnot json\n", encoding="utf-8")
     with pytest.warns(UserWarning, match="1 unusable"):
         probes = load_probes(path)
-    result = attnviz.evaluate_probes(model, probes, smol_tokenizer, progress=False)
+    result = attnviz.evaluate_probes(model, probes, smol_tokenizer, add_bos=True, progress=False)
     assert len(result.skipped) == 1 and result.skipped[0].startswith("line 3: not JSON ("), result.skipped
     assert result.skipped[0].endswith(" (when loading)")
 
@@ -218,7 +218,7 @@ def test_a_word_the_tokenizer_reads_as_unknown_is_refused_not_scored(tiny_bert_w
         Probe("The cat sat on the mat because it was tired.", "it", ("cat", "mat"), "cat", id="en"),
     ]
     assert tok.unk_token_id in tok("它")["input_ids"]  # the premise: the tokenizer cannot read it
-    result = attnviz.evaluate_probes(model, probes, tok, progress=False)
+    result = attnviz.evaluate_probes(model, probes, tok, add_bos=True, progress=False)
     assert result.per_probe.id.tolist() == ["en"]
     assert result.skipped == [
         "zh: the tokenizer reads '它' as its unknown token only: a head's weight on it would be the weight of "
@@ -239,7 +239,7 @@ def test_a_recomputation_that_misses_the_kernel_stops_the_probe_set(tiny, smol_t
 
     monkeypatch.setattr(batched, "reduce_layer", off_scale)
     with pytest.raises(attnviz.ValidationError, match="could not reproduce"):
-        attnviz.evaluate_probes(model, _probes(), smol_tokenizer, progress=False)
+        attnviz.evaluate_probes(model, _probes(), smol_tokenizer, add_bos=True, progress=False)
 
 
 def test_chinese_from_a_cluewsc_file_end_to_end(tiny, smol_tokenizer, tmp_path):
@@ -263,7 +263,7 @@ def test_chinese_from_a_cluewsc_file_end_to_end(tiny, smol_tokenizer, tmp_path):
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     probes = load_probes(path, format="cluewsc")
     model = tiny("llama", "eager", vocab_size=len(smol_tokenizer))
-    result = attnviz.evaluate_probes(model, probes, smol_tokenizer, progress=False)
+    result = attnviz.evaluate_probes(model, probes, smol_tokenizer, add_bos=True, progress=False)
     row = result.per_probe.iloc[0]
     assert (row.pronoun_start, row.gold) == (first, "老鼠") and first < text.rindex("它")
     np.testing.assert_array_equal(result.picks[0], _eager_picks(model, smol_tokenizer, probes[0], bos=True))

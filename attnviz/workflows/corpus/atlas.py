@@ -183,7 +183,7 @@ def head_atlas(
     if probes is not None:
         if report is not None:
             report(len(texts) + 1, "coreference: the probe set")
-        result = evaluate_probes(resolved.model, probes, tokenizer, progress=progress)
+        result = evaluate_probes(resolved.model, probes, tokenizer, add_bos=add_bos, progress=progress)
     sums = _atlas_sums(tally, stats, random_tally.part)
     k = EXAMPLES.index("induction")
     induction_examples = np.concatenate(

@@ -106,7 +106,7 @@ def evaluate_probes(
     progress: bool = True,
     exclude_sinks: bool = True,
     renormalise: bool = True,
-    add_bos: bool = True,
+    add_bos: bool = False,
     part: str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
     checkpoint: str | Path | None = None,
@@ -124,8 +124,9 @@ def evaluate_probes(
     batch's tokens, as :func:`~attnviz.workflows.corpus.corpus.corpus_stats` batches; at most
     :data:`BATCH_TOKENS` padded tokens, so long probes run fewer at a time): each text's records hold
     only its own tokens, so a head's pick is the one a forward of that probe alone gives
-    (``batch_size=1``). A BOS token is prepended (``add_bos``) so that a decoder's attention sink is not
-    the first word — many probes begin with a candidate. A progress bar shows unless ``progress=False``.
+    (``batch_size=1``). ``add_bos=True`` prepends a BOS token (off by default, as everywhere in attnviz):
+    for a decoder, pass it — its attention sink is the first token, left out of the picks with
+    ``exclude_sinks``, and many probes begin with a candidate. A progress bar shows unless ``progress=False``.
     ``part`` picks the encoder or the decoder of an encoder-decoder model (the probe text is then the
     source, or the target; such a model runs probe by probe). ``on_progress(done, total)`` is called
     before each batch (a page's progress bar).
