@@ -10,6 +10,7 @@ Importing attnviz loads no model, patches nothing and does not import dash.
 
 from . import edits as edits  # the edits of intervene(): attnviz.edits.knockout(…)
 from .attention import scaled_dot_product
+from .data import reprs as _reprs
 from .data.capture import Capture, LayerRecord, TokenSequence
 from .data.io import load
 from .data.predictions import Intervention, Prediction
@@ -44,6 +45,14 @@ from .workflows.tiny import tiny_families, tiny_model, tiny_processor
 __version__ = "0.1.0"
 
 _SUBMODULES = ("analysis", "figures")  # imported on first use: they bring pandas and plotly
+
+
+def _load_html_views() -> None:
+    """Import the views that register the HTML notebooks show (:mod:`attnviz.data.reprs`)."""
+    from .views import html  # noqa: F401  deferred: it brings plotly, and only a notebook's repr needs it
+
+
+_reprs.load_with(_load_html_views)  # the data model and the analyses ask data.reprs, never the views
 
 
 def __getattr__(name: str):

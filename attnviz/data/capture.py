@@ -27,8 +27,10 @@ from ..attention import attention_output, attention_tile, build_mask, online_att
 from ..engine.specs import PARTS
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError
 from .images import ImageGrid, image_sequence
+from .interop import to_bertviz, to_circuitsvis
 from .moved import word_contributions
 from .records import LayerRecord
+from .reprs import html_of
 from .tables import capture_table
 from .validate import ValidationReport
 from .validate import validate as validate_capture
@@ -652,28 +654,16 @@ class Capture:
 
     def to_bertviz(self, *, words: bool = False) -> dict[str, Any]:
         """Keyword arguments for ``bertviz.head_view(**cap.to_bertviz())`` / ``model_view`` (see
-        :func:`attnviz.views.interop.to_bertviz`)."""
-        from ..views.interop import (
-            to_bertviz,  # deferred: the data model imports no view at module level (views bring plotly)
-        )
-
+        :func:`attnviz.data.interop.to_bertviz`)."""
         return to_bertviz(self, words=words)
 
     def to_circuitsvis(self, layer: int, *, part: str | None = None, words: bool = False) -> dict[str, Any]:
         """Keyword arguments for ``circuitsvis.attention.attention_patterns(**cap.to_circuitsvis(3))``
-        (see :func:`attnviz.views.interop.to_circuitsvis`)."""
-        from ..views.interop import (
-            to_circuitsvis,  # deferred: the data model imports no view at module level (views bring plotly)
-        )
-
+        (see :func:`attnviz.data.interop.to_circuitsvis`)."""
         return to_circuitsvis(self, layer, part=part, words=words)
 
     def _repr_html_(self) -> str:
-        from ..views.html import (
-            capture_html,  # deferred: the data model imports no view at module level (views bring plotly)
-        )
-
-        return capture_html(self)
+        return html_of(self)  # drawn by attnviz.views.html, which registers it (data.reprs)
 
     def save(self, path: str | Path) -> Path:
         """Write the capture as one safetensors file with JSON metadata (no pickle)."""

@@ -12,17 +12,17 @@ from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..analysis.coref import CorefRanking
+from ..analysis.probe_result import ProbeResult
 from ..assets import CJK_FONT
+from ..data.capture import Capture
+from ..data.reprs import register_html
+from ..data.validate import ValidationReport
 from ..errors import InputError
 
 if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
-
-    from ..analysis.coref import CorefRanking
-    from ..analysis.probes import ProbeResult
-    from ..data.capture import Capture
-    from ..data.validate import ValidationReport
 
 __all__ = [
     "CJK_TEXT",
@@ -154,6 +154,13 @@ def probes_html(result: ProbeResult, top: int = 10) -> str:
         f'<div style="{_BOX}"><b>attnviz probe set</b><div>{escape(str(result))}</div>'
         f"{tests}<div>the top {len(heads)} heads:</div>{_table(list(heads.columns), heads.itertuples(index=False))}</div>"
     )
+
+
+# the HTML a notebook shows for each (their _repr_html_ asks data.reprs, which this module fills in)
+register_html(Capture, capture_html)
+register_html(ValidationReport, report_html)
+register_html(CorefRanking, ranking_html)
+register_html(ProbeResult, probes_html)
 
 
 def cjk_font_path() -> Path:
