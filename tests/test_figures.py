@@ -320,7 +320,9 @@ def test_attnviz_figures_exports_figures_and_its_helpers_sit_in_figures_helpers(
     ],
 )
 def test_the_old_names_of_attnviz_figures_still_work_and_name_the_new_one(old, new):
-    with pytest.warns(DeprecationWarning, match=rf"attnviz\.figures\.{old} is deprecated, use attnviz\.figures\.{new}"):
+    with pytest.warns(
+        DeprecationWarning, match=rf"attnviz\.figures\.{old} is deprecated.*use attnviz\.figures\.{new}$"
+    ):
         value = getattr(figures, old)
     owner, _, name = new.rpartition(".")
     assert value is getattr(figures.helpers if owner else figures, name)

@@ -15,8 +15,7 @@ This module exports figures (and the files made of them) only. What they are mad
 marks, colours, the rows as numbers — is in :mod:`attnviz.figures.helpers`.
 """
 
-import warnings
-
+from ..deprecation import warn_renamed
 from ..views.atlas import atlas_map, atlas_page
 from ..views.common import message_figure
 from ..views.compare import compare_heads, validation_comparison
@@ -65,26 +64,17 @@ __all__ = [
     "write_image",
 ]
 
-#: the figures' old names, kept until attnviz 0.2: old name → new name
+#: the figures' old names, kept one release: old name → new name
 RENAMED = {"head_atlas": "atlas_map", "comparison": "validation_comparison"}
 
 
 def __getattr__(name: str) -> object:
-    """The old names: a renamed figure, or a helper that used to sit beside the figures (each warns once
-    per call site, naming where it lives now)."""
+    """The old names: a renamed figure, or a helper that used to sit beside the figures (each use warns,
+    naming where it lives now: :func:`attnviz.deprecation.warn_renamed`)."""
     if name in RENAMED:
-        new = RENAMED[name]
-        warnings.warn(
-            f"attnviz.figures.{name} is deprecated, use attnviz.figures.{new} (removed in attnviz 0.2)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return globals()[new]
+        warn_renamed(f"attnviz.figures.{name}", f"attnviz.figures.{RENAMED[name]}")
+        return globals()[RENAMED[name]]
     if name in helpers.__all__:
-        warnings.warn(
-            f"attnviz.figures.{name} is deprecated, use attnviz.figures.helpers.{name} (removed in attnviz 0.2)",
-            DeprecationWarning,
-            stacklevel=2,
-        )
+        warn_renamed(f"attnviz.figures.{name}", f"attnviz.figures.helpers.{name}")
         return getattr(helpers, name)
     raise AttributeError(f"module 'attnviz.figures' has no attribute {name!r}")

@@ -3,7 +3,7 @@ figure): axis labels, new-token marks, the model view's thumbnails and cells, a 
 picture's and the text's rows as numbers, and the figures' colours and limits. Nothing here returns a
 figure: those are in :mod:`attnviz.figures`.
 
-Until attnviz 0.2 these names are also reached as ``attnviz.figures.<name>``, with a ``DeprecationWarning``.
+For one release these names are also reached as ``attnviz.figures.<name>``, with a ``DeprecationWarning``.
 """
 
 from ..views.atlas import ROLE_COLOURS
