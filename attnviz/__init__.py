@@ -10,6 +10,7 @@ Importing attnviz loads no model, patches nothing and does not import dash.
 
 from . import edits as edits  # the edits of intervene(): attnviz.edits.knockout(…)
 from .attention import scaled_dot_product
+from .data import reprs as _reprs
 from .data.capture import Capture, LayerRecord, TokenSequence
 from .data.io import load
 from .data.predictions import Intervention, Prediction
@@ -52,6 +53,14 @@ _MOVED = {
     "tiny_model": "attnviz.testing.tiny_model",
     "tiny_processor": "attnviz.testing.tiny_processor",
 }
+
+
+def _load_html_views() -> None:
+    """Import the views that register the HTML notebooks show (:mod:`attnviz.data.reprs`)."""
+    from .views import html  # noqa: F401  deferred: it brings plotly, and only a notebook's repr needs it
+
+
+_reprs.load_with(_load_html_views)  # the data model and the analyses ask data.reprs, never the views
 
 
 def __getattr__(name: str):

@@ -29,7 +29,7 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the carried models only
 
 import attnviz  # noqa: E402
-from attnviz.analysis.stats import is_punct  # noqa: E402
+from attnviz.analysis.patterns import is_punct  # noqa: E402
 
 ENGLISH = [
     "The cat sat on the mat because it was tired.",

@@ -1,4 +1,4 @@
-"""Make the dashboard's CJK web font, ``apps/dashboard/assets/fonts/attnviz-cjk.woff2`` (family "attnviz CJK").
+"""Make the library's CJK web font, ``attnviz/assets/fonts/attnviz-cjk.woff2`` (family "attnviz CJK").
 
 A subset of Noto Sans CJK SC Regular (SIL Open Font License 1.1, ``OFL.txt`` beside the font) from
 Debian's ``fonts-noto-cjk``: the 6,763 hanzi of GB2312 (its 3,755 common characters of level 1 and
@@ -27,7 +27,7 @@ from fontTools import subset
 from fontTools.ttLib import TTCollection, TTFont
 
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "apps" / "dashboard" / "assets" / "fonts" / "attnviz-cjk.woff2"
+OUT = ROOT / "attnviz" / "assets" / "fonts" / "attnviz-cjk.woff2"
 SOURCE = Path("/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc")
 FACE = "Noto Sans CJK SC"
 FAMILY = "attnviz CJK"

@@ -289,6 +289,59 @@ def test_the_folders_import_only_in_the_direction_of_the_flow():
 
 SUBPACKAGES = set(LAYERS) | {"dashboard"}
 
+#: folders that never import what draws, at any level: not at module level, not inside a function, not
+#: under TYPE_CHECKING, not through importlib with the name as text (their HTML comes from data.reprs)
+NEVER_DRAW = {"data", "analysis"}
+DRAWING = ("attnviz.views", "attnviz.figures", "attnviz.dashboard")
+
+
+def imports_of_the_views(known: dict[str, Module]) -> list[str]:
+    """Every import of ``views``/``figures``/the dashboard in ``data/`` and ``analysis/``, wherever it sits."""
+    bad = []
+    for module in known.values():
+        parts = module.name.split(".")
+        if parts[0] != "attnviz" or len(parts) < 2 or parts[1] not in NEVER_DRAW:
+            continue
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = absolute(module, node)
+                names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            elif isinstance(node, ast.Call):  # importlib.import_module("attnviz.views…"), __import__(…)
+                names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            else:
+                continue
+            if any(name == d or name.startswith(d + ".") for name in names for d in DRAWING):
+                bad.append(f"{module.name}:{node.lineno}")
+    return sorted(set(bad))
+
+
+def test_data_and_analysis_never_import_the_views_at_any_level():
+    bad = imports_of_the_views(modules())
+    assert bad == [], (
+        "data/ and analysis/ import the views (register a drawing in data.reprs from the view instead):\n"
+        + "\n".join(bad)
+    )
+
+
+def test_the_views_check_sees_an_import_inside_a_function(tmp_path, monkeypatch):
+    pkg = tmp_path / "attnviz"
+    for folder in ("data", "analysis", "views"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "views" / "html.py").write_text("def draw(x):\n    return ''\n")
+    (pkg / "data" / "a.py").write_text("def f():\n    from ..views.html import draw  # deferred\n    return draw\n")
+    (pkg / "analysis" / "b.py").write_text(
+        "import importlib\n\ndef g():\n    importlib.import_module('attnviz.figures')\n"
+    )
+    (pkg / "analysis" / "c.py").write_text("from ..data import a\n")
+    monkeypatch.setitem(SOURCES, "attnviz", pkg)
+    monkeypatch.delitem(SOURCES, "attnviz.dashboard")
+    found = imports_of_the_views(modules())
+    assert found == ["attnviz.analysis.b:4", "attnviz.data.a:2"]
+
 
 def names_a_model_type(node: ast.expr) -> bool:
     """Whether an expression is a config's model type: ``….model_type``, a name ``model_type``, or

@@ -298,7 +298,7 @@ def test_bad_input_says_what_was_wrong_and_what_to_do(tmp_path):
     with pytest.raises(attnviz.InputError, match=r"batch_size must be a whole number ≥ 1, got 0"):
         head_atlas(model, ["5 6 7"], tokenizer=tok, batch_size=0, progress=False)
     with pytest.raises(attnviz.InputError, match=r"not a head atlas table \(no roles column\)"):
-        attnviz.figures.head_atlas(pd.DataFrame({"layer": [0], "head": [0]}))
+        attnviz.figures.atlas_map(pd.DataFrame({"layer": [0], "head": [0]}))
 
 
 def test_roles_picks_the_roles_reported():
@@ -322,7 +322,7 @@ def test_coreference_asked_for_without_a_probe_set_is_refused_before_the_model_r
     model, tok = attnviz.testing.tiny_model("gpt2"), IdsTokenizer()
     df = head_atlas(model, _texts(2), tokenizer=tok, random_sequences=2, progress=False)  # every role: NaN is fine
     assert df.coreference.isna().all() and "coreference" not in ",".join(df.roles)
-    hover = attnviz.figures.head_atlas(df).data[0].customdata[0][0]
+    hover = attnviz.figures.atlas_map(df).data[0].customdata[0][0]
     assert "coreference: — (not scored: no probe set was given)" in hover and "nan" not in hover
 
 
@@ -346,7 +346,7 @@ def test_a_score_is_written_on_the_side_of_its_threshold_it_is_on():
     assert previous.text(0.5000001) == "0.5000001" and previous.text(0.4999) == "0.500"  # > 0.5: not met either way
     assert previous.text(float("nan")) == "—"
     df = pd.DataFrame({"layer": [0], "head": [0], "roles": [""], "broad": [0.799645]})
-    assert "· broad: 0.7996 (≥ 0.8)" in attnviz.figures.head_atlas(df).data[0].customdata[0][0]
+    assert "· broad: 0.7996 (≥ 0.8)" in attnviz.figures.atlas_map(df).data[0].customdata[0][0]
     assert "<td" in (page := attnviz.figures.atlas_page(df)) and ">0.7996<" in page
 
 
@@ -395,7 +395,7 @@ def test_the_figure_colours_each_head_by_its_first_role_and_writes_every_role():
         "encoder", [0], 3, tally.offsets.numpy(), tally.rare.numpy(), tally.rows.numpy(), tally.log_keys.numpy(), N
     )
     df = atlas_table(_stats_of(a), sums)
-    fig = attnviz.figures.head_atlas(df)
+    fig = attnviz.figures.atlas_map(df)
     heat = fig.data[0]
     roles = list(ROLES)
     assert list(heat.z[0]) == [roles.index("previous_token"), roles.index("positional"), roles.index("rare_word")]

@@ -125,6 +125,18 @@ def test_save_load_round_trip_is_exact(cap, tmp_path):
     assert str(back.validate()) == str(cap.validate())
 
 
+def test_a_capture_pickles_whole_with_its_parts(cap):
+    """Capture is a dataclass over its parts (data.recompute.Recomputation, data.moved.WhatMoves): a pickle
+    (what the dashboard's background jobs hand back) carries it whole, every method with it."""
+    import pickle
+
+    back = pickle.loads(pickle.dumps(cap))
+    assert type(back) is attnviz.Capture and back.records.keys() == cap.records.keys()
+    assert torch.equal(back.attention(1, 0, rows=[1, 2]), cap.attention(1, 0, rows=[1, 2]))
+    assert torch.equal(back.contributions(1, words=True), cap.contributions(1, words=True))
+    assert back._repr_html_() == cap._repr_html_()
+
+
 def test_loading_a_broken_file_says_so(tmp_path):
     bad = tmp_path / "broken.attnviz"
     bad.write_bytes(b"not a capture")

@@ -5,7 +5,7 @@ The proof is the pixels: on a machine without a CJK font (Debian without fonts-n
 fonts-wqy-*, this suite's machines: ``fc-list :lang=zh`` is empty) every character the fonts lack is
 drawn as the same box, so two different labels come out alike (0–2 % of their pixels apart, where the
 box falls on the pixel grid); with the face about 38 % differ. Removing
-``apps/dashboard/assets/fonts/attnviz-cjk.woff2`` makes these tests fail, and so does exporting the PNG
+``attnviz/assets/fonts/attnviz-cjk.woff2`` (the dashboard serves it at ``assets/fonts/``) makes these tests fail, and so does exporting the PNG
 with plotly's own ``Plotly.toImage`` (the camera button's own handler) instead of ``attnviz.figureImage``
 (the export bar's Figure button's path, and the camera button's through ``assets/modebar_camera.js``)."""
 

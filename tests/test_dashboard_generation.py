@@ -18,7 +18,8 @@ from test_dashboard import MODELS, choose, no_console_errors, open_tab, poll, ru
 
 import attnviz
 from attnviz import figures
-from attnviz.figures import MARK, marked, new_start, step_figure, step_summary
+from attnviz.figures import step_figure
+from attnviz.figures.helpers import MARK, marked, new_start, step_summary
 
 PROMPT = "The cat sat on the mat because"
 
@@ -264,7 +265,7 @@ def test_figures_mark_the_new_tokens_and_leave_a_forward_alone(gen, tiny_llama):
     assert sorted(s.x0 for s in mosaic.layout.shapes if s.x0 == s.x1) == [6.5, 20.5, 34.5, 48.5]
     pooled = figures.model_view(cap, cells=4)  # pooled thumbnails (4 cells for 13 tokens): 7/13 of the way down
     assert min(s.y0 for s in pooled.layout.shapes if s.y0 == s.y1) == pytest.approx(7 * 4 / 13 - 0.5)
-    comparison = figures.comparison(cap, 1, 2)
+    comparison = figures.validation_comparison(cap, 1, 2)
     assert [s.yref for s in comparison.layout.shapes] == ["y", "y2", "y3"]  # outputs: only rows are positions
     words = figures.heatmap(cap, 1, 2, words=True)
     first_word = new_start(cap, words=True)
@@ -306,7 +307,7 @@ def test_mark_new_false_draws_a_generation_unmarked(gen):
         "query_row": lambda **kw: figures.query_row(cap, 1, 2, 9, **kw),
         "head_view": lambda **kw: figures.head_view(cap, 1, [0, 1], **kw),
         "model_view": lambda **kw: figures.model_view(cap, **kw),
-        "comparison": lambda **kw: figures.comparison(cap, 1, 2, **kw),
+        "comparison": lambda **kw: figures.validation_comparison(cap, 1, 2, **kw),
         "rollout": lambda **kw: figures.rollout_figure(cap, flow, **kw),
         "rollout row": lambda **kw: figures.rollout_figure(cap, flow, query=9, **kw),
         "overview": lambda **kw: figures.overview_figure(cap, 1, 2, size=4, **kw),

@@ -19,7 +19,7 @@ from test_dashboard import no_console_errors, open_tab, poll, run_text, wait_sta
 
 import attnviz
 from attnviz import figures
-from attnviz.figures import MODEL_VIEW_CELLS
+from attnviz.figures.helpers import MODEL_VIEW_CELLS
 
 N_LONG = 4096
 BIG = "The trophy doesn't fit into the brown suitcase because it is too big."
@@ -220,7 +220,7 @@ def test_head_view_top_k_mass_and_query_range_change_the_lines(dash_duo, llama_f
     w = cap.attention(layer, head)
 
     def expected(**rule) -> int:
-        return int(figures.strongest(w, threshold=0.02, **rule).sum())
+        return int(figures.helpers.strongest(w, threshold=0.02, **rule).sum())
 
     assert "top" not in title(dash_duo, ID.head_view)  # a short text: every line above the threshold
     assert lines(dash_duo) == expected()

@@ -70,7 +70,7 @@ def test_the_comparison_of_a_long_text_is_an_exact_window_with_the_whole_maps_la
     theirs, ours = rec.out[head].float(), cap.output(layer, head)
     full = (ours - theirs).abs()
     worst = divmod(int(full.argmax()), full.shape[1])
-    fig = figures.comparison(cap, layer, head)
+    fig = figures.validation_comparison(cap, layer, head)
     assert len(to_json(fig)) <= 1_200_000  # 3 × 1,024 × 64 float32 cells, base64
     model, attn, diff = (np.asarray(t.z, dtype=np.float32) for t in fig.data)
     r0 = fig.data[0].y[0]
@@ -83,7 +83,7 @@ def test_the_comparison_of_a_long_text_is_an_exact_window_with_the_whole_maps_la
         fig.layout.title.text
     )
     assert fig.data[2].zmax == pytest.approx(float(full.max()))
-    whole = figures.comparison(cap, layer, head, cells=N * 64)  # room for every row: the map as it was
+    whole = figures.validation_comparison(cap, layer, head, cells=N * 64)  # room for every row: the map as it was
     assert (
         np.asarray(whole.data[0].z).shape == (N, 64)
         and whole.data[0].y is None

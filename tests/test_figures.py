@@ -54,7 +54,7 @@ def test_head_view_draws_one_line_per_weight_above_threshold(bert_cap):
     lines = [t for t in fig.data if t.mode == "lines" and t.name == "H0"]
     n_segments = sum(sum(1 for y in t.y if y is None) for t in lines)
     assert n_segments == int((w0 >= 0.05).sum())
-    assert {t.line.color for t in fig.data if t.mode == "lines" and t.name == "H3"} == {figures.HEAD_COLOURS[3]}
+    assert {t.line.color for t in fig.data if t.mode == "lines" and t.name == "H3"} == {figures.helpers.HEAD_COLOURS[3]}
     only = figures.head_view(bert_cap, 1, [0], query=8)
     starts = {y for t in only.data if t.mode == "lines" for y in t.y[0::3]}
     assert starts == {8}
@@ -88,7 +88,9 @@ def test_head_view_at_length_draws_the_strongest_lines_and_thins_labels():
     starts = {y for t in window.data if t.mode == "lines" for y in t.y[0::3]}
     assert starts == set(range(100, 150)) and "queries 100–149" in window.layout.title.text
     names = [t for t in everything.data if t.name == "query"][0]
-    assert sum(1 for x in names.text if x) <= figures.MAX_LABELS and list(names.hovertext) == figures.labels(cap)
+    assert sum(1 for x in names.text if x) <= figures.helpers.MAX_LABELS and list(
+        names.hovertext
+    ) == figures.helpers.labels(cap)
     with pytest.raises(attnviz.InputError, match="mass"):
         figures.head_view(cap, 1, [2], mass=1.5)
     with pytest.raises(attnviz.OutOfRangeError, match="queries"):
@@ -105,8 +107,8 @@ def test_model_view_mosaic_and_click_ids(decoder_cap):
     )
     assert list(fig.data[0].customdata[t + 1][2 * (t + 1)]) == [1, 2]
     assert len(fig.layout.shapes) == 1  # the selected head is outlined
-    assert figures.model_view_cell(decoder_cap, 2 * (t + 1) + 3, t + 1 + 9) == (1, 2)
-    assert figures.model_view_cell(decoder_cap, 0, 5 * (t + 1)) is None
+    assert figures.helpers.model_view_cell(decoder_cap, 2 * (t + 1) + 3, t + 1 + 9) == (1, 2)
+    assert figures.helpers.model_view_cell(decoder_cap, 0, 5 * (t + 1)) is None
 
 
 def test_model_view_pools_long_texts(tiny):
@@ -122,7 +124,7 @@ def test_model_view_thumbnails_are_what_the_mosaic_draws_for_tokens_and_words(be
     the same figure as pooling in model_view itself."""
     for words in (False, True):
         seen: list = []
-        thumbs = figures.model_view_thumbnails(
+        thumbs = figures.helpers.model_view_thumbnails(
             bert_cap, words=words, cells=4, on_progress=lambda *a, seen=seen: seen.append(a)
         )
         assert seen == [(i, bert_cap.n_layers) for i in range(1, bert_cap.n_layers + 1)]
@@ -135,7 +137,7 @@ def test_model_view_thumbnails_are_what_the_mosaic_draws_for_tokens_and_words(be
             equal_nan=True,
         )
         # thumbnails of another size are not drawn: the figure pools its own
-        other = figures.model_view_thumbnails(bert_cap, words=words, cells=3)
+        other = figures.helpers.model_view_thumbnails(bert_cap, words=words, cells=3)
         drawn = figures.model_view(bert_cap, words=words, cells=4, thumbnails=other).data[0].z
         assert (
             np.array(drawn, dtype=float).shape
@@ -147,11 +149,11 @@ def test_query_row_bars_and_stats(bert_cap):
     fig = figures.query_row(bert_cap, 1, 2, 8)
     row = bert_cap.attention(1, 2)[8]
     np.testing.assert_allclose(np.array(fig.data[0].y), row.numpy(), atol=1e-5)
-    stats = figures.row_stats(row)
+    stats = figures.helpers.row_stats(row)
     assert stats["entropy"] == pytest.approx(float(-(row * row.log()).sum()), abs=1e-5)
     assert f"entropy {stats['entropy']:.2f} nats" in fig.layout.title.text and "'it'" in fig.layout.title.text
-    one_hot = figures.row_stats(torch.tensor([0.0, 1.0, 0.0]))
-    uniform = figures.row_stats(torch.full((4,), 0.25))
+    one_hot = figures.helpers.row_stats(torch.tensor([0.0, 1.0, 0.0]))
+    uniform = figures.helpers.row_stats(torch.full((4,), 0.25))
     assert one_hot["entropy"] == 0 and uniform["entropy_share"] == pytest.approx(1.0)
     assert uniform["entropy"] == pytest.approx(math.log(4))
 
@@ -181,7 +183,7 @@ def test_validation_map_and_comparison(bert_cap):
     np.testing.assert_array_equal(np.array(from_capture.data[0].z, dtype=float), np.array(fig.data[0].z, dtype=float))
     with pytest.raises(attnviz.InputError, match="quantity must be 'output' or 'weights', got 'bogus'"):
         figures.validation_map(report, quantity="bogus")
-    comp = figures.comparison(bert_cap, 1, 3)
+    comp = figures.validation_comparison(bert_cap, 1, 3)
     theirs, ours, diff = (np.array(t.z, dtype=float) for t in comp.data)
     np.testing.assert_allclose(theirs, bert_cap.layer(1).weights[3].numpy())
     np.testing.assert_allclose(ours, bert_cap.attention(1, 3).numpy())
@@ -190,7 +192,7 @@ def test_validation_map_and_comparison(bert_cap):
 
 def test_comparison_uses_outputs_when_the_backend_gave_no_weights(tiny):
     cap = attnviz.capture(tiny("llama", "sdpa"), input_ids=torch.arange(3, 9)[None])
-    comp = figures.comparison(cap, 0, 1)
+    comp = figures.validation_comparison(cap, 0, 1)
     assert "output A·V" in comp.layout.annotations[0].text
     assert np.array(comp.data[0].z).shape == (6, 8)
 
@@ -271,8 +273,8 @@ def test_chinese_tick_labels_get_the_room_they_take_above_the_map():
     assert label_px("小猫") == 24 and label_px("cat") == 21
     zh = [f"{c}{c}" for c in "我家的小猫很可爱它很好动我家的小猫很可爱它很好动我家"]
     latin = ["ab"] * len(zh)
-    upright = figures.above_top_axis("L0·H0", zh)
-    level = figures.above_top_axis("L0·H0", latin)
+    upright = figures.helpers.above_top_axis("L0·H0", zh)
+    level = figures.helpers.above_top_axis("L0·H0", latin)
     assert upright["margin_top"] == level["margin_top"] + 24  # upright: the longest label's width more
 
 
@@ -294,3 +296,35 @@ def test_an_embedded_model_given_as_an_object_is_named_by_its_alias(minilm):
     assert attnviz.capture(model, "A cat.", tok).model["name"] == "minilm"
     with pytest.raises(attnviz.InputTooLongError, match="minilm accepts at most 512"):
         attnviz.capture(model, "word " * 600, tok)
+
+
+def test_attnviz_figures_exports_figures_and_its_helpers_sit_in_figures_helpers():
+    """``attnviz.figures.__all__`` holds functions that draw (no constant, no helper); the helpers and
+    constants are ``attnviz.figures.helpers``, and never both."""
+    assert figures.__all__ == sorted(figures.__all__)
+    assert figures.helpers.__all__ == sorted(figures.helpers.__all__)
+    assert not set(figures.__all__) & set(figures.helpers.__all__)
+    assert all(callable(getattr(figures, name)) and not name.isupper() for name in figures.__all__)
+    assert {"atlas_map", "validation_comparison"} <= set(figures.__all__)
+    assert not {"head_atlas", "comparison", "labels", "MARK"} & set(vars(figures))
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("head_atlas", "atlas_map"),
+        ("comparison", "validation_comparison"),
+        ("labels", "helpers.labels"),
+        ("MARK", "helpers.MARK"),
+        ("model_view_thumbnails", "helpers.model_view_thumbnails"),
+    ],
+)
+def test_the_old_names_of_attnviz_figures_still_work_and_name_the_new_one(old, new):
+    with pytest.warns(
+        DeprecationWarning, match=rf"attnviz\.figures\.{old} is deprecated.*use attnviz\.figures\.{new}$"
+    ):
+        value = getattr(figures, old)
+    owner, _, name = new.rpartition(".")
+    assert value is getattr(figures.helpers if owner else figures, name)
+    with pytest.raises(AttributeError, match="no attribute 'no_such_figure'"):
+        figures.no_such_figure  # noqa: B018

@@ -194,7 +194,7 @@ def test_model_view_moved_thumbnails_are_the_max_pooled_contributions(llama, dec
 
 
 def test_model_view_moved_of_a_short_text_holds_the_whole_maps(llama, decoder_cap):
-    thumbs = figures.model_view_thumbnails(decoder_cap, measure="moved")
+    thumbs = figures.helpers.model_view_thumbnails(decoder_cap, measure="moved")
     for layer in decoder_cap.layer_indices():
         np.testing.assert_allclose(thumbs[layer].numpy(), moved_by_hand(llama, decoder_cap, layer).numpy(), rtol=1e-4)
 
@@ -202,7 +202,7 @@ def test_model_view_moved_of_a_short_text_holds_the_whole_maps(llama, decoder_ca
 def test_model_view_moved_in_words(tiny_bert_words, bert_cap):
     model, _ = tiny_bert_words
     n = len(bert_cap.words)
-    thumbs = figures.model_view_thumbnails(bert_cap, words=True, cells=4, measure="moved")
+    thumbs = figures.helpers.model_view_thumbnails(bert_cap, words=True, cells=4, measure="moved")
     by_hand = torch.stack([word_moved_by_hand(model, bert_cap, 0, h) for h in range(bert_cap.info()["n_heads"])])
     pooled = torch.nn.functional.adaptive_max_pool2d(by_hand[None], (4, 4))[0]
     np.testing.assert_allclose(thumbs[0].numpy(), pooled.numpy(), rtol=1e-4, atol=1e-6)
@@ -298,7 +298,7 @@ def test_compare_heads_moved_of_long_texts_pools_block_means(long_llama, long_pa
 
 def test_comparison_moved_weighs_the_models_own_weights_by_the_value_norms(tiny_bert_words, bert_cap):
     model, _ = tiny_bert_words
-    fig = figures.comparison(bert_cap, 1, 3, measure="moved")
+    fig = figures.validation_comparison(bert_cap, 1, 3, measure="moved")
     norms = bert_value_vectors(model, bert_cap, 1)[3].norm(dim=-1)
     theirs = bert_cap.layer(1).weights[3].float() * norms[None, :]
     np.testing.assert_allclose(heat(fig, 0), theirs.numpy(), rtol=1e-4, atol=1e-7)
@@ -308,7 +308,7 @@ def test_comparison_moved_weighs_the_models_own_weights_by_the_value_norms(tiny_
 
 def test_comparison_moved_needs_the_models_weights(decoder_cap):
     with pytest.raises(attnviz.InputError, match="what moves is compared only against the model's own weights"):
-        figures.comparison(decoder_cap, 1, 2, measure="moved")
+        figures.validation_comparison(decoder_cap, 1, 2, measure="moved")
 
 
 # ---------------------------------------------------------------- bad input
@@ -321,11 +321,11 @@ BAD = "measure must be 'weights' (the attention weights α) or 'moved' (what eac
         lambda c: figures.heatmap(c, 1, 2, measure="norm"),
         lambda c: figures.head_view(c, 1, [0], measure="norm"),
         lambda c: figures.model_view(c, measure="norm"),
-        lambda c: figures.model_view_thumbnails(c, measure="norm"),
+        lambda c: figures.helpers.model_view_thumbnails(c, measure="norm"),
         lambda c: figures.overview_figure(c, 1, 2, measure="norm"),
         lambda c: figures.window_figure(c, 1, 2, (0, 4), (0, 4), measure="norm"),
         lambda c: figures.compare_heads(c, c, 1, 2, measure="norm"),
-        lambda c: figures.comparison(c, 1, 2, measure="norm"),
+        lambda c: figures.validation_comparison(c, 1, 2, measure="norm"),
     ],
     ids=["heatmap", "head_view", "model_view", "thumbnails", "overview", "window", "compare_heads", "comparison"],
 )

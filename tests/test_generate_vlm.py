@@ -83,7 +83,7 @@ def test_the_image_positions_are_labelled_by_their_patches_and_drawn_over_the_pi
     torch.testing.assert_close(heat.flatten(), cap.attention(1, head=2, part="decoder")[last, at], atol=1e-7, rtol=0)
     step = gen.step(N_NEW - 1)
     assert step.position == last and torch.equal(step.weights[1, 2], cap.attention(1, head=2, part="decoder")[last])
-    positions, values, on_picture = figures.text_row(cap, 1, 2, query=last, part="decoder")
+    positions, values, on_picture = figures.helpers.text_row(cap, 1, 2, query=last, part="decoder")
     assert at[0] not in positions and on_picture == pytest.approx(float(step.weights[1, 2, at].sum()), abs=1e-6)
 
 

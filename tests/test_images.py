@@ -161,7 +161,7 @@ def test_a_patch_overlay_lands_on_that_patchs_pixels():
         assert covered == {tuple(p) for p in white}
         image = next(t for t in fig.data if t.type == "image")
         assert np.array_equal(np.array(image.z, dtype=np.uint8), pixels)
-    grid, prefix = figures.patch_row(cap, 0, 0, query="[CLS]")
+    grid, prefix = figures.helpers.patch_row(cap, 0, 0, query="[CLS]")
     assert grid.shape == (4, 4) and grid[2, 1] > 0.99 and prefix < 0.01
     # rollout mixes the residual in: the bright patch still carries the CLS's flow through layer 0
     z, _ = heat_cells(figures.image_rollout(cap, layer=0))
@@ -294,12 +294,12 @@ def test_the_labs_switches_recompute_the_row_over_the_picture():
     ÷√d_k it is the unscaled softmax: both are the capture's own recomputation, drawn on the grid."""
     cap = attnviz.capture(attnviz.testing.tiny_model("vit"), chelsea(), attnviz.testing.tiny_processor("vit"))
     q = cap.image.token((1, 1))
-    grid, _ = figures.patch_row(cap, 1, 0, query=(1, 1), causal=True)
+    grid, _ = figures.helpers.patch_row(cap, 1, 0, query=(1, 1), causal=True)
     assert torch.equal(grid.flatten(), cap.attention(1, 0, causal=True)[q, 1:])
     assert grid[0].min() > 0 and grid[1, :2].min() > 0 and grid[1, 2:].max() == 0 and grid[2:].max() == 0
-    unscaled, _ = figures.patch_row(cap, 1, 0, query=(1, 1), scale=False)
+    unscaled, _ = figures.helpers.patch_row(cap, 1, 0, query=(1, 1), scale=False)
     assert torch.equal(unscaled.flatten(), cap.attention(1, 0, scale=False)[q, 1:])
-    assert not torch.allclose(unscaled, figures.patch_row(cap, 1, 0, query=(1, 1))[0])
+    assert not torch.allclose(unscaled, figures.helpers.patch_row(cap, 1, 0, query=(1, 1))[0])
     fig = figures.image_attention(cap, 1, 0, query=(1, 1), causal=True, scale=False)
     assert "(causal mask, no ÷√d_k)" in fig.layout.title.text
     z, _ = heat_cells(fig)

@@ -84,7 +84,7 @@ def test_the_vision_part_is_drawn_over_the_picture_and_the_text_part_is_not(join
     cap = attnviz.capture(model, TEXTS[0], chelsea(), processor=processor)
     _, _, vision = _own(model, processor, [TEXTS[0]], [chelsea()])
     own = vision[1][0, 2, 0, 1:]  # [CLS]'s row of layer 1, head 2, over the patches
-    values, off = figures.patch_row(cap, 1, 2, part="vision")
+    values, off = figures.helpers.patch_row(cap, 1, 2, part="vision")
     assert (values.flatten() - own).abs().max() <= 5e-7 and off == pytest.approx(float(vision[1][0, 2, 0, 0]))
     heat = torch.tensor(figures.image_attention(cap, 1, 2, part="vision").data[1].z)
     assert (heat.flatten() - own).abs().max() <= 5e-7

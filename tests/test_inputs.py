@@ -58,7 +58,7 @@ def test_cross_attention_has_no_causal_switch_and_figures_check_ranges(bart):
     with pytest.raises(attnviz.OutOfRangeError, match=r"query 9 is out of range: 0\.\.1"):
         figures.head_view(cap, 0, part="cross", query=9)
     with pytest.raises(attnviz.OutOfRangeError, match=r"head 99 is out of range: this model has heads 0\.\.3"):
-        figures.comparison(cap, 0, 99, part="cross")
+        figures.validation_comparison(cap, 0, 99, part="cross")
 
 
 def test_tiny_models_take_their_familys_backend():

@@ -5,6 +5,7 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import pytest
@@ -92,6 +93,30 @@ def test_notebook_reprs_are_compact_escaped_html(tiny_bert_words, seq2seq):
     assert "PASS" in report and "the 5 heads closest to their tolerance" in report
     ranking = rank_heads(tricky, "it", ["cat"])._repr_html_()
     assert "coreference" in ranking and ranking.count("<tr>") == 9  # header + the 8 heads (at most 10)
+
+
+def test_a_notebook_that_never_imported_the_figures_still_shows_the_html(tmp_path, cap):
+    """The data model asks ``attnviz.data.reprs`` for its HTML, never the views: the first repr loads them."""
+    path = cap.save(tmp_path / "cap.attnviz")
+    code = (
+        "import sys, attnviz\n"
+        f"cap = attnviz.load({str(path)!r})\n"
+        "assert 'attnviz.views.html' not in sys.modules and 'plotly' not in sys.modules\n"
+        "html = cap._repr_html_()\n"
+        "assert html.startswith('<div') and 'attnviz.views.html' in sys.modules\n"
+        "print(cap.validate()._repr_html_().count('PASS'))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) >= 1
+
+
+def test_the_interop_conversions_moved_to_the_data_model_and_keep_their_old_path(cap):
+    from attnviz.data import interop
+    from attnviz.views import interop as old
+
+    assert old.to_bertviz is interop.to_bertviz and old.to_circuitsvis is interop.to_circuitsvis
+    assert cap.to_circuitsvis(1)["tokens"] == interop.to_circuitsvis(cap, 1)["tokens"]
 
 
 def test_probe_results_show_as_html(tiny_bert_words):

@@ -117,20 +117,21 @@ def test_a_vlm_folder_without_its_processor_says_to_save_it(tmp_path):
 
 
 def test_the_text_figures_are_public_in_attnviz_figures_and_draw_the_models_own_row(llava_folder):
-    """attnviz.figures exports text_attention / text_row / text_positions beside image_attention; the bars
+    """attnviz.figures exports text_attention beside image_attention (text_row / text_positions in its helpers); the bars
     of a word's row over the text are the loaded model's own eager row at the text positions."""
     from attnviz import figures
     from attnviz.views import image
 
-    for name in ("text_attention", "text_row", "text_positions"):
-        assert name in figures.__all__ and getattr(figures, name) is getattr(image, name)
+    assert "text_attention" in figures.__all__ and figures.text_attention is image.text_attention
+    for name in ("text_row", "text_positions"):  # numbers, not figures: beside them in figures.helpers
+        assert name in figures.helpers.__all__ and getattr(figures.helpers, name) is getattr(image, name)
     model, _, processor = attnviz.load_model(llava_folder, with_processor=True)
     cap = attnviz.capture(llava_folder, TEXT, chelsea())
     encoded = processor(text=TEXT, images=chelsea(), return_tensors="pt")
     own = eager_outputs(model, **encoded).attentions
     ids = encoded["input_ids"][0].tolist()
     text = [i for i, t in enumerate(ids) if t != model.config.image_token_index]
-    assert figures.text_positions(cap, "decoder") == text
+    assert figures.helpers.text_positions(cap, "decoder") == text
     cat = cap.tokens.index("Ġcat")
     for layer, head in ((1, 0), (0, 3)):
         fig = figures.text_attention(cap, layer, head, query=cat, part="decoder")
@@ -138,5 +139,5 @@ def test_the_text_figures_are_public_in_attnviz_figures_and_draw_the_models_own_
         expected = own[layer][0, head, cat]
         torch.testing.assert_close(bars, expected[text], atol=5e-7, rtol=0)
         assert f"{1 - float(expected[text].sum()):.0%} on the picture" in fig.layout.title.text
-        positions, values, on_picture = figures.text_row(cap, layer, head, query=cat, part="decoder")
+        positions, values, on_picture = figures.helpers.text_row(cap, layer, head, query=cat, part="decoder")
         assert positions == text and torch.equal(values, bars.to(values.dtype))

@@ -48,8 +48,9 @@ def test_the_wheel_installs_in_a_clean_venv_and_serves_the_dashboard(tmp_path, t
     subprocess.run(pip + [f"{wheel}[app]", requirement], check=True)
     site = next((venv / "lib").glob("python3*/site-packages"))
     assert (site / "attnviz" / "dashboard" / "assets" / "attnviz.css").is_file()
-    fonts = site / "attnviz" / "dashboard" / "assets" / "fonts"  # the CJK face, served and inlined in exports
+    fonts = site / "attnviz" / "assets" / "fonts"  # the CJK face, served and inlined in exports
     assert (fonts / "attnviz-cjk.woff2").stat().st_size > 1e6 and "Open Font License" in (fonts / "OFL.txt").read_text()
+    assert not (site / "attnviz" / "dashboard" / "assets" / "fonts").exists()  # one copy of the face
     assert not (site / "apps").exists()  # no top-level name other projects use
     model, tok = tiny_bert_words
     capture_file = attnviz.capture(model, "The cat sat on the mat.", tok).save(tmp_path / "cat.attnviz")

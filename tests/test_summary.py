@@ -11,7 +11,8 @@ from numpy.testing import assert_array_equal
 import attnviz
 from attnviz.analysis import Summary, head_stats, rollout, rollout_blocks, summarize
 from attnviz.analysis.overview import MODEL_VIEW_CELLS, thumbnails
-from attnviz.figures import model_view, model_view_thumbnails
+from attnviz.figures import model_view
+from attnviz.figures.helpers import model_view_thumbnails
 
 N = 37  # > MODEL_VIEW_CELLS: the thumbnails are pooled
 

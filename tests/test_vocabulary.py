@@ -9,7 +9,7 @@ import torch
 import attnviz
 from attnviz.analysis import corpus_stats, rollout_rows, summarize
 from attnviz.errors import ArgumentTypeError
-from attnviz.figures import model_view_thumbnails
+from attnviz.figures.helpers import model_view_thumbnails
 
 PROGRESS = {
     "summarize": lambda cap, **kw: summarize(cap, **kw),

@@ -22,9 +22,11 @@ import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+import flask
 from dash import Dash, Input, Output
 
 import attnviz
+from attnviz.assets import FONTS
 
 from . import (
     atlas_view,
@@ -79,6 +81,17 @@ def few_malloc_arenas() -> None:
 
 
 M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+
+def serve_fonts(app: Dash) -> None:
+    """Serve the library's fonts (:data:`attnviz.assets.FONTS`, the one copy of the CJK face) at the page's
+    ``assets/fonts/``, where ``assets/fonts.css`` and ``assets/figure_image.js`` fetch them."""
+
+    def font(name: str):
+        return flask.send_from_directory(FONTS, name, mimetype="font/woff2" if name.endswith(".woff2") else None)
+
+    route = app.config.routes_pathname_prefix + app.config.assets_url_path.strip("/") + "/fonts/<name>"
+    app.server.add_url_rule(route, endpoint="attnviz_fonts", view_func=font)
 
 
 def create_app(
@@ -152,6 +165,7 @@ def create_app(
         suppress_callback_exceptions=True,
         background_callback_manager=background_manager(),
     )
+    serve_fonts(app)
     options = [{"label": label, "value": name} for name, label in models.items()]
     bos = wants_bos(selected) if selected in models else False
     # a function: each page load gets its own id, which says whose background jobs are whose

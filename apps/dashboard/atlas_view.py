@@ -12,7 +12,7 @@ from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html
 
 import attnviz
 from attnviz.analysis.atlas import ROLES
-from attnviz.figures import head_atlas as atlas_figure
+from attnviz.figures import atlas_map as atlas_figure
 from attnviz.figures import message_figure
 
 from .captures import FILE_PREFIX, Captures, starts_with_special

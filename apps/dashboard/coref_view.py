@@ -21,7 +21,8 @@ from dash import ALL, Dash, Input, Output, State, ctx, dash_table, dcc, html, no
 import attnviz
 from attnviz import figures
 from attnviz.analysis import propose_candidates, rank_heads
-from attnviz.figures import coref_bars, message_figure, new_start
+from attnviz.figures import coref_bars, message_figure
+from attnviz.figures.helpers import new_start
 
 from .captures import Captures
 from .common import TABLE_STYLE, chip, word_of

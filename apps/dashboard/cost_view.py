@@ -6,7 +6,7 @@ import pandas as pd
 from dash import Dash, Input, Output, dcc, html
 
 from attnviz.analysis.cost import cost_tables
-from attnviz.figures import MARK, new_start
+from attnviz.figures.helpers import MARK, new_start
 
 from .captures import Captures
 from .errors import only_on, shows_errors

@@ -111,6 +111,6 @@ def result_lines(out: attnviz.Intervention, continuation: str | None, notes: lis
 def edited_row(out: attnviz.Intervention, layer: int, head: int, index: int, words: bool, part: str | None):
     """The query\'s row of one head as the edited model computed it."""
     fig = figures.query_row(out.capture_after, layer, head, index, words=words, part=part)
-    names = figures.labels(out.capture_after, words, part, "query")
+    names = figures.helpers.labels(out.capture_after, words, part, "query")
     fig.update_layout(title=f"{names[index]!r} → L{layer}·H{head} as the edited model computed it")
     return fig

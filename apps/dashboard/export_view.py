@@ -37,8 +37,8 @@ def matrix_frame(
     matrix = shown(layer, head, words=words, part=part).numpy()
     return pd.DataFrame(
         matrix,
-        index=pd.Index(figures.labels(cap, words, part, "query"), name="query"),
-        columns=figures.labels(cap, words, part, "key"),
+        index=pd.Index(figures.helpers.labels(cap, words, part, "query"), name="query"),
+        columns=figures.helpers.labels(cap, words, part, "key"),
     )
 
 
@@ -68,7 +68,7 @@ def view_figures(
     if tab == "validation":
         return [
             figures.validation_map(cap.validate(), part=cap.resolve_part(part)),
-            figures.comparison(cap, layer, head, part=part),
+            figures.validation_comparison(cap, layer, head, part=part),
         ]
     return [figures.heatmap(cap, layer, head, words=words, part=part, measure=measure)]
 

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from attnviz.figures import MARK, NEW_COLOUR, message_figure, new_start, step_figure, step_summary
+from attnviz.figures import message_figure, step_figure
+from attnviz.figures.helpers import MARK, NEW_COLOUR, new_start, step_summary
 
 from .errors import only_on, shows_errors
 from .generations import MAX_NEW_TOKENS, generation_of, new_tokens_input

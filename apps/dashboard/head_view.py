@@ -2,7 +2,7 @@
 (exBERT's slider), a range of queries — and the head view's callback, which hands them to
 ``attnviz.figures.head_view``.
 
-Long texts (more than ``figures.MAX_LABELS`` queries) open on the top 3 keys of each query; short
+Long texts (more than ``figures.helpers.MAX_LABELS`` queries) open on the top 3 keys of each query; short
 ones draw every line above the threshold, as before.
 """
 
@@ -27,7 +27,7 @@ VIEWS = [("head", "Head view")]
 
 def is_long(n: int) -> bool:
     """Whether a head view of ``n`` queries opens on the top-k rule (its labels are thinned beyond this)."""
-    return n > figures.MAX_LABELS
+    return n > figures.helpers.MAX_LABELS
 
 
 def range_marks(n: int, most: int = 8) -> dict[int, str]:
@@ -139,7 +139,7 @@ def register(app: Dash, captures: Captures) -> None:
         cap = captures.from_store(store)
         if cap is None or (part is not None and part not in cap.parts):
             return (no_update,) * 4
-        n = len(figures.labels(cap, units == "words", part, "query"))
+        n = len(figures.helpers.labels(cap, units == "words", part, "query"))
         top_k = (DEFAULT_TOP_K if is_long(n) else None) if ctx.triggered_id in (ID.store, None) else no_update
         return max(n - 1, 1), [0, max(n - 1, 0)], range_marks(n), top_k
 
@@ -164,7 +164,7 @@ def register(app: Dash, captures: Captures) -> None:
         if cap is None or layer is None:
             return message_figure("Run the model to see its attention.")
         words = units == "words"
-        n = len(figures.labels(cap, words, part, "query"))
+        n = len(figures.helpers.labels(cap, words, part, "query"))
         query = None
         if hover and hover.get("points"):
             point = hover["points"][0]

@@ -21,7 +21,8 @@ import hashlib
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
-from attnviz.figures import MARK, NEW_COLOUR, heatmap, image_attention, image_heads, image_rollout, message_figure
+from attnviz.figures import heatmap, image_attention, image_heads, image_rollout, message_figure
+from attnviz.figures.helpers import MARK, NEW_COLOUR
 from attnviz.views.image import text_attention
 
 from .captures import Captures

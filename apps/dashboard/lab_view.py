@@ -14,7 +14,8 @@ from dash import ALL, Dash, Input, Output, State, dcc, html
 import attnviz
 import attnviz.analysis
 from attnviz import figures
-from attnviz.figures import message_figure, new_start
+from attnviz.figures import message_figure
+from attnviz.figures.helpers import new_start
 
 from .captures import Captures
 from .common import chip, word_of
@@ -52,10 +53,12 @@ def lessons(cap: attnviz.Capture, layer: int, head: int, index: int, words: bool
     """What the switches teach (the seeds' points), said with this row's own numbers."""
     said = []
     part = kwargs.get("part")
-    names = figures.labels(cap, words, part, "key")
+    names = figures.helpers.labels(cap, words, part, "key")
     rec = cap.layer(layer, part)
     if not kwargs["scale"]:
-        scaled = figures.row_stats(cap.attention(layer, head, part=part, causal=kwargs["causal"], words=words)[index])
+        scaled = figures.helpers.row_stats(
+            cap.attention(layer, head, part=part, causal=kwargs["causal"], words=words)[index]
+        )
         said.append(
             f"Without ÷√d_k the scores are {1 / rec.scaling:.3g}× larger (d_k = {cap.info(part)['d_head']}), so the softmax "
             f"saturates: entropy {scaled['entropy']:.2f} → the one above, top weight {scaled['top_weight']:.2f} "
@@ -100,7 +103,7 @@ def moved_lines(
         return []
     weight, _, share = shares or attnviz.analysis.row_shares(cap, layer, head, index, **kwargs)
     words = kwargs.get("words", False)
-    q_names, names = figures.labels(cap, words, part, "query"), figures.labels(cap, words, part, "key")
+    q_names, names = figures.helpers.labels(cap, words, part, "query"), figures.helpers.labels(cap, words, part, "key")
     head_name = head_label(cap, layer, head, part)
     top = int(weight.argmax())
     keys = [top] if top == 0 else [top, 0]
@@ -137,7 +140,7 @@ def stats_line(
     """The lab's first line: the row's top weight and entropy, or (``measure="moved"``) where most of
     what the head writes into the query comes from (``shares`` as in :func:`moved_lines`)."""
     words, part = kwargs.get("words", False), kwargs.get("part")
-    q_names, names = figures.labels(cap, words, part, "query"), figures.labels(cap, words, part, "key")
+    q_names, names = figures.helpers.labels(cap, words, part, "query"), figures.helpers.labels(cap, words, part, "key")
     unit = "words" if words else "tokens"
     if measure == "moved":
         weight, _, share = shares or attnviz.analysis.row_shares(cap, layer, head, index, **kwargs)
@@ -149,7 +152,7 @@ def stats_line(
             f"temperature {kwargs['temperature']:.2g}"
         )
     row = shares[0] if shares else cap.attention(layer, head, **kwargs)[index]
-    stats = figures.row_stats(row)
+    stats = figures.helpers.row_stats(row)
     return (
         f"query {q_names[index]!r} (#{index}) → top weight {stats['top_weight']:.2f} on "
         f"{names[stats['top_index']]!r}; entropy {stats['entropy']:.2f} nats "

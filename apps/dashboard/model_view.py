@@ -61,7 +61,7 @@ def register(app: Dash, captures: Captures) -> None:
                 ("model view", part, words) + (("moved",) if moved else ()),
                 label,
                 cap.n_tokens,
-                lambda progress: figures.model_view_thumbnails(
+                lambda progress: figures.helpers.model_view_thumbnails(
                     cap,
                     words=words,
                     part=part,
@@ -95,5 +95,5 @@ def register(app: Dash, captures: Captures) -> None:
         if "x" not in point or "y" not in point or cap is None:
             return no_update
         words = units == "words"
-        cell = figures.model_view_cell(cap, point["x"], point["y"], words=words, part=part)
+        cell = figures.helpers.model_view_cell(cap, point["x"], point["y"], words=words, part=part)
         return no_update if cell is None else (cell[0], cell[1], "heatmap")

@@ -121,7 +121,12 @@ def zoom_span(relayout: dict | None, view: dict | None) -> str | tuple[tuple[int
 
 def is_long(cap: attnviz.Capture, words: bool, part: str | None) -> bool:
     """Whether the map in these units has more than ``LONG`` rows or columns (then: the token overview)."""
-    return max(len(figures.labels(cap, words, part, "query")), len(figures.labels(cap, words, part, "key"))) > LONG
+    return (
+        max(
+            len(figures.helpers.labels(cap, words, part, "query")), len(figures.helpers.labels(cap, words, part, "key"))
+        )
+        > LONG
+    )
 
 
 def note_for(cap: attnviz.Capture, view: dict | None, words: bool, part: str | None, measure: str = "weights") -> str:
@@ -130,9 +135,9 @@ def note_for(cap: attnviz.Capture, view: dict | None, words: bool, part: str | N
     if view is None:
         return ""
     exact = "Exact ‖α·f(x)‖ (what moves)" if measure == "moved" else "Exact weights"
-    n = len(figures.labels(cap, False, part, "query"))
+    n = len(figures.helpers.labels(cap, False, part, "query"))
     unit = (
-        f" (the text has {len(figures.labels(cap, True, part, 'query')):,} words, more than the {LONG} a word "
+        f" (the text has {len(figures.helpers.labels(cap, True, part, 'query')):,} words, more than the {LONG} a word "
         "map shows: the overview is in tokens)"
         if words
         else ""

@@ -17,7 +17,7 @@ import time
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update, set_props
 
 import attnviz
-from attnviz.figures import MARK
+from attnviz.figures.helpers import MARK
 
 from .captures import FILE_PREFIX, Captures, default_query, is_encoder_decoder, wants_bos
 from .errors import shows_errors

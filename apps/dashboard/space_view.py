@@ -16,7 +16,8 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 import attnviz
 from attnviz.analysis import qk_space
 from attnviz.analysis.qk_space import METHODS
-from attnviz.figures import SPACE_COLOURS, message_figure, qk_space_figure
+from attnviz.figures import message_figure, qk_space_figure
+from attnviz.figures.helpers import SPACE_COLOURS
 
 from .background import in_background, pending
 from .captures import FILE_PREFIX, Captures

@@ -50,7 +50,7 @@ def register(app: Dash, captures: Captures) -> None:
         if cap is None or layer is None or head is None:
             return "", message_figure("Run the model first."), message_figure("")
         part_ = cap.resolve_part(part if len(cap.parts) > 1 else None)
-        comparison = figures.comparison(cap, layer, head, part=part_)  # one head: never waits for the job
+        comparison = figures.validation_comparison(cap, layer, head, part=part_)  # one head: never waits for the job
         if part_ == "cross":
             label = "the validation of every part"
             report = in_background(

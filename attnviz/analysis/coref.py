@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ..data.reprs import html_of
 from ..errors import ArgumentTypeError, InputError
 
 if TYPE_CHECKING:
@@ -326,9 +327,7 @@ class CorefRanking:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        from ..views.html import ranking_html  # deferred: analyses import no view at module level
-
-        return ranking_html(self)
+        return html_of(self)  # drawn by attnviz.views.html, which registers it (data.reprs)
 
 
 def rank_heads(

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..data.reprs import html_of
 from ..errors import InputError
 from .probe_stats import (
     TWIN_GROUP,
@@ -524,9 +525,7 @@ class ProbeResult:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        from ..views.html import probes_html  # deferred: analyses import no view at module level
-
-        return probes_html(self)
+        return html_of(self)  # drawn by attnviz.views.html, which registers it (data.reprs)
 
     # --- helpers ------------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ from torch import Tensor
 
 from ..data.capture import Capture
 from ..errors import ArgumentTypeError, InputError
-from .stats import is_punct
+from .patterns import is_punct
 
 if TYPE_CHECKING:
     import pandas as pd

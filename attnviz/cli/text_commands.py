@@ -243,7 +243,7 @@ def cmd_export(args) -> int:
         "model": lambda: [figures.model_view(cap, words=args.words, part=part, selected=(layer, args.head))],
         "validation": lambda: [
             figures.validation_map(cap.validate(), part=cap.resolve_part(part)),
-            figures.comparison(cap, layer, args.head, part=part),
+            figures.validation_comparison(cap, layer, args.head, part=part),
         ],
     }
     figs = [fig for view in views for fig in build[view]()]

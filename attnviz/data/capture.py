@@ -15,7 +15,6 @@ model (a vision-language model's ``decoder``, over the source's text and image t
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,16 +22,18 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
-from ..attention import attention_output, attention_tile, build_mask, online_attention, scaled_dot_product
 from ..engine.specs import PARTS
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError
 from .images import ImageGrid, image_sequence
-from .moved import word_contributions
+from .interop import to_bertviz, to_circuitsvis
+from .moved import WhatMoves
+from .recompute import Recomputation
 from .records import LayerRecord
+from .reprs import html_of
 from .tables import capture_table
 from .validate import ValidationReport
 from .validate import validate as validate_capture
-from .words import TokenSequence, Word, group_matrix
+from .words import TokenSequence, Word
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -59,79 +60,10 @@ RECORD_TENSORS = (
 )
 
 
-def _factor(scale: object, model: float) -> float:
-    """The factor on Q·Kᵀ that ``scale`` (of :meth:`Capture.attention`) means, the model's being ``model``."""
-    if scale is True:
-        return model
-    if scale is False:
-        return 1.0
-    if isinstance(scale, (int, float)):
-        return float(scale)
-    raise ArgumentTypeError(f"scale must be True (the model's), False (none) or a number, got {scale!r}")
-
-
-def _check_causal(causal: object, part: str) -> None:
-    """Refuse a ``causal`` (of :meth:`Capture.attention`) that is not None / True / False, or True for cross-attention."""
-    if causal not in (None, True, False) or not isinstance(causal, (bool, type(None))):
-        raise ArgumentTypeError(f"causal must be None (the model's), True or False, got {causal!r}")
-    if causal is True and part == "cross":
-        raise InputError(
-            "cross-attention has no causal mask: each target token reads the whole source; leave causal=None (or False)"
-        )
-
-
-#: which query rows or key columns: a range, a slice, a sequence of ints or a 1-d tensor (None: all)
-Span = range | slice | Sequence[int] | Tensor | None
-
-
-def _rows(span: Span, n: int, name: str, what: str) -> Tensor:
-    """:func:`_span` as a tensor of indices always."""
-    index = _span(span, n, name, what, tensor=True)
-    assert isinstance(index, Tensor)  # tensor=True
-    return index
-
-
-def _span(span: Span, n: int, name: str, what: str, *, tensor: bool = False) -> Tensor | slice:
-    """``span`` as a slice (a range or slice of step 1, unless ``tensor``) or a 1-d long tensor of
-    indices, read as Python reads them: a slice clamps to ``0..n-1`` and may step backwards, an index
-    may count from the end (``-1`` is the last); an :class:`OutOfRangeError` naming ``0..n-1`` for an
-    index outside ``-n..n-1``."""
-    if span is None:
-        span = range(n)
-    if isinstance(span, slice):
-        span = range(*span.indices(n))
-    if isinstance(span, range):
-        if not len(span):
-            return slice(0, 0) if not tensor else torch.zeros(0, dtype=torch.long)
-        if span.step == 1 and 0 <= span[0] and span[-1] < n and not tensor:
-            return slice(span.start, span.stop)
-        span = list(span)
-    if isinstance(span, Tensor):
-        if span.dim() > 1 or span.dtype.is_floating_point or span.dtype == torch.bool:
-            raise ArgumentTypeError(
-                f"{name} must be a 1-d tensor of ints, got {span.dtype} of shape {tuple(span.shape)}"
-            )
-        index = span.long().flatten()
-    elif isinstance(span, Sequence) and all(isinstance(x, int) and not isinstance(x, bool) for x in span):
-        index = torch.tensor(list(span), dtype=torch.long)
-    else:
-        raise ArgumentTypeError(
-            f"{name} must be a range, a slice, a sequence of ints or a 1-d tensor of ints, got {type(span).__name__}"
-        )
-    if index.numel():
-        low, high = int(index.min()), int(index.max())  # one wait: the indices are checked once
-        if low < -n or high >= n:
-            raise OutOfRangeError(
-                f"{name} must lie in 0..{n - 1} (or -{n}..-1 from the end; {n} {what}), got {low if low < -n else high}"
-            )
-        if low < 0:
-            index = torch.where(index < 0, index + n, index)
-    return index
-
-
 @dataclass
-class Capture:
-    """One input's attention, as recorded from one forward of one model."""
+class Capture(Recomputation, WhatMoves):
+    """One input's attention, as recorded from one forward of one model. Its maps are recomputed by
+    :class:`~attnviz.data.recompute.Recomputation`, what its heads move by :class:`~attnviz.data.moved.WhatMoves`."""
 
     text: str  # the (source) text
     tokens: list[str]  # the tokenizer's pieces, e.g. ['The', 'Ġcat', ...]
@@ -372,266 +304,6 @@ class Capture:
         info = self.info(part)
         return head // (info["n_heads"] // info["n_kv_heads"])
 
-    # ------------------------------------------------------------------ recomputation
-    def _sdpa_args(self, layer: int, head: int | None, causal: bool | None, scale: bool | float, part: str | None):
-        part = self.resolve_part(part)
-        rec = self.layer(layer, part)
-        self.check_head(head, part)
-        bias = rec.bias_part()
-        sinks = rec.sinks
-        if head is None:
-            q, k, v = rec.q, rec.k, rec.v
-        else:
-            kv = self.kv_head_of(head, part)
-            q, k, v = rec.q[head : head + 1], rec.k[kv : kv + 1], rec.v[kv : kv + 1]
-            if bias is not None and bias.shape[0] > 1:
-                bias = bias[head : head + 1]
-            sinks = None if sinks is None else sinks[head : head + 1]
-        factor = _factor(scale, rec.scaling)
-        _check_causal(causal, part)
-        mask = rec.mask_part()
-        if mask is not None and head is not None and mask.shape[0] > 1:
-            mask = mask[head : head + 1]
-        if causal is None:  # exactly the model's own mask
-            kwargs = dict(causal=rec.causal, window=rec.window, mask=None if mask is None else mask[None])
-        elif causal is True:
-            kwargs = dict(causal=True, window=rec.window if rec.causal else None)
-        else:
-            kwargs = dict(causal=False)
-        return (
-            q[None],
-            k[None],
-            v[None],
-            dict(scale=factor, softcap=rec.softcap, bias=None if bias is None else bias[None], sinks=sinks, **kwargs),
-        )
-
-    def attention(
-        self,
-        layer: int,
-        head: int | None = None,
-        *,
-        part: str | None = None,
-        causal: bool | None = None,
-        scale: bool | float = True,
-        temperature: float = 1.0,
-        words: bool = False,
-        rows: Span = None,
-        cols: Span = None,
-    ) -> Tensor:  # [head, query_pos, key_pos], or [query_pos, key_pos] for one head
-        """Attention weights recomputed by attnviz's own SDPA, in float32.
-
-        - ``part``: ``"encoder"``, ``"decoder"`` or ``"cross"``; may be left out when the capture has
-          one part. Cross-attention is ``[target_pos, source_pos]``.
-        - ``causal``: ``None`` uses the model's own mask; ``True`` forces the causal mask (the seeds'
-          switch), ``False`` lets every token see every token.
-        - ``scale``: ``True`` is the model's own factor (1/√d_k, or GPT-2's per-layer one), ``False``
-          switches scaling off (the row collapses toward one-hot), a number sets it.
-        - ``temperature``: scores are divided by it before the softmax.
-        - ``words``: merge tokens into words — attention *to* a word summed over its tokens, *from*
-          a word averaged over its tokens — giving ``[word, word]``.
-
-        - ``rows`` / ``cols``: only this tile of the map, ``[head, r, c]`` (``[r, c]`` for one head) —
-          a ``range``, a ``slice``, a sequence of ints or a 1-d tensor of query rows / key columns
-          (``None``: all). The tile is ``exp(s − lse)`` from each row's log-sum-exp: O(r · c) once the
-          layer's :attr:`LayerRecord.lse` holds the rows (full validation fills it,
-          :meth:`log_sum_exp` / ``LayerRecord.fill_lse()`` too), else the rows' log-sum-exp is
-          computed first by one pass over their keys in tiles, O(r · key_pos), and — under the model's
-          own settings (``causal=None``, ``scale=True``, ``temperature=1``) — kept on the record for
-          next time. Other settings compute their rows' log-sum-exp each time; ``words=True`` slices
-          the word map (rows and columns are words then). Indices outside the map are an
-          :class:`OutOfRangeError`.
-
-        Position biases (T5, ALiBi) are part of the scores; with learned sinks (gpt-oss) each row
-        sums to less than 1, the rest being the sink's share (:meth:`sink_share`).
-        """
-        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or not temperature > 0:
-            raise InputError(f"temperature must be a number > 0, got {temperature!r}")
-        if rows is not None or cols is not None:
-            if words:
-                full = self.attention(
-                    layer, head, part=part, causal=causal, scale=scale, temperature=temperature, words=True
-                )
-                n_q, n_k = full.shape[-2:]
-                r, c = _rows(rows, n_q, "rows", "query words"), _span(cols, n_k, "cols", "key words")
-                full = full.index_select(-2, r.to(full.device))
-                return full[..., c] if isinstance(c, slice) else full.index_select(-1, c.to(full.device))
-            return self._tile(layer, head, rows, cols, part, causal, scale, float(temperature))
-        q, k, v, kwargs = self._sdpa_args(layer, head, causal, scale, part)
-        _, weights = scaled_dot_product(q, k, v, temperature=float(temperature), **kwargs)
-        weights = weights[0] if head is None else weights[0, 0]
-        return self.to_words(weights, part) if words else weights
-
-    def log_sum_exp(
-        self, layer: int, head: int | None = None, *, part: str | None = None, rows: Span = None
-    ) -> Tensor:  # [head, r], or [r] for one head
-        """Each query row's log-sum-exp ``log Σ_j exp(s_ij)`` (with sinks, their term included) under the
-        model's own settings: ``exp(s_ij − lse_i)`` is the weight :meth:`attention` gives. Read from the
-        layer's :attr:`LayerRecord.lse`; rows it does not hold yet are computed by one key-tiled pass
-        (:func:`attnviz.attention.online_attention`) and kept there."""
-        part = self.resolve_part(part)
-        rec = self.layer(layer, part)
-        self.check_head(head, part)
-        lse = rec.log_sum_exp(_rows(rows, rec.n_queries, "rows", "query rows"), head)
-        return lse if head is None else lse[0]
-
-    def _tile(
-        self,
-        layer: int,
-        head: int | None,
-        rows: Span,
-        cols: Span,
-        part: str | None,
-        causal: bool | None,
-        scale: bool | float,
-        temperature: float,
-    ) -> Tensor:  # [head, r, c] or [r, c]
-        part = self.resolve_part(part)
-        rec = self.layer(layer, part)
-        self.check_head(head, part)
-        r = _rows(rows, rec.n_queries, "rows", "query rows")
-        c = _span(cols, rec.n_keys, "cols", "key columns")
-        _check_causal(causal, part)
-        args = rec.sdpa_arguments(head)
-        args["scale"] = _factor(scale, rec.scaling)
-        if causal is True:
-            args.update(causal=True, window=rec.window if rec.causal else None, mask=None)
-        elif causal is False:
-            args.update(causal=False, window=None, mask=None)
-        q, k, v = rec.head_qkv(head)
-        if causal is None and scale is True and temperature == 1.0:
-            lse = rec.log_sum_exp(r, head)  # the model's own: kept on the record
-        else:
-            _, lse = online_attention(q, k, v[..., :0], rows=r, temperature=temperature, **args)
-        args.pop("sinks")  # inside lse
-        weights = attention_tile(q, k, lse, rows=r, cols=c, temperature=temperature, **args)
-        # a row whose every key an additive mask hides (its logits all ≈ float32's min) has a finite lse
-        # that float32 cannot tell from its logits: its weights come from the whole map (one wait, rare)
-        if bool(((lse < torch.finfo(torch.float32).min / 2) & torch.isfinite(lse)).any()):
-            full = self.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature)
-            full = full if head is None else full[None]
-            full = full.index_select(1, r.to(full.device))
-            weights = full[..., c] if isinstance(c, slice) else full.index_select(-1, c.to(full.device))
-        return weights if head is None else weights[0]
-
-    def value_norms(self, layer: int, *, part: str | None = None) -> Tensor:  # [head, key_pos]
-        """‖f_h(x_j)‖ per head and key, float32: the norm of what head *h* would move from key *j*
-        at weight 1 — ``f_h(x_j) = W_O^h v_j``, the head's slice of the layer's output projection
-        applied to the value it reads (the value projection's bias included; the output
-        projection's bias, added once per layer, is no head's). Kept while capturing."""
-        return self._moved(layer, part).value_norms  # type: ignore[return-value]
-
-    def _moved(self, layer: int, part: str | None) -> LayerRecord:
-        rec = self.layer(layer, part)
-        if rec.value_dots is None:
-            raise InputError(
-                f"this capture holds no value norms for layer {layer}: it was captured without them "
-                f"(capture(..., keep=) or --keep without 'norms'), its attention module {rec.name!r} has no output "
-                "projection attnviz could read, or the capture file was written before attnviz kept value norms; "
-                "capture it again, or show the weights instead"
-            )
-        return rec
-
-    def contributions(
-        self,
-        layer: int,
-        head: int | None = None,
-        *,
-        part: str | None = None,
-        causal: bool | None = None,
-        scale: bool | float = True,
-        temperature: float = 1.0,
-        words: bool = False,
-    ) -> Tensor:  # [head, query_pos, key_pos], or [query_pos, key_pos] for one head
-        """What each head moves from each key into each query: ``‖α_ij · f_h(x_j)‖ = α_ij · ‖f_h(x_j)‖``
-        (Kobayashi et al. 2020), float32, with the weights of :meth:`attention` under the same
-        ``causal``, ``scale`` and ``temperature``.
-
-        ``words=True`` gives ``[word, word]``: the norm of the *summed* vector a query word receives
-        from a key word's tokens, ``‖Σ_{j∈J} β_Ij f_h(x_j)‖`` with ``β_Ij`` the query word's mean weight
-        on token *j* — not the sum of the tokens' norms, which would count two tokens moving
-        opposite vectors as moving twice as much when together they move nothing.
-        """
-        rec = self._moved(layer, part)
-        assert rec.value_dots is not None  # _moved refuses a record without
-        weights = self.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature)
-        dots = rec.value_dots if head is None else rec.value_dots[head : head + 1]
-        weights = weights if head is None else weights[None]
-        if words:
-            moved = word_contributions(weights, dots, *self.sequences(part))
-        else:
-            moved = weights * dots[..., 0].clamp_min(0).sqrt().to(weights)[:, None, :]
-        return moved if head is None else moved[0]
-
-    def attention_rows(
-        self, layer: int, rows: Sequence[int] | Tensor, *, part: str | None = None
-    ) -> Tensor:  # [head, len(rows), key_pos]
-        """Only these query rows of every head's weights, with the model's own mask, bias and sinks —
-        computing just those rows (a pronoun's row, a generation step) instead of the n×n maps."""
-        rec = self.layer(layer, part)
-        index = torch.as_tensor(rows, dtype=torch.long).flatten()
-        if index.numel() and not (0 <= int(index.min()) and int(index.max()) < rec.n_queries):
-            raise OutOfRangeError(f"rows must lie in 0..{rec.n_queries - 1}, got {index.tolist()[:8]}")
-        chunks = [
-            weights
-            for _, _, _, weights in attention_output(
-                rec.q, rec.k, rec.v, rows=index, all_keys=True, **rec.sdpa_arguments()
-            )
-        ]
-        return torch.cat(chunks, dim=1).float() if chunks else torch.zeros(rec.q.shape[0], 0, rec.n_keys)
-
-    def sink_share(self, layer: int, head: int | None = None, *, part: str | None = None) -> Tensor | None:
-        """The share of each query row that a learned sink takes (``1 - row sum``), or None without sinks."""
-        if self.layer(layer, part).sinks is None:
-            return None
-        return 1.0 - self.attention(layer, head, part=part).sum(-1)
-
-    def allowed(
-        self, layer: int, *, part: str | None = None, causal: bool | None = None
-    ) -> Tensor:  # [query_pos, key_pos] bool
-        """Which (query, key) pairs the mask lets through (``causal`` as in :meth:`attention`)."""
-        _, _, _, kwargs = self._sdpa_args(layer, None, causal, True, part)
-        rec = self.layer(layer, part)
-        n_q, n_k = rec.n_queries, rec.n_keys
-        allowed = build_mask(n_q, n_k, causal=kwargs.get("causal", False), window=kwargs.get("window"))
-        allowed = torch.ones(n_q, n_k, dtype=torch.bool) if allowed is None else allowed[0, 0].cpu()
-        mask = kwargs.get("mask")
-        if mask is not None:
-            mask = mask[0].cpu()
-            mask = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
-            allowed = allowed & mask.all(0)
-        return allowed
-
-    def output(
-        self, layer: int, head: int | None = None, *, part: str | None = None
-    ) -> Tensor:  # [head, pos, d_head_v] or [pos, d_head_v]
-        """A·V recomputed by attnviz's own SDPA with the model's mask, bias and scaling, in float32."""
-        q, k, v, kwargs = self._sdpa_args(layer, head, None, True, part)
-        out, _ = scaled_dot_product(q, k, v, **kwargs)
-        return out[0] if head is None else out[0, 0]
-
-    def scores(
-        self, layer: int, head: int | None = None, *, part: str | None = None, scale: bool | float = True
-    ) -> Tensor:
-        """Pre-softmax scores Q·Kᵀ·scale + bias (no mask), float32: ``[head, q, k]`` or ``[q, k]``."""
-        q, k, _, kwargs = self._sdpa_args(layer, head, None, scale, part)
-        groups = q.shape[1] // k.shape[1]
-        k = k.repeat_interleave(groups, dim=1)
-        s = (q.float() @ k.float().transpose(-2, -1)) * kwargs["scale"]
-        if kwargs["softcap"] is not None:
-            s = torch.tanh(s / kwargs["softcap"]) * kwargs["softcap"]
-        if kwargs["bias"] is not None:
-            s = s + kwargs["bias"].float()
-        return s[0] if head is None else s[0, 0]
-
-    def to_words(
-        self, weights: Tensor, part: str | None = None
-    ) -> Tensor:  # [..., query_pos, key_pos] -> [..., word, word]
-        """Merge a token × token matrix into word × word (to a word summed, from a word averaged)."""
-        queries, keys = self.sequences(part)
-        to_sum = group_matrix(keys.words, keys.n_tokens).to(weights)
-        from_mean = group_matrix(queries.words, queries.n_tokens, mean=True).to(weights)
-        return from_mean @ weights @ to_sum.T
-
     # ------------------------------------------------------------------ outputs
     def validate(self, **kwargs) -> ValidationReport:
         """Recomputed outputs (and weights) against the model's own, per part, layer and head."""
@@ -652,28 +324,16 @@ class Capture:
 
     def to_bertviz(self, *, words: bool = False) -> dict[str, Any]:
         """Keyword arguments for ``bertviz.head_view(**cap.to_bertviz())`` / ``model_view`` (see
-        :func:`attnviz.views.interop.to_bertviz`)."""
-        from ..views.interop import (
-            to_bertviz,  # deferred: the data model imports no view at module level (views bring plotly)
-        )
-
+        :func:`attnviz.data.interop.to_bertviz`)."""
         return to_bertviz(self, words=words)
 
     def to_circuitsvis(self, layer: int, *, part: str | None = None, words: bool = False) -> dict[str, Any]:
         """Keyword arguments for ``circuitsvis.attention.attention_patterns(**cap.to_circuitsvis(3))``
-        (see :func:`attnviz.views.interop.to_circuitsvis`)."""
-        from ..views.interop import (
-            to_circuitsvis,  # deferred: the data model imports no view at module level (views bring plotly)
-        )
-
+        (see :func:`attnviz.data.interop.to_circuitsvis`)."""
         return to_circuitsvis(self, layer, part=part, words=words)
 
     def _repr_html_(self) -> str:
-        from ..views.html import (
-            capture_html,  # deferred: the data model imports no view at module level (views bring plotly)
-        )
-
-        return capture_html(self)
+        return html_of(self)  # drawn by attnviz.views.html, which registers it (data.reprs)
 
     def save(self, path: str | Path) -> Path:
         """Write the capture as one safetensors file with JSON metadata (no pickle)."""

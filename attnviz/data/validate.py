@@ -37,6 +37,7 @@ from torch import Tensor
 
 from ..attention import SAMPLE_ROWS, attention_output, head_max, online_attention, spread_rows
 from ..errors import InputError, ValidationError
+from .reprs import html_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -177,9 +178,7 @@ class ValidationReport:
     __repr__ = __str__
 
     def _repr_html_(self) -> str:
-        from ..views.html import report_html  # deferred: the data model imports no view at module level
-
-        return report_html(self)
+        return html_of(self)  # drawn by attnviz.views.html, which registers it (data.reprs)
 
 
 def sample_rows(n: int, count: int = SAMPLE_ROWS) -> Tensor:  # [≤ count + 2] query rows

@@ -1,4 +1,4 @@
-"""The head atlas drawn: a layer × head map coloured by role (:func:`head_atlas`) and the page that
+"""The head atlas drawn: a layer × head map coloured by role (:func:`atlas_map`) and the page that
 holds it with the table (:func:`atlas_page`), from :func:`attnviz.analysis.head_atlas`' table."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from .html import CJK_TEXT, cjk_font_face
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ROLE_COLOURS", "ROLE_MARKS", "atlas_page", "head_atlas"]
+__all__ = ["ROLE_COLOURS", "ROLE_MARKS", "atlas_map", "atlas_page"]
 
 # one colour per role (the first role a head meets, in ROLES order, colours its cell); grey: none
 ROLE_COLOURS = {
@@ -64,7 +64,7 @@ def _met(cell: object) -> list[str]:
 
 
 @themed
-def head_atlas(atlas: pd.DataFrame, *, part: str | None = None, title: str | None = None) -> go.Figure:
+def atlas_map(atlas: pd.DataFrame, *, part: str | None = None, title: str | None = None) -> go.Figure:
     """A layer × head map of :func:`attnviz.analysis.head_atlas`' table: each cell coloured by the first
     role its head meets (in :data:`~attnviz.analysis.atlas.ROLES` order; grey: none), with every role it
     meets written in it (``prev·pos``: multi-role heads show each), and a hover naming each role's
@@ -150,7 +150,7 @@ def head_atlas(atlas: pd.DataFrame, *, part: str | None = None, title: str | Non
 
 
 def atlas_page(atlas: pd.DataFrame, path: str | Path | None = None, *, title: str = "attnviz head atlas") -> str:
-    """One self-contained HTML page (plotly.js inlined, no CDN): the map of :func:`head_atlas` for each
+    """One self-contained HTML page (plotly.js inlined, no CDN): the map of :func:`atlas_map` for each
     part, the criteria (each role's threshold and source) and the table (every head's roles, scores
     and examples), every text escaped. Written to ``path`` when given; returned."""
     import plotly.offline  # the page's own copy of plotly.js
@@ -158,7 +158,7 @@ def atlas_page(atlas: pd.DataFrame, path: str | Path | None = None, *, title: st
     roles = _check(atlas)
     parts = list(dict.fromkeys(atlas["part"])) if "part" in atlas.columns else [None]
     figures = "\n".join(
-        head_atlas(atlas, part=p, title=f"Head atlas{f' ({p})' if p else ''}").to_html(
+        atlas_map(atlas, part=p, title=f"Head atlas{f' ({p})' if p else ''}").to_html(
             full_html=False, include_plotlyjs=False
         )
         for p in parts

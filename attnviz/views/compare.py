@@ -34,9 +34,9 @@ __all__ = [
     "COMPARE_LONG",
     "COMPARISON_CELLS",
     "compare_heads",
-    "comparison",
     "comparison_window",
     "max_difference",
+    "validation_comparison",
 ]
 
 
@@ -44,7 +44,7 @@ COMPARISON_CELLS = 65_536  # cells a panel shows at most: three float32 panels, 
 
 
 def comparison_window(shape: tuple[int, int], worst: tuple[int, int], cells: int = COMPARISON_CELLS) -> tuple:
-    """((row0, row1), (col0, col1)): the part of a ``shape`` map that :func:`comparison` shows — all of
+    """((row0, row1), (col0, col1)): the part of a ``shape`` map that :func:`validation_comparison` shows — all of
     it when it has at most ``cells`` cells, else a window of at most ``cells`` cells around ``worst``
     (every column when that leaves room for a square's rows, as ``[n, d_head]`` outputs do)."""
     n_r, n_c = shape
@@ -61,7 +61,7 @@ def comparison_window(shape: tuple[int, int], worst: tuple[int, int], cells: int
 
 
 @themed
-def comparison(
+def validation_comparison(
     cap: Capture,
     layer: int,
     head: int,

@@ -1,28 +1,28 @@
 """HTML: the self-contained page of figures (:func:`html_page`; :func:`to_html` writes it to a file),
 and the compact HTML Jupyter shows for a Capture, a validation report, a coreference ranking and a
 probe-set result (their ``_repr_html_``). Every text is escaped; no CDN. A page with Chinese or Japanese
-text carries the dashboard's CJK face inlined (:func:`cjk_font_face`), so it reads on a machine without one."""
+text carries the library's CJK face inlined (:func:`cjk_font_face`), so it reads on a machine without one."""
 
 from __future__ import annotations
 
 import base64
-import importlib.util
 import re
 from collections.abc import Iterable, Sequence
 from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..analysis.coref import CorefRanking
+from ..analysis.probe_result import ProbeResult
+from ..assets import CJK_FONT
+from ..data.capture import Capture
+from ..data.reprs import register_html
+from ..data.validate import ValidationReport
 from ..errors import InputError
 
 if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
-
-    from ..analysis.coref import CorefRanking
-    from ..analysis.probes import ProbeResult
-    from ..data.capture import Capture
-    from ..data.validate import ValidationReport
 
 __all__ = [
     "CJK_TEXT",
@@ -156,18 +156,20 @@ def probes_html(result: ProbeResult, top: int = 10) -> str:
     )
 
 
+# the HTML a notebook shows for each (their _repr_html_ asks data.reprs, which this module fills in)
+register_html(Capture, capture_html)
+register_html(ValidationReport, report_html)
+register_html(CorefRanking, ranking_html)
+register_html(ProbeResult, probes_html)
+
+
 def cjk_font_path() -> Path:
     """The CJK web face "attnviz CJK" (a subset of Noto Sans CJK SC, SIL OFL 1.1: the 6,763 hanzi of GB2312,
-    CJK punctuation, kana, full-width forms; ``OFL.txt`` beside it): the dashboard's
-    ``assets/fonts/attnviz-cjk.woff2``, found where the installed ``attnviz.dashboard`` lives without
-    importing it (importing it imports dash)."""
-    spec = importlib.util.find_spec("attnviz.dashboard")
-    folders = list(spec.submodule_search_locations or []) if spec is not None else []
-    for folder in folders:
-        path = Path(folder) / "assets" / "fonts" / "attnviz-cjk.woff2"
-        if path.is_file():
-            return path
-    raise FileNotFoundError(f"the CJK font attnviz-cjk.woff2 is not under {folders}: reinstall attnviz")
+    CJK punctuation, kana, full-width forms; ``OFL.txt`` beside it): the library's own
+    ``attnviz/assets/fonts/attnviz-cjk.woff2`` (:data:`attnviz.assets.CJK_FONT`), the file the dashboard serves."""
+    if not CJK_FONT.is_file():
+        raise FileNotFoundError(f"the CJK font attnviz-cjk.woff2 is not in {CJK_FONT.parent}: reinstall attnviz")
+    return CJK_FONT
 
 
 def cjk_font_face() -> str:
