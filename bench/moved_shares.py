@@ -2,7 +2,7 @@
 
 For each row *i* of each head, a key's share by weight is α_ij and its share by norm is
 α_ij·‖f(x_j)‖ / Σ_j' α_ij'·‖f(x_j')‖ (f(x) = W_O^h v: Kobayashi et al. 2020), from
-``cap.attention`` and ``cap.contributions``. Prints markdown (measured, nothing tuned):
+``cap.attention`` and ``cap.moved``. Prints markdown (measured, nothing tuned):
 
 - **MiniLM** (BERT, ``attnviz.load_model("minilm")``) over a handful of English sentences: the mean
   share of [CLS], [SEP] and punctuation by weight and by norm — averaged over every row, head and
@@ -46,7 +46,7 @@ CAT = "The cat sat on the mat because it was tired."
 def row_shares(cap: attnviz.Capture, layer: int) -> tuple[torch.Tensor, torch.Tensor]:  # [head, q, k] each
     """(share by weight, share by norm) of every head's rows."""
     weight = cap.attention(layer)
-    moved = cap.contributions(layer)
+    moved = cap.moved(layer)
     return weight, moved / moved.sum(-1, keepdim=True).clamp_min(1e-30)
 
 

@@ -99,14 +99,14 @@ def test_to_pandas_is_tidy(cap):
         "query_token",
         "key_token",
         "weight",
-        "contribution",
+        "moved",
     ]
     assert set(df.part) == {"encoder"}
     assert len(df) == cap.n_tokens**2
     row = df[(df.query_pos == 8) & (df.key_pos == 2)].iloc[0]
     assert (row.query_token, row.key_token) == ("it", "cat")
     assert row.weight == pytest.approx(cap.attention(1, head=2)[8, 2].item())
-    assert row.contribution == pytest.approx(cap.contributions(1, head=2)[8, 2].item())
+    assert row.moved == pytest.approx(cap.moved(1, head=2)[8, 2].item())
     assert df.groupby("query_pos").weight.sum().round(5).eq(1).all()
     words = cap.to_pandas(layer=0, words=True)
     assert len(words) == 4 * len(cap.words) ** 2 and "cat" in set(words.key_token)
@@ -133,7 +133,7 @@ def test_a_capture_pickles_whole_with_its_parts(cap):
     back = pickle.loads(pickle.dumps(cap))
     assert type(back) is attnviz.Capture and back.records.keys() == cap.records.keys()
     assert torch.equal(back.attention(1, 0, rows=[1, 2]), cap.attention(1, 0, rows=[1, 2]))
-    assert torch.equal(back.contributions(1, words=True), cap.contributions(1, words=True))
+    assert torch.equal(back.moved(1, words=True), cap.moved(1, words=True))
     assert back._repr_html_() == cap._repr_html_()
 
 

@@ -1,4 +1,4 @@
-"""What a head moves (Kobayashi et al. 2020): ``cap.contributions`` and ``cap.value_norms`` against
+"""What a head moves (Kobayashi et al. 2020): ``cap.moved`` and ``cap.value_norms`` against
 a reference built by hand — the model's own eager weights, and ``f_h(x_j)`` obtained by running the
 layer's own output projection module on head *h*'s slice alone — for every family in the support
 table and every part (the GQA families' norms read each query head's own kv head); the self-check's
@@ -105,8 +105,8 @@ def test_contributions_are_the_models_weights_times_the_norm_of_its_own_projecti
                 # attnviz's map equal to them block by block, so the map stands in for them here
                 alpha = cap.attention(layer, part=part)
             expected = alpha * norms[:, None, :]
-            torch.testing.assert_close(cap.contributions(layer, part=part), expected, rtol=1e-4, atol=1e-6)
-            torch.testing.assert_close(cap.contributions(layer, 1, part=part), expected[1], rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(cap.moved(layer, part=part), expected, rtol=1e-4, atol=1e-6)
+            torch.testing.assert_close(cap.moved(layer, 1, part=part), expected[1], rtol=1e-4, atol=1e-6)
 
 
 def test_the_toggles_reweight_and_the_norms_stay():
@@ -114,7 +114,7 @@ def test_the_toggles_reweight_and_the_norms_stay():
     cap = attnviz.capture(model, input_ids=torch.arange(3, 14)[None])
     norms = cap.value_norms(1)
     for kwargs in ({"causal": False}, {"scale": False}, {"temperature": 2.0}):
-        torch.testing.assert_close(cap.contributions(1, **kwargs), cap.attention(1, **kwargs) * norms[:, None, :])
+        torch.testing.assert_close(cap.moved(1, **kwargs), cap.attention(1, **kwargs) * norms[:, None, :])
 
 
 def test_words_get_the_norm_of_the_summed_vectors_not_the_sum_of_norms(tiny_bert_words):
@@ -130,21 +130,21 @@ def test_words_get_the_norm_of_the_summed_vectors_not_the_sum_of_norms(tiny_bert
         for j, kw in enumerate(cap.words):
             summed = (beta[:, list(kw.tokens), None] * f[:, list(kw.tokens)]).sum(1)
             expected[:, i, j] = summed.norm(dim=-1)
-    got = cap.contributions(layer, words=True)
+    got = cap.moved(layer, words=True)
     torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-6)
-    sum_of_norms = cap.to_words(cap.contributions(layer))
+    sum_of_norms = cap.to_words(cap.moved(layer))
     assert not torch.allclose(got, sum_of_norms, rtol=1e-3)  # the two definitions differ on multi-token words
     assert bool((got <= sum_of_norms + 1e-6).all())  # the triangle inequality
-    torch.testing.assert_close(cap.contributions(layer, 2, words=True), expected[2], rtol=1e-4, atol=1e-6)
+    torch.testing.assert_close(cap.moved(layer, 2, words=True), expected[2], rtol=1e-4, atol=1e-6)
 
 
 def test_to_pandas_has_the_contribution_column_and_the_capture_file_keeps_it(tmp_path):
     cap = attnviz.capture(attnviz.testing.tiny_model("gpt2"), input_ids=torch.arange(3, 10)[None])
     df = cap.to_pandas(layer=0)
-    c = cap.contributions(0)
+    c = cap.moved(0)
     torch.testing.assert_close(torch.tensor(df.contribution.to_numpy()), c.reshape(-1))
     back = attnviz.load(cap.save(tmp_path / "c.attnviz"))
-    torch.testing.assert_close(back.contributions(0), c)
+    torch.testing.assert_close(back.moved(0), c)
     assert back.validate().projection == cap.validate().projection
 
 
@@ -154,7 +154,7 @@ def test_a_generation_proves_every_generated_row_against_the_projection():
     ).capture
     rows = {r["rows"] for r in cap.validate().projection}
     assert rows == {cap.n_tokens}  # 7 prompt rows (all of a short prompt) and 5 generated, one per step
-    torch.testing.assert_close(cap.contributions(1), cap.attention(1) * cap.value_norms(1)[:, None, :])
+    torch.testing.assert_close(cap.moved(1), cap.attention(1) * cap.value_norms(1)[:, None, :])
 
 
 @pytest.mark.parametrize(
@@ -177,6 +177,6 @@ def test_a_layer_without_a_readable_projection_says_so_and_the_weights_still_sho
     cap = attnviz.capture(attnviz.testing.tiny_model("gpt2"), input_ids=torch.arange(3, 10)[None])
     assert cap.validate().passed and cap.validate().projection == []
     with pytest.raises(InputError, match="no output projection"):
-        cap.contributions(0)
+        cap.moved(0)
     assert cap.to_pandas(layer=0).contribution.isna().all()
     assert cap.attention(0).shape == (4, 7, 7)

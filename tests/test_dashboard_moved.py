@@ -44,7 +44,7 @@ def test_switching_to_what_moves_redraws_the_heatmap_and_head_view_and_back(dash
     choose(dash_duo, f"#{ID.layer}", 2)  # L2
     choose(dash_duo, f"#{ID.head}", 5)  # H5
     poll(lambda: "L2·H5" in title(dash_duo, ID.heatmap) and "attention weights" in title(dash_duo, ID.heatmap))
-    weights, moved = cat_capture.attention(2, 5).numpy(), cat_capture.contributions(2, 5).numpy()
+    weights, moved = cat_capture.attention(2, 5).numpy(), cat_capture.moved(2, 5).numpy()
     np.testing.assert_allclose(heatmap_z(dash_duo), weights, atol=1e-4)
     assert graph(dash_duo, ID.heatmap, "return gd.data[0].colorbar.title.text;") == "α"
 
@@ -61,7 +61,7 @@ def test_switching_to_what_moves_redraws_the_heatmap_and_head_view_and_back(dash
     heads = sorted(
         {int(n[1:]) for n in graph(dash_duo, ID.head_view, "return gd.data.map(t => t.name);") if n and n[0] == "H"}
     )
-    drawn = cat_capture.contributions(2)[heads]
+    drawn = cat_capture.moved(2)[heads]
     share = drawn / drawn.max()
     text = title(dash_duo, ID.head_view)
     assert f"the largest ({float(drawn.max()):.3g})" in text
@@ -89,7 +89,7 @@ def test_the_model_view_shows_what_moves_on_its_own_scale(dash_duo, cat_capture)
     poll(lambda: title(dash_duo, ID.model_view).startswith("Model view: 6 layers × 12 heads (click"), timeout=30)
     show(dash_duo, "moved")
     poll(lambda: "heads, what moves (‖α·f(x)‖" in title(dash_duo, ID.model_view), timeout=60)
-    top = max(float(cat_capture.contributions(layer).max()) for layer in cat_capture.layer_indices())
+    top = max(float(cat_capture.moved(layer).max()) for layer in cat_capture.layer_indices())
     assert graph(dash_duo, ID.model_view, "return gd.data[0].zmax;") == pytest.approx(top, rel=1e-4)
     assert graph(dash_duo, ID.model_view, "return gd.data[0].showscale;") is True
     show(dash_duo, "weights")
@@ -107,7 +107,7 @@ def long_cap():
 
 
 def test_the_long_heatmap_overview_and_zoom_follow_the_measure(long_cap):
-    moved = long_cap.contributions(1, 2)
+    moved = long_cap.moved(1, 2)
     fig, view = shown_overview(long_cap, 1, 2, mode="max", measure="moved")
     edges = edges_of(view["rows"])
     ref = np.array([[float(moved[a:b, c:d].max()) for c, d in zip(edges, edges[1:])] for a, b in zip(edges, edges[1:])])
@@ -140,7 +140,7 @@ def test_the_exports_follow_the_switch(cat_capture):
 
     cap = cat_capture
     moved = matrix_frame(cap, 2, 5, words=True, measure="moved")
-    np.testing.assert_allclose(moved.to_numpy(), cap.contributions(2, 5, words=True).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(moved.to_numpy(), cap.moved(2, 5, words=True).numpy(), rtol=1e-6)
     weights = matrix_frame(cap, 2, 5, words=True)
     np.testing.assert_allclose(weights.to_numpy(), cap.attention(2, 5, words=True).numpy(), rtol=1e-6)
     for tab in ("heatmap", "head", "model"):

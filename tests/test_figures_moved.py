@@ -1,6 +1,6 @@
 """The map views' "what moves" switch (``measure="moved"``): each figure draws α_ij·‖f_h(x_j)‖, checked
 against a reference computed here from the model's own output projection and the capture's values —
-not from ``cap.contributions`` — and each says which measure it shows."""
+not from ``cap.moved`` — and each says which measure it shows."""
 
 import copy
 
@@ -123,7 +123,7 @@ def test_heatmap_moved_in_words_is_the_norm_of_the_summed_vectors(tiny_bert_word
     fig = figures.heatmap(bert_cap, 1, 3, words=True, measure="moved")
     ref = word_moved_by_hand(model, bert_cap, 1, 3).numpy()
     np.testing.assert_allclose(heat(fig), ref, rtol=1e-4, atol=1e-6)
-    sum_of_norms = bert_cap.contributions(1, 3) @ torch.ones(bert_cap.n_tokens, 1)  # not what a word moves
+    sum_of_norms = bert_cap.moved(1, 3) @ torch.ones(bert_cap.n_tokens, 1)  # not what a word moves
     assert heat(fig).shape == (len(bert_cap.words),) * 2 and sum_of_norms.shape[0] == bert_cap.n_tokens
     assert "word × word attention: what moves" in fig.layout.title.text
 

@@ -128,7 +128,7 @@ def test_the_lab_text_says_the_rows_own_numbers(llama, bert_cat, words, switches
                 words=words,
             )[query]
             if words:  # the word rows' moved share: the capture's contributions (tested above by hand)
-                moved = cap.contributions(
+                moved = cap.moved(
                     layer,
                     head,
                     causal=kwargs["causal"],

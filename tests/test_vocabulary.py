@@ -70,3 +70,12 @@ def test_corpus_stats_on_progress_counts_texts_and_on_batch_is_deprecated(tiny_b
         )
     assert [t for t, _ in batches] == [2, 4] and batches[-1][1] == new.attrs.get("tokens", batches[-1][1])
     assert old.equals(new)
+
+
+def test_what_a_head_moves_is_called_moved_and_contributions_is_its_deprecated_name(llama):
+    _, cap = llama
+    with pytest.warns(DeprecationWarning, match=r"Capture.contributions\(\) is deprecated.*use Capture.moved\(\)"):
+        old = cap.contributions(1, 2, words=True)
+    torch.testing.assert_close(old, cap.moved(1, 2, words=True), rtol=0, atol=0)
+    table = cap.to_pandas(1, 2)
+    assert "moved" in table.columns and "contribution" not in table.columns

@@ -35,7 +35,7 @@ def row_shares(
     words: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor]:  # weight [key], moved [key], moved share [key]
     """(weights, moved, moved shares) of one query's row, float32 on the CPU: ``α_ij``,
-    ``α_ij·‖f(x_j)‖`` (:meth:`~attnviz.Capture.contributions`, with the same switches) and
+    ``α_ij·‖f(x_j)‖`` (:meth:`~attnviz.Capture.moved`, with the same switches) and
     ``moved_j / Σ_j' moved_j'`` (all zeros when the head moves nothing into the query).
 
     ``words=True``: a word query's mean weights summed over a key word's tokens, and the norm of the
@@ -48,8 +48,8 @@ def row_shares(
         raise OutOfRangeError(f"query {query} is out of range: 0..{weights.shape[0] - 1}")
     weight = weights[query].float().cpu()
     if words:  # the norm of a word's summed vectors: the capture's dot products, not a sum of norms
-        moved = cap.contributions(layer, head, **switches)[query].float().cpu()
-    else:  # the same α·‖f(x)‖ as cap.contributions, without computing the head's map twice
+        moved = cap.moved(layer, head, **switches)[query].float().cpu()
+    else:  # the same α·‖f(x)‖ as cap.moved, without computing the head's map twice
         moved = weight * norms[head].float().cpu()
     total = moved.sum()
     share = moved / total if float(total) > 0 else torch.zeros_like(moved)

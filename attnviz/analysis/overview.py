@@ -8,7 +8,7 @@ resolution (a tile from each row's log-sum-exp, :meth:`Capture.attention`'s ``ro
 again a chunk of rows at a time. Both use the model's own mask, bias, sinks and scaling, as :meth:`Capture.attention` does.
 
 Each takes a ``measure`` (:data:`MEASURES`): ``"weights"``, the weights α, or ``"moved"``, what the head
-moves, ``‖α_ij · f_h(x_j)‖ = α_ij · ‖f_h(x_j)‖`` (:meth:`Capture.contributions`): every chunk of weights
+moves, ``‖α_ij · f_h(x_j)‖ = α_ij · ‖f_h(x_j)‖`` (:meth:`Capture.moved`): every chunk of weights
 is multiplied by the layer's value norms (:meth:`Capture.value_norms`) before it is pooled, so a pooled
 cell of "moved" is the max (or mean) of the block's contributions, as a pooled cell of weights is the
 max (or mean) of its weights.

@@ -10,7 +10,7 @@ weights with the model's own mask, at token level.
 Each mass (and ``distance`` and every detector) has a twin by norm, named ``<statistic>_moved``
 (:data:`MOVED_STATISTICS`): the same average taken over the *share of what the head moves* into
 the query instead of its weights — for row *i*, ``c_ij / Σ_k c_ik`` with ``c_ij = α_ij·‖f_h(x_j)‖``
-(Kobayashi et al. 2020; :meth:`attnviz.Capture.contributions`). A head whose weight goes to the
+(Kobayashi et al. 2020; :meth:`attnviz.Capture.moved`). A head whose weight goes to the
 first token but whose values there are near zero has a high ``first`` and a low ``first_moved``.
 Layers whose capture holds no value norms (no output projection found, a capture saved before
 attnviz 0.20) get NaN there, never 0.

@@ -313,7 +313,7 @@ class Capture(Recomputation, WhatMoves):
         self, layer: int | None = None, head: int | None = None, *, part: str | None = None, words: bool = False
     ) -> pd.DataFrame:
         """A tidy table: part, layer, head, query_pos, key_pos, query_token, key_token, weight,
-        contribution (what the head moves, :meth:`contributions`; NaN for a layer without value norms).
+        moved (what the head moves, :meth:`moved`; NaN for a layer without value norms).
 
         ``layer``/``head`` ``None`` means all captured layers / all heads (that computes every
         pattern asked for); ``part`` ``None`` means every part. With ``words=True`` positions and

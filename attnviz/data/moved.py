@@ -3,17 +3,18 @@
 A key word's contribution to a query word is the norm of the *summed* vectors of its tokens,
 ``‖Σ_{j∈J} β_Ij f_h(x_j)‖`` with ``β_Ij`` the query word's mean weight on token *j*:
 ``Σ_{j,j'∈J} β_Ij β_Ij' f_h(x_j)·f_h(x_j')`` under the root, whose terms are the dot products a
-capture keeps for tokens up to one word apart (:meth:`attnviz.Capture.contributions` uses it).
+capture keeps for tokens up to one word apart (:meth:`attnviz.Capture.moved` uses it).
 :class:`WhatMoves` is that part of :class:`attnviz.Capture`: the value norms and the contributions.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
+from ..deprecation import warn_renamed
 from ..errors import InputError
 from .words import TokenSequence, group_matrix
 
@@ -21,10 +22,10 @@ if TYPE_CHECKING:
     from .records import LayerRecord
     from .spans import Span
 
-__all__ = ["WhatMoves", "word_contributions"]
+__all__ = ["WhatMoves", "word_moved"]
 
 
-def word_contributions(
+def word_moved(
     weights: Tensor,  # [head, query_pos, key_pos]
     dots: Tensor,  # [head, key_pos, width]: f_h(x_j)·f_h(x_{j-t})
     queries: TokenSequence,
@@ -89,7 +90,7 @@ class WhatMoves:
             )
         return rec
 
-    def contributions(
+    def moved(
         self,
         layer: int,
         head: int | None = None,
@@ -115,7 +116,12 @@ class WhatMoves:
         dots = rec.value_dots if head is None else rec.value_dots[head : head + 1]
         weights = weights if head is None else weights[None]
         if words:
-            moved = word_contributions(weights, dots, *self.sequences(part))
+            moved = word_moved(weights, dots, *self.sequences(part))
         else:
             moved = weights * dots[..., 0].clamp_min(0).sqrt().to(weights)[:, None, :]
         return moved if head is None else moved[0]
+
+    def contributions(self, layer: int, head: int | None = None, **kwargs: Any) -> Tensor:
+        """:meth:`moved` under its old name (deprecated: it goes in the next release)."""
+        warn_renamed("Capture.contributions()", "Capture.moved()")
+        return self.moved(layer, head, **kwargs)

@@ -33,7 +33,7 @@ def capture_table(
         for lay in cap.layer_indices(p) if layer is None else [layer]:
             w = cap.attention(lay, part=p, words=words).cpu()  # [head, q, k]
             c = (
-                cap.contributions(lay, part=p, words=words).cpu()
+                cap.moved(lay, part=p, words=words).cpu()
                 if cap.layer(lay, p).value_dots is not None
                 else torch.full_like(w, float("nan"))
             )
@@ -49,7 +49,7 @@ def capture_table(
                             "query_token": [q_labels[i] for i in range(n_q) for _ in range(n_k)],
                             "key_token": k_labels * n_q,
                             "weight": w[h].reshape(-1).numpy(),
-                            "contribution": c[h].reshape(-1).numpy(),
+                            "moved": c[h].reshape(-1).numpy(),
                         }
                     )
                 )

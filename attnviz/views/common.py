@@ -131,9 +131,9 @@ def measure_map(
     words: bool = False,
 ) -> torch.Tensor:  # [query, key] for one head, else [head, query, key]; float32 on the CPU
     """A map of ``measure``: the weights (:meth:`Capture.attention`) for ``"weights"``, what each head
-    moves, α_ij·‖f_h(x_j)‖ (:meth:`Capture.contributions`), for ``"moved"`` — with the same settings.
+    moves, α_ij·‖f_h(x_j)‖ (:meth:`Capture.moved`), for ``"moved"`` — with the same settings.
     A bad measure, or a layer without value norms, is an :class:`InputError`."""
-    of = cap.contributions if check_measure(measure) == "moved" else cap.attention
+    of = cap.moved if check_measure(measure) == "moved" else cap.attention
     return of(layer, head, part=part, causal=causal, scale=scale, temperature=temperature, words=words).float().cpu()
 
 

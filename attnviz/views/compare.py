@@ -84,7 +84,7 @@ def validation_comparison(
     title and the colour scale is still the whole map's. The axes are the map's own positions.
 
     ``measure="moved"`` compares what the head moves, α_ij·‖f_h(x_j)‖: the model's own weights times
-    the captured value norms against :meth:`Capture.contributions` — only where the model's weights
+    the captured value norms against :meth:`Capture.moved` — only where the model's weights
     were kept (the output A·V has no per-key numbers to weigh).
     """
     moved = check_measure(measure) == "moved"
@@ -99,7 +99,7 @@ def validation_comparison(
             )
         norms = cap.value_norms(layer, part=part)[head].float().cpu()
         theirs = rec.weights[head].float().cpu() * norms[None, :]
-        ours, what = cap.contributions(layer, head, part=part).cpu(), "‖A·f(x)‖ (what moves)"
+        ours, what = cap.moved(layer, head, part=part).cpu(), "‖A·f(x)‖ (what moves)"
     elif rec.weights is not None:
         theirs, ours, what = rec.weights[head].float().cpu(), cap.attention(layer, head, part=part).cpu(), "weights A"
     elif rec.out is not None:
@@ -306,7 +306,7 @@ def compare_heads(
     :func:`attnviz.analysis.overview.overview`), so A − B is the mean of the differences in each
     block, and the title's max |A − B| is still cell by cell, over the whole maps.
 
-    ``measure="moved"`` compares what the head moves, α_ij·‖f_h(x_j)‖ (:meth:`Capture.contributions`;
+    ``measure="moved"`` compares what the head moves, α_ij·‖f_h(x_j)‖ (:meth:`Capture.moved`;
     pooled: the mean contribution of each block), on one colour scale 0..the larger map's largest.
 
     A layer or head that one capture lacks is an :class:`OutOfRangeError` naming both sizes."""

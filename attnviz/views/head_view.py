@@ -64,7 +64,7 @@ def head_view(
     generation's new tokens marked (:mod:`attnviz.views.marks`), a dotted line under the prompt.
 
     ``measure="moved"``: lines by what each head moves from a key into a query, α_ij·‖f_h(x_j)‖
-    (:meth:`Capture.contributions`), not by weight. Those do not sum to 1, so each line's value is its
+    (:meth:`Capture.moved`), not by weight. Those do not sum to 1, so each line's value is its
     contribution divided by the largest contribution among the heads and queries drawn (the title
     gives that largest value): ``threshold`` and the opacity levels apply to that share of the largest,
     ``top_k`` ranks the contributions, and ``mass`` is the share of each row's total contribution.

@@ -50,7 +50,7 @@ def heatmap(
     """One head's query × key weights; masked cells (the causal triangle) are left empty.
 
     ``measure="moved"`` draws what the head moves from each key into each query instead,
-    α_ij·‖f_h(x_j)‖ (:meth:`Capture.contributions`, with the same settings): its rows do not sum to 1,
+    α_ij·‖f_h(x_j)‖ (:meth:`Capture.moved`, with the same settings): its rows do not sum to 1,
     so the colour scale runs from 0 to the map's largest value, and the title and colour bar say
     "what moves (‖α·f(x)‖)". Cross-attention is drawn target (queries, rows) × source (keys, columns).
     ``mark_new``: a generation's new tokens marked (:mod:`attnviz.views.marks`)."""

@@ -54,7 +54,7 @@ def model_view_thumbnails(
     Token maps are pooled a chunk of query rows at a time (:func:`attnviz.analysis.overview.thumbnails`);
     word maps are merged whole, a layer at a time. ``on_progress(done, total)`` is called after each
     layer (``on_layer=``: its old name, deprecated); an exception it raises stops the pooling. ``measure="moved"``: each head's contributions
-    α_ij·‖f_h(x_j)‖ (:meth:`Capture.contributions`) max-pooled the same way — a cell is the largest
+    α_ij·‖f_h(x_j)‖ (:meth:`Capture.moved`) max-pooled the same way — a cell is the largest
     amount any of its (query, key) pairs moves."""
     on_progress = renamed("model_view_thumbnails", "on_layer", on_layer, "on_progress", on_progress)
     check_measure(measure)

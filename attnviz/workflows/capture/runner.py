@@ -93,7 +93,7 @@ def capture(
       ``("q", "k", "v", "out", "norms")`` (default: all). Queries and keys are always kept (every map is
       recomputed from them); without ``"v"`` and ``"out"`` a long capture keeps under half the bytes, but
       ``cap.validate()`` can no longer recompute A·V; without ``"norms"``, what a head moves
-      (``cap.contributions``, ``cap.value_norms``) is not there. ``cap.model["kept"]`` says what was kept.
+      (``cap.moved``, ``cap.value_norms``) is not there. ``cap.model["kept"]`` says what was kept.
     - ``tokenized``: the texts as :func:`attnviz.workflows.capture.inputs.tokenize` encoded them (with this
       tokenizer and ``add_bos``), one per text, for a caller that had to count tokens first: they are
       not tokenized again.
