@@ -12,7 +12,7 @@ the text (:func:`text_attention`, :func:`text_row`, :func:`text_positions`).
 """
 
 from .views.atlas import ROLE_COLOURS, atlas_page, head_atlas
-from .views.common import HEAD_COLOURS, MASKED_COLOUR, above_top_axis, labels, message_figure
+from .views.common import HEAD_COLOURS, MASKED_COLOUR, above_top_axis, labels, message_figure, short_label
 from .views.compare import compare_heads, comparison
 from .views.export import to_image, write_image
 from .views.generation import step_figure, step_summary
@@ -76,6 +76,7 @@ __all__ = [
     "query_row",
     "rollout_figure",
     "row_stats",
+    "short_label",
     "step_figure",
     "step_summary",
     "strongest",

@@ -114,9 +114,7 @@ def create_app(
     selected = default_model or next(iter(models))
     corpus = None
     if stats_file is not None:
-        from attnviz.workflows.corpus import (
-            read_table,  # deferred: only a server started with a statistics table reads one
-        )
+        from attnviz.analysis import read_table  # deferred: pandas, for a server started with a statistics table
 
         try:
             corpus = read_table(stats_file)

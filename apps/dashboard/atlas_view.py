@@ -11,7 +11,7 @@ from importlib import resources
 from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html
 
 import attnviz
-from attnviz.analysis.atlas import ROLES
+from attnviz.analysis import ROLES
 from attnviz.figures import head_atlas as atlas_figure
 from attnviz.figures import message_figure
 
@@ -75,7 +75,7 @@ def table_of(atlas) -> tuple[list[dict], list[dict]]:
 def bos_applies(model: str) -> bool:
     """Whether the side panel's *prepend BOS* box changes what ``model`` reads: its tokenizer starts a
     text with no special token of its own (SmolLM2; MiniLM's [CLS] is one, and no BOS goes before it)."""
-    from attnviz.workflows.models import describe_model  # the config and tokenizer only, no weights
+    from attnviz.models import describe_model  # the config and tokenizer only, no weights
 
     _, tokenizer = describe_model(model)
     return not starts_with_special(tokenizer)

@@ -32,10 +32,8 @@ import psutil
 import torch
 
 import attnviz
-from attnviz.analysis.coref import STOP_WORDS
-from attnviz.workflows.inputs import Encoded, tokenize
-from attnviz.workflows.models import describe_model, writes_text
-from attnviz.workflows.pipeline import max_positions
+from attnviz.analysis import STOP_WORDS
+from attnviz.models import Encoded, describe_model, max_positions, tokenize, writes_text
 
 from .cache import CaptureCache, capture_key
 from .common import text_limit, word_of

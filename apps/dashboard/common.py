@@ -7,8 +7,8 @@ from typing import Any
 from dash import Input, Output, html, no_update
 
 import attnviz
-from attnviz.views.common import short_label
-from attnviz.workflows.pipeline import max_positions
+from attnviz.figures import short_label
+from attnviz.models import max_positions
 
 from .ui import FONT
 

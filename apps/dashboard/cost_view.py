@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 from dash import Dash, Input, Output, dcc, html
 
-from attnviz.analysis.cost import cost_tables
+from attnviz.analysis import cost_tables
 from attnviz.figures import MARK, new_start
 
 from .captures import Captures

@@ -21,8 +21,16 @@ import hashlib
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
-from attnviz.figures import MARK, NEW_COLOUR, heatmap, image_attention, image_heads, image_rollout, message_figure
-from attnviz.views.image import text_attention
+from attnviz.figures import (
+    MARK,
+    NEW_COLOUR,
+    heatmap,
+    image_attention,
+    image_heads,
+    image_rollout,
+    message_figure,
+    text_attention,
+)
 
 from .captures import Captures
 from .errors import page_message, shows_errors

@@ -21,7 +21,8 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
 from attnviz import figures
-from attnviz.analysis.overview import MODES, block_edges
+from attnviz.analysis import OVERVIEW_MODES as MODES
+from attnviz.analysis import block_edges
 from attnviz.figures import message_figure
 
 from .captures import Captures

@@ -20,7 +20,7 @@ from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_upda
 
 import attnviz
 from attnviz import evaluate_probes
-from attnviz.analysis.probes import PROBE_FORMATS, PROBE_SETS, load_probes
+from attnviz.analysis import PROBE_FORMATS, PROBE_SETS, load_probes
 from attnviz.figures import message_figure, probe_accuracy_map, probe_intervals
 
 from .captures import FILE_PREFIX, Captures

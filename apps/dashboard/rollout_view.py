@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dash import Dash, Input, Output, State, dcc, html
 
+from attnviz.analysis import ROLLOUT_CELLS as MAX_CELLS
 from attnviz.analysis import rollout_rows
 from attnviz.figures import message_figure, rollout_figure
-from attnviz.views.plots import MAX_CELLS
 
 from .background import in_background, pending, summary_of
 from .captures import Captures

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 import attnviz
+from attnviz.analysis import QK_SPACE_METHODS as METHODS
 from attnviz.analysis import qk_space
-from attnviz.analysis.qk_space import METHODS
 from attnviz.figures import SPACE_COLOURS, message_figure, qk_space_figure
 
 from .background import in_background, pending
@@ -95,7 +95,7 @@ def layout() -> list:
 
 def read_corpus(path: str) -> list[str]:
     """The corpus file's first :data:`CORPUS_TEXTS` texts (``.txt``: one per line; ``.jsonl``: "text")."""
-    from attnviz.workflows.corpus import read_texts  # deferred: only a server started with a corpus reads one
+    from attnviz.analysis import read_texts  # deferred: only a server started with a corpus reads one
 
     texts = []
     for text in read_texts(path):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
-from attnviz.analysis.stats import DETECTORS, MOVED_STATISTICS, STATISTICS, moved_name
+from attnviz.analysis import DETECTORS, MOVED_STATISTICS, STATISTICS, moved_name
 from attnviz.figures import head_map, message_figure
 
 from .background import pending, summary_of

@@ -29,11 +29,8 @@ from pathlib import Path
 from typing import Any
 
 import attnviz
-from attnviz.views.image import text_positions
-from attnviz.views.marks import MARK, new_start
-from attnviz.workflows.joint import is_joint
-from attnviz.workflows.models import describe_model
-from attnviz.workflows.vlm import is_vlm, vlm_refusal
+from attnviz.figures import MARK, new_start, text_positions
+from attnviz.models import describe_model, is_joint, is_vlm, vlm_refusal
 
 from .captures import FILE_PREFIX, Captures
 from .generations import MAX_NEW_TOKENS
