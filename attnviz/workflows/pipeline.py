@@ -32,7 +32,7 @@ from ..data.images import ImageGrid
 from ..data.validate import SAMPLE_ROWS, ValidationError, ValidationReport, validate
 from ..engine.projections import ProjectionWatch
 from ..engine.specs import ENCODER_DECODER_PARTS, PARTS, RESERVED_POSITIONS, check_supported, supported_families
-from ..engine.taps import AttentionCall
+from ..engine.taps import AttentionCall, Recorder
 from ..errors import (
     ArgumentTypeError,
     InputError,
@@ -57,6 +57,8 @@ __all__ = [
     "check_calls",
     "check_layers",
     "check_mode",
+    "attention_calls",
+    "counting",
     "model_class",
     "compiled",
     "forward_inputs",
@@ -302,6 +304,47 @@ def forward_inputs(
 
 
 # ---------------------------------------------------------------- 3. the taps
+Progress = Callable[[int, int], None]  # on_progress(done, total): the one progress signature of attnviz
+
+
+def attention_calls(config: Any, forwards: int = 1) -> int | None:
+    """How many attention calls ``forwards`` forwards of a model with this config make: one per layer of
+    each stack, and an encoder-decoder's decoder layers twice (self- and cross-attention); None where
+    the config does not say (what :func:`counting`'s ``total`` starts from)."""
+    if getattr(config, "is_encoder_decoder", False):
+        encoder = next((getattr(config, n) for n in ("encoder_layers", "num_layers") if hasattr(config, n)), None)
+        decoder = next(
+            (getattr(config, n) for n in ("decoder_layers", "num_decoder_layers") if getattr(config, n, None)), encoder
+        )
+        if isinstance(encoder, int) and isinstance(decoder, int):
+            return (encoder + 2 * decoder) * forwards
+        return None
+    layers = n_layers(config)
+    return None if layers is None else layers * forwards
+
+
+def counting(recorder_class: type[Recorder], on_progress: Progress | None, total: int | None) -> type[Recorder]:
+    """``recorder_class``, calling ``on_progress(done, total)`` after each attention call it records
+    (``recorder_class`` itself when there is none to call). A Python count, inside the forward: it reads no
+    tensor, so the host never waits for the device for it. ``total``: the calls expected
+    (:func:`attention_calls`); a model that makes more raises it with ``done``, so that ``done ≤ total``.
+    A callback that raises stops the forward there; the taps come off as for any error in it."""
+    if on_progress is None:
+        return recorder_class
+    report = on_progress
+
+    class Counting(recorder_class):  # type: ignore[valid-type,misc]
+        done = 0
+
+        def record(self, call, seen) -> None:
+            super().record(call, seen)
+            self.done += 1
+            report(self.done, max(total or 0, self.done))
+
+    Counting.__name__ = Counting.__qualname__ = f"Counting{recorder_class.__name__}"
+    return Counting
+
+
 def tapped(
     resolved: Resolved,
     taps: AbstractContextManager[R],
