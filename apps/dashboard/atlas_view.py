@@ -19,8 +19,8 @@ from .captures import FILE_PREFIX, Captures, starts_with_special
 from .common import TABLE_STYLE, head_of, job_controls
 from .errors import shows_errors
 from .ids import ID, TID
+from .registry import View, registers
 
-VIEWS = [("atlas", "Head atlas")]
 SHIPPED = "the shipped English probe sentences (attnviz/probes/en.jsonl, 42 texts)"
 _HIDDEN = {"display": "none"}
 
@@ -145,3 +145,14 @@ def register(app: Dash, captures: Captures, corpus: list[str] | None = None, cor
     )
     def select_head(cell, click):
         return head_of(click, cell, ctx.triggered_id == TID.graph)
+
+
+registers(
+    View(
+        "atlas",
+        "Head atlas",
+        order=90,
+        register=lambda app, server: register(app, server.captures, server.texts, server.corpus_name),
+        layout=lambda page: layout(),
+    )
+)

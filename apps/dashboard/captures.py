@@ -23,7 +23,7 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,34 +76,6 @@ def is_encoder_decoder(model: str) -> bool:
         return bool(getattr(describe_model(model)[0], "is_encoder_decoder", False))
     except attnviz.AttnvizError:
         return False
-
-
-@contextlib.contextmanager
-def layer_progress(model: torch.nn.Module, on_layer: Callable[[int, int], None] | None) -> Iterator[None]:
-    """Call ``on_layer(done, layers)`` as each transformer layer of ``model`` finishes a forward (the
-    layers: every element of a ModuleList of ``…Layer``/``…Block`` modules); the hooks go afterwards."""
-    if on_layer is None:
-        yield
-        return
-    layers = [
-        child
-        for module in model.modules()
-        if isinstance(module, torch.nn.ModuleList) and len(module) > 0
-        for child in module
-        if type(child).__name__.endswith(("Layer", "Block"))
-    ]
-    done = [0]
-
-    def hook(*_args) -> None:
-        done[0] += 1
-        on_layer(done[0], len(layers))
-
-    handles = [layer.register_forward_hook(hook) for layer in layers]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
 
 
 # ---------------------------------------------------------------- the opening head
@@ -292,23 +264,23 @@ class Captures:
         bos: bool = False,
         target: str | None = None,
         new_tokens: int | None = None,
-        on_layer: Callable[[int, int], None] | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
     ) -> attnviz.Capture:
         """The capture of (model, text): one forward, or with ``new_tokens`` the generation that continues
-        ``text`` (greedy). ``on_layer(done, layers)`` follows the model's layers as they run."""
+        ``text`` (greedy). ``on_progress(done, total)``: the library's, as the model's attention calls are recorded."""
         self.check_model(model)
         cap = self.cached(self.key(model, text, bos, target, new_tokens))
-        return cap if cap is not None else self.run(self.request(model, text, bos, target, new_tokens), on_layer)
+        return cap if cap is not None else self.run(self.request(model, text, bos, target, new_tokens), on_progress)
 
-    def run(self, request: Request, on_layer: Callable[[int, int], None] | None = None) -> attnviz.Capture:
+    def run(self, request: Request, on_progress: Callable[[int, int], None] | None = None) -> attnviz.Capture:
         """The capture of ``request`` (computed unless the server holds it), put in the cache."""
         cap = self.cached(request.key)
         if cap is None:
-            cap = self._compute(request, on_layer)
+            cap = self._compute(request, on_progress)
             self.cache.put(request.key, cap)
         return cap
 
-    def _compute(self, request: Request, on_layer) -> attnviz.Capture:
+    def _compute(self, request: Request, on_progress) -> attnviz.Capture:
         model, text = request.model, request.text
         if model.startswith(FILE_PREFIX):
             if request.new_tokens:
@@ -319,14 +291,19 @@ class Captures:
             if cap.text != text:
                 raise attnviz.InputError("a capture file holds one text; pick a model in the list to run another text")
             return cap
-        loaded, _ = attnviz.load_model(model)
-        with layer_progress(loaded, on_layer):
-            tokenized = [request.encoded] if request.encoded is not None else None
-            if request.new_tokens:
-                return attnviz.generate(
-                    model, text, max_new_tokens=request.new_tokens, add_bos=request.bos, tokenized=tokenized
-                ).capture
-            cap = attnviz.capture(model, text, add_bos=request.bos, target=request.target, tokenized=tokenized)
+        tokenized = [request.encoded] if request.encoded is not None else None
+        if request.new_tokens:
+            return attnviz.generate(
+                model,
+                text,
+                max_new_tokens=request.new_tokens,
+                add_bos=request.bos,
+                tokenized=tokenized,
+                on_progress=on_progress,
+            ).capture
+        cap = attnviz.capture(
+            model, text, add_bos=request.bos, target=request.target, tokenized=tokenized, on_progress=on_progress
+        )
         assert isinstance(cap, attnviz.Capture)  # one text, one capture
         return cap
 
@@ -348,7 +325,7 @@ class Captures:
         partial.replace(self.request_file(request.key, run))
         return run
 
-    def save_for_server(self, key: str, run: str, on_layer: Callable[[int, int], None] | None = None) -> None:
+    def save_for_server(self, key: str, run: str, on_progress: Callable[[int, int], None] | None = None) -> None:
         """In a background job: capture the request the server left for ``run`` under ``key`` and leave the capture
         in ``folder`` for the server, written under a temporary name and renamed, so the server never
         reads half a file."""
@@ -364,7 +341,7 @@ class Captures:
         with contextlib.suppress(OSError):  # read: a job cancelled or killed from here on leaves no request
             self.request_file(key, run).unlink()
         try:
-            cap = self.run(request, on_layer)
+            cap = self.run(request, on_progress)
             partial = self.folder / f"{key}.{os.getpid()}.{threading.get_ident()}.partial"
             cap.save(partial)
             partial.replace(self.job_file(key))

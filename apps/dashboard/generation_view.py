@@ -21,6 +21,7 @@ from .errors import only_on, shows_errors
 from .generations import MAX_NEW_TOKENS, generation_of, new_tokens_input
 from .ids import GID, ID
 from .panels import adds_panel
+from .registry import View, registers
 from .ui import field
 
 if TYPE_CHECKING:
@@ -141,3 +142,6 @@ def register(app: Dash, captures: Captures) -> None:
             return no_update
         step = gen.step(min(int(index), len(gen) - 1))
         return step_summary(gen, step, layer, head), step_figure(gen, step, layer, head)
+
+
+registers(View("generation", None, order=45, register=lambda app, server: register(app, server.captures)))

@@ -36,6 +36,7 @@ from .captures import Captures
 from .errors import page_message, shows_errors
 from .generations import new_tokens_input
 from .ids import ID, IID
+from .registry import View, registers
 from .towers import (
     Towers,
     capture_towers,
@@ -48,7 +49,6 @@ from .towers import (
     word_options,
 )
 
-VIEWS = [("image", "Image")]
 DEFAULT_NEW_TOKENS = 8  # a VLM's "Continue the text": a short answer about the picture
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024  # 8 MB: a photo, not a scan
 #: the sample pictures: scikit-image's photos, CC0 by their photographers (Stefan van der Walt, Rachel Michetti)
@@ -433,10 +433,20 @@ def register(app: Dash, captures: Captures) -> None:
 __all__ = [
     "MAX_UPLOAD_BYTES",
     "SAMPLES",
-    "VIEWS",
     "capture_picture",
     "decoded_upload",
     "layout",
     "register",
     "sample_picture",
 ]
+
+
+registers(
+    View(
+        "image",
+        "Image",
+        order=120,
+        register=lambda app, server: register(app, server.captures),
+        layout=lambda page: layout(),
+    )
+)

@@ -19,8 +19,7 @@ from .background import in_background, pending, summary_of
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import ID
-
-VIEWS = [("model", "Model view")]
+from .registry import View, registers
 
 
 def layout(graph_config: dict) -> list:
@@ -97,3 +96,14 @@ def register(app: Dash, captures: Captures) -> None:
         words = units == "words"
         cell = figures.model_view_cell(cap, point["x"], point["y"], words=words, part=part)
         return no_update if cell is None else (cell[0], cell[1], "heatmap")
+
+
+registers(
+    View(
+        "model",
+        "Model view",
+        order=30,
+        register=lambda app, server: register(app, server.captures),
+        layout=lambda page: layout(page.graph_config),
+    )
+)

@@ -28,8 +28,7 @@ from attnviz.figures import message_figure
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import ID, OID
-
-VIEWS = [("heatmap", "Heatmap")]
+from .registry import View, registers
 
 LONG = 512  # a grid with more rows or columns than this shows the overview
 OVERVIEW_SIZE = 512  # blocks per side of the overview (its payload: ~1.8 MB at 512 × 512, whatever n)
@@ -272,3 +271,14 @@ def register(app: Dash, captures: Captures) -> None:
         else:
             fig, view = shown_overview(cap, layer, head, part=part, mode=mode, measure=measure)
         return fig, view, note_for(cap, view, words, part, measure), _SHOWN, key
+
+
+registers(
+    View(
+        "heatmap",
+        "Heatmap",
+        order=10,
+        register=lambda app, server: register(app, server.captures),
+        layout=lambda page: layout(dcc.Loading(dcc.Graph(id=ID.heatmap, config=page.graph_config))),
+    )
+)

@@ -47,6 +47,7 @@ from .probe_table import (
     table_page,
     table_styles,
 )
+from .registry import View, registers
 from .ui import MONO
 
 _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
@@ -397,3 +398,6 @@ def register(app: Dash, captures: Captures) -> None:
 
 def _error(message: str) -> html.Div:
     return html.Div(message, role="alert", style={"color": "#b00020"})
+
+
+registers(View("probes", None, order=75, register=lambda app, server: register(app, server.captures)))

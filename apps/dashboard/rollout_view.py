@@ -18,9 +18,8 @@ from .captures import Captures
 from .common import word_of
 from .errors import only_on, shows_errors
 from .ids import AID, ID
+from .registry import View, registers
 from .ui import field
-
-VIEWS = [("rollout", "Rollout")]
 
 
 def layout() -> list:
@@ -98,3 +97,14 @@ def register(app: Dash, captures: Captures) -> None:
             flow = summary.rollout
         shown = (word if words else query) if mode == "query" else None
         return rollout_figure(cap, flow, query=shown, words=words)
+
+
+registers(
+    View(
+        "rollout",
+        "Rollout",
+        order=100,
+        register=lambda app, server: register(app, server.captures),
+        layout=lambda page: layout(),
+    )
+)

@@ -24,6 +24,7 @@ from .errors import shows_errors
 from .generations import MAX_NEW_TOKENS, generation_of
 from .ids import GID, ID
 from .panels import slot_panels
+from .registry import View, registers
 from .ui import field
 
 PART_LABELS = {
@@ -73,7 +74,7 @@ def status_line(cap: attnviz.Capture) -> str:
 
 
 def job_text(done: int, layers: int, new_tokens: int | None) -> str:
-    """The background job's progress line, from the layers run so far."""
+    """The background job's progress line, from the attention calls recorded so far (``layers``: one forward's)."""
     if not layers:
         return "starting…"
     if new_tokens:
@@ -414,11 +415,13 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
         new_tokens = request.get("generate")
         shown = [""]
 
-        def progress(done: int, layers: int) -> None:
+        def progress(done: int, total: int) -> None:  # attnviz's on_progress: attention calls recorded so far
+            layers = (
+                total // (new_tokens + 1) if new_tokens else total
+            )  # a generation: the prompt's forward, one per token
             text = job_text(done, layers, new_tokens)
             if text != shown[0]:  # one write per layer (per new token for a generation)
                 shown[0] = text
-                total = layers * new_tokens if new_tokens else layers
                 set_progress((str(min(done, total)), str(total), f"Capturing in the background: {text}"))
 
         set_progress(("0", "1", "Capturing in the background: starting…"))
@@ -461,3 +464,14 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
         # only what changes: a run sets the part together with its selectors, and setting them again
         # would make every view that reads them draw twice
         return tuple(no_update if new == old else new for new, old in zip(chosen, shown, strict=True))
+
+
+registers(
+    View(
+        "run",
+        None,
+        order=0,
+        register=lambda app, server: register(app, server.captures, startup_error=server.startup_error),
+        slots=("generate",),
+    )
+)

@@ -22,8 +22,8 @@ from .background import in_background, pending
 from .captures import FILE_PREFIX, Captures
 from .errors import only_on, shows_errors
 from .ids import ID, SID
+from .registry import View, registers
 
-VIEWS = [("space", "Q·K space")]
 CORPUS_TEXTS = 500  # a corpus file's first texts that the view embeds
 CORPUS_TOKENS = 8_192  # … and at most this many tokens of them (queries + keys: twice as many points)
 MAX_POINTS = 10_000  # points a view shows (a seeded sample past it, stated): ~170 bytes each, under 2 MB
@@ -256,3 +256,14 @@ def lab_place(kind: str, position: int, query: int | None, key: str) -> tuple:
     if kind == "query":
         return position, None
     return (query if query is not None else position), {"key": key, "position": position}
+
+
+registers(
+    View(
+        "space",
+        "Q·K space",
+        order=110,
+        register=lambda app, server: register(app, server.captures, server.texts, server.corpus_name),
+        layout=lambda page: layout(),
+    )
+)

@@ -22,11 +22,10 @@ from .captures import Captures
 from .common import TABLE_STYLE, head_of
 from .errors import only_on, shows_errors
 from .ids import AID, ID
+from .registry import View, registers
 
 if TYPE_CHECKING:
     import pandas as pd
-
-VIEWS = [("stats", "Head statistics")]
 
 
 def layout() -> list:
@@ -159,3 +158,14 @@ def side_by_side(df: pd.DataFrame) -> pd.DataFrame:
             ordered.append(moved_name(c))
     ordered += [c for c in df.columns if c not in ordered]
     return df[ordered]
+
+
+registers(
+    View(
+        "stats",
+        "Head statistics",
+        order=80,
+        register=lambda app, server: register(app, server.captures, server.table, server.table_name),
+        layout=lambda page: layout(),
+    )
+)
