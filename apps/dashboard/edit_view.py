@@ -1,5 +1,5 @@
 """Counterfactual attention in the page: the AttentionLab's switches, temperature and knocked-out keys
-applied to the real model (``attnviz.workflows.intervene``), the coreference view's "test it" (knock the pronoun's
+applied to the real model (``attnviz.intervene``), the coreference view's "test it" (knock the pronoun's
 attention to a candidate out of its top heads), and a head-importance map (``attnviz.head_importance``).
 "Apply to the model" and the head-importance map run as background jobs (Dash's, in another process)
 with progress and Cancel: forwards of the whole text, minutes at 8,192 tokens.

@@ -1,6 +1,6 @@
 """Generation in the dashboard: the "Continue the text" control and the AttentionLab's step slider that
 replays a generation token by token (its figure: ``attnviz.figures.step_figure``). The generated tokens'
-marks are drawn by the library's figures themselves (``attnviz.views.marks``).
+marks are drawn by the library's figures themselves (``mark_new=``, ``attnviz.figures.MARK``).
 
 Its panels sit in other views' layouts through the panel registry (``panels.py``): the "Continue the
 text" control beside "Run model" (``("run", "generate")``), the step slider in the AttentionLab

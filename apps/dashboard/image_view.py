@@ -8,7 +8,7 @@ SigLIP model's text tower and vision tower are the two parts.
 
 The upload is checked before anything is decoded: at most :data:`MAX_UPLOAD_BYTES` bytes (the browser
 refuses larger files too), written to the server's capture folder and read by the library's own
-reader (Pillow; :data:`attnviz.workflows.images.MAX_IMAGE_PIXELS` checked before decoding). A bad
+reader (Pillow; its pixel bound checked before decoding). A bad
 file, or a text model chosen, is a message on the tab. The capture stays on the server (the
 bounded cache, keyed by the model and the file's bytes); the page's store holds that key."""
 

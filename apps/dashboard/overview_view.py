@@ -6,7 +6,7 @@ blocks of whole tokens, so a response stays under 2 MB whatever the length. Its 
 one per block, named by their token range ("512–519 ('the'…'cat')"): hover reads them, and a zoom
 (the graph's ``relayoutData``, in category units) maps back to token positions through the shown
 view's block edges, kept in a small ``dcc.Store``. A zoom of at most ``WINDOW`` tokens a side is
-recomputed exactly (``attnviz.analysis.overview.window``); double-click returns to the overview.
+recomputed exactly (``attnviz.figures.window_figure``); double-click returns to the overview.
 The figures are the library's (``attnviz.figures.overview_figure``, ``window_figure``).
 
 The helpers (``shown_overview``, ``shown_window``, ``zoom_span``) are pure, tested without a browser.

@@ -5,7 +5,7 @@ fused summary (``background.summary_of``): for a long text a background job, sha
 rollout and the validation.
 
 Each statistic by weight sits beside its twin by norm (``<name>_moved``: the share of what the head
-moves, α·‖f(x)‖, :data:`~attnviz.analysis.stats.MOVED_STATISTICS`) in the table; the map shows the
+moves, α·‖f(x)‖, :data:`attnviz.analysis.MOVED_STATISTICS`) in the table; the map shows the
 column chosen, and under the page's "Show: what moves" a weight column's twin by norm."""
 
 from __future__ import annotations
