@@ -4,6 +4,10 @@ in order, every call of the forward, and a callback that raises stops the run wi
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -69,3 +73,24 @@ def test_a_capture_with_a_picture_refuses_on_progress():
     with pytest.raises(attnviz.ArgumentTypeError) as err:
         attnviz.capture(model, picture, attnviz.tiny_processor("vit"), on_progress=lambda *a: None)
     assert str(err.value) == "on_progress= follows a text's capture; a capture with a picture does not take it"
+
+
+def test_on_progress_makes_the_host_wait_for_nothing_more_inside_the_forward():
+    """docs/architecture.md: nothing a tap does inside the forward makes the host wait. The count is Python:
+    the same syncs and launches inside the forward with the callback as without (bench/launches.py counts)."""
+    spec = importlib.util.spec_from_file_location("launches", Path(__file__).parent.parent / "bench" / "launches.py")
+    assert spec is not None and spec.loader is not None
+    launches = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("launches", launches)  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(launches)
+    torch.manual_seed(0)
+    model = launches.gpt2()
+    ids = torch.randint(0, model.config.vocab_size, (1, 64), generator=torch.Generator().manual_seed(0))
+    seen: list[int] = []
+    quiet = launches.count(model, lambda: attnviz.capture(model, input_ids=ids))
+    counted = launches.count(
+        model, lambda: attnviz.capture(model, input_ids=ids, on_progress=lambda d, t: seen.append(d))
+    )
+    n = model.config.n_layer
+    assert seen and seen == list(range(1, n + 1)) * (len(seen) // n)  # the counter may run it more than once
+    assert counted.inside.n_syncs == quiet.inside.n_syncs and counted.inside.n_launches == quiet.inside.n_launches
