@@ -9,6 +9,7 @@ Importing attnviz loads no model, patches nothing and does not import dash.
 """
 
 from . import edits as edits  # the edits of intervene(): attnviz.edits.knockout(…)
+from . import models as models  # a model's facts before its weights: attnviz.models.describe_model(…)
 from .attention import scaled_dot_product
 from .data import reprs as _reprs
 from .data.capture import Capture, LayerRecord, TokenSequence

@@ -445,3 +445,133 @@ def test_the_walk_reads_real_imports_and_sees_a_planted_circle(tmp_path, monkeyp
     assert circles(graph(modules())) == []  # b → c only under TYPE_CHECKING
     (pkg / "data" / "b.py").write_text("from .c import C\n")
     assert circles(graph(modules())) == [["attnviz.data.a", "attnviz.data.b", "attnviz.data.c"]]
+
+
+#: the library's public modules: all the dashboard (and later the CLI) may import of attnviz, each offering the
+#: names of its ``__all__`` (docs/architecture.md, "The dashboard")
+PUBLIC_MODULES = (
+    "attnviz",
+    "attnviz.analysis",
+    "attnviz.assets",
+    "attnviz.edits",
+    "attnviz.families",
+    "attnviz.figures",
+    "attnviz.figures.helpers",
+    "attnviz.models",
+)
+#: the packages held to the public names, each as the name of its own modules (which it may import freely)
+ON_PUBLIC_NAMES = ("attnviz.dashboard",)
+
+
+def public_names(known: dict[str, Module]) -> dict[str, set[str]]:
+    """Each public module → the names its ``__all__`` lists (read from the source), and its public submodules."""
+    names: dict[str, set[str]] = {}
+    for name in PUBLIC_MODULES:
+        listed: set[str] = set()
+        for node in known[name].tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+                listed |= set(ast.literal_eval(node.value))
+        names[name] = listed | {sub.removeprefix(name + ".") for sub in PUBLIC_MODULES if sub.startswith(name + ".")}
+    return names
+
+
+def non_public_reaches(module: Module, own: str, known: dict[str, Module]) -> list[str]:
+    """Where ``module`` reaches into attnviz past its public names: an import of a module that is not public
+    (``attnviz.workflows.models``, ``attnviz.analysis.stats``), a name a public module's ``__all__`` does not
+    list (``from attnviz.analysis import _x``), or such an attribute of a public module (``attnviz.views``,
+    ``figures.something_private``) — at module level or inside functions. ``own``'s modules are its own."""
+    public = public_names(known)
+    bound: dict[str, str] = {}  # a local name → the public module it is
+    bad = []
+
+    def library(name: str) -> bool:
+        return (name == "attnviz" or name.startswith("attnviz.")) and not (name == own or name.startswith(own + "."))
+
+    where = module.name
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if not library(alias.name):
+                    continue
+                if alias.name not in PUBLIC_MODULES:
+                    bad.append(f"{where}:{node.lineno} import {alias.name}")
+                elif alias.asname:
+                    bound[alias.asname] = alias.name
+                else:
+                    bound[alias.name.split(".")[0]] = "attnviz"
+        elif isinstance(node, ast.ImportFrom):
+            base = absolute(module, node)
+            if not library(base):
+                continue
+            if base not in PUBLIC_MODULES:
+                bad.append(f"{where}:{node.lineno} from {base} import {', '.join(a.name for a in node.names)}")
+                continue
+            for alias in node.names:
+                if alias.name not in public[base]:
+                    bad.append(f"{where}:{node.lineno} from {base} import {alias.name} (not in its __all__)")
+                elif f"{base}.{alias.name}" in PUBLIC_MODULES:
+                    bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+
+    def resolved(node: ast.expr) -> str | None:  # the public module an expression names, if any
+        if isinstance(node, ast.Name):
+            return bound.get(node.id)
+        if isinstance(node, ast.Attribute):
+            parent = resolved(node.value)
+            if parent is not None and f"{parent}.{node.attr}" in PUBLIC_MODULES:
+                return f"{parent}.{node.attr}"
+        return None
+
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.Attribute) and not node.attr.startswith("__"):
+            parent = resolved(node.value)
+            if parent is not None and node.attr not in public[parent]:
+                bad.append(f"{where}:{node.lineno} {parent}.{node.attr} (not in its __all__)")
+    return bad
+
+
+@pytest.mark.parametrize("own", ON_PUBLIC_NAMES)
+def test_the_dashboard_uses_the_library_s_public_names_only(own):
+    known = modules()
+    bad = [
+        reach
+        for name, module in sorted(known.items())
+        if name == own or name.startswith(own + ".")
+        for reach in non_public_reaches(module, own, known)
+    ]
+    assert bad == [], (
+        f"{own} reaches past the library's public names ({', '.join(PUBLIC_MODULES)}): give what it needs a "
+        "public name (attnviz.models, an __all__ entry) and use that:\n" + "\n".join(bad)
+    )
+
+
+def test_the_public_names_check_sees_a_planted_reach(tmp_path, monkeypatch):
+    """A dashboard module that imports a workflow, a private name or a non-public attribute is refused."""
+    app = tmp_path / "dashboard"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "ok_view.py").write_text(
+        "import attnviz\nfrom attnviz import figures\nfrom attnviz.models import describe_model\nfrom . import ok_view\n"
+        "attnviz.capture\nattnviz.analysis.rollout\nfigures.heatmap\n"
+    )
+    monkeypatch.setitem(SOURCES, "attnviz.dashboard", app)
+    known = modules()
+    assert non_public_reaches(known["attnviz.dashboard.ok_view"], "attnviz.dashboard", known) == []
+    (app / "bad_view.py").write_text(
+        "import attnviz\nimport attnviz.workflows.pipeline\nfrom attnviz import figures as f\n"
+        "from attnviz.analysis.stats import STATISTICS\nfrom attnviz.analysis import _private\n"
+        "def late():\n    from attnviz.workflows.models import describe_model  # deferred\n"
+        "attnviz.workflows.runner\nattnviz.analysis.stats\nf.views\n"
+    )
+    known = modules()
+    found = non_public_reaches(known["attnviz.dashboard.bad_view"], "attnviz.dashboard", known)
+    assert sorted(reach.split(" ", 1)[1] for reach in found) == sorted(
+        [
+            "import attnviz.workflows.pipeline",
+            "from attnviz.analysis.stats import STATISTICS",
+            "from attnviz.analysis import _private (not in its __all__)",
+            "from attnviz.workflows.models import describe_model",
+            "attnviz.workflows (not in its __all__)",
+            "attnviz.analysis.stats (not in its __all__)",
+            "attnviz.figures.views (not in its __all__)",
+        ]
+    )

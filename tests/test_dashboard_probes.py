@@ -340,7 +340,7 @@ def test_a_probe_row_opens_its_text_in_the_lab_at_its_pronoun_and_head(tmp_path,
     result.per_probe.loc[5, "text"] = text = "The cat chased the dog until it was tired, and it slept."
     result.per_probe.loc[5, "pronoun_start"] = text.index(" it ") + 1  # the first 'it'
     result.per_probe.loc[5, "pronoun_end"] = text.index(" it ") + 3
-    kept = {"key": ProbeRuns(tmp_path / "probes").keep(result), "model": folder, "part": None, "n": 12}
+    kept = {"key": ProbeRuns(tmp_path / "probes").keep(result), "model": folder, "part": None, "n": 12, "bos": True}
     heads = best_heads(result, 5)
     cell = {"row": 5 % PAGE, "column": 6, "column_id": "h2", "row_id": 5}
     opened = _post(
@@ -421,7 +421,7 @@ def test_the_probe_job_scores_the_uploaded_file_and_keeps_the_result_on_the_serv
     listed = json.dumps(skipped, ensure_ascii=False)
     assert "1 probe skipped when scoring: why" in listed and json.dumps(expected.skipped[0])[1:-1] in listed
     kept = response[AID.probe_result]["data"]
-    assert set(kept) == {"key", "model", "part", "n"} and kept["n"] == 4  # a key, not the result
+    assert set(kept) == {"key", "model", "part", "n", "bos"} and kept["n"] == 4 and not kept["bos"]  # a key
     held = ProbeRuns(tmp_path / "probes").result(kept["key"])
     assert np.array_equal(held.picks, expected.picks) and held.accuracy.equals(expected.accuracy)
     assert held.per_probe.loc[3, "pronoun_start"] == 29  # the file's offset: the first of two 'it'

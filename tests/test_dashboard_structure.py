@@ -200,3 +200,32 @@ def test_a_result_a_button_draws_is_never_an_empty_pair_of_axes_before_it():
         figure = graphs[graph].figure
         assert figure is not None, f"{graph} starts as an empty pair of axes"
         assert figure.layout.xaxis.visible is False and figure.layout.yaxis.visible is False, graph
+
+
+def test_each_view_module_registers_one_view_and_the_page_reads_the_registry():
+    """One registry (``registry.py``): every ``*_view`` module registers itself once; the tabs, their order and
+    the slots the hosts offer are read from it, never listed again."""
+    from attnviz.dashboard import registry
+    from attnviz.dashboard.layout import VIEWS
+
+    views = registry.views()
+    modules = {view.register.__module__ for view in views}  # the lambda each module wrote in its own registration
+    assert sorted(m.rsplit(".", 1)[1] for m in modules) == registry.view_modules() == [p.stem for p in VIEW_FILES]
+    assert len(views) == len(VIEW_FILES) and len({v.id for v in views}) == len(views)
+    assert VIEWS == [(v.id, v.label) for v in views if v.label is not None]
+    assert VIEWS[0] == ("heatmap", "Heatmap") and len(VIEWS) == 13
+    declared = {(f"{v.id}", slot) for v in views for slot in v.slots}
+    hosts = {v.id: v.register.__module__.rsplit(".", 1)[1] for v in views}
+    placed = {(host, slot) for host, slot, stem in slot_calls("slot_panels") if hosts.get(host) == stem}
+    assert declared == placed == {(host, slot) for host, slot, _ in panels.registered()}
+    page = build_layout([{"label": "m", "value": "m"}], "m", "The cat sat.")
+    tabs = next(n for n in nodes_in(page) if getattr(n, "id", None) == ID.tabs)
+    assert [(t.value, t.label) for t in tabs.children] == VIEWS
+    assert {view_id(key) for key, _ in VIEWS} <= ids_in(page)
+
+
+def test_the_registry_refuses_a_tab_without_a_layout():
+    from attnviz.dashboard.registry import View, registers
+
+    with pytest.raises(ValueError, match="a tab has a label and a layout"):
+        registers(View("nowhere", "Nowhere", order=0, register=lambda app, server: None))

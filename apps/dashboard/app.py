@@ -28,30 +28,11 @@ from dash import Dash, Input, Output
 import attnviz
 from attnviz.assets import FONTS
 
-from . import (
-    atlas_view,
-    compare_view,
-    coref_view,
-    cost_view,
-    edit_view,
-    export_view,
-    generation_view,
-    head_view,
-    image_view,
-    jobs_view,
-    lab_view,
-    model_view,
-    overview_view,
-    probe_view,
-    rollout_view,
-    run_view,
-    space_view,
-    stats_view,
-    validation_view,
-)
+from . import space_view
 from .captures import BACKGROUND_FROM, FILE_PREFIX, Captures, wants_bos
 from .ids import ID, view_id
 from .layout import VIEWS, build_layout
+from .registry import Server, views
 
 DEFAULT_MODELS = {
     "smollm2": "SmolLM2-135M-Instruct — Llama-style decoder, GQA (embedded)",
@@ -127,9 +108,7 @@ def create_app(
     selected = default_model or next(iter(models))
     corpus = None
     if stats_file is not None:
-        from attnviz.workflows.corpus.corpus import (
-            read_table,  # deferred: only a server started with a statistics table reads one
-        )
+        from attnviz.analysis import read_table  # deferred: pandas, for a server started with a statistics table
 
         try:
             corpus = read_table(stats_file)
@@ -175,29 +154,16 @@ def create_app(
     def show_view(tab):
         return [{"display": "block"} if key == tab else {"display": "none"} for key, _ in VIEWS]
 
-    run_view.register(app, captures, startup_error=" ".join(startup_errors))
-    jobs_view.register(app, captures)
-    for view in (
-        overview_view,
-        head_view,
-        model_view,
-        lab_view,
-        generation_view,
-        validation_view,
-        cost_view,
-        coref_view,
-        probe_view,
-        rollout_view,
-        compare_view,
-        export_view,
-        edit_view,
-        image_view,
-    ):
-        view.register(app, captures)
-    stats_view.register(app, captures, corpus, Path(stats_file).name if stats_file is not None else "")
-    corpus_name = Path(corpus_file).name if corpus_file is not None else ""
-    space_view.register(app, captures, texts, corpus_name)
-    atlas_view.register(app, captures, texts, corpus_name)
+    server = Server(
+        captures,
+        table=corpus,
+        table_name=Path(stats_file).name if stats_file is not None else "",
+        texts=texts,
+        corpus_name=Path(corpus_file).name if corpus_file is not None else "",
+        startup_error=" ".join(startup_errors),
+    )
+    for view in views():  # each view's callbacks, as it registered itself
+        view.register(app, server)
     return app
 
 

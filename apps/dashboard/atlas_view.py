@@ -11,7 +11,7 @@ from importlib import resources
 from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html
 
 import attnviz
-from attnviz.analysis.atlas import ROLES
+from attnviz.analysis import ROLES
 from attnviz.figures import atlas_map as atlas_figure
 from attnviz.figures import message_figure
 
@@ -19,8 +19,8 @@ from .captures import FILE_PREFIX, Captures, starts_with_special
 from .common import TABLE_STYLE, head_of, job_controls
 from .errors import shows_errors
 from .ids import ID, TID
+from .registry import View, registers
 
-VIEWS = [("atlas", "Head atlas")]
 SHIPPED = "the shipped English probe sentences (attnviz/probes/en.jsonl, 42 texts)"
 _HIDDEN = {"display": "none"}
 
@@ -75,7 +75,7 @@ def table_of(atlas) -> tuple[list[dict], list[dict]]:
 def bos_applies(model: str) -> bool:
     """Whether the side panel's *prepend BOS* box changes what ``model`` reads: its tokenizer starts a
     text with no special token of its own (SmolLM2; MiniLM's [CLS] is one, and no BOS goes before it)."""
-    from attnviz.workflows.capture.models import describe_model  # the config and tokenizer only, no weights
+    from attnviz.models import describe_model  # the config and tokenizer only, no weights
 
     _, tokenizer = describe_model(model)
     return not starts_with_special(tokenizer)
@@ -112,8 +112,12 @@ def register(app: Dash, captures: Captures, corpus: list[str] | None = None, cor
             raise attnviz.InputError("a capture file holds no model: pick a model in the list to build its atlas")
         captures.check_model(model)
 
-        def progress(done: int, total: int, what: str) -> None:
-            set_progress((str(done), str(total), what))
+        steps = "texts, then the repeated random sequences" + (
+            " and the probe set" if "en" in (coreference or []) else ""
+        )
+
+        def progress(done: int, total: int) -> None:  # the library's on_progress: the corpus' texts, then each step
+            set_progress((str(done), str(total), f"{done} of {total} ({steps})"))
 
         bos = bool(store.get("bos"))
         atlas = attnviz.analysis.head_atlas(
@@ -145,3 +149,14 @@ def register(app: Dash, captures: Captures, corpus: list[str] | None = None, cor
     )
     def select_head(cell, click):
         return head_of(click, cell, ctx.triggered_id == TID.graph)
+
+
+registers(
+    View(
+        "atlas",
+        "Head atlas",
+        order=90,
+        register=lambda app, server: register(app, server.captures, server.texts, server.corpus_name),
+        layout=lambda page: layout(),
+    )
+)

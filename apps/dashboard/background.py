@@ -42,7 +42,7 @@ def summary_of(captures: Captures, store: dict, page: str | None, part: str | No
         return None
 
     def compute(progress):
-        return summarize(view, on_layer=lambda done, total: progress(done, total, f"layer {done} of {total}"))
+        return summarize(view, on_progress=lambda done, total: progress(done, total, f"layer {done} of {total}"))
 
     return in_background(captures, store, page, ("summary", part), SUMMARY_LABEL, view.n_tokens, compute)
 

@@ -1,10 +1,12 @@
-"""Where every view gets its capture: the server's models, its bounded capture cache, the folder where
-background jobs leave long captures, and the opening head of a capture (memoised).
+"""Where every view gets its capture: the server's models and its bounded capture cache, a long text's
+capture by a background job, and what the views derive from a capture (memoised).
 
 One :class:`Captures` is made per app (no module globals). The model runs once per (model, text,
 BOS, target, generation): a second "Run model" on the same text is a cache hit. A long text is
 captured by a background job in another process (run_view): the job writes the capture with
-``Capture.save`` into ``folder`` and the server adopts the file into its cache on first use.
+``Capture.save`` into ``folder`` (``capture_files.JobFolder``) and the server adopts the file into its
+cache on first use. Beside it: what the page knows of a model before it runs it (``model_facts``), the
+head a capture opens on (``opening``), the memo of derived results (``derived``).
 
 The page's store names a capture by its key and holds what the user chose (model, BOS, new tokens),
 never the text: the text reaches the server once, with the Run that tokenizes it (once) and captures
@@ -14,152 +16,44 @@ it. A key whose capture the cache let go is a message on the page, not a silent 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import shutil
 import tempfile
 import threading
-import time
-import uuid
 import weakref
-from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import psutil
-import torch
-
 import attnviz
-from attnviz.analysis.coref import STOP_WORDS
-from attnviz.workflows.capture.inputs import Encoded, tokenize
-from attnviz.workflows.capture.models import describe_model, writes_text
-from attnviz.workflows.capture.pipeline import max_positions
+from attnviz.models import max_positions, tokenize
 
-from .cache import CaptureCache, capture_key
-from .common import text_limit, word_of
+from .cache import CaptureCache
+from .capture_files import CaptureGone, JobFolder, Request, request_key
+from .common import text_limit
+from .derived import Derived
 from .jobs import Jobs, Progress
+from .model_facts import FILE_PREFIX, is_encoder_decoder, starts_with_special, wants_bos
+from .opening import content_words_before, default_head, default_query
 
-FILE_PREFIX = "file:"
+__all__ = [  # the model facts, the opening head and the request are imported from here too
+    "BACKGROUND_FROM",
+    "BACKGROUND_NEW_TOKENS",
+    "FILE_PREFIX",
+    "CaptureGone",
+    "Captures",
+    "Request",
+    "content_words_before",
+    "default_head",
+    "default_query",
+    "is_encoder_decoder",
+    "starts_with_special",
+    "wants_bos",
+]
+
 BACKGROUND_FROM = 1024  # a text of more tokens is captured, and its heavy views computed, by background jobs
-BACKGROUND_NEW_TOKENS = 64
-STALE_REQUEST_S = 120  # a job reads its request within seconds of the Run: one left this long never will be  # a generation of more new tokens runs as a background job
-PRONOUNS = {"it", "he", "she", "they", "him", "her", "them", "它", "他", "她", "它们", "他们", "她们"}
+BACKGROUND_NEW_TOKENS = 64  # a generation of more new tokens runs as a background job
 
 
-# ---------------------------------------------------------------- about a model
-def wants_bos(model: str) -> bool:
-    """Whether the page prepends a BOS by default: for a decoder whose tokenizer starts a text with
-    no special token, so that its attention sink is not the text's first word."""
-    if model.startswith(FILE_PREFIX):
-        return False
-    try:  # the config and tokenizer only: the weights load when the page runs the model
-        config, tokenizer = describe_model(model)
-    except attnviz.AttnvizError:
-        return False
-    if getattr(config, "is_encoder_decoder", False) or not writes_text(config):
-        return False
-    return not starts_with_special(tokenizer)
-
-
-def starts_with_special(tokenizer) -> bool:
-    """Whether ``tokenizer`` starts a text with a special token of its own (MiniLM's [CLS]): then a BOS box
-    changes nothing; SmolLM2's starts with the text's first word."""
-    ids = tokenizer("a")["input_ids"]
-    return bool(ids) and ids[0] in set(getattr(tokenizer, "all_special_ids", []))
-
-
-def is_encoder_decoder(model: str) -> bool:
-    """Whether the page should offer a target text for this model (False when it cannot tell)."""
-    if model.startswith(FILE_PREFIX) or model in attnviz.EMBEDDED_MODELS:
-        return False
-    try:
-        return bool(getattr(describe_model(model)[0], "is_encoder_decoder", False))
-    except attnviz.AttnvizError:
-        return False
-
-
-@contextlib.contextmanager
-def layer_progress(model: torch.nn.Module, on_layer: Callable[[int, int], None] | None) -> Iterator[None]:
-    """Call ``on_layer(done, layers)`` as each transformer layer of ``model`` finishes a forward (the
-    layers: every element of a ModuleList of ``…Layer``/``…Block`` modules); the hooks go afterwards."""
-    if on_layer is None:
-        yield
-        return
-    layers = [
-        child
-        for module in model.modules()
-        if isinstance(module, torch.nn.ModuleList) and len(module) > 0
-        for child in module
-        if type(child).__name__.endswith(("Layer", "Block"))
-    ]
-    done = [0]
-
-    def hook(*_args) -> None:
-        done[0] += 1
-        on_layer(done[0], len(layers))
-
-    handles = [layer.register_forward_hook(hook) for layer in layers]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-# ---------------------------------------------------------------- the opening head
-def default_query(cap: attnviz.Capture) -> int:
-    """The token the lab opens on: the last pronoun of the text (它, it …), else the last word."""
-    words = [w for w in cap.words if w.token_stop > w.token_start and w.char_end > w.char_start]
-    for w in reversed(words):
-        if w.text.lower() in PRONOUNS:
-            return w.token_start
-    return (words[-1] if words else cap.words[-1]).token_start
-
-
-def content_words_before(cap: attnviz.Capture, q: int) -> list[int]:
-    """The words before word ``q`` that may be its antecedent: not the first (a decoder's sink), not a
-    stop word, punctuation or a special token."""
-    return [
-        i
-        for i, w in enumerate(cap.words[:q])
-        if i > 0
-        and w.text.lower() not in STOP_WORDS
-        and any(ch.isalnum() for ch in w.text)
-        and w.char_end > w.char_start
-    ]
-
-
-def default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
-    """Open on the head where the query word puts the most weight on one earlier content word
-    (not the first word, which decoders use as a sink, nor a stop word or punctuation): for a
-    pronoun, usually a coreference head.
-
-    Only the query word's rows are computed (``Capture.attention_rows``: from a word averaged over its
-    tokens), and each layer's ``[head, key token]`` rows are summed into ``[head, candidate word]`` by one
-    ``index_add`` over a token→candidate index built once — no Python loop over words per layer."""
-    q = word_of(cap, query)
-    keys = content_words_before(cap, q)
-    layers = cap.layer_indices()
-    if not keys:
-        return min(layers), 0
-    word = cap.words[q]
-    rows = list(range(word.token_start, word.token_stop))
-    column = torch.full((cap.layer(layers[0]).n_keys,), len(keys), dtype=torch.long)  # len(keys): no candidate
-    for j, i in enumerate(keys):
-        column[cap.words[i].token_start : cap.words[i].token_stop] = j
-    best = []
-    for layer in layers:
-        weights = cap.attention_rows(layer, rows).mean(1).cpu().float()  # [head, key token]
-        per_word = torch.zeros(weights.shape[0], len(keys) + 1).index_add_(1, column, weights)
-        best.append(per_word[:, :-1].max(-1).values)  # the head's weight on its strongest candidate
-    scores = torch.stack(best)  # [layer, head]
-    flat = int(scores.flatten().argmax())  # the first maximum in (layer, head) order
-    return layers[flat // scores.shape[1]], flat % scores.shape[1]
-
-
-# ---------------------------------------------------------------- the server's captures
 class Captures:
     """The captures of one app: ``get`` runs a model at most once per request key; ``from_store`` reads
     the page's store; ``opening_head`` memoises the default head per (capture, query), ``derived`` any result of a capture."""
@@ -183,21 +77,14 @@ class Captures:
             folder = tempfile.mkdtemp(prefix="attnviz-captures-")
             weakref.finalize(self, shutil.rmtree, folder, ignore_errors=True)
         self.folder = Path(folder)
+        self.job_files = JobFolder(self.folder)
         self._adopt = threading.Lock()
-        self._derived: OrderedDict[tuple, Any] = OrderedDict()
+        self.results = Derived(cache_bytes // 4)  # derived results: at most a quarter of the captures' bound
         self.background_from = background_from  # a longer capture's heavy views are background jobs
         self.jobs = Jobs(workers)
 
     # -- keys and checks
-    @staticmethod
-    def key(model: str, text: str, bos: bool = False, target: str | None = None, new_tokens: int | None = None) -> str:
-        return capture_key(
-            model
-            + ("\x00bos" if bos else "")
-            + (f"\x00target\x00{target}" if target else "")
-            + (f"\x00generate\x00{new_tokens}" if new_tokens else ""),
-            text,
-        )
+    key = staticmethod(request_key)
 
     def check_model(self, model: str) -> None:
         """The browser may send anything: only the server's own models are loaded."""
@@ -209,12 +96,11 @@ class Captures:
 
     def job_file(self, key: str) -> Path:
         """Where a background job leaves the capture of ``key``."""
-        return self.folder / f"{key}.attnviz"
+        return self.job_files.job_file(key)
 
     def request_file(self, key: str, run: str) -> Path:
-        """Where the server leaves the request of one Run's background job (the text stays on the server):
-        one file per Run, so that two pages running the same text each have their own."""
-        return self.folder / f"{key}.{run}.request.json"
+        """Where the server leaves the request of one Run's background job."""
+        return self.job_files.request_file(key, run)
 
     def request(
         self, model: str, text: str, bos: bool = False, target: str | None = None, new_tokens: int | None = None
@@ -294,23 +180,23 @@ class Captures:
         bos: bool = False,
         target: str | None = None,
         new_tokens: int | None = None,
-        on_layer: Callable[[int, int], None] | None = None,
+        on_progress: Callable[[int, int], None] | None = None,
     ) -> attnviz.Capture:
         """The capture of (model, text): one forward, or with ``new_tokens`` the generation that continues
-        ``text`` (greedy). ``on_layer(done, layers)`` follows the model's layers as they run."""
+        ``text`` (greedy). ``on_progress(done, total)``: the library's, as the model's attention calls are recorded."""
         self.check_model(model)
         cap = self.cached(self.key(model, text, bos, target, new_tokens))
-        return cap if cap is not None else self.run(self.request(model, text, bos, target, new_tokens), on_layer)
+        return cap if cap is not None else self.run(self.request(model, text, bos, target, new_tokens), on_progress)
 
-    def run(self, request: Request, on_layer: Callable[[int, int], None] | None = None) -> attnviz.Capture:
+    def run(self, request: Request, on_progress: Callable[[int, int], None] | None = None) -> attnviz.Capture:
         """The capture of ``request`` (computed unless the server holds it), put in the cache."""
         cap = self.cached(request.key)
         if cap is None:
-            cap = self._compute(request, on_layer)
+            cap = self._compute(request, on_progress)
             self.cache.put(request.key, cap)
         return cap
 
-    def _compute(self, request: Request, on_layer) -> attnviz.Capture:
+    def _compute(self, request: Request, on_progress) -> attnviz.Capture:
         model, text = request.model, request.text
         if model.startswith(FILE_PREFIX):
             if request.new_tokens:
@@ -321,58 +207,43 @@ class Captures:
             if cap.text != text:
                 raise attnviz.InputError("a capture file holds one text; pick a model in the list to run another text")
             return cap
-        loaded, _ = attnviz.load_model(model)
-        with layer_progress(loaded, on_layer):
-            tokenized = [request.encoded] if request.encoded is not None else None
-            if request.new_tokens:
-                return attnviz.generate(
-                    model, text, max_new_tokens=request.new_tokens, add_bos=request.bos, tokenized=tokenized
-                ).capture
-            cap = attnviz.capture(model, text, add_bos=request.bos, target=request.target, tokenized=tokenized)
+        tokenized = [request.encoded] if request.encoded is not None else None
+        if request.new_tokens:
+            return attnviz.generate(
+                model,
+                text,
+                max_new_tokens=request.new_tokens,
+                add_bos=request.bos,
+                tokenized=tokenized,
+                on_progress=on_progress,
+            ).capture
+        cap = attnviz.capture(
+            model, text, add_bos=request.bos, target=request.target, tokenized=tokenized, on_progress=on_progress
+        )
         assert isinstance(cap, attnviz.Capture)  # one text, one capture
         return cap
 
+    # -- a long text's background capture
     def leave_request(self, request: Request) -> str:
         """Write ``request`` where a background job (another process) reads it, and return the Run's name
         for it (the page's job sends only the key and that name). What jobs that died left (their pid,
         half a file, a request no job will read) goes first."""
-        for pid_file in self.folder.glob("*.job.pid"):
-            key = pid_file.name.removesuffix(".job.pid")
+        for key in self.job_files.started():
             if self.job_state(key) == "stopped":
                 self.clean_job(key)
-        for stale in self.folder.glob("*.request.json"):  # a job cancelled before it began: none reads it now
-            with contextlib.suppress(OSError):
-                if time.time() - stale.stat().st_mtime > STALE_REQUEST_S:
-                    stale.unlink()
-        run = uuid.uuid4().hex[:12]
-        partial = self.folder / f"{request.key}.{run}.request.partial"
-        partial.write_text(json.dumps(request.to_json()))
-        partial.replace(self.request_file(request.key, run))
-        return run
+        return self.job_files.leave(request)
 
-    def save_for_server(self, key: str, run: str, on_layer: Callable[[int, int], None] | None = None) -> None:
+    def save_for_server(self, key: str, run: str, on_progress: Callable[[int, int], None] | None = None) -> None:
         """In a background job: capture the request the server left for ``run`` under ``key`` and leave the capture
         in ``folder`` for the server, written under a temporary name and renamed, so the server never
-        reads half a file."""
+        reads half a file. ``on_progress(done, total)``: attnviz's, as the capture runs."""
         if self.job_file(key).exists():
             return
-        pid_file = self.folder / f"{key}.job.pid"  # the server's watch: is the job's process still alive?
-        pid_file.write_text(str(os.getpid()))  # before the request goes: the job is never neither
+        request = self.job_files.take(key, run)
         try:
-            request = Request.from_json(json.loads(self.request_file(key, run).read_text()))
-        except (OSError, ValueError, KeyError, TypeError) as err:
-            pid_file.unlink()
-            raise CaptureGone(f"the background job's request is gone ({type(err).__name__}); press Run again") from err
-        with contextlib.suppress(OSError):  # read: a job cancelled or killed from here on leaves no request
-            self.request_file(key, run).unlink()
-        try:
-            cap = self.run(request, on_layer)
-            partial = self.folder / f"{key}.{os.getpid()}.{threading.get_ident()}.partial"
-            cap.save(partial)
-            partial.replace(self.job_file(key))
+            self.job_files.leave_capture(key, self.run(request, on_progress))
         finally:
-            with contextlib.suppress(OSError):
-                pid_file.unlink()
+            self.job_files.finished(key)
 
     def job_state(self, key: str) -> str:
         """Where the background capture of ``key`` is: ``"done"`` (its capture is here or in its file),
@@ -380,24 +251,13 @@ class Captures:
         (its process ended without a capture: cancelled, killed, out of memory)."""
         if self.cache.get(key) is not None or self.job_file(key).exists():
             return "done"
-        pid_file = self.folder / f"{key}.job.pid"
-        try:
-            pid = int(pid_file.read_text())
-        except (OSError, ValueError):
-            return "starting" if any(self.folder.glob(f"{key}.*.request.json")) else "stopped"
-        try:
-            alive = psutil.Process(pid).status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
-        except psutil.Error:
-            alive = False
-        return "running" if alive else "stopped"
+        return self.job_files.state(key)
 
     def clean_job(self, key: str) -> None:
         """Remove what a stopped background capture of ``key`` left: its request, its pid, half a file."""
-        left = [*self.folder.glob(f"{key}.*.request.json"), *self.folder.glob(f"{key}.*.partial")]
-        for path in [self.folder / f"{key}.job.pid", *left]:
-            with contextlib.suppress(OSError):
-                path.unlink()
+        self.job_files.clean(key)
 
+    # -- the page's capture
     def from_store(self, store: dict | None) -> attnviz.Capture | None:
         """The capture the page's store names by its key (None before the first run). The server does not
         hold the text, so it never runs the model again here: a capture file's capture comes back from
@@ -425,13 +285,10 @@ class Captures:
         cap = self.from_store(store)
         return None if cap is None else cap.select(part if len(cap.parts) > 1 else None)
 
+    # -- what the views derive from a capture
     def known(self, store: dict, what: tuple) -> Any:
         """The derived result ``what`` of the store's capture if the server holds it, else None."""
-        with self._adopt:
-            value = self._derived.get((store["key"], *what))
-            if value is not None:
-                self._derived.move_to_end((store["key"], *what))
-            return value
+        return self.results.known(store["key"], what)
 
     def in_background(
         self, store: dict, page: str, what: tuple, label: str, n_tokens: int, compute: Callable[[Progress], Any]
@@ -462,57 +319,7 @@ class Captures:
     def derived(self, store: dict, what: tuple, compute: Callable[[], Any]) -> Any:
         """``compute()``'s result for the capture the store names, computed once per ``what`` while it is
         among the last 256 results and the tensors among them hold at most ``cache_bytes / 4``."""
-        memo = (store["key"], *what)
-        value = self.known(store, what)
-        if value is None:
-            value = compute()
-        with self._adopt:
-            self._derived[memo] = value
-            self._derived.move_to_end(memo)
-            while len(self._derived) > 256 or (
-                len(self._derived) > 1 and sum(_nbytes(v) for v in self._derived.values()) > self.cache.max_bytes // 4
-            ):
-                self._derived.popitem(last=False)
-        return value
-
-
-class CaptureGone(attnviz.AttnvizError):
-    """The page names a capture the server no longer holds (the page says so; the model is not run again)."""
-
-
-@dataclass
-class Request:
-    """What one Run asks for: it stays on the server (the page holds its ``key``). ``encoded``: the text
-    tokenized once, as the capture reads it; ``n_tokens``: what the page's limits count."""
-
-    model: str
-    text: str
-    bos: bool = False
-    target: str | None = None
-    new_tokens: int | None = None
-    encoded: Encoded | None = None
-    n_tokens: int = 0
-
-    @property
-    def key(self) -> str:
-        return Captures.key(self.model, self.text, self.bos, self.target, self.new_tokens)
-
-    def to_json(self) -> dict:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
-
-    @classmethod
-    def from_json(cls, data: dict) -> Request:
-        request = cls(**data)
-        if request.encoded is not None:
-            ids, offsets, tokens = request.encoded
-            request.encoded = (list(ids), [tuple(o) for o in offsets], list(tokens))  # type: ignore[misc]
-        return request
-
-
-def _nbytes(value: Any) -> int:  # a tensor's bytes, or what a result says it holds (a Summary's .nbytes)
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    return int(getattr(value, "nbytes", 0) or 0)
+        return self.results.derived(store["key"], what, compute)
 
 
 def _ignore(_done: int, _total: int, _what: str) -> None:  # progress nobody polls: a result inside the request

@@ -7,8 +7,8 @@ from typing import Any
 from dash import Input, Output, html, no_update
 
 import attnviz
-from attnviz.views.common import short_label
-from attnviz.workflows.capture.pipeline import max_positions
+from attnviz.figures.helpers import short_label
+from attnviz.models import max_positions
 
 from .ui import FONT
 
@@ -36,7 +36,7 @@ def chip(
     label: str, component_id: dict, class_name: str, colour: str | None = None, title: str | None = None
 ) -> html.Button:
     """A clickable token/word, filled with ``colour`` when it is selected (classes style the rest:
-    assets/attnviz.css). A label over :data:`~attnviz.data.words.LABEL_CHARS` characters is cut with
+    assets/attnviz.css). A label over ``LABEL_CHARS`` characters is cut with
     "…" (a 300-character word made the page 2,300 px wide) and its tooltip says it whole."""
     shown = short_label(label)
     if shown != label:

@@ -18,12 +18,10 @@ from attnviz.figures import message_figure
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import CID, ID
+from .registry import View, registers
 
 PREFIX = "Compare: "  # before the page message of a failed comparison (cleared by the next that works)
 _SWAP = re.compile(r"\btoo (big|small)\b")
-
-
-VIEWS = [("compare", "Compare")]
 
 
 def partner(text: str | None) -> str | None:
@@ -167,3 +165,14 @@ def register(app: Dash, captures: Captures) -> None:
             f"B: {b.model.get('name')} on {_quote(b.text)} ({b.n_tokens} tokens)"
         )
         return fig, note, PREFIX + problem if problem else clear
+
+
+registers(
+    View(
+        "compare",
+        "Compare",
+        order=130,
+        register=lambda app, server: register(app, server.captures),
+        layout=lambda page: layout(page.model_options, page.default_model),
+    )
+)

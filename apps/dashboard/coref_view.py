@@ -29,8 +29,8 @@ from .common import TABLE_STYLE, chip, word_of
 from .errors import only_on, shows_errors
 from .ids import AID, ID
 from .panels import slot_panels
+from .registry import View, registers
 
-VIEWS = [("coref", "Coreference")]
 _HIDDEN = {"display": "none"}
 _PAGE_STYLE = {"width": "420px", "margin": "6px 0"}
 LONG = 512  # more words than this: no word map (n_words² cells; the Heatmap view's threshold too)
@@ -260,3 +260,15 @@ def register(app: Dash, captures: Captures) -> None:
 
 def _error(message: str) -> html.Div:
     return html.Div(message, role="alert", style={"color": "#b00020"})
+
+
+registers(
+    View(
+        "coref",
+        "Coreference",
+        order=70,
+        register=lambda app, server: register(app, server.captures),
+        layout=lambda page: layout(),
+        slots=("test", "probes"),
+    )
+)

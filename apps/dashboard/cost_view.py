@@ -5,14 +5,13 @@ from __future__ import annotations
 import pandas as pd
 from dash import Dash, Input, Output, dcc, html
 
-from attnviz.analysis.cost import cost_tables
+from attnviz.analysis import cost_tables
 from attnviz.figures.helpers import MARK, new_start
 
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import ID
-
-VIEWS = [("cost", "Shapes & cost")]
+from .registry import View, registers
 
 
 def table(df: pd.DataFrame, title: str) -> html.Div:
@@ -60,3 +59,14 @@ def register(app: Dash, captures: Captures) -> None:
                 table(tables["memory"], "Memory to store A (float32) — the n² wall"),
             ]
         )
+
+
+registers(
+    View(
+        "cost",
+        "Shapes & cost",
+        order=60,
+        register=lambda app, server: register(app, server.captures),
+        layout=lambda page: layout(),
+    )
+)

@@ -1,5 +1,5 @@
 """Counterfactual attention in the page: the AttentionLab's switches, temperature and knocked-out keys
-applied to the real model (``attnviz.workflows.intervene``), the coreference view's "test it" (knock the pronoun's
+applied to the real model (``attnviz.intervene``), the coreference view's "test it" (knock the pronoun's
 attention to a candidate out of its top heads), and a head-importance map (``attnviz.head_importance``).
 "Apply to the model" and the head-importance map run as background jobs (Dash's, in another process)
 with progress and Cancel: forwards of the whole text, minutes at 8,192 tokens.
@@ -18,12 +18,23 @@ from attnviz import edits, figures
 from attnviz.analysis import rank_heads
 from attnviz.figures import message_figure
 
-from .captures import Captures, layer_progress
+from .captures import Captures
 from .common import job_controls, not_yet, word_of
-from .edit_text import check_line, continuation_of, edited_row, lab_edits, model_of, named, result_lines, tokens_of
+from .edit_text import (
+    check_line,
+    continuation_of,
+    edited_row,
+    lab_edits,
+    layer_progress,
+    model_of,
+    named,
+    result_lines,
+    tokens_of,
+)
 from .errors import shows_errors
 from .ids import AID, EID, ID
 from .panels import adds_panel
+from .registry import View, registers
 
 _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "middle"}
 _RESULT = {"margin": "6px 0", "fontSize": "1.05em"}
@@ -396,3 +407,6 @@ def register(app: Dash, captures: Captures) -> None:
             return no_update, no_update
         point = click["points"][0]
         return int(point["y"]), int(point["x"])
+
+
+registers(View("edit", None, order=136, register=lambda app, server: register(app, server.captures)))

@@ -17,6 +17,7 @@ from .captures import Captures
 from .common import word_of
 from .errors import shows_errors
 from .ids import CID, ID
+from .registry import View, registers
 from .ui import field
 
 GRAPHS = [ID.heatmap, ID.head_view, ID.model_view, ID.lab_graph, ID.validation_map, ID.comparison, CID.graph]
@@ -191,3 +192,6 @@ def register(app: Dash, captures: Captures) -> None:
         df = matrix_frame(cap, layer, head, words=words, part=part, measure="moved" if moved else "weights")
         name = f"{'moved' if moved else 'attention'}-{part + '-' if part else ''}L{layer}-H{head}-{units}.csv"
         return dcc.send_data_frame(df.to_csv, name), ""
+
+
+registers(View("export", None, order=135, register=lambda app, server: register(app, server.captures)))

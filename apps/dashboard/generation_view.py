@@ -1,6 +1,6 @@
 """Generation in the dashboard: the "Continue the text" control and the AttentionLab's step slider that
 replays a generation token by token (its figure: ``attnviz.figures.step_figure``). The generated tokens'
-marks are drawn by the library's figures themselves (``attnviz.views.marks``).
+marks are drawn by the library's figures themselves (``mark_new=``, ``attnviz.figures.helpers.MARK``).
 
 Its panels sit in other views' layouts through the panel registry (``panels.py``): the "Continue the
 text" control beside "Run model" (``("run", "generate")``), the step slider in the AttentionLab
@@ -22,6 +22,7 @@ from .errors import only_on, shows_errors
 from .generations import MAX_NEW_TOKENS, generation_of, new_tokens_input
 from .ids import GID, ID
 from .panels import adds_panel
+from .registry import View, registers
 from .ui import field
 
 if TYPE_CHECKING:
@@ -142,3 +143,6 @@ def register(app: Dash, captures: Captures) -> None:
             return no_update
         step = gen.step(min(int(index), len(gen) - 1))
         return step_summary(gen, step, layer, head), step_figure(gen, step, layer, head)
+
+
+registers(View("generation", None, order=45, register=lambda app, server: register(app, server.captures)))

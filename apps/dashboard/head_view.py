@@ -19,10 +19,10 @@ from attnviz.figures import message_figure
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import HID, ID
+from .registry import View, registers
 
 DEFAULT_TOP_K = 3  # for long texts: a query's three strongest keys
 MASS_OFF = 1.0  # the mass slider's end: every key (no cumulative-mass rule)
-VIEWS = [("head", "Head view")]
 
 
 def is_long(n: int) -> bool:
@@ -175,3 +175,14 @@ def register(app: Dash, captures: Captures) -> None:
             cap, layer, heads or [0], words=words, query=query, part=part, measure=measure or "weights", **kwargs
         )
         return fig
+
+
+registers(
+    View(
+        "head",
+        "Head view",
+        order=20,
+        register=lambda app, server: register(app, server.captures),
+        layout=lambda page: layout(page.graph_config),
+    )
+)

@@ -8,7 +8,7 @@ SigLIP model's text tower and vision tower are the two parts.
 
 The upload is checked before anything is decoded: at most :data:`MAX_UPLOAD_BYTES` bytes (the browser
 refuses larger files too), written to the server's capture folder and read by the library's own
-reader (Pillow; :data:`attnviz.workflows.capture.images.MAX_IMAGE_PIXELS` checked before decoding). A bad
+reader (Pillow; its pixel bound checked before decoding). A bad
 file, or a text model chosen, is a message on the tab. The capture stays on the server (the
 bounded cache, keyed by the model and the file's bytes); the page's store holds that key."""
 
@@ -21,14 +21,21 @@ import hashlib
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
-from attnviz.figures import heatmap, image_attention, image_heads, image_rollout, message_figure
+from attnviz.figures import (
+    heatmap,
+    image_attention,
+    image_heads,
+    image_rollout,
+    message_figure,
+    text_attention,
+)
 from attnviz.figures.helpers import MARK, NEW_COLOUR
-from attnviz.views.image import text_attention
 
 from .captures import Captures
 from .errors import page_message, shows_errors
 from .generations import new_tokens_input
 from .ids import ID, IID
+from .registry import View, registers
 from .towers import (
     Towers,
     capture_towers,
@@ -41,7 +48,6 @@ from .towers import (
     word_options,
 )
 
-VIEWS = [("image", "Image")]
 DEFAULT_NEW_TOKENS = 8  # a VLM's "Continue the text": a short answer about the picture
 MAX_UPLOAD_BYTES = 8 * 1024 * 1024  # 8 MB: a photo, not a scan
 #: the sample pictures: scikit-image's photos, CC0 by their photographers (Stefan van der Walt, Rachel Michetti)
@@ -426,10 +432,20 @@ def register(app: Dash, captures: Captures) -> None:
 __all__ = [
     "MAX_UPLOAD_BYTES",
     "SAMPLES",
-    "VIEWS",
     "capture_picture",
     "decoded_upload",
     "layout",
     "register",
     "sample_picture",
 ]
+
+
+registers(
+    View(
+        "image",
+        "Image",
+        order=120,
+        register=lambda app, server: register(app, server.captures),
+        layout=lambda page: layout(),
+    )
+)

@@ -19,6 +19,7 @@ from dash import Dash, Input, Output, State, dcc, html, no_update
 from .background import BAR, HIDDEN, SHOWN
 from .captures import Captures
 from .ids import ID
+from .registry import View, registers
 
 # once a second: each poll's answer costs the browser's Dash renderer ~0.1 s of its main thread on a long
 # text's page (measured at 4,096 tokens, whatever the answer holds), and in the load bench the browser
@@ -119,3 +120,6 @@ def register(app: Dash, captures: Captures) -> None:
     def start_again(_clicks, page):
         jobs.restart(str(page))
         return HIDDEN, {"t": time.time()}  # the visible view asks again, and its job starts
+
+
+registers(View("jobs", None, order=1, register=lambda app, server: register(app, server.captures)))

@@ -22,9 +22,9 @@ from .common import chip, word_of
 from .errors import only_on, shows_errors
 from .ids import GID, ID
 from .panels import slot_panels
+from .registry import View, registers
 
 _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
-VIEWS = [("lab", "AttentionLab")]
 
 
 def token_roles(start: int, stop: int, first_new: int | None, shown_to: int | None) -> list[str]:
@@ -338,3 +338,15 @@ def register(app: Dash, captures: Captures) -> None:
         return fig, html.Div(
             [html.Div(text, className="lab-row"), *moved, *lessons(cap, layer, head, index, words, kwargs)]
         )
+
+
+registers(
+    View(
+        "lab",
+        "AttentionLab",
+        order=40,
+        register=lambda app, server: register(app, server.captures),
+        layout=lambda page: layout(page.graph_config),
+        slots=("steps", "apply"),
+    )
+)

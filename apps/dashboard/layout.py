@@ -1,7 +1,8 @@
 """The page: the shared controls in a side panel, then one tab per view — each view's layout comes from its
-own module (which also holds its callbacks); the page only places them. A view that adds a panel to
-another registers it (``panels.py``); every view module is imported here, so each panel is registered
-before ``build_layout`` builds a host's layout.
+own module (which also holds its callbacks and registers the view once, ``registry.py``); the page only
+places them, in the registry's order. A view that adds a panel to another registers it (``panels.py``);
+the registry imports every view module when this module is imported, so each panel is registered before
+``build_layout`` builds a host's layout.
 
 ``ID`` (every shared component id) lives in :mod:`.ids`; it is re-exported here for older imports."""
 
@@ -10,48 +11,14 @@ from __future__ import annotations
 import dash_mantine_components as dmc
 from dash import dcc, html
 
-from . import (
-    atlas_view,
-    compare_view,
-    coref_view,
-    cost_view,
-    edit_view,
-    export_view,
-    generation_view,
-    head_view,
-    image_view,
-    jobs_view,
-    lab_view,
-    model_view,
-    overview_view,
-    probe_view,
-    rollout_view,
-    run_view,
-    space_view,
-    stats_view,
-    validation_view,
-)
+from . import export_view, jobs_view, run_view  # the page's frame: the side panel, the job bar, the exports
 from .ids import ID, view_id
+from .registry import Page, tabs
 from .ui import card, toolbar
 from .ui import page as page_shell
 
-PANEL_VIEWS = (edit_view, generation_view, probe_view)  # views with no tab of their own: their panels sit in others'
-
-VIEWS = [
-    *overview_view.VIEWS,
-    *head_view.VIEWS,
-    *model_view.VIEWS,
-    *lab_view.VIEWS,
-    *validation_view.VIEWS,
-    *cost_view.VIEWS,
-    *coref_view.VIEWS,
-    *stats_view.VIEWS,
-    *atlas_view.VIEWS,
-    *rollout_view.VIEWS,
-    *space_view.VIEWS,
-    *image_view.VIEWS,
-    *compare_view.VIEWS,
-]
+#: every tab of the page as (id, label), in order: the views registered themselves (registry.py)
+VIEWS = [(view.id, view.label) for view in tabs()]
 
 LONG_EXAMPLE = (
     " ".join(
@@ -98,22 +65,8 @@ def build_layout(
     A side panel holds what makes a capture (model, text, Run model, Continue the text); the main
     column holds the message, the view tabs, the toolbar of what every view reads (part, layer, head,
     units, measure) with the exports, and the view itself."""
-    config = GRAPH_CONFIG
-    views = {
-        "heatmap": overview_view.layout(dcc.Loading(dcc.Graph(id=ID.heatmap, config=config))),
-        "head": head_view.layout(config),
-        "model": model_view.layout(config),
-        "lab": lab_view.layout(config),
-        "validation": validation_view.layout(config),
-        "cost": cost_view.layout(),
-        "coref": coref_view.layout(),
-        "stats": stats_view.layout(),
-        "atlas": atlas_view.layout(),
-        "rollout": rollout_view.layout(),
-        "space": space_view.layout(),
-        "image": image_view.layout(),
-        "compare": compare_view.layout(model_options, default_model),
-    }
+    views = tabs()
+    shown = Page(model_options, default_model, default_text, bos=bos, page=page, graph_config=GRAPH_CONFIG)
     side = html.Aside(
         [
             html.Header(
@@ -142,13 +95,13 @@ def build_layout(
                 value="heatmap",
                 className="av-tabs",
                 parent_className="av-tabs-parent",
-                children=[dcc.Tab(label=label, value=key) for key, label in VIEWS],
+                children=[dcc.Tab(label=view.label, value=view.id) for view in views],
             ),
             html.Div(
                 [toolbar(run_view.selectors()), toolbar(export_view.layout(), "av-exports")],
                 className="av-viewbar",
             ),
-            *[_view(key, views[key]) for key, _ in VIEWS],
+            *[_view(view.id, view.layout(shown)) for view in views if view.layout is not None],
         ],
         className="av-main",
     )

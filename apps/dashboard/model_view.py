@@ -19,8 +19,7 @@ from .background import in_background, pending, summary_of
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import ID
-
-VIEWS = [("model", "Model view")]
+from .registry import View, registers
 
 
 def layout(graph_config: dict) -> list:
@@ -66,7 +65,7 @@ def register(app: Dash, captures: Captures) -> None:
                     words=words,
                     part=part,
                     measure=measure,
-                    on_layer=lambda d, t: progress(d, t, f"layer {d} of {t}"),
+                    on_progress=lambda d, t: progress(d, t, f"layer {d} of {t}"),
                 ),
             )
             if thumbs is None:
@@ -97,3 +96,14 @@ def register(app: Dash, captures: Captures) -> None:
         words = units == "words"
         cell = figures.helpers.model_view_cell(cap, point["x"], point["y"], words=words, part=part)
         return no_update if cell is None else (cell[0], cell[1], "heatmap")
+
+
+registers(
+    View(
+        "model",
+        "Model view",
+        order=30,
+        register=lambda app, server: register(app, server.captures),
+        layout=lambda page: layout(page.graph_config),
+    )
+)

@@ -6,7 +6,7 @@ blocks of whole tokens, so a response stays under 2 MB whatever the length. Its 
 one per block, named by their token range ("512–519 ('the'…'cat')"): hover reads them, and a zoom
 (the graph's ``relayoutData``, in category units) maps back to token positions through the shown
 view's block edges, kept in a small ``dcc.Store``. A zoom of at most ``WINDOW`` tokens a side is
-recomputed exactly (``attnviz.analysis.overview.window``); double-click returns to the overview.
+recomputed exactly (``attnviz.figures.window_figure``); double-click returns to the overview.
 The figures are the library's (``attnviz.figures.overview_figure``, ``window_figure``).
 
 The helpers (``shown_overview``, ``shown_window``, ``zoom_span``) are pure, tested without a browser.
@@ -21,14 +21,14 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 import attnviz
 from attnviz import figures
-from attnviz.analysis.overview import MODES, block_edges
+from attnviz.analysis import OVERVIEW_MODES as MODES
+from attnviz.analysis import block_edges
 from attnviz.figures import message_figure
 
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import ID, OID
-
-VIEWS = [("heatmap", "Heatmap")]
+from .registry import View, registers
 
 LONG = 512  # a grid with more rows or columns than this shows the overview
 OVERVIEW_SIZE = 512  # blocks per side of the overview (its payload: ~1.8 MB at 512 × 512, whatever n)
@@ -276,3 +276,14 @@ def register(app: Dash, captures: Captures) -> None:
         else:
             fig, view = shown_overview(cap, layer, head, part=part, mode=mode, measure=measure)
         return fig, view, note_for(cap, view, words, part, measure), _SHOWN, key
+
+
+registers(
+    View(
+        "heatmap",
+        "Heatmap",
+        order=10,
+        register=lambda app, server: register(app, server.captures),
+        layout=lambda page: layout(dcc.Loading(dcc.Graph(id=ID.heatmap, config=page.graph_config))),
+    )
+)

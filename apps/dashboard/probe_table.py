@@ -23,8 +23,7 @@ from typing import Any
 import numpy as np
 
 import attnviz
-from attnviz.analysis import ProbeResult
-from attnviz.analysis.probe_result import head_label
+from attnviz.analysis import ProbeResult, head_label
 
 PAGE = 20  # probes per page of the table
 TOP = 5  # heads whose picks the table shows (the set's best by accuracy)

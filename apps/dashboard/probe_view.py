@@ -20,7 +20,7 @@ from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_upda
 
 import attnviz
 from attnviz import evaluate_probes
-from attnviz.analysis.probes import PROBE_FORMATS, PROBE_SETS, load_probes
+from attnviz.analysis import PROBE_FORMATS, PROBE_SETS, load_probes
 from attnviz.figures import message_figure, probe_accuracy_map, probe_intervals
 
 from .captures import FILE_PREFIX, Captures
@@ -47,6 +47,7 @@ from .probe_table import (
     table_page,
     table_styles,
 )
+from .registry import View, registers
 from .ui import MONO
 
 _CONTROL = {"display": "inline-block", "marginRight": "18px", "verticalAlign": "top"}
@@ -265,10 +266,17 @@ def register(app: Dash, captures: Captures) -> None:
             set_progress((str(done), str(total), f"probe {done + 1} of {total}"))
 
         result = evaluate_probes(
-            model, probes, progress=False, exclude_sinks="sinks" in (sinks or []), part=part, on_progress=progress
+            model,
+            probes,
+            add_bos=bool(store.get("bos")),  # the side panel's box, as every capture of the page (kept with the result)
+            progress=False,
+            exclude_sinks="sinks" in (sinks or []),
+            part=part,
+            on_progress=progress,
         )
         set_progress(("1", "1", ""))
-        kept = {"key": runs.keep(result), "model": model, "part": part, "n": len(result.per_probe)}
+        bos = bool(store.get("bos"))
+        kept = {"key": runs.keep(result), "model": model, "part": part, "n": len(result.per_probe), "bos": bos}
         summary: Any = str(result)
         if result.skipped:  # the probes it could not score, and why (the summary counts them)
             skipped = skipped_lines(result)
@@ -348,10 +356,11 @@ def register(app: Dash, captures: Captures) -> None:
         layer, head = chosen_head(result, row, cell.get("column_id"))
         text, start, end = lab_text(str(result.per_probe.iloc[row]["text"]), *pronoun_range(result, row))
         scored, part = kept["model"], kept.get("part")
+        bos = bool(kept.get("bos", True))  # the BOS it was scored with (a result kept before it was noted: one)
         captures.check_model(scored)
         target = text if part == "decoder" else None
         drill = {
-            "key": captures.key(scored, text, True, target),
+            "key": captures.key(scored, text, bos, target),
             "part": part,
             "start": start,
             "end": end,
@@ -361,7 +370,7 @@ def register(app: Dash, captures: Captures) -> None:
         return (
             text,
             no_update if part is None else target or "",  # the encoder of an encoder-decoder reads no target
-            ["bos"],
+            ["bos"] if bos else [],
             no_update if scored == model else scored,
             (clicks or 0) + 1,
             drill,
@@ -397,3 +406,6 @@ def register(app: Dash, captures: Captures) -> None:
 
 def _error(message: str) -> html.Div:
     return html.Div(message, role="alert", style={"color": "#b00020"})
+
+
+registers(View("probes", None, order=75, register=lambda app, server: register(app, server.captures)))

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 from dash import Dash, Input, Output, State, dcc, html
 
+from attnviz.analysis import ROLLOUT_CELLS as MAX_CELLS
 from attnviz.analysis import rollout_rows
 from attnviz.figures import message_figure, rollout_figure
-from attnviz.views.plots import MAX_CELLS
 
 from .background import in_background, pending, summary_of
 from .captures import Captures
 from .common import word_of
 from .errors import only_on, shows_errors
 from .ids import AID, ID
+from .registry import View, registers
 from .ui import field
-
-VIEWS = [("rollout", "Rollout")]
 
 
 def layout() -> list:
@@ -84,7 +83,7 @@ def register(app: Dash, captures: Captures) -> None:
                 label,
                 n,
                 lambda progress: rollout_rows(
-                    cap, list(rows), on_layer=lambda d, t: progress(d, t, f"layer {d} of {t}")
+                    cap, list(rows), on_progress=lambda d, t: progress(d, t, f"layer {d} of {t}")
                 ).mean(0),
             )
             if flow is None:
@@ -98,3 +97,14 @@ def register(app: Dash, captures: Captures) -> None:
             flow = summary.rollout
         shown = (word if words else query) if mode == "query" else None
         return rollout_figure(cap, flow, query=shown, words=words)
+
+
+registers(
+    View(
+        "rollout",
+        "Rollout",
+        order=100,
+        register=lambda app, server: register(app, server.captures),
+        layout=lambda page: layout(),
+    )
+)

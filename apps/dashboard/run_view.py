@@ -5,9 +5,10 @@ A text whose capture the server holds already opens at once (the cache, and the 
 memoised per capture and query). A short text is captured inside the request. A long one —
 more than ``background_from`` tokens, or a generation of more than ``BACKGROUND_NEW_TOKENS`` new
 tokens — is captured by a Dash background job in another process (the app's diskcache manager),
-with a progress bar and a Cancel button while the rest of the page stays usable: the job writes
-the capture with ``Capture.save`` into the server's capture folder and hands back the request;
-``run_model`` then adopts the file into the server's cache and fills the page as for a short text.
+with a progress bar and a Cancel button while the rest of the page stays usable (``run_job``): the job
+writes the capture with ``Capture.save`` into the server's capture folder and hands back the request;
+the page then adopts the file into the server's cache and fills it as for a short text. What a run sets
+on the page, and the status line's words, are ``run_outputs``'.
 """
 
 from __future__ import annotations
@@ -17,70 +18,28 @@ import time
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update, set_props
 
 import attnviz
-from attnviz.figures.helpers import MARK
 
-from .captures import FILE_PREFIX, Captures, default_query, is_encoder_decoder, wants_bos
+from . import run_job
+from .captures import FILE_PREFIX, Captures, is_encoder_decoder, wants_bos
 from .errors import shows_errors
-from .generations import MAX_NEW_TOKENS, generation_of
 from .ids import GID, ID
 from .panels import slot_panels
+from .registry import View, registers
+from .run_job import HIDDEN as _HIDDEN
+from .run_job import job_text
+from .run_outputs import VIEW_OUTPUTS, checked_new_tokens, failed, generation_status, opened, status_line
 from .ui import field
 
-PART_LABELS = {
-    "encoder": "encoder (source × source)",
-    "decoder": "decoder (target × target)",
-    "cross": "cross (target × source)",
-}
-_SHOWN = {"display": "inline-block"}
-_HIDDEN = {"display": "none"}
-
-
-# ---------------------------------------------------------------- pure helpers
-def checked_new_tokens(value) -> int:
-    """The number typed in "new tokens", as a whole number in 1..MAX_NEW_TOKENS (else a message saying so)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not float(value).is_integer():
-        raise attnviz.InputError(f"How many new tokens? Type a whole number from 1 to {MAX_NEW_TOKENS}.")
-    if not 1 <= value <= MAX_NEW_TOKENS:
-        raise attnviz.InputError(
-            f"{int(value)} new tokens: the page generates from 1 to {MAX_NEW_TOKENS}; "
-            "generate longer texts in a script (attnviz.generate) and open the saved file with --capture."
-        )
-    return int(value)
-
-
-def generation_status(gen: attnviz.Generation) -> str:
-    """The status line's start for a generation: the continuation, quoted (long ones shortened)."""
-    text = gen.text if len(gen.text) <= 300 else gen.text[:300] + "…"
-    stopped = ", stopped at the end-of-text token" if gen.info.get("stopped") == "eos" else ""
-    before = "the decoder's start token" if gen.capture.target is not None else f"{gen.prompt_length} prompt"
-    return f"generated {len(gen)} new tokens{stopped}: “{text}” — {before} + {len(gen)} new {MARK} in every view; "
-
-
-def status_line(cap: attnviz.Capture) -> str:
-    """What the status line says about a capture."""
-    gen = generation_of(cap)
-    status = f"{cap.model.get('name')}: " + (generation_status(gen) if gen is not None else "")
-    status += f"{cap.n_tokens} tokens, {len(cap.words)} words"
-    if cap.target is not None:
-        status += f", target {len(cap.target.tokens)} tokens"
-    status += ", " + ", ".join(
-        f"{p} {i['n_layers']} layers × {i['n_heads']} heads ({i['n_kv_heads']} KV)"
-        if len(cap.parts) > 1
-        else f"{i['n_layers']} layers × {i['n_heads']} heads ({i['n_kv_heads']} KV)"
-        for p, i in cap.model["parts"].items()
-    )
-    return status + f", {cap.model.get('backend')}"
-
-
-def job_text(done: int, layers: int, new_tokens: int | None) -> str:
-    """The background job's progress line, from the layers run so far."""
-    if not layers:
-        return "starting…"
-    if new_tokens:
-        return f"new token {min(done // layers + 1, new_tokens)} of {new_tokens}"
-    if done >= layers:
-        return f"layer {layers} of {layers} — checking and saving the capture…"
-    return f"layer {done + 1} of {layers}"
+__all__ = [  # the run's pure helpers live in run_outputs and run_job; tests and older imports read them here
+    "checked_new_tokens",
+    "generation_status",
+    "job_text",
+    "layout",
+    "message",
+    "register",
+    "selectors",
+    "status_line",
+]
 
 
 # ---------------------------------------------------------------- layout
@@ -210,24 +169,6 @@ def selectors() -> list:
 
 
 # ---------------------------------------------------------------- callbacks
-VIEW_OUTPUTS = [  # what a run sets: the store every view reads, the messages, and the selectors
-    (ID.store, "data"),
-    (ID.message, "children"),
-    (ID.status, "children"),
-    (ID.layer, "options"),
-    (ID.layer, "value"),
-    (ID.head, "options"),
-    (ID.head, "value"),
-    (ID.heads_multi, "options"),
-    (ID.heads_multi, "value"),
-    (ID.lab_query, "data"),
-    (ID.lab_switches, "value"),
-    (ID.part, "options"),
-    (ID.part, "value"),
-    (ID.part_box, "style"),
-]
-
-
 def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
     """The run callbacks. ``startup_error`` is shown when the page opens (a capture or statistics file
     that did not open); texts of more than ``captures.background_from`` tokens are captured in a
@@ -272,37 +213,6 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
     def use_example(example):
         return example if example else no_update
 
-    def failed(message: str) -> tuple:
-        # the page keeps showing the last capture, and the status line keeps describing it
-        return (no_update, message) + (no_update,) * (len(VIEW_OUTPUTS) - 2)
-
-    def opened(store: dict, cap: attnviz.Capture) -> tuple:
-        """The selectors' outputs for a capture the server holds."""
-        gen = generation_of(cap)
-        # the encoder of an encoder-decoder (the text the user typed); the decoder of a generation
-        part = "decoder" if gen is not None else cap.parts[0]
-        layers = cap.layer_indices(part)
-        heads = list(range(cap.info(part)["n_heads"]))
-        view = cap.select(part)
-        query = gen.prompt_length if gen is not None else default_query(view)  # a generation: its first new token
-        best_layer, best_head = captures.opening_head(store, part, view, query)
-        return (
-            store,
-            "",
-            status_line(cap),
-            [{"label": f"L{i}", "value": i} for i in layers],
-            best_layer,
-            [{"label": f"H{h}", "value": h} for h in heads],
-            best_head,
-            [{"label": f"H{h} ", "value": h} for h in heads],
-            [best_head],
-            query,
-            ["causal", "scale"] if any(r.causal for r in view.records.values()) else ["scale"],
-            [{"label": PART_LABELS[p], "value": p} for p in cap.parts],
-            part,
-            {"display": "none"} if len(cap.parts) == 1 else {"display": "flex"},
-        )
-
     @app.callback(
         *[Output(i, prop) for i, prop in VIEW_OUTPUTS],
         Output(GID.progress, "children"),
@@ -343,87 +253,9 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
                 set_props(ID.job_watch, {"disabled": False})  # watch_job: a job that dies is a message
                 return (*failed(""), "", job)
             cap = captures.run(request)
-        return (*opened(store, cap), "", no_update)
+        return (*opened(captures, store, cap), "", no_update)
 
-    @app.callback(
-        *[Output(i, prop, allow_duplicate=True) for i, prop in VIEW_OUTPUTS],
-        Input(ID.job_done, "data"),
-        prevent_initial_call=True,
-    )
-    @shows_errors(failed)
-    def finish_job(done):
-        """A background job left the capture in the server's folder: open it as run_model does."""
-        if not done or done.get("error"):
-            return failed((done or {}).get("error", ""))
-        store = {k: v for k, v in done.items() if k not in ("job", "run", "cancels")}
-        return opened(store, captures.from_store(store))
-
-    @app.callback(
-        Output(ID.job_watch, "disabled"),
-        Output(ID.message, "children", allow_duplicate=True),
-        Input(ID.job_watch, "n_intervals"),
-        State(ID.job, "data"),
-        State(ID.job_cancel, "n_clicks"),
-        prevent_initial_call=True,
-    )
-    def watch_job(_n, watched, cancels):
-        """While a background capture runs: if its process ends without a capture, and not by Cancel
-        (killed, out of memory), the page says so; what it left on disk goes."""
-        if not watched:
-            return True, no_update
-        state = captures.job_state(watched["key"])
-        if state in ("running", "starting"):
-            return False, no_update
-        if state == "done":
-            return True, no_update
-        captures.clean_job(watched["key"])
-        if (cancels or 0) > watched["cancels"]:
-            return True, no_update  # Cancel: the page shows the last capture, as it said it would
-        return True, (
-            "The background capture stopped before it finished: its process ended (killed, or out of memory?). "
-            "The page still shows the last capture; press Run model to try again."
-        )
-
-    def job_failed(message: str) -> dict:
-        return {"error": message}
-
-    @app.callback(
-        Output(ID.job_done, "data"),
-        Input(ID.job, "data"),
-        prevent_initial_call=True,
-        background=True,  # thousands of tokens take tens of seconds: a job beside the server
-        interval=300,
-        running=[
-            (Output(ID.run, "disabled"), True, False),
-            (Output(GID.generate, "disabled"), True, False),
-            (Output(ID.job_cancel, "style"), _SHOWN, _HIDDEN),
-            (Output(ID.job_progress, "style"), _SHOWN, _HIDDEN),
-            (Output(ID.job_progress_text, "style"), {"display": "block"}, _HIDDEN),
-        ],
-        cancel=[Input(ID.job_cancel, "n_clicks")],
-        progress=[
-            Output(ID.job_progress, "value"),
-            Output(ID.job_progress, "max"),
-            Output(ID.job_progress_text, "children"),
-        ],
-    )
-    @shows_errors(job_failed)
-    def capture_job(set_progress, request):
-        if not request:
-            return no_update
-        new_tokens = request.get("generate")
-        shown = [""]
-
-        def progress(done: int, layers: int) -> None:
-            text = job_text(done, layers, new_tokens)
-            if text != shown[0]:  # one write per layer (per new token for a generation)
-                shown[0] = text
-                total = layers * new_tokens if new_tokens else layers
-                set_progress((str(min(done, total)), str(total), f"Capturing in the background: {text}"))
-
-        set_progress(("0", "1", "Capturing in the background: starting…"))
-        captures.save_for_server(request["key"], request["run"], progress)
-        return request
+    run_job.register(app, captures)  # a long text's capture: a background job
 
     @app.callback(
         Output(ID.layer, "options", allow_duplicate=True),
@@ -461,3 +293,14 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
         # only what changes: a run sets the part together with its selectors, and setting them again
         # would make every view that reads them draw twice
         return tuple(no_update if new == old else new for new, old in zip(chosen, shown, strict=True))
+
+
+registers(
+    View(
+        "run",
+        None,
+        order=0,
+        register=lambda app, server: register(app, server.captures, startup_error=server.startup_error),
+        slots=("generate",),
+    )
+)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from dash import Dash, Input, Output, State, dcc, html, no_update
 
 import attnviz
+from attnviz.analysis import QK_SPACE_METHODS as METHODS
 from attnviz.analysis import qk_space
-from attnviz.analysis.qk_space import METHODS
 from attnviz.figures import message_figure, qk_space_figure
 from attnviz.figures.helpers import SPACE_COLOURS
 
@@ -23,8 +23,8 @@ from .background import in_background, pending
 from .captures import FILE_PREFIX, Captures
 from .errors import only_on, shows_errors
 from .ids import ID, SID
+from .registry import View, registers
 
-VIEWS = [("space", "Q·K space")]
 CORPUS_TEXTS = 500  # a corpus file's first texts that the view embeds
 CORPUS_TOKENS = 8_192  # … and at most this many tokens of them (queries + keys: twice as many points)
 MAX_POINTS = 10_000  # points a view shows (a seeded sample past it, stated): ~170 bytes each, under 2 MB
@@ -96,7 +96,7 @@ def layout() -> list:
 
 def read_corpus(path: str) -> list[str]:
     """The corpus file's first :data:`CORPUS_TEXTS` texts (``.txt``: one per line; ``.jsonl``: "text")."""
-    from attnviz.workflows.corpus.corpus import read_texts  # deferred: only a server started with a corpus reads one
+    from attnviz.analysis import read_texts  # deferred: only a server started with a corpus reads one
 
     texts = []
     for text in read_texts(path):
@@ -257,3 +257,14 @@ def lab_place(kind: str, position: int, query: int | None, key: str) -> tuple:
     if kind == "query":
         return position, None
     return (query if query is not None else position), {"key": key, "position": position}
+
+
+registers(
+    View(
+        "space",
+        "Q·K space",
+        order=110,
+        register=lambda app, server: register(app, server.captures, server.texts, server.corpus_name),
+        layout=lambda page: layout(),
+    )
+)

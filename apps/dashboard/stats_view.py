@@ -5,7 +5,7 @@ fused summary (``background.summary_of``): for a long text a background job, sha
 rollout and the validation.
 
 Each statistic by weight sits beside its twin by norm (``<name>_moved``: the share of what the head
-moves, α·‖f(x)‖, :data:`~attnviz.analysis.stats.MOVED_STATISTICS`) in the table; the map shows the
+moves, α·‖f(x)‖, :data:`attnviz.analysis.MOVED_STATISTICS`) in the table; the map shows the
 column chosen, and under the page's "Show: what moves" a weight column's twin by norm."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from dash import Dash, Input, Output, State, ctx, dash_table, dcc, html, no_update
 
-from attnviz.analysis.stats import DETECTORS, MOVED_STATISTICS, STATISTICS, moved_name
+from attnviz.analysis import DETECTORS, MOVED_STATISTICS, STATISTICS, moved_name
 from attnviz.figures import head_map, message_figure
 
 from .background import pending, summary_of
@@ -22,11 +22,10 @@ from .captures import Captures
 from .common import TABLE_STYLE, head_of
 from .errors import only_on, shows_errors
 from .ids import AID, ID
+from .registry import View, registers
 
 if TYPE_CHECKING:
     import pandas as pd
-
-VIEWS = [("stats", "Head statistics")]
 
 
 def layout() -> list:
@@ -159,3 +158,14 @@ def side_by_side(df: pd.DataFrame) -> pd.DataFrame:
             ordered.append(moved_name(c))
     ordered += [c for c in df.columns if c not in ordered]
     return df[ordered]
+
+
+registers(
+    View(
+        "stats",
+        "Head statistics",
+        order=80,
+        register=lambda app, server: register(app, server.captures, server.table, server.table_name),
+        layout=lambda page: layout(),
+    )
+)

@@ -3,7 +3,7 @@ prompt and the picture's tokens, part ``decoder``, and its vision tower, part ``
 CLIP / SigLIP model (its text tower, part ``text``, and its vision tower, part ``vision``).
 
 The page's model list names them as any model (a folder saved with its processor, or a hub name); what
-kind a name is comes from its config alone (:func:`attnviz.workflows.capture.models.describe_model`, no weights).
+kind a name is comes from its config alone (:func:`attnviz.models.describe_model`, no weights).
 :class:`Towers` loads them through the library's loader, ``attnviz.load_model(name,
 with_processor=True)`` (a VLM through ``AutoModelForImageTextToText``, a joint model with both towers,
 the ``AutoProcessor`` saved beside it: the same load as a script's) — the last two kept per app. A
@@ -30,11 +30,8 @@ from typing import Any
 
 import attnviz
 from attnviz.families import vlm_spec
-from attnviz.views.image import text_positions
-from attnviz.views.marks import MARK, new_start
-from attnviz.workflows.capture.joint import is_joint
-from attnviz.workflows.capture.models import describe_model
-from attnviz.workflows.capture.vlm import is_vlm, vlm_refusal
+from attnviz.figures.helpers import MARK, new_start, text_positions
+from attnviz.models import describe_model, is_joint, is_vlm, vlm_refusal
 
 from .captures import FILE_PREFIX, Captures
 from .generations import MAX_NEW_TOKENS
@@ -53,7 +50,7 @@ KEEP_MODELS = 2  # as attnviz.load_model: the last two models stay loaded
 def tower_kind(model: str) -> str:
     """``"vlm"``, ``"joint"``, or ``"vision"`` (anything else: a vision encoder, or a model the vision path
     refuses with its own message) for a model name, from its config; a vision-language family attnviz
-    refuses with a picture (:data:`attnviz.families.REFUSED_VLMS`) raises why."""
+    refuses with a picture (:func:`attnviz.models.vlm_refusal`) raises why."""
     if model.startswith(FILE_PREFIX):
         return "vision"
     try:

@@ -17,9 +17,8 @@ from .background import SUMMARY_LABEL, in_background, pending, summary_of
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import ID
+from .registry import View, registers
 from .ui import MONO
-
-VIEWS = [("validation", "Recomputed vs model")]
 
 
 def layout(graph_config: dict) -> list:
@@ -76,3 +75,14 @@ def register(app: Dash, captures: Captures) -> None:
         if "x" not in point or "y" not in point:
             return no_update
         return int(point["y"]), int(point["x"])
+
+
+registers(
+    View(
+        "validation",
+        "Recomputed vs model",
+        order=50,
+        register=lambda app, server: register(app, server.captures),
+        layout=lambda page: layout(page.graph_config),
+    )
+)

@@ -5,36 +5,54 @@ capture's heads for the thumbnails, statistics, rollout and validation the heavy
 What runs a model lives in :mod:`attnviz.workflows`: :func:`corpus_stats` (re-exported here, the
 statistics of :func:`head_stats` over a corpus), :func:`head_atlas` (re-exported here: each head's roles over a corpus) and :func:`attnviz.evaluate_probes`."""
 
-from .coref import CorefRanking, propose_candidates, rank_heads
+from .atlas import ROLES
+from .coref import STOP_WORDS, CorefRanking, propose_candidates, rank_heads
 from .cost import cost_tables
 from .moved import moved_shares, row_shares
-from .probes import PROBE_FORMATS, Probe, ProbeResult, ProbeSet, UnusableProbe, load_probes
+from .overview import MODES as OVERVIEW_MODES
+from .overview import block_edges
+from .probe_result import head_label
+from .probes import PROBE_FORMATS, PROBE_SETS, Probe, ProbeResult, ProbeSet, UnusableProbe, load_probes
+from .qk_space import METHODS as QK_SPACE_METHODS
 from .qk_space import QKVectors, qk_space, qk_vectors
-from .rollout import rollout, rollout_blocks, rollout_rows
-from .stats import DETECTORS, detect_heads, head_stats
+from .rollout import ROLLOUT_CELLS, rollout, rollout_blocks, rollout_rows
+from .stats import DETECTORS, MOVED_STATISTICS, STATISTICS, detect_heads, head_stats, moved_name
 from .summary import Summary, summarize
 
 __all__ = [
     "CorefRanking",
     "DETECTORS",
+    "MOVED_STATISTICS",
+    "OVERVIEW_MODES",
     "PROBE_FORMATS",
+    "PROBE_SETS",
     "Probe",
     "ProbeResult",
     "ProbeSet",
     "QKVectors",
+    "QK_SPACE_METHODS",
+    "ROLES",
+    "ROLLOUT_CELLS",
+    "STATISTICS",
+    "STOP_WORDS",
     "UnusableProbe",
     "Summary",
+    "block_edges",
     "corpus_stats",
     "head_atlas",
     "cost_tables",
     "detect_heads",
+    "head_label",
     "head_stats",
     "load_probes",
+    "moved_name",
     "moved_shares",
     "propose_candidates",
     "qk_space",
     "qk_vectors",
     "rank_heads",
+    "read_table",
+    "read_texts",
     "rollout",
     "rollout_blocks",
     "rollout_rows",
@@ -56,4 +74,11 @@ def __getattr__(name: str):
         from ..workflows.corpus.atlas import head_atlas
 
         return head_atlas
+    if name in {
+        "read_texts",
+        "read_table",
+    }:  # corpus_stats' files (workflows.corpus.corpus): imported on first use, as it
+        from ..workflows.corpus.corpus import read_table, read_texts
+
+        return read_texts if name == "read_texts" else read_table
     raise AttributeError(f"module 'attnviz.analysis' has no attribute {name!r}")

@@ -7,7 +7,7 @@ For one release these names are also reached as ``attnviz.figures.<name>``, with
 """
 
 from ..views.atlas import ROLE_COLOURS
-from ..views.common import HEAD_COLOURS, MASKED_COLOUR, above_top_axis, labels
+from ..views.common import HEAD_COLOURS, MASKED_COLOUR, above_top_axis, labels, short_label
 from ..views.generation import step_summary
 from ..views.head_view import MAX_LABELS, strongest
 from ..views.image import IMAGE_COLOURS, patch_row, text_positions, text_row
@@ -34,6 +34,7 @@ __all__ = [
     "new_start",
     "patch_row",
     "row_stats",
+    "short_label",
     "step_summary",
     "strongest",
     "text_positions",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from ..errors import ArgumentTypeError, InputError, InputTooLongError, Unsupport
 from ..families import PROJECTION_SPECS
 from .capture.images import is_image_input
 from .capture.inputs import Encoded, check_vocabulary, given_tokens, surfaces, tokenize
-from .capture.pipeline import Item, captures, check_mode, resolve, tapped, weight_mode_for
+from .capture.pipeline import Item, attention_calls, captures, check_mode, counting, resolve, tapped, weight_mode_for
 from .capture.vlm import encode_vlm, image_token_id, is_vlm, vlm_refusal
 from .generation_result import Generation
 from .step_recorder import StepRecorder
@@ -65,6 +65,7 @@ def generate(
     tokenized: Sequence[Encoded] | None = None,
     image: Any = None,
     processor: Any = None,
+    on_progress: Callable[[int, int], None] | None = None,
     **generate_kwargs: Any,
 ) -> Generation:
     """Generate from ``prompt`` with the model's own ``generate`` and record every step's attention.
@@ -81,6 +82,9 @@ def generate(
     - ``tokenized``: the prompt as :func:`attnviz.workflows.capture.inputs.tokenize` encoded it (with this
       tokenizer and ``add_bos``), a list of one, for a caller that had to count its tokens first: it
       is not tokenized again (as for :func:`attnviz.capture`).
+    - ``on_progress(done, total)``: as for :func:`attnviz.capture`, over every step — ``total`` counts the
+      calls of the prompt's forward and of one forward per new token and the last one's (fewer run when
+      the model ends the text early).
 
     - ``image`` and ``processor`` (a vision-language model, LLaVA): the picture the prompt's one
       ``<image>`` stands for, through the model's processor (given, else the one saved with its name or
@@ -209,7 +213,9 @@ def generate(
 
     # a step's records are built inside the forward: its weights compared there, not after it
     weight_mode = weight_mode_for(check, after_forward=False)
-    taps = tap(lm, layers=wanted, keep_on_device=keep_on_device, weight_mode=weight_mode, recorder_class=StepRecorder)
+    # on_progress counts the calls of every step: the prompt's, one per new token, and the one that reads the last
+    steps = counting(StepRecorder, on_progress, attention_calls(lm.config, max_new_tokens + 1))
+    taps = tap(lm, layers=wanted, keep_on_device=keep_on_device, weight_mode=weight_mode, recorder_class=steps)
     recorder, sequence = tapped(resolved, taps, run, wanted, forward_calls=_first_forward)
     assert isinstance(recorder, StepRecorder)
     n_total = sequence.shape[1]

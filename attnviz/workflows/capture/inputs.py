@@ -130,7 +130,13 @@ def tokenize(
     add_bos: bool = False,
     what: str = "text",
 ) -> list[Encoded]:
-    """Encode each text alone (no padding), then right-pad ourselves: the tokenizer stays untouched."""
+    """Each text encoded alone (no padding; the tokenizer stays untouched), as :func:`attnviz.capture` and
+    :func:`attnviz.generate` read it: hand the result to their ``tokenized=`` and the text is not tokenized again.
+
+    ``max_length``: truncate each text to that many tokens (None: keep all); ``limit``: the model's own
+    (:func:`attnviz.models.max_positions`), a longer text raising :class:`~attnviz.InputTooLongError` that names
+    ``model_name``; ``add_bos``: prepend the tokenizer's BOS; ``what``: how messages name the text
+    (``"prompt"``, ``"target"``). Returns one :data:`Encoded` ``(ids, offsets, tokens)`` per text."""
     encoded = []
     for found in _tokenized(tokenizer, texts, max_length, limit, model_name, add_bos, what):
         if isinstance(found, InputError):

@@ -32,7 +32,7 @@ from ...data.images import ImageGrid
 from ...data.validate import SAMPLE_ROWS, ValidationError, ValidationReport, validate
 from ...engine.projections import ProjectionWatch
 from ...engine.specs import ENCODER_DECODER_PARTS, PARTS, check_supported, supported_families
-from ...engine.taps import AttentionCall, tap
+from ...engine.taps import AttentionCall, Recorder, tap
 from ...errors import (
     ArgumentTypeError,
     InputError,
@@ -58,6 +58,8 @@ __all__ = [
     "check_calls",
     "check_layers",
     "check_mode",
+    "attention_calls",
+    "counting",
     "model_class",
     "compiled",
     "forward_inputs",
@@ -320,6 +322,47 @@ def forward_inputs(
 
 
 # ---------------------------------------------------------------- 3. the taps
+Progress = Callable[[int, int], None]  # on_progress(done, total): the one progress signature of attnviz
+
+
+def attention_calls(config: Any, forwards: int = 1) -> int | None:
+    """How many attention calls ``forwards`` forwards of a model with this config make: one per layer of
+    each stack, and an encoder-decoder's decoder layers twice (self- and cross-attention); None where
+    the config does not say (what :func:`counting`'s ``total`` starts from)."""
+    if getattr(config, "is_encoder_decoder", False):
+        encoder = next((getattr(config, n) for n in ("encoder_layers", "num_layers") if hasattr(config, n)), None)
+        decoder = next(
+            (getattr(config, n) for n in ("decoder_layers", "num_decoder_layers") if getattr(config, n, None)), encoder
+        )
+        if isinstance(encoder, int) and isinstance(decoder, int):
+            return (encoder + 2 * decoder) * forwards
+        return None
+    layers = n_layers(config)
+    return None if layers is None else layers * forwards
+
+
+def counting(recorder_class: type[Recorder], on_progress: Progress | None, total: int | None) -> type[Recorder]:
+    """``recorder_class``, calling ``on_progress(done, total)`` after each attention call it records
+    (``recorder_class`` itself when there is none to call). A Python count, inside the forward: it reads no
+    tensor, so the host never waits for the device for it. ``total``: the calls expected
+    (:func:`attention_calls`); a model that makes more raises it with ``done``, so that ``done ≤ total``.
+    A callback that raises stops the forward there; the taps come off as for any error in it."""
+    if on_progress is None:
+        return recorder_class
+    report = on_progress
+
+    class Counting(recorder_class):  # type: ignore[valid-type,misc]
+        done = 0
+
+        def record(self, call, seen) -> None:
+            super().record(call, seen)
+            self.done += 1
+            report(self.done, max(total or 0, self.done))
+
+    Counting.__name__ = Counting.__qualname__ = f"Counting{recorder_class.__name__}"
+    return Counting
+
+
 def tapped(
     resolved: Resolved,
     taps: AbstractContextManager[R],
@@ -467,11 +510,13 @@ def run_captures(
     lengths: dict[str, list[int]] | None = None,
     ran: Callable[[list[AttentionCall]], None] | None = None,
     keep: frozenset[str] = frozenset(KEEP),
+    recorder_class: type[Recorder] = Recorder,
 ) -> tuple[list[Capture], T]:
     """(one checked :class:`Capture` per item, what ``forward()`` returned): the tap → record → build
     sequence every capture takes — ``forward()`` under taps that keep what they record where the model
     runs (``weight_mode`` as :func:`weight_mode_for` says for ``check``, when None), the calls checked
-    (:func:`tapped`; ``ran(calls)`` may refuse a run whose shapes do not match what the caller expects),
+    (:func:`tapped`; ``recorder_class``: the recorder, e.g. one that reports progress, :func:`counting`;
+    ``ran(calls)`` may refuse a run whose shapes do not match what the caller expects),
     then :func:`captures`: the records, checked where they are, copied to the host unless ``keep_on_device``."""
     check_mode(check)
     taps = tap(
@@ -480,6 +525,7 @@ def run_captures(
         keep_on_device=True,
         weight_mode=weight_mode or weight_mode_for(check),
         lengths=lengths,
+        recorder_class=recorder_class,
     )
     recorder, output = tapped(resolved, taps, lambda _: forward(), layers)
     if ran is not None:

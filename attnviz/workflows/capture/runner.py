@@ -10,7 +10,7 @@ the taps, the checked calls, each text's own rows of the padded batch as its rec
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,8 @@ from torch import Tensor, nn
 
 from ...data.capture import Capture, TokenSequence
 from ...data.words import words_from_offsets
-from ...errors import InputError, InputTooLongError, UnsupportedModelError
+from ...engine.taps import Recorder
+from ...errors import ArgumentTypeError, InputError, InputTooLongError, UnsupportedModelError
 from ...families import vision_spec
 from .images import capture_images, encode_images, is_image_input, require_vision
 from .inputs import Encoded, check_max_length, check_texts, decoder_inputs, given_tokens, ids_rows, tokenize
@@ -29,8 +30,10 @@ from .pipeline import (
     KEEP,
     Item,
     Resolved,
+    attention_calls,
     check_keep,
     check_mode,
+    counting,
     drop_unkept,
     forward_inputs,
     resolve,
@@ -65,6 +68,7 @@ def capture(
     processor: Any = None,
     pixel_values: Tensor | None = None,
     keep: Iterable[str] | str | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> Capture | list[Capture]:
     """Run ``model`` once and record Q, K, V and attention of every (or each given) layer and part.
 
@@ -97,6 +101,11 @@ def capture(
     - ``tokenized``: the texts as :func:`attnviz.workflows.capture.inputs.tokenize` encoded them (with this
       tokenizer and ``add_bos``), one per text, for a caller that had to count tokens first: they are
       not tokenized again.
+    - ``on_progress(done, total)``: called after each attention call of the forward is recorded: ``done``
+      calls of ``total``, the calls one forward makes as the model's config tells them (one per layer, an
+      encoder-decoder's cross-attention too; never less than ``done``). The self-check and the copies to
+      the host follow the last. A count in Python: the host does not wait for the device for it. An exception it raises
+      stops the capture (the taps are removed). Texts only: a capture with a picture refuses it.
 
     - Vision encoders (ViT, DeiT, DINOv2 with or without registers, the CLIP and SigLIP vision towers):
       ``capture(model, image, processor)`` — ``image`` a PIL image, a numpy array or a file path (a
@@ -128,6 +137,10 @@ def capture(
     # an eager backend's own weights: kept, dropped, or compared with the recomputation — at the rows the
     # default check samples (kept for it, compared after the forward), at every row while capturing
     weight_mode = weight_mode_for(check, keep_weights)
+    if on_progress is not None and (
+        image is not None or pixel_values is not None or is_image_input(tokenizer) or is_image_input(text)
+    ):
+        raise ArgumentTypeError("on_progress= follows a text's capture; a capture with a picture does not take it")
     refused = vlm_refusal(resolved.model.config)
     if refused and (image is not None or pixel_values is not None or is_image_input(tokenizer) or is_image_input(text)):
         raise UnsupportedModelError(refused)
@@ -197,6 +210,7 @@ def capture(
         weight_mode=weight_mode,
         logits=False,
         keep=kept,
+        on_progress=on_progress,
     )
     return made[0] if isinstance(text, str) or (inputs.texts is None and len(made) == 1) else made
 
@@ -265,11 +279,12 @@ def capture_forward(
     weight_mode: str | None = None,
     logits: bool = True,
     keep: frozenset[str] = frozenset(KEEP),
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[Capture], Any]:
     """(one Capture per text, the forward's own output: logits…): one padded forward of ``inputs``
     through the pipeline. ``weight_mode`` as the taps take it (default: :func:`~attnviz.workflows.capture.pipeline.weight_mode_for` ``check``). ``logits=False``: a language model computes its last position's logits only
     (``logits_to_keep=1``, where its forward takes it) — a caller that reads none saves the
-    vocabulary × tokens of them (8.4 GB for an 8B model at 32k tokens)."""
+    vocabulary × tokens of them (8.4 GB for an 8B model at 32k tokens). ``on_progress``: as :func:`capture`'s."""
     check_mode(check)
     model = resolved.model
     kwargs, lengths = forward_inputs(resolved, inputs.encoded, inputs.decoded)
@@ -286,6 +301,7 @@ def capture_forward(
         weight_mode=weight_mode,
         lengths=lengths,
         keep=keep,
+        recorder_class=counting(Recorder, on_progress, attention_calls(model.config)),
     )
 
 
