@@ -138,11 +138,11 @@ def test_words_get_the_norm_of_the_summed_vectors_not_the_sum_of_norms(tiny_bert
     torch.testing.assert_close(cap.moved(layer, 2, words=True), expected[2], rtol=1e-4, atol=1e-6)
 
 
-def test_to_pandas_has_the_contribution_column_and_the_capture_file_keeps_it(tmp_path):
+def test_to_pandas_has_the_moved_column_and_the_capture_file_keeps_it(tmp_path):
     cap = attnviz.capture(attnviz.testing.tiny_model("gpt2"), input_ids=torch.arange(3, 10)[None])
     df = cap.to_pandas(layer=0)
     c = cap.moved(0)
-    torch.testing.assert_close(torch.tensor(df.contribution.to_numpy()), c.reshape(-1))
+    torch.testing.assert_close(torch.tensor(df.moved.to_numpy()), c.reshape(-1))
     back = attnviz.load(cap.save(tmp_path / "c.attnviz"))
     torch.testing.assert_close(back.moved(0), c)
     assert back.validate().projection == cap.validate().projection
@@ -178,5 +178,5 @@ def test_a_layer_without_a_readable_projection_says_so_and_the_weights_still_sho
     assert cap.validate().passed and cap.validate().projection == []
     with pytest.raises(InputError, match="no output projection"):
         cap.moved(0)
-    assert cap.to_pandas(layer=0).contribution.isna().all()
+    assert cap.to_pandas(layer=0).moved.isna().all()
     assert cap.attention(0).shape == (4, 7, 7)

@@ -35,17 +35,17 @@ class Gate:
         self.ended = 0  # runs that returned or raised
         self.original = background.summarize
 
-    def __call__(self, cap, *, on_layer=None, **kwargs):
+    def __call__(self, cap, *, on_progress=None, **kwargs):
         self.runs += 1
         self.threads.append(threading.get_ident())
 
         def slowed(done: int, total: int) -> None:
-            on_layer(done, total)  # the job's progress (it stops a cancelled job here)
+            on_progress(done, total)  # the job's progress (it stops a cancelled job here)
             self.reached.set()
             assert self.open.wait(timeout=120)
 
         try:
-            return self.original(cap, on_layer=slowed, **kwargs)
+            return self.original(cap, on_progress=slowed, **kwargs)
         finally:
             self.ended += 1
 

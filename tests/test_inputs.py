@@ -126,7 +126,7 @@ def test_cli_usage_and_input_errors_exit_2_in_one_line(tmp_path, capsys, tiny_be
             ["generate", str(folder), "The cat.", "-o", str(tmp_path / "x.CSV")],
             f"name it {str(tmp_path / 'x.attnviz')!r}",
         ),
-        (["validate", str(folder), "The cat.", "--csv", str(tmp_path / "nowhere" / "e.csv")], "does not exist"),
+        (["validate", str(folder), "The cat.", "-o", str(tmp_path / "nowhere" / "e.csv")], "does not exist"),
         (["capture", str(folder), "The cat.", "--attn-implementation", "flash_attention_2"], "could not load"),
     ]
     if not torch.cuda.is_available():

@@ -22,6 +22,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def test_every_package_of_the_library_is_in_the_wheel_list():
+    """Each folder of attnviz/ with an __init__.py (and the dashboard) is in pyproject's packages: a package moved
+    or added without it installs from a checkout but is missing from the wheel."""
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(root).parts) for p in (root / "attnviz").rglob("__init__.py")}
+    assert found - listed == set(), f"add to pyproject.toml's packages: {sorted(found - listed)}"
+
+
 def test_version_and_license():
     assert main_version() == f"attnviz {attnviz.__version__}"
     assert "Apache License" in (ROOT / "LICENSE").read_text() and "Version 2.0" in (ROOT / "LICENSE").read_text()
