@@ -26,9 +26,11 @@ from ..data.words import offsets_from_tokens, words_from_offsets
 from ..engine.taps import AttentionCall, Recorder, tap
 from ..errors import ArgumentTypeError, InputError, InputTooLongError, UnsupportedModelError
 from ..families import PROJECTION_SPECS
+from .capture.build import Item, captures
 from .capture.images import is_image_input
 from .capture.inputs import Encoded, check_vocabulary, given_tokens, surfaces, tokenize
-from .capture.pipeline import Item, attention_calls, captures, check_mode, counting, resolve, tapped, weight_mode_for
+from .capture.pipeline import check_mode, resolve, tapped, weight_mode_for
+from .capture.progress import attention_calls, counting
 from .capture.vlm import encode_vlm, image_token_id, is_vlm, vlm_refusal
 from .generation_result import Generation
 from .step_recorder import StepRecorder

@@ -23,7 +23,8 @@ from ...data.images import ImageGrid, image_sequence, to_uint8
 from ...engine.taps import AttentionCall
 from ...errors import ArgumentTypeError, ImageFileError, InputError, NotAVisionModelError, UnsupportedModelError
 from ...families import VISION_SPECS, vision_spec
-from .pipeline import Item, Resolved, check_mode, run_captures
+from .build import Item, run_captures
+from .pipeline import Resolved, check_mode
 
 __all__ = [
     "MAX_IMAGE_PIXELS",

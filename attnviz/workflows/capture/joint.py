@@ -22,10 +22,11 @@ from ...data.words import words_from_offsets
 from ...engine.taps import AttentionCall
 from ...errors import AttnvizError, InputError, UnsupportedModelError
 from ...families import TOWERS, vision_spec
+from .build import Item, run_captures
 from .images import read_image
 from .inputs import check_texts, padded, tokenize
 from .models import load_processor
-from .pipeline import Item, Resolved, check_mode, run_captures
+from .pipeline import Resolved, check_mode
 
 __all__ = ["capture_joint", "is_joint"]
 

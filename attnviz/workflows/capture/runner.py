@@ -23,23 +23,12 @@ from ...data.words import words_from_offsets
 from ...engine.taps import Recorder
 from ...errors import ArgumentTypeError, InputError, InputTooLongError, UnsupportedModelError
 from ...families import vision_spec
+from .build import Item, run_captures
 from .images import capture_images, encode_images, is_image_input, require_vision
 from .inputs import Encoded, check_max_length, check_texts, decoder_inputs, given_tokens, ids_rows, tokenize
 from .joint import capture_joint, is_joint
-from .pipeline import (
-    KEEP,
-    Item,
-    Resolved,
-    attention_calls,
-    check_keep,
-    check_mode,
-    counting,
-    drop_unkept,
-    forward_inputs,
-    resolve,
-    run_captures,
-    weight_mode_for,
-)
+from .pipeline import KEEP, Resolved, check_keep, check_mode, drop_unkept, forward_inputs, resolve, weight_mode_for
+from .progress import attention_calls, counting
 from .vlm import capture_vlm, is_vlm, vlm_refusal
 
 __all__ = ["TextInputs", "capture", "capture_forward", "encode_texts"]

@@ -38,9 +38,10 @@ from ...engine.taps import AttentionCall
 from ...errors import ArgumentTypeError, AttnvizError, InputError, UnsupportedModelError
 from ...families import REFUSED_VLMS, VISION_SPECS, VLMS, vision_spec, vlm_spec
 from ...families.facts import ImageLayout, split_refusal
+from .build import Item, run_captures
 from .images import read_image
 from .models import load_processor
-from .pipeline import Item, Resolved, check_mode, run_captures
+from .pipeline import Resolved, check_mode
 
 __all__ = [
     "VlmInputs",
