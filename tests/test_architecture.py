@@ -8,6 +8,7 @@ today (a partly initialised module that already has the name asked for) is still
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -575,3 +576,27 @@ def test_the_public_names_check_sees_a_planted_reach(tmp_path, monkeypatch):
             "attnviz.figures.views (not in its __all__)",
         ]
     )
+
+
+def unnamed_modules(doc: str, roots: list[Path]) -> list[str]:
+    """The modules under ``roots`` that ``doc`` does not name by their file's stem (``__init__``, ``__main__``
+    and the dashboard's ``<view>_view.py``, named by the rule "one module per view", aside)."""
+    missing = []
+    for root in roots:
+        for path in sorted(root.rglob("*.py")):
+            if path.stem in ("__init__", "__main__") or (root.name == "dashboard" and path.stem.endswith("_view")):
+                continue
+            if not re.search(rf"(?<![\w]){re.escape(path.stem)}(?![\w])", doc):
+                missing.append(str(path.relative_to(ROOT)))
+    return missing
+
+
+def test_the_architecture_page_names_every_module():
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    missing = unnamed_modules(doc, [ROOT / "attnviz", ROOT / "apps" / "dashboard"])
+    assert missing == [], "docs/architecture.md does not name these modules (say what each holds):\n" + "\n".join(
+        missing
+    )
+    assert unnamed_modules(doc.replace("`transfer.py`", "").replace("transfer", ""), [ROOT / "attnviz"]) == [
+        "attnviz/engine/transfer.py"
+    ]  # the check sees a module the page stops naming

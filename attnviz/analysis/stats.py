@@ -225,7 +225,7 @@ class TextSums:
 
 class HeadStatsSums:
     """Per-head sums behind :func:`head_stats`, in float64, that texts are added to one at a time
-    and that add up across processes (:meth:`vector` / :meth:`from_vector`): a corpus never has to
+    and that add up across processes (:meth:`vector` / :meth:`load_vector`): a corpus never has to
     be in memory, and N processes' sums give the one-process numbers."""
 
     def __init__(self, layers: Sequence[int], n_heads: int, *, detectors: bool = True) -> None:
