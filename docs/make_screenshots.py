@@ -9,7 +9,7 @@ dropdown or tooltip open (``close_menus``: Escape, then a click outside; a menu 
 pictures (all SmolLM2, the page's BOS on):
 
 - lab-zh, coref-zh: the opening Chinese example in the AttentionLab and Coreference views.
-- lab-zh-moved: the AttentionLab on that example, words, L13·H8, 它's row with Show: "what moves" — each
+- lab-zh-moved: the AttentionLab on that example, words, L13·H8, 它's row with Show: "moved" — each
   key's share of what the head writes into 它 beside its weight, and the lines that say it.
 - view-edits: that example, words, L13·H8, the key 小猫 knocked out of 它's row and "Apply to the model"
   with the continuation 好 (next-token bars before/after, the edited row).
@@ -80,7 +80,7 @@ def main(port: int = 8077) -> None:
     try:
         driver.get(f"http://127.0.0.1:{port}/")
         wait(driver, lambda: "tokens" in driver.find_element("id", ID.status).text, 120)
-        if "lab-zh" in only:  # a taller window: the row's lines on what moves sit above the bars
+        if "lab-zh" in only:  # a taller window: the row's lines on moved sit above the bars
             open_tab(driver, "AttentionLab")
             click_words(driver)
             time.sleep(6)
@@ -128,17 +128,17 @@ def lab_at_it(driver) -> None:
 
 
 def shoot_lab_moved(driver) -> None:
-    """The AttentionLab showing what moves: 它's row at L13·H8 (words), shares beside weights."""
+    """The AttentionLab showing moved: 它's row at L13·H8 (words), shares beside weights."""
     lab_at_it(driver)
-    driver.find_elements("css selector", f"#{ID.measure} input")[1].click()  # Show: what moves
-    wait(driver, lambda: "what moves" in title(driver, ID.lab_graph), 60)
+    driver.find_elements("css selector", f"#{ID.measure} input")[1].click()  # Show: moved
+    wait(driver, lambda: "moved (‖α·f(x)‖)" in title(driver, ID.lab_graph), 60)
     wait(driver, lambda: "of what L13·H8 writes" in driver.find_element("id", ID.lab_stats).text, 60)
     time.sleep(4)
     print(driver.find_element("id", ID.lab_stats).text)
     scroll_to(driver, ID.layer, offset=40)  # the Show control, the lines and the bars
     save(driver, "lab-zh-moved", height=1000)
     driver.find_elements("css selector", f"#{ID.measure} input")[0].click()  # back to the weights for the next
-    wait(driver, lambda: "what moves" not in title(driver, ID.lab_graph), 60)
+    wait(driver, lambda: "moved (‖α·f(x)‖)" not in title(driver, ID.lab_graph), 60)
 
 
 def shoot_edits(driver) -> None:

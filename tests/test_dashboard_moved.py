@@ -1,4 +1,4 @@
-"""The page's "Show: weights | what moves" switch in a real browser: the heatmap, the head view and the
+"""The page's "Show: weights | moved" switch in a real browser: the heatmap, the head view and the
 model view redraw what each head moves (α_ij·‖f_h(x_j)‖) and come back to the weights."""
 
 import numpy as np
@@ -49,15 +49,15 @@ def test_switching_to_what_moves_redraws_the_heatmap_and_head_view_and_back(dash
     assert graph(dash_duo, ID.heatmap, "return gd.data[0].colorbar.title.text;") == "α"
 
     show(dash_duo, "moved")
-    poll(lambda: "what moves (‖α·f(x)‖)" in title(dash_duo, ID.heatmap), timeout=30)
+    poll(lambda: "moved (‖α·f(x)‖)" in title(dash_duo, ID.heatmap), timeout=30)
     np.testing.assert_allclose(heatmap_z(dash_duo), moved, rtol=1e-4, atol=1e-5)
     assert not np.allclose(moved, weights, atol=1e-2)
     assert graph(dash_duo, ID.heatmap, "return gd.data[0].colorbar.title.text;") == "‖α·f(x)‖"
     assert graph(dash_duo, ID.heatmap, "return gd.data[0].zmax;") == pytest.approx(float(moved.max()), rel=1e-4)
 
-    # the head view reads the same switch: lines by the share of the largest contribution
+    # the head view reads the same switch: lines by the share of the largest value moved
     open_tab(dash_duo, "Head view")
-    poll(lambda: "head view, what moves — every query" in title(dash_duo, ID.head_view), timeout=30)
+    poll(lambda: "head view, moved — every query" in title(dash_duo, ID.head_view), timeout=30)
     heads = sorted(
         {int(n[1:]) for n in graph(dash_duo, ID.head_view, "return gd.data.map(t => t.name);") if n and n[0] == "H"}
     )
@@ -88,7 +88,7 @@ def test_the_model_view_shows_what_moves_on_its_own_scale(dash_duo, cat_capture)
     open_tab(dash_duo, "Model view")
     poll(lambda: title(dash_duo, ID.model_view).startswith("Model view: 6 layers × 12 heads (click"), timeout=30)
     show(dash_duo, "moved")
-    poll(lambda: "heads, what moves (‖α·f(x)‖" in title(dash_duo, ID.model_view), timeout=60)
+    poll(lambda: "heads, moved (‖α·f(x)‖" in title(dash_duo, ID.model_view), timeout=60)
     top = max(float(cat_capture.moved(layer).max()) for layer in cat_capture.layer_indices())
     assert graph(dash_duo, ID.model_view, "return gd.data[0].zmax;") == pytest.approx(top, rel=1e-4)
     assert graph(dash_duo, ID.model_view, "return gd.data[0].showscale;") is True
@@ -113,14 +113,14 @@ def test_the_long_heatmap_overview_and_zoom_follow_the_measure(long_cap):
     ref = np.array([[float(moved[a:b, c:d].max()) for c, d in zip(edges, edges[1:])] for a, b in zip(edges, edges[1:])])
     z = np.array(fig.data[0].z, dtype=float)
     np.testing.assert_allclose(z[ref > 0], ref[ref > 0], rtol=1e-4)
-    assert "max ‖α·f(x)‖ (what moves)" in fig.layout.title.text and "exact values" in fig.layout.title.text
-    assert "to see the exact ‖α·f(x)‖ (what moves)" in note_for(long_cap, view, False, None, "moved")
+    assert "max moved (‖α·f(x)‖)" in fig.layout.title.text and "exact values" in fig.layout.title.text
+    assert "to see the exact moved (‖α·f(x)‖)" in note_for(long_cap, view, False, None, "moved")
     zoom, zoomed = shown_window(long_cap, 1, 2, (100, 150), (80, 140), measure="moved")
     allowed = long_cap.allowed(1)[100:150, 80:140].numpy()
     np.testing.assert_allclose(
         np.array(zoom.data[0].z, dtype=float)[allowed], moved[100:150, 80:140].numpy()[allowed], rtol=1e-4
     )
-    assert note_for(long_cap, zoomed, False, None, "moved").startswith("Exact ‖α·f(x)‖ (what moves): queries 100–149")
+    assert note_for(long_cap, zoomed, False, None, "moved").startswith("Exact moved (‖α·f(x)‖): queries 100–149")
     plain, _ = shown_window(long_cap, 1, 2, (100, 150), (80, 140))
     assert "exact weights" in plain.layout.title.text and note_for(long_cap, zoomed, False, None).startswith(
         "Exact weights"
@@ -129,7 +129,7 @@ def test_the_long_heatmap_overview_and_zoom_follow_the_measure(long_cap):
 
 def test_compare_figure_passes_the_measure(long_cap):
     fig, problem = compare_figure(long_cap, long_cap, 1, 2, words=False, part=None, measure="moved")
-    assert problem == "" and "tokens, what moves (‖α·f(x)‖): max |A − B| 0.000" in fig.layout.title.text
+    assert problem == "" and "tokens, moved (‖α·f(x)‖): max |A − B| 0.000" in fig.layout.title.text
     fig, problem = compare_figure(long_cap, long_cap, 1, 2, words=False, part=None, measure="norm")
     assert problem.startswith("measure must be 'weights'")
 
@@ -145,6 +145,6 @@ def test_the_exports_follow_the_switch(cat_capture):
     np.testing.assert_allclose(weights.to_numpy(), cap.attention(2, 5, words=True).numpy(), rtol=1e-6)
     for tab in ("heatmap", "head", "model"):
         [fig] = view_figures(cap, tab, 2, 5, words=False, part=None, measure="moved")
-        assert "what moves" in fig.layout.title.text or "‖α·f(x)‖" in fig.layout.title.text, tab
+        assert "moved" in fig.layout.title.text or "‖α·f(x)‖" in fig.layout.title.text, tab
     [row] = view_figures(cap, "lab", 2, 5, words=False, part=None, query=8, measure="moved")
-    assert "what moves" in row.layout.title.text
+    assert "moved (‖α·f(x)‖)" in row.layout.title.text

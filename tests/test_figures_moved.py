@@ -1,4 +1,4 @@
-"""The map views' "what moves" switch (``measure="moved"``): each figure draws α_ij·‖f_h(x_j)‖, checked
+"""The map views' "moved" switch (``measure="moved"``): each figure draws α_ij·‖f_h(x_j)‖, checked
 against a reference computed here from the model's own output projection and the capture's values —
 not from ``cap.moved`` — and each says which measure it shows."""
 
@@ -86,7 +86,7 @@ def long_pair(long_llama):
 
 
 def test_the_reference_is_not_the_weights(llama, decoder_cap):
-    # the point of every test below: what moves differs from the weights, not by one common factor
+    # the point of every test below: moved differs from the weights, not by one common factor
     moved, w = moved_by_hand(llama, decoder_cap, 1, 2), decoder_cap.attention(1, 2)
     ratio = moved[w > 0] / w[w > 0]
     assert float(ratio.max() - ratio.min()) > 1e-3 * float(ratio.max())
@@ -101,11 +101,11 @@ def test_heatmap_moved_draws_alpha_times_the_norm_of_w_o_v(llama, decoder_cap):
     assert np.isnan(z[np.triu_indices(10, 1)]).all()  # the causal triangle stays empty
     weights = figures.heatmap(decoder_cap, 1, 2)
     assert not np.allclose(heat(weights)[lower], z[lower], atol=1e-4)
-    # the colour scale comes from the data (rows of contributions do not sum to 1)
+    # the colour scale comes from the data (rows of moved do not sum to 1)
     assert fig.data[0].zmin == 0 and fig.data[0].zmax == pytest.approx(float(ref[lower].max()), rel=1e-5)
     assert weights.data[0].zmax == pytest.approx(float(decoder_cap.attention(1, 2).max()), rel=1e-5)
     assert fig.data[0].colorbar.title.text == MOVED_BAR and weights.data[0].colorbar.title.text == WEIGHT_BAR
-    assert "attention: what moves (‖α·f(x)‖)" in fig.layout.title.text and "L1·H2" in fig.layout.title.text
+    assert "attention: moved (‖α·f(x)‖)" in fig.layout.title.text and "L1·H2" in fig.layout.title.text
     assert "attention weights" in weights.layout.title.text and "moves" not in weights.layout.title.text
     assert "moved ‖α·f(x)‖" in fig.data[0].hovertemplate
 
@@ -125,7 +125,7 @@ def test_heatmap_moved_in_words_is_the_norm_of_the_summed_vectors(tiny_bert_word
     np.testing.assert_allclose(heat(fig), ref, rtol=1e-4, atol=1e-6)
     sum_of_norms = bert_cap.moved(1, 3) @ torch.ones(bert_cap.n_tokens, 1)  # not what a word moves
     assert heat(fig).shape == (len(bert_cap.words),) * 2 and sum_of_norms.shape[0] == bert_cap.n_tokens
-    assert "word × word attention: what moves" in fig.layout.title.text
+    assert "word × word attention: moved" in fig.layout.title.text
 
 
 # ---------------------------------------------------------------- head view
@@ -156,7 +156,7 @@ def test_head_view_moved_sets_opacity_by_the_share_of_the_largest_contribution(t
         assert drawn(fig, head) == expected
     weights = figures.head_view(bert_cap, 1, [0, 3], threshold=0.05)
     assert drawn(weights, 0) != drawn(fig, 0)
-    assert "head view, what moves" in fig.layout.title.text and f"the largest ({largest:.3g})" in fig.layout.title.text
+    assert "head view, moved" in fig.layout.title.text and f"the largest ({largest:.3g})" in fig.layout.title.text
     assert "head view — every query: weights ≥ 0.05" in weights.layout.title.text
 
 
@@ -187,7 +187,7 @@ def test_model_view_moved_thumbnails_are_the_max_pooled_contributions(llama, dec
             np.testing.assert_allclose(cell, pooled[head].numpy(), rtol=1e-4, atol=1e-7)
     assert fig.data[0].zmax == pytest.approx(top, rel=1e-5) and fig.data[0].showscale
     assert fig.data[0].colorbar.title.text == MOVED_BAR
-    assert fig.layout.title.text.startswith("Model view: 2 layers × 4 heads, what moves (‖α·f(x)‖")
+    assert fig.layout.title.text.startswith("Model view: 2 layers × 4 heads, moved (‖α·f(x)‖")
     weights = figures.model_view(decoder_cap, cells=4)
     assert weights.data[0].zmax == 1 and not weights.data[0].showscale
     assert not np.allclose(heat(weights), z, equal_nan=True, atol=1e-3)
@@ -237,7 +237,7 @@ def test_overview_moved_pools_the_contributions_in_blocks(long_llama, long_pair,
     assert np.isnan(z[~keep]).all()
     assert fig.data[0].zmax == pytest.approx(float(ref.max()), rel=1e-5)
     assert fig.data[0].colorbar.title.text == MOVED_BAR
-    assert f"the {mode} ‖α·f(x)‖ (what moves) of each block of 10×10 tokens" in fig.layout.title.text
+    assert f"the {mode} moved (‖α·f(x)‖) of each block of 10×10 tokens" in fig.layout.title.text
     weights = overview(cap, 1, 3, size=64, mode=mode)
     assert not torch.allclose(weights.values, ov.values, atol=1e-4)
 
@@ -253,7 +253,7 @@ def test_window_moved_is_the_exact_contributions(long_llama, long_pair):
     allowed = cap.allowed(1)[300:340, 250:310].numpy()
     np.testing.assert_allclose(z[allowed], ref[allowed], rtol=1e-4)
     assert np.isnan(z[~allowed]).all()
-    assert "exact ‖α·f(x)‖ (what moves) of queries 300–339 × keys 250–309" in fig.layout.title.text
+    assert "exact moved (‖α·f(x)‖) of queries 300–339 × keys 250–309" in fig.layout.title.text
     assert fig.data[0].colorbar.title.text == MOVED_BAR
     plain = figures.window_figure(cap, 1, 3, (300, 340), (250, 310))
     assert "exact weights of queries" in plain.layout.title.text and plain.data[0].colorbar.title.text == WEIGHT_BAR
@@ -270,7 +270,7 @@ def test_compare_heads_moved_sets_the_two_contribution_maps_side_by_side(llama, 
     np.testing.assert_allclose(heat(fig, 2)[lower], (ref_a - ref_b).numpy()[lower], rtol=1e-3, atol=1e-6)
     assert fig.data[0].zmax == pytest.approx(float(max(ref_a.max(), ref_b.max())), rel=1e-5)
     assert fig.data[0].colorbar.title.text == MOVED_BAR
-    assert "tokens, what moves (‖α·f(x)‖): max |A − B|" in fig.layout.title.text
+    assert "tokens, moved (‖α·f(x)‖): max |A − B|" in fig.layout.title.text
     weights = figures.compare_heads(decoder_cap, other, 1, 2)
     assert "tokens, weights: max |A − B|" in weights.layout.title.text
     assert not np.allclose(heat(weights, 0)[lower], heat(fig, 0)[lower], atol=1e-4)
@@ -293,7 +293,7 @@ def test_compare_heads_moved_of_long_texts_pools_block_means(long_llama, long_pa
     np.testing.assert_allclose(heat(fig, 2), (pa - pb).numpy(), rtol=1e-3, atol=1e-7)
     exact = float((ma - mb).abs().max())
     assert f"max |A − B| {exact:.3f} cell by cell" in fig.layout.title.text
-    assert "of what moves (‖α·f(x)‖)" in fig.layout.title.text and fig.data[0].colorbar.title.text == "mean ‖α·f(x)‖"
+    assert "of moved (‖α·f(x)‖)" in fig.layout.title.text and fig.data[0].colorbar.title.text == "mean ‖α·f(x)‖"
 
 
 def test_comparison_moved_weighs_the_models_own_weights_by_the_value_norms(tiny_bert_words, bert_cap):
@@ -303,11 +303,13 @@ def test_comparison_moved_weighs_the_models_own_weights_by_the_value_norms(tiny_
     theirs = bert_cap.layer(1).weights[3].float() * norms[None, :]
     np.testing.assert_allclose(heat(fig, 0), theirs.numpy(), rtol=1e-4, atol=1e-7)
     np.testing.assert_allclose(heat(fig, 1), moved_by_hand(model, bert_cap, 1, 3, bert=True).numpy(), rtol=1e-4)
-    assert "‖A·f(x)‖ (what moves)" in fig.layout.annotations[0].text and "what moves: max" in fig.layout.title.text
+    assert "‖A·f(x)‖ (moved)" in fig.layout.annotations[0].text and ", moved: max" in fig.layout.title.text
 
 
 def test_comparison_moved_needs_the_models_weights(decoder_cap):
-    with pytest.raises(attnviz.InputError, match="what moves is compared only against the model's own weights"):
+    with pytest.raises(
+        attnviz.InputError, match=r"moved \(‖α·f\(x\)‖\) is compared only against the model's own weights"
+    ):
         figures.validation_comparison(decoder_cap, 1, 2, measure="moved")
 
 

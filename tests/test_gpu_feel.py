@@ -141,7 +141,7 @@ def test_on_the_cpu_each_layer_is_checked_alone_with_no_copy_of_its_tensors():
     """The CPU stacks nothing: a launch costs it nothing, a stacking copy 3 % of GPT-2's forward at 1,024 tokens."""
     cap = attnviz.capture(attnviz.testing.tiny_model("llama"), input_ids=torch.randint(3, 100, (1, 20)), check="off")
     for rec in cap.records.values():
-        rec.value_dots = None  # as the pipeline groups them: before what moves is filled
+        rec.value_dots = None  # as the pipeline groups them: before what is moved is filled
     found, rest = device_check.groups(cap)
     assert not rest and [len(g.layers) for g in found] == [1] * len(cap.records)
     assert all(g.q.untyped_storage().data_ptr() == g.first.q.untyped_storage().data_ptr() for g in found)

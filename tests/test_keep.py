@@ -66,7 +66,7 @@ def test_a_lean_capture_shows_the_same_maps_in_less_memory(family):
 
 def test_what_was_not_kept_is_refused_by_name_and_a_file_keeps_the_choice(llama, ids, tmp_path):
     lean = attnviz.capture(llama, input_ids=ids, keep=["q", "k", "v", "norms"])
-    assert lean.moved(1).shape == (4, 40, 40)  # norms kept: what moves is there
+    assert lean.moved(1).shape == (4, 40, 40)  # norms kept: moved is there
     with pytest.raises(attnviz.InputError, match=r"kept q, k, v, norms .*Capture again keeping v and out"):
         lean.validate()
     bare = attnviz.capture(llama, input_ids=ids, keep="q,k")  # a string as the command line writes it

@@ -1,7 +1,7 @@
-"""The AttentionLab's "what moves" (#20): each key's share of what the head writes into the query,
+"""The AttentionLab's "moved" (#20): each key's share of what the head writes into the query,
 α_ij·‖f(x_j)‖ / Σ_j' α_ij'·‖f(x_j')‖, beside its weight — the library's row shares against a hand
 computation from the model's own output projection and the capture's tensors, the lab's sentences
-against the row's numbers, and the Lab switched to "what moves" and back in a browser."""
+against the row's numbers, and the Lab switched to "moved" and back in a browser."""
 
 import math
 import re
@@ -127,7 +127,7 @@ def test_the_lab_text_says_the_rows_own_numbers(llama, bert_cat, words, switches
                 temperature=kwargs["temperature"],
                 words=words,
             )[query]
-            if words:  # the word rows' moved share: the capture's contributions (tested above by hand)
+            if words:  # the word rows' moved share: the capture's moved map (tested above by hand)
                 moved = cap.moved(
                     layer,
                     head,
@@ -187,13 +187,11 @@ def test_query_row_draws_the_moved_shares_beside_the_weights(llama):
     query = cap.token_labels.index("它₁")
     alpha, _, share = by_hand(cap, 1, 2, query)
     fig = figures.query_row(cap, 1, 2, query, measure="moved")
-    assert [bar.name for bar in fig.data] == ["share of what moves", "weight α"]
+    assert [bar.name for bar in fig.data] == ["moved share", "weight α"]
     np.testing.assert_allclose(np.array(fig.data[0].y), share.numpy(), atol=1e-5)
     np.testing.assert_allclose(np.array(fig.data[1].y), alpha.numpy(), atol=1e-5)
     j = int(share.argmax())
-    assert (
-        f"what moves (‖α·f(x)‖) — {100 * float(share[j]):.0f} % from {cap.token_labels[j]!r}" in fig.layout.title.text
-    )
+    assert f"moved (‖α·f(x)‖) — {100 * float(share[j]):.0f} % from {cap.token_labels[j]!r}" in fig.layout.title.text
     plain = figures.query_row(cap, 1, 2, query)  # weights: one trace, the moved share in the hover
     assert len(plain.data) == 1 and "entropy" in plain.layout.title.text
     np.testing.assert_allclose(np.array(plain.data[0].y), alpha.numpy(), atol=1e-5)
@@ -227,7 +225,7 @@ def test_lab_switches_to_what_moves_and_back(dash_duo, llama_folder, long_llama)
     dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "query '它₁'")
     dash_duo.wait_for_contains_text(f"#{ID.lab_graph} .gtitle", "L1·H2")
     weights_title = dash_duo.find_element(f"#{ID.lab_graph} .gtitle").text
-    assert "entropy" in weights_title and "what moves" not in weights_title
+    assert "entropy" in weights_title and "moved" not in weights_title
     # the page's capture, made again here: the sentences must be this row's own numbers
     model, tokenizer = long_llama
     cap = attnviz.capture(model, ZH, tokenizer, add_bos=True)
@@ -237,14 +235,14 @@ def test_lab_switches_to_what_moves_and_back(dash_duo, llama_folder, long_llama)
     poll(lambda: [e.text for e in dash_duo.find_elements(".lab-moved")] == expected)
     assert dash_duo.find_element(".lab-row").text == stats_line(cap, 1, 2, query, "weights", kwargs)
 
-    dash_duo.find_elements(f"#{ID.measure} input")[1].click()  # Show: what moves
-    dash_duo.wait_for_contains_text(f"#{ID.lab_graph} .gtitle", "what moves")
+    dash_duo.find_elements(f"#{ID.measure} input")[1].click()  # Show: moved
+    dash_duo.wait_for_contains_text(f"#{ID.lab_graph} .gtitle", "moved (‖α·f(x)‖)")
     poll(lambda: dash_duo.find_element(".lab-row").text == stats_line(cap, 1, 2, query, "moved", kwargs))
     _, _, share = attnviz.analysis.row_shares(cap, 1, 2, query, **kwargs)
     drawn = dash_duo.driver.execute_script(
         f"const gd = document.querySelector('#{ID.lab_graph} .js-plotly-plot'); return gd.data.map(d => d.name);"
     )
-    assert drawn == ["share of what moves", "weight α"]
+    assert drawn == ["moved share", "weight α"]
     bars = dash_duo.driver.execute_script(
         f"const gd = document.querySelector('#{ID.lab_graph} .js-plotly-plot'); return Array.from(gd._fullData[0].y);"
     )

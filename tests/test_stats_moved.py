@@ -1,4 +1,4 @@
-"""Head statistics by norm (``<name>_moved``): each row's shares of what a head moves,
+"""Moved head statistics (``<name>_moved``): each row's shares of what a head moves,
 ``α_ij·‖f_h(x_j)‖ / Σ_k α_ik·‖f_h(x_k)‖`` (Kobayashi et al. 2020), averaged like the weights —
 against a hand computation from the capture's own ``attention`` and ``value_norms``, in
 ``head_stats``, the fused pass (``summarize``), ``corpus_stats`` and ``attnviz stats``."""
@@ -44,7 +44,7 @@ def _punct(text: str) -> bool:
 
 
 def by_hand(caps: list[attnviz.Capture]) -> pd.DataFrame:
-    """The by-norm columns computed from each capture's own tensors: the shares ``S = C / ΣC`` with
+    """The moved columns computed from each capture's own tensors: the shares ``S = C / ΣC`` with
     ``C = cap.attention(layer) * cap.value_norms(layer)[:, None, :]``, each column's cells summed
     over its scored rows of every text, over the scored rows' count."""
     totals: dict[tuple[int, int, str], float] = {}
@@ -187,7 +187,7 @@ def test_the_fused_pass_gives_the_same_moved_columns_also_over_chunks_of_a_long_
     cap = attnviz.capture(model, input_ids=ids)
     fused = summarize(cap).head_stats()
     pd.testing.assert_frame_equal(fused, head_stats(cap), rtol=1e-5, atol=1e-6)
-    # the mean distance by norm is ~255 tokens here, where one float32 step is 1.5e-5: relative there
+    # the moved mean distance is ~255 tokens here, where one float32 step is 1.5e-5: relative there
     assert_moved_equal(fused, by_hand([cap]), atol=1e-6, rtol=1e-6)
 
 
@@ -216,7 +216,7 @@ def test_corpus_stats_moved_columns_equal_the_hand_computation_over_the_same_tex
 def test_a_padded_chunked_batch_moves_what_its_captures_move(family):
     """Learned sinks (gpt_oss: a row's weights sum to < 1, its moved shares to 1), projection hooks
     and ALiBi (bloom), a sliding window (mistral: a chunk's keys start after 0) and an encoder
-    (roberta), in one padded batch cut into chunks of rows: the by-norm columns equal the captures'
+    (roberta), in one padded batch cut into chunks of rows: the moved columns equal the captures'
     hand computation, NaN in the same places."""
     from attnviz.workflows.corpus.batched import BatchReducer
 
@@ -267,7 +267,7 @@ def test_saved_sums_without_the_moved_columns_are_refused_with_what_to_do(tmp_pa
     again = HeadStatsSums.from_state(sums.state())  # this attnviz's own state loads
     pd.testing.assert_frame_equal(again.frame(), sums.frame())
 
-    # a checkpoint written before the by-norm columns: its keys and vector lack them
+    # a checkpoint written before the moved columns: its keys and vector lack them
     texts = [cap.text for cap in caps]
     checkpoint = tmp_path / "run.ckpt"
     corpus_stats(model, texts, IdsTokenizer(), batch_size=1, checkpoint=checkpoint, progress=False)
@@ -332,7 +332,7 @@ def test_the_statistics_view_shows_weight_and_norm_side_by_side_and_maps_the_one
         answer = _post(app, {**asked, ID.measure: measure})
         names = [c["id"] for c in answer[AID.stats_table]["columns"]]
         assert names[:6] == ["layer", "head", "first", "first_moved", "special", "special_moved"]
-        assert names.index("entropy") + 1 == names.index("previous_token")  # no twin by norm
+        assert names.index("entropy") + 1 == names.index("previous_token")  # no moved twin
         figure = answer[AID.stats_map]["figure"]
         assert figure["layout"]["title"]["text"].startswith(f"{shown}: ")
         z = _array(figure["data"][0]["z"])
@@ -369,8 +369,8 @@ def test_show_what_moves_maps_the_statistics_by_norm_in_the_browser(dash_duo, mi
         )
         return [v for row in z for v in row]
 
-    dash_duo.find_elements(f"#{ID.measure} input")[1].click()  # Show: what moves
-    dash_duo.wait_for_contains_text(f"#{AID.stats_map} .gtitle", "previous_token_moved: previous_token by norm")
+    dash_duo.find_elements(f"#{ID.measure} input")[1].click()  # Show: moved
+    dash_duo.wait_for_contains_text(f"#{AID.stats_map} .gtitle", "previous_token_moved: previous_token, moved")
     poll(lambda: drawn() == pytest.approx(expected["previous_token_moved"].tolist(), abs=1e-5))
     dash_duo.find_elements(f"#{ID.measure} input")[0].click()  # and back to the weights
     dash_duo.wait_for_contains_text(f"#{AID.stats_map} .gtitle", "previous_token: attends")
@@ -381,4 +381,4 @@ def test_show_what_moves_maps_the_statistics_by_norm_in_the_browser(dash_duo, mi
 def test_head_map_names_a_by_norm_column_by_its_meaning():
     cap = attnviz.capture(attnviz.testing.tiny_model("gpt2"), input_ids=torch.arange(3, 12)[None])
     fig = attnviz.figures.head_map(attnviz.analysis.head_stats(cap), "first_moved")
-    assert "by norm" in fig.layout.title.text and "what the head moves" in fig.layout.title.text
+    assert ", moved:" in fig.layout.title.text and "what the head moves" in fig.layout.title.text

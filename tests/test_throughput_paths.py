@@ -176,14 +176,14 @@ def test_some_statistics_alone_equal_the_whole_reductions_and_leave_the_others_n
             assert got[[k for k in every if k not in filled]].isna().all().all(), (chosen, budget)
     lean = corpus_stats(model, texts, tok, batch_size=4, progress=False, statistics=["entropy"])
     np.testing.assert_allclose(lean["entropy"], expected["entropy"], rtol=1e-6)
-    assert lean["first"].isna().all() and lean["first_moved"].isna().all()  # nor any statistic by norm
+    assert lean["first"].isna().all() and lean["first_moved"].isna().all()  # nor any moved statistic
 
 
 def test_statistics_names_what_it_cannot_compute():
     model, tok = attnviz.testing.tiny_model("bert"), IdsTokenizer()
     with pytest.raises(InputError, match="no statistic 'weights' to compute; choose from first, special"):
         corpus_stats(model, ["1 2 3"], tok, progress=False, statistics=["entropy", "weights"])
-    with pytest.raises(InputError, match="no statistic 'first_moved'"):  # the statistics by norm follow moved=
+    with pytest.raises(InputError, match="no statistic 'first_moved'"):  # the moved statistics follow moved=
         BatchReducer(model, tok, statistics=["first_moved"])
     with pytest.raises(InputError, match="without a checkpoint"):
         corpus_stats(model, ["1 2 3"], tok, progress=False, statistics=["entropy"], checkpoint="x.ckpt")

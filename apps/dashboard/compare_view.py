@@ -51,7 +51,7 @@ def compare_figure(
     part: str | None,
     measure: str = "weights",
 ) -> tuple:
-    """(figure, message): the comparison (of the weights, or of what moves: ``measure="moved"``), or
+    """(figure, message): the comparison (of the weights, or moved: ``measure="moved"``), or
     the library's message (as a figure too) when it fails."""
     try:
         part_a = part if len(a.parts) > 1 else None

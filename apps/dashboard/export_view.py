@@ -33,8 +33,8 @@ def matrix_frame(
     measure: str = "weights",
 ) -> pd.DataFrame:
     """The shown matrix as a table: one row per query, one column per key, labelled — the weights, or
-    with ``measure="moved"`` what the head moves (``cap.contributions``)."""
-    shown = cap.contributions if measure == "moved" else cap.attention
+    with ``measure="moved"`` what the head moves (``cap.moved``)."""
+    shown = cap.moved if measure == "moved" else cap.attention
     matrix = shown(layer, head, words=words, part=part).numpy()
     return pd.DataFrame(
         matrix,
@@ -56,7 +56,7 @@ def view_figures(
     measure: str = "weights",
 ) -> list:
     """The figures of a view, for the self-contained HTML export (tables' views give the heatmap), with
-    a generation's new tokens marked as in the page and the page's measure (weights or what moves)."""
+    a generation's new tokens marked as in the page and the page's measure (weights or moved)."""
     if tab == "head":
         return [figures.head_view(cap, layer, heads or [head], words=words, part=part, measure=measure)]
     if tab == "model":

@@ -1,6 +1,6 @@
 """The AttentionLab: click a token to make it the query, see its row of weights, and flip the causal
 mask, the ÷√d_k scaling and the temperature — the row recomputed from the model's real Q and K. The
-shared "Show" control (weights | what moves) switches its bars to each key's share of what the head
+shared "Show" control (weights | moved) switches its bars to each key's share of what the head
 moves into the query, ‖α·f(x)‖, drawn beside the weights, and two lines say the row's own numbers.
 Other views add their panels to it through the panel registry (``panels.py``): a generation's step
 slider in the slot ``"steps"`` (generation_view), "apply to the model" in ``"apply"`` (edit_view)."""
@@ -127,7 +127,7 @@ def moved_lines(
         why += "it moves more than its weight says: a smaller weight on a long vector can carry more."
     else:
         why = (
-            f"Here weight and what moves agree (the vector of {names[far]!r} is {ratio:.2g}× the row's weight-averaged "
+            f"Here weight and moved agree (the vector of {names[far]!r} is {ratio:.2g}× the row's weight-averaged "
             "length ‖f(x)‖ = ‖W_O·v‖); they need not: a large weight on a key whose value the head barely "
             "projects moves little."
         )
@@ -166,8 +166,8 @@ def layout(graph_config: dict) -> list:
         html.P(
             "Click a token to make it the query, and see its row of weights. Switch the causal mask "
             "and the ÷√d_k scaling, or change the temperature: the row is recomputed with attnviz's "
-            "own SDPA from this model's real Q and K. Show \"what moves\" to see, beside each key's "
-            "weight, its share of what the head writes into the query (‖α·f(x)‖)."
+            "own SDPA from this model's real Q and K. Show \"moved\" to see, beside each key's "
+            "weight, its share of what the head moves into the query (‖α·f(x)‖)."
         ),
         *slot_panels("lab", "steps"),  # a generation's step slider (generation_view)
         html.Div(id=ID.lab_tokens, style={"lineHeight": "2.1em", "margin": "6px 0"}),
@@ -331,7 +331,7 @@ def register(app: Dash, captures: Captures) -> None:
         has_norms = cap.layer(layer, part).value_dots is not None
         shares = attnviz.analysis.row_shares(cap, layer, head, index, **kwargs) if has_norms else None  # once
         text = stats_line(cap, layer, head, index, measure, kwargs, shares)
-        moved = [  # the row's numbers, then (brown) why weight and what moves differ
+        moved = [  # the row's numbers, then (brown) why weight and moved differ
             html.Div(line, className="lab-moved", style={"color": "#333" if " takes " in line else "#8c4a00"})
             for line in moved_lines(cap, layer, head, index, kwargs, shares)
         ]

@@ -5,7 +5,7 @@ in the heatmap.
 The thumbnails come from the fused summary of the capture (``background.summary_of``: one pass over every
 head shared with head statistics, rollout and the validation) — for a long text a background job, with
 the job bar's progress meanwhile. Word thumbnails, a cross-attention part, and the thumbnails of what
-each head moves (the page's "Show: what moves" — ‖α·f(x)‖, ``measure="moved"``) are pooled by a job of
+each head moves (the page's "Show: moved" — ‖α·f(x)‖, ``measure="moved"``) are pooled by a job of
 their own (``model_view_thumbnails``)."""
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def register(app: Dash, captures: Captures) -> None:
         moved = measure == "moved"
         if words or part == "cross" or moved:  # not in the summary: pooled by a job of its own
             kind = "word" if words else part if part == "cross" else "token"
-            label = f"the model view's {kind} thumbnails" + (" of what moves" if moved else "")
+            label = f"the model view's {kind} thumbnails" + (", moved" if moved else "")
             thumbs = in_background(
                 captures,
                 store,

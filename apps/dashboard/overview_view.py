@@ -87,7 +87,7 @@ def shown_window(
     part: str | None = None,
     measure: str = "weights",
 ) -> tuple[go.Figure, dict]:
-    """The exact weights (or what moves: ``measure="moved"``) of a window (``figures.window_figure``) and
+    """The exact weights (or moved: ``measure="moved"``, what the head moves) of a window (``figures.window_figure``) and
     the view's store."""
     fig = figures.window_figure(
         cap, layer, head, rows, keys, part=part, hint="double-click: back to the overview", measure=measure
@@ -131,10 +131,10 @@ def is_long(cap: attnviz.Capture, words: bool, part: str | None) -> bool:
 
 def note_for(cap: attnviz.Capture, view: dict | None, words: bool, part: str | None, measure: str = "weights") -> str:
     """The line above the heatmap: how what is shown relates to the text (``measure``: the weights, or
-    what moves, ‖α·f(x)‖)."""
+    moved: what the head moves, ‖α·f(x)‖)."""
     if view is None:
         return ""
-    exact = "Exact ‖α·f(x)‖ (what moves)" if measure == "moved" else "Exact weights"
+    exact = "Exact moved (‖α·f(x)‖)" if measure == "moved" else "Exact weights"
     n = len(figures.helpers.labels(cap, False, part, "query"))
     unit = (
         f" (the text has {len(figures.helpers.labels(cap, True, part, 'query')):,} words, more than the {LONG} a word "

@@ -158,11 +158,11 @@ def selectors() -> list:
                 className="av-radio",
                 options=[
                     {"label": " weights", "value": "weights"},
-                    {"label": " what moves (‖αf(x)‖)", "value": "moved"},
+                    {"label": " moved", "value": "moved"},
                 ],
             ),
-            "weights: where each query looks (α). What moves: how much of the head's output comes from "
-            "each key, ‖α·f(x)‖ with f(x) = W_O·v (Kobayashi et al. 2020): a high weight on a key whose "
+            "weights: where each query looks (α). moved: what the head moves, ‖α·f(x)‖ — how much of its "
+            "output comes from each key, with f(x) = W_O·v (Kobayashi et al. 2020): a high weight on a key whose "
             "value the head barely projects moves little.",
         ),
     ]

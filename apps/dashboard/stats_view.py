@@ -4,9 +4,9 @@ with; a click on a row or the map selects the head. This text's statistics come 
 fused summary (``background.summary_of``): for a long text a background job, shared with the model view,
 rollout and the validation.
 
-Each statistic by weight sits beside its twin by norm (``<name>_moved``: the share of what the head
+Each statistic by weight sits beside its moved twin (``<name>_moved``: the share of what the head
 moves, α·‖f(x)‖, :data:`attnviz.analysis.MOVED_STATISTICS`) in the table; the map shows the
-column chosen, and under the page's "Show: what moves" a weight column's twin by norm."""
+column chosen, and under the page's "Show: moved" a weight column's moved twin."""
 
 from __future__ import annotations
 
@@ -32,9 +32,9 @@ def layout() -> list:
     return [
         html.P(
             "Per head, averaged over every query token (after Clark et al. 2019), with pattern detectors: "
-            "each number is the share of attention that goes where the column says. Beside each, its twin "
-            "by norm (…_moved): the share of what the head moves into the query (α·‖f(x)‖), which the map "
-            "shows under Show: what moves. Sort by a column; click a row or the map to select the head."
+            "each number is the share of attention that goes where the column says. Beside each, its moved "
+            "twin (…_moved): the share of what the head moves into the query (α·‖f(x)‖), which the map "
+            "shows under Show: moved. Sort by a column; click a row or the map to select the head."
         ),
         html.Div(
             [
@@ -120,7 +120,7 @@ def register(app: Dash, captures: Captures, corpus: pd.DataFrame | None = None, 
         shown = map_column(column, measure or "weights")
         if shown not in df.columns:
             figure = message_figure(
-                f"This table has no {shown} column: it was written by an attnviz before the statistics by norm "
+                f"This table has no {shown} column: it was written by an attnviz before the moved statistics "
                 "(…_moved). Run attnviz stats again, or choose a column by weight."
             )
         else:
@@ -142,14 +142,14 @@ def register(app: Dash, captures: Captures, corpus: pd.DataFrame | None = None, 
 
 
 def map_column(column: str, measure: str) -> str:
-    """The column the map shows: the one chosen, or under ``measure="moved"`` a weight column's twin
-    by norm (the entropy has none: it stays)."""
+    """The column the map shows: the one chosen, or under ``measure="moved"`` a weight column's moved
+    twin (the entropy has none: it stays)."""
     twin = moved_name(column)
     return twin if measure == "moved" and twin in MOVED_STATISTICS else column
 
 
 def side_by_side(df: pd.DataFrame) -> pd.DataFrame:
-    """The table's columns with each statistic by weight followed by its twin by norm (``_moved``)."""
+    """The table's columns with each statistic by weight followed by its moved twin (``_moved``)."""
     columns = [c for c in df.columns if not c.endswith("_moved")]
     ordered: list[str] = []
     for c in columns:

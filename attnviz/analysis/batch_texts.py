@@ -40,7 +40,7 @@ PATTERNS = ("duplicate_token", "induction")
 BLOCKED = -1e30  # a blocked score in the plain reduction: finite (its weight × its score is 0, not NaN)
 
 # The columns of reduce_layer's [column, head] sums: COLUMNS over the weights, then the same COLUMNS
-# over the shares of what is moved (the by-norm statistics, <name>_moved; that half's entropy is never
+# over the shares of what is moved (the moved statistics, <name>_moved; that half's entropy is never
 # read), and the column each statistic reads.
 COLUMNS = ("first", "special", "punctuation", "distance", "self", "previous", "next", "entropy") + PATTERNS
 _BY_WEIGHT = {**{name: COLUMNS.index(name) for name in COLUMNS}, "previous_token": COLUMNS.index("previous")}
@@ -98,7 +98,7 @@ class BatchTexts:
             found = [pattern_rows(self.ids[i, :m].tolist()) for i, m in enumerate(self.lengths)]
             for p, name in enumerate(PATTERNS):
                 counts[name] = torch.tensor(float(sum(f[p] for f in found)), dtype=torch.float64)
-        counts.update({moved_name(name): count for name, count in list(counts.items())})  # the same rows, by norm
+        counts.update({moved_name(name): count for name, count in list(counts.items())})  # the same rows, moved
         return torch.stack([counts[k].double() for k in keys])
 
     def chunk(self, start: int, stop: int, keys: int, device: torch.device) -> Chunk:

@@ -107,7 +107,7 @@ def reduce_layer(
     ``statistics=False``: the weights, the picked rows and the check only — no entropy, no sums (NaN);
     with ``patterns``, the detectors' pair sums (``duplicate_token``, ``induction``) are still added, as
     ``statistics=True`` adds them. ``statistics`` as names (:func:`wanted_columns`): those sums alone, the
-    others NaN, and none by norm — without ``punctuation`` and ``distance``, no product over every weight
+    others NaN, and no moved one — without ``punctuation`` and ``distance``, no product over every weight
     (:func:`add_masses`).
     ``tally``: where each row's maximum falls, and each role's example rows, added from the same
     weights (:class:`~attnviz.analysis.head_tally.HeadTally`, what the head atlas reads)."""
@@ -117,10 +117,10 @@ def reduce_layer(
     device = q.device
     want = wanted_columns(statistics, patterns)
     if statistics is not True:
-        norms = None  # the sums by norm: with every statistic alone
+        norms = None  # the moved sums: with every statistic alone
     if norms is not None:
         norms = norms.to(device, torch.float32)
-    sums = _zeroed(want, norms is not None, h, device)  # [by weight, by norm]: 0 where added to, else NaN
+    sums = _zeroed(want, norms is not None, h, device)  # [by weight, moved]: 0 where added to, else NaN
     tallied = tally is not None and tally.full  # the tally reads each row's entropy and special-key mass
     with_entropy = "entropy" in want or tallied
     found: list[Tensor] = []  # per chunk: the check's [2, b, h] (max error, max |model|)
@@ -207,7 +207,7 @@ def _template(want: frozenset[str], moved: bool, heads: int, device: str) -> Ten
 
 def _zeroed(want: frozenset[str], moved: bool, heads: int, device: torch.device) -> Tensor:
     """A layer's fresh ``[2, column, head]`` float64 sums: 0 in the wanted columns by weight (and in every
-    one by norm where ``moved``), NaN in the others (a copy of a template made once per kind)."""
+    moved one where ``moved``), NaN in the others (a copy of a template made once per kind)."""
     return _template(want, moved, heads, str(device)).clone()
 
 

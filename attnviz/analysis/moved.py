@@ -1,4 +1,4 @@
-"""One query's row, by weight and by what moves: each key's weight α_ij beside its share of what the
+"""One query's row, by weight and moved: each key's weight α_ij beside its share of what the
 head moves into the query, ``α_ij·‖f(x_j)‖ / Σ_j' α_ij'·‖f(x_j')‖`` (Kobayashi et al. 2020).
 
 A weight says where a query looks; the moved share says how much of the vector the head writes into

@@ -10,7 +10,7 @@ again a chunk of rows at a time. Both use the model's own mask, bias, sinks and 
 Each takes a ``measure`` (:data:`MEASURES`): ``"weights"``, the weights α, or ``"moved"``, what the head
 moves, ``‖α_ij · f_h(x_j)‖ = α_ij · ‖f_h(x_j)‖`` (:meth:`Capture.moved`): every chunk of weights
 is multiplied by the layer's value norms (:meth:`Capture.value_norms`) before it is pooled, so a pooled
-cell of "moved" is the max (or mean) of the block's contributions, as a pooled cell of weights is the
+cell of "moved" is the max (or mean) of what the block's keys move into its queries, as a pooled cell of weights is the
 max (or mean) of its weights.
 """
 
@@ -128,8 +128,8 @@ def overview(
 ) -> Overview:
     """One head's map pooled into at most ``size × size`` blocks (``mode`` ``"max"`` or ``"mean"``).
 
-    ``measure="moved"`` pools the head's contributions α_ij·‖f_h(x_j)‖ instead of its weights: a cell
-    is the largest (or the mean) contribution of a key of the block to a query of the block.
+    ``measure="moved"`` pools what the head moves, α_ij·‖f_h(x_j)‖, instead of its weights: a cell
+    is the most (or the mean) a key of the block moves into a query of the block.
     Masked cells count as 0 in a mean. Memory stays at one chunk of rows whatever the length."""
     norms = measure_norms(cap, layer, measure, part)
     if mode not in MODES:
@@ -178,7 +178,7 @@ def window(
     """The head's exact weights for queries ``rows[0]:rows[1]`` and keys ``keys[0]:keys[1]``,
     computing only that tile from the rows' log-sum-exp (``cap.attention(..., rows=, cols=)``: O(rows ×
     keys) once the layer's log-sum-exp holds the rows, else one pass over their keys first, kept for the
-    next zoom); ``measure="moved"``: its contributions α_ij·‖f_h(x_j)‖ there."""
+    next zoom); ``measure="moved"``: what it moves there, α_ij·‖f_h(x_j)‖."""
     norms = measure_norms(cap, layer, measure, part)
     rec, _ = _one_head(cap, layer, head, part)
     spans = {"rows": (rows, rec.n_queries), "keys": (keys, rec.n_keys)}
@@ -202,8 +202,8 @@ class ThumbnailPool:
     (the rest of the row is 0, which a max over weights ≥ 0 never picks).
 
     ``value_norms`` ([head, n_keys], :meth:`Capture.value_norms`): each chunk's weights are multiplied
-    by them before pooling, so :attr:`pooled` holds the largest contribution α_ij·‖f_h(x_j)‖ of each
-    cell (what the head moves) instead of the largest weight."""
+    by them before pooling, so :attr:`pooled` holds the most the head moves in each cell,
+    α_ij·‖f_h(x_j)‖, instead of the largest weight."""
 
     def __init__(
         self, n_heads: int, n_queries: int, n_keys: int, size: tuple[int, int], value_norms: Tensor | None = None
@@ -260,7 +260,7 @@ def thumbnails(
     ``torch.nn.functional.adaptive_max_pool2d`` bins it (``[head, rows, cols]``) — the model view's
     thumbnails — computed a chunk of query rows at a time (:class:`ThumbnailPool` fed by the layer's
     ``weight_chunks``), so the layer's n×n maps never exist whole. ``measure="moved"``: each cell is
-    the largest contribution α_ij·‖f_h(x_j)‖ in its block."""
+    the most the head moves in its block, α_ij·‖f_h(x_j)‖."""
     norms = measure_norms(cap, layer, measure, part)
     rec = cap.layer(layer, part)
     pool = ThumbnailPool(rec.q.shape[0], rec.n_queries, rec.n_keys, size, value_norms=norms)

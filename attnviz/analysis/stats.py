@@ -7,7 +7,7 @@ All numbers are averages of attention *mass* over query positions, so each lies 
 ``distance`` (in tokens) and ``entropy`` (in nats). They are computed from attnviz's recomputed
 weights with the model's own mask, at token level.
 
-Each mass (and ``distance`` and every detector) has a twin by norm, named ``<statistic>_moved``
+Each mass (and ``distance`` and every detector) has a moved twin, named ``<statistic>_moved``
 (:data:`MOVED_STATISTICS`): the same average taken over the *share of what the head moves* into
 the query instead of its weights — for row *i*, ``c_ij / Σ_k c_ik`` with ``c_ij = α_ij·‖f_h(x_j)‖``
 (Kobayashi et al. 2020; :meth:`attnviz.Capture.moved`). A head whose weight goes to the
@@ -62,18 +62,18 @@ STATISTICS = {
 }
 
 
-# the statistics that gain a twin by norm (<name>_moved); every detector does too. The entropy does
+# the statistics that gain a moved twin (<name>_moved); every detector does too. The entropy does
 # not: the entropy of the moved shares needs a logarithm per weight, twice the pass's cost
 MOVED_OF = ("first", "special", "punctuation", "self", "previous", "next", "distance")
 
 
 def moved_name(statistic: str) -> str:
-    """The name of a statistic's twin by norm: ``first`` -> ``first_moved``."""
+    """The name of a statistic's moved twin: ``first`` -> ``first_moved``."""
     return f"{statistic}_moved"
 
 
 MOVED_STATISTICS = {
-    moved_name(name): f"{name} by norm: the share of what the head moves into the query (α·‖f(x)‖ normalised per row)"
+    moved_name(name): f"{name}, moved: the share of what the head moves into the query (α·‖f(x)‖ normalised per row)"
     + (" instead of its weight" if name != "distance" else ", as the weights of the mean distance")
     for name in (*MOVED_OF, "previous_token", "duplicate_token", "induction")
 }
@@ -275,7 +275,7 @@ class HeadStatsSums:
             "entropy": n,
         }
         rows.update({name: int(mask.any(-1).sum()) for name, mask in masks.items()})
-        rows.update({moved_name(name): rows[name] for name in [*MOVED_OF, *masks]})  # the same rows, by norm
+        rows.update({moved_name(name): rows[name] for name in [*MOVED_OF, *masks]})  # the same rows, moved
         self.counts += torch.tensor([rows[k] for k in self.keys], dtype=torch.float64)
         self.texts += 1
         self.tokens += n
@@ -307,7 +307,7 @@ class HeadStatsSums:
     @classmethod
     def from_state(cls, state: dict) -> HeadStatsSums:
         """The sums :meth:`state` saved. A state of other statistics — one saved by an attnviz before
-        the ``_moved`` columns, whose sums lack them — is refused (its texts were never summed by norm)."""
+        the ``_moved`` columns, whose sums lack them — is refused (its moved sums were never taken)."""
         detectors = any(k in DETECTORS for k in state["keys"])
         expected = statistic_keys(detectors=detectors)
         if list(state["keys"]) != expected:
@@ -319,7 +319,7 @@ class HeadStatsSums:
                     if lacking
                     else "other columns"
                 )
-                + " (a checkpoint from before the by-norm columns *_moved), so they cannot be continued; start the "
+                + " (a checkpoint from before the moved columns *_moved), so they cannot be continued; start the "
                 "run again without --resume (resume=False)"
             )
         sums = cls(state["layers"], state["n_heads"], detectors=detectors)
@@ -362,7 +362,7 @@ class HeadStatsSums:
 
 def statistic_keys(*, detectors: bool = True) -> list[str]:
     """The columns of :func:`head_stats` after ``layer, head``, in order: :data:`STATISTICS`, the
-    :data:`DETECTORS` (with ``detectors``), then their twins by norm (:data:`MOVED_STATISTICS`)."""
+    :data:`DETECTORS` (with ``detectors``), then their moved twins (:data:`MOVED_STATISTICS`)."""
     base = list(STATISTICS) + (list(DETECTORS) if detectors else [])
     return base + [moved_name(k) for k in base if k in MOVED_OF or k in DETECTORS]
 
@@ -371,7 +371,7 @@ def head_stats(caps: Capture | Sequence[Capture], *, detectors: bool = True, par
     """Per layer and head, the statistics of :data:`STATISTICS`, averaged over every query of every text.
 
     With ``detectors=True`` the :data:`DETECTORS` scores are added as columns. Then each mass, the
-    distance and each detector again by norm, ``<name>_moved`` (:data:`MOVED_STATISTICS`): averaged
+    distance and each detector again, moved: ``<name>_moved`` (:data:`MOVED_STATISTICS`): averaged
     over each row's shares of what the head moves, ``α_ij·‖f_h(x_j)‖ / Σ_k α_ik·‖f_h(x_k)‖``, where
     ``<name>`` averages the weights ``α_ij`` (NaN for a layer the capture holds no value norms of). ``part`` picks the
     encoder or the decoder of an encoder-decoder capture. (Over a corpus too large for memory:

@@ -1,10 +1,10 @@
-"""What moves between words, from a record's value dot products (``LayerRecord.value_dots``).
+"""What a head moves between words, from a record's value dot products (``LayerRecord.value_dots``).
 
-A key word's contribution to a query word is the norm of the *summed* vectors of its tokens,
+What a key word moves into a query word is the norm of the *summed* vectors of its tokens,
 ``‖Σ_{j∈J} β_Ij f_h(x_j)‖`` with ``β_Ij`` the query word's mean weight on token *j*:
 ``Σ_{j,j'∈J} β_Ij β_Ij' f_h(x_j)·f_h(x_j')`` under the root, whose terms are the dot products a
 capture keeps for tokens up to one word apart (:meth:`attnviz.Capture.moved` uses it).
-:class:`WhatMoves` is that part of :class:`attnviz.Capture`: the value norms and the contributions.
+:class:`WhatMoves` is that part of :class:`attnviz.Capture`: the value norms and :meth:`~attnviz.Capture.moved`.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def word_moved(
 
 class WhatMoves:
     """What each head moves (Kobayashi et al. 2020), a part of :class:`attnviz.Capture`: the value norms it
-    kept and the contributions ``α_ij · ‖f_h(x_j)‖`` with the weights it recomputes."""
+    kept and what is moved, ``α_ij · ‖f_h(x_j)‖``, with the weights it recomputes."""
 
     if TYPE_CHECKING:  # the capture's addressing and recomputation, which these methods read
 

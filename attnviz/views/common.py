@@ -1,5 +1,5 @@
 """What every figure module shares: colours, axis labels and ticks, the title above a top axis, the
-settings line of a head's map, what a map measures (weights or what moves), the empty figure that
+settings line of a head's map, what a map measures (weights or moved: what the head moves), the empty figure that
 carries a message, and the figures' font (:data:`FONT_FAMILY`, set by :func:`themed`)."""
 
 from __future__ import annotations
@@ -143,8 +143,8 @@ def measure_symbol(measure: str) -> str:
 
 
 def measure_name(measure: str) -> str:
-    """What a title calls the measure: "weights" or "what moves (‖α·f(x)‖)"."""
-    return {"weights": "weights", "moved": "what moves (‖α·f(x)‖)"}[check_measure(measure)]
+    """What a title calls the measure: "weights" or "moved (‖α·f(x)‖)" (what the head moves)."""
+    return {"weights": "weights", "moved": "moved (‖α·f(x)‖)"}[check_measure(measure)]
 
 
 def label_px(label: str) -> int:

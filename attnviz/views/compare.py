@@ -93,13 +93,13 @@ def validation_comparison(
     if moved:
         if rec.weights is None:
             raise InputError(
-                f"layer {layer} holds the model's output A·V, not its weights: what moves is compared only "
+                f"layer {layer} holds the model's output A·V, not its weights: moved (‖α·f(x)‖) is compared only "
                 "against the model's own weights — capture with keep_weights=True on an eager backend, or "
                 "compare the weights"
             )
         norms = cap.value_norms(layer, part=part)[head].float().cpu()
         theirs = rec.weights[head].float().cpu() * norms[None, :]
-        ours, what = cap.moved(layer, head, part=part).cpu(), "‖A·f(x)‖ (what moves)"
+        ours, what = cap.moved(layer, head, part=part).cpu(), "‖A·f(x)‖ (moved)"
     elif rec.weights is not None:
         theirs, ours, what = rec.weights[head].float().cpu(), cap.attention(layer, head, part=part).cpu(), "weights A"
     elif rec.out is not None:
@@ -120,7 +120,7 @@ def validation_comparison(
     fig = make_subplots(
         rows=1, cols=3, subplot_titles=(f"model's {what}", f"attnviz's {what}", "difference"), horizontal_spacing=0.06
     )
-    shared = dict(zmin=0, zmax=top) if moved else {}  # what moves: both panels on one scale, 0..the largest
+    shared = dict(zmin=0, zmax=top) if moved else {}  # moved: both panels on one scale, 0..the largest
     for col, (z, scale, kw) in enumerate(
         ((model_z, "Blues", shared), (ours_z, "Blues", shared), (diff, "RdBu", dict(zmin=-lim, zmax=lim))), 1
     ):
@@ -148,9 +148,7 @@ def validation_comparison(
             shapes.append(boundary(y=q_new - 0.5, xref=f"x{ref} domain", yref=f"y{ref}"))
             if k_new is not None:
                 shapes.append(boundary(x=k_new - 0.5, xref=f"x{ref}", yref=f"y{ref} domain"))
-    title = (
-        f"{part_label(cap, part)}L{layer}·H{head}" + (", what moves" if moved else "") + f": max |difference| {lim:.2e}"
-    )
+    title = f"{part_label(cap, part)}L{layer}·H{head}" + (", moved" if moved else "") + f": max |difference| {lim:.2e}"
     if windowed:
         keys = f" × keys {c0}–{c1 - 1} of {n_c:,}" if weights else ""
         at = f"query {worst[0]}, key {worst[1]}" if weights else f"position {worst[0]}, dimension {worst[1]}"
@@ -176,7 +174,7 @@ def max_difference(
     part_b: str | None = None,
     measure: str = "weights",
 ) -> float:
-    """max |A − B| over two token maps of one size (weights, or ``measure="moved"``: contributions),
+    """max |A − B| over two token maps of one size (weights, or ``measure="moved"``: what the head moves),
     cell by cell, a chunk of query rows at a time (the two n² maps never exist whole)."""
     (n_q, n_k), rows = (len(labels(a, False, part_a, "query")), len(labels(a, False, part_a, "key"))), 256
     top = 0.0
@@ -246,7 +244,7 @@ def _compare_pooled(
     wr, wc = pooled[0].block
     pooling = f"pooled: the mean of each block of {wr}×{wc} tokens (of {len(qa):,} × {len(ka):,})"
     if measure == "moved":
-        pooling += ", of what moves (‖α·f(x)‖)"
+        pooling += ", of moved (‖α·f(x)‖)"
     if words:
         pooling += f"; more than {COMPARE_LONG} words, so in tokens"
     if same_grid:
@@ -307,7 +305,7 @@ def compare_heads(
     block, and the title's max |A − B| is still cell by cell, over the whole maps.
 
     ``measure="moved"`` compares what the head moves, α_ij·‖f_h(x_j)‖ (:meth:`Capture.moved`;
-    pooled: the mean contribution of each block), on one colour scale 0..the larger map's largest.
+    pooled: the mean of each block), on one colour scale 0..the larger map's largest.
 
     A layer or head that one capture lacks is an :class:`OutOfRangeError` naming both sizes."""
     check_measure(measure)
@@ -349,7 +347,7 @@ def compare_heads(
     for col, (w, q_names, k_names) in enumerate(maps, 1):
         fig.add_trace(
             go.Heatmap(
-                z=w.numpy() if measure == "moved" else w.numpy().round(5),  # what moves: no fixed scale
+                z=w.numpy() if measure == "moved" else w.numpy().round(5),  # moved: no fixed scale
                 colorscale="Blues",
                 zmin=0,
                 zmax=top,

@@ -64,10 +64,10 @@ def head_view(
     generation's new tokens marked (:mod:`attnviz.views.marks`), a dotted line under the prompt.
 
     ``measure="moved"``: lines by what each head moves from a key into a query, α_ij·‖f_h(x_j)‖
-    (:meth:`Capture.moved`), not by weight. Those do not sum to 1, so each line's value is its
-    contribution divided by the largest contribution among the heads and queries drawn (the title
-    gives that largest value): ``threshold`` and the opacity levels apply to that share of the largest,
-    ``top_k`` ranks the contributions, and ``mass`` is the share of each row's total contribution.
+    (:meth:`Capture.moved`), not by weight. Those do not sum to 1, so each line's value is what it
+    moves divided by the largest value moved among the heads and queries drawn (the title gives that
+    largest value): ``threshold`` and the opacity levels apply to that share of the largest, ``top_k``
+    ranks the lines by what they move, and ``mass`` is the share of what each row receives in all.
     """
     moved = measure_name(measure) != "weights"  # checks the measure
     heads = list(range(cap.info(part)["n_heads"])) if heads is None else list(heads)
@@ -93,7 +93,7 @@ def head_view(
     for head in heads:
         colour = HEAD_COLOURS[head % len(HEAD_COLOURS)]
         w = maps[head]
-        if moved:  # a share of the largest contribution drawn; mass: of each row's total
+        if moved:  # a share of the largest value drawn; mass: of each row's total
             shares = w / w.sum(-1, keepdim=True).clamp_min(1e-30)
             w = w / max(largest, 1e-30)
             keep = strongest(w, threshold=threshold, top_k=top_k) & strongest(shares, mass=mass)
@@ -151,7 +151,7 @@ def head_view(
         rule.append(f"{mass:.0%} of each row" + (" (of what it receives)" if moved else ""))
     if queries is not None and query is None:
         rule.append(f"queries {queries[0]}–{queries[1] - 1}")
-    title = f"{part_label(cap, part)}L{layer} head view{', what moves' if moved else ''} — " + (
+    title = f"{part_label(cap, part)}L{layer} head view{', moved' if moved else ''} — " + (
         "every query" if query is None else f"from {q_names[query]!r} (#{query})"
     )
     rows_shown = max(n, len(k_names))

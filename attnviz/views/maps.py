@@ -52,7 +52,7 @@ def heatmap(
     ``measure="moved"`` draws what the head moves from each key into each query instead,
     α_ij·‖f_h(x_j)‖ (:meth:`Capture.moved`, with the same settings): its rows do not sum to 1,
     so the colour scale runs from 0 to the map's largest value, and the title and colour bar say
-    "what moves (‖α·f(x)‖)". Cross-attention is drawn target (queries, rows) × source (keys, columns).
+    "moved (‖α·f(x)‖)". Cross-attention is drawn target (queries, rows) × source (keys, columns).
     ``mark_new``: a generation's new tokens marked (:mod:`attnviz.views.marks`)."""
     w = measure_map(
         cap, layer, head, measure, part=part, causal=causal, scale=scale, temperature=temperature, words=words
@@ -60,7 +60,7 @@ def heatmap(
     allowed = allowed_cells(cap, layer, causal, words, part)
     moved = measure == "moved"
     z = torch.where(allowed, w, torch.full_like(w, float("nan"))).numpy()
-    z = z if moved else z.round(5)  # what moves has no fixed scale: its float32 values as they are
+    z = z if moved else z.round(5)  # moved has no fixed scale: its float32 values as they are
     q_names, k_names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
     n_q, n_k = len(q_names), len(k_names)
     q_new, k_new = new_starts(cap, part, words, mark_new)
@@ -185,10 +185,10 @@ def query_row(
             go.Bar(
                 x=x,
                 y=share.numpy().round(5),
-                name="share of what moves",
+                name="moved share",
                 marker_color=["#d62728" if i == top_moved else "#ff7f0e" for i in x],
                 customdata=[[n, w] for n, w in zip(names, weights, strict=True)],
-                hovertemplate="%{customdata[0]}: %{y:.1%} of what moves · weight %{customdata[1]:.4f}<extra></extra>",
+                hovertemplate="%{customdata[0]}: moved share %{y:.1%} · weight %{customdata[1]:.4f}<extra></extra>",
             ),
             go.Bar(
                 x=x,
@@ -201,11 +201,11 @@ def query_row(
             ),
         ]
         title = (
-            f"{short_label(q_names[query])!r} → {head_name} ({settings}): what moves (‖α·f(x)‖) — "
+            f"{short_label(q_names[query])!r} → {head_name} ({settings}): moved (‖α·f(x)‖) — "
             f"{100 * float(share[top_moved]):.0f} % from {short_label(names[top_moved])!r}, "
             f"top weight {stats['top_weight']:.2f} on {short_label(names[stats['top_index']])!r}"
         )
-        y_title = "share of what moves · weight"
+        y_title = "moved share · weight"
     else:
         bars = [
             go.Bar(
@@ -216,7 +216,7 @@ def query_row(
                 customdata=names if share is None else [[n, s] for n, s in zip(names, share.tolist(), strict=True)],
                 hovertemplate="%{customdata}: %{y:.4f}<extra></extra>"
                 if share is None
-                else "%{customdata[0]}: weight %{y:.4f} · %{customdata[1]:.1%} of what moves<extra></extra>",
+                else "%{customdata[0]}: weight %{y:.4f} · moved share %{customdata[1]:.1%}<extra></extra>",
             )
         ]
         title = (

@@ -53,8 +53,8 @@ def model_view_thumbnails(
     :func:`thumb_size` (the map itself when it fits), for ``layers`` (default: every captured layer).
     Token maps are pooled a chunk of query rows at a time (:func:`attnviz.analysis.overview.thumbnails`);
     word maps are merged whole, a layer at a time. ``on_progress(done, total)`` is called after each
-    layer (``on_layer=``: its old name, deprecated); an exception it raises stops the pooling. ``measure="moved"``: each head's contributions
-    α_ij·‖f_h(x_j)‖ (:meth:`Capture.moved`) max-pooled the same way — a cell is the largest
+    layer (``on_layer=``: its old name, deprecated); an exception it raises stops the pooling. ``measure="moved"``: what each head moves,
+    α_ij·‖f_h(x_j)‖ (:meth:`Capture.moved`), max-pooled the same way — a cell is the largest
     amount any of its (query, key) pairs moves."""
     on_progress = renamed("model_view_thumbnails", "on_layer", on_layer, "on_progress", on_progress)
     check_measure(measure)
@@ -127,7 +127,7 @@ def model_view(
     top = float(z.nan_to_num(0).max()) if moved else 1.0
     fig = go.Figure(
         go.Heatmap(
-            z=z.numpy().round(3) if not moved else z.numpy(),  # float32: what moves has no fixed scale to round to
+            z=z.numpy().round(3) if not moved else z.numpy(),  # float32: moved has no fixed scale to round to
             colorscale="Blues",
             zmin=0,
             zmax=max(top, 1e-6),
@@ -145,7 +145,7 @@ def model_view(
     fig.update_layout(
         title=marked_title(
             f"Model view{': ' + cap.resolve_part(part) if len(cap.parts) > 1 else ''}: {len(layers)} layers × {h} "
-            + ("heads, what moves (‖α·f(x)‖, max of each cell) " if moved else "heads ")
+            + ("heads, moved (‖α·f(x)‖, max of each cell) " if moved else "heads ")
             + "(click a head to select it)",
             q_new,
             k_new,

@@ -129,7 +129,7 @@ def overview_figure(
     masked is left empty. ``hint``: a line under the title (the dashboard's "drag a box…");
     ``mark_new``: a generation's prompt boundary drawn where it falls (:mod:`attnviz.views.marks`).
 
-    ``measure="moved"``: each block is the max (or mean) of the head's contributions α_ij·‖f_h(x_j)‖
+    ``measure="moved"``: each block is the max (or mean) of what the head moves, α_ij·‖f_h(x_j)‖,
     in it — the most (or the average) any query of the block receives from any key of it; the colour
     scale runs from 0 to the largest block."""
     ov = overview(cap, layer, head, part=part, size=size, mode=mode, measure=measure)
@@ -141,7 +141,7 @@ def overview_figure(
     wr, wc = ov.block
     title = (
         f"{part_label(cap, part)}L{layer}·H{head} — overview of {n_q:,} × {n_k:,} tokens: "
-        f"the {mode} {what}{' (what moves)' if moved else ''} of each block of {wr}×{wc} tokens"
+        f"the {mode} {'moved (‖α·f(x)‖)' if moved else 'weight'} of each block of {wr}×{wc} tokens"
     )
     hover = f"queries %{{y}}<br>keys %{{x}}<br>{mode} {what} %{{z:.4{'g' if moved else 'f'}}}<extra></extra>"
     return _grid_figure(
@@ -173,7 +173,7 @@ def window_figure(
 ) -> go.Figure:
     """The exact weights of queries ``rows[0]:rows[1]`` × keys ``keys[0]:keys[1]`` of a long text
     (:func:`attnviz.analysis.overview.window`), masked cells empty, on the overview's category axes;
-    ``measure="moved"``: the exact contributions α_ij·‖f_h(x_j)‖ there, on a scale 0..their largest."""
+    ``measure="moved"``: the exact values moved, α_ij·‖f_h(x_j)‖, there, on a scale 0..their largest."""
     w = window(cap, layer, head, (rows[0], rows[1]), (keys[0], keys[1]), part=part, measure=measure)
     moved = measure == "moved"
     allowed = cap.allowed(layer, part=part)[rows[0] : rows[1], keys[0] : keys[1]]
@@ -181,7 +181,7 @@ def window_figure(
     n_q, n_k = len(labels(cap, False, part, "query")), len(labels(cap, False, part, "key"))
     row_edges, col_edges = list(range(rows[0], rows[1] + 1)), list(range(keys[0], keys[1] + 1))
     title = (
-        f"{part_label(cap, part)}L{layer}·H{head} — exact {'‖α·f(x)‖ (what moves)' if moved else 'weights'} of queries {rows[0]}–{rows[1] - 1} "
+        f"{part_label(cap, part)}L{layer}·H{head} — exact {'moved (‖α·f(x)‖)' if moved else 'weights'} of queries {rows[0]}–{rows[1] - 1} "
         f"× keys {keys[0]}–{keys[1] - 1} (of {n_q:,} × {n_k:,} tokens)"
     )
     hover = "query %{y} → key %{x}<br>" + ("moved ‖α·f(x)‖ %{z:.4g}" if moved else "weight %{z:.4f}")
