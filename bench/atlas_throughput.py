@@ -10,7 +10,7 @@ cost over the statistics shows: the per-row maxima it tallies in the same reduct
 for every role and offset bin at once) and the forwards of its repeated random sequences
 (``head_atlas``' default: 16 × 2 × 25 tokens, reduced to the induction role's sums alone; they are not
 corpus tokens, so they count against it) — while it tokenizes the corpus once (the token counts and the
-pass read the same encodings) and reads no statistic by norm, which ``corpus_stats`` computes. The same
+pass read the same encodings) and reads no moved statistic, which ``corpus_stats`` computes. The same
 real (unpadded) corpus tokens are counted for all three. Time is process CPU time at ``--threads``
 torch threads over ``--rounds`` interleaved rounds (the order rotates), after a warm-up of each on
 ``WARMUP_TEXTS`` texts; the ratios are the median of each round's own ratio.
@@ -23,7 +23,7 @@ Goal (issue #22): head_atlas ≥ 0.8× the plain forward's tokens/s. It is repor
 status 1 when it is missed (everything is printed first).
 
 ``--stages`` also times, in the same rounds, what the atlas' pass is made of, each stage adding to the one
-before over the same batches (``BatchReducer``, the statistics by norm off as the atlas has them): the
+before over the same batches (``BatchReducer``, the moved statistics off as the atlas has them): the
 weights recomputed and checked alone (``statistics=False``: the capture, the early stop, each layer's
 GEMM, mask and softmax, the sampled rows' A·V against the kernel), then the statistics its table reads
 (``corpus_stats(statistics=ATLAS_STATISTICS)``: no product over every weight), then the atlas' tally
@@ -95,7 +95,7 @@ def load(name: str) -> tuple[Any, Any]:
 
 def stage(model: Any, tok: Any, batch_size: int, *, statistics: bool, tally: bool) -> Callable[[list[str]], None]:
     """The atlas' pass up to a stage (``--stages``): the batches ``corpus_stats`` cuts, through one
-    ``BatchReducer`` without the statistics by norm, with the statistics the atlas reads
+    ``BatchReducer`` without the moved statistics, with the statistics the atlas reads
     (``ATLAS_STATISTICS``) or none, and a tally or not."""
 
     def run(texts: list[str]) -> None:

@@ -1,13 +1,13 @@
 """Weight vs what moves on the carried models (#20): does a large weight mean the head copies?
 
-For each row *i* of each head, a key's share by weight is α_ij and its share by norm is
+For each row *i* of each head, a key's share by weight is α_ij and its moved share is
 α_ij·‖f(x_j)‖ / Σ_j' α_ij'·‖f(x_j')‖ (f(x) = W_O^h v: Kobayashi et al. 2020), from
 ``cap.attention`` and ``cap.moved``. Prints markdown (measured, nothing tuned):
 
 - **MiniLM** (BERT, ``attnviz.load_model("minilm")``) over a handful of English sentences: the mean
-  share of [CLS], [SEP] and punctuation by weight and by norm — averaged over every row, head and
+  share of [CLS], [SEP] and punctuation by weight and moved — averaged over every row, head and
   layer, and per layer. Kobayashi et al. found that in BERT these take large weights but move little.
-- **SmolLM2** (``add_bos=True``, so there is a BOS sink): the BOS's mean share by weight and by norm
+- **SmolLM2** (``add_bos=True``, so there is a BOS sink): the BOS's mean share by weight and moved
   (every row but the BOS's own, which sees only itself), over all and per layer; and the rows
   它 → 小猫 in 「我家的小猫很可爱，它很好动。」 and it → cat in "The cat sat on the mat because it was
   tired." in words (a word's weight summed over its tokens, what it moves the norm of their summed
@@ -44,14 +44,14 @@ CAT = "The cat sat on the mat because it was tired."
 
 
 def row_shares(cap: attnviz.Capture, layer: int) -> tuple[torch.Tensor, torch.Tensor]:  # [head, q, k] each
-    """(share by weight, share by norm) of every head's rows."""
+    """(share by weight, moved share) of every head's rows."""
     weight = cap.attention(layer)
     moved = cap.moved(layer)
     return weight, moved / moved.sum(-1, keepdim=True).clamp_min(1e-30)
 
 
 def class_mass(cap: attnviz.Capture, layer: int, keys: list[int], rows: slice = slice(None)) -> tuple[float, float]:
-    """The mean over rows and heads of the mass on ``keys``, by weight and by norm (NaN without keys)."""
+    """The mean over rows and heads of the mass on ``keys``, by weight and moved (NaN without keys)."""
     if not keys:
         return float("nan"), float("nan")
     weight, norm = row_shares(cap, layer)
@@ -87,7 +87,7 @@ def minilm(texts: list[str]) -> list[str]:
         return sum(p[k] for p in pairs) / len(pairs)
 
     out = [
-        "## MiniLM (BERT): [CLS], [SEP] and punctuation by weight and by norm",
+        "## MiniLM (BERT): [CLS], [SEP] and punctuation by weight and moved",
         "",
         f"{len(texts)} English sentences ({', '.join(repr(t[:24] + '…') for t in texts[:2])}, …); each key "
         "class's mass per row, averaged over rows, heads and texts (all layers: the mean of the layers).",
@@ -156,7 +156,7 @@ def smollm2() -> list[str]:
     model, tokenizer = attnviz.load_model("smollm2")
     zh, cat = (attnviz.capture(model, text, tokenizer, add_bos=True) for text in (ZH, CAT))
     out = [
-        "## SmolLM2-135M (decoder, with a BOS): the sink by weight and by norm",
+        "## SmolLM2-135M (decoder, with a BOS): the sink by weight and moved",
         "",
         "The BOS's mean share per row (every row but its own, which sees only itself), over heads and the two texts.",
         "",

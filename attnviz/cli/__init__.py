@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "stats",
-        help="head statistics over a corpus, each mass by weight and by norm (its *_moved twin: the share of what "
+        help="head statistics over a corpus, each mass by weight and moved (its *_moved twin: the share of what "
         "the head moves, α·‖f(x)‖), streamed and batched; under torchrun / accelerate launch, spread over the "
         "processes",
     )

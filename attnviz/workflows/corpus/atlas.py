@@ -5,7 +5,7 @@ reduced layer by layer as the forward goes, spread over the processes of ``torch
 launch`` — gives the mass-based roles (its statistics) and, in the same reduction, where each row's
 maximum falls (:class:`~attnviz.analysis.head_tally.HeadTally`: the positional and rare-word roles,
 and each role's example row). The texts are tokenized once, before it: their token counts (rarity)
-and the pass read the same encodings. No statistic by norm is read, so none is computed. The induction role reads repeated random sequences the atlas
+and the pass read the same encodings. No moved statistic is read, so none is computed. The induction role reads repeated random sequences the atlas
 generates from ``seed`` (Olsson et al. 2022), run through the same reducer; coreference, a probe set
 through :func:`attnviz.evaluate_probes`. :func:`~attnviz.analysis.atlas.atlas_table` names the roles.
 """
@@ -149,7 +149,7 @@ def head_atlas(
         truncate=truncate,
         progress=progress,
         tally=tally,
-        moved=False,  # the atlas reads no statistic by norm: no value norms, no second set of sums
+        moved=False,  # the atlas reads no moved statistic: no value norms, no second set of sums
         statistics=ATLAS_STATISTICS,  # nor the punctuation, self, distance: no product over every weight
         encodings=dict(zip(texts, encoded)),
         on_progress=None if report is None else lambda done, _: report(done, f"text {done} of {len(texts)}"),

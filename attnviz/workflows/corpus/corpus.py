@@ -206,10 +206,10 @@ def corpus_stats(
       processes), counting no text twice; with no checkpoint there, it warns and starts at the first text.
 
     Returns one row per layer and head with the :data:`~attnviz.analysis.stats.STATISTICS` (and
-    detector) columns, their twins by norm (:data:`~attnviz.analysis.stats.MOVED_STATISTICS`,
+    detector) columns, their moved twins (:data:`~attnviz.analysis.stats.MOVED_STATISTICS`,
     ``<name>_moved``: each layer's value norms read from its output projection; NaN where it has
     none), plus ``texts`` and ``tokens`` (the corpus's, over all processes). A checkpoint written
-    before the ``_moved`` columns is refused on ``resume`` (its texts were never summed by norm).
+    before the ``_moved`` columns is refused on ``resume`` (its texts were never summed as moved).
     ``tally``: per-head counts of where each row's maximum falls, added in the same reduction
     (:class:`~attnviz.analysis.head_tally.HeadTally`, what :func:`~attnviz.analysis.head_atlas` reads;
     this process's share — the caller adds them over processes); one-stack models, no checkpoint.
