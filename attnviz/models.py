@@ -18,12 +18,19 @@ load or a long run — without reaching into :mod:`attnviz.workflows`:
   :func:`is_vlm` / :func:`is_joint`: the two kinds of two towers attnviz captures; :func:`vlm_refusal`:
   why a vision-language model is not captured with a picture.
 - :func:`tokenize`: texts encoded once, as :func:`attnviz.capture` reads them (its ``tokenized=``),
-  each an :data:`Encoded` ``(ids, offsets, tokens)``.
+  each an :data:`Encoded` ``(ids, offsets, tokens)``; :func:`words_from_offsets`: its tokens grouped into
+  the words of the text, as a capture groups them (``attnviz.TokenSequence``'s words).
+- The checks :func:`attnviz.capture` makes of its arguments, to make them before a long load:
+  :func:`check_supported` (a family attnviz captures), :func:`check_texts` (a text or a non-empty list of
+  them), :func:`n_layers` and :func:`check_layers` (its ``layers=`` against them), :func:`check_keep`
+  (its ``keep=``).
 
 Importing this module loads no model.
 """
 
-from .workflows.capture.inputs import Encoded, tokenize
+from .data.words import words_from_offsets
+from .engine.specs import check_supported
+from .workflows.capture.inputs import Encoded, check_texts, tokenize
 from .workflows.capture.joint import is_joint
 from .workflows.capture.models import (
     EMBEDDED_MODELS,
@@ -33,12 +40,16 @@ from .workflows.capture.models import (
     model_kind,
     writes_text,
 )
-from .workflows.capture.pipeline import max_positions
+from .workflows.capture.pipeline import check_keep, check_layers, max_positions, n_layers
 from .workflows.capture.vlm import is_vlm, vlm_refusal
 
 __all__ = [
     "EMBEDDED_MODELS",
     "Encoded",
+    "check_keep",
+    "check_layers",
+    "check_supported",
+    "check_texts",
     "describe_model",
     "is_joint",
     "is_vlm",
@@ -46,7 +57,9 @@ __all__ = [
     "load_processor",
     "max_positions",
     "model_kind",
+    "n_layers",
     "tokenize",
     "vlm_refusal",
+    "words_from_offsets",
     "writes_text",
 ]

@@ -448,7 +448,7 @@ def test_the_walk_reads_real_imports_and_sees_a_planted_circle(tmp_path, monkeyp
     assert circles(graph(modules())) == [["attnviz.data.a", "attnviz.data.b", "attnviz.data.c"]]
 
 
-#: the library's public modules: all the dashboard (and later the CLI) may import of attnviz, each offering the
+#: the library's public modules: all the dashboard and the CLI may import of attnviz, each offering the
 #: names of its ``__all__`` (docs/architecture.md, "The dashboard")
 PUBLIC_MODULES = (
     "attnviz",
@@ -459,9 +459,14 @@ PUBLIC_MODULES = (
     "attnviz.figures",
     "attnviz.figures.helpers",
     "attnviz.models",
+    "attnviz.processes",
 )
-#: the packages held to the public names, each as the name of its own modules (which it may import freely)
-ON_PUBLIC_NAMES = ("attnviz.dashboard",)
+#: the packages held to the public names, each → the modules it may import freely besides its own: the CLI
+#: its errors (the whole of attnviz.errors is public) and the dashboard it starts (``attnviz app``)
+ON_PUBLIC_NAMES = {
+    "attnviz.dashboard": (),
+    "attnviz.cli": ("attnviz.errors", "attnviz.dashboard"),
+}
 
 
 def public_names(known: dict[str, Module]) -> dict[str, set[str]]:
@@ -476,17 +481,20 @@ def public_names(known: dict[str, Module]) -> dict[str, set[str]]:
     return names
 
 
-def non_public_reaches(module: Module, own: str, known: dict[str, Module]) -> list[str]:
+def non_public_reaches(module: Module, own: str, known: dict[str, Module], free: tuple[str, ...] = ()) -> list[str]:
     """Where ``module`` reaches into attnviz past its public names: an import of a module that is not public
     (``attnviz.workflows.models``, ``attnviz.analysis.stats``), a name a public module's ``__all__`` does not
     list (``from attnviz.analysis import _x``), or such an attribute of a public module (``attnviz.views``,
-    ``figures.something_private``) — at module level or inside functions. ``own``'s modules are its own."""
+    ``figures.something_private``) — at module level or inside functions. ``own``'s modules are its own, and
+    those of ``free`` (with their submodules) it may import as it likes; a dunder (``__version__``) is no reach."""
     public = public_names(known)
     bound: dict[str, str] = {}  # a local name → the public module it is
     bad = []
 
     def library(name: str) -> bool:
-        return (name == "attnviz" or name.startswith("attnviz.")) and not (name == own or name.startswith(own + "."))
+        return (name == "attnviz" or name.startswith("attnviz.")) and not any(
+            name == mine or name.startswith(mine + ".") for mine in (own, *free)
+        )
 
     where = module.name
     for node in ast.walk(module.tree):
@@ -508,6 +516,8 @@ def non_public_reaches(module: Module, own: str, known: dict[str, Module]) -> li
                 bad.append(f"{where}:{node.lineno} from {base} import {', '.join(a.name for a in node.names)}")
                 continue
             for alias in node.names:
+                if alias.name.startswith("__") and alias.name.endswith("__"):
+                    continue  # the package's own facts (``from attnviz import __version__``)
                 if alias.name not in public[base]:
                     bad.append(f"{where}:{node.lineno} from {base} import {alias.name} (not in its __all__)")
                 elif f"{base}.{alias.name}" in PUBLIC_MODULES:
@@ -531,13 +541,14 @@ def non_public_reaches(module: Module, own: str, known: dict[str, Module]) -> li
 
 
 @pytest.mark.parametrize("own", ON_PUBLIC_NAMES)
-def test_the_dashboard_uses_the_library_s_public_names_only(own):
+def test_the_dashboard_and_the_cli_use_the_library_s_public_names_only(own):
     known = modules()
+    assert any(name == own for name in known), f"no package {own}: ON_PUBLIC_NAMES names what is checked"
     bad = [
         reach
         for name, module in sorted(known.items())
         if name == own or name.startswith(own + ".")
-        for reach in non_public_reaches(module, own, known)
+        for reach in non_public_reaches(module, own, known, ON_PUBLIC_NAMES[own])
     ]
     assert bad == [], (
         f"{own} reaches past the library's public names ({', '.join(PUBLIC_MODULES)}): give what it needs a "
@@ -600,3 +611,39 @@ def test_the_architecture_page_names_every_module():
     assert unnamed_modules(doc.replace("`transfer.py`", "").replace("transfer", ""), [ROOT / "attnviz"]) == [
         "attnviz/engine/transfer.py"
     ]  # the check sees a module the page stops naming
+
+
+def test_the_public_names_check_sees_a_planted_reach_in_the_cli(tmp_path):
+    """A CLI module may import its own modules, attnviz.errors, the dashboard it starts and the public names
+    (deferred or not); one that reaches a workflow, an analysis module or a view, even inside a function, is
+    refused."""
+    known = modules()
+
+    def cli_module(name: str, source: str) -> Module:
+        path = tmp_path / f"{name}.py"
+        path.write_text(source)
+        return Module(f"attnviz.cli.{name}", path, ast.parse(source, str(path)), False)
+
+    ok = cli_module(
+        "ok_command",
+        "from ..errors import InputError\nfrom .options import names\n"
+        "def run():\n    from .. import __version__, capture, load\n    from ..models import check_keep\n"
+        "    from ..processes import process_rank\n    from attnviz.dashboard import run\n",
+    )
+    assert non_public_reaches(ok, "attnviz.cli", known, ON_PUBLIC_NAMES["attnviz.cli"]) == []
+    bad = cli_module(
+        "bad_command",
+        "from ..errors import InputError\n"
+        "def run():\n    from ..workflows.corpus.processes import process_rank  # deferred\n"
+        "    from ..analysis.layer_reduction import wanted_columns\n    from ..views.atlas import atlas_page\n"
+        "    from ..models import _private\n",
+    )
+    found = non_public_reaches(bad, "attnviz.cli", known, ON_PUBLIC_NAMES["attnviz.cli"])
+    assert sorted(reach.split(" ", 1)[1] for reach in found) == sorted(
+        [
+            "from attnviz.workflows.corpus.processes import process_rank",
+            "from attnviz.analysis.layer_reduction import wanted_columns",
+            "from attnviz.views.atlas import atlas_page",
+            "from attnviz.models import _private (not in its __all__)",
+        ]
+    )

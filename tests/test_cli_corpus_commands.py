@@ -83,7 +83,7 @@ class _Result:
 def probes_run(monkeypatch):
     """``attnviz probes``' reading and run replaced: ``outcome`` says what the run does."""
     outcome = {"raise": None}
-    monkeypatch.setattr("attnviz.analysis.probes.load_probes", lambda *a, **k: ["probe"])
+    monkeypatch.setattr("attnviz.analysis.load_probes", lambda *a, **k: ["probe"])  # the public names the CLI reads
 
     def evaluate(model, probes, **kwargs):
         outcome["kwargs"] = kwargs
@@ -92,7 +92,7 @@ def probes_run(monkeypatch):
             raise outcome["raise"]
         return _Result()
 
-    monkeypatch.setattr("attnviz.workflows.corpus.probing.evaluate_probes", evaluate)
+    monkeypatch.setattr("attnviz.evaluate_probes", evaluate)
     return outcome
 
 

@@ -418,6 +418,7 @@ def no_model(monkeypatch, no_weights):
         raise AssertionError("the model was described before the text was checked")
 
     monkeypatch.setattr("attnviz.workflows.capture.models.describe_model", refuse)
+    monkeypatch.setattr("attnviz.models.describe_model", refuse)  # the public name the CLI's preflight reads
 
 
 @pytest.mark.parametrize(
@@ -621,7 +622,7 @@ def test_an_upper_case_out_suffix_is_that_format(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err.splitlines()[-1] == f"wrote {out}"
     assert list(read_table(out)["roles"].fillna("")) == ["sink", ""]  # written as CSV, and read back as CSV
     pages: list[str] = []
-    monkeypatch.setattr("attnviz.views.atlas.atlas_page", lambda df, path: pages.append(path))
+    monkeypatch.setattr("attnviz.figures.atlas_page", lambda df, path: pages.append(path))  # the CLI's public name
     page = str(tmp_path / "atlas.HTML")
     assert main(["atlas", "minilm", str(corpus), "-o", page, "--quiet"]) == 0
     assert pages == [page]  # a page, not a table's "cannot tell the format"

@@ -64,11 +64,12 @@ def test_the_site_builds_strict_and_offline_with_its_reference_and_measured_numb
     import attnviz.edits
     import attnviz.figures
     import attnviz.models
+    import attnviz.processes
 
     ids = set()
     for page in (site / "reference").glob("*.html"):
         ids |= set(re.findall(r'id="(attnviz[\w.]*)"', page.read_text(encoding="utf-8")))
-    for module in (attnviz, attnviz.analysis, attnviz.figures, attnviz.edits, attnviz.models):
+    for module in (attnviz, attnviz.analysis, attnviz.figures, attnviz.edits, attnviz.models, attnviz.processes):
         missing = [n for n in module.__all__ if not any(i.endswith("." + n) for i in ids)]
         assert not missing, (module.__name__, missing)
 

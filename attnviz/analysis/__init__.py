@@ -3,11 +3,14 @@ rankings and probe sets, attention rollout, one head's query–key space over ma
 capture's heads for the thumbnails, statistics, rollout and validation the heavy views need.
 
 What runs a model lives in :mod:`attnviz.workflows`: :func:`corpus_stats` (re-exported here, the
-statistics of :func:`head_stats` over a corpus), :func:`head_atlas` (re-exported here: each head's roles over a corpus) and :func:`attnviz.evaluate_probes`."""
+statistics of :func:`head_stats` over a corpus), :func:`head_atlas` (re-exported here: each head's roles over a corpus) and :func:`attnviz.evaluate_probes`. Their files are read and written here too
+(:func:`read_texts`, :func:`check_corpus`, :func:`read_table`, :func:`write_table`, re-exported on first use),
+and :func:`check_statistics` refuses a statistic :func:`corpus_stats` cannot compute before a model loads."""
 
 from .atlas import ROLES
 from .coref import STOP_WORDS, CorefRanking, propose_candidates, rank_heads
 from .cost import cost_tables
+from .layer_reduction import check_statistics
 from .moved import moved_shares, row_shares
 from .overview import MODES as OVERVIEW_MODES
 from .overview import block_edges
@@ -38,6 +41,8 @@ __all__ = [
     "UnusableProbe",
     "Summary",
     "block_edges",
+    "check_corpus",
+    "check_statistics",
     "corpus_stats",
     "head_atlas",
     "cost_tables",
@@ -58,6 +63,7 @@ __all__ = [
     "rollout_rows",
     "row_shares",
     "summarize",
+    "write_table",
 ]
 
 
@@ -75,10 +81,12 @@ def __getattr__(name: str):
 
         return head_atlas
     if name in {
+        "check_corpus",
         "read_texts",
         "read_table",
+        "write_table",
     }:  # corpus_stats' files (workflows.corpus.corpus): imported on first use, as it
-        from ..workflows.corpus.corpus import read_table, read_texts
+        from ..workflows.corpus import corpus
 
-        return read_texts if name == "read_texts" else read_table
+        return getattr(corpus, name)
     raise AttributeError(f"module 'attnviz.analysis' has no attribute {name!r}")

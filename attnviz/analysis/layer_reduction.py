@@ -49,7 +49,16 @@ from .batch_texts import (
 from .head_tally import HeadTally
 from .stats import DETECTORS, STATISTICS
 
-__all__ = ["BUDGET", "PickedRows", "add_masses", "key_classes", "reduce_layer", "special_mass", "wanted_columns"]
+__all__ = [
+    "BUDGET",
+    "PickedRows",
+    "add_masses",
+    "key_classes",
+    "reduce_layer",
+    "special_mass",
+    "check_statistics",
+    "wanted_columns",
+]
 
 BUDGET = 1 << 22  # weights (floats) recomputed per step: a chunk of query rows of the whole batch
 _TINY = torch.finfo(torch.float32).tiny
@@ -227,6 +236,13 @@ def wanted_columns(statistics: bool | Collection[str], patterns: bool = False) -
             raise InputError(f"no statistic {name!r} to compute; choose from {known}")
         names.add(COLUMNS[column])
     return frozenset(names)
+
+
+def check_statistics(statistics: str | Collection[str]) -> None:
+    """Refuse, before any model loads, a name that :func:`attnviz.analysis.corpus_stats`' ``statistics=``
+    cannot compute: each must be one of :data:`~attnviz.analysis.STATISTICS` or
+    :data:`~attnviz.analysis.DETECTORS` (an :class:`~attnviz.errors.InputError` listing them)."""
+    wanted_columns(statistics)
 
 
 def key_classes(a: Tensor, part: Chunk) -> Tensor:

@@ -17,11 +17,12 @@ def _check_app_corpus(path: str) -> None:
     """``attnviz app --corpus FILE`` read as ``attnviz atlas`` reads a corpus, as far as the dashboard
     reads it (its first :data:`APP_CORPUS_TEXTS` texts): a file with no text, a bad JSONL line among
     them or a table's suffix is refused before the page serves, in the corpus commands' words."""
-    from ..workflows.corpus.corpus import NO_TEXT, read_texts  # deferred with the rest of the library
+    from ..analysis import check_corpus, read_texts  # deferred with the rest of the library
 
     try:
-        if not list(itertools.islice(read_texts(path), APP_CORPUS_TEXTS)):
-            raise InputError(NO_TEXT)
+        check_corpus(path)  # not there, no text in it, a bad first line
+        for _ in itertools.islice(read_texts(path), APP_CORPUS_TEXTS):
+            pass  # a bad line among the texts the dashboard reads
     except InputError as err:  # a file that is not UTF-8 too: read_texts says so
         raise InputError(f"attnviz app --corpus: {err}") from err
 

@@ -18,7 +18,8 @@ def _count(n: int, thing: str) -> str:
 
 def cmd_stats(args) -> int:
     """``attnviz stats``: head statistics over a corpus, over processes, checkpointed and resumable."""
-    from ..workflows.corpus.corpus import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    from ..analysis import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        check_statistics,
         corpus_stats,
         write_table,
     )
@@ -32,10 +33,8 @@ def cmd_stats(args) -> int:
             raise InputError(
                 f"--statistics takes comma-separated names (e.g. entropy,previous), got {args.statistics!r}"
             )
-        from ..analysis.layer_reduction import wanted_columns  # deferred with torch and the rest
-
         try:
-            wanted_columns(statistics)  # an unknown name is said before the model loads
+            check_statistics(statistics)  # an unknown name is said before the model loads
         except InputError as err:
             raise InputError(f"--statistics: {err}") from err
 
@@ -74,7 +73,7 @@ def cmd_stats(args) -> int:
 
 def cmd_atlas(args) -> int:
     """``attnviz atlas``: each head's roles over a corpus, as a table or an HTML page."""
-    from ..workflows.corpus.atlas import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    from ..analysis import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
         head_atlas,
     )
 
@@ -101,12 +100,12 @@ def cmd_atlas(args) -> int:
         )
         if args.out:
             if args.out.lower().endswith(".html"):
-                from ..views.atlas import atlas_page  # deferred: plotly loads only for a page
+                from ..figures import atlas_page  # deferred: plotly loads only for a page
 
                 atlas_page(df, args.out)
                 print(f"wrote {args.out}", file=sys.stderr)
             else:
-                from ..workflows.corpus.corpus import write_table  # deferred with the rest of the workflows
+                from ..analysis import write_table  # deferred with the rest of the library
 
                 print(f"wrote {write_table(df, args.out)}", file=sys.stderr)
         else:
@@ -120,7 +119,7 @@ def cmd_probes(args) -> int:
     """``attnviz probes``: evaluate every head on a probe set (accuracy, intervals, tests)."""
     if args.out:
         check_writable(args.out)
-    from ..workflows.corpus.probing import (
+    from .. import (
         evaluate_probes,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
@@ -128,7 +127,7 @@ def cmd_probes(args) -> int:
         raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
     if args.per_probe:
         check_writable(args.per_probe)
-    from ..analysis.probes import load_probes  # deferred: a refused argument answers before pandas loads
+    from ..analysis import load_probes  # deferred: a refused argument answers before pandas loads
 
     def run():
         # read (and every unusable probe reported) before the model loads: a bad file costs no model

@@ -32,17 +32,17 @@ def preflight(
     write text (``generates``), ``--part cross`` only on an encoder-decoder, ``--layers``, ``layer``
     and ``head`` in range, the text within the model's limit, the ``query`` word in the tokenized
     text — an error now, not after the weights loaded and the model ran."""
-    from ..data.words import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
-        TokenSequence,
-        words_from_offsets,
-    )
-    from ..engine.specs import check_supported  # deferred with the rest of the library
-    from ..workflows.capture.inputs import check_texts, tokenize  # deferred with the rest of the library
-    from ..workflows.capture.models import describe_model, writes_text  # deferred with the rest of the library
-    from ..workflows.capture.pipeline import (  # deferred with the rest of the library
+    from .. import TokenSequence  # deferred: `attnviz --help` and a refused argument answer before torch loads
+    from ..models import (  # deferred with the rest of the library
         check_layers,
+        check_supported,
+        check_texts,
+        describe_model,
         max_positions,
         n_layers,
+        tokenize,
+        words_from_offsets,
+        writes_text,
     )
 
     if text is not None:

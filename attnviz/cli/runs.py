@@ -67,17 +67,17 @@ def quiet_loading() -> Iterator[None]:
 def in_processes(run: Callable[[], R], report: Callable[[R], None], *, rank: Callable[[R], int] | None = None) -> int:
     """A run that may be spread over processes (torchrun, accelerate launch): ``run()`` with each
     warning on one line, then ``report`` of its result on the process of rank 0 only (``rank``: the
-    result's own, else :func:`~attnviz.workflows.corpus.processes.process_rank`). A run stopped by a signal
+    result's own, else :func:`~attnviz.processes.process_rank`). A run stopped by a signal
     (:class:`Interrupted`, its checkpoint written) is one line and exit status :data:`EXIT_INTERRUPTED`;
     the process group, if any, is ended whatever happens
-    (:func:`~attnviz.workflows.corpus.processes.end_processes`)."""
+    (:func:`~attnviz.processes.end_processes`)."""
     interrupted = False
     try:
         with warnings.catch_warnings():
             warnings.showwarning = _warning_line  # restored by catch_warnings
             result = run()
         if rank is None:
-            from ..workflows.corpus.processes import process_rank  # deferred: torch loads with the run
+            from ..processes import process_rank  # deferred: torch loads with the run
 
             mine = process_rank()
         else:
@@ -91,7 +91,7 @@ def in_processes(run: Callable[[], R], report: Callable[[R], None], *, rank: Cal
             print(error_line(err), file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        from ..workflows.corpus.processes import end_processes  # deferred: torch loads with the run
+        from ..processes import end_processes  # deferred: torch loads with the run
 
         end_processes(barrier=not interrupted)
 

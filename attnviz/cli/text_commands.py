@@ -14,7 +14,7 @@ ENCODER_DECODER = ("encoder", "decoder", "cross")  # the attentions of --part th
 
 def _capture(args, check: str | None = None):
     """The capture a command asked for; ``check``: the command's own (validate: every row), else ``--check``."""
-    from ..workflows.capture.runner import (
+    from .. import (
         capture,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
@@ -43,7 +43,7 @@ def cmd_capture(args) -> int:
     if args.out:
         check_capture_out(args.out)
     if args.keep is not None:
-        from ..workflows.capture.pipeline import check_keep  # deferred, as the runner: torch loads after the checks
+        from ..models import check_keep  # deferred, as the runner: torch loads after the checks
 
         check_keep(args.keep, "--keep")
     preflight(args, args.text, layer=args.layer, query=args.query, part=args.part or "encoder")
@@ -79,7 +79,7 @@ def cmd_capture(args) -> int:
 
 def cmd_generate(args) -> int:
     """``attnviz generate``: let the model write and record every step's attention."""
-    from ..workflows.generation import (
+    from .. import (
         generate,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
@@ -151,7 +151,7 @@ def cmd_validate(args) -> int:
     if args.out:
         check_writable(args.out)
     if args.capture:
-        from ..data.io import (
+        from .. import (
             load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
         )
 
@@ -211,11 +211,9 @@ def _check_shown(args, cap) -> None:
 
 def cmd_export(args) -> int:
     """``attnviz export``: a capture's views as one self-contained HTML file."""
-    from .. import (
-        figures,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
-    )
-    from ..data.io import (
-        load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+    from .. import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        figures,
+        load,
     )
 
     check_part(args, "export", ENCODER_DECODER)

@@ -32,6 +32,9 @@ Encoded = tuple[list[int], list[tuple[int, int]], list[str]]  # ids, offsets, to
 
 
 def check_texts(text: Any, what: str = "text") -> list[str]:
+    """``text`` (a string, or a non-empty list or tuple of strings) as a list, each with a word in it; a wrong
+    type refused with :class:`ArgumentTypeError`, an empty text with :class:`EmptyTextError` (``what``: its name
+    in the message, ``"prompt"``, ``"target"``)."""
     texts = [text] if isinstance(text, str) else text
     if not isinstance(texts, (list, tuple)) or not texts:
         raise ArgumentTypeError(f"{what} must be a string or a non-empty list of strings, got {type(text).__name__}")
