@@ -352,6 +352,22 @@ def test_one_option_name_and_default_per_idea_across_every_subcommand(capsys):
     assert capsys.readouterr().err == ""
 
 
+@pytest.mark.parametrize("command", ["coref", "probes"])
+def test_exclude_sinks_as_the_api_names_it_and_keep_sinks_its_deprecated_spelling(command, capsys):
+    """``exclude_sinks`` of rank_heads / evaluate_probes is --exclude-sinks (on) / --no-exclude-sinks; the old
+    --keep-sinks still keeps them, with one deprecation line."""
+    parser = build_parser()
+    argv = [command, *SUBCOMMANDS[command]]
+    assert parser.parse_args(argv).exclude_sinks is True
+    assert parser.parse_args([*argv, "--no-exclude-sinks"]).exclude_sinks is False
+    assert capsys.readouterr().err == ""
+    old = parser.parse_args([*argv, "--keep-sinks"])
+    assert old.exclude_sinks is False and "keep_sinks" not in vars(old)
+    assert capsys.readouterr().err == (
+        "warning: --keep-sinks is deprecated and will be removed in the next release; use --no-exclude-sinks\n"
+    )
+
+
 def test_no_bos_is_deprecated_and_does_nothing_for_off_is_the_default(capsys):
     parser = build_parser()
     plain, old = parser.parse_args(["probes", "m", "en"]), parser.parse_args(["probes", "m", "en", "--no-bos"])

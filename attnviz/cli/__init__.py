@@ -30,6 +30,7 @@ from .options import (
     add_part,
     add_quiet,
     add_seed,
+    add_sinks,
     add_top,
     count,
     names,
@@ -108,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(p, text_required=True)
     p.add_argument("--pronoun", required=True, help="the pronoun (its last occurrence is used), e.g. it or 它")
     p.add_argument("--candidates", help="comma-separated candidates (default: proposed from the text)")
-    p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
+    add_sinks(p)
     add_top(p)
     add_part(p, "encoder-decoder models: rank the encoder's (source) or the decoder's (target) heads")
     p.set_defaults(func=cmd_coref)
@@ -140,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="probes per forward, grouped by length, at most 4,096 padded tokens each (default: 64)",
     )
     p.add_argument("--per-probe", help="write each probe with the candidate each top head picked to this CSV file")
-    p.add_argument("--keep-sinks", action="store_true", help="do not leave out the first/special tokens")
+    add_sinks(p)
     add_bos(
         p,
         "prepend a BOS token to each probe, so a decoder's attention sink is not a candidate; as evaluate_probes' "

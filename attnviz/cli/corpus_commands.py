@@ -137,7 +137,7 @@ def cmd_probes(args) -> int:
             probes,
             batch_size=args.batch_size,
             progress=not args.quiet,
-            exclude_sinks=not args.keep_sinks,
+            exclude_sinks=args.exclude_sinks,
             add_bos=args.add_bos,
             checkpoint=args.checkpoint,
             resume=args.resume,

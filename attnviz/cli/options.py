@@ -59,6 +59,29 @@ class _Deprecated(argparse.Action):
         print(deprecated(option_string or self.option_strings[0], self.instead), file=sys.stderr)
         if self.nargs != 0:
             setattr(namespace, self.dest, values)
+        elif self.const is not None:  # an old flag: the value its new spelling stores
+            setattr(namespace, self.dest, self.const)
+
+
+def add_sinks(p: argparse.ArgumentParser) -> None:
+    """``--exclude-sinks`` / ``--no-exclude-sinks``, the API's ``exclude_sinks`` (on by default); the older
+    ``--keep-sinks`` works for one release as ``--no-exclude-sinks``, with a deprecation line."""
+    p.add_argument(
+        "--exclude-sinks",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="leave out the first and the special tokens (attention sinks) when scoring the candidates "
+        "(default; --no-exclude-sinks keeps them)",
+    )
+    p.add_argument(
+        "--keep-sinks",
+        dest="exclude_sinks",
+        action=_Deprecated,
+        nargs=0,
+        const=False,
+        instead="use --no-exclude-sinks",
+        help=argparse.SUPPRESS,
+    )
 
 
 def add_out(p: argparse.ArgumentParser, help: str, *, required: bool = False, csv: bool = False) -> None:

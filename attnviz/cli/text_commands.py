@@ -184,7 +184,7 @@ def cmd_coref(args) -> int:
                 raise InputError(f"{flag} {word!r} is not in the text {args.text!r}: give a word of it")
     preflight(args, args.text)
     cap = _capture(args)
-    ranking = rank_heads(cap, args.pronoun, candidates, exclude_sinks=not args.keep_sinks, part=args.part)
+    ranking = rank_heads(cap, args.pronoun, candidates, exclude_sinks=args.exclude_sinks, part=args.part)
     print(ranking)
     print(ranking.table.head(args.top).round(3).to_string(index=False))
     return 0
