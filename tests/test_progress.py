@@ -94,3 +94,19 @@ def test_on_progress_makes_the_host_wait_for_nothing_more_inside_the_forward():
     n = model.config.n_layer
     assert seen and seen == list(range(1, n + 1)) * (len(seen) // n)  # the counter may run it more than once
     assert counted.inside.n_syncs == quiet.inside.n_syncs and counted.inside.n_launches == quiet.inside.n_launches
+
+
+def test_intervene_reports_each_forward_it_runs():
+    """intervene's on_progress: the text as it is, the recomputation's check when an edit reweights (a
+    head ablated keeps the kernel and needs none), the edited capture — what "Apply to the model" shows."""
+    from attnviz import edits
+
+    model = attnviz.testing.tiny_model("llama")
+    cap = attnviz.capture(model, input_ids=IDS)
+    seen: list[tuple[int, int]] = []
+    out = attnviz.intervene(model, cap, [edits.ablate(layer=0, head=1)], on_progress=lambda *a: seen.append(a))
+    assert seen == [(1, 2), (2, 2)] and out.capture_after.model["edits"]
+    seen.clear()
+    attnviz.intervene(model, cap, [edits.knockout(layer=1, head=0, key=2)], on_progress=lambda *a: seen.append(a))
+    assert seen == [(1, 3), (2, 3), (3, 3)]
+    assert _no_taps_left(model)

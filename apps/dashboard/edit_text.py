@@ -4,10 +4,6 @@ words they make up, and an intervention's result as the page's lines and the edi
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
-
-import torch
 from dash import html
 
 import attnviz
@@ -118,34 +114,3 @@ def edited_row(out: attnviz.Intervention, layer: int, head: int, index: int, wor
     names = figures.helpers.labels(out.capture_after, words, part, "query")
     fig.update_layout(title=f"{names[index]!r} → L{layer}·H{head} as the edited model computed it")
     return fig
-
-
-@contextlib.contextmanager
-def layer_progress(model: torch.nn.Module, on_layer: Callable[[int, int], None] | None) -> Iterator[None]:
-    """Call ``on_layer(done, layers)`` as each transformer layer of ``model`` finishes a forward (the
-    layers: every element of a ModuleList of ``…Layer``/``…Block`` modules); the hooks go afterwards.
-    For "Apply to the model" only: ``attnviz.intervene`` runs several forwards (the capture's proof, the
-    recomputation's check, the edited capture) and takes no ``on_progress`` yet; a capture and a
-    generation report theirs through the library's ``on_progress``."""
-    if on_layer is None:
-        yield
-        return
-    layers = [
-        child
-        for module in model.modules()
-        if isinstance(module, torch.nn.ModuleList) and len(module) > 0
-        for child in module
-        if type(child).__name__.endswith(("Layer", "Block"))
-    ]
-    done = [0]
-
-    def hook(*_args) -> None:
-        done[0] += 1
-        on_layer(done[0], len(layers))
-
-    handles = [layer.register_forward_hook(hook) for layer in layers]
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()

@@ -25,7 +25,6 @@ from .edit_text import (
     continuation_of,
     edited_row,
     lab_edits,
-    layer_progress,
     model_of,
     named,
     result_lines,
@@ -272,19 +271,11 @@ def register(app: Dash, captures: Captures) -> None:
                 message_figure(""),
                 message_figure(""),
             )
-        loaded, _ = attnviz.load_model(model)
 
-        def progress(done: int, layers: int) -> None:  # the forwards intervene runs, layer by layer
-            set_progress(
-                (
-                    str(done % layers),
-                    str(layers),
-                    f"forward {done // layers + 1}, layer {done % layers + 1} of {layers}",
-                )
-            )
+        def progress(done: int, total: int) -> None:  # intervene's on_progress: the forwards it has run
+            set_progress((str(done), str(total), f"forward {done} of {total}"))
 
-        with layer_progress(loaded, progress):
-            out = attnviz.intervene(model, cap, chosen)
+        out = attnviz.intervene(model, cap, chosen, on_progress=progress)
         set_progress(("1", "1", ""))
         said = result_lines(out, continuation_of(continuation), notes)
         bars = figures.prediction_bars(out, 5, continuation_of(continuation))

@@ -106,6 +106,7 @@ def intervene(
     attn_implementation: str | None = None,
     check: str = "sample",
     tolerance: float | None = None,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> Intervention:
     """Run ``text`` through ``model`` as it is and with ``edits`` (:mod:`attnviz.edits`); compare.
 
@@ -128,12 +129,21 @@ def intervene(
       must stay within ``tolerance`` of the model's own (max |Δ logit| ≤ 1e-4 in float32), else
       :class:`ValidationError`: a change in prediction is then the edit's, not the recomputation's.
       Ablation alone keeps the model's kernel and needs no such check.
+    - ``on_progress(done, total)``: called after each forward it runs — the text as it is (or the proof of
+      a capture), the recomputation's check when an edit reweights, the edited capture — ``total`` of them.
     - The model is unmodified afterwards, also when a forward raises.
     """
     resolved = resolve(model, tokenizer, device, dtype, attn_implementation)
     lm, tokenizer = resolved.model, resolved.tokenizer
     inputs, cap_before, output = _before(resolved, text, "intervene", target=target, add_bos=add_bos, check=check)
     plans = plan(edits, cap_before)
+    forwards = 2 + any(p.reweights for p in plans.values())  # before, [the recomputation's check,] after
+
+    def report(done: int) -> None:
+        if on_progress is not None:
+            on_progress(done, forwards)
+
+    report(1)
     edit_list = [edits] if isinstance(edits, Edit) else list(edits)
     reference = _main_output(output).float()
     position = _position(cap_before, tokenizer, at)
@@ -153,9 +163,11 @@ def intervene(
                 f"the output moved by {error:.2e} (tolerance {limit:.0e}); an edit's effect could not be told "
                 "from the recomputation's, so attnviz will not report one. Try dtype='float32', or report the model."
             )
+        report(2)
 
     with editing(lm, plans) as editor:
         [cap_after], output_after = capture_forward(resolved, inputs, check=check)
+    report(forwards)
     missing = sorted(set(plans) - editor.ran)
     if missing:  # pragma: no cover - every planned layer exists in the capture the plan was made from
         raise InputError(f"the edits name layers that did not run: {missing}")
