@@ -137,19 +137,19 @@ def intervene(
     lm, tokenizer = resolved.model, resolved.tokenizer
     inputs, cap_before, output = _before(resolved, text, "intervene", target=target, add_bos=add_bos, check=check)
     plans = plan(edits, cap_before)
-    forwards = 2 + any(p.reweights for p in plans.values())  # before, [the recomputation's check,] after
-
-    def report(done: int) -> None:
-        if on_progress is not None:
-            on_progress(done, forwards)
-
-    report(1)
     edit_list = [edits] if isinstance(edits, Edit) else list(edits)
     reference = _main_output(output).float()
     position = _position(cap_before, tokenizer, at)
 
     # the no-edit path: attnviz's SDPA in place of the kernel on every layer that will be recomputed
     recomputed = {key: LayerPlan(p.n_heads, recompute=True) for key, p in plans.items() if p.reweights}
+    forwards = 2 + bool(recomputed)  # before, [the recomputation's check,] after
+
+    def report(done: int) -> None:
+        if on_progress is not None:
+            on_progress(done, forwards)
+
+    report(1)
     error = 0.0
     dtype_now = next(lm.parameters()).dtype
     limit = tolerance if tolerance is not None else TOLERANCE.get(dtype_now, 1e-4)
