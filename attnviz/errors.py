@@ -16,6 +16,9 @@ Every error is an :class:`AttnvizError` and says what was wrong and what to do::
     ├── CaptureFileError         a file that is not a readable attnviz capture
     ├── Interrupted              SIGTERM/SIGINT stopped a long run after it wrote its checkpoint (carries the path)
     └── ValidationError          the recomputation does not reproduce the model (carries the report and the capture)
+
+    OtherWeightsWarning          (a UserWarning) a capture opened against weights whose hash is not the capture's,
+                                 though they compute its numbers within the tolerance
 """
 
 from __future__ import annotations
@@ -101,3 +104,8 @@ class ValidationError(AttnvizError):
         super().__init__(message)
         self.report = report
         self.capture = capture
+
+
+class OtherWeightsWarning(UserWarning):
+    """A capture was opened against a model whose weights' hash is not the one the capture recorded, though
+    the model computes the capture's numbers within the tolerance; the message names both hashes."""

@@ -12,6 +12,7 @@ import attnviz
 from attnviz import edits
 from attnviz.workflows.capture.inputs import tokenize
 from attnviz.workflows.capture.models import IdsTokenizer
+from attnviz.workflows.capture.provenance import weights_hash
 
 TEXT = "11 5 7 9 13 21 8 30"
 TARGET = "3 4 5 6 7 8"
@@ -105,21 +106,26 @@ def test_a_capture_of_another_model_or_of_a_generation_is_refused_with_what_to_d
     cap = attnviz.capture(model, TEXT, tok)
     knock = [edits.knockout(layer=1, key=2)]
     fix = "pass the model that made the capture (in the dtype it ran in), or the text, to capture it with this one"
+    other = attnviz.testing.tiny_model("llama", seed=1)
+    theirs = cap.model["provenance"]["weights_sha256"][:16]
+    hashes = f"the capture's weights are sha256 {theirs}…, this model's {weights_hash(other)[:16]}…"
     with pytest.raises(attnviz.CaptureMismatchError) as err:  # the same architecture, other weights
-        attnviz.intervene(attnviz.testing.tiny_model("llama", seed=1), cap, knock, tok)
+        attnviz.intervene(other, cap, knock, tok)
     assert str(err.value).startswith(
         "this capture was not made by this model from these tokens: at decoder layer 1 this model computes "
         "other numbers (max |Δ| "
-    ) and str(err.value).endswith(f"tolerance 1e-04; captured by 'LlamaForCausalLM' in float32); {fix}")
+    ) and str(err.value).endswith(f"tolerance 1e-04; captured by 'LlamaForCausalLM' in float32); {hashes}; {fix}")
     with pytest.raises(attnviz.CaptureMismatchError) as err:
         attnviz.head_importance(attnviz.testing.tiny_model("gpt2"), cap, 5, tok, progress=False)
     assert str(err.value) == (
         "this capture was made by 'LlamaForCausalLM' (LlamaForCausalLM, llama), not by this GPT2LMHeadModel "
         f"(gpt2); {fix}: head_importance(model, cap.text, …)"
     )
+    half = attnviz.testing.tiny_model("llama").to(torch.bfloat16)
+    hashes = f"the capture's weights are sha256 {theirs}…, this model's {weights_hash(half)[:16]}…"
     with pytest.raises(attnviz.CaptureMismatchError) as err:
-        attnviz.intervene(attnviz.testing.tiny_model("llama").to(torch.bfloat16), cap, knock, tok)
-    assert str(err.value) == f"this capture's dtype (float32) is not this model's (bfloat16); {fix}"
+        attnviz.intervene(half, cap, knock, tok)
+    assert str(err.value) == f"this capture's dtype (float32) is not this model's (bfloat16); {hashes}; {fix}"
     generation = attnviz.generate(model, TEXT, tok, max_new_tokens=2).capture
     with pytest.raises(attnviz.CaptureMismatchError) as err:
         attnviz.intervene(model, generation, knock, tok)

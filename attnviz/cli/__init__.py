@@ -1,4 +1,4 @@
-"""Command line: ``attnviz capture | generate | validate | coref | probes | stats | atlas | export | app``.
+"""Command line: ``attnviz capture | generate | validate | coref | probes | stats | atlas | export | info | app``.
 
 Exit status: 0 on success, 1 when validation fails (a head over tolerance, or a capture's own
 check), 2 for usage and input errors, 75 (EX_TEMPFAIL: run it again) when SIGTERM or SIGINT stopped
@@ -37,7 +37,7 @@ from .options import (
     seconds,
 )
 from .runs import EXIT_INTERRUPTED, error_line
-from .text_commands import EXPORT_VIEWS, cmd_capture, cmd_coref, cmd_export, cmd_generate, cmd_validate
+from .text_commands import EXPORT_VIEWS, cmd_capture, cmd_coref, cmd_export, cmd_generate, cmd_info, cmd_validate
 
 __all__ = ["EXIT_INTERRUPTED", "build_parser", "main"]
 
@@ -209,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_part(p, "encoder-decoder models: which attention (default: encoder)")
     p.add_argument("--words", action="store_true", help="merge tokens into words")
     p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser(
+        "info", help="print what a saved capture holds and where it came from (model, weights' hash, versions, check)"
+    )
+    p.add_argument("file", help="a capture file saved with Capture.save() or attnviz capture -o")
+    p.set_defaults(func=cmd_info)
 
     p = sub.add_parser("app", help="start the dashboard (http://127.0.0.1:8050 by default)")
     p.add_argument(

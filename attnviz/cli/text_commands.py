@@ -1,5 +1,5 @@
-"""The subcommands on one text: ``capture``, ``generate``, ``validate``, ``coref`` and ``export``; each
-takes its parsed arguments and returns the exit status."""
+"""The subcommands on one text: ``capture``, ``generate``, ``validate``, ``coref``, ``export`` and ``info`` (a
+saved capture's provenance); each takes its parsed arguments and returns the exit status."""
 
 from __future__ import annotations
 
@@ -247,4 +247,35 @@ def cmd_export(args) -> int:
     figs = [fig for view in views for fig in build[view]()]
     path = figures.to_html(figs, args.out, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}")
     print(f"{len(figs)} figure(s) written to {path} (self-contained: opens offline)")
+    return 0
+
+
+def cmd_info(args) -> int:
+    """``attnviz info FILE``: what a saved capture holds and where it came from, one ``field: value`` line each."""
+    from .. import load  # deferred: `attnviz --help` answers before torch and transformers load
+
+    cap = load(args.file)
+    lines = {
+        "file": args.file,
+        "text": cap.text if len(cap.text) <= 80 else cap.text[:77] + "…",
+        "tokens": len(cap.tokens),
+        "parts": ", ".join(f"{p} ({len(cap.layer_indices(p))} layers)" for p in cap.parts),
+    }
+    if "generation" in cap.model:
+        gen = cap.model["generation"]
+        lines["generation"] = (
+            f"{gen.get('steps')} steps after a prompt of {gen.get('prompt_length')} (stopped: {gen.get('stopped')})"
+        )
+    provenance = cap.provenance
+    if not provenance:
+        lines["provenance"] = "none recorded (the file was saved before attnviz recorded where a capture came from)"
+        for fact in ("name", "class", "backend", "dtype", "device"):
+            if fact in cap.model:
+                lines[fact] = cap.model[fact]
+    else:
+        lines.update(provenance)
+    width = max(len(key) for key in lines)
+    for key, value in lines.items():
+        shown = "-" if value is None else value
+        print(f"{key + ':':<{width + 1}} {shown}")
     return 0

@@ -318,9 +318,17 @@ class Capture(Recomputation, WhatMoves):
         ``layer``/``head`` ``None`` means all captured layers / all heads (that computes every
         pattern asked for); ``part`` ``None`` means every part. With ``words=True`` positions and
         tokens are words. Masked pairs (weight exactly 0 by the mask) are kept, so every table is
-        queries × keys per head.
+        queries × keys per head. The table's ``.attrs["provenance"]`` is the capture's :attr:`provenance`.
         """
         return capture_table(self, layer, head, part=part, words=words)
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """Where this capture came from (``self.model["provenance"]``): the model, its revision, the sha256
+        of the weights and of the tokenizer, the versions, device, dtype, backend, ``add_bos``, any edits and
+        the self-check's verdict — ``attnviz.workflows.capture.provenance.FIELDS`` says what each field is.
+        Empty for a capture saved before attnviz recorded it."""
+        return dict(self.model.get("provenance") or {})
 
     def to_bertviz(self, *, words: bool = False) -> dict[str, Any]:
         """Keyword arguments for ``bertviz.head_view(**cap.to_bertviz())`` / ``model_view`` (see

@@ -4,7 +4,9 @@ Format version 2 keys each record by part and layer (``records.decoder.3.q``) an
 decoder's tokens of encoder-decoder captures; version-1 files (one part, ``layers.3.q``) still load.
 Tensors shared between records (T5's one position bias for all layers) are written once. A vision
 encoder's capture keeps its picture (``image.pixels``, uint8) and its patch grid (``image`` in the
-metadata); files without them load as text captures.
+metadata); files without them load as text captures. The capture's provenance (``model.provenance``: the
+weights' and tokenizer's hashes, versions, device, the self-check's verdict) is part of the model's metadata;
+files written before it existed load with none (``cap.provenance == {}``).
 """
 
 from __future__ import annotations

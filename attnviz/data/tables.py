@@ -53,4 +53,6 @@ def capture_table(
                         }
                     )
                 )
-    return pd.concat(frames, ignore_index=True)
+    table = pd.concat(frames, ignore_index=True)
+    table.attrs["provenance"] = cap.provenance
+    return table

@@ -290,6 +290,7 @@ def generate(
         extra={"generation": generation},
         projections=recorder.projections,
     )
+    cap.model["provenance"]["add_bos"] = None if vlm is not None else add_bos
     return Generation(cap)
 
 

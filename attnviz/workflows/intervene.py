@@ -174,6 +174,7 @@ def intervene(
     edited = _main_output(output_after).float()
     cap_after.model["edits"] = [str(e) for e in edit_list]
     cap_after.model["edited_layers"] = [list(key) for key in sorted(plans)]
+    cap_after.model["provenance"]["edits"] = "; ".join(cap_after.model["edits"])
     similarity = torch.nn.functional.cosine_similarity(edited[0], reference[0], dim=-1).cpu()
     has_head = getattr(output, "logits", None) is not None
     before = after = None

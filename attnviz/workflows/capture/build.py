@@ -22,6 +22,7 @@ from .call_records import build_records
 from .device_check import check_captures
 from .device_check import to_host as records_to_host
 from .pipeline import KEEP, Resolved, T, check_mode, drop_unkept, model_class, tapped, weight_mode_for
+from .provenance import add_check, capture_provenance
 
 __all__ = ["Item", "capture_meta", "captures", "part_sizes", "run_captures", "self_check"]
 
@@ -70,10 +71,24 @@ def captures(
     (:func:`drop_unkept`) and, with ``to_host``, the records copied to the host."""
     kept = [c for c in calls if c.q is not None] if kept is None else kept
     meta = capture_meta(resolved, kept[0], part_sizes(calls), check) | (extra or {})
+    provenance = capture_provenance(
+        resolved.model,
+        resolved.tokenizer,
+        resolved.name,
+        device=meta["device"],
+        dtype=meta["dtype"],
+        backend=meta["backend"],
+        check=check,
+    )
     batched = len(items) > 1
     made = [
         Capture.of(
-            item.source, build_records(kept, b, item.cut, batched), dict(meta), item.target, item.image, item.vision
+            item.source,
+            build_records(kept, b, item.cut, batched),
+            {**meta, "provenance": dict(provenance)},  # each capture its own: its check's verdict differs
+            item.target,
+            item.image,
+            item.vision,
         )
         for b, item in enumerate(items)
     ]
@@ -165,6 +180,8 @@ def self_check(
         if report is None:
             report = validate(cap, rows=rows if rows is not None else SAMPLE_ROWS if check == "sample" else None)
         cap.model["check_error"] = max((r["max_abs_error"] / r["tolerance"] for r in report.rows), default=0.0)
+        if "provenance" in cap.model:
+            add_check(cap.model["provenance"], report.rows, report.passed)
         if not report.passed:
             which = "" if len(made) == 1 else f" (text {i})"
             raise ValidationError(

@@ -213,6 +213,7 @@ class TextInputs:
     encoded: list[Encoded]
     targets: list[str] | None
     decoded: list[Encoded]  # [] for a one-stack model
+    add_bos: bool | None = None  # whether a BOS was prepended (None: unknown — ids given)
 
 
 def encode_texts(
@@ -255,7 +256,7 @@ def encode_texts(
         limit,
         name,
     )
-    return TextInputs(texts, encoded, targets, decoded)
+    return TextInputs(texts, encoded, targets, decoded, None if input_ids is not None else add_bos)
 
 
 def capture_forward(
@@ -280,7 +281,7 @@ def capture_forward(
     if not logits and "logits_to_keep" in inspect.signature(model.forward).parameters:
         kwargs["logits_to_keep"] = 1
     items = [_item(inputs, b) for b in range(len(inputs.encoded))]
-    return run_captures(
+    made, output = run_captures(
         resolved,
         lambda: model(**kwargs),
         items,
@@ -292,6 +293,9 @@ def capture_forward(
         keep=keep,
         recorder_class=counting(Recorder, on_progress, attention_calls(model.config)),
     )
+    for cap in made:
+        cap.model["provenance"]["add_bos"] = inputs.add_bos
+    return made, output
 
 
 def _config(model: Any) -> Any:
