@@ -28,7 +28,7 @@ from dash import Dash, Input, Output
 import attnviz
 from attnviz.assets import FONTS
 
-from . import space_view
+from . import space_view, url_state
 from .captures import BACKGROUND_FROM, FILE_PREFIX, Captures, wants_bos
 from .ids import ID, view_id
 from .layout import VIEWS, build_layout
@@ -164,6 +164,7 @@ def create_app(
     )
     for view in views():  # each view's callbacks, as it registered itself
         view.register(app, server)
+    url_state.register(app, captures)  # the view in the address: reload, back/forward and links open it
     return app
 
 

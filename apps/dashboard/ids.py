@@ -29,6 +29,7 @@ class ID:
     words = "word-level"
     measure = "measure"  # "weights" (α) or "moved" (‖α·f(x)‖, what the head moves): every map view reads it
     tabs = "view-tabs"
+    url = "page-url"  # dcc.Location: the view in the address (url_state)
     export_format = "export-format"
     csv_button = "csv-button"
     capture_button = "capture-file-button"

@@ -16,6 +16,7 @@ from .ids import ID, view_id
 from .registry import Page, tabs
 from .ui import card, toolbar
 from .ui import page as page_shell
+from .url_state import location
 
 #: every tab of the page as (id, label), in order: the views registered themselves (registry.py)
 VIEWS = [(view.id, view.label) for view in tabs()]
@@ -86,6 +87,7 @@ def build_layout(
     )
     main = html.Main(
         [
+            location(),  # the view in the address: url_state
             dcc.Store(id=ID.lab_query),
             dcc.Store(id=ID.lab_key),
             run_view.message(),

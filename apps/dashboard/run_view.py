@@ -29,6 +29,7 @@ from .run_job import HIDDEN as _HIDDEN
 from .run_job import job_text
 from .run_outputs import VIEW_OUTPUTS, checked_new_tokens, failed, generation_status, opened, status_line
 from .ui import field
+from .url_state import link_opens_a_view
 
 __all__ = [  # the run's pure helpers live in run_outputs and run_job; tests and older imports read them here
     "checked_new_tokens",
@@ -231,6 +232,8 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
     def run_model(_clicks, _generate_clicks, text, model, bos_switch, target, new_tokens, cancels):
         if startup_error and not ctx.triggered_id:
             return (*failed(startup_error), "", no_update)
+        if not ctx.triggered_id and link_opens_a_view():  # the address names a view: url_state opens it
+            return (*failed(""), "", no_update)
         generate = ctx.triggered_id == GID.generate
         if not isinstance(text, str) or not text.strip():
             raise attnviz.EmptyTextError("The text is empty: type a sentence or pick an example.")
