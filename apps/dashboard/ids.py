@@ -51,6 +51,7 @@ class ID:
     lab_stats = "lab-stats"
     validation_summary = "validation-summary"
     validation_map = "validation-map"
+    provenance = "provenance-table"  # where the capture came from (provenance_view, in the validation tab)
     comparison = "comparison-graph"
     cost = "cost-tables"
     lab_token = "lab-token"  # pattern-matching type: {"type": lab_token, "index": i}

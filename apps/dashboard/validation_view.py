@@ -17,6 +17,7 @@ from .background import SUMMARY_LABEL, in_background, pending, summary_of
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import ID
+from .panels import slot_panels
 from .registry import View, registers
 from .ui import MONO
 
@@ -26,6 +27,7 @@ def layout(graph_config: dict) -> list:
         html.Div(id=ID.validation_summary, style={"margin": "8px 0", "fontFamily": MONO}),
         dcc.Loading(dcc.Graph(id=ID.validation_map, config=graph_config)),
         dcc.Graph(id=ID.comparison, config=graph_config),
+        *slot_panels("validation", "provenance"),  # where the capture came from (provenance_view)
     ]
 
 
@@ -84,5 +86,6 @@ registers(
         order=50,
         register=lambda app, server: register(app, server.captures),
         layout=lambda page: layout(page.graph_config),
+        slots=("provenance",),
     )
 )
