@@ -7,7 +7,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from attnviz.dashboard.ids import ID
 from attnviz.dashboard.url_state import parse, search_of
-from test_dashboard import CAT, choose, no_console_errors, poll, run_text, start_minilm, wait_status
+from test_dashboard import CAT, choose, no_console_errors, open_tab, poll, run_text, start_minilm, wait_status
 
 
 def query(dash_duo) -> dict:
@@ -115,4 +115,23 @@ def test_a_link_to_a_capture_the_server_does_not_hold_says_so(dash_duo):
     assert "Press Run model to capture the text again" in message and "Error" not in message
     run_text(dash_duo, CAT, expect="13 tokens")  # the page still works: a Run opens a capture
     poll(lambda: query(dash_duo).get("capture") not in (None, "0123456789abcdef"))
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_lab_and_its_query_come_back_after_a_reload(dash_duo):
+    start_minilm(dash_duo)
+    run_text(dash_duo, CAT, expect="13 tokens")
+    open_tab(dash_duo, "AttentionLab")
+    poll(lambda: query(dash_duo).get("tab") == "lab")
+    chip = dash_duo.find_element(f'[id*="{ID.lab_token}"][id*=\'"index":3\']')
+    dash_duo.driver.execute_script("arguments[0].click();", chip)
+    poll(lambda: query(dash_duo).get("query") == "3" and "sat" in dash_duo.find_element(f"#{ID.lab_stats}").text)
+    stats = dash_duo.find_element(f"#{ID.lab_stats}").text
+    dash_duo.driver.refresh()
+    wait_status(dash_duo, "13 tokens")
+    poll(lambda: dash_duo.find_element(".tab--selected").text == "AttentionLab", timeout=30)
+    poll(lambda: dash_duo.find_element(f"#{ID.lab_stats}").text == stats, timeout=30)
+    assert query(dash_duo).get("query") == "3"
     no_console_errors(dash_duo)
