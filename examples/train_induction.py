@@ -127,7 +127,7 @@ def train(
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        history.append({"step": step, "loss": round(float(loss), 4)})
+        history.append({"step": step, "loss": round(float(loss.detach()), 4)})
         if step % save_every == 0:
             save(step)
     model.eval()

@@ -215,7 +215,8 @@ def head_timeline(
       ``tokenizer=``, then used for every checkpoint unchecked); a checkpoint whose own tokenizer differs is
       refused (:func:`tokenizer_fingerprint`).
     - ``roles``, ``probes``, ``seed``, ``batch_size``, ``layers``, ``max_length``, ``add_bos``, ``truncate``,
-      ``random_sequences``, ``random_length``, ``device``, ``dtype``: as :func:`attnviz.analysis.head_atlas`.
+      ``random_sequences``, ``random_length``, ``device``, ``dtype``: as :func:`attnviz.analysis.head_atlas`
+      (``roles`` left out: every role but coreference, unless ``probes`` is given).
     - ``checkpoint``: a file the table so far is saved to after each checkpoint (atomically); SIGTERM / SIGINT
       stop the run with :class:`~attnviz.errors.Interrupted` once it is saved, and ``resume=True`` continues,
       skipping the checkpoints it holds.
@@ -232,6 +233,8 @@ def head_timeline(
     import pandas as pd  # deferred: importing attnviz does not import pandas
 
     chosen = role_names(roles)
+    if roles is None and probes is None:  # every role the corpus can score: coreference reads a probe set
+        chosen = [r for r in chosen if r != "coreference"]
     if resume and checkpoint is None:
         raise InputError("resume=True continues from a checkpoint file: give it with checkpoint=")
     found = find_checkpoints(checkpoints, revisions)
