@@ -319,3 +319,47 @@ def test_align_heads_refuses_models_of_other_shapes(permuted):
         attnviz.align_heads(a, other, texts, tokenizer=IdsTokenizer(), atlas=False)
     with pytest.raises(attnviz.InputError, match="measure must be one of js, cosine"):
         attnviz.align_heads(a, a, texts, tokenizer=IdsTokenizer(), measure="kl")
+
+
+# ------------------------------------------------------------------------------------------------- the command line
+def test_atlas_checkpoints_writes_the_timeline_the_api_gives(run, script, tmp_path, capsys):
+    import pandas as pd
+
+    from attnviz.cli import main
+
+    _, saved, _ = run
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n".join(script.corpus_texts()) + "\n")
+    out = tmp_path / "timeline.csv"
+    listed = ",".join(str(p) for p in saved[:3])
+    assert (
+        main(["atlas", "--checkpoints", listed, str(corpus), "--roles", "induction,sink", "-o", str(out), "--quiet"])
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert "3 checkpoints (steps 0–100), 24 texts; first head per role:" in err
+    expected = attnviz.head_timeline(saved[:3], script.corpus_texts(), roles="induction,sink", progress=False)
+    got = pd.read_csv(out, keep_default_na=False)
+    assert list(got.columns) == list(expected.columns)
+    np.testing.assert_allclose(got.score.to_numpy(), expected.score.to_numpy(), rtol=1e-12)
+    assert got.checkpoint.tolist() == expected.checkpoint.tolist()
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (["atlas", "smollm2", "c.txt", "--checkpoints", "run"], "--checkpoints reads the checkpoints' own weights"),
+        (["atlas", "c.txt", "--revisions", "step1"], "--revisions names a hub model's revisions: give the hub name"),
+        (["atlas", "c.txt"], "give MODEL (an embedded alias, hub name or folder), or --checkpoints"),
+        (["atlas", "--checkpoints", "run", "c.txt", "-o", "t.html"], "a timeline is a table, give a .csv or .parquet"),
+        (["atlas", "--checkpoints", "run", "c.txt", "--resume"], "--resume continues from a checkpoint"),
+        (["atlas", "smollm2", "c.txt", "--resume"], "give them with --checkpoints"),
+    ],
+)
+def test_atlas_checkpoints_refuses_bad_arguments_in_one_line(argv, said, capsys, tmp_path, monkeypatch):
+    from attnviz.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and said in err
