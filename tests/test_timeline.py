@@ -363,3 +363,60 @@ def test_atlas_checkpoints_refuses_bad_arguments_in_one_line(argv, said, capsys,
     assert main(argv) != 0
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and said in err
+
+
+# ------------------------------------------------------------------------------------------------ the Training tab
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, script):
+    """A tiny run of 3 checkpoints (20 steps) and a copy of its last one under another step, and its corpus file."""
+    folder = tmp_path_factory.mktemp("tiny") / "run"
+    saved = script.train(folder, steps=20, save_every=10, seed=0, d_model=32, heads=2, log=lambda line: None)
+    copied = folder / "checkpoint-30"
+    shutil.copytree(saved[-1], copied)
+    state = json.loads((copied / "trainer_state.json").read_text())
+    (copied / "trainer_state.json").write_text(json.dumps({**state, "global_step": 30}))
+    corpus = folder.parent / "corpus.txt"
+    corpus.write_text("\n".join(script.corpus_texts(4)) + "\n")
+    return folder, corpus
+
+
+@pytest.mark.browser
+def test_the_training_tab_reads_a_run_draws_its_roles_and_compares_two_steps(dash_duo, tiny_run):
+    from test_dashboard import MODELS, no_console_errors, open_tab, poll
+
+    from attnviz.dashboard import create_app
+    from attnviz.dashboard.training_view import RID
+
+    folder, corpus = tiny_run
+    dash_duo.start_server(create_app(MODELS, default_model="minilm"))
+    open_tab(dash_duo, "Training")
+    dash_duo.find_element(f"#{RID.run}").send_keys(str(folder))
+    dash_duo.find_element(f"#{RID.corpus}").send_keys(str(corpus))
+    dash_duo.find_element(f"#{RID.read}").click()
+    dash_duo.wait_for_contains_text(f"#{RID.note}", "4 checkpoints (steps 0–30)", timeout=120)
+    # the duplicate weights said on the page, naming both checkpoints
+    dash_duo.wait_for_contains_text(f"#{RID.warning}", "'checkpoint-20' (step 20) and 'checkpoint-30' (step 30)")
+    dash_duo.wait_for_contains_text(f"#{RID.map} .gtitle", "induction over training", timeout=30)
+    # the map's rows are the heads, its columns the steps, its values the timeline's scores
+    z = dash_duo.driver.execute_script(  # the values plotly.js drew (decoded from the figure's typed arrays)
+        f"const gd = document.getElementById('{RID.map}').querySelector('.js-plotly-plot');"
+        "return Array.from(gd._fullData[0].z, row => Array.from(row));"
+    )
+    expected = attnviz.head_timeline(folder, str(corpus), roles="induction", progress=False)
+    table = expected.pivot_table(index=["layer", "head"], columns="step", values="score")
+    np.testing.assert_allclose(np.array(z, dtype=float), table.to_numpy(), rtol=1e-9)
+    # a head's line, then its map at two steps side by side
+    dash_duo.select_dcc_dropdown(f"#{RID.heads}", index=0)
+    poll(lambda: "score over training" in dash_duo.find_element(f"#{RID.lines}").text, timeout=30)
+    dash_duo.select_dcc_dropdown(f"#{RID.head}", index=1)
+    dash_duo.find_element(f"#{RID.compare}").click()
+    poll(lambda: "step 0" in dash_duo.find_element(f"#{RID.pair}").text, timeout=60)
+    assert "step 30" in dash_duo.find_element(f"#{RID.pair}").text
+    # a folder without checkpoints is a message on the page, no exception's name
+    box = dash_duo.find_element(f"#{RID.run}")
+    box.clear()
+    box.send_keys(str(corpus.parent / "nowhere"))
+    dash_duo.find_element(f"#{RID.read}").click()
+    dash_duo.wait_for_contains_text(f"#{RID.note}", "is not a folder: give a run folder", timeout=30)
+    assert "Error" not in dash_duo.find_element(f"#{RID.note}").text
+    no_console_errors(dash_duo)

@@ -228,7 +228,8 @@ def head_timeline(
     score meets the role's threshold, :meth:`~attnviz.analysis.atlas.Role.met`). Each score is the one
     ``head_atlas`` gives that checkpoint alone. ``df.attrs``: ``checkpoints`` (names in order), ``steps``,
     ``duplicates`` (pairs of names), ``texts``, ``tokens``, ``seed``, ``resumed_after`` (checkpoints read from
-    the file).
+    the file), ``sources`` (each checkpoint's folder, or ``model@revision``), ``loss`` (``{step: loss}`` of the
+    latest checkpoint's ``trainer_state.json`` ``log_history``; {} without one).
     """
     import pandas as pd  # deferred: importing attnviz does not import pandas
 
@@ -381,8 +382,29 @@ def head_timeline(
         tokens=sum(len(ids) for ids, _, _ in tokenized.encoded),
         seed=seed,
         resumed_after=resumed_after,
+        sources=[str(c.folder) if c.folder is not None else f"{c.model}@{c.revision}" for c in found],
+        loss=_loss_log(found),
     )
     return frame
+
+
+def _loss_log(points: list[Checkpoint]) -> dict[int, float]:
+    """``{step: loss}`` of the training log the latest checkpoint's ``trainer_state.json`` holds (the HF Trainer's
+    ``log_history``), or {} when there is none."""
+    for point in sorted(points, key=lambda c: c.step, reverse=True):
+        state = point.folder / "trainer_state.json" if point.folder is not None else None
+        if state is None or not state.is_file():
+            continue
+        try:
+            history = json.loads(state.read_text()).get("log_history") or []
+        except (OSError, ValueError):
+            return {}
+        return {
+            int(e["step"]): float(e["loss"])
+            for e in history
+            if isinstance(e, dict) and isinstance(e.get("step"), int) and isinstance(e.get("loss"), (int, float))
+        }
+    return {}
 
 
 def _counter(
