@@ -365,6 +365,25 @@ def test_atlas_checkpoints_refuses_bad_arguments_in_one_line(argv, said, capsys,
     assert err.count("\n") == 1 and said in err
 
 
+def test_the_figures_draw_the_timelines_numbers_and_first_crossings(timeline, run):
+    from attnviz.figures import timeline_lines, timeline_map
+
+    fig = timeline_map(timeline, "induction")
+    table = timeline[timeline.role == "induction"].pivot_table(index=["layer", "head"], columns="step", values="score")
+    np.testing.assert_array_equal(np.asarray(fig.data[0].z, dtype=float), table.to_numpy())
+    assert list(fig.data[0].y) == [f"L{layer}·H{head}" for layer, head in table.index]
+    rows = timeline[(timeline.role == "induction") & timeline.passes]
+    firsts = rows.groupby(["layer", "head"]).step.min()
+    marked = dict(zip(fig.data[1].y, fig.data[1].x))
+    assert marked == {f"L{layer}·H{head}": str(step) for (layer, head), step in firsts.items()}
+    lines = timeline_lines(timeline, "induction", [(1, 0)], loss=timeline.attrs["loss"])
+    (star,) = [t for t in lines.data if t.name == "L1·H0 first crossing"]  # L1·H0 becomes an induction head
+    assert star.x[0] == firsts[(1, 0)] and star.text[0] == f"L1·H0 step {firsts[(1, 0)]}"
+    assert lines.data[-1].name == "loss" and len(lines.data[-1].x) == STEPS
+    with pytest.raises(attnviz.InputError, match="holds no 'coreference' scores"):
+        timeline_map(timeline, "coreference")
+
+
 # ------------------------------------------------------------------------------------------------ the Training tab
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory, script):

@@ -104,9 +104,8 @@ def timeline_lines(
     rows = _role_rows(df, role)
     crossings = first_crossings(df, role)
     if heads is None:
-        heads = sorted(crossings) or [
-            tuple(int(v) for v in rows.sort_values(["step", "score"]).iloc[-1][["layer", "head"]])  # type: ignore[misc]
-        ]
+        best = rows.sort_values(["step", "score"]).iloc[-1]
+        heads = sorted(crossings) or [(int(best["layer"]), int(best["head"]))]
     spec = ROLES[role]
     fig = go.Figure()
     for layer, head in heads:
