@@ -10,6 +10,7 @@ Importing attnviz loads no model, patches nothing and does not import dash.
 
 from . import edits as edits  # the edits of intervene(): attnviz.edits.knockout(…)
 from . import models as models  # a model's facts before its weights: attnviz.models.describe_model(…)
+from .analysis.alignment import HeadAlignment
 from .attention import scaled_dot_product
 from .data import reprs as _reprs
 from .data.capture import Capture, LayerRecord, TokenSequence
@@ -38,7 +39,9 @@ from .errors import (
 )
 from .workflows.capture.models import EMBEDDED_MODELS, load_model
 from .workflows.capture.runner import capture
+from .workflows.corpus.align import align_heads
 from .workflows.corpus.probing import evaluate_probes
+from .workflows.corpus.timeline import head_timeline
 from .workflows.generation import generate
 from .workflows.generation_result import Generation, GenerationStep
 from .workflows.intervene import head_importance, intervene
@@ -87,6 +90,7 @@ __all__ = [
     "EmptyTextError",
     "Generation",
     "GenerationStep",
+    "HeadAlignment",
     "ImageFileError",
     "InputError",
     "InputTooLongError",
@@ -103,10 +107,12 @@ __all__ = [
     "ValidationError",
     "ValidationReport",
     "Word",
+    "align_heads",
     "capture",
     "evaluate_probes",
     "generate",
     "head_importance",
+    "head_timeline",
     "intervene",
     "load",
     "load_model",

@@ -213,7 +213,7 @@ def test_each_view_module_registers_one_view_and_the_page_reads_the_registry():
     assert sorted(m.rsplit(".", 1)[1] for m in modules) == registry.view_modules() == [p.stem for p in VIEW_FILES]
     assert len(views) == len(VIEW_FILES) and len({v.id for v in views}) == len(views)
     assert VIEWS == [(v.id, v.label) for v in views if v.label is not None]
-    assert VIEWS[0] == ("heatmap", "Heatmap") and len(VIEWS) == 13
+    assert VIEWS[0] == ("heatmap", "Heatmap") and len(VIEWS) == 14  # 14: the Training tab (issue 45)
     declared = {(f"{v.id}", slot) for v in views for slot in v.slots}
     hosts = {v.id: v.register.__module__.rsplit(".", 1)[1] for v in views}
     placed = {(host, slot) for host, slot, stem in slot_calls("slot_panels") if hosts.get(host) == stem}

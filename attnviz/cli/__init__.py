@@ -191,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
         p,
         out="write the atlas here: .csv, .parquet or .html (map and table) (default: print it)",
         after_batch_size=_atlas_role_args,
+        after_add_bos=_atlas_timeline_args,
+        model_optional="left out with --checkpoints",
     )
     p.set_defaults(func=cmd_atlas)
 
@@ -292,6 +294,30 @@ def _stats_run_args(p: argparse.ArgumentParser) -> None:
         type=seconds,
         default=60.0,
         help="save after this many seconds at most, a number > 0 (default: 60)",
+    )
+
+
+def _atlas_timeline_args(p: argparse.ArgumentParser) -> None:
+    """``attnviz atlas --checkpoints``: the atlas of every checkpoint of a training run, as one long table."""
+    p.add_argument(
+        "--checkpoints",
+        default=None,
+        help="the atlas of every checkpoint of a training run, one long table (step, checkpoint, weights_hash, "
+        "same_weights_as, layer, head, role, score, threshold, passes; .csv or .parquet): a run folder (its "
+        "checkpoint-*/ in step order) or comma-separated checkpoint folders; MODEL is left out",
+    )
+    p.add_argument(
+        "--revisions",
+        default=None,
+        help="with MODEL a hub name: the timeline of these comma-separated revisions (e.g. step1000,step3000)",
+    )
+    p.add_argument(
+        "--checkpoint",
+        help="--checkpoints / --revisions: save the table so far to this file after each checkpoint; SIGTERM/SIGINT "
+        f"stop the run there with exit status {EXIT_INTERRUPTED}",
+    )
+    p.add_argument(
+        "--resume", action="store_true", help="continue from --checkpoint, skipping the checkpoints it holds"
     )
 
 

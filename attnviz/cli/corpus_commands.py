@@ -73,6 +73,12 @@ def cmd_stats(args) -> int:
 
 def cmd_atlas(args) -> int:
     """``attnviz atlas``: each head's roles over a corpus, as a table or an HTML page."""
+    if args.checkpoints is not None or args.revisions is not None:
+        return _timeline(args)
+    if args.model is None:
+        raise InputError("give MODEL (an embedded alias, hub name or folder), or --checkpoints for a training run")
+    if args.checkpoint or args.resume:
+        raise InputError("--checkpoint and --resume save a timeline's place: give them with --checkpoints")
     from ..analysis import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
         head_atlas,
     )
@@ -113,6 +119,65 @@ def cmd_atlas(args) -> int:
             print(df[[c for c in shown if c in df.columns]].to_string(index=False))
 
     return run_corpus_command(args, (".csv", ".parquet", ".html"), run, report)
+
+
+def _timeline(args) -> int:
+    """``attnviz atlas --checkpoints DIR_OR_LIST`` (or MODEL ``--revisions``): the atlas of every checkpoint."""
+    if args.checkpoints is not None and args.revisions is not None:
+        raise InputError("give --checkpoints (folders) or MODEL with --revisions (a hub model's), not both")
+    if args.checkpoints is not None and args.model is not None:
+        raise InputError(
+            f"--checkpoints reads the checkpoints' own weights: leave MODEL ({args.model!r}) out, or give it "
+            "with --revisions for a hub model's revisions"
+        )
+    if args.revisions is not None and args.model is None:
+        raise InputError("--revisions names a hub model's revisions: give the hub name as MODEL")
+    if args.resume and not args.checkpoint:
+        raise InputError("--resume continues from a checkpoint: give it with --checkpoint FILE")
+    if args.out:
+        check_writable(args.out)
+        if not args.out.lower().endswith((".csv", ".parquet")):
+            raise InputError(f"-o/--out {args.out!r}: a timeline is a table, give a .csv or .parquet path")
+    from .. import head_timeline  # deferred: `attnviz --help` and a refused argument answer before torch loads
+
+    listed = [p.strip() for p in (args.checkpoints or "").split(",") if p.strip()]
+    where = listed[0] if len(listed) == 1 else listed
+
+    def run():
+        kwargs = corpus_kwargs(args)
+        kwargs.pop("attn_implementation", None)
+        return head_timeline(
+            args.model if args.revisions is not None else where,
+            args.corpus,
+            revisions=names(args.revisions) if args.revisions is not None else None,
+            probes=args.probes,
+            seed=args.seed,
+            roles=args.roles,
+            truncate=not args.no_truncate,
+            checkpoint=args.checkpoint,
+            resume=args.resume,
+            **kwargs,
+        )
+
+    def report(df) -> None:
+        passing = df[df.passes]
+        firsts = passing.groupby("role").step.min()
+        said = ", ".join(f"{role} at step {step}" for role, step in firsts.items()) or "no role met"
+        print(
+            f"{_count(len(df.attrs['checkpoints']), 'checkpoint')} (steps {df.attrs['steps'][0]}–"
+            f"{df.attrs['steps'][-1]}), {_count(df.attrs['texts'], 'text')}; first head per role: {said}",
+            file=sys.stderr,
+        )
+        if args.out:
+            from ..analysis import write_table  # deferred with the rest of the library
+
+            print(f"wrote {write_table(df, args.out)}", file=sys.stderr)
+        else:
+            best = df.groupby(["step", "role"]).score.max().unstack()
+            print(best.round(3).to_string())
+
+    with quiet_loading() if args.quiet else contextlib.nullcontext():
+        return in_processes(run, report)
 
 
 def cmd_probes(args) -> int:

@@ -196,12 +196,18 @@ def add_corpus_args(
     after_batch_size: Options | None = None,
     after_loading: Options | None = None,
     after_add_bos: Options | None = None,
+    model_optional: str | None = None,
 ) -> None:
     """MODEL and CORPUS, ``-o/--out`` (``out``: its help), ``--batch-size``, ``--max-length``, where the
     model loads, ``--add-bos`` and ``--quiet`` of a subcommand over a corpus (``attnviz stats``,
     ``attnviz atlas``); its own options go in after the shared one each ``after_*`` names, so its
-    ``--help`` lists them there."""
-    p.add_argument("model", help="embedded alias, hub name or local folder")
+    ``--help`` lists them there. ``model_optional``: MODEL may be left out, and this says when (its help)."""
+    if model_optional is None:
+        p.add_argument("model", help="embedded alias, hub name or local folder")
+    else:
+        p.add_argument(
+            "model", nargs="?", default=None, help=f"embedded alias, hub name or local folder ({model_optional})"
+        )
     p.add_argument("corpus", help='a .txt file (one text per line) or .jsonl file ({"text": ...} per line)')
     add_out(p, out)
     p.add_argument("--batch-size", type=count, default=8, help="texts per forward, grouped by length (default: 8)")

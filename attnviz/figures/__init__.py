@@ -9,7 +9,8 @@ offline) and :func:`write_image` (PNG, SVG, PDF through kaleido, the CJK labels 
 Images: a query's row over the picture (:func:`image_attention`), every head (:func:`image_heads`), the
 rollout (:func:`image_rollout`); a vision-language model's word beside it over the text
 (:func:`text_attention`). Two heads side by side: :func:`compare_heads`; the model's own numbers beside
-attnviz's: :func:`validation_comparison`; the head atlas' table as a map: :func:`atlas_map`.
+attnviz's: :func:`validation_comparison`; the head atlas' table as a map: :func:`atlas_map`;
+heads over training (:func:`attnviz.head_timeline`): :func:`timeline_map`, :func:`timeline_lines`.
 
 This module exports figures (and the files made of them) only. What they are made with — labels,
 marks, colours, the rows as numbers — is in :mod:`attnviz.figures.helpers`.
@@ -30,6 +31,7 @@ from ..views.overview import overview_figure, window_figure
 from ..views.plots import coref_bars, head_map, probe_accuracy_map, probe_intervals, rollout_figure
 from ..views.reports import importance_map, prediction_bars, validation_map
 from ..views.space import qk_space_figure
+from ..views.timeline import timeline_lines, timeline_map
 from . import helpers
 
 __all__ = [
@@ -56,6 +58,8 @@ __all__ = [
     "rollout_figure",
     "step_figure",
     "text_attention",
+    "timeline_lines",
+    "timeline_map",
     "to_html",
     "to_image",
     "validation_comparison",

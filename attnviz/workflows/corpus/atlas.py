@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,16 +37,48 @@ from .processes import process_state
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["RANDOM_LENGTH", "RANDOM_SEQUENCES", "example_describer", "head_atlas", "random_repeats"]
+__all__ = [
+    "RANDOM_LENGTH",
+    "RANDOM_SEQUENCES",
+    "TokenizedCorpus",
+    "example_describer",
+    "head_atlas",
+    "random_repeats",
+    "role_names",
+    "tokenize_corpus",
+]
 
 ATLAS_STATISTICS = TABLE_STATISTICS  # what the pass computes: the statistics its table reads, alone
 RANDOM_SEQUENCES = 16  # repeated random sequences the induction role reads
 RANDOM_LENGTH = 25  # random tokens in each copy (each sequence holds two copies)
 
 
+@dataclass(frozen=True)
+class TokenizedCorpus:
+    """A corpus's texts and their encodings (uncut, as :func:`corpus_stats` tokenizes them), made once by
+    :func:`tokenize_corpus` and handed to :func:`head_atlas` as its ``corpus`` for each model that shares the
+    tokenizer (:func:`~attnviz.workflows.corpus.timeline.head_timeline`: every checkpoint of a run)."""
+
+    texts: list[str]
+    encoded: list[Encoded]
+    tokenizer: Any
+    add_bos: bool
+
+
+def tokenize_corpus(
+    corpus: str | Path | Iterable[str], tokenizer: Any, *, add_bos: bool = False, name: str = "the model"
+) -> TokenizedCorpus:
+    """Read ``corpus`` (texts, or a ``.txt`` / ``.jsonl`` file) and tokenize every text once, in one call, as
+    :func:`head_atlas` does before its pass; ``name`` is the model named in a text's error."""
+    texts = list(read_texts(corpus))
+    if not texts:
+        raise InputError(NO_TEXT)
+    return TokenizedCorpus(texts, tokenize(tokenizer, texts, None, None, name, add_bos), tokenizer, add_bos)
+
+
 def head_atlas(
     model: Any,
-    corpus: str | Path | Iterable[str],
+    corpus: str | Path | Iterable[str] | TokenizedCorpus,
     *,
     tokenizer: Any = None,
     batch_size: int = 8,
@@ -66,7 +99,9 @@ def head_atlas(
     """Name each head's roles with published criteria, over a corpus.
 
     - ``corpus``: texts (an iterable of strings, read into memory: the atlas counts their tokens and
-      names its examples by them), or a ``.txt`` / ``.jsonl`` file as :func:`corpus_stats` reads.
+      names its examples by them), or a ``.txt`` / ``.jsonl`` file as :func:`corpus_stats` reads, or a
+      :class:`TokenizedCorpus` (:func:`tokenize_corpus`): its encodings are read, not made again (its tokenizer
+      is the model's unless ``tokenizer=`` is given; its ``add_bos`` must be this call's).
     - ``batch_size``, ``layers``, ``max_length``, ``add_bos``: as :func:`corpus_stats`; ``truncate=False``
       refuses a text over the model's limit (or ``max_length``) before the pass, instead of cutting it and
       counting it (``df.attrs["truncated"]``).
@@ -99,7 +134,16 @@ def head_atlas(
     if not isinstance(random_length, int) or random_length < 2:
         raise InputError(f"random_length must be a whole number ≥ 2, got {random_length!r}")
     check_max_length(max_length)
-    texts = list(read_texts(corpus))  # before the model loads: a missing or empty corpus is said at once
+    tokenized = corpus if isinstance(corpus, TokenizedCorpus) else None
+    if tokenized is not None and tokenized.add_bos != add_bos:
+        raise InputError(
+            f"the corpus was tokenized with add_bos={tokenized.add_bos} and the atlas asks add_bos={add_bos}: "
+            "tokenize it again with the same add_bos, or pass the same add_bos here"
+        )
+    if tokenized is not None and tokenizer is None:
+        tokenizer = tokenized.tokenizer
+    # before the model loads: a missing or empty corpus is said at once
+    texts = tokenized.texts if tokenized is not None else list(read_texts(corpus))  # type: ignore[arg-type]
     if not texts:
         raise InputError(NO_TEXT)
     report = _reporter(on_progress, len(texts) + 1 + (probes is not None))
@@ -127,7 +171,9 @@ def head_atlas(
     embeddings: Any = resolved.model.get_input_embeddings()  # type: ignore[operator]
     rows = int(embeddings.num_embeddings)  # the token ids the model has rows for
     # every text tokenized once, in one call (uncut, as corpus_stats tokenizes it): the counts, then the pass
-    encoded = tokenize(tokenizer, texts, None, None, resolved.name, add_bos)
+    encoded = (
+        tokenized.encoded if tokenized is not None else tokenize(tokenizer, texts, None, None, resolved.name, add_bos)
+    )
     if not truncate and cap_length is not None:  # the whole corpus is tokenized already: said before the pass
         over = next(((i, len(ids)) for i, (ids, _, _) in enumerate(encoded, 1) if len(ids) > cap_length), None)
         if over is not None:
@@ -244,6 +290,12 @@ def random_repeats(
 
 
 def _roles(roles: Iterable[str] | None) -> list[str]:
+    return role_names(roles)
+
+
+def role_names(roles: Iterable[str] | str | None) -> list[str]:
+    """The roles asked for, each once, in the order given: names or one comma-separated string (``None``: every
+    role of :data:`~attnviz.analysis.atlas.ROLES`); an unknown role or none is refused, naming the roles."""
     if roles is None:
         return list(ROLES)
     if isinstance(roles, str):
