@@ -12,6 +12,7 @@ from . import edits as edits  # the edits of intervene(): attnviz.edits.knockout
 from . import models as models  # a model's facts before its weights: attnviz.models.describe_model(…)
 from .attention import scaled_dot_product
 from .data import reprs as _reprs
+from .data.attribution import QKAttribution
 from .data.capture import Capture, LayerRecord, TokenSequence
 from .data.io import load
 from .data.predictions import Intervention, Prediction
@@ -42,6 +43,7 @@ from .workflows.corpus.probing import evaluate_probes
 from .workflows.generation import generate
 from .workflows.generation_result import Generation, GenerationStep
 from .workflows.intervene import head_importance, intervene
+from .workflows.qk_attribution import qk_attribution
 
 __version__ = "0.1.0"
 
@@ -98,6 +100,7 @@ __all__ = [
     "NotAVisionModelError",
     "OutOfRangeError",
     "Prediction",
+    "QKAttribution",
     "TokenSequence",
     "UnsupportedModelError",
     "ValidationError",
@@ -110,6 +113,7 @@ __all__ = [
     "intervene",
     "load",
     "load_model",
+    "qk_attribution",
     "scaled_dot_product",
     "tap",
     "validate",
