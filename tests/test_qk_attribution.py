@@ -24,6 +24,7 @@ from attnviz.testing import tiny_model
 from attnviz.workflows.capture.models import IdsTokenizer
 
 TEXT = "11 5 7 9 23 4 8 15 3 99 5 7 9 23"
+SENTENCE = "The cat sat on the mat because it was tired."
 REL = 1e-4  # Σ pairs against a score, float32
 RESIDUAL = 1e-5  # Σ components against a hidden state, relative to its largest entry
 
@@ -287,8 +288,35 @@ def test_no_hook_survives_also_when_the_forward_raises():
         handle.remove()
 
 
+# ---------------------------------------------------------------- the command line
+def test_explain_prints_the_top_pairs_and_the_check(capsys):
+    from attnviz.cli import main
+
+    code = main(
+        ["explain", "minilm", SENTENCE, "--layer", "4", "--head", "2", "--query", "it", "--key", "cat"]
+        + ["--versus", "mat", "--top", "3"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "layer 4 head 2: 'it' @8 → 'cat' @2 − s(→ 'mat' @6)" in out
+    assert "top 3 pairs (query component × key component):" in out and "key side, top 5:" in out
+    model, tok = attnviz.load_model("minilm")
+    cap = attnviz.capture(model, SENTENCE, tokenizer=tok)
+    why = attnviz.qk_attribution(model, cap, 4, 2, "it", "cat", versus="mat", tokenizer=tok)
+    assert f"the model's score {why.score:+.4f}, Σ pairs {why.total:+.4f}" in out
+    assert len(out.split("top 3 pairs")[1].split("query side")[0].strip().splitlines()) == 5  # title, header, 3
+
+
+def test_explain_says_a_bad_word_on_one_line(capsys):
+    from attnviz.cli import main
+
+    code = main(["explain", "minilm", SENTENCE, "--layer", "4", "--head", "2", "--query", "it", "--key", "dog"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith("error: 'dog' is not in the text; its words are ['[CLS]', 'The', 'cat'")
+
+
 # ---------------------------------------------------------------- the carried real models
-SENTENCE = "The cat sat on the mat because it was tired."
 
 
 @pytest.mark.slow
