@@ -207,6 +207,7 @@ def cmd_explain(args) -> int:
     preflight(args, args.text, layer=args.layer, head=args.head)
     model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     cap = capture(model, args.text, tokenizer=tokenizer, layers=[args.layer], add_bos=args.add_bos)
+    assert not isinstance(cap, list)  # one text, one capture
     versus = None if args.versus is None else _token(args.versus)
     why = qk_attribution(
         model, cap, args.layer, args.head, _token(args.query), _token(args.key), versus=versus, tokenizer=tokenizer

@@ -19,11 +19,11 @@ Where a family's stream is written and read is data in its module (``ResidualSpe
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import torch
 from torch import Tensor, nn
@@ -262,13 +262,43 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:  # [comp
 
 
 # ---------------------------------------------------------------- the public function
+@overload
 def qk_attribution(
     model: str | Path | nn.Module,
     cap: Capture,
     layer: int,
     head: int,
     query: Token,
-    key: Token | Sequence[Token],
+    key: Token,
+    *,
+    part: str | None = None,
+    versus: Token | None = None,
+    tokenizer: Any = None,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+) -> QKAttribution: ...
+@overload
+def qk_attribution(
+    model: str | Path | nn.Module,
+    cap: Capture,
+    layer: int,
+    head: int,
+    query: Token,
+    key: list[Token] | tuple[Token, ...],
+    *,
+    part: str | None = None,
+    versus: Token | None = None,
+    tokenizer: Any = None,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+) -> list[QKAttribution]: ...
+def qk_attribution(
+    model: str | Path | nn.Module,
+    cap: Capture,
+    layer: int,
+    head: int,
+    query: Token,
+    key: Token | list[Token] | tuple[Token, ...],
     *,
     part: str | None = None,
     versus: Token | None = None,
@@ -308,7 +338,7 @@ def qk_attribution(
     cap.check_head(head, part)
     if rec.softcap is not None:
         raise UnsupportedModelError("a soft-capped score (tanh) is not a sum: it cannot be taken apart")
-    asked: list[Token] = list(key) if isinstance(key, (list, tuple)) else [key]  # type: ignore[list-item]
+    asked: list[Token] = list(key) if isinstance(key, (list, tuple)) else [key]
     several = isinstance(key, (list, tuple))
     keys = [token_position(cap, k, "key") for k in asked]
     if not keys:
