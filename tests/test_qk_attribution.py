@@ -289,6 +289,7 @@ def test_no_hook_survives_also_when_the_forward_raises():
 
 
 # ---------------------------------------------------------------- the command line
+@pytest.mark.slow
 def test_explain_prints_the_top_pairs_and_the_check(capsys):
     from attnviz.cli import main
 
@@ -307,6 +308,7 @@ def test_explain_prints_the_top_pairs_and_the_check(capsys):
     assert len(out.split("top 3 pairs")[1].split("query side")[0].strip().splitlines()) == 5  # title, header, 3
 
 
+@pytest.mark.slow
 def test_explain_says_a_bad_word_on_one_line(capsys):
     from attnviz.cli import main
 
