@@ -5,7 +5,7 @@ gives beside the linear prediction."""
 import re
 
 import pytest
-from test_dashboard import CAT, no_console_errors, run_text, start_minilm
+from test_dashboard import CAT, no_console_errors, open_tab, poll, run_text, start_minilm
 from test_dashboard_edits import click_point
 
 import attnviz
@@ -42,4 +42,21 @@ def test_clicking_a_cell_takes_its_score_apart_and_the_knockout_shows_what_the_m
     dash_duo.wait_for_contains_text(f"#{QKID.knocked}", "knocked out (attnviz.edits.ablate)", timeout=90)
     said = dash_duo.find_element(f"#{QKID.knocked}").text
     assert "the linear prediction, every norm's scale held" in said and "the weight" in said
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_choosing_a_key_in_the_lab_takes_the_querys_score_on_it_apart(dash_duo):
+    start_minilm(dash_duo)
+    run_text(dash_duo, CAT, expect="minilm: 13 tokens")
+    open_tab(dash_duo, "AttentionLab")
+    poll(lambda: "it" in [c.text for c in dash_duo.find_elements(".lab-token")])
+    {c.text: c for c in dash_duo.find_elements(".lab-token")}["it"].click()
+    dash_duo.select_dcc_dropdown(f"#{QKID.lab_key}", "2: cat")
+    dash_duo.wait_for_contains_text(f"#{QKID.lab_note}", "relative error", timeout=60)
+    note = dash_duo.find_element(f"#{QKID.lab_note}").text
+    assert re.match(r"L\d+·H\d+: 'it' @8 → 'cat' @2\. The model's score", note), note
+    assert float(re.search(r"relative error ([0-9.e+-]+)", note).group(1)) <= 1e-4
+    dash_duo.wait_for_contains_text(f"#{QKID.lab_bars} .gtitle", "it @8 → cat @2")
     no_console_errors(dash_duo)

@@ -96,6 +96,9 @@ class QKID:
     cell = "qk-cell"  # dcc.Store: the clicked cell and the strongest head {"layer", "head", "query", "key", …}
     knock = "qk-knock"  # the button that knocks the strongest head out with attnviz.edits.ablate
     knocked = "qk-knocked"  # what the score and the weight really become, beside the linear prediction
+    lab_key = "qk-lab-key"  # the Lab's choice of a key whose score with the Lab's query is taken apart
+    lab_note = "qk-lab-note"
+    lab_bars = "qk-lab-bars"
 
 
 class HID:

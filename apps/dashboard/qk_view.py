@@ -1,4 +1,5 @@
-"""Why a cell is bright: click a cell of the heatmap and its score is taken apart
+"""Why a cell is bright: click a cell of the heatmap (or, in the Lab, choose a key for the Lab's query) and its
+score is taken apart
 (:func:`attnviz.qk_attribution`) into the components that wrote the query and the key — the top of each
 side and the top pairs as bars (:func:`attnviz.figures.attribution_bars`), the check's error beside
 them — with one button that knocks the strongest head out with the existing edits
@@ -16,7 +17,7 @@ from attnviz.figures import message_figure
 
 from .captures import Captures
 from .edit_text import model_of
-from .errors import shows_errors
+from .errors import only_on, shows_errors
 from .ids import ID, OID, QKID
 from .panels import adds_panel
 from .registry import View, registers
@@ -48,9 +49,36 @@ def panel() -> html.Div:
     )
 
 
+#: the Lab's key list is offered up to this many keys (the heatmap's cells reach any key of a shorter text)
+LAB_KEYS = 1024
+
+
+@adds_panel("lab", "apply")
+def lab_panel() -> html.Div:
+    """In the Lab, below the row: choose a key, and the query's score on it is taken apart."""
+    return html.Div(
+        [
+            html.Label("Why this key? ", style={"marginRight": "6px"}),
+            dcc.Dropdown(id=QKID.lab_key, options=[], value=None, placeholder="choose a key", style={"width": "320px"}),
+            html.Div(id=QKID.lab_note, style={"fontFamily": MONO, "margin": "6px 0"}),
+            dcc.Loading(dcc.Graph(id=QKID.lab_bars, figure=message_figure(""), style=_HIDDEN)),
+        ],
+        style={"marginTop": "10px"},
+    )
+
+
 def _token(seq, index: int, words: bool) -> int:
     """The token a clicked row or column stands for: itself, or a word's last token."""
     return seq.words[index].tokens[-1] if words else index
+
+
+def _note(why) -> str:
+    """The cell, the model's score, Σ pairs and the check's error, in one line."""
+    return (
+        f"L{why.layer}·H{why.head}: {why.tokens[0]!r} @{why.query} → {why.tokens[1]!r} @{why.key}. The model's "
+        f"score {why.score:+.4f}; Σ pairs {why.total:+.4f}; check: relative error {why.error:.1e} "
+        f"(tolerance {why.tolerance:.0e}) — over {len(why.labels)} components on each side."
+    )
 
 
 def _strongest_head(why) -> tuple[str, float]:
@@ -100,17 +128,57 @@ def register(app: Dash, captures: Captures) -> None:
         words = units == "words"
         query, key = _token(queries, int(point["y"]), words), _token(keys, int(point["x"]), words)
         why = attnviz.qk_attribution(model_of(store), cap, layer, head, query, key, part=part_)
-        note = (
-            f"L{layer}·H{head}: {why.tokens[0]!r} @{query} → {why.tokens[1]!r} @{key}. The model's score "
-            f"{why.score:+.4f}; Σ pairs {why.total:+.4f}; check: relative error {why.error:.1e} "
-            f"(tolerance {why.tolerance:.0e}) — over {len(why.labels)} components on each side."
-        )
+        note = _note(why)
         label, effect = _strongest_head(why)
         cell = {"layer": layer, "head": head, "query": query, "key": key, "part": part_, "store": store["key"]}
         cell.update(top=label, score=why.score, predicted=why.score - effect)
         button = f"Knock out {label.replace('.', '·')} (linear: score {why.score:+.3f} → {why.score - effect:+.3f})"
         style = _SHOWN if label else _HIDDEN
         return note, figures.attribution_bars(why, TOP), _SHOWN, cell, button, style, ""
+
+    @app.callback(
+        Output(QKID.lab_key, "options"),
+        Output(QKID.lab_key, "value"),
+        Input(ID.store, "data"),
+        Input(ID.part, "value"),
+        Input(ID.tabs, "value"),
+    )
+    @shows_errors(lambda m: ([], None))
+    def lab_keys(store, part, tab):
+        only_on(tab, "lab")
+        cap = captures.from_store(store)
+        if cap is None:
+            return [], None
+        _, keys = cap.sequences(cap.resolve_part(part if len(cap.parts) > 1 else None))
+        if keys.n_tokens > LAB_KEYS:
+            return [], None
+        return [{"label": f"{j}: {token}", "value": j} for j, token in enumerate(keys.tokens)], None
+
+    @app.callback(
+        Output(QKID.lab_note, "children"),
+        Output(QKID.lab_bars, "figure"),
+        Output(QKID.lab_bars, "style"),
+        Input(QKID.lab_key, "value"),
+        Input(ID.lab_query, "data"),
+        Input(ID.layer, "value"),
+        Input(ID.head, "value"),
+        State(ID.store, "data"),
+        State(ID.part, "value"),
+        State(ID.tabs, "value"),
+        prevent_initial_call=True,
+    )
+    @shows_errors(lambda m: (m, message_figure(""), _HIDDEN))
+    def lab_explain(key, query, layer, head, store, part, tab):
+        only_on(tab, "lab")
+        cap = captures.from_store(store)
+        if cap is None or key is None or query is None or layer is None or head is None:
+            return "", message_figure(""), _HIDDEN
+        part_ = cap.resolve_part(part if len(cap.parts) > 1 else None)
+        queries, _ = cap.sequences(part_)
+        why = attnviz.qk_attribution(
+            model_of(store), cap, layer, head, min(query, queries.n_tokens - 1), key, part=part_
+        )
+        return _note(why), figures.attribution_bars(why, TOP), _SHOWN
 
     @app.callback(
         Output(QKID.knocked, "children", allow_duplicate=True),
