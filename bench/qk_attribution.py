@@ -67,10 +67,17 @@ def main() -> None:
         tok = IdsTokenizer()
         cap = attnviz.capture(model, text, tokenizer=tok, layers=[deep, middle], check="off")
         query, key = n - 1, n // 3
+
+        def forward(ids=ids):
+            return model(input_ids=ids[None], use_cache=False, logits_to_keep=1)
+
+        def attribution(layer, cap=cap, query=query, key=key, tok=tok):
+            return attnviz.qk_attribution(model, cap, layer, 4, query, key, tokenizer=tok)
+
         runs = {
-            "forward": lambda: model(input_ids=ids[None], use_cache=False, logits_to_keep=1),
-            "deep": lambda: attnviz.qk_attribution(model, cap, deep, 4, query, key, tokenizer=tok),
-            "middle": lambda: attnviz.qk_attribution(model, cap, middle, 4, query, key, tokenizer=tok),
+            "forward": forward,
+            "deep": lambda: attribution(deep),
+            "middle": lambda: attribution(middle),
         }
         times: dict[str, list[float]] = {name: [] for name in runs}
         with torch.no_grad():
