@@ -200,16 +200,16 @@ def test_knocking_out_the_top_key_component_changes_the_score_by_its_share():
     why = attnviz.qk_attribution(model, cap, layer, head, q, key, tokenizer=tok)
     top = next(label for label in why.key_side.index if label != "bias")
     component = why.components[why.labels.index(top), 1].float()
-    changed = _knocked_out_score(model, tok, layer, head, q, key, component, frozen=True)
+    changed = _knocked_out_score(model, tok, TEXT, layer, head, q, key, component, frozen=True)
     assert why.score - changed == pytest.approx(why.key_side[top], rel=1e-4, abs=1e-5)
-    unfrozen = _knocked_out_score(model, tok, layer, head, q, key, component, frozen=False)
+    unfrozen = _knocked_out_score(model, tok, TEXT, layer, head, q, key, component, frozen=False)
     assert unfrozen == unfrozen  # reported, not asserted: the norm's scale moves with the stream
     print(
         f"{top}: attributed {why.key_side[top]:.4f}, frozen Δ {why.score - changed:.4f}, unfrozen Δ {why.score - unfrozen:.4f}"
     )
 
 
-def _knocked_out_score(model, tok, layer, head, q, key, component, *, frozen: bool) -> float:
+def _knocked_out_score(model, tok, text, layer, head, q, key, component, *, frozen: bool) -> float:
     norm = model.model.layers[layer].input_layernorm
 
     def held(module, args, out):  # RMSNorm of the stream without the component, the forward's own rms
@@ -226,7 +226,7 @@ def _knocked_out_score(model, tok, layer, head, q, key, component, *, frozen: bo
 
     handle = norm.register_forward_hook(held) if frozen else norm.register_forward_pre_hook(moved)
     try:
-        after = attnviz.capture(model, TEXT, tokenizer=tok, layers=[layer])
+        after = attnviz.capture(model, text, tokenizer=tok, layers=[layer])
     finally:
         handle.remove()
     rec = after.layer(layer)
@@ -345,3 +345,29 @@ def test_smollm2_adds_up(smollm2_eager):
         why = attnviz.qk_attribution(model, cap, layer, head, "it", "cat", versus="mat", tokenizer=tok)
         alpha = weights[layer][0, head, why.query].double()
         assert why.total == pytest.approx(float(alpha[why.key].log() - alpha[why.versus].log()), rel=REL, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_smollm2_induction_heads_key_side_is_led_by_a_previous_token_head(smollm2_eager):
+    """The lesson of docs/guides/why.md, held: on repeated random tokens the induction head L18·H6's key side
+    is led by L16·H0, the strongest previous-token head; taking it out of the key's stream with the norm's
+    scale held moves the model's score by its share (the unfrozen change is printed, not asserted)."""
+    from attnviz.analysis import detect_heads
+
+    model, tok = smollm2_eager
+    half = torch.randint(1000, 10000, (24,), generator=torch.Generator().manual_seed(0)).tolist()
+    text = tok.decode(half + half)
+    cap = attnviz.capture(model, text, tokenizer=tok)
+    previous = detect_heads(cap, "previous_token").nlargest(1, "score")
+    ids, query = cap.token_ids, cap.n_tokens - 2
+    key = next(p + 1 for p in range(query) if ids[p] == ids[query])
+    why = attnviz.qk_attribution(model, cap, 18, 6, query, key, tokenizer=tok)
+    top = why.key_side.index[0]
+    assert top == f"L{int(previous.layer.iloc[0])}.H{int(previous['head'].iloc[0])}" == "L16.H0"
+    component = why.components[why.labels.index(top), 1].float()
+    frozen = _knocked_out_score(model, tok, text, 18, 6, query, key, component, frozen=True)
+    assert why.score - frozen == pytest.approx(why.key_side[top], rel=1e-3)
+    free = _knocked_out_score(model, tok, text, 18, 6, query, key, component, frozen=False)
+    print(
+        f"L18·H6 {top}: attributed {why.key_side[top]:.3f}, frozen Δ {why.score - frozen:.3f}, free Δ {why.score - free:.3f}"
+    )
