@@ -13,6 +13,7 @@ from . import models as models  # a model's facts before its weights: attnviz.mo
 from .analysis.alignment import HeadAlignment
 from .attention import scaled_dot_product
 from .data import reprs as _reprs
+from .data.attribution import QKAttribution
 from .data.capture import Capture, LayerRecord, TokenSequence
 from .data.io import load
 from .data.predictions import Intervention, Prediction
@@ -45,6 +46,7 @@ from .workflows.corpus.timeline import head_timeline
 from .workflows.generation import generate
 from .workflows.generation_result import Generation, GenerationStep
 from .workflows.intervene import head_importance, intervene
+from .workflows.qk_attribution import qk_attribution
 
 __version__ = "0.1.0"
 
@@ -102,6 +104,7 @@ __all__ = [
     "NotAVisionModelError",
     "OutOfRangeError",
     "Prediction",
+    "QKAttribution",
     "TokenSequence",
     "UnsupportedModelError",
     "ValidationError",
@@ -116,6 +119,7 @@ __all__ = [
     "intervene",
     "load",
     "load_model",
+    "qk_attribution",
     "scaled_dot_product",
     "tap",
     "validate",

@@ -320,6 +320,7 @@ SUBCOMMANDS = {  # each subcommand with its required arguments
     "generate": ["m", "t"],
     "validate": ["m", "t"],
     "coref": ["m", "t", "--pronoun", "it"],
+    "explain": ["m", "t", "--layer", "0", "--head", "0", "--query", "it", "--key", "cat"],
     "probes": ["m", "en"],
     "stats": ["m", "c.txt"],
     "atlas": ["m", "c.txt"],
@@ -340,7 +341,7 @@ def test_one_option_name_and_default_per_idea_across_every_subcommand(capsys):
     having = {
         name: {c for c, d in defaults.items() if name in d} for name in ("top", "seed", "add_bos", "part", "quiet")
     }
-    assert having["top"] == {"coref", "probes"} and having["seed"] == {"generate", "atlas"}
+    assert having["top"] == {"coref", "explain", "probes"} and having["seed"] == {"generate", "atlas"}
     assert having["add_bos"] == set(SUBCOMMANDS) - {"app"} and having["part"] == {"capture", "coref", "stats", "export"}
     assert having["quiet"] == {"stats", "atlas", "probes"}  # the commands with a progress bar
     for name, value in (("top", 10), ("seed", 0), ("add_bos", False), ("part", None), ("quiet", False)):

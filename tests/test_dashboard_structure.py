@@ -6,10 +6,11 @@ import ast
 from pathlib import Path
 
 import pytest
+from dash import html
+
 from attnviz.dashboard import panels
 from attnviz.dashboard.ids import AID, EID, GID, ID, view_id
 from attnviz.dashboard.layout import build_layout
-from dash import html
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "apps" / "dashboard"
 VIEW_FILES = sorted(DASHBOARD.glob("*_view.py"))
@@ -70,9 +71,13 @@ def test_every_panel_sits_in_a_slot_its_host_places():
     added = {(host, slot) for host, slot, _ in slot_calls("adds_panel")}
     placed = {(host, slot) for host, slot, _ in slot_calls("slot_panels")}
     assert added == placed and added, (added, placed)
-    assert all(stem == f"{host}_view" for host, _, stem in slot_calls("slot_panels"))  # a host asks for its own
+    from attnviz.dashboard import registry
+
+    # a view's module, by its id: the Heatmap tab ("heatmap") is overview_view's
+    module = {v.id: v.register.__module__.rsplit(".", 1)[1] for v in registry.views()}
+    assert all(stem == module[host] for host, _, stem in slot_calls("slot_panels"))  # a host asks for its own
     guests = {(host, stem) for host, _, stem in slot_calls("adds_panel")}
-    assert all(stem != f"{host}_view" for host, stem in guests)  # a guest's panel sits in another view
+    assert all(stem != module[host] for host, stem in guests)  # a guest's panel sits in another view
 
 
 def test_every_panel_is_registered_before_the_page_is_built():
@@ -180,8 +185,9 @@ def test_a_result_a_button_draws_is_never_an_empty_pair_of_axes_before_it():
     *Run probe set* the page showed blank axes (−1…4 × 0…6) until the button was pressed. A graph that only
     a button's click fills (every callback drawing it waits for a click) starts with a figure of its own,
     axes hidden: a line saying what the button draws there, or nothing."""
-    from attnviz.dashboard import create_app
     from dash import dcc
+
+    from attnviz.dashboard import create_app
 
     app = create_app({"minilm": "MiniLM (BERT)"}, default_model="minilm")
     layout = app.layout() if callable(app.layout) else app.layout

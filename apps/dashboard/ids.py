@@ -89,6 +89,20 @@ class OID:
     shown = "overview-shown"  # dcc.Store: the selection the heatmap on the page was drawn for
 
 
+class QKID:
+    """Why a cell is bright: the heatmap's panel of one score taken apart (qk_view)."""
+
+    panel = "qk-panel"
+    note = "qk-note"  # the cell, the model's score, Σ pairs and their error (the check)
+    bars = "qk-bars"
+    cell = "qk-cell"  # dcc.Store: the clicked cell and the strongest head {"layer", "head", "query", "key", …}
+    knock = "qk-knock"  # the button that knocks the strongest head out with attnviz.edits.ablate
+    knocked = "qk-knocked"  # what the score and the weight really become, beside the linear prediction
+    lab_key = "qk-lab-key"  # the Lab's choice of a key whose score with the Lab's query is taken apart
+    lab_note = "qk-lab-note"
+    lab_bars = "qk-lab-bars"
+
+
 class HID:
     """The head view's controls (head_view)."""
 

@@ -28,6 +28,7 @@ from attnviz.figures import message_figure
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import ID, OID
+from .panels import slot_panels
 from .registry import View, registers
 
 LONG = 512  # a grid with more rows or columns than this shows the overview
@@ -182,6 +183,7 @@ def layout(graph) -> list:
             style={"margin": "6px 0"},
         ),
         graph,
+        *slot_panels("heatmap", "why"),  # a clicked cell's score taken apart (qk_view)
     ]
 
 
@@ -285,5 +287,6 @@ registers(
         order=10,
         register=lambda app, server: register(app, server.captures),
         layout=lambda page: layout(dcc.Loading(dcc.Graph(id=ID.heatmap, config=page.graph_config))),
+        slots=("why",),
     )
 )

@@ -1,4 +1,4 @@
-"""Command line: ``attnviz capture | generate | validate | coref | probes | stats | atlas | export | info | app``.
+"""Command line: ``attnviz capture | generate | validate | coref | explain | probes | stats | atlas | export | info | app``.
 
 Exit status: 0 on success, 1 when validation fails (a head over tolerance, or a capture's own
 check), 2 for usage and input errors, 75 (EX_TEMPFAIL: run it again) when SIGTERM or SIGINT stopped
@@ -37,7 +37,7 @@ from .options import (
     seconds,
 )
 from .runs import EXIT_INTERRUPTED, error_line
-from .text_commands import EXPORT_VIEWS, cmd_capture, cmd_coref, cmd_export, cmd_generate, cmd_info, cmd_validate
+from .text_commands import EXPORT_VIEWS, cmd_capture, cmd_coref, cmd_explain, cmd_export, cmd_generate, cmd_info, cmd_validate
 
 __all__ = ["EXIT_INTERRUPTED", "build_parser", "main"]
 
@@ -113,6 +113,22 @@ def build_parser() -> argparse.ArgumentParser:
     add_top(p)
     add_part(p, "encoder-decoder models: rank the encoder's (source) or the decoder's (target) heads")
     p.set_defaults(func=cmd_coref)
+
+    p = sub.add_parser(
+        "explain", help="why a head looks there: one query-key score taken apart into what wrote the query and the key"
+    )
+    p.add_argument("model", help="embedded alias (smollm2, minilm), hub name, or local folder")
+    p.add_argument("text", help="the text to run the model on")
+    p.add_argument("--layer", type=int, required=True, help="the head's layer (0-based)")
+    p.add_argument("--head", type=int, required=True, help="the head (0-based)")
+    p.add_argument("--query", required=True, help="the query: a word of the text (its last token) or a token position")
+    p.add_argument("--key", required=True, help="the key: a word of the text (its last token) or a token position")
+    p.add_argument("--versus", default=None, help="another key: take apart s(query, key) - s(query, versus)")
+    add_top(p, "how many pairs to print")
+    add_bos(p)
+    p.add_argument("--device", default=None, help="cpu, cuda, cuda:1 … (default: where the model loads)")
+    p.add_argument("--dtype", default=None, help="float32, float16 or bfloat16")
+    p.set_defaults(func=cmd_explain, layers=None)
 
     p = sub.add_parser(
         "probes", help="score every head on a probe set (en, zh, or a JSONL/CSV/TSV/Parquet file of a known format)"

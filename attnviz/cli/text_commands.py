@@ -1,5 +1,5 @@
-"""The subcommands on one text: ``capture``, ``generate``, ``validate``, ``coref``, ``export`` and ``info`` (a
-saved capture's provenance); each takes its parsed arguments and returns the exit status."""
+"""The subcommands on one text: ``capture``, ``generate``, ``validate``, ``coref``, ``explain``, ``export`` and
+``info`` (a saved capture's provenance); each takes its parsed arguments and returns the exit status."""
 
 from __future__ import annotations
 
@@ -187,6 +187,43 @@ def cmd_coref(args) -> int:
     ranking = rank_heads(cap, args.pronoun, candidates, exclude_sinks=args.exclude_sinks, part=args.part)
     print(ranking)
     print(ranking.table.head(args.top).round(3).to_string(index=False))
+    return 0
+
+
+def _token(value: str) -> int | str:
+    """A ``--query`` / ``--key``: a token position when it is a number, else a word of the text."""
+    return int(value) if value.lstrip("-").isdigit() else value
+
+
+def cmd_explain(args) -> int:
+    """``attnviz explain``: one head's score of a query–key pair, taken apart into the pairs of components
+    (embeddings, earlier heads, MLPs, biases) that wrote the query and the key; the top pairs and the check."""
+    from .. import (  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        capture,
+        load_model,
+        qk_attribution,
+    )
+
+    preflight(args, args.text, layer=args.layer, head=args.head)
+    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+    cap = capture(model, args.text, tokenizer=tokenizer, layers=[args.layer], add_bos=args.add_bos)
+    assert not isinstance(cap, list)  # one text, one capture
+    versus = None if args.versus is None else _token(args.versus)
+    why = qk_attribution(
+        model, cap, args.layer, args.head, _token(args.query), _token(args.key), versus=versus, tokenizer=tokenizer
+    )
+    q, k, v = why.tokens
+    against = "" if v is None else f" − s(→ {v!r} @{why.versus})"
+    print(
+        f"layer {why.layer} head {why.head}: {q!r} @{why.query} → {k!r} @{why.key}{against}\n"
+        f"the model's score {why.score:+.4f}, Σ pairs {why.total:+.4f} (relative error {why.error:.1e}, "
+        f"tolerance {why.tolerance:.0e}; {len(why.query_labels)} × {len(why.key_labels)} components)"
+    )
+    print(f"\ntop {args.top} pairs (query component × key component):")
+    print(why.top(args.top).round(4).to_string(index=False))
+    for side, series in (("query", why.query_side), ("key", why.key_side)):
+        top = ", ".join(f"{label} {value:+.3f}" for label, value in series.head(5).items())
+        print(f"\n{side} side, top 5: {top}")
     return 0
 
 

@@ -10,7 +10,7 @@ registry keeps in step with what is registered (the same objects, changed in pla
 
 :data:`FAMILIES` (the support table's rows), :data:`PROJECTION_SPECS`, :data:`SHARED_LAYERS`,
 :data:`CAUSAL_LM_TYPES`, :data:`RESERVED_POSITIONS`, :data:`VISION_SPECS`, :data:`TOWERS`,
-:data:`VLMS`, :data:`REFUSED_VLMS`, :data:`TINY`, :data:`TINY_PAIRS` — each keyed by
+:data:`VLMS`, :data:`REFUSED_VLMS`, :data:`TINY`, :data:`TINY_PAIRS`, :data:`RESIDUAL_SPECS` — each keyed by
 ``config.model_type`` (the tiny ones by the tiny family's name).
 """
 
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import InputError
-from .facts import Facts, Family, ProjectionSpec, Tiny, TinyPair, VisionSpec, VlmSpec
+from .facts import Facts, Family, ProjectionSpec, ResidualSpec, Tiny, TinyPair, VisionSpec, VlmSpec
 
 __all__ = [
     "CAUSAL_LM_TYPES",
@@ -30,6 +30,7 @@ __all__ = [
     "PROJECTION_SPECS",
     "REFUSED_VLMS",
     "RESERVED_POSITIONS",
+    "RESIDUAL_SPECS",
     "SHARED_LAYERS",
     "TINY",
     "TINY_PAIRS",
@@ -56,6 +57,7 @@ VLMS: dict[str, VlmSpec] = {}
 REFUSED_VLMS: dict[str, str] = {}
 TINY: dict[str, Tiny] = {}
 TINY_PAIRS: dict[str, TinyPair] = {}
+RESIDUAL_SPECS: dict[str, ResidualSpec] = {}  # where qk_attribution reads the residual stream
 
 _REGISTERED: list[Facts] = []
 #: each keyed table and the field of Facts that fills it
@@ -69,6 +71,7 @@ _TABLES: tuple[tuple[dict, str], ...] = (
     (REFUSED_VLMS, "refused_vlms"),
     (TINY, "tiny"),
     (TINY_PAIRS, "tiny_pairs"),
+    (RESIDUAL_SPECS, "residual"),
 )
 
 

@@ -25,11 +25,14 @@ __all__ = [
     "Family",
     "ImageLayout",
     "ProjectionSpec",
+    "QKWeights",
+    "ResidualSpec",
     "Tiny",
     "TinyPair",
     "VisionSpec",
     "VlmSpec",
     "alibi_per_item",
+    "heads_of_linear",
     "inputs_view",
     "split_refusal",
     "tiny_language_model",
@@ -84,6 +87,48 @@ class ProjectionSpec:
     # RoPE): ``(module, inputs, q, k) -> (q, k)``, each [batch, head, pos, d]
     rotate: Callable[[Any, dict, Tensor, Tensor], tuple[Tensor, Tensor]] = lambda m, inputs, q, k: (q, k)
     refuse: Callable[[Any], str | None] = lambda config: None  # why a config of this family is not supported
+
+
+# ---------------------------------------------------------------- the residual stream (qk_attribution)
+#: what a family's ``ResidualSpec.qk`` gives: (W_q [head·d_head, hidden], b_q [head·d_head] | None,
+#: W_k [kv_head·d_head, hidden], b_k | None) — the projections as ``x @ Wᵀ + b``, heads side by side
+QKWeights = tuple[Tensor, Tensor | None, Tensor, Tensor | None]
+
+
+def heads_of_linear(q: Any, k: Any) -> QKWeights:
+    """:attr:`ResidualSpec.qk` of a family with two ``nn.Linear`` projections (Llama's ``q_proj`` / ``k_proj``)."""
+    return q.weight, q.bias, k.weight, k.bias
+
+
+@dataclass(frozen=True)
+class ResidualSpec:
+    """Where a family writes and reads its residual stream: what :func:`attnviz.qk_attribution` hooks.
+
+    The stream entering a layer is a sum of what wrote it: the embeddings (``embeddings``: each
+    label and the module, from ``model.base_model``, whose output is added), every earlier head (its
+    ``α·V`` through its slice of the output projection, which :mod:`attnviz.engine.projections` finds
+    beside ``attention``), every earlier MLP (``mlp``: the module whose output is its write) and the
+    biases. ``layout``: ``"pre"`` — a norm (``norm``) before each attention, the writes added to the
+    stream as they are; ``"parallel"`` — the same, attention and MLP reading one normed stream (GPT-J,
+    GPT-NeoX); ``"post"`` — a norm on the stream after each write (``stream_norms``, from a block, and
+    ``embedding_norm``, from the base model: BERT), each applied to every component with its scale held.
+    ``norm_kind``: ``"layer"`` (centred, a bias) or ``"rms"``. ``qk(attention module)``: the Q and K
+    projections as :data:`QKWeights`. ``rope``: None, ``"half"`` (rotate-half: Llama, NeoX) or ``"pairs"``
+    (GPT-J's rotate-every-two), its cos and sin read from the attention module's ``position_embeddings``
+    argument, in the order ``rope_order`` (the rotated width is theirs: partial rotary reads itself)."""
+
+    layout: str
+    blocks: str  # path from model.base_model to the list of blocks
+    embeddings: tuple[tuple[str, str], ...]  # (label, path from base_model) of each embedding added
+    attention: str  # path from a block to its attention module
+    mlp: str  # path from a block to the module whose output is the MLP's write
+    qk: Callable[[Any], QKWeights]
+    norm: str | None = None  # pre / parallel: path from a block to the norm before its attention
+    norm_kind: str = "layer"
+    stream_norms: tuple[str, ...] = ()  # post: paths from a block of the norms on the stream, in order
+    embedding_norm: str | None = None  # post: path from base_model of the embeddings' norm
+    rope: str | None = None
+    rope_order: str = "cos_sin"
 
 
 def inputs_view(name: str, reshape: Callable[[Any, Tensor, int], Tensor]) -> Callable:
@@ -246,6 +291,8 @@ class Facts:
     refused_vlms: Mapping[str, str] = field(default_factory=dict)  # a VLM whose picture is refused, and why
     tiny: Mapping[str, Tiny] = field(default_factory=dict)
     tiny_pairs: Mapping[str, TinyPair] = field(default_factory=dict)
+    # where its residual stream is written and read, per model type (qk_attribution; others refused)
+    residual: Mapping[str, ResidualSpec] = field(default_factory=dict)
 
 
 def tiny_language_model(tf: Any, tokenizer: Any) -> dict[str, Any]:

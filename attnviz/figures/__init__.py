@@ -29,7 +29,7 @@ from ..views.maps import heatmap, query_row
 from ..views.model_view import model_view
 from ..views.overview import overview_figure, window_figure
 from ..views.plots import coref_bars, head_map, probe_accuracy_map, probe_intervals, rollout_figure
-from ..views.reports import importance_map, prediction_bars, validation_map
+from ..views.reports import attribution_bars, importance_map, prediction_bars, validation_map
 from ..views.space import qk_space_figure
 from ..views.timeline import timeline_lines, timeline_map
 from . import helpers
@@ -37,6 +37,7 @@ from . import helpers
 __all__ = [
     "atlas_map",
     "atlas_page",
+    "attribution_bars",
     "compare_heads",
     "coref_bars",
     "head_map",

@@ -1,5 +1,6 @@
 """Layer × head reports and an edit's predictions: the validation's error map, the head-ablation
-importance map, and the next-token bars before and after the edits."""
+importance map, the next-token bars before and after the edits, and a score taken apart
+(:func:`attribution_bars`)."""
 
 from __future__ import annotations
 
@@ -16,10 +17,66 @@ from .common import themed
 if TYPE_CHECKING:
     import pandas as pd
 
+    from ..data.attribution import QKAttribution
     from ..data.predictions import Intervention
     from ..data.validate import ValidationReport
 
-__all__ = ["importance_map", "prediction_bars", "validation_map"]
+__all__ = ["attribution_bars", "importance_map", "prediction_bars", "validation_map"]
+
+
+@themed
+def attribution_bars(why: QKAttribution, top: int = 8) -> go.Figure:
+    """A :class:`~attnviz.QKAttribution` as bars: the ``top`` components writing the query, the ``top``
+    writing the key (each summed over the other side) and the ``top`` pairs, largest |share| first; the
+    title says the model's score, Σ pairs and their relative error."""
+    from plotly.subplots import make_subplots  # deferred: only this figure has subplots
+
+    q, k, v = why.tokens
+    versus = "" if v is None else f" − s(→ {v} @{why.versus})"
+    sides = [
+        ("query side", why.query_side.head(top)),
+        ("key side", why.key_side.head(top)),
+    ]
+    pairs = why.pairs.head(top)
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("writing the query", "writing the key", "pairs (query × key)"))
+    for col, (_, series) in enumerate(sides, start=1):
+        values = series.tolist()
+        fig.add_trace(
+            go.Bar(
+                x=values,
+                y=list(series.index),
+                orientation="h",
+                marker_color=["#1f77b4" if x >= 0 else "#d62728" for x in values],
+                hovertemplate="%{y}: %{x:+.4f}<extra></extra>",
+                showlegend=False,
+            ),
+            row=1,
+            col=col,
+        )
+    values = pairs["score"].tolist()
+    fig.add_trace(
+        go.Bar(
+            x=values,
+            y=[f"{a} × {b}" for a, b in zip(pairs["query_component"], pairs["key_component"], strict=True)],
+            orientation="h",
+            marker_color=["#1f77b4" if x >= 0 else "#d62728" for x in values],
+            hovertemplate="%{y}: %{x:+.4f}<extra></extra>",
+            showlegend=False,
+        ),
+        row=1,
+        col=3,
+    )
+    for col in (1, 2, 3):
+        fig.update_yaxes(autorange="reversed", row=1, col=col)
+    fig.update_layout(
+        title=(
+            f"L{why.layer}·H{why.head}: {q} @{why.query} → {k} @{why.key}{versus}<br><sub>the model's score "
+            f"{why.score:+.4f}, Σ pairs {why.total:+.4f} (relative error {why.error:.1e})</sub>"
+        ),
+        height=max(300, 26 * top + 140),
+        margin=dict(l=10, r=10, t=90, b=30),
+    )
+    return fig
 
 
 @themed
