@@ -5,11 +5,11 @@ gives beside the linear prediction."""
 import re
 
 import pytest
+from attnviz.dashboard.ids import ID, QKID
 from test_dashboard import CAT, no_console_errors, open_tab, poll, run_text, start_minilm
 from test_dashboard_edits import click_point
 
 import attnviz
-from attnviz.dashboard.ids import ID, QKID
 
 
 @pytest.mark.browser

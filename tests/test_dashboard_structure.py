@@ -6,11 +6,10 @@ import ast
 from pathlib import Path
 
 import pytest
-from dash import html
-
 from attnviz.dashboard import panels
 from attnviz.dashboard.ids import AID, EID, GID, ID, view_id
 from attnviz.dashboard.layout import build_layout
+from dash import html
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "apps" / "dashboard"
 VIEW_FILES = sorted(DASHBOARD.glob("*_view.py"))
@@ -185,9 +184,8 @@ def test_a_result_a_button_draws_is_never_an_empty_pair_of_axes_before_it():
     *Run probe set* the page showed blank axes (−1…4 × 0…6) until the button was pressed. A graph that only
     a button's click fills (every callback drawing it waits for a click) starts with a figure of its own,
     axes hidden: a line saying what the button draws there, or nothing."""
-    from dash import dcc
-
     from attnviz.dashboard import create_app
+    from dash import dcc
 
     app = create_app({"minilm": "MiniLM (BERT)"}, default_model="minilm")
     layout = app.layout() if callable(app.layout) else app.layout

@@ -401,10 +401,9 @@ def tiny_run(tmp_path_factory, script):
 
 @pytest.mark.browser
 def test_the_training_tab_reads_a_run_draws_its_roles_and_compares_two_steps(dash_duo, tiny_run):
-    from test_dashboard import MODELS, no_console_errors, open_tab, poll
-
     from attnviz.dashboard import create_app
     from attnviz.dashboard.training_view import RID
+    from test_dashboard import MODELS, no_console_errors, open_tab, poll
 
     folder, corpus = tiny_run
     dash_duo.start_server(create_app(MODELS, default_model="minilm"))

@@ -37,7 +37,16 @@ from .options import (
     seconds,
 )
 from .runs import EXIT_INTERRUPTED, error_line
-from .text_commands import EXPORT_VIEWS, cmd_capture, cmd_coref, cmd_explain, cmd_export, cmd_generate, cmd_info, cmd_validate
+from .text_commands import (
+    EXPORT_VIEWS,
+    cmd_capture,
+    cmd_coref,
+    cmd_explain,
+    cmd_export,
+    cmd_generate,
+    cmd_info,
+    cmd_validate,
+)
 
 __all__ = ["EXIT_INTERRUPTED", "build_parser", "main"]
 
