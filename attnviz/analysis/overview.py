@@ -90,11 +90,11 @@ def block_edges(n: int, size: int) -> list[int]:
 def _one_head(cap: Capture, layer: int, head: int, part: str | None):
     part = cap.resolve_part(part)
     rec = cap.layer(layer, part)
-    cap.check_head(head, part)
-    kv = cap.kv_head_of(head, part)
+    index = cap.head_index(layer, head, part)  # the model's head → its place in the record's stacks
+    kv = rec.kv_index(index)
 
     def pick(t: Tensor | None) -> Tensor | None:
-        return None if t is None else t[head : head + 1] if t.shape[0] > 1 else t
+        return None if t is None else t[index : index + 1] if t.shape[0] > 1 else t
 
     def mask(rows: Tensor, keys: slice) -> Tensor | None:
         return pick(rec.mask_part(rows, keys))
@@ -102,8 +102,8 @@ def _one_head(cap: Capture, layer: int, head: int, part: str | None):
     def bias(rows: Tensor, keys: slice) -> Tensor | None:
         return pick(rec.bias_part(rows, keys))
 
-    return rec, dict(
-        q=rec.q[head : head + 1],
+    return rec, index, dict(
+        q=rec.q[index : index + 1],
         k=rec.k[kv : kv + 1],
         v=rec.v[kv : kv + 1],
         scale=rec.scaling,
@@ -111,7 +111,7 @@ def _one_head(cap: Capture, layer: int, head: int, part: str | None):
         window=rec.window,
         mask=mask if rec.mask is not None else None,
         bias=bias if rec.bias is not None or rec.relative_bias is not None else None,
-        sinks=None if rec.sinks is None else rec.sinks[head : head + 1],
+        sinks=None if rec.sinks is None else rec.sinks[index : index + 1],
         softcap=rec.softcap,
     )
 
@@ -136,7 +136,7 @@ def overview(
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise InputError(f"size must be a whole number ≥ 1, got {size!r}")
-    rec, args = _one_head(cap, layer, head, part)
+    rec, at, args = _one_head(cap, layer, head, part)
     n_q, n_k = rec.n_queries, rec.n_keys
     rows, cols = block_edges(n_q, size), block_edges(n_k, size)
     width_r, width_c = rows[1] - rows[0], cols[1] - cols[0]
@@ -147,7 +147,7 @@ def overview(
     for r, _keys, _, weights in attention_output(q, k, v, all_keys=True, **args):
         w = weights[0].float()  # [chunk rows, keys]
         if norms is not None:
-            w = w * norms[head].to(w.device)[None, :]
+            w = w * norms[at].to(w.device)[None, :]
         pad = n_c * width_c - n_k
         if pad:
             w = torch.nn.functional.pad(w, (0, pad))
@@ -180,7 +180,7 @@ def window(
     keys) once the layer's log-sum-exp holds the rows, else one pass over their keys first, kept for the
     next zoom); ``measure="moved"``: what it moves there, α_ij·‖f_h(x_j)‖."""
     norms = measure_norms(cap, layer, measure, part)
-    rec, _ = _one_head(cap, layer, head, part)
+    rec, at, _ = _one_head(cap, layer, head, part)
     spans = {"rows": (rows, rec.n_queries), "keys": (keys, rec.n_keys)}
     for what, (span, n) in spans.items():
         if not isinstance(span, (tuple, list)) or len(span) != 2 or not all(isinstance(x, int) for x in span):
@@ -188,7 +188,7 @@ def window(
         if not 0 <= span[0] < span[1] <= n:
             raise OutOfRangeError(f"{what} {tuple(span)} is outside 0..{n} (start < stop)")
     out = cap.attention(layer, head, part=part, rows=range(*rows), cols=range(*keys))
-    return out if norms is None else out * norms[head, keys[0] : keys[1]].to(out.device)[None, :]
+    return out if norms is None else out * norms[at, keys[0] : keys[1]].to(out.device)[None, :]
 
 
 MODEL_VIEW_CELLS = 24  # a model-view thumbnail's cells per side at most (the model view's and summarize's default)
