@@ -102,17 +102,21 @@ def _one_head(cap: Capture, layer: int, head: int, part: str | None):
     def bias(rows: Tensor, keys: slice) -> Tensor | None:
         return pick(rec.bias_part(rows, keys))
 
-    return rec, index, dict(
-        q=rec.q[index : index + 1],
-        k=rec.k[kv : kv + 1],
-        v=rec.v[kv : kv + 1],
-        scale=rec.scaling,
-        causal=rec.causal,
-        window=rec.window,
-        mask=mask if rec.mask is not None else None,
-        bias=bias if rec.bias is not None or rec.relative_bias is not None else None,
-        sinks=None if rec.sinks is None else rec.sinks[index : index + 1],
-        softcap=rec.softcap,
+    return (
+        rec,
+        index,
+        dict(
+            q=rec.q[index : index + 1],
+            k=rec.k[kv : kv + 1],
+            v=rec.v[kv : kv + 1],
+            scale=rec.scaling,
+            causal=rec.causal,
+            window=rec.window,
+            mask=mask if rec.mask is not None else None,
+            bias=bias if rec.bias is not None or rec.relative_bias is not None else None,
+            sinks=None if rec.sinks is None else rec.sinks[index : index + 1],
+            softcap=rec.softcap,
+        ),
     )
 
 

@@ -83,12 +83,12 @@ def preflight(
     if kept is not None:
         from ..models import check_heads, n_heads  # deferred with the rest of the library
 
-        top = n_heads(config)
-        outside = [h for h in kept if h < 0 or (top is not None and h >= top)]
+        most = n_heads(config)
+        outside = [h for h in kept if h < 0 or (most is not None and h >= most)]
         if outside:
-            span = f"0..{top - 1}" if top is not None else "≥ 0"
+            span = f"0..{most - 1}" if most is not None else "≥ 0"
             raise OutOfRangeError(f"--heads: head {outside[0]} is out of range: {args.model} has heads {span}")
-        check_heads(kept, top, "--heads")
+        check_heads(kept, most, "--heads")
         if head is not None and head not in kept:
             raise OutOfRangeError(f"--head {head} is not among --heads {','.join(map(str, kept))}: add it to --heads")
     max_length = getattr(args, "max_length", None)

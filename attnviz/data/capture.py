@@ -253,6 +253,9 @@ class Capture(Recomputation, WhatMoves):
         heads = ", ".join(
             sorted({f"{i['n_heads']} heads ({i['n_kv_heads']} kv)" for i in self.model["parts"].values()})
         )
+        kept = sorted({h for p in self.parts for h in self.kept_heads(p)})
+        if any(rec.heads is not None for rec in self.records.values()):  # capture(heads=): the model's numbers kept
+            heads += f", kept heads {', '.join(map(str, kept))}"
         target = f", target {len(self.target.tokens)} tokens" if self.target is not None else ""
         return (
             f"Capture({self.model.get('name', '?')!r}, {self.n_tokens} tokens, {len(self.words)} words{target}, "

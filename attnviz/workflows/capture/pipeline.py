@@ -194,6 +194,19 @@ def _heads_of(choice: HeadChoice, layer: int) -> tuple[int, ...] | None:
     return choice.get(layer)
 
 
+class _Narrowed:
+    """``narrow(t, heads)``: ``t``'s rows ``heads`` along its first dimension (a copy), each tensor once per choice."""
+
+    def __init__(self) -> None:
+        self.done: dict[tuple[int, tuple[int, ...]], Tensor] = {}
+
+    def __call__(self, t: Tensor, heads: tuple[int, ...]) -> Tensor:
+        key = (id(t), heads)
+        if key not in self.done:
+            self.done[key] = t.index_select(0, torch.tensor(heads, device=t.device))
+        return self.done[key]
+
+
 def keep_heads(made: list[Capture], heads: HeadChoice) -> None:
     """Every record narrowed to the query heads ``heads`` keeps (:func:`check_heads`), after the
     self-check has used every head and before the records are copied to the host: each ``[head, …]``
@@ -205,13 +218,7 @@ def keep_heads(made: list[Capture], heads: HeadChoice) -> None:
         return
     for cap in made:
         cap.model["heads"] = list(heads) if isinstance(heads, tuple) else {str(k): list(v) for k, v in heads.items()}
-        narrowed: dict[tuple[int, tuple[int, ...]], Tensor] = {}  # a tensor shared by layers (T5's bias) once
-
-        def narrow(t: Tensor, chosen: tuple[int, ...]) -> Tensor:
-            key = (id(t), chosen)
-            if key not in narrowed:
-                narrowed[key] = t.index_select(0, torch.tensor(chosen, device=t.device))
-            return narrowed[key]
+        narrow = _Narrowed()  # a tensor shared by layers (T5's bias) narrowed once
 
         for (part, layer), rec in cap.records.items():
             chosen = _heads_of(heads, layer)
