@@ -73,7 +73,7 @@ def status_line(cap: attnviz.Capture) -> str:
     )
     kept = {p: cap.kept_heads(p) for p in cap.parts}
     if any(len(heads) < cap.info(p)["n_heads"] for p, heads in kept.items()):  # capture(heads=): say which
-        status += ", kept heads " + ", ".join(sorted({f"H{h}" for heads in kept.values() for h in heads}, key=len))
+        status += ", kept heads " + ", ".join(f"H{h}" for h in sorted({h for heads in kept.values() for h in heads}))
     return status + f", {cap.model.get('backend')}"
 
 

@@ -150,7 +150,8 @@ def model_view(
     fig.update_layout(
         title=marked_title(
             f"Model view{': ' + cap.resolve_part(part) if len(cap.parts) > 1 else ''}: {len(layers)} layers × {h} "
-            + ("heads, moved (‖α·f(x)‖, max of each cell) " if moved else "heads ")
+            + ("heads" if h == cap.info(part)["n_heads"] else f"heads kept ({', '.join(f'H{n}' for n in kept)})")
+            + (", moved (‖α·f(x)‖, max of each cell) " if moved else " ")
             + "(click a head to select it)",
             q_new,
             k_new,
@@ -158,7 +159,7 @@ def model_view(
         xaxis=dict(
             tickmode="array",
             tickvals=[k * (t_k + 1) + t_k / 2 for k in range(h)],
-            ticktext=[f"H{k}" for k in range(h)],
+            ticktext=[f"H{k}" for k in kept],  # the model's numbers
             side="top",
             showgrid=False,
             zeroline=False,
