@@ -107,6 +107,17 @@ def test_the_bytes_kept_shrink_in_proportion_to_the_heads(models, family):
     assert _bytes(one) - per_layer == query_side // 4 + (kv // 4 if family == "bert" else kv // 2)
 
 
+def test_the_bytes_per_token_per_layer_are_what_the_guide_computes_from_the_shapes(models):
+    """Per query head kept: Q and the output (d_head each, model dtype) and w float32 value dots; per
+    key/value head read: K and V (d_head each) — the guide's table, here on tiny Llama (GQA)."""
+    _, kept = _pair(models("llama"), [1, 2])  # heads 1, 2 read KV heads 0 and 1
+    rec = kept.layer(0)
+    n, d, es, w = rec.n_queries, rec.q.shape[-1], rec.q.element_size(), rec.value_dots.shape[-1]
+    per_token_layer = 2 * (2 * d * es + w * 4) + 2 * (2 * d * es)
+    checks = sum(r.projection_check.numel() * 4 for r in kept.records.values())
+    assert _bytes(kept) == per_token_layer * n * len(kept.records) + checks
+
+
 def _kv_bytes(cap) -> int:
     return sum(t.numel() * t.element_size() for rec in cap.records.values() for t in (rec.k, rec.v))
 
