@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..attention import attention_output
+from ..attention import attention_output, lse_from_weights
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError
 
 if TYPE_CHECKING:
@@ -148,15 +148,23 @@ def overview(
     device = rec.q.device
     pooled = torch.zeros(n_r, n_c, device=device)
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
-    for r, _keys, _, weights in attention_output(q, k, v, all_keys=True, **args):
-        w = weights[0].float()  # [chunk rows, keys]
-        if norms is not None:
-            w = w * norms[at].to(w.device)[None, :]
-        pad = n_c * width_c - n_k
-        if pad:
-            w = torch.nn.functional.pad(w, (0, pad))
-        w = w.view(len(r), n_c, width_c)
-        w = w.amax(-1) if mode == "max" else w.sum(-1)
+    lse_args = {name: args[name] for name in ("scale", "mask", "bias", "softcap")}
+    pad = n_c * width_c - n_k
+    for r, keys, _, weights in attention_output(q, k, v, all_keys=True, **args):
+        raw = weights[0].float()  # [chunk rows, keys]
+        blocks = (torch.nn.functional.pad(raw, (0, pad)) if pad else raw).view(len(r), n_c, width_c)
+        block_max = blocks.amax(-1)  # [r, column blocks]: the max-pooled weights, and where each row peaks
+        top, block = block_max.max(-1)
+        inside = blocks[torch.arange(len(r), device=blocks.device), block].argmax(-1)
+        # every key of these rows is here: their log-sum-exp for nothing, kept for the first zoom (O(tile))
+        largest = (top[None], (block * width_c + inside)[None])
+        rec.keep_lse(r, lse_from_weights(q, k, weights, rows=r, keys=keys, largest=largest, **lse_args), at)
+        if norms is None and mode == "max":
+            w = block_max
+        else:
+            w = raw if norms is None else raw * norms[at].to(raw.device)[None, :]
+            w = (torch.nn.functional.pad(w, (0, pad)) if pad else w).view(len(r), n_c, width_c)
+            w = w.amax(-1) if mode == "max" else w.sum(-1)
         index = (r // width_r).to(device)
         if mode == "max":
             pooled.scatter_reduce_(0, index[:, None].expand_as(w), w, reduce="amax", include_self=True)

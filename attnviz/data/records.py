@@ -178,6 +178,17 @@ class LayerRecord:
             known = self.lse[heads].index_select(1, rows.to(self.lse.device))
         return known
 
+    def keep_lse(self, rows: Tensor, lse: Tensor, head: int | None = None) -> None:
+        """Keep ``lse`` ``[head or 1, r]`` — these ``rows``' log-sum-exp under the model's own settings, of
+        every head or of one ``head`` (a position in the stacks) — in :attr:`lse`, where it holds no value
+        yet (a pass that computed them anyway: the dashboard's overview)."""
+        if self.lse is None:
+            self.lse = torch.full((self.q.shape[0], self.n_queries), float("nan"), device=self.q.device)
+        heads = slice(None) if head is None else slice(head, head + 1)
+        index = rows.to(self.lse.device)
+        known = self.lse[heads].index_select(1, index)
+        self.lse[heads, index] = torch.where(torch.isnan(known), lse.to(known), known)
+
     def fill_lse(self) -> Tensor:  # [head, query_pos]
         """:attr:`lse` complete, every row of every head (the rows not yet known computed in one
         key-tiled pass), and returned."""
