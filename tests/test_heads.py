@@ -279,3 +279,15 @@ def test_the_page_offers_only_the_kept_heads_by_their_numbers(dash_duo, tmp_path
     choose(dash_duo, f"#{ID.head}", 1)
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "·H3")
     no_console_errors(dash_duo)
+
+
+def test_a_vision_encoder_keeps_some_heads_too():
+    """The picture path (its third argument is the image processor) narrows the records as the text path does."""
+    from PIL import Image
+
+    model, processor = attnviz.testing.tiny_model("vit"), attnviz.testing.tiny_processor("vit")
+    picture = Image.new("RGB", (32, 32), (200, 40, 90))
+    full = attnviz.capture(model, picture, processor)
+    kept = attnviz.capture(model, picture, processor, heads=[0, 2])
+    assert kept.kept_heads() == [0, 2] and kept.layer(0).q.shape[0] == 2
+    torch.testing.assert_close(kept.attention(1, 2), full.attention(1, 2), rtol=0, atol=0)

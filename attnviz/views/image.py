@@ -111,6 +111,9 @@ def _row(
         rows = cap.attention(layer, part=part, causal=causal, scale=scale, temperature=temperature)[:, q].float()
     if head is None:
         return rows.mean(0)
+    n_heads = cap.info(part)["n_heads"]
+    if not isinstance(head, int) or not 0 <= head < n_heads:
+        raise OutOfRangeError(f"head {head} is out of range: layer {layer} has heads 0..{n_heads - 1}")
     return rows[cap.head_index(layer, head, part)]  # the model's head → its row (capture(heads=) keeps some)
 
 

@@ -144,7 +144,7 @@ def capture(
     kept = check_keep(keep)
     resolved = resolve(model, None if vision_spec(_config(model)) else tokenizer, device, dtype, attn_implementation)
     wanted = resolved.layers(layers)
-    chosen = check_heads(heads, n_heads(resolved.model.config))
+    head_choice = check_heads(heads, n_heads(resolved.model.config))
     # an eager backend's own weights: kept, dropped, or compared with the recomputation — at the rows the
     # default check samples (kept for it, compared after the forward), at every row while capturing
     weight_mode = weight_mode_for(check, keep_weights)
@@ -168,7 +168,7 @@ def capture(
             keep_on_device=keep_on_device,
             weight_mode=weight_mode,
         )
-        keep_heads(made, chosen)
+        keep_heads(made, head_choice)
         drop_unkept(made, kept)
         return made[0] if isinstance(text, str) else made
     if is_joint(resolved.model.config) and text is not None and not is_image_input(text):
@@ -186,7 +186,7 @@ def capture(
             weight_mode=weight_mode,
             max_length=max_length,
         )
-        keep_heads(made, chosen)
+        keep_heads(made, head_choice)
         drop_unkept(made, kept)
         return made[0] if isinstance(text, str) else made
     if vision_spec(resolved.model.config) is not None or image is not None or pixel_values is not None:
@@ -199,7 +199,7 @@ def capture(
         made = capture_images(
             resolved, images, layers=wanted, check=check, keep_on_device=keep_on_device, weight_mode=weight_mode
         )
-        keep_heads(made, chosen)
+        keep_heads(made, head_choice)
         drop_unkept(made, kept)
         one = not isinstance(picture, (list, tuple)) if pixel_values is None else len(made) == 1
         return made[0] if one else made
@@ -225,7 +225,7 @@ def capture(
         logits=False,
         keep=kept,
         on_progress=on_progress,
-        heads=chosen,
+        heads=head_choice,
     )
     return made[0] if isinstance(text, str) or (inputs.texts is None and len(made) == 1) else made
 
