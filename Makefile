@@ -70,6 +70,7 @@ bench: setup
 	-$(PY) bench/corpus_throughput.py   # misses its 0.9x goal today (docs/benchmarks.md); reported, not a gate
 	-$(PY) bench/dashboard_payload.py   # the zoom's 200 ms at 8,192 tokens is missed on these cores (docs/benchmarks.md); reported, not a gate
 	$(PY) bench/summary_cost.py
+	$(PY) bench/zoom_cost.py   # the first zoom at 8,192 tokens against the second (goal: ~1x)
 	$(PY) bench/soak.py   # 8 sessions x 50 interactions on one server
 	$(PY) bench/moved_cost.py   # what keeping "what moves" costs a capture
 	$(PY) bench/moved_shares.py   # weight vs what moves on the carried models (reported)

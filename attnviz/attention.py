@@ -56,6 +56,7 @@ __all__ = [
     "attention_tile",
     "build_mask",
     "head_max",
+    "lse_from_weights",
     "online_attention",
     "row_entropy",
     "scaled_dot_product",
@@ -562,6 +563,47 @@ def online_attention(
             acc.div_(total.clamp_min(torch.finfo(torch.float32).tiny)[..., None])  # a row with no key: 0 / tiny = 0
         lse[:, start:stop] = m + total.log()
     return out, lse
+
+
+def lse_from_weights(
+    q: Tensor,  # [head, query_pos, d_head]
+    k: Tensor,  # [kv_head, key_pos, d_head]
+    weights: Tensor,  # [head, r, c]: the softmax weights of rows × keys (an attention_output chunk's)
+    *,
+    rows: Tensor,  # [r] query rows
+    keys: slice,  # the chunk's key columns
+    scale: float,
+    mask: Part = None,
+    bias: Part = None,
+    softcap: float | None = None,
+    largest: tuple[Tensor, Tensor]
+    | None = None,  # ([head, r] each row's largest weight, [head, r] its key in the chunk)
+) -> Tensor:  # [head, r] float32
+    """Each row's log-sum-exp (:func:`online_attention`'s, sinks included) from weights already computed
+    over every key the row may see: ``lse_i = s_ij − log w_ij`` at the row's largest weight (≥ 1 / keys,
+    so its logarithm is well conditioned), whose one logit is computed in O(r · d) — a pass that has the
+    weights (the dashboard's overview) gets the rows' log-sum-exp for nothing. A row whose every weight
+    is 0 (every key masked) gets ``-inf``. ``largest``: those weights and keys, where the caller found them
+    already (the overview's block maxima), else read here."""
+    device = weights.device
+    r = rows.to(device)
+    # [head, r]: each row's largest weight and its key (in the chunk)
+    top, at = weights.float().max(-1) if largest is None else (largest[0].to(device), largest[1].to(device))
+    n_head, n_kv = q.shape[0], k.shape[0]
+    key = at + (keys.start or 0)  # [head, r]: the model's key position
+    kv = torch.arange(n_head, device=device) // (n_head // n_kv)
+    qs = q.index_select(1, r.to(q.device)).float().to(device)  # [head, r, d]
+    ks = k.float().to(device)[kv[:, None], key]  # [head, r, d]: each row's key at its largest weight
+    s = (qs * ks).sum(-1) * scale
+    if softcap is not None:
+        s = torch.tanh(s / softcap) * softcap
+    for part, additive in ((bias, True), (mask, False)):
+        piece = _piece(part, r, keys)  # [head or 1, r, c]
+        if piece is None or (not additive and piece.dtype == torch.bool):
+            continue  # a bool mask lets the largest weight's key through
+        piece = piece.to(device).float().expand(n_head, top.shape[1], -1)
+        s = s + piece.gather(-1, at[..., None])[..., 0]
+    return torch.where(top > 0, s - top.log(), torch.full_like(s, float("-inf")))
 
 
 def attention_tile(

@@ -13,6 +13,7 @@ Every error is an :class:`AttnvizError` and says what was wrong and what to do::
     │   ├── NotAVisionModelError a picture given to a model that reads no pictures (a text model)
     │   └── CaptureMismatchError a capture that is not this model's (or is a generation's) where a text's is wanted
     ├── OutOfRangeError          a layer, head or batch index that does not exist (also an IndexError)
+    │   └── HeadNotKeptError     a head of the model that the capture did not keep (capture(heads=))
     ├── CaptureFileError         a file that is not a readable attnviz capture
     ├── Interrupted              SIGTERM/SIGINT stopped a long run after it wrote its checkpoint (carries the path)
     └── ValidationError          the recomputation does not reproduce the model (carries the report and the capture)
@@ -73,6 +74,11 @@ class CaptureMismatchError(InputError):
 
 class OutOfRangeError(AttnvizError, IndexError):
     """A layer, head or item index outside what was captured."""
+
+
+class HeadNotKeptError(OutOfRangeError):
+    """A head the model has but the capture did not keep (``capture(..., heads=)``); the message names
+    the heads kept."""
 
 
 class CaptureFileError(AttnvizError):

@@ -23,7 +23,7 @@ load or a long run — without reaching into :mod:`attnviz.workflows`:
 - The checks :func:`attnviz.capture` makes of its arguments, to make them before a long load:
   :func:`check_supported` (a family attnviz captures), :func:`check_texts` (a text or a non-empty list of
   them), :func:`n_layers` and :func:`check_layers` (its ``layers=`` against them), :func:`check_keep`
-  (its ``keep=``).
+  (its ``keep=``), :func:`n_heads` and :func:`check_heads` (its ``heads=`` against them).
 
 Importing this module loads no model.
 """
@@ -40,12 +40,13 @@ from .workflows.capture.models import (
     model_kind,
     writes_text,
 )
-from .workflows.capture.pipeline import check_keep, check_layers, max_positions, n_layers
+from .workflows.capture.pipeline import check_heads, check_keep, check_layers, max_positions, n_heads, n_layers
 from .workflows.capture.vlm import is_vlm, vlm_refusal
 
 __all__ = [
     "EMBEDDED_MODELS",
     "Encoded",
+    "check_heads",
     "check_keep",
     "check_layers",
     "check_supported",
@@ -57,6 +58,7 @@ __all__ = [
     "load_processor",
     "max_positions",
     "model_kind",
+    "n_heads",
     "n_layers",
     "tokenize",
     "vlm_refusal",

@@ -71,3 +71,35 @@ def test_thumbnails_are_every_head_pooled_as_adaptive_max_pooling_bins_it(family
         thumbnails(cap, 1, (0, 4), part=part)
     with pytest.raises(attnviz.ArgumentTypeError, match="size"):
         thumbnails(cap, 1, 24, part=part)
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt_oss", "t5", "bloom", "bert"])
+def test_the_overview_pass_fills_the_heads_log_sum_exp_so_the_first_zoom_reads_no_key_pass(family, monkeypatch):
+    """The overview sees every row of the head: each row's log-sum-exp comes out of its weights
+    (``lse_from_weights``) and is kept on the record, equal to what ``fill_lse()``'s key-tiled pass computes
+    (sinks — gpt-oss —, T5's position bias, ALiBi — BLOOM —, padding-free masks); the zoom after it
+    computes no log-sum-exp of its own (``online_attention`` is never called) and is the map's tile."""
+    model = attnviz.testing.tiny_model(family)
+    ids = torch.randint(3, 120, (1, 57), generator=torch.Generator().manual_seed(1))
+    kwargs = {"decoder_input_ids": ids[:, :19]} if model.config.is_encoder_decoder else {}
+    cap = attnviz.capture(model, input_ids=ids, **kwargs)
+    for part in cap.parts:
+        rec = cap.layer(1, part)
+        rec.lse = None
+        overview(cap, 1, 2, part=part, size=8)
+        filled = rec.lse.clone()
+        assert not torch.isnan(filled[2]).any() and torch.isnan(filled[[0, 1, 3]]).all()  # that head's rows only
+        rec.lse = None
+        reference = rec.fill_lse()
+        torch.testing.assert_close(filled[2], reference[2], atol=2e-6, rtol=0)
+        rec.lse = filled
+        full = cap.attention(1, 2, part=part)
+
+        def no_key_pass(*args, **kwargs):
+            raise AssertionError("the first zoom ran a key-tiled pass: the overview did not fill the lse")
+
+        with monkeypatch.context() as patched:
+            patched.setattr("attnviz.data.records.online_attention", no_key_pass)
+            n_q, n_k = full.shape
+            zoom = window(cap, 1, 2, (3, n_q - 1), (0, n_k // 2), part=part)
+        torch.testing.assert_close(zoom, full[3 : n_q - 1, : n_k // 2], atol=1e-6, rtol=0)

@@ -212,8 +212,8 @@ STRIP_SHOWN = {"flex": "2 1 320px", "minWidth": "0"}
 
 
 def _heads(cap: attnviz.Capture, part: str) -> list[dict]:
-    n_heads = cap.info(part)["n_heads"]
-    return [{"label": "mean", "value": -1}] + [{"label": f"H{h}", "value": h} for h in range(n_heads)]
+    kept = cap.kept_heads(part)  # the heads kept (capture(heads=)), by the model's numbers
+    return [{"label": "mean", "value": -1}] + [{"label": f"H{h}", "value": h} for h in kept]
 
 
 def _picture(trigger, contents, sample, store):
@@ -399,7 +399,7 @@ def register(app: Dash, captures: Captures) -> None:
         part = part if part in cap.parts else cap.parts[0]
         layers = cap.layer_indices(part)
         layer = layer if layer in layers else layers[-1]
-        head = None if head in (None, -1) or head >= cap.info(part)["n_heads"] else head
+        head = None if head in (None, -1) or head not in cap.kept_heads(part) else head
         switches = switches or []
         lab = dict(
             causal=True if "causal" in switches else None, scale="scale" in switches

@@ -48,17 +48,19 @@ def default_head(cap: attnviz.Capture, query: int) -> tuple[int, int]:
     keys = content_words_before(cap, q)
     layers = cap.layer_indices()
     if not keys:
-        return min(layers), 0
+        return min(layers), cap.layer(min(layers)).head_numbers[0]  # the first head kept (capture(heads=))
     word = cap.words[q]
     rows = list(range(word.token_start, word.token_stop))
     column = torch.full((cap.layer(layers[0]).n_keys,), len(keys), dtype=torch.long)  # len(keys): no candidate
     for j, i in enumerate(keys):
         column[cap.words[i].token_start : cap.words[i].token_stop] = j
-    best = []
+    best, numbers = [], []
     for layer in layers:
         weights = cap.attention_rows(layer, rows).mean(1).cpu().float()  # [head, key token]
         per_word = torch.zeros(weights.shape[0], len(keys) + 1).index_add_(1, column, weights)
         best.append(per_word[:, :-1].max(-1).values)  # the head's weight on its strongest candidate
-    scores = torch.stack(best)  # [layer, head]
+        numbers.append(cap.layer(layer).head_numbers)  # the model's numbers of the rows (capture(heads=))
+    scores = torch.nn.utils.rnn.pad_sequence(best, batch_first=True, padding_value=-1.0)  # [layer, head]
     flat = int(scores.flatten().argmax())  # the first maximum in (layer, head) order
-    return layers[flat // scores.shape[1]], flat % scores.shape[1]
+    row, col = divmod(flat, scores.shape[1])
+    return layers[row], numbers[row][col]

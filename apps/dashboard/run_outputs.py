@@ -71,6 +71,9 @@ def status_line(cap: attnviz.Capture) -> str:
         else f"{i['n_layers']} layers × {i['n_heads']} heads ({i['n_kv_heads']} KV)"
         for p, i in cap.model["parts"].items()
     )
+    kept = {p: cap.kept_heads(p) for p in cap.parts}
+    if any(len(heads) < cap.info(p)["n_heads"] for p, heads in kept.items()):  # capture(heads=): say which
+        status += ", kept heads " + ", ".join(f"H{h}" for h in sorted({h for heads in kept.values() for h in heads}))
     return status + f", {cap.model.get('backend')}"
 
 
@@ -86,7 +89,7 @@ def opened(captures: Captures, store: dict, cap: attnviz.Capture) -> tuple:
     # the encoder of an encoder-decoder (the text the user typed); the decoder of a generation
     part = "decoder" if gen is not None else cap.parts[0]
     layers = cap.layer_indices(part)
-    heads = list(range(cap.info(part)["n_heads"]))
+    heads = cap.kept_heads(part)  # the selectors offer only the heads kept (capture(heads=)), by the model's numbers
     view = cap.select(part)
     query = gen.prompt_length if gen is not None else default_query(view)  # a generation: its first new token
     best_layer, best_head = captures.opening_head(store, part, view, query)

@@ -283,15 +283,15 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
         if cap is None or part not in cap.parts:
             return no_update
         _, layer, _, head, _, heads = shown
-        layers, n_heads = cap.layer_indices(part), cap.info(part)["n_heads"]
-        head = head if head is not None and head < n_heads else 0
+        layers, kept = cap.layer_indices(part), cap.kept_heads(part)  # only the heads kept, by the model's numbers
+        head = head if head in kept else kept[0]
         chosen = (
             [{"label": f"L{i}", "value": i} for i in layers],
             layer if layer in layers else layers[0],
-            [{"label": f"H{h}", "value": h} for h in range(n_heads)],
+            [{"label": f"H{h}", "value": h} for h in kept],
             head,
-            [{"label": f"H{h} ", "value": h} for h in range(n_heads)],
-            [h for h in (heads or [head]) if h < n_heads] or [head],
+            [{"label": f"H{h} ", "value": h} for h in kept],
+            [h for h in (heads or [head]) if h in kept] or [head],
         )
         # only what changes: a run sets the part together with its selectors, and setting them again
         # would make every view that reads them draw twice

@@ -372,14 +372,14 @@ def rank_heads(
         a = _rows(cap, layer, exclude, renormalise)
         w = span_attention(cap, layer, p, spans, exclude=exclude, renormalise=renormalise)  # [head, candidate]
         others = _from_others(a, p, spans, exclude, causal)
-        for head in range(w.shape[0]):
-            values = w[head].tolist()
+        for i, head in enumerate(cap.layer(layer).head_numbers):  # the model's numbers (capture(heads=))
+            values = w[i].tolist()
             order = sorted(range(len(values)), key=lambda i: -values[i])
             row: dict[str, Any] = {"layer": layer, "head": head}
             row.update(dict(zip(names, values)))
             row["preferred"] = names[order[0]]
             row["margin"] = values[order[0]] - (values[order[1]] if len(order) > 1 else 0.0)
-            row.update({f"{name} from others": v for name, v in zip(names, others[head].tolist())})
+            row.update({f"{name} from others": v for name, v in zip(names, others[i].tolist())})
             rows.append(row)
     table = pd.DataFrame(rows)
     table["_top"] = table[names].max(axis=1)

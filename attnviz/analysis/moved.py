@@ -50,7 +50,7 @@ def row_shares(
     if words:  # the norm of a word's summed vectors: the capture's dot products, not a sum of norms
         moved = cap.moved(layer, head, **switches)[query].float().cpu()
     else:  # the same α·‖f(x)‖ as cap.moved, without computing the head's map twice
-        moved = weight * norms[head].float().cpu()
+        moved = weight * norms[cap.head_index(layer, head, part)].float().cpu()  # the model's head → its row
     total = moved.sum()
     share = moved / total if float(total) > 0 else torch.zeros_like(moved)
     return weight, moved, share

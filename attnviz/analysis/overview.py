@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from ..attention import attention_output
+from ..attention import attention_output, lse_from_weights
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError
 
 if TYPE_CHECKING:
@@ -90,11 +90,11 @@ def block_edges(n: int, size: int) -> list[int]:
 def _one_head(cap: Capture, layer: int, head: int, part: str | None):
     part = cap.resolve_part(part)
     rec = cap.layer(layer, part)
-    cap.check_head(head, part)
-    kv = cap.kv_head_of(head, part)
+    index = cap.head_index(layer, head, part)  # the model's head → its place in the record's stacks
+    kv = rec.kv_index(index)
 
     def pick(t: Tensor | None) -> Tensor | None:
-        return None if t is None else t[head : head + 1] if t.shape[0] > 1 else t
+        return None if t is None else t[index : index + 1] if t.shape[0] > 1 else t
 
     def mask(rows: Tensor, keys: slice) -> Tensor | None:
         return pick(rec.mask_part(rows, keys))
@@ -102,17 +102,21 @@ def _one_head(cap: Capture, layer: int, head: int, part: str | None):
     def bias(rows: Tensor, keys: slice) -> Tensor | None:
         return pick(rec.bias_part(rows, keys))
 
-    return rec, dict(
-        q=rec.q[head : head + 1],
-        k=rec.k[kv : kv + 1],
-        v=rec.v[kv : kv + 1],
-        scale=rec.scaling,
-        causal=rec.causal,
-        window=rec.window,
-        mask=mask if rec.mask is not None else None,
-        bias=bias if rec.bias is not None or rec.relative_bias is not None else None,
-        sinks=None if rec.sinks is None else rec.sinks[head : head + 1],
-        softcap=rec.softcap,
+    return (
+        rec,
+        index,
+        dict(
+            q=rec.q[index : index + 1],
+            k=rec.k[kv : kv + 1],
+            v=rec.v[kv : kv + 1],
+            scale=rec.scaling,
+            causal=rec.causal,
+            window=rec.window,
+            mask=mask if rec.mask is not None else None,
+            bias=bias if rec.bias is not None or rec.relative_bias is not None else None,
+            sinks=None if rec.sinks is None else rec.sinks[index : index + 1],
+            softcap=rec.softcap,
+        ),
     )
 
 
@@ -136,7 +140,7 @@ def overview(
         raise InputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if not isinstance(size, int) or isinstance(size, bool) or size < 1:
         raise InputError(f"size must be a whole number ≥ 1, got {size!r}")
-    rec, args = _one_head(cap, layer, head, part)
+    rec, at, args = _one_head(cap, layer, head, part)
     n_q, n_k = rec.n_queries, rec.n_keys
     rows, cols = block_edges(n_q, size), block_edges(n_k, size)
     width_r, width_c = rows[1] - rows[0], cols[1] - cols[0]
@@ -144,15 +148,23 @@ def overview(
     device = rec.q.device
     pooled = torch.zeros(n_r, n_c, device=device)
     q, k, v = args.pop("q"), args.pop("k"), args.pop("v")
-    for r, _keys, _, weights in attention_output(q, k, v, all_keys=True, **args):
-        w = weights[0].float()  # [chunk rows, keys]
-        if norms is not None:
-            w = w * norms[head].to(w.device)[None, :]
-        pad = n_c * width_c - n_k
-        if pad:
-            w = torch.nn.functional.pad(w, (0, pad))
-        w = w.view(len(r), n_c, width_c)
-        w = w.amax(-1) if mode == "max" else w.sum(-1)
+    lse_args = {name: args[name] for name in ("scale", "mask", "bias", "softcap")}
+    pad = n_c * width_c - n_k
+    for r, keys, _, weights in attention_output(q, k, v, all_keys=True, **args):
+        raw = weights[0].float()  # [chunk rows, keys]
+        blocks = (torch.nn.functional.pad(raw, (0, pad)) if pad else raw).view(len(r), n_c, width_c)
+        block_max = blocks.amax(-1)  # [r, column blocks]: the max-pooled weights, and where each row peaks
+        top, block = block_max.max(-1)
+        inside = blocks[torch.arange(len(r), device=blocks.device), block].argmax(-1)
+        # every key of these rows is here: their log-sum-exp for nothing, kept for the first zoom (O(tile))
+        largest = (top[None], (block * width_c + inside)[None])
+        rec.keep_lse(r, lse_from_weights(q, k, weights, rows=r, keys=keys, largest=largest, **lse_args), at)
+        if norms is None and mode == "max":
+            w = block_max
+        else:
+            w = raw if norms is None else raw * norms[at].to(raw.device)[None, :]
+            w = (torch.nn.functional.pad(w, (0, pad)) if pad else w).view(len(r), n_c, width_c)
+            w = w.amax(-1) if mode == "max" else w.sum(-1)
         index = (r // width_r).to(device)
         if mode == "max":
             pooled.scatter_reduce_(0, index[:, None].expand_as(w), w, reduce="amax", include_self=True)
@@ -180,7 +192,7 @@ def window(
     keys) once the layer's log-sum-exp holds the rows, else one pass over their keys first, kept for the
     next zoom); ``measure="moved"``: what it moves there, α_ij·‖f_h(x_j)‖."""
     norms = measure_norms(cap, layer, measure, part)
-    rec, _ = _one_head(cap, layer, head, part)
+    rec, at, _ = _one_head(cap, layer, head, part)
     spans = {"rows": (rows, rec.n_queries), "keys": (keys, rec.n_keys)}
     for what, (span, n) in spans.items():
         if not isinstance(span, (tuple, list)) or len(span) != 2 or not all(isinstance(x, int) for x in span):
@@ -188,7 +200,7 @@ def window(
         if not 0 <= span[0] < span[1] <= n:
             raise OutOfRangeError(f"{what} {tuple(span)} is outside 0..{n} (start < stop)")
     out = cap.attention(layer, head, part=part, rows=range(*rows), cols=range(*keys))
-    return out if norms is None else out * norms[head, keys[0] : keys[1]].to(out.device)[None, :]
+    return out if norms is None else out * norms[at, keys[0] : keys[1]].to(out.device)[None, :]
 
 
 MODEL_VIEW_CELLS = 24  # a model-view thumbnail's cells per side at most (the model view's and summarize's default)

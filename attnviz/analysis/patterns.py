@@ -119,7 +119,8 @@ def detect_heads(
         mask = _pattern(cap, pattern)
         rows_total += int((mask.sum(-1) > 0).sum())
         for layer in cap.layer_indices():
-            for head, value in enumerate(_pattern_mass(cap.attention(layer).cpu(), mask).tolist()):
+            numbers = cap.layer(layer).head_numbers  # the model's heads (capture(heads=) keeps some)
+            for head, value in zip(numbers, _pattern_mass(cap.attention(layer).cpu(), mask).tolist()):
                 total[(layer, head)] = total.get((layer, head), 0.0) + value
     return _scores_frame(caps[0], total, rows_total)
 
@@ -164,6 +165,6 @@ def _scores_frame(cap: Capture, total: dict, rows_total: int) -> pd.DataFrame:
                 "rows": rows_total,
             }
             for layer in cap.layer_indices()
-            for head in range(cap.n_heads)
+            for head in cap.layer(layer).head_numbers
         ]
     )

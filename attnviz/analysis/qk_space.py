@@ -192,8 +192,8 @@ def qk_vectors(
                 f"layer {layer} uses a soft-cap or learned sinks: translating its keys would change its "
                 "attention; embed it with normalise=False"
             )
-        q = rec.q[head].float().cpu()
-        k = rec.k[kv_head].float().cpu()
+        q = cap.q(layer, part, head).float().cpu()  # by the model's number (capture(heads=) keeps some)
+        k = cap.k(layer, part, head).float().cpu()  # the key/value head it reads
         query_seq, key_seq = cap.sequences(part)
         rows_q += _rows(query_seq, "query", text, q.norm(dim=-1))
         rows_k += _rows(key_seq, "key", text, k.norm(dim=-1))

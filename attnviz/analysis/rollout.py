@@ -41,10 +41,16 @@ ROLLOUT_CELLS = 512  # a rollout heatmap's cells per side at most (the rollout f
 
 
 def missing_layers(cap: Capture) -> str | None:
-    """Why rollout cannot run on this one-part capture (a layer is not captured), or None."""
+    """Why rollout cannot run on this one-part capture (a layer or a head is not captured), or None."""
     layers = cap.layer_indices()
     if layers != list(range(cap.n_layers)):
         return f"rollout needs every layer; this capture has {layers} of {cap.n_layers}: capture with layers=None"
+    kept = cap.kept_heads()
+    if kept != list(range(cap.n_heads)):  # a fusion of some heads is not the layer's flow
+        return (
+            f"rollout fuses every head of a layer; this capture kept heads {', '.join(map(str, kept))} of "
+            f"{cap.n_heads}: capture with heads=None"
+        )
     return None
 
 

@@ -228,9 +228,15 @@ class HeadStatsSums:
     and that add up across processes (:meth:`vector` / :meth:`load_vector`): a corpus never has to
     be in memory, and N processes' sums give the one-process numbers."""
 
-    def __init__(self, layers: Sequence[int], n_heads: int, *, detectors: bool = True) -> None:
+    def __init__(
+        self, layers: Sequence[int], n_heads: int, *, detectors: bool = True, heads: Sequence[int] | None = None
+    ) -> None:
         self.layers = list(layers)
         self.n_heads = n_heads
+        # the model's numbers of the n_heads heads summed (capture(heads=) keeps some), None: 0..n_heads - 1
+        self.heads = None if heads is None else list(heads)
+        if self.heads is not None and len(self.heads) != n_heads:
+            raise InputError(f"heads names {len(self.heads)} heads for statistics of {n_heads}")
         self.keys = statistic_keys(detectors=detectors)
         self.sums = torch.zeros(len(self.keys), len(self.layers), n_heads, dtype=torch.float64)
         self.counts = torch.zeros(len(self.keys), dtype=torch.float64)  # scored query rows per statistic
@@ -239,7 +245,8 @@ class HeadStatsSums:
 
     @classmethod
     def like(cls, cap: Capture, *, detectors: bool = True) -> HeadStatsSums:
-        return cls(cap.layer_indices(), cap.n_heads, detectors=detectors)
+        heads = _stacked_heads(cap)
+        return cls(cap.layer_indices(), len(heads), detectors=detectors, heads=heads)
 
     def add(self, cap: Capture) -> None:
         """Add one text's rows (its capture's one self-attention part)."""
@@ -255,10 +262,12 @@ class HeadStatsSums:
         """Count one text's scored rows and return what its layers' chunks are added through: for
         each layer, :meth:`TextSums.layer` fed every chunk, then :meth:`TextSums.finish` (:meth:`add`
         does just that; :func:`attnviz.analysis.summarize` feeds the chunks from its one pass)."""
-        if cap.layer_indices() != self.layers or cap.n_heads != self.n_heads:
+        heads = _stacked_heads(cap)
+        if cap.layer_indices() != self.layers or heads != (self.heads or list(range(self.n_heads))):
             raise InputError(
-                f"a capture with layers {cap.layer_indices()} × {cap.n_heads} heads cannot be added to statistics "
-                f"of layers {self.layers} × {self.n_heads} heads: use one model and the same layers"
+                f"a capture with layers {cap.layer_indices()} × heads {_span(heads)} cannot be added to statistics "
+                f"of layers {self.layers} × heads {_span(self.heads or list(range(self.n_heads)))}: use one model, "
+                "the same layers and the same heads (capture(heads=))"
             )
         detectors = [k for k in self.keys if k in DETECTORS]
         masks = {name: pattern_matrix(cap, name) for name in detectors}
@@ -302,7 +311,8 @@ class HeadStatsSums:
 
     def state(self) -> dict:
         """Everything needed to continue adding (a checkpoint)."""
-        return {"layers": self.layers, "n_heads": self.n_heads, "keys": self.keys, "vector": self.vector()}
+        state = {"layers": self.layers, "n_heads": self.n_heads, "keys": self.keys, "vector": self.vector()}
+        return state if self.heads is None else {**state, "heads": self.heads}
 
     @classmethod
     def from_state(cls, state: dict) -> HeadStatsSums:
@@ -322,7 +332,7 @@ class HeadStatsSums:
                 + " (a checkpoint from before the moved columns *_moved), so they cannot be continued; start the "
                 "run again without --resume (resume=False)"
             )
-        sums = cls(state["layers"], state["n_heads"], detectors=detectors)
+        sums = cls(state["layers"], state["n_heads"], detectors=detectors, heads=state.get("heads"))
         sums.load_vector(state["vector"])
         return sums
 
@@ -353,11 +363,27 @@ class HeadStatsSums:
         by_head = means.permute(1, 2, 0).reshape(-1, len(self.keys)).tolist()  # [layer · head][statistic]
         rows = []
         for li, layer in enumerate(self.layers):
-            for head in range(self.n_heads):
+            for i, head in enumerate(self.heads or range(self.n_heads)):  # the model's numbers
                 row: dict[str, float | int] = {"layer": layer, "head": head}
-                row.update(zip(self.keys, by_head[li * self.n_heads + head]))
+                row.update(zip(self.keys, by_head[li * self.n_heads + i]))
                 rows.append(row)
         return pd.DataFrame(rows)
+
+
+def _stacked_heads(cap: Capture) -> list[int]:
+    """The model's numbers of the heads every layer of ``cap`` stacks (all of them, or those
+    ``capture(heads=)`` kept); heads that differ from layer to layer are refused: a table has one set."""
+    stacks = {tuple(cap.layer(layer).head_numbers) for layer in cap.layer_indices()}
+    if len(stacks) > 1:
+        raise InputError(
+            "this capture keeps different heads in different layers (capture(heads={layer: …})); head statistics "
+            "need the same heads in every layer: capture with one list of heads, or pick layers with layers="
+        )
+    return list(stacks.pop()) if stacks else list(range(cap.n_heads))
+
+
+def _span(heads: list[int]) -> str:
+    return f"0..{heads[-1]}" if heads == list(range(len(heads))) and heads else ",".join(map(str, heads))
 
 
 def statistic_keys(*, detectors: bool = True) -> list[str]:

@@ -23,6 +23,7 @@ from .corpus_commands import cmd_atlas, cmd_probes, cmd_stats
 from .options import (
     add_bos,
     add_corpus_args,
+    add_heads,
     add_loading_args,
     add_model_args,
     add_no_bos,
@@ -68,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("capture", help="run a model on a text and record its attention")
     add_model_args(p, text_required=True)
     add_out(p, "save the capture to this file (.attnviz, safetensors; --output still works)")
+    add_heads(p)
     p.add_argument(
         "--keep",
         type=names,
@@ -111,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_model_args(p, text_required=False, check=False)
     p.add_argument("--capture", help="validate a saved capture file instead of running a model")
+    add_heads(p)
     add_out(p, "write the per layer/head errors to this CSV file", csv=True)
     p.set_defaults(func=cmd_validate)
 
@@ -231,8 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"comma-separated, from {', '.join(EXPORT_VIEWS)} (default: heatmap,head,model); validation is two "
         "figures: every layer and head's error, and --layer/--head's model numbers, attnviz's and their difference",
     )
+    add_heads(p)
     p.add_argument("--layer", type=int, default=None, help="the layer (default: the first captured)")
-    p.add_argument("--head", type=int, default=0, help="the head (default: 0)")
+    p.add_argument(
+        "--head", type=int, default=None, help="the head, by the model's number (default: 0, or the first kept)"
+    )
     add_part(p, "encoder-decoder models: which attention (default: encoder)")
     p.add_argument("--words", action="store_true", help="merge tokens into words")
     p.set_defaults(func=cmd_export)

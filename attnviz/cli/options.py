@@ -23,6 +23,25 @@ def _layers(value: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"--layers takes comma-separated integers like 0,3,5, got {value!r}") from err
 
 
+def _heads(value: str) -> list[int]:
+    try:
+        return [int(part) for part in names(value)]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"--heads takes comma-separated integers like 3,7, got {value!r}") from err
+
+
+def add_heads(p: argparse.ArgumentParser) -> None:
+    """``--heads``: the query heads a capture keeps (``capture(heads=)``), checked against the config
+    before the weights load (:func:`attnviz.cli.preflight.preflight`)."""
+    p.add_argument(
+        "--heads",
+        type=_heads,
+        default=None,
+        help="keep only these query heads of each layer, by the model's numbers, e.g. 3,7 (and the key/value heads "
+        "they read); the self-check still runs over every head (default: every head)",
+    )
+
+
 def count(value: str) -> int:
     """A count the library needs at least one of (``--max-length``, ``--batch-size``, ``--top``,
     ``--max-new-tokens`` …): a whole number ≥ 1, or argparse's one-line error before anything loads."""

@@ -79,6 +79,18 @@ def preflight(
     if head is not None and (head < 0 or (heads is not None and head >= heads)):
         top = f"0..{heads - 1}" if heads is not None else "≥ 0"
         raise OutOfRangeError(f"--head {head} is out of range: {args.model} has heads {top}")
+    kept = getattr(args, "heads", None)
+    if kept is not None:
+        from ..models import check_heads, n_heads  # deferred with the rest of the library
+
+        most = n_heads(config)
+        outside = [h for h in kept if h < 0 or (most is not None and h >= most)]
+        if outside:
+            span = f"0..{most - 1}" if most is not None else "≥ 0"
+            raise OutOfRangeError(f"--heads: head {outside[0]} is out of range: {args.model} has heads {span}")
+        check_heads(kept, most, "--heads")
+        if head is not None and head not in kept:
+            raise OutOfRangeError(f"--head {head} is not among --heads {','.join(map(str, kept))}: add it to --heads")
     max_length = getattr(args, "max_length", None)
     if text is None or tokenizer is None or (max_length is not None and max_length < 1):
         return  # no text to check (or a max_length the library refuses itself, before any weight loads)

@@ -27,6 +27,7 @@ def _capture(args, check: str | None = None):
         target=args.target,
         check=check or args.check,
         keep=getattr(args, "keep", None),
+        heads=getattr(args, "heads", None),
     )
 
 
@@ -65,8 +66,8 @@ def cmd_capture(args) -> int:
         weights = cap.attention(layer, part=part, words=True)[:, q]  # [head, word]
         where = f" ({part})" if len(cap.parts) > 1 else ""
         print(f"attention from {queries.words[q].text!r} in layer {layer}{where}, per head (word level, top 3):")
-        for head in range(weights.shape[0]):
-            top = weights[head].topk(min(3, weights.shape[-1]))
+        for i, head in enumerate(cap.layer(layer, part).head_numbers):  # the model's numbers (--heads keeps some)
+            top = weights[i].topk(min(3, weights.shape[-1]))
             pairs = ", ".join(
                 f"{keys.words[i].text}={v:.2f}" for v, i in zip(top.values.tolist(), top.indices.tolist())
             )
@@ -127,6 +128,7 @@ _RUN_OPTIONS = (
     ("model", "MODEL"),
     ("text", "TEXT"),
     ("layers", "--layers"),
+    ("heads", "--heads"),
     ("device", "--device"),
     ("dtype", "--dtype"),
     ("attn_implementation", "--attn-implementation"),
@@ -244,6 +246,11 @@ def _check_shown(args, cap) -> None:
     heads = cap.info(part)["n_heads"]
     if not 0 <= args.head < heads:
         raise OutOfRangeError(f"--head {args.head} is out of range: {args.capture} has heads 0..{heads - 1}")
+    kept = cap.kept_heads(part)
+    if args.head not in kept:
+        raise OutOfRangeError(
+            f"--head {args.head}: {args.capture} kept heads {','.join(map(str, kept))} of its {part}; give one of them"
+        )
 
 
 def cmd_export(args) -> int:
@@ -264,8 +271,12 @@ def cmd_export(args) -> int:
     if args.capture:
         _refuse_run_options(args, "export")
         cap = load(args.capture)
+        if args.head is None:
+            args.head = cap.kept_heads(args.part if args.part in cap.parts else cap.parts[0])[0]
         _check_shown(args, cap)
     elif args.model and args.text:
+        if args.head is None:
+            args.head = min(args.heads) if args.heads else 0
         preflight(args, args.text, layer=args.layer, head=args.head, part=args.part or "encoder")
         cap = _capture(args)
     else:

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from ..engine.specs import PARTS
-from ..errors import ArgumentTypeError, InputError, OutOfRangeError
+from ..errors import ArgumentTypeError, HeadNotKeptError, InputError, OutOfRangeError
 from .images import ImageGrid, image_sequence
 from .interop import to_bertviz, to_circuitsvis
 from .moved import WhatMoves
@@ -253,6 +253,9 @@ class Capture(Recomputation, WhatMoves):
         heads = ", ".join(
             sorted({f"{i['n_heads']} heads ({i['n_kv_heads']} kv)" for i in self.model["parts"].values()})
         )
+        kept = sorted({h for p in self.parts for h in self.kept_heads(p)})
+        if any(rec.heads is not None for rec in self.records.values()):  # capture(heads=): the model's numbers kept
+            heads += f", kept heads {', '.join(map(str, kept))}"
         target = f", target {len(self.target.tokens)} tokens" if self.target is not None else ""
         return (
             f"Capture({self.model.get('name', '?')!r}, {self.n_tokens} tokens, {len(self.words)} words{target}, "
@@ -280,8 +283,10 @@ class Capture(Recomputation, WhatMoves):
             raise OutOfRangeError(f"layer {layer} is out of range: this model has layers 0..{n - 1}{where}")
         return self.records[(part, layer)]
 
-    def check_head(self, head: int | None, part: str | None = None) -> None:
-        """Refuse a head that is not an int in range for ``part`` (None passes: every head)."""
+    def check_head(self, head: int | None, part: str | None = None, layer: int | None = None) -> None:
+        """Refuse a head that is not an int in range for ``part`` (None passes: every head), or one the
+        capture did not keep (``capture(heads=)``: of ``layer``, or of any layer of the part) — a
+        :class:`~attnviz.errors.HeadNotKeptError` naming the heads kept. Heads are the model's numbers."""
         if head is None:
             return
         if not isinstance(head, int) or isinstance(head, bool):
@@ -289,15 +294,50 @@ class Capture(Recomputation, WhatMoves):
         n = self.info(part)["n_heads"]
         if not 0 <= head < n:
             raise OutOfRangeError(f"head {head} is out of range: this model has heads 0..{n - 1}")
+        if layer is not None:
+            self.layer(layer, part).head_index(head)
+            return
+        part = self.resolve_part(part)
+        kept = self.kept_heads(part)
+        if head not in kept:
+            raise HeadNotKeptError(
+                f"head {head} was not kept: this capture kept heads {', '.join(map(str, kept))} "
+                f"(capture(..., heads=) / --heads); capture again with heads=None or including {head}"
+            )
 
-    def q(self, layer: int, part: str | None = None) -> Tensor:  # [head, query_pos, d_head]
-        return self.layer(layer, part).q
+    def kept_heads(self, part: str | None = None) -> list[int]:
+        """The model's numbers of the query heads this capture keeps of ``part``, in order: every head
+        unless it was made with ``capture(heads=)`` (then those of any of its layers)."""
+        part = self.resolve_part(part)
+        records = [rec for (p, _), rec in self.records.items() if p == part]
+        if all(rec.heads is None for rec in records):
+            return list(range(self.info(part)["n_heads"]))
+        return sorted({h for rec in records for h in rec.head_numbers})
 
-    def k(self, layer: int, part: str | None = None) -> Tensor:  # [kv_head, key_pos, d_head]
-        return self.layer(layer, part).k
+    def head_index(self, layer: int, head: int, part: str | None = None) -> int:
+        """Where the model's query head ``head`` of ``layer`` sits in that record's stacks (``cap.q(layer)``,
+        ``cap.attention(layer)``…): itself for a capture of every head; a head not kept refused
+        (:class:`~attnviz.errors.HeadNotKeptError`)."""
+        self.check_head(head, part, layer)
+        return self.layer(layer, part).head_index(head)
 
-    def v(self, layer: int, part: str | None = None) -> Tensor:  # [kv_head, key_pos, d_head_v]
-        return self.layer(layer, part).v
+    def q(self, layer: int, part: str | None = None, head: int | None = None) -> Tensor:
+        """The queries ``[head, query_pos, d_head]`` (the heads kept, :meth:`kept_heads`), or one
+        ``head``'s ``[query_pos, d_head]`` by the model's number."""
+        rec = self.layer(layer, part)
+        return rec.q if head is None else rec.q[self.head_index(layer, head, part)]
+
+    def k(self, layer: int, part: str | None = None, head: int | None = None) -> Tensor:
+        """The keys ``[kv_head, key_pos, d_head]`` (the key/value heads the kept heads read), or the
+        ``[key_pos, d_head]`` that query ``head`` (the model's number) reads."""
+        rec = self.layer(layer, part)
+        return rec.k if head is None else rec.k[rec.kv_index(self.head_index(layer, head, part))]
+
+    def v(self, layer: int, part: str | None = None, head: int | None = None) -> Tensor:
+        """The values ``[kv_head, key_pos, d_head_v]``, or the ``[key_pos, d_head_v]`` that query
+        ``head`` (the model's number) reads."""
+        rec = self.layer(layer, part)
+        return rec.v if head is None else rec.v[rec.kv_index(self.head_index(layer, head, part))]
 
     def kv_head_of(self, head: int, part: str | None = None) -> int:
         """The key/value head a query head reads (GQA groups consecutive query heads)."""

@@ -30,6 +30,12 @@ def _stack(cap: Capture, part: str, words: bool) -> tuple:  # one [1, head, q, k
             f"bertviz numbers layers by position, so it needs every layer; this capture holds {part} layers "
             f"{layers} of {n_layers}: capture with layers=None"
         )
+    kept, n_heads = cap.kept_heads(part), cap.info(part)["n_heads"]
+    if kept != list(range(n_heads)):
+        raise InputError(
+            f"bertviz numbers heads by position, so it needs every head; this capture holds {part} heads "
+            f"{kept} of {n_heads}: capture with heads=None (or draw them with attnviz.figures.head_view)"
+        )
     return tuple(cap.attention(layer, part=part, words=words).cpu()[None] for layer in layers)
 
 
@@ -57,7 +63,8 @@ def to_bertviz(cap: Capture, *, words: bool = False) -> dict[str, Any]:
 def to_circuitsvis(cap: Capture, layer: int, *, part: str | None = None, words: bool = False) -> dict[str, Any]:
     """Keyword arguments for ``circuitsvis.attention.attention_patterns`` and ``attention_heads``:
     ``tokens`` and ``attention`` as ``[head, query_pos, key_pos]`` (for ``attention_heads`` add
-    ``attention_head_names=[f"L{layer}·H{h}" …]`` yourself).
+    ``attention_head_names=[f"L{layer}·H{h}" for h in cap.kept_heads(part)]`` yourself: the heads a
+    ``capture(heads=)`` kept, by the model's numbers, in the order of ``attention``).
 
     CircuitsVis draws a sequence attending to itself, so cross-attention is refused."""
     part = cap.resolve_part(part)

@@ -26,7 +26,7 @@ __all__ = ["load", "save"]
 
 FORMAT = "attnviz-capture"
 VERSION = 2
-_FIELDS = ("name", "scaling", "causal", "window", "softcap")
+_FIELDS = ("name", "scaling", "causal", "window", "softcap", "heads", "kv_heads")  # heads: capture(heads=)
 
 
 def _sequence_meta(seq: TokenSequence) -> dict:

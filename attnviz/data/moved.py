@@ -113,7 +113,8 @@ class WhatMoves:
         rec = self._moved(layer, part)
         assert rec.value_dots is not None  # _moved refuses a record without
         weights = self.attention(layer, head, part=part, causal=causal, scale=scale, temperature=temperature)
-        dots = rec.value_dots if head is None else rec.value_dots[head : head + 1]
+        index = None if head is None else rec.head_index(head)  # the model's head → its place in the stacks
+        dots = rec.value_dots if index is None else rec.value_dots[index : index + 1]
         weights = weights if head is None else weights[None]
         if words:
             moved = word_moved(weights, dots, *self.sequences(part))

@@ -29,29 +29,28 @@ class Recomputation:
 
         def resolve_part(self, part: str | None) -> str: ...
         def layer(self, layer: int, part: str | None = None) -> LayerRecord: ...
-        def check_head(self, head: int | None, part: str | None = None) -> None: ...
-        def kv_head_of(self, head: int, part: str | None = None) -> int: ...
+        def check_head(self, head: int | None, part: str | None = None, layer: int | None = None) -> None: ...
         def sequences(self, part: str | None = None) -> tuple[TokenSequence, TokenSequence]: ...
 
     def _sdpa_args(self, layer: int, head: int | None, causal: bool | None, scale: bool | float, part: str | None):
         part = self.resolve_part(part)
         rec = self.layer(layer, part)
-        self.check_head(head, part)
+        self.check_head(head, part, layer)
         bias = rec.bias_part()
         sinks = rec.sinks
-        if head is None:
+        index = None if head is None else rec.head_index(head)  # the model's head → its place in the stacks
+        if index is None:
             q, k, v = rec.q, rec.k, rec.v
         else:
-            kv = self.kv_head_of(head, part)
-            q, k, v = rec.q[head : head + 1], rec.k[kv : kv + 1], rec.v[kv : kv + 1]
+            q, k, v = rec.head_qkv(index)
             if bias is not None and bias.shape[0] > 1:
-                bias = bias[head : head + 1]
-            sinks = None if sinks is None else sinks[head : head + 1]
+                bias = bias[index : index + 1]
+            sinks = None if sinks is None else sinks[index : index + 1]
         factor = scale_factor(scale, rec.scaling)
         check_causal(causal, part)
         mask = rec.mask_part()
-        if mask is not None and head is not None and mask.shape[0] > 1:
-            mask = mask[head : head + 1]
+        if mask is not None and index is not None and mask.shape[0] > 1:
+            mask = mask[index : index + 1]
         if causal is None:  # exactly the model's own mask
             kwargs = dict(causal=rec.causal, window=rec.window, mask=None if mask is None else mask[None])
         elif causal is True:
@@ -79,6 +78,10 @@ class Recomputation:
         cols: Span = None,
     ) -> Tensor:  # [head, query_pos, key_pos], or [query_pos, key_pos] for one head
         """Attention weights recomputed by attnviz's own SDPA, in float32.
+
+        - ``head``: the model's number of a query head (``None``: every head the capture kept, stacked
+          in the model's order — :meth:`kept_heads` names them); a head ``capture(heads=)`` left out is a
+          :class:`~attnviz.errors.HeadNotKeptError`.
 
         - ``part``: ``"encoder"``, ``"decoder"`` or ``"cross"``; may be left out when the capture has
           one part. Cross-attention is ``[target_pos, source_pos]``.
@@ -130,8 +133,9 @@ class Recomputation:
         (:func:`attnviz.attention.online_attention`) and kept there."""
         part = self.resolve_part(part)
         rec = self.layer(layer, part)
-        self.check_head(head, part)
-        lse = rec.log_sum_exp(row_index(rows, rec.n_queries, "rows", "query rows"), head)
+        self.check_head(head, part, layer)
+        index = None if head is None else rec.head_index(head)
+        lse = rec.log_sum_exp(row_index(rows, rec.n_queries, "rows", "query rows"), index)
         return lse if head is None else lse[0]
 
     def _tile(
@@ -147,19 +151,20 @@ class Recomputation:
     ) -> Tensor:  # [head, r, c] or [r, c]
         part = self.resolve_part(part)
         rec = self.layer(layer, part)
-        self.check_head(head, part)
+        self.check_head(head, part, layer)
+        head_at = None if head is None else rec.head_index(head)  # its place in the stacks
         r = row_index(rows, rec.n_queries, "rows", "query rows")
         c = span_index(cols, rec.n_keys, "cols", "key columns")
         check_causal(causal, part)
-        args = rec.sdpa_arguments(head)
+        args = rec.sdpa_arguments(head_at)
         args["scale"] = scale_factor(scale, rec.scaling)
         if causal is True:
             args.update(causal=True, window=rec.window if rec.causal else None, mask=None)
         elif causal is False:
             args.update(causal=False, window=None, mask=None)
-        q, k, v = rec.head_qkv(head)
+        q, k, v = rec.head_qkv(head_at)
         if causal is None and scale is True and temperature == 1.0:
-            lse = rec.log_sum_exp(r, head)  # the model's own: kept on the record
+            lse = rec.log_sum_exp(r, head_at)  # the model's own: kept on the record
         else:
             _, lse = online_attention(q, k, v[..., :0], rows=r, temperature=temperature, **args)
         args.pop("sinks")  # inside lse

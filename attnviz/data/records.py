@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from ..attention import Scratch, attention_output, online_attention
+from ..errors import HeadNotKeptError
 
 __all__ = ["LayerRecord"]
 
@@ -55,6 +56,38 @@ class LayerRecord:
     # validation and by fill_lse(), a row at a time as tiles ask for them: NaN where not computed yet,
     # -inf for a row whose every key is masked
     lse: Tensor | None = None  # [head, query_pos]
+    # the model's numbers of the query heads stacked in q (and every [head, …] tensor), in order, when a
+    # capture kept some heads only (capture(heads=)); None: every head, stacked in the model's order
+    heads: list[int] | None = None
+    # the model's key/value head each of ``heads`` reads; k and v stack these, once each, in order
+    kv_heads: list[int] | None = None
+
+    @property
+    def head_numbers(self) -> list[int]:
+        """The model's numbers of the query heads this record stacks (:attr:`heads`, or every head)."""
+        return list(range(self.q.shape[0])) if self.heads is None else list(self.heads)
+
+    def head_index(self, head: int) -> int:
+        """Where the model's query head ``head`` sits in this record's stacks (``q[index]``); a head the
+        capture did not keep is a :class:`~attnviz.errors.HeadNotKeptError` naming those it kept."""
+        if self.heads is None:
+            if not 0 <= head < self.q.shape[0]:
+                raise HeadNotKeptError(f"head {head} is out of range: this layer has heads 0..{self.q.shape[0] - 1}")
+            return head
+        try:
+            return self.heads.index(head)
+        except ValueError:
+            kept = ", ".join(str(h) for h in self.heads)
+            raise HeadNotKeptError(
+                f"head {head} was not kept: this capture kept heads {kept} of {self.name!r} "
+                f"(capture(..., heads=) / --heads); capture again with heads=None or including {head}"
+            ) from None
+
+    def kv_index(self, index: int) -> int:
+        """Where the key/value head that the query head at stack position ``index`` reads sits in k and v."""
+        if self.kv_heads is None:
+            return index // (self.q.shape[0] // self.k.shape[0])
+        return sorted(set(self.kv_heads)).index(self.kv_heads[index])
 
     @property
     def n_queries(self) -> int:
@@ -118,15 +151,16 @@ class LayerRecord:
 
     def head_qkv(self, head: int | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """``(q [h, query_pos, d], k [kv, key_pos, d], v [kv, key_pos, d_v])``: every head's, or one query
-        head's with the key/value head it reads (GQA groups consecutive query heads)."""
+        head's with the key/value head it reads (GQA groups consecutive query heads). ``head`` is a
+        position in the stacks (:meth:`head_index` of the model's number)."""
         if head is None:
             return self.q, self.k, self.v
-        kv = head // (self.q.shape[0] // self.k.shape[0])
+        kv = self.kv_index(head)
         return self.q[head : head + 1], self.k[kv : kv + 1], self.v[kv : kv + 1]
 
     def log_sum_exp(self, rows: Tensor | None = None, head: int | None = None) -> Tensor:  # [head or 1, r]
         """Each row's log-sum-exp under the model's own settings (:attr:`lse`), for ``rows`` (default all)
-        of every head or of one ``head``: what :attr:`lse` holds already is read, the rest computed by one
+        of every head or of one ``head`` (a position in the stacks, :meth:`head_index`): what :attr:`lse` holds already is read, the rest computed by one
         pass over the keys in tiles (:func:`attnviz.attention.online_attention`, O(r · key_pos)) and kept
         in :attr:`lse` for next time. One wait for the device per call (which rows are missing)."""
         n_head, n_q = self.q.shape[0], self.n_queries
@@ -143,6 +177,17 @@ class LayerRecord:
             self.lse[heads, todo.to(self.lse.device)] = lse.to(self.lse.device)
             known = self.lse[heads].index_select(1, rows.to(self.lse.device))
         return known
+
+    def keep_lse(self, rows: Tensor, lse: Tensor, head: int | None = None) -> None:
+        """Keep ``lse`` ``[head or 1, r]`` — these ``rows``' log-sum-exp under the model's own settings, of
+        every head or of one ``head`` (a position in the stacks) — in :attr:`lse`, where it holds no value
+        yet (a pass that computed them anyway: the dashboard's overview)."""
+        if self.lse is None:
+            self.lse = torch.full((self.q.shape[0], self.n_queries), float("nan"), device=self.q.device)
+        heads = slice(None) if head is None else slice(head, head + 1)
+        index = rows.to(self.lse.device)
+        known = self.lse[heads].index_select(1, index)
+        self.lse[heads, index] = torch.where(torch.isnan(known), lse.to(known), known)
 
     def fill_lse(self) -> Tensor:  # [head, query_pos]
         """:attr:`lse` complete, every row of every head (the rows not yet known computed in one

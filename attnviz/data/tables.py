@@ -37,7 +37,9 @@ def capture_table(
                 if cap.layer(lay, p).value_dots is not None
                 else torch.full_like(w, float("nan"))
             )
-            for h in range(w.shape[0]) if head is None else [head]:
+            numbers = cap.layer(lay, p).head_numbers  # the model's heads, in the stacks' order
+            for h in numbers if head is None else [head]:
+                i = cap.head_index(lay, h, p)
                 frames.append(
                     pd.DataFrame(
                         {
@@ -48,8 +50,8 @@ def capture_table(
                             "key_pos": torch.arange(n_k).repeat(n_q).numpy(),
                             "query_token": [q_labels[i] for i in range(n_q) for _ in range(n_k)],
                             "key_token": k_labels * n_q,
-                            "weight": w[h].reshape(-1).numpy(),
-                            "moved": c[h].reshape(-1).numpy(),
+                            "weight": w[i].reshape(-1).numpy(),
+                            "moved": c[i].reshape(-1).numpy(),
                         }
                     )
                 )

@@ -285,9 +285,11 @@ def layer_rows(
     """A report's rows (one per quantity and head) of one layer's :meth:`LayerErrors.errors` (per head, as
     tensors or lists of floats read back already), over ``n_rows`` compared query rows."""
     out = []
+    numbers = rec.head_numbers  # the model's numbers of the heads stacked (capture(heads=) keeps some)
     for quantity, (errs, scales) in errors.items():
         read = (t.tolist() if isinstance(t, Tensor) else t for t in (errs, scales))
-        for head, (err, scale) in enumerate(zip(*read)):
+        for i, (err, scale) in enumerate(zip(*read)):
+            head = numbers[i] if len(numbers) > i else i
             tol = atol + rtol * scale
             out.append(
                 {

@@ -11,7 +11,7 @@ import torch
 from plotly.subplots import make_subplots
 
 from ..analysis.overview import check_measure, overview, window
-from ..errors import InputError, OutOfRangeError
+from ..errors import HeadNotKeptError, InputError, OutOfRangeError
 from .common import (
     MASKED_COLOUR,
     allowed_cells,
@@ -89,7 +89,7 @@ def validation_comparison(
     """
     moved = check_measure(measure) == "moved"
     rec = cap.layer(layer, part)
-    cap.check_head(head, part)
+    index = cap.head_index(layer, head, part)  # the model's head → its place in the record's stacks
     if moved:
         if rec.weights is None:
             raise InputError(
@@ -97,13 +97,13 @@ def validation_comparison(
                 "against the model's own weights — capture with keep_weights=True on an eager backend, or "
                 "compare the weights"
             )
-        norms = cap.value_norms(layer, part=part)[head].float().cpu()
-        theirs = rec.weights[head].float().cpu() * norms[None, :]
+        norms = cap.value_norms(layer, part=part)[index].float().cpu()
+        theirs = rec.weights[index].float().cpu() * norms[None, :]
         ours, what = cap.moved(layer, head, part=part).cpu(), "‖A·f(x)‖ (moved)"
     elif rec.weights is not None:
-        theirs, ours, what = rec.weights[head].float().cpu(), cap.attention(layer, head, part=part).cpu(), "weights A"
+        theirs, ours, what = rec.weights[index].float().cpu(), cap.attention(layer, head, part=part).cpu(), "weights A"
     elif rec.out is not None:
-        theirs, ours, what = rec.out[head].float().cpu(), cap.output(layer, head, part=part).cpu(), "output A·V"
+        theirs, ours, what = rec.out[index].float().cpu(), cap.output(layer, head, part=part).cpu(), "output A·V"
     else:
         raise InputError(f"layer {layer} holds neither the model's weights nor its output: nothing to compare")
     weights = rec.weights is not None
@@ -316,6 +316,12 @@ def compare_heads(
             raise OutOfRangeError(
                 f"{name} has layers {cap.layer_indices(part)} and heads 0..{info['n_heads'] - 1}; "
                 f"L{layer}·H{head} is not one of them: choose a layer and head both captures have"
+            )
+        if head not in cap.layer(layer, part).head_numbers:
+            kept = ", ".join(map(str, cap.layer(layer, part).head_numbers))
+            raise HeadNotKeptError(
+                f"{name} kept heads {kept} of layer {layer} (capture(heads=)); H{head} is not one of them: "
+                "choose a head both captures kept"
             )
     grids = [
         (len(labels(c, words, p, "query")), len(labels(c, words, p, "key"))) for c, p in ((a, part_a), (b, part_b))

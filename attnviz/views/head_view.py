@@ -70,7 +70,8 @@ def head_view(
     ranks the lines by what they move, and ``mass`` is the share of what each row receives in all.
     """
     moved = measure_name(measure) != "weights"  # checks the measure
-    heads = list(range(cap.info(part)["n_heads"])) if heads is None else list(heads)
+    # the model's numbers of the heads drawn (default: every head the layer kept, capture(heads=))
+    heads = cap.layer(layer, part).head_numbers if heads is None else list(heads)
     q_names, k_names = labels(cap, words, part, "query"), labels(cap, words, part, "key")
     n = len(q_names)
     if query is not None and not 0 <= query < n:

@@ -73,6 +73,12 @@ def _verdict(passed: bool) -> str:
     return f'<b style="color:{colour}">{"PASS" if passed else "FAIL"}</b>'
 
 
+def _kept(cap: Capture, part: str, n_heads: int) -> str:
+    """ ", kept H3, H7" when ``capture(heads=)`` kept some of a part's heads, else nothing."""
+    kept = cap.kept_heads(part)
+    return "" if len(kept) == n_heads else ", kept " + ", ".join(f"H{h}" for h in kept)
+
+
 def capture_html(cap: Capture) -> str:
     model = cap.model
     parts = _table(
@@ -82,7 +88,7 @@ def capture_html(cap: Capture) -> str:
                 p,
                 "{} × {}".format(*(len(s.tokens) for s in cap.sequences(p))),
                 f"{len(cap.layer_indices(p))} of {info['n_layers']}",
-                f"{info['n_heads']} ({info['n_kv_heads']})",
+                f"{info['n_heads']} ({info['n_kv_heads']})" + _kept(cap, p, info["n_heads"]),
                 info["d_head"],
             )
             for p, info in model.get("parts", {}).items()

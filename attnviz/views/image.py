@@ -109,9 +109,12 @@ def _row(
         rows = cap.attention_rows(layer, [q], part=part)[:, 0].float()  # [head, key]
     else:
         rows = cap.attention(layer, part=part, causal=causal, scale=scale, temperature=temperature)[:, q].float()
-    if head is not None and not 0 <= head < rows.shape[0]:
-        raise OutOfRangeError(f"head {head} is out of range: layer {layer} has heads 0..{rows.shape[0] - 1}")
-    return rows.mean(0) if head is None else rows[head]
+    if head is None:
+        return rows.mean(0)
+    n_heads = cap.info(part)["n_heads"]
+    if not isinstance(head, int) or not 0 <= head < n_heads:
+        raise OutOfRangeError(f"head {head} is out of range: layer {layer} has heads 0..{n_heads - 1}")
+    return rows[cap.head_index(layer, head, part)]  # the model's head → its row (capture(heads=) keeps some)
 
 
 def text_positions(cap: Capture, part: str | None = None) -> list[int]:
@@ -311,14 +314,15 @@ def image_heads(
 
     grid = image_grid(cap, part)
     q = query_of(grid, query)
-    n_heads = cap.attention_rows(layer, [q], part=part).shape[0]
+    numbers = cap.layer(layer, part).head_numbers  # the model's heads kept (capture(heads=)), in order
+    n_heads = len(numbers)
     cols = columns or min(n_heads, 4)
     if cols < 1:
         raise OutOfRangeError(f"columns must be ≥ 1, got {columns}")
     rows = math.ceil(n_heads / cols)
     titles = []
     grids = []
-    for h in range(n_heads):
+    for h in numbers:
         values, prefix = patch_row(cap, layer, h, query=q, part=part)
         grids.append(values)
         off = "text" if text_positions(cap, part) else "prefix"  # what the tokens off the picture are
@@ -327,7 +331,7 @@ def image_heads(
     box = _query_box(grid, q)
     for h, values in enumerate(grids):
         r, c = divmod(h, cols)
-        for trace in _traces(grid, values, opacity=opacity, showscale=False, name=f"H{h}"):
+        for trace in _traces(grid, values, opacity=opacity, showscale=False, name=f"H{numbers[h]}"):
             fig.add_trace(trace, row=r + 1, col=c + 1)
         if box is not None:
             fig.add_shape(**box, row=r + 1, col=c + 1)

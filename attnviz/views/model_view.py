@@ -32,10 +32,10 @@ def model_view_cell(
     """The (layer, head) under the point (x, y) of :func:`model_view`'s mosaic, None on a gap."""
     t_q, t_k = thumb_size(cap, words, cells, part)
     row, col = int(round(y)) // (t_q + 1), int(round(x)) // (t_k + 1)
-    layers = cap.layer_indices(part)
-    if not (0 <= row < len(layers) and 0 <= col < cap.info(part)["n_heads"]):
+    layers, heads = cap.layer_indices(part), cap.kept_heads(part)  # columns: the heads kept, by the model's numbers
+    if not (0 <= row < len(layers) and 0 <= col < len(heads)):
         return None
-    return layers[row], col
+    return layers[row], heads[col]
 
 
 def model_view_thumbnails(
@@ -104,13 +104,17 @@ def model_view(
     """
     moved = check_measure(measure) == "moved"
     layers = cap.layer_indices(part)
-    h = cap.info(part)["n_heads"]
+    kept = cap.kept_heads(part)  # one column per head kept (capture(heads=)), labelled by the model's number
+    h = len(kept)
     n_q, n_k = len(labels(cap, words, part, "query")), len(labels(cap, words, part, "key"))
     t_q, t_k = thumb_size(cap, words, cells, part)
     size_r, size_c = len(layers) * (t_q + 1) - 1, h * (t_k + 1) - 1
     z = torch.full((size_r, size_c), float("nan"))
     given = thumbnails or {}
-    missing = [layer for layer in layers if tuple(getattr(given.get(layer), "shape", ())) != (h, t_q, t_k)]
+    stacked = {layer: cap.layer(layer, part).head_numbers for layer in layers}  # each layer's stack, in order
+    missing = [
+        layer for layer in layers if tuple(getattr(given.get(layer), "shape", ())) != (len(stacked[layer]), t_q, t_k)
+    ]
     if missing:  # computed here: every layer not given at this figure's size
         given = {
             **given,
@@ -118,11 +122,12 @@ def model_view(
         }
     for r, layer in enumerate(layers):
         pooled = given[layer].cpu()
-        for head in range(h):
-            z[r * (t_q + 1) : r * (t_q + 1) + t_q, head * (t_k + 1) : head * (t_k + 1) + t_k] = pooled[head]
+        for i, number in enumerate(stacked[layer]):
+            c = kept.index(number)
+            z[r * (t_q + 1) : r * (t_q + 1) + t_q, c * (t_k + 1) : c * (t_k + 1) + t_k] = pooled[i]
     # hover ids: [layer, head] of the thumbnail under each cell (gaps carry the neighbour's, never shown)
     row_layer = np.array(layers)[np.minimum(np.arange(size_r) // (t_q + 1), len(layers) - 1)]
-    col_head = np.minimum(np.arange(size_c) // (t_k + 1), h - 1)
+    col_head = np.array(kept)[np.minimum(np.arange(size_c) // (t_k + 1), h - 1)]
     ids = np.stack(np.broadcast_arrays(row_layer[:, None], col_head[None, :]), axis=-1)
     top = float(z.nan_to_num(0).max()) if moved else 1.0
     fig = go.Figure(
@@ -145,7 +150,8 @@ def model_view(
     fig.update_layout(
         title=marked_title(
             f"Model view{': ' + cap.resolve_part(part) if len(cap.parts) > 1 else ''}: {len(layers)} layers × {h} "
-            + ("heads, moved (‖α·f(x)‖, max of each cell) " if moved else "heads ")
+            + ("heads" if h == cap.info(part)["n_heads"] else f"heads kept ({', '.join(f'H{n}' for n in kept)})")
+            + (", moved (‖α·f(x)‖, max of each cell) " if moved else " ")
             + "(click a head to select it)",
             q_new,
             k_new,
@@ -153,7 +159,7 @@ def model_view(
         xaxis=dict(
             tickmode="array",
             tickvals=[k * (t_k + 1) + t_k / 2 for k in range(h)],
-            ticktext=[f"H{k}" for k in range(h)],
+            ticktext=[f"H{k}" for k in kept],  # the model's numbers
             side="top",
             showgrid=False,
             zeroline=False,

@@ -30,15 +30,18 @@ def head_map(table: pd.DataFrame, column: str, *, title: str | None = None, colo
     """A layer × head map of one column of a per-head table (head statistics, detector scores…)."""
     if column not in table.columns:
         raise ValueError(f"no column {column!r}; columns are {list(table.columns)}")
-    layers, heads = int(table.layer.max()) + 1, int(table["head"].max()) + 1
-    grid = torch.full((layers, heads), float("nan"))
+    layers = int(table.layer.max()) + 1
+    numbers = sorted({int(h) for h in table["head"]})  # the model's heads in the table (capture(heads=) keeps some)
+    contiguous = numbers == list(range(len(numbers)))
+    heads = numbers  # one column each, labelled by the model's number
+    grid = torch.full((layers, len(heads)), float("nan"))
     for row in table.itertuples(index=False):
-        grid[row.layer, row.head] = float(getattr(row, column))
+        grid[row.layer, heads.index(int(row.head))] = float(getattr(row, column))
     meaning = STATISTICS.get(column) or DETECTORS.get(column) or MOVED_STATISTICS.get(column) or column
     fig = go.Figure(
         go.Heatmap(
             z=grid.numpy(),
-            x=list(range(heads)),
+            x=heads,
             y=list(range(layers)),
             colorscale=colorscale,
             hovertemplate="L%{y}·H%{x}: %{z:.3f}<extra></extra>",
@@ -47,7 +50,7 @@ def head_map(table: pd.DataFrame, column: str, *, title: str | None = None, colo
     )
     fig.update_layout(
         title=title or f"{column}: {meaning}",
-        xaxis=dict(title="head", dtick=1),
+        xaxis=dict(title="head", dtick=1, type="linear" if contiguous else "category"),
         yaxis=dict(title="layer", autorange="reversed", dtick=1),
         height=max(320, 22 * layers + 140),
         margin=dict(l=60, r=10, t=60, b=40),

@@ -21,7 +21,18 @@ from ...engine.taps import AttentionCall, Recorder, tap
 from .call_records import build_records
 from .device_check import check_captures
 from .device_check import to_host as records_to_host
-from .pipeline import KEEP, Resolved, T, check_mode, drop_unkept, model_class, tapped, weight_mode_for
+from .pipeline import (
+    KEEP,
+    HeadChoice,
+    Resolved,
+    T,
+    check_mode,
+    drop_unkept,
+    keep_heads,
+    model_class,
+    tapped,
+    weight_mode_for,
+)
 from .provenance import add_check, capture_provenance
 
 __all__ = ["Item", "capture_meta", "captures", "part_sizes", "run_captures", "self_check"]
@@ -61,13 +72,15 @@ def captures(
     projections: ProjectionWatch | None = None,
     to_host: bool = False,
     keep: frozenset[str] = frozenset(KEEP),
+    heads: HeadChoice = None,
 ) -> list[Capture]:
     """One checked :class:`Capture` per item of the batch the ``calls`` recorded: its records (from
     ``kept``, default the calls whose tensors were kept), what each head moves
     (:func:`attnviz.workflows.capture.what_moves.add_value_terms`, proved against the rows of the output
     projections the taps kept in ``projections``), the metadata (``extra`` added), and the
     self-check unless ``check="off"`` (``rows``: per part, the query rows to prove) — batched where the
-    records are (:mod:`attnviz.workflows.capture.device_check`), then what ``keep`` does not name let go
+    records are (:mod:`attnviz.workflows.capture.device_check`), over every head; then the records narrowed
+    to the query heads ``heads`` keeps (:func:`keep_heads`), what ``keep`` does not name let go
     (:func:`drop_unkept`) and, with ``to_host``, the records copied to the host."""
     kept = [c for c in calls if c.q is not None] if kept is None else kept
     meta = capture_meta(resolved, kept[0], part_sizes(calls), check) | (extra or {})
@@ -93,6 +106,7 @@ def captures(
         for b, item in enumerate(items)
     ]
     reports = check_captures(resolved.model, made, projections, check, rows)
+    keep_heads(made, heads)  # after the checks (every head), before the copies: a head not kept stays on the device
     drop_unkept(made, keep)  # before the copies: what is not kept never reaches the host
     if to_host:  # after the checks, which ran where the model did: every record's tensors in one wait
         records_to_host(made)
@@ -114,6 +128,7 @@ def run_captures(
     ran: Callable[[list[AttentionCall]], None] | None = None,
     keep: frozenset[str] = frozenset(KEEP),
     recorder_class: type[Recorder] = Recorder,
+    heads: HeadChoice = None,
 ) -> tuple[list[Capture], T]:
     """(one checked :class:`Capture` per item, what ``forward()`` returned): the tap → record → build
     sequence every capture takes — ``forward()`` under taps that keep what they record where the model
@@ -141,6 +156,7 @@ def run_captures(
         projections=recorder.projections,
         to_host=not keep_on_device,
         keep=keep,
+        heads=heads,
     )
     return made, output
 

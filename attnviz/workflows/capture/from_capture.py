@@ -91,9 +91,11 @@ def verified_forward(resolved: Resolved, cap: Capture, inputs: TextInputs, toler
             )
     for key in sorted(set(probe.records) & set(cap.records)):
         ours, theirs = probe.records[key], cap.records[key]
-        pairs = [(ours.q, theirs.q)] + (
-            [(ours.out, theirs.out)] if ours.out is not None and theirs.out is not None else []
-        )
+        q, out = ours.q, ours.out
+        if theirs.heads is not None:  # a capture of some heads (capture(heads=)): the same heads of this forward
+            q = q[theirs.heads]
+            out = None if out is None else out[theirs.heads]
+        pairs = [(q, theirs.q)] + ([(out, theirs.out)] if out is not None and theirs.out is not None else [])
         error = max(_difference(a, b) for a, b in pairs)
         if not error <= tolerance:
             raise CaptureMismatchError(

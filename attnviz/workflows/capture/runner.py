@@ -27,7 +27,20 @@ from .build import Item, run_captures
 from .images import capture_images, encode_images, is_image_input, require_vision
 from .inputs import Encoded, check_max_length, check_texts, decoder_inputs, given_tokens, ids_rows, tokenize
 from .joint import capture_joint, is_joint
-from .pipeline import KEEP, Resolved, check_keep, check_mode, drop_unkept, forward_inputs, resolve, weight_mode_for
+from .pipeline import (
+    KEEP,
+    HeadChoice,
+    Resolved,
+    check_heads,
+    check_keep,
+    check_mode,
+    drop_unkept,
+    forward_inputs,
+    keep_heads,
+    n_heads,
+    resolve,
+    weight_mode_for,
+)
 from .progress import attention_calls, counting
 from .vlm import capture_vlm, is_vlm, vlm_refusal
 
@@ -58,6 +71,7 @@ def capture(
     pixel_values: Tensor | None = None,
     keep: Iterable[str] | str | None = None,
     on_progress: Callable[[int, int], None] | None = None,
+    heads: Iterable[int] | dict[int, Iterable[int]] | str | None = None,
 ) -> Capture | list[Capture]:
     """Run ``model`` once and record Q, K, V and attention of every (or each given) layer and part.
 
@@ -87,6 +101,13 @@ def capture(
       recomputed from them); without ``"v"`` and ``"out"`` a long capture keeps under half the bytes, but
       ``cap.validate()`` can no longer recompute A·V; without ``"norms"``, what a head moves
       (``cap.moved``, ``cap.value_norms``) is not there. ``cap.model["kept"]`` says what was kept.
+    - ``heads``: keep only these query heads of every kept layer, by the model's numbers (``[3, 7]``;
+      ``{layer: [heads]}`` per layer, a layer not named keeping every head) — and, under GQA, the
+      key/value heads they read, no more. The self-check still runs over every head; the records are
+      narrowed after it, before they are copied to the host. Every head is still addressed by the
+      model's number (``cap.attention(3, 7)``, labels ``H7``); one not kept is a
+      :class:`~attnviz.errors.HeadNotKeptError` naming those kept (``cap.kept_heads()``);
+      ``cap.model["heads"]`` says what was asked, and a saved capture keeps it.
     - ``tokenized``: the texts as :func:`attnviz.workflows.capture.inputs.tokenize` encoded them (with this
       tokenizer and ``add_bos``), one per text, for a caller that had to count tokens first: they are
       not tokenized again.
@@ -123,6 +144,7 @@ def capture(
     kept = check_keep(keep)
     resolved = resolve(model, None if vision_spec(_config(model)) else tokenizer, device, dtype, attn_implementation)
     wanted = resolved.layers(layers)
+    head_choice = check_heads(heads, n_heads(resolved.model.config))
     # an eager backend's own weights: kept, dropped, or compared with the recomputation — at the rows the
     # default check samples (kept for it, compared after the forward), at every row while capturing
     weight_mode = weight_mode_for(check, keep_weights)
@@ -146,6 +168,7 @@ def capture(
             keep_on_device=keep_on_device,
             weight_mode=weight_mode,
         )
+        keep_heads(made, head_choice)
         drop_unkept(made, kept)
         return made[0] if isinstance(text, str) else made
     if is_joint(resolved.model.config) and text is not None and not is_image_input(text):
@@ -163,6 +186,7 @@ def capture(
             weight_mode=weight_mode,
             max_length=max_length,
         )
+        keep_heads(made, head_choice)
         drop_unkept(made, kept)
         return made[0] if isinstance(text, str) else made
     if vision_spec(resolved.model.config) is not None or image is not None or pixel_values is not None:
@@ -175,6 +199,7 @@ def capture(
         made = capture_images(
             resolved, images, layers=wanted, check=check, keep_on_device=keep_on_device, weight_mode=weight_mode
         )
+        keep_heads(made, head_choice)
         drop_unkept(made, kept)
         one = not isinstance(picture, (list, tuple)) if pixel_values is None else len(made) == 1
         return made[0] if one else made
@@ -200,6 +225,7 @@ def capture(
         logits=False,
         keep=kept,
         on_progress=on_progress,
+        heads=head_choice,
     )
     return made[0] if isinstance(text, str) or (inputs.texts is None and len(made) == 1) else made
 
@@ -270,6 +296,7 @@ def capture_forward(
     logits: bool = True,
     keep: frozenset[str] = frozenset(KEEP),
     on_progress: Callable[[int, int], None] | None = None,
+    heads: HeadChoice = None,
 ) -> tuple[list[Capture], Any]:
     """(one Capture per text, the forward's own output: logits…): one padded forward of ``inputs``
     through the pipeline. ``weight_mode`` as the taps take it (default: :func:`~attnviz.workflows.capture.pipeline.weight_mode_for` ``check``). ``logits=False``: a language model computes its last position's logits only
@@ -292,6 +319,7 @@ def capture_forward(
         lengths=lengths,
         keep=keep,
         recorder_class=counting(Recorder, on_progress, attention_calls(model.config)),
+        heads=heads,
     )
     for cap in made:
         cap.model["provenance"]["add_bos"] = inputs.add_bos
