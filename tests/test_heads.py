@@ -259,10 +259,9 @@ def test_the_command_line_keeps_heads_and_refuses_one_out_of_range_before_the_we
 def test_the_page_offers_only_the_kept_heads_by_their_numbers(dash_duo, tmp_path, tiny_bert_words):
     """A capture file of heads 1 and 3 opens on one of them; the head selectors offer H1 and H3 only, and
     picking H3 draws the model's head 3 (the title names it)."""
-    from test_dashboard import CAT, MODELS, choose, no_console_errors, wait_status
-
     from attnviz.dashboard import create_app
     from attnviz.dashboard.ids import ID
+    from test_dashboard import CAT, MODELS, choose, no_console_errors, wait_status
 
     model, tok = tiny_bert_words
     path = attnviz.capture(model, CAT, tok, heads=[1, 3]).save(tmp_path / "heads.attnviz")
