@@ -14,7 +14,17 @@ from attnviz.dashboard.ids import GID, ID
 from attnviz.dashboard.lab_view import token_roles
 from attnviz.dashboard.run_view import checked_new_tokens, generation_status
 from selenium.webdriver.common.keys import Keys
-from test_dashboard import MODELS, choose, no_console_errors, open_tab, poll, run_text, start_minilm, wait_status
+from test_dashboard import (
+    MODELS,
+    choose,
+    no_console_errors,
+    open_tab,
+    poll,
+    run_text,
+    show_heatmap_in_tokens,
+    start_minilm,
+    wait_status,
+)
 
 import attnviz
 from attnviz import figures
@@ -87,6 +97,7 @@ def move_slider(dash_duo, presses: int):
 def test_generate_from_the_page_marks_new_tokens_and_the_step_slider_replays_them(dash_duo, llama_folder, gen):
     dash_duo.start_server(create_app({llama_folder: "tiny Llama", **MODELS}, default_model=llama_folder))
     wait_status(dash_duo, "tokens")
+    show_heatmap_in_tokens(dash_duo)
     assert not dash_duo.find_element(f"#{GID.step_box}").is_displayed()
     bos = dash_duo.find_element(f"#{ID.bos} input")
     assert bos.is_selected()  # a decoder without a BOS of its own gets one by default
@@ -144,6 +155,7 @@ def test_generate_from_the_page_marks_new_tokens_and_the_step_slider_replays_the
 def test_an_encoder_or_bad_input_is_a_message_and_the_page_keeps_working(dash_duo, llama_folder):
     dash_duo.start_server(create_app({**MODELS, llama_folder: "tiny Llama"}, default_model="minilm"))
     wait_status(dash_duo, "minilm")
+    show_heatmap_in_tokens(dash_duo)
     generate(dash_duo, PROMPT, 5)
     dash_duo.wait_for_contains_text(f"#{ID.message}", "cannot generate text", timeout=60)
     assert "MiniLM reads a text but writes none" in dash_duo.find_element(f"#{ID.message}").text
@@ -176,6 +188,7 @@ def test_a_saved_generation_opens_with_marks_and_the_step_slider(dash_duo, tmp_p
     path = gen.save(tmp_path / "cat.attnviz")
     dash_duo.start_server(create_app(MODELS, capture_file=str(path)))
     wait_status(dash_duo, f"generated 6 new tokens: “{gen.text}”")
+    show_heatmap_in_tokens(dash_duo)
     assert "capture file: cat.attnviz" in dash_duo.find_element(f"#{ID.model}").text
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", f"{MARK} generated")
     assert ticks(dash_duo, ID.heatmap)[-1] == MARK + gen.capture.token_labels[-1]
