@@ -255,6 +255,7 @@ def test_two_browser_sessions_keep_their_own_text(dash_duo):
     dash_duo.driver.switch_to.new_window("tab")
     dash_duo.driver.get(dash_duo.server_url)
     wait_status(dash_duo, "minilm")
+    show_heatmap_in_tokens(dash_duo)
     run_text(dash_duo, "Hello there.", expect="5 tokens")
     second = dash_duo.driver.current_window_handle
     dash_duo.driver.switch_to.window(first)

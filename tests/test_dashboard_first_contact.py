@@ -34,7 +34,7 @@ def test_the_lab_opens_on_the_pronouns_last_piece_which_has_read_the_whole_word(
 @pytest.mark.slow
 def test_the_first_screen_is_the_readmes_picture_and_a_second_run_says_already_captured(dash_duo):
     dash_duo.start_server(create_app(MODELS, default_model="smollm2"))
-    wait_status(dash_duo, "smollm2: 27 tokens, 11 words")
+    wait_status(dash_duo, "smollm2: 27 tokens, 11 words", timeout=180)
     # the tab and the units the README's picture shows
     selected = [t.text.strip() for t in dash_duo.find_elements(".tab--selected")]
     assert selected == ["AttentionLab"], selected

@@ -28,6 +28,7 @@ from .options import (
     add_no_bos,
     add_out,
     add_part,
+    add_progress,
     add_quiet,
     add_seed,
     add_sinks,
@@ -232,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--port", type=_port, default=8050, help="port to serve on, 1–65535 (default 8050)")
     p.set_defaults(func=cmd_app)
+    for name, command in sub.choices.items():  # every command that loads a model
+        if name != "app":  # the dashboard loads its models later, in the server
+            add_progress(command)
     return parser
 
 
