@@ -100,7 +100,7 @@ def test_opens_on_the_chinese_example_and_types_a_sentence(dash_duo, app):
     dash_duo.start_server(app)
     # a decoder whose tokenizer adds no BOS opens with one (the sink is not the text's first word)
     assert dash_duo.find_element(f"#{ID.bos} input").is_selected()
-    wait_status(dash_duo, "smollm2: 27 tokens, 11 words, 30 layers × 9 heads (3 KV), sdpa")
+    wait_status(dash_duo, "smollm2: 27 tokens, 11 words, 30 layers × 9 heads (3 KV), sdpa", timeout=180)
     show_heatmap_in_tokens(dash_duo)
     run_text(dash_duo, CAT, expect="smollm2: 12 tokens, 12 words")
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "token × token attention")
@@ -129,7 +129,8 @@ def test_pick_layer_and_head_and_switch_to_words(dash_duo, app):
 @pytest.mark.slow
 def test_lab_click_token_and_flip_switches(dash_duo, app):
     dash_duo.start_server(app)
-    wait_status(dash_duo, "27 tokens")
+    wait_status(dash_duo, "27 tokens", timeout=180)
+    show_heatmap_in_tokens(dash_duo)  # the head is chosen where the Lab is not drawn at each step
     dash_duo.find_elements(f"#{ID.words} input")[1].click()  # words: 它 is one chip
     choose(dash_duo, f"#{ID.layer}", 15)  # L15
     choose(dash_duo, f"#{ID.head}", 3)  # H3

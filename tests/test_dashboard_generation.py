@@ -210,6 +210,9 @@ def test_smollm2_continues_the_cat_sentence_and_replays_it(dash_duo):
     dash_duo.driver.set_window_size(1400, 1560)
     start_minilm(dash_duo)
     choose(dash_duo, f"#{ID.model}", 1)  # smollm2
+    # the page's default for SmolLM2: a BOS before the prompt (its description is read from the GGUF file's kept
+    # copy now, in a fraction of a second: the test had clicked Generate before the box was checked, without one)
+    poll(lambda: dash_duo.find_element(f"#{ID.bos} input").is_selected(), timeout=60)
     generate(dash_duo, PROMPT, 20)
     dash_duo.wait_for_text_to_equal(f"#{GID.progress}", "Generating 20 new tokens…")  # while SmolLM2 loads and writes
     assert not dash_duo.find_element(f"#{GID.generate}").is_enabled()
@@ -222,9 +225,9 @@ def test_smollm2_continues_the_cat_sentence_and_replays_it(dash_duo):
     open_tab(dash_duo, "AttentionLab")
     dash_duo.wait_for_contains_text(f"#{GID.step_text}", "Step 0: the model wrote ▸'she'")
     move_slider(dash_duo, 3)  # ' cat': chosen after 'because she was a'
-    dash_duo.wait_for_contains_text(f"#{GID.step_text}", "Step 3: the model wrote ▸'cat' (position 10)")
+    dash_duo.wait_for_contains_text(f"#{GID.step_text}", "Step 3: the model wrote ▸'cat' (position 11)")  # BOS + 7
     dash_duo.wait_for_contains_text(f"#{GID.step_graph} .gtitle", "Step 3 of 0…19")
-    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "query 'cat' (#10)")
+    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "query 'cat' (#11)")
     if os.environ.get("ATTNVIZ_DOCS_SCREENSHOTS"):
         dash_duo.driver.execute_script("window.scrollTo(0, 0);")  # the status line's continuation, then the lab
         time.sleep(1)
