@@ -6,6 +6,9 @@
 - ``<!-- attnviz:concepts -->`` becomes the Concepts page's walk through self-attention's six steps,
   the causal mask, ÷√d_k and the n² cost, on SmolLM2 (a causal decoder) and MiniLM (a bidirectional
   encoder), both carried by pip packages, so the build needs no hub (``HF_HUB_OFFLINE=1``).
+- After the build, the site's ``stylesheets/cjk.css`` gets the CJK face the dashboard ships
+  (``attnviz.assets.CJK_FONT``) inlined, and its licence goes to ``assets/fonts/OFL.txt``: 它 and 小猫 read
+  on a machine without a CJK font, from a served site or from ``site/index.html`` opened from disk.
 """
 
 from __future__ import annotations
@@ -14,7 +17,16 @@ import argparse
 import functools
 import os
 import re
+import shutil
 import time
+import warnings
+from pathlib import Path
+
+# The docs build only: the Concepts page's SmolLM2 loads transformers, which imports accelerate, whose SageMaker
+# config imports boto3 → botocore → urllib3 2.x, and urllib3 warns at import that its 'urllib3[secure]' extra is
+# deprecated (a DeprecationWarning, printed by mkdocs with its stack on every build). Nothing of attnviz's; its
+# own warnings stay.
+warnings.filterwarnings("ignore", message=r"'urllib3\[secure\]' extra is deprecated", category=DeprecationWarning)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -29,6 +41,31 @@ def on_page_markdown(markdown: str, page, config, files) -> str:
     if "<!-- attnviz:concepts -->" in markdown:
         markdown = markdown.replace("<!-- attnviz:concepts -->", concepts())
     return markdown
+
+
+#: the font's address in docs/stylesheets/cjk.css, replaced by the font itself in the built copy
+CJK_URL = 'url("../assets/fonts/attnviz-cjk.woff2")'
+
+
+def on_post_build(config) -> None:
+    embed_cjk_font(Path(config["site_dir"]))
+
+
+def embed_cjk_font(site: Path) -> None:
+    """The site's ``stylesheets/cjk.css`` with the face inlined (a data: URL: a page opened from disk loads no
+    font file), and the face's licence beside where the site keeps its assets."""
+    import base64
+
+    from attnviz.assets import CJK_FONT
+
+    css = site / "stylesheets" / "cjk.css"
+    text = css.read_text(encoding="utf-8")
+    if CJK_URL not in text:
+        raise RuntimeError(f"{css} names no {CJK_URL}: docs/stylesheets/cjk.css and docs/hooks.py disagree")
+    data = base64.b64encode(CJK_FONT.read_bytes()).decode("ascii")
+    css.write_text(text.replace(CJK_URL, f"url(data:font/woff2;base64,{data})"), encoding="utf-8")
+    (site / "assets" / "fonts").mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(CJK_FONT.parent / "OFL.txt", site / "assets" / "fonts" / "OFL.txt")
 
 
 _ROLE = re.compile(r":(?:func|class|meth|mod|attr|data|exc|obj):(<code>)")

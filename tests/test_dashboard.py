@@ -33,10 +33,18 @@ def run_text(dash_duo, text: str, *, expect: str = "tokens"):
         wait_status(dash_duo, expect)
 
 
+def show_heatmap_in_tokens(dash_duo):
+    """The page opens on the AttentionLab in words (the README's first picture, ``opening.py``): a test of
+    another view starts, after the first capture, where it did before that — the Heatmap, in tokens."""
+    open_tab(dash_duo, "Heatmap")
+    dash_duo.find_elements(f"#{ID.words} input")[0].click()
+
+
 def start_minilm(dash_duo, **options):
-    """Serve the dashboard on MiniLM (fast to run) and wait for its first capture."""
+    """Serve the dashboard on MiniLM (fast to run), wait for its first capture, and show the Heatmap in tokens."""
     dash_duo.start_server(create_app(MODELS, default_model="minilm", **options))
     wait_status(dash_duo, "minilm")
+    show_heatmap_in_tokens(dash_duo)
 
 
 def poll(condition, timeout: float = 15):
@@ -92,7 +100,8 @@ def test_opens_on_the_chinese_example_and_types_a_sentence(dash_duo, app):
     dash_duo.start_server(app)
     # a decoder whose tokenizer adds no BOS opens with one (the sink is not the text's first word)
     assert dash_duo.find_element(f"#{ID.bos} input").is_selected()
-    wait_status(dash_duo, "smollm2: 27 tokens, 11 words, 30 layers × 9 heads (3 KV), sdpa")
+    wait_status(dash_duo, "smollm2: 27 tokens, 11 words, 30 layers × 9 heads (3 KV), sdpa", timeout=180)
+    show_heatmap_in_tokens(dash_duo)
     run_text(dash_duo, CAT, expect="smollm2: 12 tokens, 12 words")
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "token × token attention")
     ticks = [t.text for t in dash_duo.find_elements(f"#{ID.heatmap} .xtick text")]
@@ -105,6 +114,7 @@ def test_opens_on_the_chinese_example_and_types_a_sentence(dash_duo, app):
 def test_pick_layer_and_head_and_switch_to_words(dash_duo, app):
     dash_duo.start_server(app)
     wait_status(dash_duo, "27 tokens")
+    show_heatmap_in_tokens(dash_duo)
     choose(dash_duo, f"#{ID.layer}", 15)  # L15
     choose(dash_duo, f"#{ID.head}", 3)  # H3
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "L15·H3")
@@ -119,7 +129,8 @@ def test_pick_layer_and_head_and_switch_to_words(dash_duo, app):
 @pytest.mark.slow
 def test_lab_click_token_and_flip_switches(dash_duo, app):
     dash_duo.start_server(app)
-    wait_status(dash_duo, "27 tokens")
+    wait_status(dash_duo, "27 tokens", timeout=180)
+    show_heatmap_in_tokens(dash_duo)  # the head is chosen where the Lab is not drawn at each step
     dash_duo.find_elements(f"#{ID.words} input")[1].click()  # words: 它 is one chip
     choose(dash_duo, f"#{ID.layer}", 15)  # L15
     choose(dash_duo, f"#{ID.head}", 3)  # H3
@@ -245,6 +256,7 @@ def test_two_browser_sessions_keep_their_own_text(dash_duo):
     dash_duo.driver.switch_to.new_window("tab")
     dash_duo.driver.get(dash_duo.server_url)
     wait_status(dash_duo, "minilm")
+    show_heatmap_in_tokens(dash_duo)
     run_text(dash_duo, "Hello there.", expect="5 tokens")
     second = dash_duo.driver.current_window_handle
     dash_duo.driver.switch_to.window(first)
@@ -283,7 +295,7 @@ def test_csv_matrix_and_default_query(tiny_bert_words):
     df = matrix_frame(cap, 1, 2, words=True)
     assert list(df.columns) == cap.word_labels and df.index.name == "query"
     assert df.loc["it", "cat"] == pytest.approx(cap.attention(1, 2, words=True)[8, 2].item())
-    assert cap.words[[w.token_start for w in cap.words].index(default_query(cap))].text == "it"
+    assert cap.words[[w.token_stop - 1 for w in cap.words].index(default_query(cap))].text == "it"
 
 
 # ---------------------------------------------------------------- analysis views (coreference, statistics, rollout)
@@ -419,6 +431,7 @@ def bart_folder(tmp_path_factory, bert_tokenizer):
 def test_encoder_decoder_target_box_and_part_selector(dash_duo, bart_folder):
     dash_duo.start_server(create_app({bart_folder: "tiny BART", **MODELS}, default_model="minilm"))
     wait_status(dash_duo, "minilm")
+    show_heatmap_in_tokens(dash_duo)
     assert not dash_duo.find_element(f"#{ID.target_box}").is_displayed()  # MiniLM reads one text
     assert not dash_duo.find_element(f"#{ID.part_box}").is_displayed()
     choose(dash_duo, f"#{ID.model}", 0)

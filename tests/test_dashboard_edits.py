@@ -5,7 +5,7 @@ import pytest
 from attnviz.dashboard import create_app
 from attnviz.dashboard.ids import AID, EID, ID
 from selenium.webdriver.common.keys import Keys
-from test_dashboard import MODELS, choose, no_console_errors, open_tab, poll, wait_status
+from test_dashboard import MODELS, choose, no_console_errors, open_tab, poll, show_heatmap_in_tokens, wait_status
 
 import attnviz
 
@@ -39,7 +39,8 @@ def type_into(dash_duo, element_id: str, text: str):
 
 def test_the_lab_knocks_a_key_out_of_smollm2_and_shows_the_prediction_before_and_after(dash_duo):
     dash_duo.start_server(create_app(MODELS, default_model="smollm2"))
-    wait_status(dash_duo, "27 tokens")
+    wait_status(dash_duo, "27 tokens", timeout=180)  # SmolLM2's first load, on a busy machine
+    show_heatmap_in_tokens(dash_duo)  # the head is chosen where the Lab is not drawn at each step
     dash_duo.find_elements(f"#{ID.words} input")[1].click()  # words
     choose(dash_duo, f"#{ID.layer}", 13)
     choose(dash_duo, f"#{ID.head}", 8)

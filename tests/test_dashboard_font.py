@@ -23,6 +23,7 @@ import pytest
 from attnviz.dashboard import create_app
 from attnviz.dashboard.ids import ID
 from PIL import Image
+from test_dashboard import show_heatmap_in_tokens, wait_status
 
 import attnviz
 from attnviz import figures
@@ -68,6 +69,8 @@ def poll(find, timeout: float = 20):
 @pytest.mark.browser
 def test_the_page_draws_chinese_in_its_own_font(dash_duo):
     dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)"}, default_model="minilm"))
+    wait_status(dash_duo, "minilm")
+    show_heatmap_in_tokens(dash_duo)  # MiniLM's tokens: a character each
     driver = dash_duo.driver
     # the page's own face: served from the assets, loaded for the page's text
     assert driver.execute_async_script(LOADED, "小猫") == [1, True]
@@ -112,6 +115,8 @@ def test_the_figure_button_downloads_the_view_with_chinese_drawn(dash_duo):
     """The export bar's Figure button (not plotly's camera): the shown figure as PNG, its 猫 and 动 two
     different pictures, and as SVG carrying the face; both arrive as files named after the view."""
     dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)"}, default_model="minilm"))
+    wait_status(dash_duo, "minilm")
+    show_heatmap_in_tokens(dash_duo)  # MiniLM's tokens: a character each
     driver = dash_duo.driver
     poll(lambda: driver.find_elements("css selector", f"#{ID.heatmap} .xtick text"))
     folder = Path(dash_duo.download_path)
@@ -168,6 +173,8 @@ def test_the_camera_button_exports_through_the_face(dash_duo):
     from selenium.webdriver.common.action_chains import ActionChains
 
     dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)"}, default_model="minilm"))
+    wait_status(dash_duo, "minilm")
+    show_heatmap_in_tokens(dash_duo)  # MiniLM's tokens: a character each
     driver = dash_duo.driver
     poll(lambda: driver.find_elements("css selector", f"#{ID.heatmap} .xtick text"))
     folder = Path(dash_duo.download_path)

@@ -14,7 +14,17 @@ from attnviz.dashboard.ids import GID, ID
 from attnviz.dashboard.lab_view import token_roles
 from attnviz.dashboard.run_view import checked_new_tokens, generation_status
 from selenium.webdriver.common.keys import Keys
-from test_dashboard import MODELS, choose, no_console_errors, open_tab, poll, run_text, start_minilm, wait_status
+from test_dashboard import (
+    MODELS,
+    choose,
+    no_console_errors,
+    open_tab,
+    poll,
+    run_text,
+    show_heatmap_in_tokens,
+    start_minilm,
+    wait_status,
+)
 
 import attnviz
 from attnviz import figures
@@ -87,6 +97,7 @@ def move_slider(dash_duo, presses: int):
 def test_generate_from_the_page_marks_new_tokens_and_the_step_slider_replays_them(dash_duo, llama_folder, gen):
     dash_duo.start_server(create_app({llama_folder: "tiny Llama", **MODELS}, default_model=llama_folder))
     wait_status(dash_duo, "tokens")
+    show_heatmap_in_tokens(dash_duo)
     assert not dash_duo.find_element(f"#{GID.step_box}").is_displayed()
     bos = dash_duo.find_element(f"#{ID.bos} input")
     assert bos.is_selected()  # a decoder without a BOS of its own gets one by default
@@ -144,6 +155,7 @@ def test_generate_from_the_page_marks_new_tokens_and_the_step_slider_replays_the
 def test_an_encoder_or_bad_input_is_a_message_and_the_page_keeps_working(dash_duo, llama_folder):
     dash_duo.start_server(create_app({**MODELS, llama_folder: "tiny Llama"}, default_model="minilm"))
     wait_status(dash_duo, "minilm")
+    show_heatmap_in_tokens(dash_duo)
     generate(dash_duo, PROMPT, 5)
     dash_duo.wait_for_contains_text(f"#{ID.message}", "cannot generate text", timeout=60)
     assert "MiniLM reads a text but writes none" in dash_duo.find_element(f"#{ID.message}").text
@@ -176,6 +188,7 @@ def test_a_saved_generation_opens_with_marks_and_the_step_slider(dash_duo, tmp_p
     path = gen.save(tmp_path / "cat.attnviz")
     dash_duo.start_server(create_app(MODELS, capture_file=str(path)))
     wait_status(dash_duo, f"generated 6 new tokens: “{gen.text}”")
+    show_heatmap_in_tokens(dash_duo)
     assert "capture file: cat.attnviz" in dash_duo.find_element(f"#{ID.model}").text
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", f"{MARK} generated")
     assert ticks(dash_duo, ID.heatmap)[-1] == MARK + gen.capture.token_labels[-1]
@@ -197,6 +210,9 @@ def test_smollm2_continues_the_cat_sentence_and_replays_it(dash_duo):
     dash_duo.driver.set_window_size(1400, 1560)
     start_minilm(dash_duo)
     choose(dash_duo, f"#{ID.model}", 1)  # smollm2
+    # the page's default for SmolLM2: a BOS before the prompt (its description is read from the GGUF file's kept
+    # copy now, in a fraction of a second: the test had clicked Generate before the box was checked, without one)
+    poll(lambda: dash_duo.find_element(f"#{ID.bos} input").is_selected(), timeout=60)
     generate(dash_duo, PROMPT, 20)
     dash_duo.wait_for_text_to_equal(f"#{GID.progress}", "Generating 20 new tokens…")  # while SmolLM2 loads and writes
     assert not dash_duo.find_element(f"#{GID.generate}").is_enabled()
@@ -209,9 +225,9 @@ def test_smollm2_continues_the_cat_sentence_and_replays_it(dash_duo):
     open_tab(dash_duo, "AttentionLab")
     dash_duo.wait_for_contains_text(f"#{GID.step_text}", "Step 0: the model wrote ▸'she'")
     move_slider(dash_duo, 3)  # ' cat': chosen after 'because she was a'
-    dash_duo.wait_for_contains_text(f"#{GID.step_text}", "Step 3: the model wrote ▸'cat' (position 10)")
+    dash_duo.wait_for_contains_text(f"#{GID.step_text}", "Step 3: the model wrote ▸'cat' (position 11)")  # BOS + 7
     dash_duo.wait_for_contains_text(f"#{GID.step_graph} .gtitle", "Step 3 of 0…19")
-    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "query 'cat' (#10)")
+    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "query 'cat' (#11)")
     if os.environ.get("ATTNVIZ_DOCS_SCREENSHOTS"):
         dash_duo.driver.execute_script("window.scrollTo(0, 0);")  # the status line's continuation, then the lab
         time.sleep(1)

@@ -9,7 +9,7 @@ from attnviz.dashboard import create_app
 from attnviz.dashboard.ids import ID, IID
 from PIL import Image
 from skimage.data import coffee
-from test_dashboard import choose, no_console_errors, open_tab, poll, wait_status
+from test_dashboard import choose, no_console_errors, open_tab, poll, show_heatmap_in_tokens, wait_status
 from test_images import bright_patch_vit
 
 import attnviz
@@ -47,6 +47,7 @@ def test_an_uploaded_picture_is_drawn_under_its_attention_and_a_clicked_patch_be
     folder, picture, broken = vit_folder
     dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)", str(folder): "tiny ViT"}, default_model="minilm"))
     wait_status(dash_duo, "minilm")
+    show_heatmap_in_tokens(dash_duo)
     choose(dash_duo, f"#{ID.model}", 1)  # the tiny ViT
     open_tab(dash_duo, "Image")
     dash_duo.find_element(f"#{IID.upload} input").send_keys(str(picture))
@@ -103,6 +104,7 @@ def test_a_text_model_on_the_image_tab_says_to_pick_a_vision_model(dash_duo, vit
     _, picture, _ = vit_folder
     dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)"}, default_model="minilm"))
     wait_status(dash_duo, "minilm")
+    show_heatmap_in_tokens(dash_duo)
     open_tab(dash_duo, "Image")
     dash_duo.find_element(f"#{IID.upload} input").send_keys(str(picture))
     dash_duo.wait_for_contains_text(

@@ -6,7 +6,16 @@ import json
 import pytest
 from attnviz.dashboard import create_app
 from attnviz.dashboard.ids import ID
-from test_dashboard import MODELS, choose, no_console_errors, poll, run_text, start_minilm, wait_status
+from test_dashboard import (
+    MODELS,
+    choose,
+    no_console_errors,
+    poll,
+    run_text,
+    show_heatmap_in_tokens,
+    start_minilm,
+    wait_status,
+)
 
 import attnviz
 
@@ -81,6 +90,7 @@ def test_a_capture_the_server_let_go_is_a_message_not_a_second_run(dash_duo, mon
     # one byte of cache: only the newest capture stays (one always fits)
     dash_duo.start_server(create_app(MODELS, default_model="minilm", cache_bytes=1))
     wait_status(dash_duo, "minilm")
+    show_heatmap_in_tokens(dash_duo)
     run_text(dash_duo, TEXT, expect="14 tokens")
     first = dash_duo.driver.current_window_handle
     dash_duo.driver.switch_to.new_window("tab")

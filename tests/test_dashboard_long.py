@@ -15,7 +15,7 @@ from attnviz.dashboard.ids import AID, CID, HID, ID
 from attnviz.dashboard.overview_view import OVERVIEW_SIZE, edges_of, shown_overview, shown_window, zoom_span
 from dash._utils import to_json
 from selenium.webdriver.common.keys import Keys
-from test_dashboard import no_console_errors, open_tab, poll, run_text, wait_status
+from test_dashboard import no_console_errors, open_tab, poll, run_text, show_heatmap_in_tokens, wait_status
 
 import attnviz
 from attnviz import figures
@@ -85,6 +85,7 @@ def lines(dash_duo) -> int:
 def test_long_text_overview_is_under_2mb_and_a_zoom_shows_exact_weights(dash_duo, llama_folder, long_llama, long_text):
     dash_duo.start_server(create_app({llama_folder: "tiny Llama (8k positions)"}, default_model=llama_folder))
     wait_status(dash_duo, "tokens")
+    show_heatmap_in_tokens(dash_duo)
     if dash_duo.driver.execute_script(f"return document.querySelector('#{ID.bos} input').checked;"):
         dash_duo.find_element(f"#{ID.bos} input").click()  # no BOS: exactly N_LONG tokens, blocks of 8
     n = N_LONG
@@ -175,6 +176,7 @@ def test_a_long_text_is_captured_in_the_background_with_progress_cancel_and_the_
     monkeypatch.setattr(captures_module, "default_head", lambda *a: picks.append((a[0].n_tokens, a[1])) or pick(*a))
     dash_duo.start_server(create_app({llama_folder: "tiny Llama (8k positions)"}, default_model=llama_folder))
     wait_status(dash_duo, "tokens")
+    show_heatmap_in_tokens(dash_duo)
     opening = dash_duo.find_element(f"#{ID.status}").text
     set_text(dash_duo, ID.text, long_text)
     dash_duo.find_element(f"#{ID.run}").click()
@@ -207,6 +209,7 @@ def test_head_view_top_k_mass_and_query_range_change_the_lines(dash_duo, llama_f
     text = "The cat sat on the mat because it was tired, and the dog slept under the table all day long."
     dash_duo.start_server(create_app({llama_folder: "tiny Llama"}, default_model=llama_folder))
     wait_status(dash_duo, "tokens")
+    show_heatmap_in_tokens(dash_duo)
     run_text(dash_duo, text, expect="tokens")
     bos = dash_duo.driver.execute_script(f"return document.querySelector('#{ID.bos} input').checked;")
     model, tokenizer = long_llama
@@ -255,6 +258,7 @@ def test_compare_winograd_pair_then_a_model_of_another_tokenization(dash_duo, ll
         create_app({llama_folder: "tiny Llama", bert_folder: "tiny BERT"}, default_model=llama_folder)
     )
     wait_status(dash_duo, "tokens")
+    show_heatmap_in_tokens(dash_duo)
     run_text(dash_duo, BIG, expect="tokens")
     open_tab(dash_duo, "Compare")
     poll(lambda: dash_duo.find_element(f"#{CID.text}").get_attribute("value") == SMALL)  # the Winograd partner

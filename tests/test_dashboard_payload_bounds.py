@@ -18,7 +18,7 @@ from attnviz.dashboard.coref_view import CHIP_PAGE, LONG, coref_map, page_option
 from attnviz.dashboard.ids import AID, CID, EID, ID, IID, SID, TID
 from attnviz.dashboard.layout import VIEWS
 from dash._utils import to_json
-from test_dashboard import no_console_errors, open_tab, wait_status
+from test_dashboard import no_console_errors, open_tab, show_heatmap_in_tokens, wait_status
 from test_dashboard_long import set_text
 
 import attnviz
@@ -217,6 +217,7 @@ def test_every_response_of_every_tab_stays_under_2mb_at_2000_tokens(dash_duo, sm
     app.server.wsgi_app = recorder
     dash_duo.start_server(app)
     wait_status(dash_duo, "smollm2: 27 tokens", timeout=120)  # the page opens with SmolLM2's BOS on
+    show_heatmap_in_tokens(dash_duo)
     set_text(dash_duo, ID.text, text_of(smol_tokenizer, N - 1))
     click(dash_duo, f"#{ID.run}")
     wait_status(dash_duo, f"smollm2: {N} tokens", timeout=300)

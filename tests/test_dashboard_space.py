@@ -194,12 +194,13 @@ def test_a_corpus_file_that_cannot_be_read_is_said_on_the_page(tmp_path):
 
 @pytest.mark.browser
 def test_the_space_tab_clicks_into_the_lab_at_that_token(dash_duo, folder, tmp_path):
-    from test_dashboard import open_tab, run_text, wait_status
+    from test_dashboard import open_tab, run_text, show_heatmap_in_tokens, wait_status
 
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n".join(CORPUS))
     dash_duo.start_server(create_app({folder: "tiny BERT"}, corpus_file=str(corpus)))
     wait_status(dash_duo, "tokens")
+    show_heatmap_in_tokens(dash_duo)
     run_text(dash_duo, TEXT, expect="tokens")
     open_tab(dash_duo, "Q·K space")
     dash_duo.wait_for_contains_text(f"#{SID.note}", "this text: L")

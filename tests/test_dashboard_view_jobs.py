@@ -15,7 +15,7 @@ import psutil
 import pytest
 from attnviz.dashboard import background, create_app
 from attnviz.dashboard.ids import AID, ID
-from test_dashboard import no_console_errors, open_tab, poll, wait_status
+from test_dashboard import no_console_errors, open_tab, poll, show_heatmap_in_tokens, wait_status
 from test_dashboard_long import set_text
 
 import attnviz
@@ -72,6 +72,7 @@ def open_long_text(dash_duo, monkeypatch, llama_folder: str, long_text: str) -> 
     monkeypatch.setattr(background, "summarize", gate)
     dash_duo.start_server(create_app({llama_folder: "tiny Llama (8k positions)"}, default_model=llama_folder))
     wait_status(dash_duo, "tokens")
+    show_heatmap_in_tokens(dash_duo)
     set_text(dash_duo, ID.text, long_text)
     dash_duo.find_element(f"#{ID.run}").click()
     wait_status(dash_duo, f"{N + 1} tokens", timeout=120)
@@ -137,7 +138,10 @@ def test_a_worker_killed_mid_job_leaves_the_page_usable_with_a_message(dash_duo,
     assert ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(gate.threads[0]), ctypes.py_object(SystemExit))
     gate.open.set()
     # 60 s: the page's poll and redraw, on two cores that the rest of the suite keeps busy
-    poll(lambda: "stopped (SystemExit) before it finished" in figure_title(dash_duo, AID.rollout_graph), timeout=60)
+    poll(
+        lambda: "stopped before it finished (its thread was ended)" in figure_title(dash_duo, AID.rollout_graph),
+        timeout=60,
+    )
     poll(lambda: "Press Compute" in bar_text(dash_duo), timeout=30)
     open_tab(dash_duo, "Shapes & cost")  # the page is usable
     dash_duo.wait_for_contains_text(f"#{ID.cost}", "Shapes (one layer)", timeout=30)
@@ -167,6 +171,7 @@ def test_a_background_capture_whose_process_is_killed_is_a_message_and_leaves_no
     monkeypatch.setattr(attnviz, "capture", capture)
     dash_duo.start_server(create_app({llama_folder: "tiny Llama (8k positions)"}, default_model=llama_folder))
     wait_status(dash_duo, "tokens")
+    show_heatmap_in_tokens(dash_duo)
     opening = dash_duo.find_element(f"#{ID.status}").text
     [folder] = tmp_path.glob("attnviz-captures-*")
     set_text(dash_duo, ID.text, long_text)

@@ -18,7 +18,7 @@ from attnviz.dashboard.ids import ID, IID
 from PIL import Image
 from selenium.webdriver.common.keys import Keys
 from skimage.data import chelsea
-from test_dashboard import choose, no_console_errors, open_tab, poll, wait_status
+from test_dashboard import choose, no_console_errors, open_tab, poll, show_heatmap_in_tokens, wait_status
 
 import attnviz
 from attnviz.testing import tiny_joint, tiny_vlm
@@ -71,6 +71,7 @@ def open_image_tab(dash_duo, folder, label: str, photo, prompt: str | None = VLM
     opened, its opening ``prompt`` awaited (None: none to wait for) and ``photo`` uploaded."""
     dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)", str(folder): label}, default_model="minilm"))
     wait_status(dash_duo, "minilm")
+    show_heatmap_in_tokens(dash_duo)
     choose(dash_duo, f"#{ID.model}", 1)
     open_tab(dash_duo, "Image")
     if prompt is not None:

@@ -51,6 +51,8 @@ def test_the_site_builds_strict_and_offline_with_its_reference_and_measured_numb
     site = tmp_path / "site"
     result = _build(ROOT / "mkdocs.yml", site)
     assert result.returncode == 0, result.stderr[-4000:]
+    assert "DeprecationWarning" not in result.stderr, result.stderr[-4000:]  # urllib3's, silenced by docs/hooks.py
+    assert "url(data:font/woff2;base64," in (site / "stylesheets" / "cjk.css").read_text(encoding="utf-8")
 
     analysis = _text(site / "reference" / "analysis.html")
     for name in ("qk_space", "head_atlas", "corpus_stats", "rank_heads", "cost_tables"):

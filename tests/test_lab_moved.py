@@ -12,7 +12,7 @@ import torch
 from attnviz.dashboard import create_app
 from attnviz.dashboard.ids import ID
 from attnviz.dashboard.lab_view import moved_lines, percent, stats_line
-from test_dashboard import choose, no_console_errors, open_tab, poll, wait_status
+from test_dashboard import choose, no_console_errors, open_tab, poll, show_heatmap_in_tokens, wait_status
 
 import attnviz
 from attnviz import figures
@@ -64,7 +64,7 @@ def test_value_norms_are_the_output_projection_applied_to_the_captured_values(ll
 @pytest.mark.parametrize("switches", SWITCHES)
 def test_row_shares_equal_a_hand_computation(llama, switches):
     _, cap = llama
-    query = cap.token_labels.index("它₁")
+    query = cap.token_labels.index("它₂")
     for layer in range(cap.n_layers):
         for head in range(cap.layer(layer).q.shape[0]):
             alpha, moved, share = by_hand(cap, layer, head, query, **switches)
@@ -171,7 +171,7 @@ def test_the_lab_text_says_the_rows_own_numbers(llama, bert_cat, words, switches
 
 def test_the_bos_line_is_said_only_when_the_bos_is_not_the_top_key(llama):
     _, cap = llama
-    query = cap.token_labels.index("它₁")
+    query = cap.token_labels.index("它₂")
     kwargs = dict(words=False, part=None, causal=True, scale=True, temperature=1.0)
     for layer in range(cap.n_layers):
         for head in range(4):
@@ -184,7 +184,7 @@ def test_the_bos_line_is_said_only_when_the_bos_is_not_the_top_key(llama):
 
 def test_query_row_draws_the_moved_shares_beside_the_weights(llama):
     _, cap = llama
-    query = cap.token_labels.index("它₁")
+    query = cap.token_labels.index("它₂")
     alpha, _, share = by_hand(cap, 1, 2, query)
     fig = figures.query_row(cap, 1, 2, query, measure="moved")
     assert [bar.name for bar in fig.data] == ["moved share", "weight α"]
@@ -219,17 +219,18 @@ def test_a_layer_without_value_norms_draws_weights_and_refuses_what_moves(tiny_b
 def test_lab_switches_to_what_moves_and_back(dash_duo, llama_folder, long_llama):
     dash_duo.start_server(create_app({llama_folder: "tiny Llama"}, default_model=llama_folder))
     wait_status(dash_duo, "27 tokens")  # the Chinese example with its BOS
+    show_heatmap_in_tokens(dash_duo)
     choose(dash_duo, f"#{ID.layer}", 1)  # L1
     choose(dash_duo, f"#{ID.head}", 2)  # H2
     open_tab(dash_duo, "AttentionLab")
-    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "query '它₁'")
+    dash_duo.wait_for_contains_text(f"#{ID.lab_stats}", "query '它₂'")
     dash_duo.wait_for_contains_text(f"#{ID.lab_graph} .gtitle", "L1·H2")
     weights_title = dash_duo.find_element(f"#{ID.lab_graph} .gtitle").text
     assert "entropy" in weights_title and "moved" not in weights_title
     # the page's capture, made again here: the sentences must be this row's own numbers
     model, tokenizer = long_llama
     cap = attnviz.capture(model, ZH, tokenizer, add_bos=True)
-    query = cap.token_labels.index("它₁")
+    query = cap.token_labels.index("它₂")
     kwargs = dict(words=False, part=None, causal=True, scale=True, temperature=1.0)
     expected = moved_lines(cap, 1, 2, query, kwargs)
     poll(lambda: [e.text for e in dash_duo.find_elements(".lab-moved")] == expected)

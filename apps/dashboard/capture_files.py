@@ -117,7 +117,9 @@ class JobFolder:
             request = Request.from_json(json.loads(self.request_file(key, run).read_text()))
         except (OSError, ValueError, KeyError, TypeError) as err:
             pid_file.unlink()
-            raise CaptureGone(f"the background job's request is gone ({type(err).__name__}); press Run again") from err
+            raise CaptureGone(
+                "the background job's request is gone (cancelled, or cleaned up as stale): press Run again"
+            ) from err
         with contextlib.suppress(OSError):  # read: a job cancelled or killed from here on leaves no request
             self.request_file(key, run).unlink()
         return request

@@ -2,7 +2,7 @@
 
 ``shows_errors(fallback)`` wraps a callback. A library error (``attnviz.AttnvizError`` and its
 subclasses: an empty text, a text over the model's limit, an unknown model …) shows its own message;
-anything else shows a short line naming the exception's type and is logged with its traceback on the
+anything else shows one short line (never the exception's class or text, which may name server paths) and is logged with its traceback on the
 server (logger ``attnviz.dashboard``). ``fallback(message)`` gives the callback's outputs for the
 message — a figure that carries it, a text, or (the default) nothing changed but the page's message
 line. ``PreventUpdate`` passes through.
@@ -31,7 +31,7 @@ def page_message(err: BaseException) -> str:
     if isinstance(err, attnviz.AttnvizError):
         return str(err)
     log.error("dashboard callback failed", exc_info=err)
-    return f"Something went wrong ({type(err).__name__}); the server's log has the details."
+    return "Something went wrong on the server; its log has the details."
 
 
 def on_page(message: str) -> Any:

@@ -164,13 +164,15 @@ class Jobs:
                 job.state = "cancelled"
         except BaseException as err:  # noqa: BLE001 - a failed or killed worker becomes the page's message
             message = err if isinstance(err, attnviz.AttnvizError) else None
+            ended = isinstance(err, SystemExit | KeyboardInterrupt)  # the page names no exception class
+            why = "its thread was ended" if ended else "an unexpected error; the server's log has the details"
             with self._lock:
                 job.state = "failed"
                 job.error = (
                     f"{job.label[:1].upper()}{job.label[1:]} failed: {message}"
                     if message is not None
-                    else f"The background worker computing {job.label} stopped ({type(err).__name__}) before it "
-                    "finished. Press Compute to try again; the server's log has the details."
+                    else f"The background worker computing {job.label} stopped before it finished ({why}). "
+                    "Press Compute to try again."
                 )
             if message is None and not isinstance(err, SystemExit | KeyboardInterrupt):
                 log.error("background job failed", exc_info=err)

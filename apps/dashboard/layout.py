@@ -11,7 +11,7 @@ from __future__ import annotations
 import dash_mantine_components as dmc
 from dash import dcc, html
 
-from . import export_view, jobs_view, run_view  # the page's frame: the side panel, the job bar, the exports
+from . import export_view, jobs_view, opening, run_view  # the page's frame: the side panel, the job bar, the exports
 from .ids import ID, view_id
 from .registry import Page, tabs
 from .ui import card, toolbar
@@ -94,7 +94,7 @@ def build_layout(
             *jobs_view.layout(page),
             dcc.Tabs(
                 id=ID.tabs,
-                value="heatmap",
+                value=opening.TAB,  # the README's first picture: the Lab, 它 → 小猫
                 className="av-tabs",
                 parent_className="av-tabs-parent",
                 children=[dcc.Tab(label=view.label, value=view.id) for view in views],

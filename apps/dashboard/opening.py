@@ -1,6 +1,7 @@
-"""The head and query the page opens a capture on: the text's last pronoun (else its last word), and the
-head that puts the most weight from it on one earlier content word — for a pronoun, usually a coreference
-head. Pure functions of a capture; the server memoises the head per capture (``Captures.opening_head``)."""
+"""Where the page opens: the AttentionLab in words (:data:`TAB`, :data:`UNITS` — the README's first picture,
+它 → 小猫), on the text's last pronoun (else its last word) and the head that puts the most weight from it
+on one earlier content word — for a pronoun, usually a coreference head. Pure functions of a capture; the
+server memoises the head per capture (``Captures.opening_head``)."""
 
 from __future__ import annotations
 
@@ -11,16 +12,23 @@ from attnviz.analysis import STOP_WORDS
 
 from .common import word_of
 
+#: the tab and the units the page opens on: the Lab reads one query's row, in words (a newcomer's first look at
+#: 它 → 小猫, not at a byte piece of 它 that parks its weight on the sink)
+TAB = "lab"
+UNITS = "words"
+
 PRONOUNS = {"it", "he", "she", "they", "him", "her", "them", "它", "他", "她", "它们", "他们", "她们"}
 
 
 def default_query(cap: attnviz.Capture) -> int:
-    """The token the lab opens on: the last pronoun of the text (它, it …), else the last word."""
+    """The token the lab opens on: the last piece of the text's last pronoun (它, it …), else of its last
+    word. In words it is the word; in tokens the piece that has read the whole word (SmolLM2 splits 它 in two
+    byte pieces, and the first, which has not seen the character yet, looks at the sink)."""
     words = [w for w in cap.words if w.token_stop > w.token_start and w.char_end > w.char_start]
     for w in reversed(words):
         if w.text.lower() in PRONOUNS:
-            return w.token_start
-    return (words[-1] if words else cap.words[-1]).token_start
+            return w.token_stop - 1
+    return (words[-1] if words else cap.words[-1]).token_stop - 1
 
 
 def content_words_before(cap: attnviz.Capture, q: int) -> list[int]:

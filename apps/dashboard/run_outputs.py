@@ -83,8 +83,13 @@ def failed(message: str) -> tuple:
     return (no_update, message) + (no_update,) * (len(VIEW_OUTPUTS) - 2)
 
 
-def opened(captures: Captures, store: dict, cap: attnviz.Capture) -> tuple:
-    """The selectors' outputs for a capture the server holds (its opening head memoised by ``captures``)."""
+#: the message of a Run (or Generate) whose capture the server holds already: shown at once, the model not run
+ALREADY_CAPTURED = "This text is already captured — shown (the server holds its capture; the model did not run again)."
+
+
+def opened(captures: Captures, store: dict, cap: attnviz.Capture, *, message: str = "") -> tuple:
+    """The selectors' outputs for a capture the server holds (its opening head memoised by ``captures``);
+    ``message``: the page's message line (empty: cleared)."""
     gen = generation_of(cap)
     # the encoder of an encoder-decoder (the text the user typed); the decoder of a generation
     part = "decoder" if gen is not None else cap.parts[0]
@@ -95,7 +100,7 @@ def opened(captures: Captures, store: dict, cap: attnviz.Capture) -> tuple:
     best_layer, best_head = captures.opening_head(store, part, view, query)
     return (
         store,
-        "",
+        message,
         status_line(cap),
         [{"label": f"L{i}", "value": i} for i in layers],
         best_layer,

@@ -19,7 +19,7 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update, set_prop
 
 import attnviz
 
-from . import run_job
+from . import opening, run_job
 from .captures import FILE_PREFIX, Captures, is_encoder_decoder, wants_bos
 from .errors import shows_errors
 from .ids import GID, ID
@@ -27,7 +27,15 @@ from .panels import slot_panels
 from .registry import View, registers
 from .run_job import HIDDEN as _HIDDEN
 from .run_job import job_text
-from .run_outputs import VIEW_OUTPUTS, checked_new_tokens, failed, generation_status, opened, status_line
+from .run_outputs import (
+    ALREADY_CAPTURED,
+    VIEW_OUTPUTS,
+    checked_new_tokens,
+    failed,
+    generation_status,
+    opened,
+    status_line,
+)
 from .ui import field
 from .url_state import link_opens_a_view
 
@@ -142,7 +150,7 @@ def selectors() -> list:
             "Units",
             dcc.RadioItems(
                 id=ID.words,
-                value="tokens",
+                value=opening.UNITS,
                 inline=True,
                 className="av-radio",
                 options=[{"label": " tokens", "value": "tokens"}, {"label": " words", "value": "words"}],
@@ -256,6 +264,8 @@ def register(app: Dash, captures: Captures, *, startup_error: str = "") -> None:
                 set_props(ID.job_watch, {"disabled": False})  # watch_job: a job that dies is a message
                 return (*failed(""), "", job)
             cap = captures.run(request)
+        elif ctx.triggered_id is not None:  # pressed for a text the server holds: say why nothing seemed to run
+            return (*opened(captures, store, cap, message=ALREADY_CAPTURED), "", no_update)
         return (*opened(captures, store, cap), "", no_update)
 
     run_job.register(app, captures)  # a long text's capture: a background job

@@ -29,6 +29,7 @@ from .options import (
     add_no_bos,
     add_out,
     add_part,
+    add_progress,
     add_quiet,
     add_seed,
     add_sinks,
@@ -271,6 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--port", type=_port, default=8050, help="port to serve on, 1–65535 (default 8050)")
     p.set_defaults(func=cmd_app)
+    for name, command in sub.choices.items():  # every command that loads a model
+        if name not in ("app", "info"):  # the dashboard loads its models later, in the server; info reads a file
+            add_progress(command)
     return parser
 
 

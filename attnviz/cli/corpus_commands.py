@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 
 from ..errors import InputError
 from .options import check_part, check_writable, column_mapping, corpus_kwargs, names
-from .runs import in_processes, quiet_loading, run_corpus_command
+from .runs import in_processes, loading_bars, run_corpus_command
 
 
 def _count(n: int, thing: str) -> str:
@@ -219,5 +218,5 @@ def cmd_probes(args) -> int:
             result.picks_table(top=args.top).to_csv(args.per_probe, index=False)
             print(f"each probe with the picks of the top {args.top} heads written to {args.per_probe}")
 
-    with quiet_loading() if args.quiet else contextlib.nullcontext():
+    with loading_bars(args):
         return in_processes(run, report)

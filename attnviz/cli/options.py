@@ -135,6 +135,16 @@ def add_quiet(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def add_progress(p: argparse.ArgumentParser) -> None:
+    """``--progress``: the libraries' loading bars even when stderr is not a terminal (:func:`~.runs.loading_bars`)."""
+    p.add_argument(
+        "--progress",
+        action="store_true",
+        help="draw the libraries' progress bars while the model loads (transformers', a GGUF file's conversion) "
+        "even when stderr is not a terminal (default: only on a terminal; --quiet: never)",
+    )
+
+
 def add_part(p: argparse.ArgumentParser, help: str) -> None:
     """``--part``: one of :data:`PARTS` (the command refuses those it cannot read: :func:`check_part`)."""
     p.add_argument("--part", choices=PARTS, default=None, help=help)

@@ -1,5 +1,6 @@
 """What a long command does around its run: over processes (torchrun, accelerate launch), each warning on
-one line, the report on rank 0 only, a signal's stop as exit status 75, quiet model loading."""
+one line, the report on rank 0 only, a signal's stop as exit status 75, the libraries' loading bars only on a
+terminal (:func:`loading_bars`)."""
 
 from __future__ import annotations
 
@@ -33,8 +34,18 @@ def run_corpus_command(args, suffixes: tuple[str, ...], run: Callable[[], Any], 
             named = ", ".join(suffixes[:-1]) + " or " + suffixes[-1]
             raise InputError(f"-o/--out {args.out!r}: give a {named} path")
     preflight(args, None)
-    with quiet_loading() if args.quiet else contextlib.nullcontext():
+    with loading_bars(args):
         return in_processes(run, report, rank=lambda df: df.attrs["rank"])
+
+
+def loading_bars(args) -> contextlib.AbstractContextManager:
+    """The libraries' progress bars while a command loads its model (transformers' "Loading weights", a GGUF
+    file's "Converting and de-quantizing GGUF tensors"): drawn only where someone watches — stderr a
+    terminal — or asked for with ``--progress``; off with ``--quiet``. Entered after :func:`preflight`, so an
+    argument refused early imports no transformers for it. A log or a pipe gets no carriage-return bars."""
+    if getattr(args, "quiet", False) or not (getattr(args, "progress", False) or sys.stderr.isatty()):
+        return quiet_loading()
+    return contextlib.nullcontext()
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ import sys
 from ..errors import InputError, OutOfRangeError
 from .options import check_capture_out, check_part, check_writable, loading_kwargs, names
 from .preflight import preflight
+from .runs import loading_bars
 
 ENCODER_DECODER = ("encoder", "decoder", "cross")  # the attentions of --part that capture and export read
 
@@ -18,17 +19,18 @@ def _capture(args, check: str | None = None):
         capture,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
     )
 
-    return capture(
-        args.model,
-        args.text,
-        max_length=args.max_length,
-        **loading_kwargs(args),
-        add_bos=getattr(args, "add_bos", False),
-        target=args.target,
-        check=check or args.check,
-        keep=getattr(args, "keep", None),
-        heads=getattr(args, "heads", None),
-    )
+    with loading_bars(args):
+        return capture(
+            args.model,
+            args.text,
+            max_length=args.max_length,
+            **loading_kwargs(args),
+            add_bos=getattr(args, "add_bos", False),
+            target=args.target,
+            check=check or args.check,
+            keep=getattr(args, "keep", None),
+            heads=getattr(args, "heads", None),
+        )
 
 
 def cmd_capture(args) -> int:
@@ -96,16 +98,17 @@ def cmd_generate(args) -> int:
             "--layer chooses the layer --steps prints: add --steps (to capture only some layers, use --layers)"
         )
     preflight(args, args.prompt, layer=args.layer, part="decoder", what="prompt", generates=True)
-    gen = generate(
-        args.model,
-        args.prompt,
-        max_new_tokens=args.max_new_tokens,
-        add_bos=args.add_bos,
-        **loading_kwargs(args),
-        check=args.check,
-        seed=args.seed if args.sample else None,  # the greedy choice draws nothing: its record says no seed
-        **{k: v for k, v in sampling.items() if v is not None},
-    )
+    with loading_bars(args):
+        gen = generate(
+            args.model,
+            args.prompt,
+            max_new_tokens=args.max_new_tokens,
+            add_bos=args.add_bos,
+            **loading_kwargs(args),
+            check=args.check,
+            seed=args.seed if args.sample else None,  # the greedy choice draws nothing: its record says no seed
+            **{k: v for k, v in sampling.items() if v is not None},
+        )
     print(args.prompt + gen.text if not gen.capture.model.get("encoder_decoder") else gen.text)
     stopped = "the model ended the text" if gen.info["stopped"] == "eos" else "max_new_tokens reached"
     checked = "" if args.check == "off" else f"; every generated row checked against its step ({args.check})"
@@ -207,7 +210,8 @@ def cmd_explain(args) -> int:
     )
 
     preflight(args, args.text, layer=args.layer, head=args.head)
-    model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
+    with loading_bars(args):
+        model, tokenizer = load_model(args.model, device=args.device, dtype=args.dtype)
     cap = capture(model, args.text, tokenizer=tokenizer, layers=[args.layer], add_bos=args.add_bos)
     assert not isinstance(cap, list)  # one text, one capture
     versus = None if args.versus is None else _token(args.versus)

@@ -33,6 +33,7 @@ from ...errors import (
     ModelNotFoundError,
 )
 from ...families import TOWERS, vision_spec
+from . import gguf_described
 from .hub import hub_check
 
 __all__ = [
@@ -193,7 +194,8 @@ def _not_loaded(name: str, err: BaseException) -> ModelNotFoundError:
 @functools.lru_cache(maxsize=2)
 def _described(name: str) -> tuple[str, dict, Any, Any]:
     """(the source from_pretrained reads, its keyword arguments, the config, the tokenizer) of a name:
-    what the model is, before its weights load. A hub name is asked of the hub once first
+    what the model is, before its weights load (a GGUF file's config and tokenizer converted once and kept:
+    :mod:`~attnviz.workflows.capture.gguf_described`). A hub name is asked of the hub once first
     (:func:`~attnviz.workflows.capture.hub.hub_check`: an unknown or unreachable name fails in seconds)."""
     from transformers import AutoConfig, AutoTokenizer  # deferred: importing attnviz does not import transformers
 
@@ -202,12 +204,18 @@ def _described(name: str) -> tuple[str, dict, Any, Any]:
     if name in EMBEDDED_MODELS:
         folder, kwargs = embedded_source(name)
         source = str(folder)
+    gguf = Path(source) / kwargs["gguf_file"] if "gguf_file" in kwargs else None
+    kept = gguf_described.read(gguf) if gguf is not None else None  # a GGUF file's, converted once
+    if kept is not None:
+        return source, kwargs, *kept
     try:
         config = AutoConfig.from_pretrained(source, **kwargs)
         # a vision encoder reads images (its image processor is loaded by attnviz.workflows.capture.images)
         tokenizer = None if model_kind(config) == "vision" else AutoTokenizer.from_pretrained(source, **kwargs)
     except (OSError, ValueError) as err:
         raise _not_loaded(name, err) from err
+    if gguf is not None and tokenizer is not None:
+        gguf_described.write(gguf, config, tokenizer)
     return source, kwargs, config, tokenizer
 
 
