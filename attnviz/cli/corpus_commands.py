@@ -175,7 +175,7 @@ def _timeline(args) -> int:
             best = df.groupby(["step", "role"]).score.max().unstack()
             print(best.round(3).to_string())
 
-    with quiet_loading() if args.quiet else contextlib.nullcontext():
+    with loading_bars(args):
         return in_processes(run, report)
 
 
