@@ -28,6 +28,7 @@ from ..views.maps import heatmap, query_row
 from ..views.model_view import model_view
 from ..views.overview import overview_figure, window_figure
 from ..views.plots import coref_bars, head_map, probe_accuracy_map, probe_intervals, rollout_figure
+from ..views.report_page import report
 from ..views.reports import importance_map, prediction_bars, validation_map
 from ..views.space import qk_space_figure
 from . import helpers
@@ -53,6 +54,7 @@ __all__ = [
     "probe_intervals",
     "qk_space_figure",
     "query_row",
+    "report",
     "rollout_figure",
     "step_figure",
     "text_attention",

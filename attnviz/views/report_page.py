@@ -1,0 +1,503 @@
+"""One capture as one self-contained HTML report (:func:`report`; ``Capture.report(path)`` reaches it
+through :mod:`attnviz.data.reprs`): every view a reader needs, chosen in the page itself, with no server.
+
+The head maps are precomputed: per part, units (tokens, words), measure (weights, what moves), layer and
+head, the map as 8-bit levels of its own largest value, deflated and base64-encoded (:func:`encode_map`),
+decoded in the page by a small inline script (the browser's own ``DecompressionStream``) that draws it
+with ``Plotly.react``. The heatmap, a query's row and the head view follow the page's selectors; the
+model view's thumbnails, the validation certificate and the provenance are drawn once. plotly.js and the
+CJK face are inlined: nothing is loaded from anywhere, the file opens offline.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from dataclasses import dataclass, field
+from html import escape
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from ..data.capture import Capture
+from ..data.reprs import register_report
+from ..errors import AttnvizError, InputError, OutOfRangeError
+from .common import allowed_cells, labels, measure_map
+from .html import CJK_TEXT, cjk_font_face, ranking_html, report_html
+from .model_view import model_view
+from .plots import coref_bars
+from .reports import prediction_bars, validation_map
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    from ..analysis.coref import CorefRanking
+    from ..data.predictions import Intervention
+    from ..data.validate import ValidationReport
+
+__all__ = ["LEVELS", "REPORT_BUDGET_MB", "ReportData", "encode_map", "map_key", "report", "report_data"]
+
+#: the levels a stored value takes: a map is kept as round(LEVELS·x/s), s its largest value
+LEVELS = 255
+#: the size a report aims at, in MB (10⁶ bytes): past it, the maps of the chosen heads only
+REPORT_BUDGET_MB = 15.0
+UNITS = ("tokens", "words")
+MEASURES = ("weights", "moved")
+QUANTISATION = (
+    "Each head's map is stored as 8-bit levels of its own largest value s (round(255·x/s)), deflated: "
+    "a value shown is within s/510 of the one attnviz computed (at most 0.002 for weights)."
+)
+
+
+def map_key(part: str, units: str, measure: str, layer: int, head: int) -> str:
+    """The name of one head's map in the page's data: ``part/units/measure/layer/head``."""
+    return f"{part}/{units}/{measure}/{layer}/{head}"
+
+
+def _pack(raw: bytes) -> str:
+    return base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
+
+
+def encode_map(z: torch.Tensor) -> tuple[float, str]:  # z [query, key], float, ≥ 0; masked cells any value
+    """One map as the page stores it: (s, base64 of the deflated bytes round(255·z/s)), s its largest
+    value (1 for an all-zero map); the page reads back s·level/255."""
+    top = float(z.max()) if z.numel() else 0.0
+    scale = top if top > 0 else 1.0
+    levels = (z.float() / scale * LEVELS).round().clamp(0, LEVELS).to(torch.uint8)
+    return scale, _pack(levels.contiguous().numpy().tobytes())
+
+
+@dataclass
+class ReportData:
+    """What the page's script reads: the parts' layers, heads and labels, each head's map
+    (:func:`map_key` → (s, base64)) and each layer's mask, and what was left out."""
+
+    parts: list[dict[str, Any]]
+    maps: dict[str, tuple[float, str]] = field(default_factory=dict)
+    masks: dict[str, str] = field(default_factory=dict)  # part/units/layer → base64 of deflated 0/1 bytes
+    chosen: list[tuple[str, int, int]] | None = None  # past the budget: the heads kept (part, layer, head)
+    left_out: list[str] = field(default_factory=list)  # what the page could not hold, said in it
+
+    @property
+    def nbytes(self) -> int:
+        """The characters the maps and masks take in the page."""
+        return sum(len(b) for _, b in self.maps.values()) + sum(len(b) for b in self.masks.values())
+
+
+def _has_norms(cap: Capture, part: str) -> bool:
+    return all(cap.layer(layer, part).value_dots is not None for layer in cap.layer_indices(part))
+
+
+def report_data(
+    cap: Capture, *, budget_bytes: float | None = None, heads: list[tuple[int, int]] | None = None
+) -> ReportData:
+    """Every part's, units', measure's, layer's and head's map encoded (:func:`encode_map`). Past
+    ``budget_bytes`` of maps, the maps of ``heads`` only ((layer, head) pairs; default: each part's first
+    layer's head 0), said in :attr:`ReportData.left_out`."""
+    parts: list[dict[str, Any]] = []
+    data = ReportData(parts=parts)
+    for part in cap.parts:
+        layers = cap.layer_indices(part)
+        info = cap.info(part)
+        measures = [m for m in MEASURES if m == "weights" or _has_norms(cap, part)]
+        if "moved" not in measures:
+            data.left_out.append(f"{part}: what moves (this capture kept no value norms)")
+        entry: dict[str, Any] = {
+            "name": part,
+            "layers": layers,
+            "n_heads": info["n_heads"],
+            "measures": measures,
+            "units": {
+                u: {"q": labels(cap, u == "words", part, "query"), "k": labels(cap, u == "words", part, "key")}
+                for u in UNITS
+            },
+            "prompt_length": cap.model["generation"]["prompt_length"]
+            if "generation" in cap.model and part == "decoder"
+            else None,
+        }
+        parts.append(entry)
+        for units in UNITS:
+            words = units == "words"
+            for layer in layers:
+                allowed = allowed_cells(cap, layer, None, words, part)
+                data.masks[f"{part}/{units}/{layer}"] = _pack(allowed.to(torch.uint8).contiguous().numpy().tobytes())
+                for measure in measures:
+                    maps = measure_map(cap, layer, None, measure, part=part, words=words)  # [head, q, k]
+                    maps = torch.where(allowed, maps.nan_to_num(0), torch.zeros_like(maps))
+                    for head in range(info["n_heads"]):
+                        data.maps[map_key(part, units, measure, layer, head)] = encode_map(maps[head])
+    if budget_bytes is not None and data.nbytes > budget_bytes:
+        chosen = heads if heads is not None else [(cap.layer_indices(p)[0], 0) for p in cap.parts[:1]]
+        kept = []
+        for layer, head in chosen:
+            for part in cap.parts:
+                if layer in cap.layer_indices(part) and 0 <= head < cap.info(part)["n_heads"]:
+                    kept.append((part, layer, head))
+        if not kept:
+            raise OutOfRangeError(f"heads={heads!r}: none of these (layer, head) pairs is in the capture")
+        data.left_out.append(
+            f"the maps of every head: they take {data.nbytes / 1e6:.1f} MB, over the budget of "
+            f"{budget_bytes / 1e6:.1f} MB; shown: the overview's thumbnails and the chosen heads "
+            + ", ".join(f"{p} L{layer}·H{h}" for p, layer, h in kept)
+        )
+        data.maps = {
+            k: v for k, v in data.maps.items() if tuple((k.split("/")[0], *map(int, k.split("/")[3:]))) in kept
+        }
+        data.chosen = kept
+    return data
+
+
+def _fig_html(fig: go.Figure, div_id: str) -> str:
+    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False})
+
+
+def _table(rows: list[tuple[str, Any]]) -> str:
+    cell = "padding:1px 8px;text-align:left;border-bottom:1px solid #e5e5e5;vertical-align:top"
+    body = "".join(
+        f'<tr><th style="{cell}">{escape(str(k))}</th><td style="{cell}">{escape(_text(v))}</td></tr>' for k, v in rows
+    )
+    return f'<table style="border-collapse:collapse">{body}</table>'
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
+
+
+def provenance_html(cap: Capture) -> str:
+    """The capture's model (name, backend, dtype, device, check) and, when the capture carries it,
+    ``cap.model["provenance"]`` (whatever keys it has) as tables."""
+    model = cap.model
+    rows: list[tuple[str, Any]] = [
+        (k, model[k]) for k in ("name", "model_type", "backend", "dtype", "device", "add_bos", "check") if k in model
+    ]
+    if "check_error" in model:
+        rows.append(("check_error (× tolerance)", f"{model['check_error']:.3g}"))
+    if "edits" in model:
+        rows.append(("edits", "; ".join(map(str, model["edits"]))))
+    out = _table(rows)
+    provenance = model.get("provenance")
+    if isinstance(provenance, dict) and provenance:
+        out += "<h4>Provenance</h4>" + _table(sorted(provenance.items()))
+    else:
+        out += "<p>This capture carries no provenance record (model revision, weights and tokenizer hashes).</p>"
+    return out
+
+
+_CSS = """
+body{font-family:"attnviz CJK",system-ui,sans-serif;font-size:14px;margin:16px auto;max-width:1200px;color:#222}
+h2{margin-top:28px;border-bottom:1px solid #ddd}
+.av-bar{display:flex;flex-wrap:wrap;gap:12px;align-items:center;margin:8px 0;padding:8px;background:#f6f6f9;
+position:sticky;top:0;z-index:10;border:1px solid #e3e3ea;border-radius:6px}
+.av-bar label{display:flex;gap:4px;align-items:center}
+.av-note{color:#555;font-size:12px}
+.av-text{white-space:pre-wrap;background:#fafafa;border:1px solid #eee;padding:6px;border-radius:4px}
+"""
+
+# the page's script: decodes a head's map (DecompressionStream: deflate) and draws the heatmap, the
+# query's row, the head view and a generation's step with Plotly.react, as the selectors say
+_JS = r"""
+(function(){
+const D = JSON.parse(document.getElementById('attnviz-data').textContent);
+const $ = id => document.getElementById(id);
+const cache = new Map();
+async function inflate(b64){
+  const bin = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
+  const stream = new Blob([bin]).stream().pipeThrough(new DecompressionStream('deflate'));
+  return new Uint8Array(await new Response(stream).arrayBuffer());
+}
+function part(){ return D.parts.find(p => p.name === ($('av-part') ? $('av-part').value : D.parts[0].name)); }
+function key(p, u, m, l, h){ return [p, u, m, l, h].join('/'); }
+async function getMap(p, u, m, l, h){
+  const k = key(p.name, u, m, l, h);
+  if (!(k in D.maps)) return null;
+  if (cache.has(k)) return cache.get(k);
+  const [s, b64] = D.maps[k];
+  const lv = await inflate(b64), mask = await inflate(D.masks[[p.name, u, l].join('/')]);
+  const nq = p.units[u].q.length, nk = p.units[u].k.length, z = [];
+  for (let i = 0; i < nq; i++){
+    const row = new Array(nk);
+    for (let j = 0; j < nk; j++) row[j] = mask[i*nk+j] ? lv[i*nk+j] * s / 255 : null;
+    z.push(row);
+  }
+  const r = {z: z, s: s};
+  cache.set(k, r);
+  return r;
+}
+function fill(sel, items, keep){
+  const old = sel.value;
+  sel.innerHTML = '';
+  items.forEach(([v, t]) => { const o = document.createElement('option'); o.value = v; o.textContent = t; sel.appendChild(o); });
+  if (keep && items.some(([v]) => String(v) === old)) sel.value = old;
+}
+function ticks(names, max){
+  const step = Math.max(1, Math.ceil(names.length / max)), v = [], t = [];
+  for (let i = 0; i < names.length; i += step){ v.push(i); t.push(names[i].length > 12 ? names[i].slice(0, 11) + '…' : names[i]); }
+  return {tickmode: 'array', tickvals: v, ticktext: t};
+}
+function selectors(){
+  const p = part();
+  const layers = D.chosen ? [...new Set(D.chosen.filter(c => c[0] === p.name).map(c => c[1]))] : p.layers;
+  fill($('av-layer'), layers.map(l => [l, 'L' + l]), true);
+  const l = +$('av-layer').value;
+  const heads = D.chosen ? D.chosen.filter(c => c[0] === p.name && c[1] === l).map(c => c[2]) : [...Array(p.n_heads).keys()];
+  fill($('av-head'), heads.map(h => [h, 'H' + h]), true);
+  fill($('av-measure'), p.measures.map(m => [m, m === 'weights' ? 'weights α' : 'what moves ‖α·f(x)‖']), true);
+  const u = $('av-units').value, q = p.units[u].q;
+  const before = $('av-query').value;
+  fill($('av-query'), q.map((t, i) => [i, i + ': ' + t]), true);
+  if (before === '' || +before >= q.length) $('av-query').value = q.length - 1;
+  if ($('av-step')){
+    const n = p.units.tokens.q.length - (p.prompt_length || 0);
+    fill($('av-step'), [...Array(Math.max(n, 0)).keys()].map(i => [i, 'step ' + i + ': ' + p.units.tokens.q[p.prompt_length + i]]), true);
+  }
+}
+let drawing = 0;  // the latest draw wins: an earlier one still decoding draws nothing
+async function draw(){
+  const mine = ++drawing;
+  const p = part(), u = $('av-units').value, m = $('av-measure').value;
+  const l = +$('av-layer').value, h = +$('av-head').value, qi = +$('av-query').value;
+  const names = p.units[u], map = await getMap(p, u, m, l, h);
+  if (mine !== drawing) return;
+  const title = (D.parts.length > 1 ? p.name + ' ' : '') + 'L' + l + '·H' + h + ' — ' + (m === 'weights' ? 'weights α' : 'what moves ‖α·f(x)‖') + ', ' + u;
+  $('av-status').textContent = map ? title : 'L' + l + '·H' + h + ' is not in this report (past its size budget)';
+  if (!map) return;
+  const top = m === 'weights' ? 1 : map.s;
+  const hover = names.q.length * names.k.length <= 65536;
+  Plotly.react('av-heatmap', [{type: 'heatmap', z: map.z, colorscale: 'Blues', zmin: 0, zmax: top, hoverongaps: false,
+      text: hover ? names.q.map(a => names.k.map(b => a + ' → ' + b)) : null,
+      hovertemplate: (hover ? '%{text}' : 'query %{y} → key %{x}') + ': %{z:.4f}<extra></extra>'}],
+    {title: {text: title}, height: Math.min(900, 260 + 14 * Math.min(names.q.length, 60)),
+     xaxis: Object.assign({side: 'top'}, ticks(names.k, 64)), yaxis: Object.assign({autorange: 'reversed'}, ticks(names.q, 64)),
+     margin: {t: 140, l: 110, r: 20, b: 20}, font: {family: '"attnviz CJK", "Open Sans", verdana, arial, sans-serif'}});
+  const row = map.z[qi].map(v => v === null ? 0 : v);
+  Plotly.react('av-row', [{type: 'bar', x: names.k.map((_, i) => i), y: row, customdata: names.k,
+      hovertemplate: '%{customdata}: %{y:.4f}<extra></extra>'}],
+    {title: {text: 'query ' + qi + ' ' + JSON.stringify(names.q[qi]) + ' → keys (' + title + ')'}, height: 340,
+     xaxis: ticks(names.k, 64), yaxis: {range: [0, top * 1.02]}, margin: {t: 60, l: 50, r: 10, b: 90},
+     font: {family: '"attnviz CJK", "Open Sans", verdana, arial, sans-serif'}});
+  headView(names, map.z, top, title);
+  if ($('av-step')) await step(p, l, h);
+}
+function headView(names, z, top, title){
+  const bins = [0.1, 0.25, 0.5, 0.75, 1.01], xs = bins.map(() => []), ys = bins.map(() => []);
+  for (let i = 0; i < z.length; i++) for (let j = 0; j < z[i].length; j++){
+    const v = z[i][j] === null ? 0 : z[i][j] / top;
+    if (v < 0.02) continue;
+    const b = bins.findIndex(e => v < e);
+    xs[b].push(0, 1, null); ys[b].push(i, j, null);
+  }
+  const traces = bins.map((_, b) => ({type: 'scatter', mode: 'lines', x: xs[b], y: ys[b], hoverinfo: 'skip', showlegend: false,
+      line: {color: 'rgba(31,119,180,' + [0.12, 0.3, 0.55, 0.8, 1][b] + ')', width: 1 + b * 0.6}}));
+  const n = Math.max(names.q.length, names.k.length);
+  Plotly.react('av-headview', traces,
+    {title: {text: 'head view: ' + title + ' (lines ≥ 2% of the largest)'}, height: Math.min(1400, 120 + 16 * n),
+     xaxis: {range: [-0.02, 1.02], visible: false}, showlegend: false,
+     yaxis: Object.assign({autorange: 'reversed'}, ticks(names.q, 80)),
+     yaxis2: Object.assign({autorange: 'reversed', overlaying: 'y', side: 'right'}, ticks(names.k, 80)),
+     margin: {t: 50, l: 110, r: 110, b: 20}, font: {family: '"attnviz CJK", "Open Sans", verdana, arial, sans-serif'}});
+}
+async function step(p, l, h){
+  const i = +$('av-step').value, pos = p.prompt_length + i;
+  const map = await getMap(p, 'tokens', 'weights', l, h);
+  if (!map || isNaN(pos)) return;
+  const names = p.units.tokens.k.slice(0, pos + 1), xs = names.map((_, j) => j);
+  const rowOf = r => map.z[r].slice(0, pos + 1).map(v => v === null ? 0 : v);
+  const colour = xs.map(j => j >= p.prompt_length ? '#ff7f0e' : '#1f77b4');
+  Plotly.react('av-steps', [
+      {type: 'bar', x: xs, y: rowOf(Math.max(pos - 1, 0)), marker: {color: colour}, customdata: names, name: 'choosing',
+       hovertemplate: '%{customdata}: %{y:.4f}<extra></extra>'},
+      {type: 'bar', x: xs, y: rowOf(pos), marker: {color: colour}, customdata: names, name: 'reading', xaxis: 'x2', yaxis: 'y2',
+       hovertemplate: '%{customdata}: %{y:.4f}<extra></extra>'}],
+    {title: {text: 'step ' + i + ': the model wrote ' + JSON.stringify(names[pos]) + ' at position ' + pos +
+      ' — top: the row of the position before it, whose output chose it; bottom: its own row (L' + l + '·H' + h + ')'},
+     grid: {rows: 2, columns: 1}, height: 520, showlegend: false, xaxis: ticks(names, 64), xaxis2: ticks(names, 64),
+     yaxis: {range: [0, 1.02]}, yaxis2: {range: [0, 1.02]}, margin: {t: 70, l: 50, r: 10, b: 60},
+     font: {family: '"attnviz CJK", "Open Sans", verdana, arial, sans-serif'}});
+}
+function changed(){ selectors(); draw().catch(e => { $('av-status').textContent = 'could not draw: ' + e.message; }); }
+['av-part', 'av-layer', 'av-head', 'av-units', 'av-measure', 'av-query', 'av-step'].forEach(id => { if ($(id)) $(id).addEventListener('change', changed); });
+const mv = $('av-model');
+if (mv) mv.on('plotly_click', ev => {
+  const c = ev.points[0].customdata; if (!c) return;
+  $('av-layer').value = c[0]; selectors(); $('av-head').value = c[1]; changed();
+});
+const o = D.open;
+if ($('av-part')) $('av-part').value = o.part;
+$('av-units').value = o.units;
+selectors();
+$('av-layer').value = o.layer; selectors(); $('av-head').value = o.head;
+if (o.query !== null) $('av-query').value = o.query;
+window.attnvizReport = {ready: draw().then(() => true), getMap: getMap, data: D};
+})();
+"""
+
+
+def _select(sel_id: str, label: str, options: list[tuple[str, str]] = ()) -> str:  # type: ignore[assignment]
+    opts = "".join(f'<option value="{escape(v)}">{escape(t)}</option>' for v, t in options)
+    return f'<label>{escape(label)} <select id="{sel_id}">{opts}</select></label>'
+
+
+def report(
+    cap: Capture,
+    path: str | Path | None = None,
+    *,
+    ranking: CorefRanking | None = None,
+    atlas: pd.DataFrame | None = None,
+    intervention: Intervention | None = None,
+    validation: ValidationReport | None = None,
+    heads: list[tuple[int, int]] | None = None,
+    layer: int | None = None,
+    head: int = 0,
+    budget_mb: float = REPORT_BUDGET_MB,
+    title: str | None = None,
+) -> str:
+    """One self-contained HTML report of a capture, returned (and written to ``path`` when given).
+
+    The page holds the head map with its layer, head, units (tokens or words) and measure (weights or what
+    moves) chosen in the page, a query's row (the AttentionLab's, the query chosen in the page), the head
+    view of the chosen head, the model view's thumbnails (a click picks the head), the validation
+    certificate (``validation``, else ``cap.validate()``), the model and its provenance
+    (``cap.model["provenance"]`` where the capture carries one), a generation's steps when the capture
+    is of one, the edits' predictions and maps before and after (``intervention``), the coreference
+    ranking (``ranking``) and the head atlas (``atlas``). Every map is precomputed (8-bit, deflated: the
+    page states it) and decoded by the page's own script; plotly.js and the CJK face are inlined, so the
+    file opens offline with no request leaving it. Past ``budget_mb`` MB of maps (default 15, for the whole
+    page), the page keeps the overview's thumbnails and the maps of ``heads`` ((layer, head) pairs) only,
+    and says so. ``layer`` / ``head``: what the page opens on (default: the first layer, head 0)."""
+    import plotly.offline  # deferred: plotly.js is inlined into the page, read only when one is written
+
+    if not isinstance(cap, Capture):
+        raise InputError(f"report takes a Capture (attnviz.capture() or attnviz.load()), got {type(cap).__name__}")
+    part = cap.parts[0]
+    layer = cap.layer_indices(part)[0] if layer is None else layer
+    if layer not in cap.layer_indices(part):
+        raise OutOfRangeError(f"layer {layer} is not in the capture; its {part} holds layers {cap.layer_indices(part)}")
+    cap.check_head(head, part)
+    plotly_js = plotly.offline.get_plotlyjs()
+    title = title or f"attnviz report — {cap.model.get('name')}: {cap.text[:80]}"
+
+    # the parts drawn once: thumbnails, validation, extras
+    sections = []
+    model_fig = model_view(cap, part=part, selected=(layer, head))
+    sections.append(
+        "<h2>Model view</h2><p class='av-note'>Every layer × head, each map max-pooled to a thumbnail; "
+        f"click one to show it above.</p>{_fig_html(model_fig, 'av-model')}"
+    )
+    try:
+        validation = cap.validate() if validation is None else validation
+        sections.append(
+            "<h2>Validation certificate</h2>"
+            + report_html(validation)
+            + _fig_html(validation_map(validation, part=part), "av-validation")
+        )
+    except AttnvizError as err:
+        sections.append(f"<h2>Validation certificate</h2><p>Not validated: {escape(str(err))}</p>")
+    if intervention is not None:
+        sections.append(_edits_html(intervention))
+    if ranking is not None:
+        sections.append(
+            "<h2>Coreference ranking</h2>" + ranking_html(ranking) + _fig_html(coref_bars(ranking), "av-coref")
+        )
+    if atlas is not None:
+        from .atlas import atlas_map  # deferred: atlas imports html, as this module does; only an atlas needs it
+
+        names = list(dict.fromkeys(atlas["part"])) if "part" in atlas.columns else [None]
+        sections.append(
+            "<h2>Head atlas</h2>"
+            + "".join(_fig_html(atlas_map(atlas, part=p), f"av-atlas-{i}") for i, p in enumerate(names))
+        )
+    sections.append(f"<h2>Model and provenance</h2>{provenance_html(cap)}")
+    fixed = len(plotly_js) + sum(map(len, sections)) + 2_000_000  # the font's ≈1.8 MB, the page's frame
+    data = report_data(cap, budget_bytes=max(budget_mb * 1e6 - fixed, 0), heads=heads)
+    if data.chosen is not None and not any(c[1:] == (layer, head) for c in data.chosen):
+        layer, head = data.chosen[0][1], data.chosen[0][2]
+
+    queries = labels(cap, False, part, "query")
+    payload = {
+        "parts": data.parts,
+        "maps": data.maps,
+        "masks": data.masks,
+        "chosen": data.chosen,
+        "open": {"part": part, "layer": layer, "head": head, "units": "tokens", "query": len(queries) - 1},
+    }
+    blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    bar = "".join(
+        [
+            _select("av-part", "part", [(p, p) for p in cap.parts]) if len(cap.parts) > 1 else "",
+            _select("av-layer", "layer"),
+            _select("av-head", "head"),
+            _select("av-units", "units", [("tokens", "tokens"), ("words", "words")]),
+            _select("av-measure", "show"),
+            _select("av-query", "query"),
+        ]
+    )
+    generation = any(p["prompt_length"] is not None for p in data.parts)
+    steps = (
+        "<h2>Generation steps</h2><p class='av-note'>The two rows behind each token the model wrote, for the "
+        f"chosen head (new tokens in orange).</p>{_select('av-step', 'step')}<div id='av-steps'></div>"
+        if generation
+        else ""
+    )
+    left = "".join(f"<li>{escape(x)}</li>" for x in data.left_out)
+    left = f"<p><b>Left out of this report:</b></p><ul>{left}</ul>" if left else ""
+    body = (
+        f"<h1>{escape(title)}</h1><div class='av-text'>{escape(cap.text)}</div>"
+        f"<p class='av-note'>{cap.n_tokens} tokens · {cap.model.get('name')} · {QUANTISATION} "
+        f"Maps: {data.nbytes / 1e6:.1f} MB; budget for the page: {budget_mb:g} MB.</p>{left}"
+        f"<div class='av-bar'>{bar}<span id='av-status' class='av-note'></span></div>"
+        "<h2>Head map</h2><div id='av-heatmap'></div>"
+        "<h2>A query's row</h2><p class='av-note'>The AttentionLab's bars: where the chosen query looks.</p>"
+        "<div id='av-row'></div><h2>Head view</h2><div id='av-headview'></div>"
+        f"{steps}{''.join(sections)}"
+    )
+    face = f"<style>{cjk_font_face()}</style>" if CJK_TEXT.search(body) or CJK_TEXT.search(blob) else ""
+    page = (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{escape(title)}</title>{face}'
+        f"<style>{_CSS}</style>"
+        f'<script type="text/javascript">{plotly_js}</script></head>\n<body>{body}\n'
+        f'<script type="application/json" id="attnviz-data">{blob}</script>\n<script>{_JS}</script>\n</body></html>\n'
+    )
+    if path is not None:
+        path = Path(path)
+        if not path.parent.is_dir():
+            raise InputError(f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist")
+        path.write_text(page, encoding="utf-8")
+    return page
+
+
+def _edits_html(out: Intervention) -> str:
+    from .maps import heatmap  # deferred: a report without edits draws no static heatmap
+
+    parts = [f"<h2>Edits: before and after</h2><p>{escape('; '.join(map(str, out.edits)))}</p>"]
+    try:
+        parts.append(_fig_html(prediction_bars(out), "av-predictions"))
+    except AttnvizError as err:
+        parts.append(f"<p>{escape(str(err))}</p>")
+    shown = 0
+    for part, layer in out.edited_layers:
+        for edit in out.edits:
+            if edit.layers is not None and layer not in edit.layers:
+                continue
+            for head in list(edit.heads or [0])[:2]:
+                if shown >= 4:
+                    break
+                for which, cap in (("before", out.capture_before), ("after", out.capture_after)):
+                    fig = heatmap(cap, layer, head, part=part)
+                    fig.update_layout(title=f"{which} the edits: {fig.layout.title.text}")
+                    parts.append(_fig_html(fig, f"av-edit-{shown}-{which}"))
+                shown += 1
+    return "".join(parts)
+
+
+def write_report(cap: Capture, path: str | Path, **kwargs: Any) -> Path:
+    """``Capture.report(path, …)``: :func:`report` written to ``path``; the path returned."""
+    report(cap, path, **kwargs)
+    return Path(path)
+
+
+register_report(Capture, write_report)  # Capture.report asks data.reprs, which this module fills in
