@@ -205,3 +205,28 @@ def test_the_report_opens_offline_switches_heads_and_draws_cjk_in_its_face(dash_
     )
     assert faces == [1, True]
     assert driver.get_log("browser") == []
+
+
+@pytest.mark.browser
+def test_the_export_bar_s_report_button_downloads_the_page_s_capture(dash_duo, zh_capture, tmp_path):
+    from attnviz.dashboard import create_app  # the dashboard only for this test (it imports dash)
+    from attnviz.dashboard.ids import ID
+
+    path = zh_capture.save(tmp_path / "zh.attnviz")
+    dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)"}, capture_file=str(path)))
+    dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "L0·H0", timeout=60)
+    dash_duo.select_dcc_dropdown(f"#{ID.layer}", value="L1")
+    dash_duo.select_dcc_dropdown(f"#{ID.head}", value="H2")
+    dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "L1·H2")
+    dash_duo.find_element(f"#{ID.report_button}").click()
+    page = Path(dash_duo.download_path) / "attnviz-report.html"
+    deadline = time.time() + 60
+    while not (
+        page.exists() and page.stat().st_size > 5_000_000 and page.read_text(encoding="utf-8").endswith("</html>\n")
+    ):
+        assert time.time() < deadline, "no report was downloaded"
+        time.sleep(0.3)
+    html = page.read_text(encoding="utf-8")
+    assert '"open":{"part":"decoder","layer":1,"head":2' in html and ZH in html
+    assert all(address.startswith("data:") for address in resources(html))
+    assert dash_duo.get_logs() == []

@@ -195,6 +195,7 @@ h2{margin-top:28px;border-bottom:1px solid #ddd}
 position:sticky;top:0;z-index:10;border:1px solid #e3e3ea;border-radius:6px}
 .av-bar label{display:flex;gap:4px;align-items:center}
 .av-note{color:#555;font-size:12px}
+select,option,button{font-family:inherit;font-size:13px}
 .av-text{white-space:pre-wrap;background:#fafafa;border:1px solid #eee;padding:6px;border-radius:4px}
 """
 
@@ -205,6 +206,9 @@ _JS = r"""
 const D = JSON.parse(document.getElementById('attnviz-data').textContent);
 const $ = id => document.getElementById(id);
 const cache = new Map();
+// plotly's Python "Blues" (plotly.js' own named scale runs the other way): white 0 to dark blue at the top
+const BLUES = [[0, '#f7fbff'], [0.125, '#deebf7'], [0.25, '#c6dbef'], [0.375, '#9ecae1'], [0.5, '#6baed6'],
+  [0.625, '#4292c6'], [0.75, '#2171b5'], [0.875, '#08519c'], [1, '#08306b']];
 async function inflate(b64){
   const bin = Uint8Array.from(atob(b64), c => c.charCodeAt(0));
   const stream = new Blob([bin]).stream().pipeThrough(new DecompressionStream('deflate'));
@@ -268,7 +272,7 @@ async function draw(){
   if (!map) return;
   const top = m === 'weights' ? 1 : map.s;
   const hover = names.q.length * names.k.length <= 65536;
-  Plotly.react('av-heatmap', [{type: 'heatmap', z: map.z, colorscale: 'Blues', zmin: 0, zmax: top, hoverongaps: false,
+  Plotly.react('av-heatmap', [{type: 'heatmap', z: map.z, colorscale: BLUES, zmin: 0, zmax: top, hoverongaps: false,
       text: hover ? names.q.map(a => names.k.map(b => a + ' → ' + b)) : null,
       hovertemplate: (hover ? '%{text}' : 'query %{y} → key %{x}') + ': %{z:.4f}<extra></extra>'}],
     {title: {text: title}, height: Math.min(900, 260 + 14 * Math.min(names.q.length, 60)),
@@ -280,25 +284,30 @@ async function draw(){
     {title: {text: 'query ' + qi + ' ' + JSON.stringify(names.q[qi]) + ' → keys (' + title + ')'}, height: 340,
      xaxis: ticks(names.k, 64), yaxis: {range: [0, top * 1.02]}, margin: {t: 60, l: 50, r: 10, b: 90},
      font: {family: '"attnviz CJK", "Open Sans", verdana, arial, sans-serif'}});
-  headView(names, map.z, top, title);
+  headView(names, map.z, top, title, qi);
   if ($('av-step')) await step(p, l, h);
 }
-function headView(names, z, top, title){
-  const bins = [0.1, 0.25, 0.5, 0.75, 1.01], xs = bins.map(() => []), ys = bins.map(() => []);
+function headView(names, z, top, title, qi){
+  const bins = [0.1, 0.25, 0.5, 0.75, 1.01], xs = bins.map(() => []), ys = bins.map(() => []), qx = [], qy = [];
   for (let i = 0; i < z.length; i++) for (let j = 0; j < z[i].length; j++){
     const v = z[i][j] === null ? 0 : z[i][j] / top;
     if (v < 0.02) continue;
+    if (i === qi){ qx.push(0, 1, null); qy.push(i, j, null); continue; }
     const b = bins.findIndex(e => v < e);
     xs[b].push(0, 1, null); ys[b].push(i, j, null);
   }
   const traces = bins.map((_, b) => ({type: 'scatter', mode: 'lines', x: xs[b], y: ys[b], hoverinfo: 'skip', showlegend: false,
       line: {color: 'rgba(31,119,180,' + [0.12, 0.3, 0.55, 0.8, 1][b] + ')', width: 1 + b * 0.6}}));
-  const n = Math.max(names.q.length, names.k.length);
+  traces.push({type: 'scatter', mode: 'lines', x: qx, y: qy, hoverinfo: 'skip', showlegend: false,
+      line: {color: 'rgba(255,127,14,0.9)', width: 2}});
+  traces.push({type: 'scatter', mode: 'markers', x: names.k.map(() => 1), y: names.k.map((_, j) => j), yaxis: 'y2',
+      marker: {size: 3, color: '#888'}, customdata: names.k, hovertemplate: 'key %{y}: %{customdata}<extra></extra>'});
+  const n = Math.max(names.q.length, names.k.length), range = [n - 0.5, -0.5];
   Plotly.react('av-headview', traces,
-    {title: {text: 'head view: ' + title + ' (lines ≥ 2% of the largest)'}, height: Math.min(1400, 120 + 16 * n),
-     xaxis: {range: [-0.02, 1.02], visible: false}, showlegend: false,
-     yaxis: Object.assign({autorange: 'reversed'}, ticks(names.q, 80)),
-     yaxis2: Object.assign({autorange: 'reversed', overlaying: 'y', side: 'right'}, ticks(names.k, 80)),
+    {title: {text: 'head view: ' + title + ' — queries left, keys right; the chosen query in orange (lines ≥ 2% of the largest)'},
+     height: Math.min(1400, 140 + 16 * n), xaxis: {range: [-0.02, 1.02], visible: false}, showlegend: false,
+     yaxis: Object.assign({range: range}, ticks(names.q, 80)),
+     yaxis2: Object.assign({range: range, overlaying: 'y', side: 'right'}, ticks(names.k, 80)),
      margin: {t: 50, l: 110, r: 110, b: 20}, font: {family: '"attnviz CJK", "Open Sans", verdana, arial, sans-serif'}});
 }
 async function step(p, l, h){
