@@ -53,9 +53,13 @@ def main() -> None:
     size = len(page.encode("utf-8"))
     plotly_js = len(plotly.offline.get_plotlyjs())
     face = len(cjk_font_face())
-    print(f"SmolLM2-135M, {cap.n_tokens} tokens, {len(cap.word_labels)} words, {cap.n_layers} layers × {cap.n_heads} heads")
+    print(
+        f"SmolLM2-135M, {cap.n_tokens} tokens, {len(cap.word_labels)} words, {cap.n_layers} layers × {cap.n_heads} heads"
+    )
     print(f"page: {size / 1e6:.2f} MB (budget {REPORT_BUDGET_MB:g} MB: ratio {size / 1e6 / REPORT_BUDGET_MB:.2f})")
-    print(f"  plotly.js {plotly_js / 1e6:.2f} MB · CJK face {face / 1e6:.2f} MB · masks {sum(map(len, data.masks.values())) / 1e6:.2f} MB")
+    print(
+        f"  plotly.js {plotly_js / 1e6:.2f} MB · CJK face {face / 1e6:.2f} MB · masks {sum(map(len, data.masks.values())) / 1e6:.2f} MB"
+    )
     for kind, n in sorted(by_kind.items()):
         print(f"  maps {kind}: {n / 1e6:.2f} MB")
     rest = size - plotly_js - face - data.nbytes

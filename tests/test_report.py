@@ -101,8 +101,10 @@ def test_a_report_holds_a_generation_the_edits_a_ranking_and_the_provenance(smol
     cap = attnviz.capture(model, "The cat sat on the mat because it was tired.", smol_tokenizer)
     ranking = rank_heads(cap, "it", ["cat", "mat"])
     out = attnviz.intervene(model, cap.text, attnviz.edits.knockout(key="cat", layer=1, head=0), smol_tokenizer)
-    page = figures.report(out.capture_after, ranking=ranking, intervention=out)
+    probes = attnviz.evaluate_probes(model, "en", smol_tokenizer, progress=False)
+    page = figures.report(out.capture_after, ranking=ranking, intervention=out, probes=probes)
     assert "Coreference ranking" in page and "Edits: before and after" in page
+    assert "accuracy with its intervals" in page and "Wilson" in page
     assert "before the edits" in page and "after the edits" in page
 
 

@@ -25,9 +25,9 @@ from ..data.capture import Capture
 from ..data.reprs import register_report
 from ..errors import AttnvizError, InputError, OutOfRangeError
 from .common import allowed_cells, labels, measure_map
-from .html import CJK_TEXT, cjk_font_face, ranking_html, report_html
+from .html import CJK_TEXT, cjk_font_face, probes_html, ranking_html, report_html
 from .model_view import model_view
-from .plots import coref_bars
+from .plots import coref_bars, probe_intervals
 from .reports import prediction_bars, validation_map
 
 if TYPE_CHECKING:
@@ -35,10 +35,22 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
     from ..analysis.coref import CorefRanking
+    from ..analysis.probe_result import ProbeResult
     from ..data.predictions import Intervention
     from ..data.validate import ValidationReport
 
-__all__ = ["LEVELS", "REPORT_BUDGET_MB", "ReportData", "encode_map", "map_key", "report", "report_data"]
+__all__ = [
+    "LEVELS",
+    "QUANTISATION",
+    "REPORT_BUDGET_MB",
+    "ReportData",
+    "encode_map",
+    "map_key",
+    "provenance_html",
+    "report",
+    "report_data",
+    "write_report",
+]
 
 #: the levels a stored value takes: a map is kept as round(LEVELS·x/s), s its largest value
 LEVELS = 255
@@ -356,6 +368,7 @@ def report(
     path: str | Path | None = None,
     *,
     ranking: CorefRanking | None = None,
+    probes: ProbeResult | None = None,
     atlas: pd.DataFrame | None = None,
     intervention: Intervention | None = None,
     validation: ValidationReport | None = None,
@@ -373,7 +386,8 @@ def report(
     certificate (``validation``, else ``cap.validate()``), the model and its provenance
     (``cap.model["provenance"]`` where the capture carries one), a generation's steps when the capture
     is of one, the edits' predictions and maps before and after (``intervention``), the coreference
-    ranking (``ranking``) and the head atlas (``atlas``). Every map is precomputed (8-bit, deflated: the
+    ranking (``ranking``), a probe set's result with each head's 95 % interval (``probes``, what
+    :func:`attnviz.evaluate_probes` returns) and the head atlas (``atlas``). Every map is precomputed (8-bit, deflated: the
     page states it) and decoded by the page's own script; plotly.js and the CJK face are inlined, so the
     file opens offline with no request leaving it. Past ``budget_mb`` MB of maps (default 15, for the whole
     page), the page keeps the overview's thumbnails and the maps of ``heads`` ((layer, head) pairs) only,
@@ -411,6 +425,12 @@ def report(
     if ranking is not None:
         sections.append(
             "<h2>Coreference ranking</h2>" + ranking_html(ranking) + _fig_html(coref_bars(ranking), "av-coref")
+        )
+    if probes is not None:
+        sections.append(
+            "<h2>Probe set: accuracy with its intervals</h2>"
+            + probes_html(probes)
+            + _fig_html(probe_intervals(probes), "av-probes")
         )
     if atlas is not None:
         from .atlas import atlas_map  # deferred: atlas imports html, as this module does; only an atlas needs it
