@@ -15,6 +15,7 @@ goal would read).
 from __future__ import annotations
 
 import argparse
+import json
 import time
 
 import plotly.offline
@@ -22,7 +23,7 @@ import plotly.offline
 import attnviz
 from attnviz import figures
 from attnviz.views.html import cjk_font_face
-from attnviz.views.report_page import REPORT_BUDGET_MB, report_data
+from attnviz.views.report_page import REPORT_BUDGET_MB
 
 PROSE = (
     "The cat chased the mouse through the kitchen because it was hungry, and the mouse hid in the box "
@@ -45,9 +46,10 @@ def main() -> None:
     t0 = time.perf_counter()
     page = figures.report(cap)
     t_report = time.perf_counter() - t0
-    data = report_data(cap)
+    blob = page.split('<script type="application/json" id="attnviz-data">', 1)[1].split("</script>", 1)[0]
+    data = json.loads(blob.replace("<\\/", "</"))
     by_kind: dict[str, int] = {}
-    for key, (_, b64) in data.maps.items():
+    for key, (_, b64) in data["maps"].items():
         part, units, measure, *_ = key.split("/")
         by_kind[f"{units}/{measure}"] = by_kind.get(f"{units}/{measure}", 0) + len(b64)
     size = len(page.encode("utf-8"))
@@ -57,14 +59,13 @@ def main() -> None:
         f"SmolLM2-135M, {cap.n_tokens} tokens, {len(cap.word_labels)} words, {cap.n_layers} layers × {cap.n_heads} heads"
     )
     print(f"page: {size / 1e6:.2f} MB (budget {REPORT_BUDGET_MB:g} MB: ratio {size / 1e6 / REPORT_BUDGET_MB:.2f})")
-    print(
-        f"  plotly.js {plotly_js / 1e6:.2f} MB · CJK face {face / 1e6:.2f} MB · masks {sum(map(len, data.masks.values())) / 1e6:.2f} MB"
-    )
+    masks = sum(map(len, data["masks"].values()))
+    print(f"  plotly.js {plotly_js / 1e6:.2f} MB · CJK face {face / 1e6:.2f} MB · masks {masks / 1e6:.2f} MB")
     for kind, n in sorted(by_kind.items()):
         print(f"  maps {kind}: {n / 1e6:.2f} MB")
-    rest = size - plotly_js - face - data.nbytes
+    rest = size - plotly_js - face - masks - sum(by_kind.values())
     print(f"  the rest (thumbnails, validation, labels, script): {rest / 1e6:.2f} MB")
-    print(f"  every head kept: {data.chosen is None and 'Left out of this report' not in page}")
+    print(f"  every head kept: {data['chosen'] is None and 'Left out of this report' not in page}")
     print(f"time: capture {t_capture:.1f} s, report {t_report:.1f} s (ratio {t_report / t_capture:.1f})")
 
 

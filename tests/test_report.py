@@ -2,9 +2,10 @@
 the Export tab's Report button): nothing loaded from anywhere, the maps switched in the page itself and
 equal to ``cap.attention`` within the stated quantisation, the CJK face embedded and used.
 
-Broken on purpose while writing these: the page's decoder reading ``s·level/256`` (the layer/head switch test
-goes red: 0.004 off for L1·H1), the mask dropped (the causal triangle drawn as zeros, red), the font rule
-left out (``document.fonts.check`` red) and a ``<script src=https://cdn.plot.ly/…>`` added (red)."""
+Broken on purpose while writing these, each alone: the page's decoder reading ``s·level/256`` (the switch
+test goes red, 0.0039 off at L1·H1), the mask dropped (red: the causal triangle drawn as zeros), the face's
+``@font-face`` left out (red: ``document.fonts.load`` finds no face for 它小猫, and the inlined-font check)
+and a ``<script src=https://cdn.plot.ly/…>`` added to the page's head (red: the resource check)."""
 
 from __future__ import annotations
 

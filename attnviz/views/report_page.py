@@ -47,6 +47,7 @@ __all__ = [
     "encode_map",
     "map_key",
     "provenance_html",
+    "quantise",
     "report",
     "report_data",
     "write_report",
@@ -70,16 +71,23 @@ def map_key(part: str, units: str, measure: str, layer: int, head: int) -> str:
 
 
 def _pack(raw: bytes) -> str:
-    return base64.b64encode(zlib.compress(raw, 9)).decode("ascii")
+    return base64.b64encode(zlib.compress(raw, 6)).decode("ascii")
+
+
+def quantise(maps: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # maps [..., q, k] ≥ 0
+    """Each map (the last two dimensions) as 8-bit levels of its own largest value: (levels uint8 [..., q, k],
+    scales [...]); an all-zero map has scale 1."""
+    top = maps.float().amax(dim=(-2, -1))
+    scales = torch.where(top > 0, top, torch.ones_like(top))
+    levels = (maps.float() * (LEVELS / scales)[..., None, None]).round_().clamp_(0, LEVELS).to(torch.uint8)
+    return levels, scales
 
 
 def encode_map(z: torch.Tensor) -> tuple[float, str]:  # z [query, key], float, ≥ 0; masked cells any value
     """One map as the page stores it: (s, base64 of the deflated bytes round(255·z/s)), s its largest
     value (1 for an all-zero map); the page reads back s·level/255."""
-    top = float(z.max()) if z.numel() else 0.0
-    scale = top if top > 0 else 1.0
-    levels = (z.float() / scale * LEVELS).round().clamp(0, LEVELS).to(torch.uint8)
-    return scale, _pack(levels.contiguous().numpy().tobytes())
+    levels, scale = quantise(z)
+    return float(scale), _pack(levels.contiguous().numpy().tobytes())
 
 
 @dataclass
@@ -138,9 +146,10 @@ def report_data(
                 data.masks[f"{part}/{units}/{layer}"] = _pack(allowed.to(torch.uint8).contiguous().numpy().tobytes())
                 for measure in measures:
                     maps = measure_map(cap, layer, None, measure, part=part, words=words)  # [head, q, k]
-                    maps = torch.where(allowed, maps.nan_to_num(0), torch.zeros_like(maps))
+                    levels, scales = quantise(maps.nan_to_num_(0).masked_fill_(~allowed, 0))
                     for head in range(info["n_heads"]):
-                        data.maps[map_key(part, units, measure, layer, head)] = encode_map(maps[head])
+                        raw = levels[head].contiguous().numpy().tobytes()
+                        data.maps[map_key(part, units, measure, layer, head)] = (float(scales[head]), _pack(raw))
     if budget_bytes is not None and data.nbytes > budget_bytes:
         chosen = heads if heads is not None else [(cap.layer_indices(p)[0], 0) for p in cap.parts[:1]]
         kept = []
