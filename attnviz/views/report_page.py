@@ -60,8 +60,12 @@ REPORT_BUDGET_MB = 15.0
 UNITS = ("tokens", "words")
 MEASURES = ("weights", "moved")
 QUANTISATION = (
-    "Each head's map is stored as 8-bit levels of its own largest value s (round(255·x/s)), deflated: "
-    "a value shown is within s/510 of the one attnviz computed (at most 0.002 for weights)."
+    "Each head's token map is stored as 8-bit levels of its own largest value s (round(255·x/s)), deflated: "
+    "a weight shown is within s/510 of the one attnviz computed (at most 0.002). Words are merged in the page "
+    "as cap.attention(words=True) merges them (a key word sums its tokens, a query word averages its rows): "
+    "within m·s/510 for a key word of m tokens. What moves between tokens, α·‖f(x)‖, is the stored weight "
+    "times the key's ‖f(x)‖ (16-bit levels of the layer's largest): within ‖f(x)‖·s/510; between words it is "
+    "the norm of a summed vector, stored as its own 8-bit map: within s/510 of its largest value s."
 )
 
 
@@ -97,14 +101,29 @@ class ReportData:
 
     parts: list[dict[str, Any]]
     maps: dict[str, tuple[float, str]] = field(default_factory=dict)
-    masks: dict[str, str] = field(default_factory=dict)  # part/units/layer → base64 of deflated 0/1 bytes
+    masks: dict[str, int] = field(default_factory=dict)  # part/layer → its token mask's place in mask_data
+    mask_data: list[str] = field(default_factory=list)  # each distinct mask: base64 of deflated 0/1 bytes
+    # part/layer → (the layer's largest norm t, base64 of deflated uint16 levels round(65535·‖f_h(x_j)‖/t), [head, key])
+    norms: dict[str, tuple[float, str]] = field(default_factory=dict)
     chosen: list[tuple[str, int, int]] | None = None  # past the budget: the heads kept (part, layer, head)
     left_out: list[str] = field(default_factory=list)  # what the page could not hold, said in it
 
     @property
     def nbytes(self) -> int:
         """The characters the maps and masks take in the page."""
-        return sum(len(b) for _, b in self.maps.values()) + sum(len(b) for b in self.masks.values())
+        return (
+            sum(len(b) for _, b in self.maps.values())
+            + sum(map(len, self.mask_data))
+            + sum(len(b) for _, b in self.norms.values())
+        )
+
+
+def _word_of(seq: Any) -> list[int]:
+    """Each token's word (-1 for a token in none): what the page merges a token map into words with."""
+    word_of = [-1] * seq.n_tokens
+    for i, w in enumerate(seq.words):
+        word_of[w.token_start : w.token_stop] = [i] * (w.token_stop - w.token_start)
+    return word_of
 
 
 def _has_norms(cap: Capture, part: str) -> bool:
@@ -138,18 +157,45 @@ def report_data(
             if "generation" in cap.model and part == "decoder"
             else None,
         }
+        queries, keys = cap.sequences(part)
+        entry["word_of"] = {"q": _word_of(queries), "k": _word_of(keys)}
+        entry["words_moved"] = "moved" in measures
         parts.append(entry)
-        for units in UNITS:
-            words = units == "words"
-            for layer in layers:
-                allowed = allowed_cells(cap, layer, None, words, part)
-                data.masks[f"{part}/{units}/{layer}"] = _pack(allowed.to(torch.uint8).contiguous().numpy().tobytes())
-                for measure in measures:
-                    maps = measure_map(cap, layer, None, measure, part=part, words=words)  # [head, q, k]
-                    levels, scales = quantise(maps.nan_to_num_(0).masked_fill_(~allowed, 0))
-                    for head in range(info["n_heads"]):
-                        raw = levels[head].contiguous().numpy().tobytes()
-                        data.maps[map_key(part, units, measure, layer, head)] = (float(scales[head]), _pack(raw))
+        for layer in layers:
+            allowed = cap.allowed(layer, part=part).cpu()  # [query, key]: the word masks follow (any pair)
+            mask = _pack(allowed.to(torch.uint8).contiguous().numpy().tobytes())
+            if mask not in data.mask_data:  # a causal mask is the same in every layer: stored once
+                data.mask_data.append(mask)
+            data.masks[f"{part}/{layer}"] = data.mask_data.index(mask)
+            weights = measure_map(cap, layer, None, "weights", part=part)  # [head, q, k]
+            levels, scales = quantise(weights.nan_to_num_(0).masked_fill_(~allowed, 0))
+            for head in range(info["n_heads"]):
+                raw = levels[head].contiguous().numpy().tobytes()
+                data.maps[map_key(part, "tokens", "weights", layer, head)] = (float(scales[head]), _pack(raw))
+            if "moved" not in measures:
+                continue
+            # α_ij·‖f_h(x_j)‖ between tokens: the page multiplies the weights by the norms, 16-bit levels
+            norms = cap.value_norms(layer, part=part).float().cpu()  # [head, key]
+            top = float(norms.max()) or 1.0
+            norm_levels = (norms / top * 65535).round().clamp(0, 65535).to(torch.int32).numpy().astype("<u2")
+            data.norms[f"{part}/{layer}"] = (top, _pack(norm_levels.tobytes()))
+            # between words it is the norm of a summed vector, not linear in the weights: stored
+            moved = measure_map(cap, layer, None, "moved", part=part, words=True)
+            word_allowed = allowed_cells(cap, layer, None, True, part)
+            levels, scales = quantise(moved.nan_to_num_(0).masked_fill_(~word_allowed, 0))
+            for head in range(info["n_heads"]):
+                raw = levels[head].contiguous().numpy().tobytes()
+                data.maps[map_key(part, "words", "moved", layer, head)] = (float(scales[head]), _pack(raw))
+    if budget_bytes is not None and data.nbytes > budget_bytes:
+        words_moved = sum(len(b) for k, (_, b) in data.maps.items() if "/words/moved/" in k)
+        if words_moved and data.nbytes - words_moved <= budget_bytes:
+            data.left_out.append(
+                f"what moves between words ({words_moved / 1e6:.1f} MB: it would take the page past its budget of "
+                f"{budget_bytes / 1e6:.1f} MB for the maps); between tokens it is here"
+            )
+            data.maps = {k: v for k, v in data.maps.items() if "/words/moved/" not in k}
+            for entry in parts:
+                entry["words_moved"] = False
     if budget_bytes is not None and data.nbytes > budget_bytes:
         chosen = heads if heads is not None else [(cap.layer_indices(p)[0], 0) for p in cap.parts[:1]]
         kept = []
@@ -237,21 +283,64 @@ async function inflate(b64){
 }
 function part(){ return D.parts.find(p => p.name === ($('av-part') ? $('av-part').value : D.parts[0].name)); }
 function key(p, u, m, l, h){ return [p, u, m, l, h].join('/'); }
-async function getMap(p, u, m, l, h){
-  const k = key(p.name, u, m, l, h);
-  if (!(k in D.maps)) return null;
-  if (cache.has(k)) return cache.get(k);
-  const [s, b64] = D.maps[k];
-  const lv = await inflate(b64), mask = await inflate(D.masks[[p.name, u, l].join('/')]);
-  const nq = p.units[u].q.length, nk = p.units[u].k.length, z = [];
+// stored: the token weights, and what moves between words; the rest is drawn from them
+function storedKey(p, u, m, l, h){ return key(p.name, u === 'words' && m === 'moved' ? 'words' : 'tokens', m === 'moved' && u === 'words' ? 'moved' : 'weights', l, h); }
+function decode(lv, s, nq, nk, allowed){
+  const z = [];
   for (let i = 0; i < nq; i++){
     const row = new Array(nk);
-    for (let j = 0; j < nk; j++) row[j] = mask[i*nk+j] ? lv[i*nk+j] * s / 255 : null;
+    for (let j = 0; j < nk; j++) row[j] = allowed(i, j) ? lv[i*nk+j] * s / 255 : null;
     z.push(row);
   }
-  const r = {z: z, s: s};
+  return z;
+}
+async function getMap(p, u, m, l, h){
+  const k = key(p.name, u, m, l, h);
+  if (!(storedKey(p, u, m, l, h) in D.maps)) return null;
+  if (cache.has(k)) return cache.get(k);
+  let r;
+  if (u === 'tokens' && m === 'weights'){
+    const [s, b64] = D.maps[k], nk = p.units.tokens.k.length;
+    const lv = await inflate(b64), mask = await inflate(D.mask_data[D.masks[p.name + '/' + l]]);
+    r = {z: decode(lv, s, p.units.tokens.q.length, nk, (i, j) => mask[i*nk+j]), s: s};
+  } else if (u === 'tokens') r = await moved(p, l, h);
+  else if (m === 'weights') r = await wordMap(p, l, h);
+  else {
+    const [s, b64] = D.maps[k], w = await wordMap(p, l, h);
+    r = {z: decode(await inflate(b64), s, p.units.words.q.length, p.units.words.k.length, (i, j) => w.z[i][j] !== null), s: s};
+  }
   cache.set(k, r);
   return r;
+}
+async function wordMap(p, l, h){
+  // the token weights merged as cap.attention(words=True) does: a key word sums its tokens, a query word
+  // averages its tokens' rows; a word pair is masked where every token pair is
+  const t = await getMap(p, 'tokens', 'weights', l, h);
+  const wq = p.word_of.q, wk = p.word_of.k, nQ = p.units.words.q.length, nK = p.units.words.k.length;
+  const sum = Array.from({length: nQ}, () => new Float64Array(nK)), open = Array.from({length: nQ}, () => new Uint8Array(nK));
+  const count = new Float64Array(nQ);
+  for (let i = 0; i < wq.length; i++){
+    const I = wq[i]; if (I < 0) continue;
+    count[I]++;
+    const row = t.z[i];
+    for (let j = 0; j < wk.length; j++){
+      const J = wk[j]; if (J < 0 || row[j] === null) continue;
+      sum[I][J] += row[j]; open[I][J] = 1;
+    }
+  }
+  let s = 0;
+  const z = sum.map((row, I) => Array.from(row, (v, J) => { if (!open[I][J]) return null; const x = v / count[I]; if (x > s) s = x; return x; }));
+  return {z: z, s: s > 0 ? s : 1};
+}
+async function moved(p, l, h){
+  // what moves between tokens, α_ij·‖f_h(x_j)‖: the stored weights times each key's norm (float32)
+  const w = await getMap(p, 'tokens', 'weights', l, h);
+  const [top, b64] = D.norms[p.name + '/' + l];
+  const norms = new Uint16Array((await inflate(b64)).buffer);
+  const nk = p.units.tokens.k.length, off = h * nk;
+  let s = 0;
+  const z = w.z.map(row => row.map((v, j) => { if (v === null) return null; const x = v * norms[off + j] * top / 65535; if (x > s) s = x; return x; }));
+  return {z: z, s: s > 0 ? s : 1};
 }
 function fill(sel, items, keep){
   const old = sel.value;
@@ -271,8 +360,9 @@ function selectors(){
   const l = +$('av-layer').value;
   const heads = D.chosen ? D.chosen.filter(c => c[0] === p.name && c[1] === l).map(c => c[2]) : [...Array(p.n_heads).keys()];
   fill($('av-head'), heads.map(h => [h, 'H' + h]), true);
-  fill($('av-measure'), p.measures.map(m => [m, m === 'weights' ? 'weights α' : 'what moves ‖α·f(x)‖']), true);
   const u = $('av-units').value, q = p.units[u].q;
+  const measures = p.measures.filter(m => m === 'weights' || u === 'tokens' || p.words_moved);
+  fill($('av-measure'), measures.map(m => [m, m === 'weights' ? 'weights α' : 'what moves ‖α·f(x)‖']), true);
   const before = $('av-query').value;
   fill($('av-query'), q.map((t, i) => [i, i + ': ' + t]), true);
   if (before === '' || +before >= q.length) $('av-query').value = q.length - 1;
@@ -460,6 +550,8 @@ def report(
         "parts": data.parts,
         "maps": data.maps,
         "masks": data.masks,
+        "mask_data": data.mask_data,
+        "norms": data.norms,
         "chosen": data.chosen,
         "open": {"part": part, "layer": layer, "head": head, "units": "tokens", "query": len(queries) - 1},
     }
