@@ -59,12 +59,19 @@ def main() -> None:
         f"SmolLM2-135M, {cap.n_tokens} tokens, {len(cap.word_labels)} words, {cap.n_layers} layers × {cap.n_heads} heads"
     )
     print(f"page: {size / 1e6:.2f} MB (budget {REPORT_BUDGET_MB:g} MB: ratio {size / 1e6 / REPORT_BUDGET_MB:.2f})")
-    masks = sum(map(len, data["masks"].values()))
-    print(f"  plotly.js {plotly_js / 1e6:.2f} MB · CJK face {face / 1e6:.2f} MB · masks {masks / 1e6:.2f} MB")
+    masks = sum(map(len, data["mask_data"]))
+    norms = sum(len(b) for _, b in data["norms"].values())
+    print(
+        f"  plotly.js {plotly_js / 1e6:.2f} MB · CJK face {face / 1e6:.2f} MB · masks {masks / 1e6:.2f} MB · norms {norms / 1e6:.2f} MB"
+    )
     for kind, n in sorted(by_kind.items()):
         print(f"  maps {kind}: {n / 1e6:.2f} MB")
-    rest = size - plotly_js - face - masks - sum(by_kind.values())
+    rest = size - plotly_js - face - masks - norms - sum(by_kind.values())
     print(f"  the rest (thumbnails, validation, labels, script): {rest / 1e6:.2f} MB")
+    thumbs = page.split('id="av-model"', 1)[1].split("</script>", 1)[0]
+    print(f"    of which the model view's thumbnails: {len(thumbs) / 1e6:.2f} MB")
+    for note in page.split("<b>Left out of this report:</b>", 1)[1:]:
+        print("  left out:", note.split("</ul>", 1)[0].replace("<ul><li>", " ").replace("</li><li>", " | ")[:300])
     print(f"  every head kept: {data['chosen'] is None and 'Left out of this report' not in page}")
     print(f"time: capture {t_capture:.1f} s, report {t_report:.1f} s (ratio {t_report / t_capture:.1f})")
 

@@ -3,7 +3,8 @@ the Export tab's Report button): nothing loaded from anywhere, the maps switched
 equal to ``cap.attention`` within the stated quantisation, the CJK face embedded and used.
 
 Broken on purpose while writing these, each alone: the page's decoder reading ``s·level/256`` (the switch
-test goes red, 0.0039 off at L1·H1), the mask dropped (red: the causal triangle drawn as zeros), the face's
+test goes red, 0.0039 off at L1·H1), the words' merge summing a query word's rows instead of
+averaging them (red, 3.0 off at L0·H3 in words), the mask dropped (red: the causal triangle drawn as zeros), the face's
 ``@font-face`` left out (red: ``document.fonts.load`` finds no face for 它小猫, and the inlined-font check)
 and a ``<script src=https://cdn.plot.ly/…>`` added to the page's head (red: the resource check)."""
 
@@ -175,6 +176,12 @@ def test_the_report_opens_offline_switches_heads_and_draws_cjk_in_its_face(dash_
     offline(driver)
     driver.get(path.as_uri())
     assert driver.execute_async_script(READY) is True
+    # the model view's mosaic, rebuilt in the page from its 8-bit levels, and the head each cell names
+    mosaic = driver.execute_script("const d = document.getElementById('av-model').data[0]; return [d.z, d.customdata];")
+    want = torch.tensor(figures.model_view(cap).data[0].z, dtype=torch.float32)
+    got = as_tensor(mosaic[0])
+    assert torch.equal(got.isnan(), want.isnan()) and (got - want).nan_to_num(0).abs().max() <= 1 / 508 + 1e-3
+    assert mosaic[1][-1][-1] == [cap.layer_indices()[-1], cap.n_heads - 1]
     for layer, head, words, measure in (
         (1, 1, False, "weights"),
         (0, 3, True, "weights"),

@@ -26,7 +26,7 @@ from ..data.reprs import register_report
 from ..errors import AttnvizError, InputError, OutOfRangeError
 from .common import allowed_cells, labels, measure_map
 from .html import CJK_TEXT, cjk_font_face, probes_html, ranking_html, report_html
-from .model_view import model_view
+from .model_view import MODEL_VIEW_CELLS, model_view, thumb_size
 from .plots import coref_bars, probe_intervals
 from .reports import prediction_bars, validation_map
 
@@ -217,6 +217,27 @@ def report_data(
     return data
 
 
+def thumbnail_data(cap: Capture, part: str, selected: tuple[int, int]) -> dict[str, Any]:
+    """The model view (:func:`~attnviz.views.model_view.model_view`) as the page rebuilds it: its figure
+    without the mosaic, the mosaic as 8-bit levels of 1 (255: a gap between thumbnails), deflated, and what
+    names each cell's head (the thumbnails' size, the layers): a mosaic of 270 heads at 24² cells is
+    ≈1.4 MB as the figure's JSON, ≈0.1 MB so."""
+    import numpy as np  # deferred: numpy comes with torch; only the report's thumbnails need it here
+
+    fig = model_view(cap, part=part, selected=selected)
+    z = np.asarray(fig.data[0].z, dtype=np.float32)
+    levels = np.where(np.isnan(z), 255, np.clip(np.round(np.nan_to_num(z) * 254), 0, 254)).astype(np.uint8)
+    fig.data[0].z, fig.data[0].customdata = None, None
+    return {
+        "z": _pack(levels.tobytes()),
+        "shape": list(z.shape),
+        "size": list(thumb_size(cap, False, MODEL_VIEW_CELLS, part)),
+        "layers": cap.layer_indices(part),
+        "n_heads": cap.info(part)["n_heads"],
+        "figure": json.loads(fig.to_json()),
+    }
+
+
 def _fig_html(fig: go.Figure, div_id: str) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False})
 
@@ -404,7 +425,7 @@ function headView(names, z, top, title, qi){
     const v = z[i][j] === null ? 0 : z[i][j] / top;
     if (v < 0.02) continue;
     if (i === qi){ qx.push(0, 1, null); qy.push(i, j, null); continue; }
-    const b = bins.findIndex(e => v < e);
+    const found = bins.findIndex(e => v < e), b = found < 0 ? bins.length - 1 : found;
     xs[b].push(0, 1, null); ys[b].push(i, j, null);
   }
   const traces = bins.map((_, b) => ({type: 'scatter', mode: 'lines', x: xs[b], y: ys[b], hoverinfo: 'skip', showlegend: false,
@@ -441,18 +462,34 @@ async function step(p, l, h){
 }
 function changed(){ selectors(); draw().catch(e => { $('av-status').textContent = 'could not draw: ' + e.message; }); }
 ['av-part', 'av-layer', 'av-head', 'av-units', 'av-measure', 'av-query', 'av-step'].forEach(id => { if ($(id)) $(id).addEventListener('change', changed); });
-const mv = $('av-model');
-if (mv) mv.on('plotly_click', ev => {
-  const c = ev.points[0].customdata; if (!c) return;
-  $('av-layer').value = c[0]; selectors(); $('av-head').value = c[1]; changed();
-});
+async function thumbnails(){
+  // the model view's mosaic: 8-bit levels of 1, 255 a gap; each cell names its thumbnail's layer and head
+  const T = D.thumbnails, lv = await inflate(T.z), [rows, cols] = T.shape, [tq, tk] = T.size;
+  const z = [], ids = [];
+  for (let r = 0; r < rows; r++){
+    const zr = new Array(cols), ir = new Array(cols), layer = T.layers[Math.min(Math.floor(r / (tq + 1)), T.layers.length - 1)];
+    for (let c = 0; c < cols; c++){
+      const v = lv[r * cols + c];
+      zr[c] = v === 255 ? null : v / 254;
+      ir[c] = [layer, Math.min(Math.floor(c / (tk + 1)), T.n_heads - 1)];
+    }
+    z.push(zr); ids.push(ir);
+  }
+  const fig = T.figure;
+  fig.data[0].z = z; fig.data[0].customdata = ids;
+  await Plotly.newPlot('av-model', fig.data, fig.layout, {displaylogo: false});
+  $('av-model').on('plotly_click', ev => {
+    const c = ev.points[0].customdata; if (!c) return;
+    $('av-layer').value = c[0]; selectors(); $('av-head').value = c[1]; changed();
+  });
+}
 const o = D.open;
 if ($('av-part')) $('av-part').value = o.part;
 $('av-units').value = o.units;
 selectors();
 $('av-layer').value = o.layer; selectors(); $('av-head').value = o.head;
 if (o.query !== null) $('av-query').value = o.query;
-window.attnvizReport = {ready: draw().then(() => true), getMap: getMap, data: D};
+window.attnvizReport = {ready: Promise.all([draw(), thumbnails()]).then(() => true), getMap: getMap, data: D};
 })();
 """
 
@@ -505,10 +542,10 @@ def report(
 
     # the parts drawn once: thumbnails, validation, extras
     sections = []
-    model_fig = model_view(cap, part=part, selected=(layer, head))
+    thumbnails = thumbnail_data(cap, part, (layer, head))
     sections.append(
-        "<h2>Model view</h2><p class='av-note'>Every layer × head, each map max-pooled to a thumbnail; "
-        f"click one to show it above.</p>{_fig_html(model_fig, 'av-model')}"
+        "<h2>Model view</h2><p class='av-note'>Every layer × head, each map max-pooled to a thumbnail (stored "
+        "as 8-bit levels of 1: within 0.002); click one to show it above.</p><div id='av-model'></div>"
     )
     try:
         validation = cap.validate() if validation is None else validation
@@ -540,7 +577,10 @@ def report(
             + "".join(_fig_html(atlas_map(atlas, part=p), f"av-atlas-{i}") for i, p in enumerate(names))
         )
     sections.append(f"<h2>Model and provenance</h2>{provenance_html(cap)}")
-    fixed = len(plotly_js) + sum(map(len, sections)) + 2_000_000  # the font's ≈1.8 MB, the page's frame
+    cjk = CJK_TEXT.search(cap.text) or any(CJK_TEXT.search(t) for t in labels(cap, False, part, "key"))
+    face = f"<style>{cjk_font_face()}</style>" if cjk else ""
+    # what the maps may take: the budget less plotly.js, the face, the sections, the thumbnails, the frame
+    fixed = len(plotly_js) + len(face) + sum(map(len, sections)) + len(thumbnails["z"]) + 100_000
     data = report_data(cap, budget_bytes=max(budget_mb * 1e6 - fixed, 0), heads=heads)
     if data.chosen is not None and not any(c[1:] == (layer, head) for c in data.chosen):
         layer, head = data.chosen[0][1], data.chosen[0][2]
@@ -553,6 +593,7 @@ def report(
         "mask_data": data.mask_data,
         "norms": data.norms,
         "chosen": data.chosen,
+        "thumbnails": thumbnails,
         "open": {"part": part, "layer": layer, "head": head, "units": "tokens", "query": len(queries) - 1},
     }
     blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
@@ -585,7 +626,8 @@ def report(
         "<div id='av-row'></div><h2>Head view</h2><div id='av-headview'></div>"
         f"{steps}{''.join(sections)}"
     )
-    face = f"<style>{cjk_font_face()}</style>" if CJK_TEXT.search(body) or CJK_TEXT.search(blob) else ""
+    if not face and (CJK_TEXT.search(body) or CJK_TEXT.search(blob)):  # CJK in a ranking, an atlas, the edits
+        face = f"<style>{cjk_font_face()}</style>"
     page = (
         f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{escape(title)}</title>{face}'
         f"<style>{_CSS}</style>"
