@@ -252,3 +252,20 @@ def test_the_export_bar_s_report_button_downloads_the_page_s_capture(dash_duo, z
     assert '"open":{"part":"decoder","layer":1,"head":2' in html and ZH in html
     assert all(address.startswith("data:") for address in resources(html))
     assert dash_duo.get_logs() == []
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["report", "cat.attnviz", "-o", "cat.png"], "attnviz report writes one HTML page: give an .html path for -o"),
+        (["report", "no-such.attnviz", "-o", "cat.html"], "'no-such.attnviz' is not a capture file; give CAPTURE"),
+        (["report", "m", "t", "-o", "c.html", "--heads", "3-4"], "--heads takes LAYER:HEAD pairs"),
+    ],
+)
+def test_the_cli_refuses_bad_input_in_one_line_before_any_model_loads(argv, said, capsys, tmp_path, monkeypatch):
+    from attnviz.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and said in err, err
