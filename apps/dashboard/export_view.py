@@ -192,7 +192,12 @@ def register(app: Dash, captures: Captures) -> None:
                 path = cap.save(Path(tmp) / "capture.attnviz")
                 return dcc.send_bytes(path.read_bytes(), "capture.attnviz"), ""
         if ctx.triggered_id == ID.report_button:
-            page = figures.report(cap, layer=layer if layer in cap.layer_indices(cap.parts[0]) else None, head=head)
+            shown = layer in cap.layer_indices(
+                cap.parts[0]
+            )  # the page's head opens the report, and stays past its budget
+            page = figures.report(
+                cap, layer=layer if shown else None, head=head if shown else 0, heads=[(layer, head)] if shown else None
+            )
             return dcc.send_string(page, "attnviz-report.html"), ""
         if ctx.triggered_id == ID.html_button:
             figs = view_figures(

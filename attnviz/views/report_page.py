@@ -141,6 +141,18 @@ def report_data(
     said in :attr:`ReportData.left_out`."""
     parts: list[dict[str, Any]] = []
     data = ReportData(parts=parts)
+    chosen = heads if heads is not None else [(cap.layer_indices(p)[0], 0) for p in cap.parts[:1]]
+    kept = [
+        (part, layer, head)
+        for layer, head in chosen
+        for part in cap.parts
+        if layer in cap.layer_indices(part) and 0 <= head < cap.info(part)["n_heads"]
+    ]
+    if not kept:
+        raise OutOfRangeError(f"heads={heads!r}: none of these (layer, head) pairs is in the capture")
+    n_layers = sum(len(cap.layer_indices(p)) for p in cap.parts)
+    words_moved, only_chosen = True, False  # what the budget lets in: decided on the layers' sizes so far
+    token_total = word_total = done = 0  # bytes of the token weights (and norms, masks), of words' moved; layers
     for part in cap.parts:
         layers = cap.layer_indices(part)
         info = cap.info(part)
@@ -162,61 +174,65 @@ def report_data(
         }
         queries, keys = cap.sequences(part)
         entry["word_of"] = {"q": _word_of(queries), "k": _word_of(keys)}
-        entry["words_moved"] = "moved" in measures
         parts.append(entry)
         for layer in layers:
             allowed = cap.allowed(layer, part=part).cpu()  # [query, key]: the word masks follow (any pair)
             mask = _pack(allowed.to(torch.uint8).contiguous().numpy().tobytes())
             if mask not in data.mask_data:  # a causal mask is the same in every layer: stored once
                 data.mask_data.append(mask)
+                token_total += len(mask)
+            done += 1
             data.masks[f"{part}/{layer}"] = data.mask_data.index(mask)
-            weights = measure_map(cap, layer, None, "weights", part=part)  # [head, q, k]
-            levels, scales = quantise(weights.nan_to_num_(0).masked_fill_(~allowed, 0))
-            for head in range(info["n_heads"]):
-                raw = levels[head].contiguous().numpy().tobytes()
-                data.maps[map_key(part, "tokens", "weights", layer, head)] = (float(scales[head]), _pack(raw))
-            if "moved" not in measures:
+            shown = [h for p, la, h in kept if (p, la) == (part, layer)] if only_chosen else range(info["n_heads"])
+            if not shown:
                 continue
-            # α_ij·‖f_h(x_j)‖ between tokens: the page multiplies the weights by the norms, 16-bit levels
-            norms = cap.value_norms(layer, part=part).float().cpu()  # [head, key]
-            top = float(norms.max()) or 1.0
-            norm_levels = (norms / top * 65535).round().clamp(0, 65535).to(torch.int32).numpy().astype("<u2")
-            data.norms[f"{part}/{layer}"] = (top, _pack(norm_levels.tobytes()))
+            weights = torch.stack([cap.attention(layer, h, part=part).float().cpu() for h in shown])
+            levels, scales = quantise(weights.nan_to_num_(0).masked_fill_(~allowed, 0))
+            token_bytes = 0
+            for i, head in enumerate(shown):
+                packed = _pack(levels[i].contiguous().numpy().tobytes())
+                token_bytes += len(packed)
+                data.maps[map_key(part, "tokens", "weights", layer, head)] = (float(scales[i]), packed)
+            if "moved" in measures:
+                # α_ij·‖f_h(x_j)‖ between tokens: the page multiplies the weights by the norms, 16-bit levels
+                norms = cap.value_norms(layer, part=part).float().cpu()  # [head, key]
+                top = float(norms.max()) or 1.0
+                norm_levels = (norms / top * 65535).round().clamp(0, 65535).to(torch.int32).numpy().astype("<u2")
+                data.norms[f"{part}/{layer}"] = (top, _pack(norm_levels.tobytes()))
+                token_bytes += len(data.norms[f"{part}/{layer}"][1])
+            token_total += token_bytes
+            if budget_bytes is not None and not only_chosen and token_total / done * n_layers > budget_bytes:
+                only_chosen = True  # every head's token weights alone would pass the budget: the chosen heads
+                data.left_out.append(
+                    f"the maps of every head: they would take about {token_total / done * n_layers / 1e6:.1f} MB, over the "
+                    f"budget of {budget_bytes / 1e6:.1f} MB for the maps; shown: the overview's thumbnails and the "
+                    "chosen heads " + ", ".join(f"{p} L{la}·H{h}" for p, la, h in kept)
+                )
+                data.maps = {
+                    k: v for k, v in data.maps.items() if (k.split("/")[0], *map(int, k.split("/")[3:])) in kept
+                }
+                data.chosen = kept
+                shown = [h for p, la, h in kept if (p, la) == (part, layer)]
+            if "moved" not in measures or not words_moved or not shown:
+                continue
             # between words it is the norm of a summed vector, not linear in the weights: stored
-            moved = measure_map(cap, layer, None, "moved", part=part, words=True)
+            moved = measure_map(cap, layer, None, "moved", part=part, words=True)[list(shown)]
             word_allowed = allowed_cells(cap, layer, None, True, part)
             levels, scales = quantise(moved.nan_to_num_(0).masked_fill_(~word_allowed, 0))
-            for head in range(info["n_heads"]):
-                raw = levels[head].contiguous().numpy().tobytes()
-                data.maps[map_key(part, "words", "moved", layer, head)] = (float(scales[head]), _pack(raw))
-    if budget_bytes is not None and data.nbytes > budget_bytes:
-        words_moved = sum(len(b) for k, (_, b) in data.maps.items() if "/words/moved/" in k)
-        if words_moved and data.nbytes - words_moved <= budget_bytes:
-            data.left_out.append(
-                f"what moves between words ({words_moved / 1e6:.1f} MB: it would take the page past its budget of "
-                f"{budget_bytes / 1e6:.1f} MB for the maps); between tokens it is here"
-            )
-            data.maps = {k: v for k, v in data.maps.items() if "/words/moved/" not in k}
-            for entry in parts:
-                entry["words_moved"] = False
-    if budget_bytes is not None and data.nbytes > budget_bytes:
-        chosen = heads if heads is not None else [(cap.layer_indices(p)[0], 0) for p in cap.parts[:1]]
-        kept = []
-        for layer, head in chosen:
-            for part in cap.parts:
-                if layer in cap.layer_indices(part) and 0 <= head < cap.info(part)["n_heads"]:
-                    kept.append((part, layer, head))
-        if not kept:
-            raise OutOfRangeError(f"heads={heads!r}: none of these (layer, head) pairs is in the capture")
-        data.left_out.append(
-            f"the maps of every head: they take {data.nbytes / 1e6:.1f} MB, over the budget of "
-            f"{budget_bytes / 1e6:.1f} MB; shown: the overview's thumbnails and the chosen heads "
-            + ", ".join(f"{p} L{layer}·H{h}" for p, layer, h in kept)
-        )
-        data.maps = {
-            k: v for k, v in data.maps.items() if tuple((k.split("/")[0], *map(int, k.split("/")[3:]))) in kept
-        }
-        data.chosen = kept
+            for i, head in enumerate(shown):
+                packed = _pack(levels[i].contiguous().numpy().tobytes())
+                word_total += len(packed)
+                data.maps[map_key(part, "words", "moved", layer, head)] = (float(scales[i]), packed)
+            projected = (token_total + word_total) / done * n_layers
+            if budget_bytes is not None and not only_chosen and projected > budget_bytes:
+                words_moved = False  # with them the maps would pass the budget: what moves between words goes
+                data.left_out.append(
+                    f"what moves between words (about {word_total / done * n_layers / 1e6:.1f} MB: it would take the maps "
+                    f"past their budget of {budget_bytes / 1e6:.1f} MB); between tokens it is here"
+                )
+                data.maps = {k: v for k, v in data.maps.items() if "/words/moved/" not in k}
+    for entry in parts:
+        entry["words_moved"] = words_moved and "moved" in entry["measures"]
     return data
 
 
