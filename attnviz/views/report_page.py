@@ -201,17 +201,10 @@ def report_data(
                 data.norms[f"{part}/{layer}"] = (top, _pack(norm_levels.tobytes()))
                 token_bytes += len(data.norms[f"{part}/{layer}"][1])
             token_total += token_bytes
-            if budget_bytes is not None and not only_chosen and token_total / done * n_layers > budget_bytes:
-                only_chosen = True  # every head's token weights alone would pass the budget: the chosen heads
-                data.left_out.append(
-                    f"the maps of every head: they would take about {token_total / done * n_layers / 1e6:.1f} MB, over the "
-                    f"budget of {budget_bytes / 1e6:.1f} MB for the maps; shown: the overview's thumbnails and the "
-                    "chosen heads " + ", ".join(f"{p} L{la}·H{h}" for p, la, h in kept)
-                )
-                data.maps = {
-                    k: v for k, v in data.maps.items() if (k.split("/")[0], *map(int, k.split("/")[3:])) in kept
-                }
-                data.chosen = kept
+            tokens_about = token_total / done * n_layers  # the first layers' maps deflate worst: an overestimate
+            if budget_bytes is not None and not only_chosen and tokens_about > 3 * budget_bytes:
+                only_chosen = True  # far past the budget (a long text): no more heads are computed than are kept
+                _keep_chosen(data, kept, f"about {tokens_about / 1e6:.0f} MB", budget_bytes)
                 shown = [h for p, la, h in kept if (p, la) == (part, layer)]
             if "moved" not in measures or not words_moved or not shown:
                 continue
@@ -223,17 +216,35 @@ def report_data(
                 packed = _pack(levels[i].contiguous().numpy().tobytes())
                 word_total += len(packed)
                 data.maps[map_key(part, "words", "moved", layer, head)] = (float(scales[i]), packed)
-            projected = (token_total + word_total) / done * n_layers
-            if budget_bytes is not None and not only_chosen and projected > budget_bytes:
+            if budget_bytes is not None and not only_chosen and tokens_about + word_total > budget_bytes:
                 words_moved = False  # with them the maps would pass the budget: what moves between words goes
-                data.left_out.append(
-                    f"what moves between words (about {word_total / done * n_layers / 1e6:.1f} MB: it would take the maps "
-                    f"past their budget of {budget_bytes / 1e6:.1f} MB); between tokens it is here"
-                )
-                data.maps = {k: v for k, v in data.maps.items() if "/words/moved/" not in k}
+                _drop_words_moved(data, f"about {word_total / done * n_layers / 1e6:.1f} MB", budget_bytes)
+    if budget_bytes is not None and not only_chosen and data.nbytes > budget_bytes:  # the exact sizes, at the end
+        if words_moved and any("/words/moved/" in k for k in data.maps):
+            words_moved = False
+            _drop_words_moved(data, f"{word_total / 1e6:.1f} MB", budget_bytes)
+        if data.nbytes > budget_bytes:
+            _keep_chosen(data, kept, f"{data.nbytes / 1e6:.1f} MB", budget_bytes)
     for entry in parts:
         entry["words_moved"] = words_moved and "moved" in entry["measures"]
     return data
+
+
+def _keep_chosen(data: ReportData, kept: list[tuple[str, int, int]], size: str, budget_bytes: float) -> None:
+    data.left_out.append(
+        f"the maps of every head: they take {size}, over the budget of {budget_bytes / 1e6:.1f} MB for the maps; "
+        "shown: the overview's thumbnails and the chosen heads " + ", ".join(f"{p} L{la}·H{h}" for p, la, h in kept)
+    )
+    data.maps = {k: v for k, v in data.maps.items() if (k.split("/")[0], *map(int, k.split("/")[3:])) in kept}
+    data.chosen = kept
+
+
+def _drop_words_moved(data: ReportData, size: str, budget_bytes: float) -> None:
+    data.left_out.append(
+        f"what moves between words ({size}: it would take the maps past their budget of "
+        f"{budget_bytes / 1e6:.1f} MB); between tokens it is here"
+    )
+    data.maps = {k: v for k, v in data.maps.items() if "/words/moved/" not in k}
 
 
 def thumbnail_data(cap: Capture, part: str, selected: tuple[int, int]) -> dict[str, Any]:
