@@ -64,7 +64,10 @@ _MOVED = {
 
 def _load_html_views() -> None:
     """Import the views that register the HTML notebooks show (:mod:`attnviz.data.reprs`)."""
-    from .views import html  # noqa: F401  deferred: it brings plotly, and only a notebook's repr needs it
+    from .views import (
+        html,  # noqa: F401  deferred: it brings plotly, and only a notebook's repr needs it
+        report_page,  # noqa: F401  deferred, the same: only Capture.report needs it
+    )
 
 
 _reprs.load_with(_load_html_views)  # the data model and the analyses ask data.reprs, never the views

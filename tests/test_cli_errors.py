@@ -325,6 +325,7 @@ SUBCOMMANDS = {  # each subcommand with its required arguments
     "stats": ["m", "c.txt"],
     "atlas": ["m", "c.txt"],
     "export": ["m", "t", "-o", "x.html"],
+    "report": ["m", "t", "-o", "x.html"],
     "app": [],
 }
 

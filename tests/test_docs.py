@@ -76,7 +76,7 @@ def test_the_site_builds_strict_and_offline_with_its_reference_and_measured_numb
         assert not missing, (module.__name__, missing)
 
     cli = _text(site / "reference" / "cli.html")
-    for sub in ("capture", "generate", "validate", "coref", "probes", "stats", "atlas", "export", "app"):
+    for sub in ("capture", "generate", "validate", "coref", "probes", "stats", "atlas", "export", "report", "app"):
         assert f"attnviz {sub}" in cli and f"usage: attnviz {sub}" in cli, sub
 
     concepts = _text(site / "concepts.html")

@@ -1,6 +1,6 @@
 """Exports: the figures' PNG/SVG format, and downloads of the view's figures as PNG/SVG (drawn in the page,
-CJK in the page's own face: ``assets/figure_image.js``), the shown matrix (CSV), the capture file and the
-view's figures as one self-contained HTML page."""
+CJK in the page's own face: ``assets/figure_image.js``), the shown matrix (CSV), the capture file, the
+view's figures as one self-contained HTML page and the whole capture's report (``figures.report``)."""
 
 from __future__ import annotations
 
@@ -124,11 +124,20 @@ def layout() -> list:
                         className="av-button",
                         title="this view's figures as one self-contained HTML page",
                     ),
+                    html.Button(
+                        "Report",
+                        id=ID.report_button,
+                        n_clicks=0,
+                        className="av-button",
+                        title="the whole capture as one self-contained HTML report that opens offline: the head map, "
+                        "a query's row, the head view and the thumbnails chosen in the page, the validation, the model",
+                    ),
                 ],
                 className="av-row",
             ),
             "Download this view's figures as images (PNG/SVG, CJK drawn in the page's font), the shown matrix "
-            "(CSV), the capture file, or this view's figures as one offline HTML page.",
+            "(CSV), the capture file, this view's figures as one offline HTML page, or the report of the whole capture "
+            "(every layer and head, chosen in the downloaded page itself).",
         ),
     ]
 
@@ -159,6 +168,7 @@ def register(app: Dash, captures: Captures) -> None:
         Input(ID.csv_button, "n_clicks"),
         Input(ID.capture_button, "n_clicks"),
         Input(ID.html_button, "n_clicks"),
+        Input(ID.report_button, "n_clicks"),
         State(ID.store, "data"),
         State(ID.layer, "value"),
         State(ID.head, "value"),
@@ -171,7 +181,7 @@ def register(app: Dash, captures: Captures) -> None:
         prevent_initial_call=True,
     )
     @shows_errors(lambda m: (no_update, m))
-    def download(_csv, _file, _html, store, layer, head, units, part, tab, heads, query, measure):
+    def download(_csv, _file, _html, _report, store, layer, head, units, part, tab, heads, query, measure):
         cap = captures.from_store(store)
         if cap is None or layer is None or head is None:
             return no_update, "Run the model first."
@@ -181,6 +191,14 @@ def register(app: Dash, captures: Captures) -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 path = cap.save(Path(tmp) / "capture.attnviz")
                 return dcc.send_bytes(path.read_bytes(), "capture.attnviz"), ""
+        if ctx.triggered_id == ID.report_button:
+            shown = layer in cap.layer_indices(
+                cap.parts[0]
+            )  # the page's head opens the report, and stays past its budget
+            page = figures.report(
+                cap, layer=layer if shown else None, head=head if shown else 0, heads=[(layer, head)] if shown else None
+            )
+            return dcc.send_string(page, "attnviz-report.html"), ""
         if ctx.triggered_id == ID.html_button:
             figs = view_figures(
                 cap, tab, layer, head, words=words, part=part, heads=heads, query=query, measure=measure or "weights"

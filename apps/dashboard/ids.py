@@ -34,6 +34,7 @@ class ID:
     csv_button = "csv-button"
     capture_button = "capture-file-button"
     html_button = "html-file-button"
+    report_button = "report-file-button"
     figure_button = "figure-image-button"  # the view's figures as PNG/SVG, CJK drawn (assets/figure_image.js)
     figure_done = "figure-image-done"  # dcc.Store: the file names the figure button last downloaded
     download = "download"

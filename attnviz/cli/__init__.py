@@ -47,6 +47,7 @@ from .text_commands import (
     cmd_export,
     cmd_generate,
     cmd_info,
+    cmd_report,
     cmd_validate,
 )
 
@@ -249,6 +250,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("file", help="a capture file saved with Capture.save() or attnviz capture -o")
     p.set_defaults(func=cmd_info)
+        "report", help="a capture as one self-contained HTML report: every view, chosen in the page, offline"
+    )
+    p.add_argument(
+        "model", help="a saved capture (CAPTURE.attnviz), or a model (embedded alias, hub name, folder) with TEXT"
+    )
+    p.add_argument("text", nargs="?", help="the text to run the model on (with a model)")
+    add_loading_args(p)
+    p.add_argument("--max-length", type=count, default=None, help="truncate the text to this many tokens")
+    add_bos(p)
+    p.add_argument("--target", default=None, help="encoder-decoder models: the decoder's text, teacher-forced")
+    p.add_argument(
+        "--check", choices=["sample", "full", "off"], default="sample", help="the capture's self-check (with a model)"
+    )
+    add_out(p, "the HTML file to write (--output still works)", required=True)
+    p.add_argument("--layer", type=int, default=None, help="the layer the page opens on (default: the first)")
+    p.add_argument("--head", type=int, default=0, help="the head the page opens on (default: 0)")
+    p.add_argument(
+        "--heads",
+        default=None,
+        help="LAYER:HEAD pairs (e.g. 3:4,10:0) whose maps the page keeps when every head's would pass --budget-mb",
+    )
+    p.add_argument(
+        "--budget-mb", type=float, default=15.0, help="the page's size budget in MB (default 15): past it, --heads only"
+    )
+    p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("app", help="start the dashboard (http://127.0.0.1:8050 by default)")
     p.add_argument(

@@ -1,9 +1,11 @@
-"""The subcommands on one text: ``capture``, ``generate``, ``validate``, ``coref``, ``explain``, ``export`` and
-``info`` (a saved capture's provenance); each takes its parsed arguments and returns the exit status."""
+"""The subcommands on one text: ``capture``, ``generate``, ``validate``, ``coref``, ``explain``, ``export``,
+``report`` (a capture as one offline HTML page) and ``info`` (a saved capture's provenance); each takes its parsed
+arguments and returns the exit status."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from ..errors import InputError, OutOfRangeError
 from .options import check_capture_out, check_part, check_writable, loading_kwargs, names
@@ -330,4 +332,48 @@ def cmd_info(args) -> int:
     for key, value in lines.items():
         shown = "-" if value is None else value
         print(f"{key + ':':<{width + 1}} {shown}")
+def head_pairs(value: str) -> list[tuple[int, int]]:
+    """``--heads 3:4,10:0``: (layer, head) pairs."""
+    pairs = []
+    for item in names(value):
+        layer, sep, head = item.partition(":")
+        if not sep or not layer.strip().isdigit() or not head.strip().isdigit():
+            raise InputError(f"--heads takes LAYER:HEAD pairs separated by commas, e.g. 3:4,10:0; got {item!r}")
+        pairs.append((int(layer), int(head)))
+    return pairs
+
+
+def cmd_report(args) -> int:
+    """``attnviz report``: a capture (a saved file, or MODEL TEXT run now) as one self-contained HTML report."""
+    if not args.out.lower().endswith((".html", ".htm")):
+        raise InputError(f"attnviz report writes one HTML page: give an .html path for -o (got {args.out!r})")
+    check_writable(args.out)
+    heads = head_pairs(args.heads) if args.heads else None
+    if args.model and args.text is None:
+        if not Path(args.model).is_file():
+            raise InputError(
+                f"attnviz report: {args.model!r} is not a capture file; give CAPTURE.attnviz, or MODEL TEXT"
+            )
+        from .. import (
+            load,  # deferred: `attnviz --help` and a refused argument answer before torch and transformers load
+        )
+
+        given = [name for dest, name in _RUN_OPTIONS[2:] if getattr(args, dest, None) not in (None, False)]
+        if given:
+            raise InputError(
+                f"attnviz report: {args.model} is a saved capture, so {', '.join(given)} would be ignored; "
+                "give MODEL TEXT (and its options), or CAPTURE.attnviz alone"
+            )
+        cap = load(args.model)
+    elif args.model and args.text:
+        preflight(args, args.text, layer=args.layer, head=args.head)
+        cap = _capture(args)
+    else:
+        raise InputError("attnviz report: give CAPTURE.attnviz (a saved capture), or MODEL TEXT")
+    from .. import (
+        figures,  # deferred: plotly loads when a page is written
+    )
+
+    page = figures.report(cap, args.out, heads=heads, layer=args.layer, head=args.head, budget_mb=args.budget_mb)
+    print(f"report of {cap.n_tokens} tokens written to {args.out} ({len(page.encode()) / 1e6:.1f} MB, opens offline)")
     return 0

@@ -29,7 +29,7 @@ from .interop import to_bertviz, to_circuitsvis
 from .moved import WhatMoves
 from .recompute import Recomputation
 from .records import LayerRecord
-from .reprs import html_of
+from .reprs import html_of, report_of
 from .tables import capture_table
 from .validate import ValidationReport
 from .validate import validate as validate_capture
@@ -382,6 +382,12 @@ class Capture(Recomputation, WhatMoves):
 
     def _repr_html_(self) -> str:
         return html_of(self)  # drawn by attnviz.views.html, which registers it (data.reprs)
+
+    def report(self, path: str | Path, **kwargs: Any) -> Path:
+        """Write one self-contained HTML report of the capture to ``path`` (it opens offline: every view
+        chosen in the page itself, no server) and return the path; the keywords are
+        :func:`attnviz.figures.report`'s (``ranking=``, ``atlas=``, ``intervention=``, ``heads=``, …)."""
+        return report_of(self, path, **kwargs)  # written by attnviz.views.report_page (data.reprs)
 
     def save(self, path: str | Path) -> Path:
         """Write the capture as one safetensors file with JSON metadata (no pickle)."""

@@ -5,7 +5,8 @@ result) and plain selections, and returns a ``plotly.graph_objects.Figure``; the
 the notebooks' pictures and the dashboard's. Layers and heads are 0-based and labelled ``L3·H8``.
 Figures with token axes take ``mark_new=True``: a capture from :func:`attnviz.generate` has its
 generated tokens marked ``▸`` (:mod:`attnviz.views.marks`). Files: :func:`to_html` (a page that opens
-offline) and :func:`write_image` (PNG, SVG, PDF through kaleido, the CJK labels drawn without a CJK font).
+offline), :func:`write_image` (PNG, SVG, PDF through kaleido, the CJK labels drawn without a CJK font) and
+:func:`report` (a whole capture as one offline page, its layer, head, units and query chosen in the page).
 Images: a query's row over the picture (:func:`image_attention`), every head (:func:`image_heads`), the
 rollout (:func:`image_rollout`); a vision-language model's word beside it over the text
 (:func:`text_attention`). Two heads side by side: :func:`compare_heads`; the model's own numbers beside
@@ -29,6 +30,7 @@ from ..views.maps import heatmap, query_row
 from ..views.model_view import model_view
 from ..views.overview import overview_figure, window_figure
 from ..views.plots import coref_bars, head_map, probe_accuracy_map, probe_intervals, rollout_figure
+from ..views.report_page import report
 from ..views.reports import attribution_bars, importance_map, prediction_bars, validation_map
 from ..views.space import qk_space_figure
 from ..views.timeline import timeline_lines, timeline_map
@@ -56,6 +58,7 @@ __all__ = [
     "probe_intervals",
     "qk_space_figure",
     "query_row",
+    "report",
     "rollout_figure",
     "step_figure",
     "text_attention",
