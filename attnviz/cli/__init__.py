@@ -250,6 +250,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("file", help="a capture file saved with Capture.save() or attnviz capture -o")
     p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser(
         "report", help="a capture as one self-contained HTML report: every view, chosen in the page, offline"
     )
     p.add_argument(
@@ -268,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--head", type=int, default=0, help="the head the page opens on (default: 0)")
     p.add_argument(
         "--heads",
+        dest="report_heads",
         default=None,
         help="LAYER:HEAD pairs (e.g. 3:4,10:0) whose maps the page keeps when every head's would pass --budget-mb",
     )

@@ -332,6 +332,9 @@ def cmd_info(args) -> int:
     for key, value in lines.items():
         shown = "-" if value is None else value
         print(f"{key + ':':<{width + 1}} {shown}")
+    return 0
+
+
 def head_pairs(value: str) -> list[tuple[int, int]]:
     """``--heads 3:4,10:0``: (layer, head) pairs."""
     pairs = []
@@ -348,7 +351,7 @@ def cmd_report(args) -> int:
     if not args.out.lower().endswith((".html", ".htm")):
         raise InputError(f"attnviz report writes one HTML page: give an .html path for -o (got {args.out!r})")
     check_writable(args.out)
-    heads = head_pairs(args.heads) if args.heads else None
+    heads = head_pairs(args.report_heads) if args.report_heads else None  # its own dest: capture's --heads differs
     if args.model and args.text is None:
         if not Path(args.model).is_file():
             raise InputError(
