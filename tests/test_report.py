@@ -235,7 +235,10 @@ def test_the_export_bar_s_report_button_downloads_the_page_s_capture(dash_duo, z
     from attnviz.dashboard.ids import ID
 
     path = zh_capture.save(tmp_path / "zh.attnviz")
+    from test_dashboard import show_heatmap_in_tokens
+
     dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)"}, capture_file=str(path)))
+    show_heatmap_in_tokens(dash_duo)  # the page opens on the Lab in words
     dash_duo.wait_for_contains_text(f"#{ID.heatmap} .gtitle", "L0·H0", timeout=60)
     dash_duo.select_dcc_dropdown(f"#{ID.layer}", value="L1")
     dash_duo.select_dcc_dropdown(f"#{ID.head}", value="H2")
