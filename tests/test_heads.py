@@ -261,12 +261,13 @@ def test_the_page_offers_only_the_kept_heads_by_their_numbers(dash_duo, tmp_path
     picking H3 draws the model's head 3 (the title names it)."""
     from attnviz.dashboard import create_app
     from attnviz.dashboard.ids import ID
-    from test_dashboard import CAT, MODELS, choose, no_console_errors, wait_status
+    from test_dashboard import CAT, MODELS, choose, no_console_errors, show_heatmap_in_tokens, wait_status
 
     model, tok = tiny_bert_words
     path = attnviz.capture(model, CAT, tok, heads=[1, 3]).save(tmp_path / "heads.attnviz")
     dash_duo.start_server(create_app(MODELS, capture_file=str(path)))
     wait_status(dash_duo, "2 layers × 4 heads (4 KV), kept heads H1, H3")
+    show_heatmap_in_tokens(dash_duo)  # the page opens on the Lab in words
     title = dash_duo.find_element(f"#{ID.heatmap} .gtitle").text
     assert re.search(r"L\d·H[13]\b", title), title
     dropdown = dash_duo.find_element(f"#{ID.head}")
