@@ -150,3 +150,19 @@ def test_attnviz_info_prints_one_line_per_field(llama, tmp_path, capsys):
     assert capsys.readouterr().err.strip() == (
         f"error: no capture file at {str(tmp_path / 'missing.attnviz')!r}; save one with attnviz.capture(...).save(path)"
     )
+
+
+def test_an_exported_page_carries_the_captures_provenance(llama, tmp_path):
+    """``attnviz export`` and ``figures.to_html(provenance=)``: the page shows the provenance and holds it as JSON
+    a program reads back equal to the capture's; a page without it holds none."""
+    cap = attnviz.capture(llama, TEXT, IdsTokenizer())
+    path = cap.save(tmp_path / "a.attnviz")
+    out = tmp_path / "a.html"
+    assert main(["export", "--capture", str(path), "-o", str(out), "--views", "heatmap"]) == 0
+    page = out.read_text(encoding="utf-8")
+    start = page.index('<script type="application/json" id="attnviz-provenance">')
+    data = page[page.index(">", start) + 1 : page.index("</script>", start)]
+    assert json.loads(data) == cap.provenance
+    assert f"<code>{cap.provenance['weights_sha256']}</code>" in page
+    bare = attnviz.figures.html_page(attnviz.figures.heatmap(cap, 0, 0))
+    assert "attnviz-provenance" not in bare

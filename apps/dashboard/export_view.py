@@ -204,7 +204,9 @@ def register(app: Dash, captures: Captures) -> None:
                 cap, tab, layer, head, words=words, part=part, heads=heads, query=query, measure=measure or "weights"
             )
             name = f"attnviz-{tab}-{part + '-' if part else ''}L{layer}-H{head}.html"
-            page = figures.html_page(figs, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}")
+            page = figures.html_page(
+                figs, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}", provenance=cap.provenance
+            )
             return dcc.send_string(page, name), ""
         moved = measure == "moved"
         df = matrix_frame(cap, layer, head, words=words, part=part, measure="moved" if moved else "weights")

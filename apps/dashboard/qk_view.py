@@ -58,6 +58,14 @@ def lab_panel() -> html.Div:
     """In the Lab, below the row: choose a key, and the query's score on it is taken apart."""
     return html.Div(
         [
+            html.P(
+                "Why does the query look at this key? Its score q·k/√d_k is a sum: each part of the model that "
+                "wrote the query (the token, each earlier head, each MLP) dotted with each part that wrote the key, "
+                "every norm's scale held as the forward read it. Choose a key to see the largest parts. On SmolLM2 "
+                "with a random text seen twice, the induction head L18·H6 looks at the token after the first copy "
+                "because the previous-token head L16·H0 wrote that key: +28.6 of a score of 11.45 (Why a head looks "
+                "there, in the docs)."
+            ),
             html.Label("Why this key? ", style={"marginRight": "6px"}),
             dcc.Dropdown(id=QKID.lab_key, options=[], value=None, placeholder="choose a key", style={"width": "320px"}),
             html.Div(id=QKID.lab_note, style={"fontFamily": MONO, "margin": "6px 0"}),

@@ -299,7 +299,9 @@ def cmd_export(args) -> int:
         ],
     }
     figs = [fig for view in views for fig in build[view]()]
-    path = figures.to_html(figs, args.out, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}")
+    path = figures.to_html(
+        figs, args.out, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}", provenance=cap.provenance
+    )
     print(f"{len(figs)} figure(s) written to {path} (self-contained: opens offline)")
     return 0
 

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from ..analysis.atlas import ROLES
 from ..errors import InputError
 from .common import themed
-from .html import CJK_TEXT, cjk_font_face
+from .html import CJK_TEXT, cjk_font_face, write_page
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -194,10 +194,7 @@ def atlas_page(atlas: pd.DataFrame, path: str | Path | None = None, *, title: st
         f'<h4>Heads</h4><table style="border-collapse:collapse"><tr>{head}</tr>{"".join(body)}</table>\n</body></html>\n'
     )
     if path is not None:
-        path = Path(path)
-        if not path.parent.is_dir():
-            raise InputError(f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist")
-        path.write_text(page, encoding="utf-8")
+        write_page(page, path)
     return page
 
 

@@ -6,6 +6,7 @@ text carries the library's CJK face inlined (:func:`cjk_font_face`), so it reads
 from __future__ import annotations
 
 import base64
+import json
 import re
 from collections.abc import Iterable, Sequence
 from html import escape
@@ -189,9 +190,14 @@ def cjk_font_face() -> str:
     )
 
 
-def html_page(figures: go.Figure | list[go.Figure], *, title: str = "attnviz") -> str:
+def html_page(
+    figures: go.Figure | list[go.Figure], *, title: str = "attnviz", provenance: dict[str, Any] | None = None
+) -> str:
     """One self-contained HTML page holding the figures, as text: plotly.js inlined once, no CDN, no
     server — it opens offline, in any browser, years from now (:func:`to_html` writes it to a file).
+    ``provenance`` (a capture's :attr:`~attnviz.Capture.provenance`: its weights' and tokenizer's hashes,
+    versions, device, check) goes into the page twice: as a table under the figures, and as JSON in
+    ``<script type="application/json" id="attnviz-provenance">`` for a program to read.
 
     A page whose title or figures hold Chinese or Japanese characters also inlines the CJK face
     (:func:`cjk_font_face`, ≈1.8 MB) and names it in the figures' font (:data:`~attnviz.views.common.FONT_FAMILY`),
@@ -217,22 +223,48 @@ def html_page(figures: go.Figure | list[go.Figure], *, title: str = "attnviz") -
     return (
         f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{escape(title)}</title>{font}'
         f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>'
-        f"<body style='font-family:\"attnviz CJK\",system-ui,sans-serif'><h3>{escape(title)}</h3>\n{divs}\n</body></html>\n"
+        f"<body style='font-family:\"attnviz CJK\",system-ui,sans-serif'><h3>{escape(title)}</h3>\n{divs}\n"
+        f"{provenance_html(provenance)}</body></html>\n"
     )
 
 
-def to_html(
-    figures: go.Figure | list[go.Figure], path: str | Path | None = None, *, title: str = "attnviz"
-) -> Path | None:
-    """Write the figures to ``path`` as one self-contained HTML page (:func:`html_page`: plotly.js
-    inlined once, no CDN, no server — it opens offline) and return the path written; ``path=None``
-    writes nothing and returns None (the page as text is :func:`html_page`'s). A notebook cell ending
-    in ``to_html(…)`` shows the path, not the ~5 MB page."""
-    page = html_page(figures, title=title)
-    if path is None:
-        return None
+def provenance_html(provenance: dict[str, Any] | None) -> str:
+    """A capture's provenance as a folded table and as JSON a program reads (``id="attnviz-provenance"``);
+    nothing for None or an empty dict (a file saved before attnviz recorded it)."""
+    if not provenance:
+        return ""
+    rows = "".join(
+        f"<tr><td>{escape(str(key))}</td><td><code>{escape('-' if value is None else str(value))}</code></td></tr>"
+        for key, value in provenance.items()
+    )
+    data = json.dumps(provenance, ensure_ascii=False).replace("</", "<\\/")
+    return (
+        f"<details><summary>Provenance: what made these figures</summary><table>{rows}</table></details>\n"
+        f'<script type="application/json" id="attnviz-provenance">{data}</script>\n'
+    )
+
+
+def write_page(page: str, path: str | Path) -> Path:
+    """Write an HTML page as UTF-8 to ``path`` (its folder must exist: else an :class:`InputError` that says so)."""
     path = Path(path)
     if not path.parent.is_dir():
         raise InputError(f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist")
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def to_html(
+    figures: go.Figure | list[go.Figure],
+    path: str | Path | None = None,
+    *,
+    title: str = "attnviz",
+    provenance: dict[str, Any] | None = None,
+) -> Path | None:
+    """Write the figures to ``path`` as one self-contained HTML page (:func:`html_page`: plotly.js
+    inlined once, no CDN, no server — it opens offline) and return the path written; ``path=None``
+    writes nothing and returns None (the page as text is :func:`html_page`'s). A notebook cell ending
+    in ``to_html(…)`` shows the path, not the ~5 MB page. ``provenance``: as :func:`html_page` takes it."""
+    page = html_page(figures, title=title, provenance=provenance)
+    if path is None:
+        return None
+    return write_page(page, path)

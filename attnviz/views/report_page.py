@@ -25,7 +25,7 @@ from ..data.capture import Capture
 from ..data.reprs import register_report
 from ..errors import AttnvizError, InputError, OutOfRangeError
 from .common import allowed_cells, labels, measure_map
-from .html import CJK_TEXT, cjk_font_face, probes_html, ranking_html, report_html
+from .html import CJK_TEXT, cjk_font_face, probes_html, ranking_html, report_html, write_page
 from .model_view import MODEL_VIEW_CELLS, model_view, thumb_size
 from .plots import coref_bars, probe_intervals
 from .reports import prediction_bars, validation_map
@@ -665,10 +665,7 @@ def report(
         f'<script type="application/json" id="attnviz-data">{blob}</script>\n<script>{_JS}</script>\n</body></html>\n'
     )
     if path is not None:
-        path = Path(path)
-        if not path.parent.is_dir():
-            raise InputError(f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist")
-        path.write_text(page, encoding="utf-8")
+        write_page(page, path)
     return page
 
 
