@@ -166,3 +166,25 @@ def test_an_exported_page_carries_the_captures_provenance(llama, tmp_path):
     assert f"<code>{cap.provenance['weights_sha256']}</code>" in page
     bare = attnviz.figures.html_page(attnviz.figures.heatmap(cap, 0, 0))
     assert "attnviz-provenance" not in bare
+
+
+def test_an_image_written_with_the_provenance_carries_it(llama, tmp_path):
+    """``figures.write_image(fig, path, provenance=cap.provenance)``: a PNG's text chunk (read by Pillow, which
+    also checks the chunk's CRC) and an SVG's metadata hold the capture's provenance as JSON."""
+    import xml.etree.ElementTree as ET
+
+    from PIL import Image
+
+    cap = attnviz.capture(llama, TEXT, IdsTokenizer())
+    fig = attnviz.figures.heatmap(cap, 0, 0)
+    png = attnviz.figures.write_image(fig, tmp_path / "a.png", provenance=cap.provenance, width=300, height=300)
+    with Image.open(png) as image:
+        image.load()  # every chunk read, CRCs checked
+        assert json.loads(image.text["attnviz-provenance"]) == cap.provenance
+        assert image.size == (300, 300)
+    svg = attnviz.figures.write_image(fig, tmp_path / "a.svg", provenance=cap.provenance, width=300, height=300)
+    meta = ET.parse(svg).getroot().find("{http://www.w3.org/2000/svg}metadata")
+    assert meta is not None and json.loads(meta.text) == cap.provenance
+    with Image.open(attnviz.figures.write_image(fig, tmp_path / "b.png", width=300, height=300)) as image:
+        image.load()
+        assert "attnviz-provenance" not in image.text

@@ -15,14 +15,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import hashlib
+import json
 import os
 import re
+import struct
 import sys
 import threading
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import ArgumentTypeError, InputError
 from .html import CJK_TEXT, cjk_font_face, cjk_font_path
@@ -141,6 +145,7 @@ def to_image(
     height: int | None = None,
     scale: float | None = None,
     font_folder: str | Path | None = None,
+    provenance: dict[str, Any] | None = None,
 ) -> bytes:
     """A figure as image bytes through kaleido (``png``, ``jpeg``/``jpg``, ``webp``, ``svg``, ``pdf``), its
     Chinese and Japanese labels drawn in the face "attnviz CJK" also on a machine without a CJK font — where
@@ -151,7 +156,9 @@ def to_image(
     CJK text carries the face inlined (≈1.8 MB more). ``width``/``height`` default to the figure's layout, then
     plotly's ``plotly.io.defaults``; ``scale`` to plotly's default; MathJax is off unless
     ``plotly.io.defaults.mathjax`` names one (kaleido's own default loads it from a CDN). ``font_folder``: where the face is converted
-    to OpenType (default attnviz's cache folder)."""
+    to OpenType (default attnviz's cache folder). ``provenance`` (a capture's :attr:`~attnviz.Capture.provenance`)
+    goes into the file as JSON: a PNG's ``tEXt`` chunk ``attnviz-provenance`` (``PIL.Image.open(f).text``), an
+    SVG's ``<metadata id="attnviz-provenance">``; JPEG, WebP and PDF carry none."""
     import plotly.graph_objects as go
     import plotly.io as pio
 
@@ -195,6 +202,22 @@ def to_image(
         image = image.encode("utf-8")
     if fmt == "svg" and CJK_TEXT.search(image.decode("utf-8", "replace")):
         image = _SVG_OPEN.sub(lambda m: m.group(0) + f"<style>{cjk_font_face()}</style>".encode(), image, count=1)
+    return with_provenance(image, fmt, provenance) if provenance else image
+
+
+def with_provenance(image: bytes, fmt: str, provenance: dict[str, Any]) -> bytes:
+    """The image with ``provenance`` as JSON inside it: after a PNG's header chunk a ``tEXt`` chunk keyed
+    ``attnviz-provenance`` (ASCII JSON), after an SVG's opening tag a ``<metadata id="attnviz-provenance">``;
+    other formats unchanged."""
+    data = json.dumps(provenance, ensure_ascii=True, sort_keys=False)
+    if fmt == "png":
+        header_end = 8 + 8 + 13 + 4  # the signature, then IHDR: length and type, 13 bytes, its CRC
+        body = b"tEXt" + b"attnviz-provenance\0" + data.encode("ascii")
+        chunk = struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
+        return image[:header_end] + chunk + image[header_end:]
+    if fmt == "svg":
+        meta = f'<metadata id="attnviz-provenance">{escape(data, quote=False)}</metadata>'.encode()
+        return _SVG_OPEN.sub(lambda m: m.group(0) + meta, image, count=1)
     return image
 
 
@@ -207,13 +230,17 @@ def write_image(
     height: int | None = None,
     scale: float | None = None,
     font_folder: str | Path | None = None,
+    provenance: dict[str, Any] | None = None,
 ) -> Path:
     """Write a figure to ``path`` as an image (:func:`to_image`: its CJK labels drawn without a CJK font on the
     machine) and return the path written; the format is ``format``, else the path's suffix, else PNG. Where
-    plotly's ``fig.write_image(path)`` draws boxes for Chinese, ``figures.write_image(fig, path)`` does not."""
+    plotly's ``fig.write_image(path)`` draws boxes for Chinese, ``figures.write_image(fig, path)`` does not.
+    ``provenance=cap.provenance``: written into a PNG or an SVG, as :func:`to_image` says."""
     path = Path(path)
     if not path.parent.is_dir():
         raise InputError(f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist")
     fmt = _image_format(format, path)
-    path.write_bytes(to_image(fig, fmt, width=width, height=height, scale=scale, font_folder=font_folder))
+    path.write_bytes(
+        to_image(fig, fmt, width=width, height=height, scale=scale, font_folder=font_folder, provenance=provenance)
+    )
     return path
