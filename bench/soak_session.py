@@ -20,6 +20,9 @@ KINDS = ["run", "layer", "head", "units", "tab", "zoom", "cancel view job", "can
 WEIGHTS = [4, 2, 2, 1, 5, 2, 2, 1]
 ERROR_WORDS = ("Something went wrong", " failed: ", "stopped (", "Traceback")
 GONE = "no longer on the server"
+ALREADY = (
+    "already captured — shown"  # a Run of a text the server holds: the page says so (run_outputs.ALREADY_CAPTURED)
+)
 
 
 # ---------------------------------------------------------------- the model and the texts
@@ -182,6 +185,10 @@ class Session:
             if self.text is not None:
                 self.run(self.text)
             return
+        if ALREADY in message:  # a run of a text the page already shows: said, not an error
+            self.stats.count("runs of a text already captured (said on the page)")
+            self.page.props[("message", "children")] = ""
+            message = ""
         if message:
             self.stats.error(self, f"message line: {message[:160]!r}")
         if self.text is None:

@@ -205,7 +205,9 @@ STEPS = {
     "rollout": [("plot", AID.rollout_graph)],
     "space": [("plot", SID.graph)],
     "compare": [("click", f"#{CID.run}"), ("plot", CID.graph)],  # B empty: A's text on the same model
-    "image": [("text", IID.intro)],  # a text model and no picture: the tab says what it needs, sends nothing heavy
+    "image": [("text", IID.intro)],
+    # a run folder's checkpoints, not the page's capture (test_timeline drives it on a run): opened, it sends nothing heavy
+    "training": [],  # a text model and no picture: the tab says what it needs, sends nothing heavy
 }
 
 

@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 
 from ..analysis.atlas import ROLES
 from ..errors import InputError
+from .common import themed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,6 +45,7 @@ def _label(layer: int, head: int) -> str:
     return f"L{layer}·H{head}"
 
 
+@themed
 def timeline_map(df: pd.DataFrame, role: str, *, title: str | None = None) -> go.Figure:
     """A heatmap of ``role``'s score: a row per head, a column per step; ``×`` marks each head's first step past
     the threshold."""
@@ -90,6 +92,7 @@ def timeline_map(df: pd.DataFrame, role: str, *, title: str | None = None) -> go
     return fig
 
 
+@themed
 def timeline_lines(
     df: pd.DataFrame,
     role: str,

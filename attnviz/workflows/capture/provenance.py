@@ -80,6 +80,9 @@ def _fingerprint(named: Iterable[tuple[str, Tensor]]) -> tuple:
     )
 
 
+_SAME_WIDTH = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}  # element size → an integer dtype
+
+
 def weights_hash(model: nn.Module) -> str:
     """sha256 (hex) over ``model``'s parameters and buffers in name order: each one's name, dtype, shape
     and bytes (a tensor on the ``meta`` device — offloaded — by its name, dtype and shape alone).
@@ -99,7 +102,10 @@ def weights_hash(model: nn.Module) -> str:
         if t.device.type == "meta":
             continue
         # one tensor at a time to the host (after the forward: the copy's wait costs nothing there)
-        raw = t.detach().to("cpu").contiguous().reshape(-1).view(torch.uint8)
+        raw = t.detach().to("cpu").contiguous().reshape(-1)
+        # its bytes through an integer view of the same width: as many elements as the tensor (a uint8 view
+        # would be a tensor of 4× a float32 weight's elements), numpy's buffer the same bytes
+        raw = raw.view(_SAME_WIDTH.get(raw.element_size(), torch.uint8))
         digest.update(raw.numpy().data)
     result = digest.hexdigest()
     _WEIGHTS[model] = (fingerprint, result)
