@@ -647,3 +647,10 @@ def test_the_public_names_check_sees_a_planted_reach_in_the_cli(tmp_path):
             "from attnviz.models import _private (not in its __all__)",
         ]
     )
+
+
+def test_no_symlink_inside_the_packages():
+    """A link inside a package (a worktree's ``attnviz/dashboard -> ../apps/dashboard`` once committed as
+    ``apps/dashboard/dashboard``) makes the package contain itself: the wheel and the module walk loop on it."""
+    links = [str(p.relative_to(ROOT)) for src in SOURCES.values() for p in src.rglob("*") if p.is_symlink()]
+    assert links == [], f"remove these links from the packages: {links}"

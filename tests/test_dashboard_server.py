@@ -282,6 +282,10 @@ def test_a_background_job_leaves_its_capture_for_the_server(tmp_path, model_fold
     cap = server.from_store(store)
     assert key in server.cache and not server.job_file(key).exists()
     torch.testing.assert_close(cap.attention(1, 2), job.from_store(store).attention(1, 2))
+    again = server.leave_request(server.request(folder, "The cat sat on the mat because it was tired."))
+    job.job_file(key).write_bytes(b"")  # a second page's job finds the first one's capture already left
+    job.save_for_server(key, again)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"{key}.attnviz"]  # its request went too (the soak's leak)
     assert [job_text(d, 30, None) for d in (0, 11, 30)] == [
         "layer 1 of 30",
         "layer 12 of 30",

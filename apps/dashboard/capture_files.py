@@ -124,6 +124,11 @@ class JobFolder:
             self.request_file(key, run).unlink()
         return request
 
+    def drop(self, key: str, run: str) -> None:
+        """In a job that has nothing to do (the capture of ``key`` is already here): the request ``run`` left goes."""
+        with contextlib.suppress(OSError):
+            self.request_file(key, run).unlink()
+
     def leave_capture(self, key: str, cap: attnviz.Capture) -> None:
         """In the job: write ``cap`` where the server adopts it."""
         partial = self.folder / f"{key}.{os.getpid()}.{threading.get_ident()}.partial"

@@ -237,7 +237,8 @@ class Captures:
         """In a background job: capture the request the server left for ``run`` under ``key`` and leave the capture
         in ``folder`` for the server, written under a temporary name and renamed, so the server never
         reads half a file. ``on_progress(done, total)``: attnviz's, as the capture runs."""
-        if self.job_file(key).exists():
+        if self.job_file(key).exists():  # another page's job captured the same text first: its request goes too
+            self.job_files.drop(key, run)
             return
         request = self.job_files.take(key, run)
         try:
