@@ -109,3 +109,10 @@ def test_library_progress_bars_only_on_a_terminal_or_with_progress(tmp_path):
     asked = cli("capture", "smollm2", "The dog ran.", "-o", out, "--progress")
     assert asked.returncode == 0, asked.stderr
     assert "Converting and de-quantizing GGUF tensors" in asked.stderr and "Loading weights" in asked.stderr
+
+
+def test_importing_attnviz_leaves_torch_dynamo_for_the_first_capture():
+    """torch._dynamo takes about a second to import: the taps' compiler-disabled dispatch is made when the first
+    tap is installed, so ``import attnviz`` (every CLI start, every early refusal) does not pay it."""
+    code = "import sys, attnviz, attnviz.cli; print('torch._dynamo' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"

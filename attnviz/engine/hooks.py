@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from ..errors import UnsupportedModelError
 from ..families.facts import ProjectionSpec
-from .listeners import dispatch, listened
+from .listeners import compiled_dispatch, listened
 from .projections import projection_module
 from .specs import fused_layout, supported_families
 
@@ -188,6 +188,7 @@ class _Hooks:
 
     def _hook(self, model: nn.Module, spec: ProjectionSpec, path: str, attention: nn.Module) -> None:
         signature = inspect.signature(attention.forward)
+        dispatch = compiled_dispatch()
 
         def keep_inputs(_module, args, kwargs):
             if listened(attention):

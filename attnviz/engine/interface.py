@@ -30,7 +30,7 @@ import torch
 from torch import Tensor, nn
 
 from ..errors import UnsupportedModelError
-from .listeners import dispatch
+from .listeners import compiled_dispatch
 from .specs import INERT_ARGUMENTS, INTERPRETED_ARGUMENTS, supported_families
 
 __all__ = ["KernelCall", "backends_of", "installed_backends", "read_call", "wrapped"]
@@ -94,6 +94,8 @@ class _Installer:
         self._saved: dict[str, tuple[bool, Any]] = {}  # backend -> (had a local override, it)
 
     def _wrapper(self, backend: str, original: Callable | None) -> Callable:
+        dispatch = compiled_dispatch()
+
         def attnviz_tap(module, *args, **kwargs):
             fn = original
             if fn is None:  # "eager": the caller's own default, as get_interface would have returned it

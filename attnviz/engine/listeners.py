@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol, runtime_checkable
 
 import torch
@@ -142,7 +143,6 @@ def listened(module: nn.Module) -> bool:
     return any(r.owns(module) for r in recording) or any(e.owns(module) for e in editing)
 
 
-@torch.compiler.disable  # a compiled model breaks its graph here and runs this as written: no recompiles per layer
 def dispatch(call: Call) -> Any:
     """Run one attention call with its listeners: the owning editor (if any) computes it and says
     what the recorders should see, else the model's own computation runs; then every owning
@@ -159,3 +159,12 @@ def dispatch(call: Call) -> Any:
         assert seen is not None, "an editor said nothing of a call the recorders wait for"
         recorder.record(call, seen)
     return result
+
+
+@functools.cache
+def compiled_dispatch() -> Callable[[Call], Any]:
+    """:func:`dispatch` as the taps call it: under ``torch.compiler.disable``, so a compiled model breaks its
+    graph at each attention call and runs it as written (no recompile per layer). Made when the first tap is
+    installed, not at import: ``torch._dynamo``, which it needs, takes about a second to import, and
+    ``import attnviz`` (every CLI start, every early refusal) no longer pays it."""
+    return torch.compiler.disable(dispatch)
