@@ -14,6 +14,17 @@ import attnviz
 from attnviz.errors import UnsupportedModelError
 from attnviz.workflows.capture.models import IdsTokenizer
 
+
+@pytest.fixture(autouse=True)
+def fresh_compiler():
+    """Each test starts with nothing compiled: a graph an earlier test left (another model of the same code,
+    whose object may even reuse a freed one's id) is not what this test is about, and the suite splits files
+    across processes in any order."""
+    torch.compiler.reset()
+    yield
+    torch.compiler.reset()
+
+
 IDS = torch.randint(3, 120, (1, 10), generator=torch.Generator().manual_seed(0))
 PROMPT = "11 5 7 9 13 21 34 55 89"
 
