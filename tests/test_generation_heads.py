@@ -181,3 +181,31 @@ def test_the_command_line_refuses_heads_out_of_range_before_the_weights(capsys, 
     assert main(["generate", "smollm2", "The cat", "--heads", "99"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--heads: head 99 is out of range: smollm2 has heads 0..8" in err, err
+
+
+@pytest.mark.browser
+def test_a_saved_generation_of_some_heads_replays_them_by_their_numbers_on_the_page(dash_duo, tmp_path, smol_tokenizer):
+    """The page opens a generation of heads 1 and 3: the lab's head selector offers H1 and H3, the step slider's
+    line and figure name the head picked by its number, and H3's bars are the model's head 3."""
+    from test_dashboard import MODELS, choose, no_console_errors, open_tab, wait_status
+
+    from attnviz.dashboard import create_app
+    from attnviz.dashboard.ids import GID, ID
+
+    model = attnviz.testing.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=64)
+    gen = attnviz.generate(model, "The cat sat on the mat because", smol_tokenizer, max_new_tokens=4, heads=[1, 3])
+    path = gen.save(tmp_path / "kept.attnviz")
+    dash_duo.start_server(create_app(MODELS, capture_file=str(path)))
+    wait_status(dash_duo, "generated 4 new tokens")
+    open_tab(dash_duo, "AttentionLab")
+    dash_duo.wait_for_contains_text(f"#{GID.step_text}", "·H1")  # the first kept head, by its number
+    choose(dash_duo, f"#{ID.head}", 1)
+    dash_duo.wait_for_contains_text(f"#{GID.step_text}", "·H3")
+    dash_duo.wait_for_contains_text(f"#{GID.step_graph} .gtitle", "·H3 bars")
+    layer = int(dash_duo.find_element(f"#{GID.step_text}").text.split("at L")[1].split("·")[0])
+    bars = dash_duo.driver.execute_script(
+        f"return Array.from(document.querySelector('#{GID.step_graph} .js-plotly-plot')._fullData[2].y);"
+    )
+    step = gen.step(0)
+    assert bars == pytest.approx(step.weights[step.layers.index(layer), 1].tolist(), abs=1e-5)  # head 3, stacked 2nd
+    no_console_errors(dash_duo)
