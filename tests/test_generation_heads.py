@@ -187,10 +187,9 @@ def test_the_command_line_refuses_heads_out_of_range_before_the_weights(capsys, 
 def test_a_saved_generation_of_some_heads_replays_them_by_their_numbers_on_the_page(dash_duo, tmp_path, smol_tokenizer):
     """The page opens a generation of heads 1 and 3: the lab's head selector offers H1 and H3, the step slider's
     line and figure name the head picked by its number, and H3's bars are the model's head 3."""
-    from test_dashboard import MODELS, choose, no_console_errors, open_tab, wait_status
-
     from attnviz.dashboard import create_app
     from attnviz.dashboard.ids import GID, ID
+    from test_dashboard import MODELS, choose, no_console_errors, open_tab, wait_status
 
     model = attnviz.testing.tiny_model("llama", vocab_size=len(smol_tokenizer), max_position_embeddings=64)
     gen = attnviz.generate(model, "The cat sat on the mat because", smol_tokenizer, max_new_tokens=4, heads=[1, 3])
