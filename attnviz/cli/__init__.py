@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="sample",
         help="compare every generated row and a sample of the prompt's (default), every row, or none",
     )
+    add_heads(p)
     p.add_argument("--steps", action="store_true", help="print what each new token attended to most")
     p.add_argument(
         "--layer", type=int, default=None, help="the layer --steps prints (default: the last captured); needs --steps"

@@ -108,6 +108,7 @@ def cmd_generate(args) -> int:
             add_bos=args.add_bos,
             **loading_kwargs(args),
             check=args.check,
+            heads=args.heads,
             seed=args.seed if args.sample else None,  # the greedy choice draws nothing: its record says no seed
             **{k: v for k, v in sampling.items() if v is not None},
         )
@@ -117,7 +118,8 @@ def cmd_generate(args) -> int:
     print(f"{len(gen)} new tokens after {gen.prompt_length} ({stopped}){checked}", file=sys.stderr)
     if args.steps:
         layer = args.layer if args.layer is not None else max(gen.capture.layer_indices("decoder"))
-        print(f"what each new token attended to most (layer {layer}, mean over heads):")
+        over = "heads" if args.heads is None else f"heads {','.join(map(str, gen.capture.kept_heads('decoder')))}"
+        print(f"what each new token attended to most (layer {layer}, mean over {over}):")
         for i in range(len(gen)):
             step = gen.step(i)
             top = ", ".join(f"{t}@{p}={w:.2f}" for p, t, w in step.top(3, layer=layer))

@@ -20,14 +20,13 @@ HEAD_COLOUR = "#1f77b4"  # the chosen head's bars
 MEAN_COLOUR = "#2ca02c"  # the mean over the layer's heads
 
 
-def step_row(step: GenerationStep, layer: int, head: int) -> int:
-    """Where ``layer`` sits in the step's rows (an :class:`InputError` for a layer or head it does not hold)."""
+def step_row(step: GenerationStep, layer: int, head: int) -> tuple[int, int]:
+    """Where ``layer`` and the model's head ``head`` sit in the step's rows ``[layer, head, key]`` (an
+    :class:`InputError` for a layer or head it does not hold; a
+    :class:`~attnviz.errors.HeadNotKeptError` for a head ``generate(heads=)`` did not keep)."""
     if layer not in step.layers:
         raise InputError(f"layer {layer} was not captured; captured layers: {step.layers}")
-    n_heads = step.weights.shape[1]
-    if not 0 <= head < n_heads:
-        raise InputError(f"head {head} is out of range: heads 0..{n_heads - 1}")
-    return step.layers.index(layer)
+    return step.layers.index(layer), step.head_index(head)
 
 
 @themed
@@ -36,9 +35,11 @@ def step_figure(gen: Generation, step: GenerationStep, layer: int, head: int) ->
 
     Top: the row of the position before the new token, whose output chose it (``chosen_by``).
     Bottom: the new token's own row when the model read it (the lab's query row). Bars: head
-    ``head``; line: the mean over the layer's heads. The rows are the ones the model computed."""
-    li = step_row(step, layer, head)
+    ``head`` (the model's number); line: the mean over the layer's heads (those kept, with
+    ``generate(heads=)``). The rows are the ones the model computed."""
+    li, hi = step_row(step, layer, head)
     n_heads = step.weights.shape[1]
+    heads = f"{n_heads} heads" if step.heads is None else f"{n_heads} kept heads"
     names = gen.sequence.token_labels[: step.position + 1]
     ticks = [marked(t) if i >= gen.prompt_length else t for i, t in enumerate(names)]
     token, chooser = names[step.position], names[step.position - 1] if step.position else names[0]
@@ -57,7 +58,7 @@ def step_figure(gen: Generation, step: GenerationStep, layer: int, head: int) ->
         fig.add_trace(
             go.Bar(
                 x=xs,
-                y=rows[li, head].numpy().round(5),
+                y=rows[li, hi].numpy().round(5),
                 marker_color=[NEW_COLOUR if i >= gen.prompt_length else HEAD_COLOUR for i in xs],
                 name=f"L{layer}·H{head}",
                 legendgroup="head",
@@ -75,7 +76,7 @@ def step_figure(gen: Generation, step: GenerationStep, layer: int, head: int) ->
                 mode="lines+markers",
                 line=dict(color=MEAN_COLOUR, width=2),
                 marker=dict(size=5),
-                name=f"mean of L{layer}'s {n_heads} heads",
+                name=f"mean of L{layer}'s {heads}",
                 legendgroup="mean",
                 showlegend=row == 1,
                 customdata=names,
@@ -107,12 +108,12 @@ def step_figure(gen: Generation, step: GenerationStep, layer: int, head: int) ->
 
 def step_summary(gen: Generation, step: GenerationStep, layer: int, head: int) -> str:
     """One line for a step: the token written, and where each of its two rows looked most."""
-    li = step_row(step, layer, head)
+    li, hi = step_row(step, layer, head)
     names = gen.sequence.token_labels[: step.position + 1]
     token = names[step.position]
 
     def top(rows) -> str:
-        h, mean = rows[li, head], rows[li].mean(0)
+        h, mean = rows[li, hi], rows[li].mean(0)
         return (
             f"{names[int(h.argmax())]!r} {float(h.max()):.2f} at L{layer}·H{head}, "
             f"{names[int(mean.argmax())]!r} {float(mean.max()):.2f} averaged over heads"

@@ -29,7 +29,7 @@ from ..families import PROJECTION_SPECS
 from .capture.build import Item, captures
 from .capture.images import is_image_input
 from .capture.inputs import Encoded, check_vocabulary, given_tokens, surfaces, tokenize
-from .capture.pipeline import check_mode, resolve, tapped, weight_mode_for
+from .capture.pipeline import check_heads, check_mode, n_heads, resolve, tapped, weight_mode_for
 from .capture.progress import attention_calls, counting
 from .capture.vlm import encode_vlm, image_token_id, is_vlm, vlm_refusal
 from .generation_result import Generation
@@ -57,6 +57,7 @@ def generate(
     *,
     max_new_tokens: int = 20,
     layers: Any = None,
+    heads: Any = None,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
     attn_implementation: str | None = None,
@@ -74,6 +75,12 @@ def generate(
 
     - ``model``, ``tokenizer``, ``device``, ``dtype``, ``attn_implementation``, ``layers``,
       ``add_bos``, ``keep_on_device``: as for :func:`attnviz.capture`.
+    - ``heads``: keep only these query heads, by the model's numbers (``[3, 7]``; ``{layer: [heads]}``
+      per layer, a layer not named keeping every head) — and, under GQA, the key/value heads they read —
+      as for :func:`attnviz.capture`: checked against the model's config before it runs; every step is
+      still proved over every head, the records are narrowed after the check. ``gen.step(i)``,
+      ``gen.capture`` and the figures address heads by the model's numbers; one not kept is a
+      :class:`~attnviz.errors.HeadNotKeptError` naming those kept. ``cap.model["heads"]`` says what was asked.
     - ``max_new_tokens``: how many tokens to generate (fewer when the model ends the text).
     - ``generate_kwargs`` go to ``model.generate`` unchanged: greedy by default; ``do_sample=True``
       (with ``temperature``, ``top_p``… and ``seed=`` for a repeatable draw) samples;
@@ -161,6 +168,7 @@ def generate(
             )
     encoder_decoder = resolved.encoder_decoder
     wanted = resolved.layers(layers)
+    head_choice = check_heads(heads, n_heads(config))
     limit, name = resolved.limit, resolved.name
     if vlm is not None:
         sequence0 = vlm.made[0][0]
@@ -289,6 +297,7 @@ def generate(
         rows={**by_part, "decoder": rows, "cross": rows},
         extra={"generation": generation},
         projections=recorder.projections,
+        heads=head_choice,
     )
     cap.model["provenance"]["add_bos"] = None if vlm is not None else add_bos
     return Generation(cap)

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from ..data.capture import Capture, TokenSequence
-from ..errors import ArgumentTypeError, InputError
+from ..errors import ArgumentTypeError, HeadNotKeptError, InputError
 
 __all__ = ["Generation", "GenerationStep"]
 
@@ -24,7 +24,9 @@ class GenerationStep:
 
     ``weights`` is ``[layer, head, key]``: the row of the token's own query over the positions
     up to it (the row the model computed when it read the token). ``chosen_by`` is the same for the
-    position before it, whose output chose this token.
+    position before it, whose output chose this token. Its heads are the ones the generation kept
+    (``heads``, the model's numbers: every head unless ``generate(heads=)`` kept some); every method
+    takes a head by the model's number (:meth:`head_index`).
     """
 
     index: int
@@ -35,19 +37,42 @@ class GenerationStep:
     weights: Tensor  # [layer, head, key_pos]
     chosen_by: Tensor  # [layer, head, key_pos]: the row of the query that predicted this token
     keys: list[str]  # the key tokens' labels, positions 0..position
+    heads: list[int] | None = None  # the model's numbers of the heads stacked in weights (None: every head, in order)
+    n_heads: int | None = None  # the model's query heads per layer (None: as many as weights stacks)
+
+    @property
+    def head_numbers(self) -> list[int]:
+        """The model's numbers of the heads stacked in :attr:`weights` and :attr:`chosen_by`, in order."""
+        return list(range(self.weights.shape[1])) if self.heads is None else list(self.heads)
+
+    def head_index(self, head: int) -> int:
+        """Where the model's head ``head`` sits in :attr:`weights`' second dimension: an
+        :class:`InputError` for a head outside the model's, a :class:`~attnviz.errors.HeadNotKeptError`
+        for one the generation did not keep (``generate(heads=)``), naming those it kept."""
+        if not isinstance(head, int) or isinstance(head, bool):
+            raise ArgumentTypeError(f"head must be an int, got {type(head).__name__}")
+        n = self.n_heads if self.n_heads is not None else self.weights.shape[1]
+        if not 0 <= head < n:
+            raise InputError(f"head {head} is out of range: heads 0..{n - 1}")
+        kept = self.head_numbers
+        if head not in kept:
+            raise HeadNotKeptError(
+                f"head {head} was not kept: this generation kept heads {', '.join(map(str, kept))} "
+                f"(generate(..., heads=) / --heads); generate again with heads=None or including {head}"
+            )
+        return kept.index(head)
 
     def top(self, k: int = 5, *, layer: int | None = None, head: int | None = None) -> list[tuple[int, str, float]]:
         """The ``k`` keys this token attended to most: (position, token, weight), averaged over the
-        layers and heads not given."""
+        layers and heads not given (the heads kept; ``head`` by the model's number)."""
         w = self.weights
         if layer is not None:
             if layer not in self.layers:
                 raise InputError(f"layer {layer} was not captured; captured layers: {self.layers}")
             w = w[self.layers.index(layer) : self.layers.index(layer) + 1]
         if head is not None:
-            if not 0 <= head < w.shape[1]:
-                raise InputError(f"head {head} is out of range: heads 0..{w.shape[1] - 1}")
-            w = w[:, head : head + 1]
+            stacked = self.head_index(head)
+            w = w[:, stacked : stacked + 1]
         mean = w.mean(dim=(0, 1))
         values, index = mean.topk(min(k, mean.numel()))
         return [(int(i), self.keys[int(i)], float(v)) for v, i in zip(values, index)]
@@ -130,6 +155,14 @@ class Generation:
         labels = self.sequence.token_labels
         cap = self.capture
         layers = cap.layer_indices("decoder")
+        stacks = {tuple(cap.layer(layer, "decoder").head_numbers) for layer in layers}
+        if len(stacks) > 1:
+            raise InputError(
+                "this generation keeps different heads in different layers (generate(heads={layer: …})); a step "
+                "stacks the same heads of every layer: generate with one list of heads, or read a layer's rows "
+                "with gen.capture.attention_rows(layer, [position], part='decoder')"
+            )
+        kept = cap.layer(layers[0], "decoder").heads
         rows = [cap.attention_rows(layer, [position], part="decoder")[:, 0].cpu() for layer in layers]
         before = (
             [cap.attention_rows(layer, [position - 1], part="decoder")[:, 0].cpu() for layer in layers]
@@ -145,6 +178,8 @@ class Generation:
             weights=torch.stack(rows)[..., : position + 1],
             chosen_by=torch.stack(before)[..., : position + 1],
             keys=labels[: position + 1],
+            heads=None if kept is None else list(kept),
+            n_heads=cap.info("decoder")["n_heads"],
         )
 
     def to_pandas(self, *, layer: int | None = None, head: int | None = None, top: int = 3):
