@@ -374,7 +374,7 @@ class IdsTokenizer:
     path (its own padding, a target's shift, a generation's continuation) on exact ids, for the
     tiny random models of :func:`tiny_model`, which come without a tokenizer.
 
-    >>> attnviz.generate(attnviz.testing.tiny_model("llama"), "11 5 7 9", IdsTokenizer(), max_new_tokens=3).text
+    >>> attnviz.generate(attnviz.testing.tiny_model("llama"), "11 5 7 9", attnviz.testing.IdsTokenizer(), max_new_tokens=3).text
     """
 
     bos_token_id = eos_token_id = None
