@@ -53,6 +53,7 @@ class ID:
     validation_summary = "validation-summary"
     validation_map = "validation-map"
     provenance = "provenance-table"  # where the capture came from (provenance_view, in the validation tab)
+    provenance_json = "capture-provenance"  # hidden, on every tab: the capture's provenance as JSON (figure_image.js)
     comparison = "comparison-graph"
     cost = "cost-tables"
     lab_token = "lab-token"  # pattern-matching type: {"type": lab_token, "index": i}
