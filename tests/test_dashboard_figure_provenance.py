@@ -21,11 +21,13 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
+from attnviz.dashboard import create_app
+from attnviz.dashboard.ids import ID, IID
 from PIL import Image
-from test_dashboard import CAT, no_console_errors, poll, run_text, start_minilm
+from test_dashboard import CAT, choose, no_console_errors, open_tab, poll, run_text, start_minilm, wait_status
+from test_dashboard_image import vit_folder  # noqa: F401 - the fixture: a tiny ViT's folder and a picture
 
 import attnviz
-from attnviz.dashboard.ids import ID
 from attnviz.views.export import with_provenance
 
 SVG_NS = "{http://www.w3.org/2000/svg}"
@@ -166,11 +168,39 @@ def test_the_camera_and_figure_buttons_save_the_captures_provenance(dash_duo):
             assert svg_text(out) == with_provenance(svg_text(url).encode(), "svg", odd).decode()
             assert svg_provenance(svg_text(out)) == odd
         assert driver.execute_script(mine, url, fmt, None) == url
-    # the Image tab's figures are another capture's (a picture's): the page's provenance is not theirs
+    # the Image tab's figures are another capture's (a picture's, none taken here): the text's is not theirs
     assert driver.execute_script(
         "const d = document.createElement('div'); document.getElementById('view-image').appendChild(d);"
         "const p = [attnviz.pageProvenance(d), attnviz.pageProvenance(document.getElementById(arguments[0]))];"
         "d.remove(); return p;",
         ID.heatmap,
     ) == [None, held_json]
+    no_console_errors(dash_duo)
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_the_image_tabs_camera_saves_the_pictures_provenance(dash_duo, vit_folder):  # noqa: F811 - imported above
+    """The Image tab draws a capture of its own (a picture's): its camera button saves that capture's provenance,
+    the one ``attnviz.capture`` records for the same model and picture, not the text's."""
+    folder, picture, _ = vit_folder
+    dash_duo.start_server(create_app({"minilm": "MiniLM (BERT)", str(folder): "tiny ViT"}, default_model="minilm"))
+    wait_status(dash_duo, "minilm")
+    choose(dash_duo, f"#{ID.model}", 1)  # the tiny ViT
+    open_tab(dash_duo, "Image")
+    dash_duo.find_element(f"#{IID.upload} input").send_keys(str(picture))
+    poll(lambda: "attends" in dash_duo.find_element(f"#{IID.graph} .gtitle").text, timeout=60)
+    expected = attnviz.capture(str(folder), str(picture)).provenance
+    assert expected["add_bos"] is None and expected["name"] == str(folder)
+    png, _ = camera(dash_duo, IID.graph)
+    data = png_bytes(png)
+    saved = png_provenance(data)
+    # the same weights, versions and check; the check's float errors as close as two runs' rounding makes them
+    floats = ("check_max_abs_error", "check_worst")
+    assert {k: v for k, v in saved.items() if k not in floats} == {k: v for k, v in expected.items() if k not in floats}
+    assert saved["check_max_abs_error"] == pytest.approx(expected["check_max_abs_error"], abs=1e-5)
+    assert saved["check_worst"] <= 1 and expected["check_worst"] <= 1
+    assert data == with_provenance(png_without_provenance(data), "png", saved)
+    text = dash_duo.driver.execute_script(f"return document.getElementById('{ID.provenance_json}').textContent")
+    assert json.loads(text)["name"] == "minilm"  # the text's capture keeps its own
     no_console_errors(dash_duo)

@@ -244,6 +244,7 @@ class IID:
     head = "image-head"
     message = "image-message"
     store = "image-store"  # dcc.Store: the server's key of the picture's capture, and its model
+    provenance_json = "image-provenance"  # hidden: the picture's capture's provenance as JSON (figure_image.js)
     query = "image-query"  # dcc.Store: the clicked patch [row, col], or None for the first query
     graph = "image-graph"
     mode = "image-mode"  # one head (or the heads' mean), every head as thumbnails, or the rollout

@@ -48,15 +48,13 @@ window.attnviz.figureImage = async function (graph, format) {
 /* The capture's provenance inside an image, as attnviz.figures.write_image(..., provenance=cap.provenance) writes
    it (attnviz/views/export.py::with_provenance, the same bytes in the same place): a PNG gets a tEXt chunk
    "attnviz-provenance", NUL, the JSON, right after its IHDR chunk; an SVG a <metadata id="attnviz-provenance">
-   right after its opening tag. The page holds the shown capture's provenance as that JSON (export_view's hidden
-   #capture-provenance, ASCII as json.dumps(..., ensure_ascii=True) writes it): pageProvenance(gd) reads it, or null
-   without a capture and for the Image tab's figures (another capture, of a picture). */
+   right after its opening tag. The page holds the shown capture's provenance as that JSON (ASCII, as
+   json.dumps(..., ensure_ascii=True) writes it) in a hidden element: export_view's #capture-provenance for the
+   text's capture, image_view's #image-provenance for the Image tab's figures (a picture's capture of its own).
+   pageProvenance(gd) reads the one of gd's capture, or null where the page has none. */
 window.attnviz.pageProvenance = function (gd) {
-  const held = document.getElementById("capture-provenance");
-  if (!held || !held.textContent || (gd && gd.closest("#view-image"))) {
-    return null;
-  }
-  return held.textContent;
+  const held = document.getElementById(gd && gd.closest("#view-image") ? "image-provenance" : "capture-provenance");
+  return held && held.textContent ? held.textContent : null;
 };
 
 // CRC-32 of the PNG specification (reflected polynomial 0xEDB88320), over a chunk's type and data
