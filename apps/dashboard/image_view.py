@@ -297,6 +297,7 @@ def register(app: Dash, captures: Captures) -> None:
         return {"key": key, "model": model, "kind": kind, "source": source}, None, "", options, chosen
 
     @app.callback(Output(IID.provenance_json, "children"), Input(IID.store, "data"))
+    @shows_errors(lambda _m: "")  # the tab says what failed; its images then carry none
     def provenance_json(store):
         """The picture's ``cap.provenance`` as ``figures.write_image`` writes it (ASCII JSON), or ""."""
         cap = captures.cache.get(store["key"]) if store else None
