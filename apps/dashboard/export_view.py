@@ -1,9 +1,15 @@
 """Exports: the figures' PNG/SVG format, and downloads of the view's figures as PNG/SVG (drawn in the page,
 CJK in the page's own face: ``assets/figure_image.js``), the shown matrix (CSV), the capture file, the
-view's figures as one self-contained HTML page and the whole capture's report (``figures.report``)."""
+view's figures as one self-contained HTML page and the whole capture's report (``figures.report``).
+
+The page's images carry the capture's provenance as ``figures.write_image(provenance=)`` writes it: a hidden
+element (``ID.provenance_json``, on every tab) holds ``cap.provenance`` as ASCII JSON, filled on every new
+capture, and ``attnviz.withProvenance`` (figure_image.js) puts that text into each PNG or SVG the Figure and
+camera buttons save."""
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -79,6 +85,8 @@ def layout() -> list:
     return [
         dcc.Download(id=ID.download),
         dcc.Store(id=ID.figure_done),
+        # the shown capture's provenance as JSON, for the images drawn in the page (figure_image.js reads it)
+        html.Div(id=ID.provenance_json, hidden=True, style={"display": "none"}),
         field(
             "Export figures as",
             dcc.RadioItems(
@@ -155,6 +163,13 @@ def register(app: Dash, captures: Captures) -> None:
         State(ID.head, "value"),
         prevent_initial_call=True,
     )
+
+    @app.callback(Output(ID.provenance_json, "children"), Input(ID.store, "data"))
+    @shows_errors(lambda _m: "")  # a capture gone is said by the views; its images then carry none
+    def provenance_json(store):
+        """``cap.provenance`` as ``figures.write_image`` writes it (ASCII JSON, json.dumps' separators), or ""."""
+        cap = captures.from_store(store)
+        return json.dumps(cap.provenance, ensure_ascii=True) if cap is not None and cap.provenance else ""
 
     @app.callback(*[Output(g, "config") for g in GRAPHS], Input(ID.export_format, "value"))
     def export_format(fmt):

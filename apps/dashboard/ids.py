@@ -53,6 +53,7 @@ class ID:
     validation_summary = "validation-summary"
     validation_map = "validation-map"
     provenance = "provenance-table"  # where the capture came from (provenance_view, in the validation tab)
+    provenance_json = "capture-provenance"  # hidden, on every tab: the capture's provenance as JSON (figure_image.js)
     comparison = "comparison-graph"
     cost = "cost-tables"
     lab_token = "lab-token"  # pattern-matching type: {"type": lab_token, "index": i}
@@ -243,6 +244,7 @@ class IID:
     head = "image-head"
     message = "image-message"
     store = "image-store"  # dcc.Store: the server's key of the picture's capture, and its model
+    provenance_json = "image-provenance"  # hidden: the picture's capture's provenance as JSON (figure_image.js)
     query = "image-query"  # dcc.Store: the clicked patch [row, col], or None for the first query
     graph = "image-graph"
     mode = "image-mode"  # one head (or the heads' mean), every head as thumbnails, or the rollout

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
@@ -141,6 +142,8 @@ def layout() -> list:
         ),
         html.Div(id=IID.message, style={"color": "#b00020", "margin": "6px 0"}),
         dcc.Store(id=IID.store),
+        # the picture's capture's provenance, for the tab's images (export_view's ID.provenance_json is the text's)
+        html.Div(id=IID.provenance_json, hidden=True, style={"display": "none"}),
         dcc.Store(id=IID.query),
         html.Div(
             [
@@ -292,6 +295,13 @@ def register(app: Dash, captures: Captures) -> None:
         parts = [o["value"] for o in options]
         chosen = part if part in parts else parts[0] if parts else None
         return {"key": key, "model": model, "kind": kind, "source": source}, None, "", options, chosen
+
+    @app.callback(Output(IID.provenance_json, "children"), Input(IID.store, "data"))
+    @shows_errors(lambda _m: "")  # the tab says what failed; its images then carry none
+    def provenance_json(store):
+        """The picture's ``cap.provenance`` as ``figures.write_image`` writes it (ASCII JSON), or ""."""
+        cap = captures.cache.get(store["key"]) if store else None
+        return json.dumps(cap.provenance, ensure_ascii=True) if cap is not None and cap.provenance else ""
 
     @app.callback(
         Output(IID.store, "data", allow_duplicate=True),

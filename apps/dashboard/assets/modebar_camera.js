@@ -9,7 +9,7 @@
    icon (Plotly.Icons.camera) is stopped there and the graph is exported here instead — on every graph of the page,
    whatever config its view gives it. The format is the export bar's "Export figures as" (#export-format) as it is
    at the click, else the graph's toImageButtonOptions; the file name is theirs, as plotly's button names it:
-   <filename or "newplot">.<png|svg>.
+   <filename or "newplot">.<png|svg>; the image carries the page's capture's provenance (attnviz.withProvenance).
    window.attnvizLastCamera keeps {name, url} of the last export, or {error} (the tests read it). */
 window.attnviz = window.attnviz || {};
 
@@ -25,7 +25,9 @@ window.attnviz.cameraExport = async function (gd) {
   const fmt = (chosen ? chosen.value : options.format) === "svg" ? "svg" : "png";
   const name = (options.filename || "newplot") + "." + fmt;
   try {
-    const url = await window.attnviz.figureImage(gd, fmt);
+    // the capture's provenance inside the image, as the Figure button's (figure_image.js)
+    const url = window.attnviz.withProvenance(
+      await window.attnviz.figureImage(gd, fmt), fmt, window.attnviz.pageProvenance(gd));
     await window.attnviz.saveImage(url, name);
     window.attnvizLastCamera = { name: name, url: url };
   } catch (err) {
