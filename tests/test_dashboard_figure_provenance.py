@@ -175,6 +175,16 @@ def test_the_camera_and_figure_buttons_save_the_captures_provenance(dash_duo):
         "d.remove(); return p;",
         ID.heatmap,
     ) == [None, held_json]
+    # a corpus's, a run's or two models' figures are not one capture's: none (not the page's capture's)
+    for view in ("view-stats", "view-atlas", "view-training", "view-compare"):
+        assert (
+            driver.execute_script(
+                "const d = document.createElement('div'); document.getElementById(arguments[0]).appendChild(d);"
+                "const p = attnviz.pageProvenance(d); d.remove(); return p;",
+                view,
+            )
+            is None
+        ), view
     no_console_errors(dash_duo)
 
 

@@ -52,7 +52,12 @@ window.attnviz.figureImage = async function (graph, format) {
    json.dumps(..., ensure_ascii=True) writes it) in a hidden element: export_view's #capture-provenance for the
    text's capture, image_view's #image-provenance for the Image tab's figures (a picture's capture of its own).
    pageProvenance(gd) reads the one of gd's capture, or null where the page has none. */
+window.attnviz.NOT_ONE_CAPTURE = ["#view-stats", "#view-atlas", "#view-training", "#view-compare"];
 window.attnviz.pageProvenance = function (gd) {
+  // a corpus's statistics or atlas, a run's checkpoints, two models side by side: not one capture's figure
+  if (gd && gd.closest(window.attnviz.NOT_ONE_CAPTURE.join(","))) {
+    return null;
+  }
   const held = document.getElementById(gd && gd.closest("#view-image") ? "image-provenance" : "capture-provenance");
   return held && held.textContent ? held.textContent : null;
 };
