@@ -230,6 +230,40 @@ def test_the_report_opens_offline_switches_heads_and_draws_cjk_in_its_face(dash_
 
 
 @pytest.mark.browser
+def test_a_report_of_some_heads_offers_and_draws_them_by_the_model_s_numbers(dash_duo, smol_tokenizer, tmp_path):
+    """capture(heads=[1, 3]): the page opens on head 1 (the first kept), its selector offers H1 and H3, each
+    drawn as the capture's own head of that number (what moves too: each head's own value norms), and the
+    mosaic's cells name the heads kept."""
+    model = attnviz.testing.tiny_model("llama", vocab_size=len(smol_tokenizer))
+    cap = attnviz.capture(model, ZH, smol_tokenizer, heads=[1, 3])
+    with pytest.raises(attnviz.HeadNotKeptError):
+        figures.report(cap, head=0)
+    driver = dash_duo.driver
+    offline(driver)
+    driver.get(cap.report(tmp_path / "some.html").as_uri())
+    assert driver.execute_async_script(READY) is True
+    offered = driver.execute_script("return Array.from(document.getElementById('av-head').options, o => o.value)")
+    assert offered == ["1", "3"] and driver.execute_script("return document.getElementById('av-head').value") == "1"
+    mosaic = driver.execute_script("return document.getElementById('av-model').data[0].customdata;")
+    assert mosaic[-1][-1] == [cap.layer_indices()[-1], 3]
+    for head, measure in ((3, "weights"), (1, "moved"), (3, "moved")):
+        choose(driver, "av-measure", measure)
+        choose(driver, "av-layer", 1)
+        choose(driver, "av-head", head)
+        want = (cap.moved if measure == "moved" else cap.attention)(1, head).float()
+        title = f"L1·H{head} — {'weights α' if measure == 'weights' else 'what moves'}"
+        deadline = time.time() + 20
+        while title not in driver.execute_script("return document.getElementById('av-status').textContent"):
+            assert time.time() < deadline, "the page did not switch"
+            time.sleep(0.2)
+        z = as_tensor(shown(driver, Z, want.shape[0]))
+        s = float(cap.attention(1, head).max())
+        tol = s * (float(cap.value_norms(1)[cap.head_index(1, head)].max()) if measure == "moved" else 1) / (2 * LEVELS)
+        assert (z.nan_to_num(0) - want.masked_fill(z.isnan(), 0)).abs().max() <= tol * (1 + 1e-4) + 1e-6
+    assert driver.get_log("browser") == []
+
+
+@pytest.mark.browser
 def test_the_export_bar_s_report_button_downloads_the_page_s_capture(dash_duo, zh_capture, tmp_path):
     from attnviz.dashboard import create_app  # the dashboard only for this test (it imports dash)
     from attnviz.dashboard.ids import ID

@@ -211,7 +211,10 @@ def register(app: Dash, captures: Captures) -> None:
                 cap.parts[0]
             )  # the page's head opens the report, and stays past its budget
             page = figures.report(
-                cap, layer=layer if shown else None, head=head if shown else 0, heads=[(layer, head)] if shown else None
+                cap,
+                layer=layer if shown else None,
+                head=head if shown else None,
+                heads=[(layer, head)] if shown else None,
             )
             return dcc.send_string(page, "attnviz-report.html"), ""
         if ctx.triggered_id == ID.html_button:

@@ -268,7 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_out(p, "the HTML file to write (--output still works)", required=True)
     p.add_argument("--layer", type=int, default=None, help="the layer the page opens on (default: the first)")
-    p.add_argument("--head", type=int, default=0, help="the head the page opens on (default: 0)")
+    p.add_argument(
+        "--head",
+        type=int,
+        default=None,
+        help="the head the page opens on (default: the first kept — 0 unless the capture kept some heads)",
+    )
     p.add_argument(
         "--heads",
         dest="report_heads",

@@ -141,12 +141,13 @@ def report_data(
     said in :attr:`ReportData.left_out`."""
     parts: list[dict[str, Any]] = []
     data = ReportData(parts=parts)
-    chosen = heads if heads is not None else [(cap.layer_indices(p)[0], 0) for p in cap.parts[:1]]
-    kept = [
+    first = cap.parts[0]
+    chosen = heads if heads is not None else [(cap.layer_indices(first)[0], cap.kept_heads(first)[0])]
+    kept = [  # by the model's head numbers: a capture of some heads (capture(heads=)) holds those only
         (part, layer, head)
         for layer, head in chosen
         for part in cap.parts
-        if layer in cap.layer_indices(part) and 0 <= head < cap.info(part)["n_heads"]
+        if layer in cap.layer_indices(part) and head in cap.layer(layer, part).head_numbers
     ]
     if not kept:
         raise OutOfRangeError(f"heads={heads!r}: none of these (layer, head) pairs is in the capture")
@@ -163,6 +164,7 @@ def report_data(
             "name": part,
             "layers": layers,
             "n_heads": info["n_heads"],
+            "heads": {str(layer): cap.layer(layer, part).head_numbers for layer in layers},  # the model's numbers
             "measures": measures,
             "units": {
                 u: {"q": labels(cap, u == "words", part, "query"), "k": labels(cap, u == "words", part, "key")}
@@ -183,7 +185,8 @@ def report_data(
                 token_total += len(mask)
             done += 1
             data.masks[f"{part}/{layer}"] = data.mask_data.index(mask)
-            shown = [h for p, la, h in kept if (p, la) == (part, layer)] if only_chosen else range(info["n_heads"])
+            stacked = cap.layer(layer, part).head_numbers  # the record's heads, in its stacks' order
+            shown = [h for p, la, h in kept if (p, la) == (part, layer)] if only_chosen else stacked
             if not shown:
                 continue
             weights = torch.stack([cap.attention(layer, h, part=part).float().cpu() for h in shown])
@@ -209,7 +212,7 @@ def report_data(
             if "moved" not in measures or not words_moved or not shown:
                 continue
             # between words it is the norm of a summed vector, not linear in the weights: stored
-            moved = measure_map(cap, layer, None, "moved", part=part, words=True)[list(shown)]
+            moved = measure_map(cap, layer, None, "moved", part=part, words=True)[[stacked.index(h) for h in shown]]
             word_allowed = allowed_cells(cap, layer, None, True, part)
             levels, scales = quantise(moved.nan_to_num_(0).masked_fill_(~word_allowed, 0))
             for i, head in enumerate(shown):
@@ -264,6 +267,7 @@ def thumbnail_data(cap: Capture, part: str, selected: tuple[int, int]) -> dict[s
         "size": list(thumb_size(cap, False, MODEL_VIEW_CELLS, part)),
         "layers": cap.layer_indices(part),
         "n_heads": cap.info(part)["n_heads"],
+        "heads": cap.kept_heads(part),  # the mosaic's columns, by the model's numbers
         "figure": json.loads(fig.to_json()),
     }
 
@@ -388,7 +392,7 @@ async function moved(p, l, h){
   const w = await getMap(p, 'tokens', 'weights', l, h);
   const [top, b64] = D.norms[p.name + '/' + l];
   const norms = new Uint16Array((await inflate(b64)).buffer);
-  const nk = p.units.tokens.k.length, off = h * nk;
+  const nk = p.units.tokens.k.length, off = p.heads[l].indexOf(h) * nk;
   let s = 0;
   const z = w.z.map(row => row.map((v, j) => { if (v === null) return null; const x = v * norms[off + j] * top / 65535; if (x > s) s = x; return x; }));
   return {z: z, s: s > 0 ? s : 1};
@@ -409,7 +413,7 @@ function selectors(){
   const layers = D.chosen ? [...new Set(D.chosen.filter(c => c[0] === p.name).map(c => c[1]))] : p.layers;
   fill($('av-layer'), layers.map(l => [l, 'L' + l]), true);
   const l = +$('av-layer').value;
-  const heads = D.chosen ? D.chosen.filter(c => c[0] === p.name && c[1] === l).map(c => c[2]) : [...Array(p.n_heads).keys()];
+  const heads = D.chosen ? D.chosen.filter(c => c[0] === p.name && c[1] === l).map(c => c[2]) : p.heads[l];
   fill($('av-head'), heads.map(h => [h, 'H' + h]), true);
   const u = $('av-units').value, q = p.units[u].q;
   const measures = p.measures.filter(m => m === 'weights' || u === 'tokens' || p.words_moved);
@@ -501,7 +505,7 @@ async function thumbnails(){
     for (let c = 0; c < cols; c++){
       const v = lv[r * cols + c];
       zr[c] = v === 255 ? null : v / 254;
-      ir[c] = [layer, Math.min(Math.floor(c / (tk + 1)), T.n_heads - 1)];
+      ir[c] = [layer, T.heads[Math.min(Math.floor(c / (tk + 1)), T.heads.length - 1)]];
     }
     z.push(zr); ids.push(ir);
   }
@@ -540,7 +544,7 @@ def report(
     validation: ValidationReport | None = None,
     heads: list[tuple[int, int]] | None = None,
     layer: int | None = None,
-    head: int = 0,
+    head: int | None = None,
     budget_mb: float = REPORT_BUDGET_MB,
     title: str | None = None,
 ) -> str:
@@ -557,7 +561,7 @@ def report(
     page states it) and decoded by the page's own script; plotly.js and the CJK face are inlined, so the
     file opens offline with no request leaving it. Past ``budget_mb`` MB for the whole page (default 15:
     SmolLM2 at 512 tokens takes 13.6 MB), the page first leaves out what moves between words, then keeps
-    the overview's thumbnails and the maps of ``heads`` ((layer, head) pairs) only, and says so. ``layer`` / ``head``: what the page opens on (default: the first layer, head 0)."""
+    the overview's thumbnails and the maps of ``heads`` ((layer, head) pairs) only, and says so. ``layer`` / ``head``: what the page opens on (default: the first layer, its first head kept — head 0 of a capture of every head)."""
     import plotly.offline  # deferred: plotly.js is inlined into the page, read only when one is written
 
     if not isinstance(cap, Capture):
@@ -566,7 +570,8 @@ def report(
     layer = cap.layer_indices(part)[0] if layer is None else layer
     if layer not in cap.layer_indices(part):
         raise OutOfRangeError(f"layer {layer} is not in the capture; its {part} holds layers {cap.layer_indices(part)}")
-    cap.check_head(head, part)
+    head = cap.layer(layer, part).head_numbers[0] if head is None else head
+    cap.check_head(head, part, layer)
     plotly_js = plotly.offline.get_plotlyjs()
     title = title or f"attnviz report — {cap.model.get('name')}: {cap.text[:80]}"
 
