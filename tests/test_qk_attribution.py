@@ -135,6 +135,20 @@ def test_pairs_add_up_to_the_models_score_and_components_to_its_hidden_states(fa
         assert max(abs(w.score) for w in whys) > 0.05  # the scores are not ≈ 0: the test can tell
 
 
+def test_a_capture_of_some_heads_gives_the_same_attribution_by_the_model_s_numbers(family):
+    """capture(heads=[1, 3]) stacks two heads: head 3 is read by its number (GQA: the key/value head it reads),
+    bit for bit the attribution of a capture of every head; a head not kept is refused."""
+    name, model, tok, cap = family
+    some = attnviz.capture(model, TEXT, tokenizer=tok, heads=[1, 3])
+    layer = cap.n_layers - 1
+    for head in (1, 3):
+        want = attnviz.qk_attribution(model, cap, layer, head, 12, 6, tokenizer=tok)
+        got = attnviz.qk_attribution(model, some, layer, head, 12, 6, tokenizer=tok)
+        assert got.score == want.score and torch.equal(got.matrix, want.matrix), (name, head)
+    with pytest.raises(attnviz.HeadNotKeptError):
+        attnviz.qk_attribution(model, some, layer, 0, 12, 6, tokenizer=tok)
+
+
 def test_versus_is_the_difference_of_the_models_own_log_weights(family):
     """s(q, key) − s(q, versus) = log α(q, key) − log α(q, versus), from the model's own eager weights."""
     name, model, tok, cap = family

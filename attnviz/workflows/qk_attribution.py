@@ -335,7 +335,8 @@ def qk_attribution(
     rec = cap.layer(layer, part)
     if isinstance(head, bool) or not isinstance(head, int):
         raise ArgumentTypeError(f"head must be an int, got {head!r}")
-    cap.check_head(head, part)
+    cap.check_head(head, part, layer)
+    index = rec.head_index(head)  # where the model's head sits in the record (a capture of some heads: heads=)
     if rec.softcap is not None:
         raise UnsupportedModelError("a soft-capped score (tanh) is not a sum: it cannot be taken apart")
     asked: list[Token] = list(key) if isinstance(key, (list, tuple)) else [key]
@@ -348,7 +349,7 @@ def qk_attribution(
     positions = sorted({i, *keys, *([] if v is None else [v])})
     at = {p: n for n, p in enumerate(positions)}
 
-    n_heads, d_head, d_v = rec.q.shape[0], rec.q.shape[-1], rec.v.shape[-1]
+    n_heads, d_head, d_v = cap.info(part)["n_heads"], rec.q.shape[-1], rec.v.shape[-1]  # the model's, every head
     kv = cap.kv_head_of(head, part)
     tape, attentions, _ = _run(resolved, cap, spec, layer, positions)
     names = {id(m): name for name, m in resolved.model.named_modules()}
@@ -375,18 +376,18 @@ def qk_attribution(
 
     q = side(i, w_q, b_q, head)
     key_vectors = {p: side(p, w_k, b_k, kv) for p in {*keys, *([] if v is None else [v])}}
-    q_model, k_model = rec.q[head].double().cpu(), rec.k[kv].double().cpu()
+    q_model, k_model = rec.q[index].double().cpu(), rec.k[rec.kv_index(index)].double().cpu()
 
     def model_score(j: int) -> float:
         s = float(q_model[i] @ k_model[j]) * rec.scaling
         bias = rec.bias_part(torch.tensor([i]), torch.tensor([j]))
         if bias is not None:
-            s += float(bias[head if bias.shape[0] > 1 else 0, 0, 0])
+            s += float(bias[index if bias.shape[0] > 1 else 0, 0, 0])
         return s
 
     def score_bias(j: int) -> float:
         bias = rec.bias_part(torch.tensor([i]), torch.tensor([j]))
-        return 0.0 if bias is None else float(bias[head if bias.shape[0] > 1 else 0, 0, 0])
+        return 0.0 if bias is None else float(bias[index if bias.shape[0] > 1 else 0, 0, 0])
 
     dtype_ = next(resolved.model.parameters()).dtype
     tolerance = TOLERANCE.get(dtype_, 1e-4)
