@@ -20,18 +20,6 @@ N_NEW = 5
 KEPT = [1, 2]  # tiny Llama: 4 query heads over 2 KV heads — head 1 reads KV 0, head 2 reads KV 1
 
 
-@pytest.fixture(scope="module")
-def models():
-    cache: dict = {}
-
-    def make(family: str, backend: str = "sdpa"):
-        if (family, backend) not in cache:
-            cache[family, backend] = attnviz.testing.tiny_model(family, attn_implementation=backend)
-        return cache[family, backend]
-
-    return make
-
-
 def _generate(model, **kwargs):
     extra = {"min_new_tokens": N_NEW} if model.config.model_type == "bart" else {}
     return attnviz.generate(model, PROMPT, IdsTokenizer(), max_new_tokens=N_NEW, **extra, **kwargs)
@@ -42,10 +30,10 @@ CASES = [("llama", "sdpa"), ("gpt2", "eager"), ("t5", "sdpa"), ("bart", "eager")
 
 @pytest.mark.parametrize("check", ["sample", "full"])
 @pytest.mark.parametrize("family,backend", CASES, ids=[f"{f}-{b}" for f, b in CASES])
-def test_the_kept_heads_of_a_generation_are_a_full_generation_s_same_heads(models, family, backend, check):
+def test_the_kept_heads_of_a_generation_are_a_full_generation_s_same_heads(tiny, family, backend, check):
     """Same tokens; Q, K, V, the kernel's outputs, the maps and every step's two rows of the kept heads equal
     those of a full generation exactly (decoder self- and cross-attention, and the encoder, for T5 and BART)."""
-    model = models(family, backend)
+    model = tiny(family, backend)
     full = _generate(model, check=check)
     kept = _generate(model, check=check, heads=KEPT)
     assert kept.ids.tolist() == full.ids.tolist() and kept.text == full.text
@@ -82,9 +70,9 @@ def test_the_kept_heads_of_a_generation_are_a_full_generation_s_same_heads(model
     assert b.validate().passed
 
 
-def test_a_gqa_generation_keeps_one_key_value_head_for_a_group(models):
+def test_a_gqa_generation_keeps_one_key_value_head_for_a_group(tiny):
     """Tiny Llama: heads 0 and 1 read KV head 0 only, so the generation keeps one K and one V per layer."""
-    model = models("llama")
+    model = tiny("llama")
     full, kept = _generate(model), _generate(model, heads=[0, 1])
     for layer in full.capture.layer_indices():
         rec = kept.capture.layer(layer)
@@ -93,10 +81,10 @@ def test_a_gqa_generation_keeps_one_key_value_head_for_a_group(models):
         torch.testing.assert_close(rec.v[0], full.capture.layer(layer).v[0], rtol=0, atol=0)
 
 
-def test_a_step_reads_a_kept_head_and_refuses_a_dropped_one(models, tmp_path):
+def test_a_step_reads_a_kept_head_and_refuses_a_dropped_one(tiny, tmp_path):
     """``.step(i)``, its top keys, figure and summary take the model's head numbers; a dropped head is a
     HeadNotKeptError naming those kept, one outside the model an InputError — also read back from a file."""
-    model = models("gpt2")
+    model = tiny("gpt2")
     full, kept = _generate(model), _generate(model, heads=[1, 3])
     step, ref = kept.step(2), full.step(2)
     assert step.weights.shape == (2, 2, step.position + 1)
@@ -126,8 +114,8 @@ def test_a_step_reads_a_kept_head_and_refuses_a_dropped_one(models, tmp_path):
     assert kept.to_pandas(head=3).equals(full.to_pandas(head=3))
 
 
-def test_per_layer_heads_step_only_when_every_layer_stacks_the_same(models):
-    model = models("llama")
+def test_per_layer_heads_step_only_when_every_layer_stacks_the_same(tiny):
+    model = tiny("llama")
     same = _generate(model, heads={0: [2], 1: [2]})
     assert same.step(0).heads == [2] and same.capture.model["heads"] == {"0": [2], "1": [2]}
     mixed = _generate(model, heads={1: [2]})  # layer 0 keeps every head
@@ -145,8 +133,8 @@ def test_per_layer_heads_step_only_when_every_layer_stacks_the_same(models):
         ({0: [9]}, attnviz.OutOfRangeError, r"heads= \(layer 0\): head 9 is out of range"),
     ],
 )
-def test_heads_that_cannot_be_kept_are_refused_before_the_model_generates(models, heads, error, message, monkeypatch):
-    model = models("llama")
+def test_heads_that_cannot_be_kept_are_refused_before_the_model_generates(tiny, heads, error, message, monkeypatch):
+    model = tiny("llama")
     ran = []
     monkeypatch.setattr(type(model), "generate", lambda *a, **k: ran.append(1))
     monkeypatch.setattr(type(model), "forward", lambda *a, **k: ran.append(1))

@@ -27,18 +27,6 @@ def _ids(n: int = 24, seed: int = 7) -> torch.Tensor:
     return torch.randint(3, 100, (1, n), generator=torch.Generator().manual_seed(seed))
 
 
-@pytest.fixture(scope="module")
-def models():
-    cache: dict = {}
-
-    def make(family: str, backend: str = "sdpa"):
-        if (family, backend) not in cache:
-            cache[family, backend] = attnviz.testing.tiny_model(family, attn_implementation=backend)
-        return cache[family, backend]
-
-    return make
-
-
 def _pair(model, heads, **kwargs):
     ids = _ids()
     extra = {"decoder_input_ids": ids[:, :11]} if model.config.is_encoder_decoder else {}
@@ -49,10 +37,10 @@ def _pair(model, heads, **kwargs):
 
 @pytest.mark.parametrize("family", ["llama", "gpt2", "bert", "bart", "t5"])
 @pytest.mark.parametrize("backend", ["eager", "sdpa"])
-def test_the_kept_heads_are_the_full_captures_same_heads_exactly(models, family, backend):
+def test_the_kept_heads_are_the_full_captures_same_heads_exactly(tiny, family, backend):
     """Maps, Q/K/V, what moves, a tile and A·V of the kept heads equal the same heads of a full capture, bit
     for bit (the independent reference: the full capture, itself checked against the model's own output)."""
-    full, kept = _pair(models(family, backend), [1, 3])
+    full, kept = _pair(tiny(family, backend), [1, 3])
     assert kept.model["heads"] == [1, 3] and "heads" not in full.model
     assert kept.model["check_error"] == pytest.approx(full.model["check_error"], rel=1e-6, abs=1e-12)  # every head
     for part in full.parts:
@@ -79,13 +67,13 @@ def test_the_kept_heads_are_the_full_captures_same_heads_exactly(models, family,
     assert kept.validate().passed
 
 
-def test_a_gqa_model_keeps_the_key_value_heads_its_query_heads_read_and_no_more(models):
+def test_a_gqa_model_keeps_the_key_value_heads_its_query_heads_read_and_no_more(tiny):
     """Tiny Llama: 4 query heads over 2 KV heads (0,1 read KV 0; 2,3 read KV 1)."""
-    full, kept = _pair(models("llama"), [0, 1])
+    full, kept = _pair(tiny("llama"), [0, 1])
     rec = kept.layer(0)
     assert rec.q.shape[0] == 2 and rec.k.shape[0] == 1 and rec.v.shape[0] == 1 and rec.kv_heads == [0, 0]
     torch.testing.assert_close(rec.k[0], full.layer(0).k[0], rtol=0, atol=0)
-    _, other = _pair(models("llama"), [1, 2])  # one head of each group: both KV heads
+    _, other = _pair(tiny("llama"), [1, 2])  # one head of each group: both KV heads
     rec = other.layer(1)
     assert rec.k.shape[0] == 2 and rec.kv_heads == [0, 1]
     for head in (1, 2):
@@ -94,23 +82,23 @@ def test_a_gqa_model_keeps_the_key_value_heads_its_query_heads_read_and_no_more(
 
 
 @pytest.mark.parametrize("family", ["llama", "bert"])
-def test_the_bytes_kept_shrink_in_proportion_to_the_heads(models, family):
+def test_the_bytes_kept_shrink_in_proportion_to_the_heads(tiny, family):
     """Half the query heads (and, under GQA, half the KV heads): every per-head tensor halves; the output
     projection's check, one per layer, stays."""
-    full, kept = _pair(models(family), [0, 1])
+    full, kept = _pair(tiny(family), [0, 1])
     per_layer = sum(rec.projection_check.numel() * 4 for rec in full.records.values())
     assert _bytes(kept) - per_layer == (_bytes(full) - per_layer) // 2
     assert kept.nbytes <= full.nbytes // 2 + per_layer  # nothing keeps the whole stacks alive
-    _, one = _pair(models(family), [2])  # a quarter of the query heads; of the KV heads, the one it reads
+    _, one = _pair(tiny(family), [2])  # a quarter of the query heads; of the KV heads, the one it reads
     kv = _kv_bytes(full)
     query_side = _bytes(full) - per_layer - kv  # q, out, value dots: per query head
     assert _bytes(one) - per_layer == query_side // 4 + (kv // 4 if family == "bert" else kv // 2)
 
 
-def test_the_bytes_per_token_per_layer_are_what_the_guide_computes_from_the_shapes(models):
+def test_the_bytes_per_token_per_layer_are_what_the_guide_computes_from_the_shapes(tiny):
     """Per query head kept: Q and the output (d_head each, model dtype) and w float32 value dots; per
     key/value head read: K and V (d_head each) — the guide's table, here on tiny Llama (GQA)."""
-    _, kept = _pair(models("llama"), [1, 2])  # heads 1, 2 read KV heads 0 and 1
+    _, kept = _pair(tiny("llama"), [1, 2])  # heads 1, 2 read KV heads 0 and 1
     rec = kept.layer(0)
     n, d, es, w = rec.n_queries, rec.q.shape[-1], rec.q.element_size(), rec.value_dots.shape[-1]
     per_token_layer = 2 * (2 * d * es + w * 4) + 2 * (2 * d * es)
@@ -122,8 +110,8 @@ def _kv_bytes(cap) -> int:
     return sum(t.numel() * t.element_size() for rec in cap.records.values() for t in (rec.k, rec.v))
 
 
-def test_a_saved_capture_keeps_the_head_numbers(models, tmp_path):
-    _, kept = _pair(models("llama"), [1, 2])
+def test_a_saved_capture_keeps_the_head_numbers(tiny, tmp_path):
+    _, kept = _pair(tiny("llama"), [1, 2])
     back = attnviz.load(kept.save(tmp_path / "heads.attnviz"))
     assert back.model["heads"] == [1, 2] and back.kept_heads() == [1, 2]
     assert back.layer(0).heads == [1, 2] and back.layer(0).kv_heads == [0, 1]
@@ -133,8 +121,8 @@ def test_a_saved_capture_keeps_the_head_numbers(models, tmp_path):
         back.attention(0, 3)
 
 
-def test_a_head_not_kept_is_refused_with_the_heads_kept(models):
-    _, kept = _pair(models("gpt2"), [1, 3])
+def test_a_head_not_kept_is_refused_with_the_heads_kept(tiny):
+    _, kept = _pair(tiny("gpt2"), [1, 3])
     message = r"head 2 was not kept: this capture kept heads 1, 3 .*capture again with heads=None or including 2"
     for call in (
         lambda: kept.attention(0, 2),
@@ -164,8 +152,8 @@ def test_a_head_not_kept_is_refused_with_the_heads_kept(models):
         (1.5, attnviz.ArgumentTypeError, r"heads= takes a list of head numbers"),
     ],
 )
-def test_heads_that_cannot_be_kept_are_refused_before_the_forward(models, heads, error, message, monkeypatch):
-    model = models("bert")
+def test_heads_that_cannot_be_kept_are_refused_before_the_forward(tiny, heads, error, message, monkeypatch):
+    model = tiny("bert")
     ran = []
     monkeypatch.setattr(type(model), "forward", lambda *a, **k: ran.append(1))
     with pytest.raises(error, match=message):
@@ -173,8 +161,8 @@ def test_heads_that_cannot_be_kept_are_refused_before_the_forward(models, heads,
     assert not ran
 
 
-def test_per_layer_heads_keep_every_head_of_a_layer_not_named(models):
-    model = models("bert")
+def test_per_layer_heads_keep_every_head_of_a_layer_not_named(tiny):
+    model = tiny("bert")
     full = attnviz.capture(model, input_ids=_ids())
     kept = attnviz.capture(model, input_ids=_ids(), heads={1: [2]})
     assert kept.layer(0).heads is None and kept.layer(1).heads == [2]
@@ -187,8 +175,8 @@ def test_per_layer_heads_keep_every_head_of_a_layer_not_named(models):
         head_stats(kept)
 
 
-def test_tables_figures_and_analyses_label_the_models_numbers(models):
-    full, kept = _pair(models("bert"), [1, 3])
+def test_tables_figures_and_analyses_label_the_models_numbers(tiny):
+    full, kept = _pair(tiny("bert"), [1, 3])
     table = kept.to_pandas(0)
     assert sorted(table["head"].unique()) == [1, 3]
     theirs = full.to_pandas(0)

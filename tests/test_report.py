@@ -164,6 +164,14 @@ def shown(driver, script: str, want: int, timeout: float = 20):
     raise AssertionError("the figure was not redrawn")
 
 
+def switched(driver, title: str, timeout: float = 20) -> None:
+    """Wait until the page's status line names ``title`` (the selectors' map is drawn)."""
+    deadline = time.time() + timeout
+    while title not in driver.execute_script("return document.getElementById('av-status').textContent"):
+        assert time.time() < deadline, "the page did not switch"
+        time.sleep(0.2)
+
+
 def as_tensor(z) -> torch.Tensor:
     return torch.tensor([[float("nan") if v is None else v for v in row] for row in z])
 
@@ -194,10 +202,7 @@ def test_the_report_opens_offline_switches_heads_and_draws_cjk_in_its_face(dash_
         choose(driver, "av-head", head)
         want = (cap.moved if measure == "moved" else cap.attention)(layer, head, words=words).float()
         title = f"L{layer}·H{head} — {'weights α' if measure == 'weights' else 'what moves'}"
-        deadline = time.time() + 20
-        while title not in driver.execute_script("return document.getElementById('av-status').textContent"):
-            assert time.time() < deadline, "the page did not switch"
-            time.sleep(0.2)
+        switched(driver, title)
         z = as_tensor(shown(driver, Z, want.shape[0]))
         allowed = cap.allowed(layer)
         if words:
@@ -252,10 +257,7 @@ def test_a_report_of_some_heads_offers_and_draws_them_by_the_model_s_numbers(das
         choose(driver, "av-head", head)
         want = (cap.moved if measure == "moved" else cap.attention)(1, head).float()
         title = f"L1·H{head} — {'weights α' if measure == 'weights' else 'what moves'}"
-        deadline = time.time() + 20
-        while title not in driver.execute_script("return document.getElementById('av-status').textContent"):
-            assert time.time() < deadline, "the page did not switch"
-            time.sleep(0.2)
+        switched(driver, title)
         z = as_tensor(shown(driver, Z, want.shape[0]))
         s = float(cap.attention(1, head).max())
         tol = s * (float(cap.value_norms(1)[cap.head_index(1, head)].max()) if measure == "moved" else 1) / (2 * LEVELS)
