@@ -32,6 +32,7 @@ from .data.words import words_from_offsets
 from .engine.specs import check_supported
 from .workflows.capture.inputs import Encoded, check_texts, tokenize
 from .workflows.capture.joint import is_joint
+from .workflows.capture.kept import check_heads, check_keep, n_heads
 from .workflows.capture.models import (
     EMBEDDED_MODELS,
     describe_model,
@@ -40,7 +41,7 @@ from .workflows.capture.models import (
     model_kind,
     writes_text,
 )
-from .workflows.capture.pipeline import check_heads, check_keep, check_layers, max_positions, n_heads, n_layers
+from .workflows.capture.pipeline import check_layers, max_positions, n_layers
 from .workflows.capture.vlm import is_vlm, vlm_refusal
 
 __all__ = [

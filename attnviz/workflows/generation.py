@@ -29,7 +29,8 @@ from ..families import PROJECTION_SPECS
 from .capture.build import Item, captures
 from .capture.images import is_image_input
 from .capture.inputs import Encoded, check_vocabulary, given_tokens, surfaces, tokenize
-from .capture.pipeline import check_heads, check_mode, n_heads, resolve, tapped, weight_mode_for
+from .capture.kept import check_heads, n_heads
+from .capture.pipeline import check_mode, resolve, tapped, weight_mode_for
 from .capture.progress import attention_calls, counting
 from .capture.vlm import encode_vlm, image_token_id, is_vlm, vlm_refusal
 from .generation_result import Generation

@@ -21,14 +21,11 @@ from ...engine.taps import AttentionCall, Recorder, tap
 from .call_records import build_records
 from .device_check import check_captures
 from .device_check import to_host as records_to_host
+from .kept import KEEP, HeadChoice, drop_unkept, keep_heads
 from .pipeline import (
-    KEEP,
-    HeadChoice,
     Resolved,
     T,
     check_mode,
-    drop_unkept,
-    keep_heads,
     model_class,
     tapped,
     weight_mode_for,

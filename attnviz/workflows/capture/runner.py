@@ -27,20 +27,8 @@ from .build import Item, run_captures
 from .images import capture_images, encode_images, is_image_input, require_vision
 from .inputs import Encoded, check_max_length, check_texts, decoder_inputs, given_tokens, ids_rows, tokenize
 from .joint import capture_joint, is_joint
-from .pipeline import (
-    KEEP,
-    HeadChoice,
-    Resolved,
-    check_heads,
-    check_keep,
-    check_mode,
-    drop_unkept,
-    forward_inputs,
-    keep_heads,
-    n_heads,
-    resolve,
-    weight_mode_for,
-)
+from .kept import KEEP, HeadChoice, check_heads, check_keep, drop_unkept, keep_heads, n_heads
+from .pipeline import Resolved, check_mode, forward_inputs, resolve, weight_mode_for
 from .progress import attention_calls, counting
 from .vlm import capture_vlm, is_vlm, vlm_refusal
 
