@@ -24,7 +24,7 @@ import plotly.offline
 import attnviz
 from attnviz import figures
 from attnviz.views.html import cjk_font_face
-from attnviz.views.report_page import REPORT_BUDGET_MB
+from attnviz.views.report_data import REPORT_BUDGET_MB
 
 PROSE = (
     "The cat chased the mouse through the kitchen because it was hungry, and the mouse hid in the box "

@@ -25,7 +25,7 @@ import torch
 import attnviz
 from attnviz import figures
 from attnviz.views.html import cjk_font_path
-from attnviz.views.report_page import LEVELS, QUANTISATION, encode_map
+from attnviz.views.report_data import LEVELS, QUANTISATION, encode_map
 
 ZH = "我家的小猫很可爱，它很好动。"
 ROOT = Path(__file__).resolve().parents[1]
