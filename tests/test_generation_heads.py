@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_heads import BAD_HEADS
 
 import attnviz
 from attnviz.figures import step_figure
@@ -124,15 +125,7 @@ def test_per_layer_heads_step_only_when_every_layer_stacks_the_same(tiny):
         mixed.step(0)
 
 
-@pytest.mark.parametrize(
-    "heads, error, message",
-    [
-        ([7], attnviz.OutOfRangeError, r"heads=: head 7 is out of range: this model has heads 0\.\.3"),
-        ([], attnviz.InputError, r"heads= names no head"),
-        (["1"], attnviz.ArgumentTypeError, r"heads= takes ints \(the model's head numbers\), got '1'"),
-        ({0: [9]}, attnviz.OutOfRangeError, r"heads= \(layer 0\): head 9 is out of range"),
-    ],
-)
+@pytest.mark.parametrize("heads, error, message", BAD_HEADS)
 def test_heads_that_cannot_be_kept_are_refused_before_the_model_generates(tiny, heads, error, message, monkeypatch):
     model = tiny("llama")
     ran = []

@@ -142,16 +142,17 @@ def test_a_head_not_kept_is_refused_with_the_heads_kept(tiny):
         kept.to_bertviz()
 
 
-@pytest.mark.parametrize(
-    "heads, error, message",
-    [
-        ([7], attnviz.OutOfRangeError, r"heads=: head 7 is out of range: this model has heads 0\.\.3"),
-        ([], attnviz.InputError, r"heads= names no head"),
-        (["1"], attnviz.ArgumentTypeError, r"heads= takes ints \(the model's head numbers\), got '1'"),
-        ({0: [9]}, attnviz.OutOfRangeError, r"heads= \(layer 0\): head 9 is out of range"),
-        (1.5, attnviz.ArgumentTypeError, r"heads= takes a list of head numbers"),
-    ],
-)
+#: heads= a 4-head model cannot keep: the argument, the error, what it says
+BAD_HEADS = [
+    ([7], attnviz.OutOfRangeError, r"heads=: head 7 is out of range: this model has heads 0\.\.3"),
+    ([], attnviz.InputError, r"heads= names no head"),
+    (["1"], attnviz.ArgumentTypeError, r"heads= takes ints \(the model's head numbers\), got '1'"),
+    ({0: [9]}, attnviz.OutOfRangeError, r"heads= \(layer 0\): head 9 is out of range"),
+    (1.5, attnviz.ArgumentTypeError, r"heads= takes a list of head numbers"),
+]
+
+
+@pytest.mark.parametrize("heads, error, message", BAD_HEADS)
 def test_heads_that_cannot_be_kept_are_refused_before_the_forward(tiny, heads, error, message, monkeypatch):
     model = tiny("bert")
     ran = []
