@@ -112,3 +112,33 @@ def _read_table(text: str) -> list[dict[str, str]]:
     lines = [line for line in text.splitlines() if line.startswith("| ")]
     head = [c.strip() for c in lines[0].strip("| ").split(" | ")]
     return [dict(zip(head, (c.strip() for c in line.strip()[2:-2].split(" | ")))) for line in lines[1:]]
+
+
+def kept_heads_on(device: str, keep_on_device: bool) -> None:
+    """capture(heads=) and generate(heads=) on ``device``: the kept heads are those of a capture (a generation) of
+    every head on the same device, narrowed where the records are (kept on the device, or copied to the host)."""
+    from attnviz.workflows.capture.models import IdsTokenizer
+
+    model = attnviz.testing.tiny_model("llama", attn_implementation="sdpa").to(device)  # 4 query heads, 2 KV heads
+    ids = torch.randint(3, 120, (1, 12), generator=torch.Generator().manual_seed(0))
+    full = attnviz.capture(model, input_ids=ids, keep_on_device=keep_on_device)
+    some = attnviz.capture(model, input_ids=ids, heads=[1, 3], keep_on_device=keep_on_device)
+    assert some.kept_heads() == [1, 3] and some.q(0).shape[0] == 2 and some.k(0).shape[0] == 2
+    assert some.q(0).device.type == (device if keep_on_device else "cpu")
+    for layer in full.layer_indices():
+        for head in (1, 3):
+            torch.testing.assert_close(some.attention(layer, head), full.attention(layer, head), atol=0, rtol=0)
+    assert some.validate().passed
+    prompt = "11 5 7 9 13 21 34 55 89"
+    gen_full = attnviz.generate(model, prompt, IdsTokenizer(), max_new_tokens=4, keep_on_device=keep_on_device)
+    gen_some = attnviz.generate(
+        model, prompt, IdsTokenizer(), max_new_tokens=4, heads=[1, 3], keep_on_device=keep_on_device
+    )
+    assert gen_some.new_token_ids == gen_full.new_token_ids and gen_some.capture.kept_heads() == [1, 3]
+    for head in (1, 3):
+        torch.testing.assert_close(gen_some.capture.attention(1, head), gen_full.capture.attention(1, head))
+
+
+@pytest.mark.parametrize("keep_on_device", [False, True])
+def test_kept_heads_on_cuda_equal_the_same_heads_of_every_head(keep_on_device):
+    kept_heads_on("cuda", keep_on_device)
