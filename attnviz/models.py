@@ -10,7 +10,10 @@ load or a long run — without reaching into :mod:`attnviz.workflows`:
 >>> encoded = models.tokenize(tokenizer, ["The cat sat."], None, None, "minilm")
 >>> cap = attnviz.capture("minilm", "The cat sat.", tokenized=encoded)   # not tokenized again
 
-- :func:`describe_model`: a name's ``(config, tokenizer)`` before its weights load (cached with the name).
+- :func:`describe_model`: a name's ``(config, tokenizer)`` before its weights load (cached with the name);
+  :func:`describe_quickly`: the same facts of a local folder (an embedded alias, a folder) without importing
+  transformers' model classes — the config's JSON as a namespace — where that reads alike (else None): what
+  the command line checks its arguments against.
 - :func:`load_model`: the model (eval mode) and its tokenizer, ``with_processor=True`` its processor too.
 - :func:`load_processor`: the processor of a model with pictures (None for a text model).
 - :func:`max_positions`: the most tokens a config's model reads (None: it states no limit).
@@ -36,6 +39,7 @@ from .workflows.capture.kept import check_heads, check_keep, n_heads
 from .workflows.capture.models import (
     EMBEDDED_MODELS,
     describe_model,
+    describe_quickly,
     load_model,
     load_processor,
     model_kind,
@@ -53,6 +57,7 @@ __all__ = [
     "check_supported",
     "check_texts",
     "describe_model",
+    "describe_quickly",
     "is_joint",
     "is_vlm",
     "load_model",

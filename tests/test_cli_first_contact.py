@@ -57,6 +57,31 @@ def test_a_gguf_files_config_and_tokenizer_are_parsed_once_then_read_from_their_
 
 
 @pytest.mark.slow
+def test_the_quick_description_reads_as_the_whole_one_or_stands_aside(own_cache, model_folder, tiny_bert_words):
+    """describe_quickly (the command line's preflight): SmolLM2's converted folder read as JSON and the generic fast
+    tokenizer gives the same facts and the same ids and offsets as describe_model, without importing its config
+    class; a folder it cannot read alike (BERT's own tokenizer class, a nested config, a hub name) is None."""
+    from attnviz.models import check_supported, describe_quickly, max_positions, n_heads, n_layers, writes_text
+
+    assert describe_quickly("smollm2") is None  # not converted yet: the whole description converts it first
+    config, tokenizer = describe_model("smollm2")
+    facts, quick = describe_quickly("smollm2")
+    for read in (n_layers, n_heads, max_positions, writes_text):
+        assert read(facts) == read(config), read.__name__
+    assert facts.model_type == config.model_type and check_supported(facts) is None
+    assert encoded(quick) == encoded(tokenizer) and type(quick) is type(tokenizer)
+    assert describe_quickly("minilm") is None  # BertTokenizer: a class of its own
+    assert describe_quickly(model_folder("tiny-bert", *tiny_bert_words)) is None
+    assert describe_quickly("HuggingFaceTB/SmolLM2-135M") is None  # a hub name: the hub is asked, as before
+    assert describe_quickly("no/such/folder") is None
+    code = "import sys; from attnviz.models import describe_quickly; describe_quickly('smollm2'); " + (
+        "print(any(m.startswith('transformers.models.llama') for m in sys.modules))"
+    )
+    env = {**os.environ, "XDG_CACHE_HOME": str(own_cache)}
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env).stdout == "False\n"
+
+
+@pytest.mark.slow
 def test_layer_query_and_head_are_refused_without_parsing_the_gguf_file(own_cache, monkeypatch, capsys, tmp_path):
     describe_model("smollm2")  # the first description converts and keeps them
     capture_models._described.cache_clear()

@@ -38,6 +38,7 @@ def preflight(
         check_supported,
         check_texts,
         describe_model,
+        describe_quickly,
         max_positions,
         n_layers,
         tokenize,
@@ -47,7 +48,8 @@ def preflight(
 
     if text is not None:
         check_texts(text, what)  # before the tokenizer loads (a GGUF's takes seconds)
-    config, tokenizer = describe_model(args.model)
+    # a local folder's facts read without transformers' model classes (≈2 s to import), else the whole description
+    config, tokenizer = describe_quickly(args.model) or describe_model(args.model)
     check_supported(config)
     encoder_decoder = bool(getattr(config, "is_encoder_decoder", False))
     if getattr(args, "part", None) == "cross" and not encoder_decoder:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 #: what a complete cache folder holds (the tokenizer's own files beside it)
-_DONE = "attnviz-complete"
+DONE = "attnviz-complete"
 
 
 def cache_root() -> Path:
@@ -47,7 +47,7 @@ def read(gguf: Path) -> tuple[Any, Any] | None:
 
     try:
         folder = cache_folder(gguf)
-        if not (folder / _DONE).is_file():
+        if not (folder / DONE).is_file():
             return None
         config, tokenizer = AutoConfig.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
     except (OSError, ValueError):
@@ -69,14 +69,14 @@ def write(gguf: Path, config: Any, tokenizer: Any) -> Path | None:
     try:
         config.save_pretrained(partial)
         tokenizer.save_pretrained(partial)
-        (partial / _DONE).write_text(str(gguf.resolve()))
+        (partial / DONE).write_text(str(gguf.resolve()))
         partial.rename(folder)
         return folder
     except OSError:  # another process renamed its own first, or the disk is full
-        return folder if (folder / _DONE).is_file() else None
+        return folder if (folder / DONE).is_file() else None
     finally:
         with contextlib.suppress(OSError):
             shutil.rmtree(partial)
 
 
-__all__ = ["cache_folder", "cache_root", "read", "write"]
+__all__ = ["DONE", "cache_folder", "cache_root", "read", "write"]
