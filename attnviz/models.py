@@ -39,13 +39,13 @@ from .workflows.capture.kept import check_heads, check_keep, n_heads
 from .workflows.capture.models import (
     EMBEDDED_MODELS,
     describe_model,
-    describe_quickly,
     load_model,
     load_processor,
     model_kind,
     writes_text,
 )
 from .workflows.capture.pipeline import check_layers, max_positions, n_layers
+from .workflows.capture.quick_description import describe_quickly
 from .workflows.capture.vlm import is_vlm, vlm_refusal
 
 __all__ = [

@@ -335,30 +335,26 @@ def test_explain_says_a_bad_word_on_one_line(capsys):
 # ---------------------------------------------------------------- the carried real models
 
 
-@pytest.mark.slow
-def test_minilm_adds_up():
-    model, tok = attnviz.load_model("minilm", attn_implementation="eager")
+def _carried_adds_up(model, tok, heads) -> None:
+    """Each head's pairs add up on the text, for three keys at once, and ``versus`` is the model's log-weight ratio."""
     cap = attnviz.capture(model, SENTENCE, tokenizer=tok)
     hidden, weights = _reference(model, cap)
-    for layer, head in [(0, 0), (3, 5), (5, 11)]:
+    for layer, head in heads:
         for why in attnviz.qk_attribution(model, cap, layer, head, "it", ["cat", "mat", 0], tokenizer=tok):
             _assert_adds_up(why, model, cap, hidden, weights)
         why = attnviz.qk_attribution(model, cap, layer, head, "it", "cat", versus="mat", tokenizer=tok)
         alpha = weights[layer][0, head, why.query].double()
         assert why.total == pytest.approx(float(alpha[why.key].log() - alpha[why.versus].log()), rel=REL, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_minilm_adds_up():
+    _carried_adds_up(*attnviz.load_model("minilm", attn_implementation="eager"), [(0, 0), (3, 5), (5, 11)])
 
 
 @pytest.mark.slow
 def test_smollm2_adds_up(smollm2_eager):
-    model, tok = smollm2_eager
-    cap = attnviz.capture(model, SENTENCE, tokenizer=tok)
-    hidden, weights = _reference(model, cap)
-    for layer, head in [(0, 0), (15, 3), (29, 8)]:
-        for why in attnviz.qk_attribution(model, cap, layer, head, "it", ["cat", "mat", 0], tokenizer=tok):
-            _assert_adds_up(why, model, cap, hidden, weights)
-        why = attnviz.qk_attribution(model, cap, layer, head, "it", "cat", versus="mat", tokenizer=tok)
-        alpha = weights[layer][0, head, why.query].double()
-        assert why.total == pytest.approx(float(alpha[why.key].log() - alpha[why.versus].log()), rel=REL, abs=1e-4)
+    _carried_adds_up(*smollm2_eager, [(0, 0), (15, 3), (29, 8)])
 
 
 @pytest.mark.slow

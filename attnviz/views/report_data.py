@@ -137,14 +137,12 @@ def report_data(
     token_total = word_total = done = 0  # bytes of the token weights (and norms, masks), of words' moved; layers
     for part in cap.parts:
         layers = cap.layer_indices(part)
-        info = cap.info(part)
         measures = [m for m in MEASURES if m == "weights" or _has_norms(cap, part)]
         if "moved" not in measures:
             data.left_out.append(f"{part}: what moves (this capture kept no value norms)")
         entry: dict[str, Any] = {
             "name": part,
             "layers": layers,
-            "n_heads": info["n_heads"],
             "heads": {str(layer): cap.layer(layer, part).head_numbers for layer in layers},  # the model's numbers
             "measures": measures,
             "units": {
@@ -247,7 +245,6 @@ def thumbnail_data(cap: Capture, part: str, selected: tuple[int, int]) -> dict[s
         "shape": list(z.shape),
         "size": list(thumb_size(cap, False, MODEL_VIEW_CELLS, part)),
         "layers": cap.layer_indices(part),
-        "n_heads": cap.info(part)["n_heads"],
         "heads": cap.kept_heads(part),  # the mosaic's columns, by the model's numbers
         "figure": json.loads(fig.to_json()),
     }
