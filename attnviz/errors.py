@@ -15,6 +15,7 @@ Every error is an :class:`AttnvizError` and says what was wrong and what to do::
     ├── OutOfRangeError          a layer, head or batch index that does not exist (also an IndexError)
     │   └── HeadNotKeptError     a head of the model that the capture did not keep (capture(heads=))
     ├── CaptureFileError         a file that is not a readable attnviz capture
+    ├── FileWriteError           a file that could not be written (also an OSError); the previous one is intact
     ├── Interrupted              SIGTERM/SIGINT stopped a long run after it wrote its checkpoint (carries the path)
     └── ValidationError          the recomputation does not reproduce the model (carries the report and the capture)
 
@@ -83,6 +84,11 @@ class HeadNotKeptError(OutOfRangeError):
 
 class CaptureFileError(AttnvizError):
     """A file that is not a readable attnviz capture."""
+
+
+class FileWriteError(AttnvizError, OSError):
+    """A file attnviz could not write (a folder given for a file, a missing folder, a full disk, no
+    permission); the previous file at that path, if any, is unchanged (:mod:`attnviz.files`)."""
 
 
 class Interrupted(AttnvizError):

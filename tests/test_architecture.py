@@ -458,6 +458,7 @@ PUBLIC_MODULES = (
     "attnviz.families",
     "attnviz.figures",
     "attnviz.figures.helpers",
+    "attnviz.files",
     "attnviz.models",
     "attnviz.processes",
 )
