@@ -109,12 +109,12 @@ def test_back_and_forward_return_to_the_previous_views(dash_duo):
 @pytest.mark.slow
 def test_a_link_to_a_capture_the_server_does_not_hold_says_so(dash_duo):
     start_minilm(dash_duo)
-    dash_duo.driver.get(dash_duo.server_url + "/?capture=0123456789abcdef&model=minilm&bos=0&tab=lab&layer=2")
+    dash_duo.driver.get(dash_duo.server_url + "/?capture=0123456789abcdef01234567&model=minilm&bos=0&tab=lab&layer=2")
     dash_duo.wait_for_contains_text(f"#{ID.message}", "no longer on the server", timeout=30)
     message = dash_duo.find_element(f"#{ID.message}").text
     assert "Press Run model to capture the text again" in message and "Error" not in message
     run_text(dash_duo, CAT, expect="13 tokens")  # the page still works: a Run opens a capture
-    poll(lambda: query(dash_duo).get("capture") not in (None, "0123456789abcdef"))
+    poll(lambda: query(dash_duo).get("capture") not in (None, "0123456789abcdef01234567"))
     no_console_errors(dash_duo)
 
 

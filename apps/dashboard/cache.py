@@ -1,17 +1,33 @@
-"""A server-side capture cache, bounded in bytes, shared by the sessions of one app."""
+"""A server-side capture cache, bounded in bytes, shared by the sessions of one app, and the one way a
+capture's key is made: a digest the server computes (:func:`digest_key`), never a name the page chose.
+Every key the page sends back is checked against :data:`KEY` before it is used (``capture_files.check_key``)."""
 
 from __future__ import annotations
 
 import hashlib
+import re
 import threading
 from collections import OrderedDict
 
 from attnviz import Capture
 
+KEY_DIGITS = 24  # hex digits of a key: 96 bits of a SHA-256
+KEY = re.compile(f"[0-9a-f]{{{KEY_DIGITS}}}")  # the form of every key: no separator, no dot, no wildcard
+
+
+def digest_key(*parts: bytes) -> str:
+    """A capture's key: a digest of what made it (the only way a key is made; its form is :data:`KEY`)."""
+    return hashlib.sha256(b"\x00".join(parts)).hexdigest()[:KEY_DIGITS]
+
+
+def is_key(key: object) -> bool:
+    """Whether ``key`` has the form of a key the server makes (anything the page sends may be anything)."""
+    return isinstance(key, str) and KEY.fullmatch(key) is not None
+
 
 def capture_key(model: str, text: str) -> str:
     """The cache key of (model, text): the model runs once per pair, whoever asks."""
-    return hashlib.sha256(f"{model}\x00{text}".encode()).hexdigest()[:24]
+    return digest_key(model.encode(), text.encode())
 
 
 class CaptureCache:

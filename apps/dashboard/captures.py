@@ -11,6 +11,11 @@ head a capture opens on (``opening``), the memo of derived results (``derived``)
 The page's store names a capture by its key and holds what the user chose (model, BOS, new tokens),
 never the text: the text reaches the server once, with the Run that tokenizes it (once) and captures
 it. A key whose capture the cache let go is a message on the page, not a silent second run.
+
+Keys are never paths: every key is a digest the server makes (``cache.digest_key``); a key the page sends
+is used only when it has that form (``capture_files.check_key``), and a file is read — or removed — only
+for a key whose background job this server started (``Captures.started``) or a capture file it was started
+with (``Captures.files``). Anything else is the page's message (:class:`UnknownCapture`), never a file.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ import attnviz
 from attnviz.models import max_positions, tokenize
 
 from .cache import CaptureCache
-from .capture_files import CaptureGone, JobFolder, Request, request_key
+from .capture_files import CaptureGone, JobFolder, Request, UnknownCapture, check_key, request_key
 from .common import text_limit
 from .derived import Derived
 from .jobs import Jobs, Progress
@@ -42,6 +47,8 @@ __all__ = [  # the model facts, the opening head and the request are imported fr
     "CaptureGone",
     "Captures",
     "Request",
+    "UnknownCapture",
+    "check_key",
     "content_words_before",
     "default_head",
     "default_query",
@@ -50,6 +57,7 @@ __all__ = [  # the model facts, the opening head and the request are imported fr
     "wants_bos",
 ]
 
+UNKNOWN_STORE = "This page's store names no capture; press Run model to capture the text."
 BACKGROUND_FROM = 1024  # a text of more tokens is captured, and its heavy views computed, by background jobs
 BACKGROUND_NEW_TOKENS = 64  # a generation of more new tokens runs as a background job
 
@@ -79,6 +87,7 @@ class Captures:
         self.folder = Path(folder)
         self.job_files = JobFolder(self.folder)
         self._adopt = threading.Lock()
+        self.started: set[str] = set()  # the keys of the background captures this server started (their files)
         self.results = Derived(cache_bytes // 4)  # derived results: at most a quarter of the captures' bound
         self.background_from = background_from  # a longer capture's heavy views are background jobs
         self.jobs = Jobs(workers)
@@ -88,7 +97,7 @@ class Captures:
 
     def check_model(self, model: str) -> None:
         """The browser may send anything: only the server's own models are loaded."""
-        if model not in self.models:
+        if not isinstance(model, str) or model not in self.models:
             raise attnviz.InputError(
                 f"{str(model)[:80]!r} is not one of this dashboard's models; choose one in the list "
                 "(start the dashboard with --model NAME to offer others)"
@@ -155,9 +164,12 @@ class Captures:
 
     # -- getting a capture
     def cached(self, key: str) -> attnviz.Capture | None:
-        """The capture of ``key`` if the server holds it, or a background job left its file (adopted
-        into the cache then, the file removed)."""
-        cap = self.cache.get(key)
+        """The capture of ``key`` if the server holds it, or a background job this server started left its
+        file (adopted into the cache then, the file removed). ``key``: checked (:func:`check_key`); a file is
+        read, or removed, only for a key in :attr:`started` — never for a key the page made up."""
+        cap = self.cache.get(check_key(key))
+        if key not in self.started:
+            return cap
         path = self.job_file(key)
         if cap is not None:
             if path.exists():  # a job saved a capture the server had by then (two pages ran the text)
@@ -229,8 +241,10 @@ class Captures:
         for it (the page's job sends only the key and that name). What jobs that died left (their pid,
         half a file, a request no job will read) goes first."""
         for key in self.job_files.started():
-            if self.job_state(key) == "stopped":
+            if key in self.started and self.job_state(key) == "stopped":
                 self.clean_job(key)
+        with self._adopt:
+            self.started.add(request.key)  # its capture's file is one this server may read and remove
         return self.job_files.leave(request)
 
     def save_for_server(self, key: str, run: str, on_progress: Callable[[int, int], None] | None = None) -> None:
@@ -249,14 +263,23 @@ class Captures:
     def job_state(self, key: str) -> str:
         """Where the background capture of ``key`` is: ``"done"`` (its capture is here or in its file),
         ``"running"`` (its process is alive), ``"starting"`` (requested, not begun), or ``"stopped"``
-        (its process ended without a capture: cancelled, killed, out of memory)."""
-        if self.cache.get(key) is not None or self.job_file(key).exists():
+        (its process ended without a capture: cancelled, killed, out of memory). A key whose job this
+        server did not start is :class:`UnknownCapture` (the page's message): no file is looked at."""
+        if self.cache.get(check_key(key)) is not None:
+            return "done"
+        if key not in self.started:
+            raise UnknownCapture(
+                "This page watches a background capture this server did not start; press Run model to capture the text."
+            )
+        if self.job_file(key).exists():
             return "done"
         return self.job_files.state(key)
 
     def clean_job(self, key: str) -> None:
-        """Remove what a stopped background capture of ``key`` left: its request, its pid, half a file."""
-        self.job_files.clean(key)
+        """Remove what a stopped background capture of ``key`` left: its request, its pid, half a file —
+        only for a job this server started (any other key removes nothing)."""
+        if check_key(key) in self.started:
+            self.job_files.clean(key)
 
     # -- the page's capture
     def from_store(self, store: dict | None) -> attnviz.Capture | None:
@@ -265,11 +288,13 @@ class Captures:
         the file; any other capture the cache let go is a message that asks for a new run."""
         if not store:
             return None
-        key = store.get("key")
-        cap = self.cached(key) if isinstance(key, str) else None
+        if not isinstance(store, dict):
+            raise UnknownCapture(UNKNOWN_STORE)
+        key = check_key(store.get("key"))  # a key of the server's form, or the page's message: never a path
+        cap = self.cached(key)
         if cap is not None:
             return cap
-        model = store.get("model")
+        model = store.get("model")  # a capture file the server was started with: its path is the server's own
         if isinstance(model, str) and model in self.files and not store.get("generate"):
             cap = attnviz.load(self.files[model])
             if self.key(model, cap.text) == key:

@@ -10,6 +10,7 @@ camera buttons save."""
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 from pathlib import Path
 
@@ -27,6 +28,12 @@ from .registry import View, registers
 from .ui import field
 
 GRAPHS = [ID.heatmap, ID.head_view, ID.model_view, ID.lab_graph, ID.validation_map, ID.comparison, CID.graph]
+
+
+def file_name(name: str) -> str:
+    """A download's file name from the page's selections (which the page may send as anything): letters,
+    digits and ``._-`` only, so that no separator or control character reaches the browser's save dialog."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:120]
 
 
 def matrix_frame(
@@ -221,14 +228,16 @@ def register(app: Dash, captures: Captures) -> None:
             figs = view_figures(
                 cap, tab, layer, head, words=words, part=part, heads=heads, query=query, measure=measure or "weights"
             )
-            name = f"attnviz-{tab}-{part + '-' if part else ''}L{layer}-H{head}.html"
+            name = file_name(f"attnviz-{tab}-{part + '-' if part else ''}L{layer}-H{head}.html")
             page = figures.html_page(
                 figs, title=f"attnviz — {cap.model.get('name')}: {cap.text[:80]}", provenance=cap.provenance
             )
             return dcc.send_string(page, name), ""
         moved = measure == "moved"
         df = matrix_frame(cap, layer, head, words=words, part=part, measure="moved" if moved else "weights")
-        name = f"{'moved' if moved else 'attention'}-{part + '-' if part else ''}L{layer}-H{head}-{units}.csv"
+        name = file_name(
+            f"{'moved' if moved else 'attention'}-{part + '-' if part else ''}L{layer}-H{head}-{units}.csv"
+        )
         return dcc.send_data_frame(df.to_csv, name), ""
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
@@ -32,6 +31,7 @@ from attnviz.figures import (
 )
 from attnviz.figures.helpers import MARK, NEW_COLOUR
 
+from .cache import digest_key
 from .captures import Captures
 from .errors import page_message, shows_errors
 from .generations import new_tokens_input
@@ -190,7 +190,7 @@ def decoded_upload(contents: str) -> bytes:
 def capture_picture(captures: Captures, model: str, picture) -> tuple[str, attnviz.Capture]:
     """(the cache key, the capture) of ``picture`` (a file's bytes, or the sample array) by ``model``."""
     captures.check_model(model)
-    key = "image:" + hashlib.sha256(model.encode() + b"\x00" + picture_bytes(picture)).hexdigest()
+    key = digest_key(b"image", model.encode(), picture_bytes(picture))  # the server's key: never a name
     cap = captures.cache.get(key)
     if cap is not None:
         return key, cap

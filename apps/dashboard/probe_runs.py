@@ -5,7 +5,7 @@ the page.
   the server's folder, under its own name, and named to the page by a random token; the page's store holds the token and the
   file's name, and the Upload's contents are cleared, so the file never travels back.
 - A probe set's result is made by a background job, a fork of the server: the job writes it to the
-  folder (a pickle under a temporary name, renamed when whole) and hands the page its key; the server
+  folder (a pickle written atomically, :mod:`attnviz.files`) and hands the page its key; the server
   reads it back on first use into a small cache of the most recent results. The per-probe table's
   pages and the drill-down into the AttentionLab read the result by that key.
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
-import os
 import pickle
 import re
 import shutil
@@ -28,6 +27,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 import attnviz
+import attnviz.files
 from attnviz.analysis import ProbeResult
 
 SUFFIXES = (".jsonl", ".json", ".csv", ".tsv", ".parquet")  # what load_probes reads from a file
@@ -121,15 +121,13 @@ class ProbeRuns:
 
     # -- files
     def _write(self, path: Path, data: bytes) -> None:
-        """``data`` at ``path``, written under a temporary name and renamed: a reader never sees half a file."""
-        partial = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
+        """``data`` at ``path``, written atomically (:mod:`attnviz.files`): a reader never sees half a file."""
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_bytes(data)
-        partial.replace(path)
+        attnviz.files.write_bytes(path, data)
 
     def _forget_old(self, pattern: str) -> None:
         """All but the ``KEEP`` newest of the uploads' folders or the results' files."""
-        kept = [p for p in self.folder.glob(pattern) if not p.name.endswith(".partial")]
+        kept = list(self.folder.glob(pattern))  # a write's temporary file is hidden (".NAME…"): not matched
         for old in sorted(kept, key=lambda p: p.stat().st_mtime)[:-KEEP]:
             if old.is_dir():
                 shutil.rmtree(old, ignore_errors=True)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dash import Dash, Input, Output, State, no_update
 
+import attnviz
+
 from .captures import Captures
 from .errors import shows_errors
 from .ids import GID, ID
@@ -57,7 +59,10 @@ def register(app: Dash, captures: Captures) -> None:
         (killed, out of memory), the page says so; what it left on disk goes."""
         if not watched:
             return True, no_update
-        state = captures.job_state(watched["key"])
+        try:  # the page may send anything: a key this server did not start a job for is a message
+            state = captures.job_state(watched.get("key") if isinstance(watched, dict) else None)
+        except attnviz.AttnvizError as err:
+            return True, str(err)
         if state in ("running", "starting"):
             return False, no_update
         if state == "done":

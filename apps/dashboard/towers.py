@@ -20,19 +20,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import hashlib
-import tempfile
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import attnviz
+import attnviz.files
 from attnviz.families import vlm_spec
 from attnviz.figures.helpers import MARK, new_start, text_positions
 from attnviz.models import describe_model, is_joint, is_vlm, vlm_refusal
 
+from .cache import digest_key
 from .captures import FILE_PREFIX, Captures
 from .generations import MAX_NEW_TOKENS
 
@@ -150,9 +150,7 @@ def readable(captures: Captures, picture: Any) -> Iterator[Any]:
     if not isinstance(picture, bytes):
         yield picture
         return
-    with tempfile.NamedTemporaryFile(dir=captures.folder, suffix=".upload", delete=False) as f:
-        f.write(picture)
-    path = Path(f.name)
+    path = attnviz.files.write_bytes(captures.folder / f"{uuid.uuid4().hex}.upload", picture, what="the upload")
     try:
         yield path
     finally:
@@ -188,8 +186,7 @@ def _cached(
     """(the cache key, the capture) of ``make(source)`` — ``source`` the picture as the library reads it
     (:func:`readable`) — kept in the page's bounded cache under ``prefix`` and a digest of ``parts`` and
     the picture's bytes; made only when the cache does not hold it."""
-    digest = hashlib.sha256(b"\x00".join([*(p.encode() for p in parts), picture_bytes(picture)])).hexdigest()
-    key = prefix + digest
+    key = digest_key(prefix.encode(), *(p.encode() for p in parts), picture_bytes(picture))  # the server's key
     cap = captures.cache.get(key)
     if cap is None:
         with readable(captures, picture) as source:
