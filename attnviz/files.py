@@ -93,7 +93,9 @@ def _plain_mode(path: Path) -> int:
 
 def _check_destination(path: Path) -> None:
     if path.is_dir():
-        raise FileWriteError(f"cannot write {str(path)!r}: it is a folder; give a file name (e.g. {str(path / 'out')!r})")
+        raise FileWriteError(
+            f"cannot write {str(path)!r}: it is a folder; give a file name (e.g. {str(path / 'out')!r})"
+        )
     if not path.parent.is_dir():
         raise FileWriteError(
             f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist; create it first"

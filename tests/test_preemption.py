@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import attnviz
+import attnviz.files
 from attnviz.analysis import corpus_stats
 from attnviz.cli import EXIT_INTERRUPTED, build_parser, main
 from attnviz.errors import Interrupted
@@ -137,7 +138,7 @@ def test_a_checkpoint_is_replaced_atomically_and_a_damaged_one_is_refused(run, m
     def killed(source, target):
         raise OSError("killed while renaming")
 
-    monkeypatch.setattr(checkpoints.os, "replace", killed)
+    monkeypatch.setattr(attnviz.files.os, "replace", killed)
     with pytest.raises(OSError, match="killed while renaming"):
         corpus_stats(model, texts, tok, batch_size=BATCH, checkpoint=checkpoint, checkpoint_every_texts=2)
     monkeypatch.undo()

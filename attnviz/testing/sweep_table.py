@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ..files import write_text
 from .sweep import EXACT, Outcome
 
 __all__ = ["MARK", "PAGE", "REASON_CHARS", "markdown", "write"]
@@ -124,4 +125,4 @@ def write(section: str, paths: Iterable[Path]) -> None:
         _, sep2, tail = rest.partition(MARK)
         if not (sep and sep2):
             raise SystemExit(f"{path}: expected two {MARK} lines around the sweep's section")
-        path.write_text(f"{head}{MARK}\n{section}\n{MARK}{tail}")
+        write_text(path, f"{head}{MARK}\n{section}\n{MARK}{tail}")

@@ -1,8 +1,8 @@
 """Checkpoint files of a long run: written atomically, read only when whole, one per process.
 
-A checkpoint is written to a temporary file in the same folder, flushed and ``fsync``-ed, then moved
-over the old one with :func:`os.replace` — a run killed while writing leaves the previous checkpoint
-as it was, never half of a new one. The file starts with a header naming what it holds and the
+A checkpoint is written as every file attnviz writes (:mod:`attnviz.files`): a temporary file in the same
+folder, flushed and ``fsync``-ed, then moved over the old one with :func:`os.replace` — a run killed while
+writing leaves the previous checkpoint as it was, never half of a new one. The file starts with a header naming what it holds and the
 SHA-256 of the payload (a ``torch.save`` of plain tensors and numbers, read back with
 ``weights_only=True``): a truncated or damaged file is refused with what to do, never read.
 
@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ...errors import InputError
+from ...files import atomic_open
 
 __all__ = ["MAGIC", "check_interval", "rank_path", "read_checkpoint", "write_checkpoint", "written_by"]
 
@@ -64,32 +63,9 @@ def write_checkpoint(path: str | Path, payload: dict[str, Any]) -> Path:
     torch.save(payload, buffer)
     body = buffer.getvalue()
     header = MAGIC + hashlib.sha256(body).hexdigest().encode() + b"\n"
-    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(header + body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    _sync_folder(path.parent)
+    with atomic_open(path, "wb", what="the checkpoint") as f:
+        f.write(header + body)
     return path
-
-
-def _sync_folder(folder: Path) -> None:
-    """Make the rename itself durable (where the system lets a folder be opened)."""
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def read_checkpoint(path: str | Path, kind: str) -> dict[str, Any]:
