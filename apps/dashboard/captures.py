@@ -33,7 +33,7 @@ import attnviz
 from attnviz.models import max_positions, tokenize
 
 from .cache import CaptureCache
-from .capture_files import CaptureGone, JobFolder, Request, UnknownCapture, check_key, request_key
+from .capture_files import UNKNOWN, CaptureGone, JobFolder, Request, UnknownCapture, check_key, request_key
 from .common import text_limit
 from .derived import Derived
 from .jobs import Jobs, Progress
@@ -57,7 +57,6 @@ __all__ = [  # the model facts, the opening head and the request are imported fr
     "wants_bos",
 ]
 
-UNKNOWN_STORE = "This page's store names no capture; press Run model to capture the text."
 BACKGROUND_FROM = 1024  # a text of more tokens is captured, and its heavy views computed, by background jobs
 BACKGROUND_NEW_TOKENS = 64  # a generation of more new tokens runs as a background job
 
@@ -289,7 +288,7 @@ class Captures:
         if not store:
             return None
         if not isinstance(store, dict):
-            raise UnknownCapture(UNKNOWN_STORE)
+            raise UnknownCapture(UNKNOWN)
         key = check_key(store.get("key"))  # a key of the server's form, or the page's message: never a path
         cap = self.cached(key)
         if cap is not None:
