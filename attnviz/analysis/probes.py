@@ -343,14 +343,14 @@ def _read(source: Any) -> tuple[list[Any], list[tuple[int, InputError]], str, st
         if suffix in _TABLES:
             quoting = csv.QUOTE_NONE if _TABLES[suffix] == "\t" else csv.QUOTE_MINIMAL  # GAP's TSV quotes nothing
             frame = pd.read_csv(
-                path, sep=_TABLES[suffix], quoting=quoting, keep_default_na=False, na_values=[""], encoding="utf-8"
+                path, sep=_TABLES[suffix], quoting=quoting, keep_default_na=False, na_values=[""], encoding="utf-8-sig"
             )
             return pf.records_from_table(frame), [], where, None
         if suffix in (".parquet", ".pq"):
             return pf.records_from_table(pd.read_parquet(path)), [], where, None
     except (ValueError, OSError, ImportError) as err:
         raise InputError(f"cannot read {where} as a {suffix[1:].upper()} table: {err}") from err
-    text = path.read_text(encoding="utf-8")
+    text = pf.read_utf8(path)
     if suffix == ".json":
         try:
             whole = json.loads(text)

@@ -1,8 +1,10 @@
 """Command line: ``attnviz capture | generate | validate | coref | explain | probes | stats | atlas | export | info | app``.
 
-Exit status: 0 on success, 1 when validation fails (a head over tolerance, or a capture's own
-check), 2 for usage and input errors, 75 (EX_TEMPFAIL: run it again) when SIGTERM or SIGINT stopped
-``attnviz stats`` or ``attnviz probes`` after it wrote its checkpoint — each error one line on stderr.
+Exit status (:data:`EXIT_STATUS`, one table): 0 on success, 1 when validation fails (a head over tolerance, or a
+capture's own check), 2 for usage, input and environment errors (an unsafe or broken weights file, a folder given
+for a file, a file that is not UTF-8, a link out of a model folder, a full disk, a bad capture file), 75
+(EX_TEMPFAIL: run it again) when SIGTERM or SIGINT stopped ``attnviz stats``, ``atlas`` or ``probes`` after it
+wrote its checkpoint — each error one line on stderr.
 
 Arguments are checked before the model runs: a hub name is asked of the hub once (an unknown or
 unreachable name fails in seconds), and ``--layers``, ``--layer``, ``--head``, ``--query`` and the
@@ -15,9 +17,10 @@ offers the attentions a capture can hold (a command refuses in one line those it
 from __future__ import annotations
 
 import argparse
+import pickle
 import sys
 
-from ..errors import AttnvizError, ValidationError
+from ..errors import AttnvizError, Interrupted, ValidationError
 from .app_command import cmd_app
 from .corpus_commands import cmd_atlas, cmd_probes, cmd_stats
 from .options import (
@@ -51,7 +54,42 @@ from .text_commands import (
     cmd_validate,
 )
 
-__all__ = ["EXIT_INTERRUPTED", "build_parser", "main"]
+__all__ = ["EXIT_INTERRUPTED", "EXIT_STATUS", "build_parser", "exit_status", "main"]
+
+#: the exit status of each error a command ends with — the first row that matches — said in one line on
+#: stderr (``error: …``), never a traceback. 1 is a finding (the recomputation does not reproduce the model),
+#: 2 a mistake in what was given or where it runs (an argument, a text, a file, a model folder, a full disk),
+#: 75 a run a signal stopped after its checkpoint (run it again with --resume). argparse's usage errors are 2.
+EXIT_STATUS: tuple[tuple[type[BaseException] | str, int], ...] = (
+    (ValidationError, 1),
+    (Interrupted, EXIT_INTERRUPTED),
+    (AttnvizError, 2),  # arguments, texts, models, capture files, files that cannot be written
+    (OSError, 2),  # a file that cannot be read or written
+    (UnicodeError, 2),  # a file or a text that is not UTF-8
+    (pickle.UnpicklingError, 2),  # a weights file torch will not load safely
+    ("safetensors.SafetensorError", 2),  # a broken safetensors file, or one that could not be written
+)
+
+EXIT_HELP = (
+    "exit status: 0 success; 1 validation failed (a head over tolerance, a capture's own check); 2 a usage, "
+    f"input or environment error (an argument, a text, a file, a model folder, a full disk); {EXIT_INTERRUPTED} "
+    "stopped by SIGTERM/SIGINT after writing its checkpoint (run again with --resume). Every error is one line on "
+    "stderr."
+)
+
+
+def exit_status(err: BaseException) -> int | None:
+    """The exit status :data:`EXIT_STATUS` gives ``err``; None for an error it does not name (a bug: its
+    traceback is shown)."""
+    for kind, status in EXIT_STATUS:
+        if isinstance(kind, str):  # a library's error, looked up only if that library was loaded
+            module, _, name = kind.rpartition(".")
+            kind = getattr(sys.modules.get(module), name, None)  # type: ignore[assignment]
+            if not isinstance(kind, type):
+                continue
+        if isinstance(err, kind):
+            return status
+    return None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -64,7 +102,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__  # deferred: the package's __init__ loads torch; `attnviz --help` answers without it
 
-    parser = _Parser(prog="attnviz", description="See what attention does in Hugging Face models.")
+    parser = _Parser(prog="attnviz", description="See what attention does in Hugging Face models.", epilog=EXIT_HELP)
     parser.add_argument("--version", action="version", version=f"attnviz {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -416,12 +454,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except ValidationError as err:
+    except Exception as err:  # noqa: BLE001 - mapped by one table; what it does not name is a bug, raised
+        status = exit_status(err)
+        if status is None:
+            raise
         print(error_line(err), file=sys.stderr)
-        return 1
-    except AttnvizError as err:
-        print(error_line(err), file=sys.stderr)
-        return 2
-    except OSError as err:  # a file that cannot be read or written
-        print(error_line(err), file=sys.stderr)
-        return 2
+        return status

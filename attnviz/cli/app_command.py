@@ -6,7 +6,7 @@ import itertools
 import os
 import sys
 
-from ..errors import InputError
+from ..errors import AttnvizError, InputError
 
 #: the texts of ``attnviz app --corpus FILE`` the dashboard reads (apps/dashboard/space_view.py's
 #: CORPUS_TEXTS, not imported: the checks answer before dash loads)
@@ -27,11 +27,24 @@ def _check_app_corpus(path: str) -> None:
         raise InputError(f"attnviz app --corpus: {err}") from err
 
 
+def _check_app_capture(path: str) -> None:
+    """``attnviz app --capture FILE`` opened as the page will open it: a file that is no readable capture
+    is refused in one line before the page serves (not a traceback at start-up)."""
+    from .. import load  # deferred with the rest of the library
+
+    try:
+        load(path)
+    except AttnvizError as err:  # CaptureFileError: not a capture, a broken one, a newer format
+        raise InputError(f"attnviz app --capture: {err}") from err
+
+
 def cmd_app(args) -> int:
     """``attnviz app``: start the dashboard."""
     for option, path in (("--capture", args.capture), ("--stats", args.stats), ("--corpus", args.corpus)):
         if path is not None and not os.path.isfile(path):
             raise InputError(f"attnviz app {option}: no file {path!r}; give the path of one (or leave {option} out)")
+    if args.capture is not None:
+        _check_app_capture(args.capture)
     if args.corpus is not None:
         _check_app_corpus(args.corpus)
     try:

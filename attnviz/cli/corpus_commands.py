@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import sys
 
-from ..errors import InputError
+from ..errors import AttnvizError, InputError
 from .options import check_part, check_writable, column_mapping, corpus_kwargs, names
-from .runs import in_processes, loading_bars, run_corpus_command
+from .runs import in_processes, loading_bars, run_corpus_command, written_as_csv
 
 
 def _count(n: int, thing: str) -> str:
@@ -145,6 +145,13 @@ def _timeline(args) -> int:
     def run():
         kwargs = corpus_kwargs(args)
         kwargs.pop("attn_implementation", None)
+        try:
+            return timeline(kwargs)
+        except AttnvizError as err:  # a later checkpoint failed: the rows of those finished are written
+            _write_finished(args, err)
+            raise
+
+    def timeline(kwargs):
         return head_timeline(
             args.model if args.revisions is not None else where,
             args.corpus,
@@ -177,6 +184,22 @@ def _timeline(args) -> int:
 
     with loading_bars(args):
         return in_processes(run, report)
+
+
+def _write_finished(args, err: AttnvizError) -> None:
+    """A timeline that failed at a checkpoint: the rows of the checkpoints it finished (the error's ``table``)
+    written to ``-o`` (by the first process), and the error's line says so."""
+    table = err.__dict__.get("table")
+    if not args.out or table is None or table.empty:
+        return
+    from ..analysis import write_table  # deferred with the rest of the library
+    from ..processes import process_rank  # deferred: torch loads with the run
+
+    if process_rank() != 0:
+        return
+    finished = table["checkpoint"].nunique()
+    written = write_table(table, args.out)
+    err.args = (f"{err}; the rows of the {_count(finished, 'finished checkpoint')} written to {written}", *err.args[1:])
 
 
 def cmd_probes(args) -> int:
@@ -212,10 +235,10 @@ def cmd_probes(args) -> int:
         print(result)
         print(result.ranked().head(args.top).round(3).to_string(index=False))
         if args.out:
-            result.accuracy.to_csv(args.out, index=False)
+            written_as_csv(result.accuracy, args.out, index=False)
             print(f"per-head accuracy written to {args.out}")
         if args.per_probe:
-            result.picks_table(top=args.top).to_csv(args.per_probe, index=False)
+            written_as_csv(result.picks_table(top=args.top), args.per_probe, index=False)
             print(f"each probe with the picks of the top {args.top} heads written to {args.per_probe}")
 
     with loading_bars(args):

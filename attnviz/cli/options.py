@@ -271,7 +271,9 @@ def loading_kwargs(args) -> dict:
 
 
 def check_writable(path: str) -> None:
-    """Refuse a path whose folder does not exist, before any model runs."""
+    """Refuse a folder given for a file, or a path whose folder does not exist, before any model runs."""
+    if Path(path).is_dir():
+        raise InputError(f"cannot write {path!r}: it is a folder; give a file name (e.g. {str(Path(path) / 'out')!r})")
     if not Path(path).parent.is_dir():
         raise InputError(f"cannot write {path!r}: the folder {str(Path(path).parent)!r} does not exist")
 

@@ -24,6 +24,26 @@ def error_line(err: BaseException) -> str:
     return "error: " + " ".join(str(err).split())
 
 
+def shown(value: object) -> str:
+    """A capture's text, token or model name as the terminal may print it: control characters (an escape
+    sequence that would recolour or rewrite the screen, a carriage return, a bidirectional override) written
+    as their escapes (``\\x1b``, ``\\u202e``), the rest as it is."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
+
+
+def written_as_csv(frame: Any, path: str, **kwargs: Any) -> str:
+    """``frame.to_csv(path)`` written atomically (:func:`attnviz.files.atomic_path`): a failed write leaves the
+    previous file as it was, a folder or a missing folder is one line."""
+    from ..files import atomic_path  # deferred with the rest of the library
+
+    with atomic_path(path, what="the table") as tmp:
+        frame.to_csv(tmp, **kwargs)
+    return path
+
+
 def run_corpus_command(args, suffixes: tuple[str, ...], run: Callable[[], Any], report: Callable[[Any], None]) -> int:
     """What ``attnviz stats`` and ``attnviz atlas`` share: ``-o/--out`` refused unless writable and of
     one of ``suffixes`` (named in this order in the error; in any case: ``atlas.CSV``), the checks before

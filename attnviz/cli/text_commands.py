@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import InputError, OutOfRangeError
 from .options import check_capture_out, check_part, check_writable, loading_kwargs, names
 from .preflight import preflight
-from .runs import loading_bars
+from .runs import loading_bars, shown, written_as_csv
 
 ENCODER_DECODER = ("encoder", "decoder", "cross")  # the attentions of --part that capture and export read
 
@@ -53,10 +53,10 @@ def cmd_capture(args) -> int:
         check_keep(args.keep, "--keep")
     preflight(args, args.text, layer=args.layer, query=args.query, part=args.part or "encoder")
     cap = _capture(args)
-    print(cap)
-    print("words:", " | ".join(cap.word_labels))
+    print(shown(cap))
+    print("words:", " | ".join(map(shown, cap.word_labels)))
     if cap.target is not None:
-        print("target words:", " | ".join(cap.target.word_labels))
+        print("target words:", " | ".join(map(shown, cap.target.word_labels)))
     if args.query is not None:
         part = cap.resolve_part(args.part) if args.part or len(cap.parts) == 1 else "encoder"
         layer = args.layer if args.layer is not None else min(cap.layer_indices(part))
@@ -73,12 +73,12 @@ def cmd_capture(args) -> int:
         for i, head in enumerate(cap.layer(layer, part).head_numbers):  # the model's numbers (--heads keeps some)
             top = weights[i].topk(min(3, weights.shape[-1]))
             pairs = ", ".join(
-                f"{keys.words[i].text}={v:.2f}" for v, i in zip(top.values.tolist(), top.indices.tolist())
+                f"{shown(keys.words[i].text)}={v:.2f}" for v, i in zip(top.values.tolist(), top.indices.tolist())
             )
             print(f"  H{head}: {pairs}")
     if args.out:
-        path = cap.save(args.out)
-        print(f"saved to {path}")
+        path = cap.save(args.out)  # written whole or not at all; a full disk is one error
+        print(f"saved to {shown(path)}")
     return 0
 
 
@@ -174,7 +174,7 @@ def cmd_validate(args) -> int:
     report = cap.validate()
     print(report)
     if args.out:
-        report.to_pandas().to_csv(args.out, index=False)
+        written_as_csv(report.to_pandas(), args.out, index=False)
         print(f"per layer/head errors written to {args.out}")
     return 0 if report.passed else 1
 
@@ -334,8 +334,7 @@ def cmd_info(args) -> int:
         lines.update(provenance)
     width = max(len(key) for key in lines)
     for key, value in lines.items():
-        shown = "-" if value is None else value
-        print(f"{key + ':':<{width + 1}} {shown}")
+        print(f"{key + ':':<{width + 1}} {'-' if value is None else shown(value)}")
     return 0
 
 

@@ -28,6 +28,7 @@ float16: 1e-3, 1e-3; bfloat16: 1e-2, 1.6e-2). ``rel_error`` is the max absolute 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -148,7 +149,10 @@ class ValidationReport:
             where = f"{w['part']} " if len(parts) > 1 else ""
             failed = sum(not r["passed"] for r in self.rows if r["quantity"] == quantity)
             # float32 errors come in steps of an ulp: where other heads have this very error, say so
-            tied = sum(r["max_abs_error"] == w["max_abs_error"] for r in self.rows if r["quantity"] == quantity) - 1
+            # (a NaN is the same error as another NaN, though NaN != NaN: not "and -1 more heads")
+            tied = (
+                sum(_same(r["max_abs_error"], w["max_abs_error"]) for r in self.rows if r["quantity"] == quantity) - 1
+            )
             found.append(
                 f"{what}: max error {w['max_abs_error']:.2e} at {where}L{w['layer']}·H{w['head']}"
                 + (f" and {tied} more heads with the same error" if tied else "")
@@ -377,3 +381,8 @@ def validate(
         n_rows = rec.n_queries if chosen is None else len(chosen)
         report_rows += layer_rows(part, layer, rec, record_errors(rec, chosen), n_rows, atol, rtol)
     return report(cap, report_rows, atol, rtol, sample=rows is not None)
+
+
+def _same(a: float, b: float) -> bool:
+    """Two errors equal, a NaN equal to a NaN."""
+    return a == b or (math.isnan(a) and math.isnan(b))

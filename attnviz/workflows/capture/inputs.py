@@ -5,6 +5,7 @@ cannot read into clear errors."""
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,10 +42,32 @@ def check_texts(text: Any, what: str = "text") -> list[str]:
     for i, t in enumerate(texts):
         if not isinstance(t, str):
             raise ArgumentTypeError(f"{what}[{i}] must be a string, got {type(t).__name__}")
-        if not t.strip():
-            where = f"the {what}" if isinstance(text, str) else f"{what}[{i}]"
-            raise EmptyTextError(f"{where} is empty or only whitespace; give at least one word")
+        where = f"the {what}" if isinstance(text, str) else f"{what}[{i}]"
+        check_unicode(t, where)
+        if not visible(t):
+            raise EmptyTextError(
+                f"{where} is empty or holds no visible character (only whitespace, zero-width or control "
+                "characters); give at least one word"
+            )
     return list(texts)
+
+
+def visible(text: str) -> bool:
+    """Whether ``text`` holds a character that shows: not whitespace, not a control character, not a
+    format character (zero-width U+200B–U+200D, U+2060, the byte-order mark U+FEFF, direction marks)."""
+    return any(not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf") for ch in text)
+
+
+def check_unicode(text: str, where: str = "the text") -> None:
+    """Refuse a lone surrogate (U+D800–U+DFFF): half of a pair, or a byte that was not UTF-8 carried through
+    (``surrogateescape``), which no tokenizer can encode."""
+    for i, ch in enumerate(text):
+        if "\ud800" <= ch <= "\udfff":
+            around = ascii(text[max(0, i - 20) : i + 20])
+            raise InputError(
+                f"{where} holds a lone surrogate U+{ord(ch):04X} at character {i}: {around}; that is not valid "
+                "Unicode (a byte that is not UTF-8, or half of a pair) — give the text as UTF-8"
+            )
 
 
 def check_max_length(max_length: Any) -> None:

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
+import pickle
 import threading
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, overload
@@ -191,6 +194,63 @@ def _not_loaded(name: str, err: BaseException) -> ModelNotFoundError:
     )
 
 
+def _refuse_links_out(folder: Path) -> None:
+    """A local model folder's symbolic links that resolve outside it are refused before anything in it is
+    read (``model.safetensors -> /etc/passwd``): a model's files are its folder's. A folder of the Hugging Face
+    cache (``models--org--name/snapshots/REV``, whose files link to ``../../blobs``) is read within its repo's
+    folder."""
+    root = folder.resolve()
+    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
+        root = root.parent.parent
+    for where, dirs, files in os.walk(folder, followlinks=False):
+        for entry in (*dirs, *files):
+            link = Path(where) / entry
+            if not link.is_symlink():
+                continue
+            target = link.resolve()
+            if not target.is_relative_to(root):
+                raise InputError(
+                    f"{str(link)!r} is a symbolic link to {str(target)!r}, outside the model folder "
+                    f"{str(folder)!r}: attnviz reads a local model's files from its own folder only; copy the file "
+                    "into the folder (or remove the link)"
+                )
+
+
+def _weights_files(source: str) -> str:
+    """The weights files of a local folder (``model.safetensors``, ``pytorch_model.bin`` …), named for a message."""
+    folder = Path(source)
+    if not folder.is_dir():
+        return repr(source)
+    found = sorted(str(p) for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".pth", ".ckpt"))
+    return ", ".join(map(repr, found)) or repr(source)
+
+
+def _unreadable_weights(name: str, source: str, err: BaseException) -> ModelNotFoundError | None:
+    """A weights file that is unsafe (a pickle torch refuses to load with ``weights_only``) or broken (not
+    safetensors) as one clear error naming the file; None for any other error."""
+    try:
+        from safetensors import SafetensorError  # deferred with transformers
+    except ImportError:  # pragma: no cover - transformers needs safetensors
+        SafetensorError = ()  # type: ignore[assignment,misc]  # noqa: N806
+    why = _one_line(err)
+    if "WeightsUnpickler error:" in why:  # torch's reason, not its page of advice
+        why = why.split("WeightsUnpickler error:", 1)[1].split(" Check the documentation", 1)[0].strip()
+    if len(why) > 160:
+        why = why[:157] + "…"
+    if isinstance(err, pickle.UnpicklingError):
+        return ModelNotFoundError(
+            f"could not load the weights of {name!r} ({_weights_files(source)}): a pickle that torch will not load "
+            f"safely ({why}); attnviz runs no code from a weights file — use the model saved as model.safetensors "
+            "(save_pretrained(..., safe_serialization=True) where you trust it)"
+        )
+    if isinstance(err, SafetensorError):
+        return ModelNotFoundError(
+            f"could not load the weights of {name!r} ({_weights_files(source)}): not a readable safetensors file "
+            f"({why}); the file is broken or not weights — download or save the model again"
+        )
+    return None
+
+
 @functools.lru_cache(maxsize=2)
 def _described(name: str) -> tuple[str, dict, Any, Any]:
     """(the source from_pretrained reads, its keyword arguments, the config, the tokenizer) of a name:
@@ -204,6 +264,8 @@ def _described(name: str) -> tuple[str, dict, Any, Any]:
     if name in EMBEDDED_MODELS:
         folder, kwargs = embedded_source(name)
         source = str(folder)
+    if name not in EMBEDDED_MODELS and Path(source).is_dir():
+        _refuse_links_out(Path(source))
     gguf = Path(source) / kwargs["gguf_file"] if "gguf_file" in kwargs else None
     kept = gguf_described.read(gguf) if gguf is not None else None  # a GGUF file's, converted once
     if kept is not None:
@@ -212,8 +274,8 @@ def _described(name: str) -> tuple[str, dict, Any, Any]:
         config = AutoConfig.from_pretrained(source, **kwargs)
         # a vision encoder reads images (its image processor is loaded by attnviz.workflows.capture.images)
         tokenizer = None if model_kind(config) == "vision" else AutoTokenizer.from_pretrained(source, **kwargs)
-    except (OSError, ValueError) as err:
-        raise _not_loaded(name, err) from err
+    except (OSError, ValueError, pickle.UnpicklingError) as err:
+        raise _unreadable_weights(name, source, err) or _not_loaded(name, err) from err
     if gguf is not None and tokenizer is not None:
         gguf_described.write(gguf, config, tokenizer)
     return source, kwargs, config, tokenizer
@@ -249,13 +311,21 @@ def _load_cached(name: str, device: str | None, dtype: torch.dtype | None, attn_
             load_kwargs["dtype"] = dtype
         if attn_implementation is not None:
             load_kwargs["attn_implementation"] = attn_implementation
-        model = _model_class(config).from_pretrained(source, **load_kwargs)
+        with warnings.catch_warnings(record=True) as said:  # kept for a load that fails: its error says it all
+            model = _model_class(config).from_pretrained(source, **load_kwargs)
+        for w in said:  # the load went well: its warnings are said as they would have been
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     except ImportError as err:  # a backend whose package is missing (flash_attention_2 without flash-attn …)
         raise InputError(
             f"could not load {name!r} with attn_implementation={attn_implementation!r}: {_one_line(err)}. Leave it "
             "out to use the model's default backend (attnviz captures every backend)"
         ) from err
-    except (OSError, ValueError) as err:
+    except Exception as err:  # noqa: BLE001 - only what is known is translated; the rest goes on as it was
+        unreadable = _unreadable_weights(name, source, err)  # an unsafe or broken weights file (pickle, safetensors)
+        if unreadable is not None:
+            raise unreadable from err
+        if not isinstance(err, (OSError, ValueError)):
+            raise
         if attn_implementation is not None and "attn_implementation" in str(err):  # the backend, not the name
             raise InputError(
                 f"{name!r} cannot run with attn_implementation={attn_implementation!r}: {_one_line(err)} Leave it "

@@ -28,9 +28,11 @@ import torch
 
 from ...analysis.head_tally import HeadTally
 from ...analysis.layer_reduction import wanted_columns
+from ...analysis.probe_formats import not_utf8
 from ...analysis.stats import HeadStatsSums
 from ...deprecation import warn_renamed
 from ...errors import ArgumentTypeError, InputError, InputTooLongError, Interrupted
+from ...files import atomic_path
 from ..capture.inputs import Encoded, check_max_length
 from ..capture.models import EMBEDDED_MODELS, load_model, resolve_dtype
 from ..capture.pipeline import Resolved, n_layers, resolve
@@ -95,10 +97,10 @@ def too_long(number: int, tokens: int, limit: int) -> InputTooLongError:
 def _read_file(path: Path) -> Iterator[str]:
     jsonl = path.suffix.lower() == ".jsonl"  # x.JSONL too: read as text lines, each JSON line became a "text"
     try:
-        with path.open(encoding="utf-8") as f:
+        with path.open(encoding="utf-8-sig") as f:  # a byte-order mark is no part of the first text
             yield from _lines(path, f, jsonl)
-    except UnicodeDecodeError as err:  # decoded a block at a time: no line to name (a traceback before)
-        raise InputError(f"{str(path)!r} is not UTF-8 text ({err.reason}): save the corpus as UTF-8") from err
+    except UnicodeDecodeError as err:  # decoded a block at a time: the line is found again in the bytes
+        raise not_utf8(path, err) from err
 
 
 def _lines(path: Path, f: Iterable[str], jsonl: bool) -> Iterator[str]:
@@ -464,17 +466,18 @@ def write_table(df: pd.DataFrame, path: str | Path) -> Path:
     """Write a statistics table as Parquet or CSV, by the file's suffix (any case: ``stats.CSV``)."""
     path = Path(path)
     suffix = path.suffix.lower()
-    if suffix == ".csv":
-        df.to_csv(path, index=False)
-    elif suffix == ".parquet":
-        try:
-            df.to_parquet(path, index=False)
-        except ImportError as err:
-            raise InputError(
-                f"writing Parquet needs pyarrow ({err}): pip install pyarrow, or give a .csv path"
-            ) from err
-    else:
+    if suffix not in (".csv", ".parquet"):
         raise InputError(f"cannot tell the format of {str(path)!r}: give a .parquet or .csv path")
+    with atomic_path(path, what="the table") as tmp:
+        if suffix == ".csv":
+            df.to_csv(tmp, index=False)
+        else:
+            try:
+                df.to_parquet(tmp, index=False)
+            except ImportError as err:
+                raise InputError(
+                    f"writing Parquet needs pyarrow ({err}): pip install pyarrow, or give a .csv path"
+                ) from err
     return path
 
 

@@ -28,7 +28,7 @@ import torch
 
 from ...analysis.atlas import ROLES
 from ...analysis.probes import Probe
-from ...errors import InputError, Interrupted
+from ...errors import AttnvizError, InputError, Interrupted
 from ..capture.models import load_model
 from .atlas import RANDOM_LENGTH, RANDOM_SEQUENCES, head_atlas, role_names, tokenize_corpus
 from .checkpoints import rank_path, read_checkpoint, write_checkpoint
@@ -273,7 +273,10 @@ def head_timeline(
 
     reference = tokenizer
     if reference is None:
-        _, reference = load_model(str(found[0].load()), device=device, dtype=dtype)
+        try:
+            _, reference = load_model(str(found[0].load()), device=device, dtype=dtype)
+        except (AttnvizError, OSError) as err:
+            raise _failed(found[0].name, 0, found, err, done, path) from err
     tokenized = tokenize_corpus(corpus, reference, add_bos=add_bos, name=found[0].name)
     digest = hashlib.sha256("\x00".join(tokenized.texts).encode()).hexdigest()
     if texts_digest is not None and texts_digest != digest:
@@ -293,37 +296,42 @@ def head_timeline(
                 continue
             if stop.signal is not None:
                 raise _interrupted(path, stop.signal.name, len(done), state.process_index)
-            model, own = load_model(str(point.load()), device=device, dtype=dtype)
-            if fingerprint is not None and tokenizer_fingerprint(own) != fingerprint:
-                raise InputError(
-                    f"the tokenizer of {point.name!r} differs from that of {found[0].name!r}, which tokenized the "
-                    "corpus: a timeline reads one tokenization — give checkpoints of one tokenizer, or tokenizer= "
-                    "to read them all with it"
-                )
-            digest_of_weights = weights_hash(model)
-
-            report = _counter(stop, on_progress, k * per, total, _Stop)
-
             try:
-                atlas = head_atlas(
-                    model,
-                    tokenized,
-                    batch_size=batch_size,
-                    probes=probes,
-                    seed=seed,
-                    roles=chosen,
-                    layers=layers,
-                    max_length=max_length,
-                    add_bos=add_bos,
-                    truncate=truncate,
-                    random_sequences=random_sequences,
-                    random_length=random_length,
-                    progress=progress,
-                    on_progress=report if (on_progress is not None or path is not None) else None,
-                )
-            except _Stop:
-                assert stop.signal is not None
-                raise _interrupted(path, stop.signal.name, len(done), state.process_index) from None
+                model, own = load_model(str(point.load()), device=device, dtype=dtype)
+                if fingerprint is not None and tokenizer_fingerprint(own) != fingerprint:
+                    raise InputError(
+                        f"the tokenizer of {point.name!r} differs from that of {found[0].name!r}, which tokenized the "
+                        "corpus: a timeline reads one tokenization — give checkpoints of one tokenizer, or tokenizer= "
+                        "to read them all with it"
+                    )
+                digest_of_weights = weights_hash(model)
+
+                report = _counter(stop, on_progress, k * per, total, _Stop)
+
+                try:
+                    atlas = head_atlas(
+                        model,
+                        tokenized,
+                        batch_size=batch_size,
+                        probes=probes,
+                        seed=seed,
+                        roles=chosen,
+                        layers=layers,
+                        max_length=max_length,
+                        add_bos=add_bos,
+                        truncate=truncate,
+                        random_sequences=random_sequences,
+                        random_length=random_length,
+                        progress=progress,
+                        on_progress=report if (on_progress is not None or path is not None) else None,
+                    )
+                except _Stop:
+                    assert stop.signal is not None
+                    raise _interrupted(path, stop.signal.name, len(done), state.process_index) from None
+            except Interrupted:
+                raise
+            except (AttnvizError, OSError) as err:  # a checkpoint that cannot be read: the ones before it are kept
+                raise _failed(point.name, k, found, err, done, path) from err
             done[point.name] = [
                 {
                     "step": point.step,
@@ -420,6 +428,34 @@ def _counter(
             on_progress(before + done, total)
 
     return report
+
+
+def _failed(
+    name: str, k: int, found: list[Checkpoint], err: BaseException, done: dict[str, list[dict]], path: Path | None
+) -> AttnvizError:
+    """The error of a checkpoint that failed (its ``k``, from 0), naming it, as the error it was (its class kept:
+    a :class:`~attnviz.errors.ModelNotFoundError` stays one); the rows of the checkpoints finished before it
+    are saved in ``path`` (given) and carried as ``.table`` (a partial long table) for a caller to write."""
+    import pandas as pd  # deferred: importing attnviz does not import pandas
+
+    said = " ".join(str(err).split())
+    kept = ""
+    if done and path is not None:
+        kept = (
+            f"; the atlases of the {len(done)} checkpoint{'' if len(done) == 1 else 's'} before it are kept in "
+            f"{str(path)!r}: fix it and run the same call with resume=True (--resume) to continue"
+        )
+    message = f"checkpoint {name!r} ({k + 1} of {len(found)}) failed: {said}{kept}"
+    kind = type(err) if isinstance(err, AttnvizError) else InputError
+    try:
+        failed = kind(message)
+    except TypeError:  # an error class that takes other arguments
+        failed = InputError(message)
+    rows = [row for point in found if point.name in done for row in done[point.name]]
+    table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "same_weights_as"])
+    table.insert(3, "same_weights_as", "")
+    failed.__dict__["table"] = table  # the rows finished, for the command line to write
+    return failed
 
 
 def _interrupted(path: Path | None, signal: str, saved: int, rank: int) -> Interrupted:
