@@ -3,7 +3,6 @@ holds it with the table (:func:`atlas_page`), from :func:`attnviz.analysis.head_
 
 from __future__ import annotations
 
-from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,7 +11,7 @@ import plotly.graph_objects as go
 from ..analysis.atlas import ROLES
 from ..errors import InputError
 from .common import themed
-from .html import CJK_TEXT, cjk_font_face, write_page
+from .html import CJK_TEXT, cjk_font_face, escape_html, page_head, scripts_of, write_page
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -111,7 +110,7 @@ def atlas_map(atlas: pd.DataFrame, *, part: str | None = None, title: str | None
                 lines.append(f"{'✓' if name in met else '·'} {name}: {shown}{extra}")
                 continue
             lines.append(f"{'✓' if name in met else '·'} {name}: {shown} ({side} {role.threshold:g}){extra}")
-        hover[li][h] = "<br>".join(escape(line) for line in lines)
+        hover[li][h] = "<br>".join(escape_html(line) for line in lines)
     n = len(order)
     colours = [ROLE_COLOURS[r] if r is not None else NONE_COLOUR for r in order]
     scale = []
@@ -159,36 +158,37 @@ def atlas_page(atlas: pd.DataFrame, path: str | Path | None = None, *, title: st
     parts = list(dict.fromkeys(atlas["part"])) if "part" in atlas.columns else [None]
     figures = "\n".join(
         atlas_map(atlas, part=p, title=f"Head atlas{f' ({p})' if p else ''}").to_html(
-            full_html=False, include_plotlyjs=False
+            full_html=False, include_plotlyjs=False, div_id=f"attnviz-atlas-{i}"
         )
-        for p in parts
+        for i, p in enumerate(parts)
     )
     cell = "padding:1px 6px;text-align:left;border-bottom:1px solid #e5e5e5;vertical-align:top"
     criteria = "".join(
-        f'<tr><td style="{cell}">{escape(name)}</td><td style="{cell}">{escape(ROLES[name].what)}</td>'
-        f'<td style="{cell}">{ROLES[name].threshold:g}</td><td style="{cell}">{escape(ROLES[name].source)}</td></tr>'
+        f'<tr><td style="{cell}">{escape_html(name)}</td><td style="{cell}">{escape_html(ROLES[name].what)}</td>'
+        f'<td style="{cell}">{ROLES[name].threshold:g}</td><td style="{cell}">{escape_html(ROLES[name].source)}</td></tr>'
         for name in roles
     )
     columns = [c for c in ("part", "layer", "head", "roles", "positional_offset") if c in atlas.columns] + roles
     examples = [f"{name}_example" for name in roles if f"{name}_example" in atlas.columns]
-    head = "".join(f'<th style="{cell}">{escape(c)}</th>' for c in [*columns, "examples"])
+    head = "".join(f'<th style="{cell}">{escape_html(c)}</th>' for c in [*columns, "examples"])
     body = []
     for row in atlas.to_dict("records"):
         values = [ROLES[c].text(row[c]) if c in ROLES and c != "coreference" else _fmt(row[c]) for c in columns]
         shown = "<br>".join(
-            f"<b>{escape(e.removesuffix('_example'))}</b>: {escape(str(row[e]))}" for e in examples if row[e]
+            f"<b>{escape_html(e.removesuffix('_example'))}</b>: {escape_html(str(row[e]))}" for e in examples if row[e]
         )
         body.append(
             "<tr>"
-            + "".join(f'<td style="{cell}">{escape(v)}</td>' for v in values)
+            + "".join(f'<td style="{cell}">{escape_html(v)}</td>' for v in values)
             + f'<td style="{cell}">{shown}</td></tr>'
         )
     # the CJK face inlined only where the page holds such text (a corpus' examples in Chinese): ≈1.8 MB
     face = f"<style>{cjk_font_face()}</style>" if CJK_TEXT.search(title + figures + "".join(body)) else ""
+    plotly_js = plotly.offline.get_plotlyjs()
     page = (
-        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{escape(title)}</title>{face}'
-        f'<script type="text/javascript">{plotly.offline.get_plotlyjs()}</script></head>'
-        f'<body style="font-family:&quot;attnviz CJK&quot;,system-ui,sans-serif;font-size:13px"><h3>{escape(title)}</h3>\n{figures}\n'
+        f"{page_head(title, [plotly_js, *scripts_of(figures)])}{face}"
+        f'<script type="text/javascript">{plotly_js}</script></head>'
+        f'<body style="font-family:&quot;attnviz CJK&quot;,system-ui,sans-serif;font-size:13px"><h3>{escape_html(title)}</h3>\n{figures}\n'
         f'<h4>Criteria</h4><table style="border-collapse:collapse"><tr><th style="{cell}">role</th>'
         f'<th style="{cell}">score</th><th style="{cell}">threshold</th><th style="{cell}">source</th></tr>{criteria}</table>'
         f'<h4>Heads</h4><table style="border-collapse:collapse"><tr>{head}</tr>{"".join(body)}</table>\n</body></html>\n'

@@ -24,12 +24,12 @@ import threading
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ArgumentTypeError, InputError
-from .html import CJK_TEXT, cjk_font_face, cjk_font_path
+from ..files import atomic_path, write_bytes
+from .html import CJK_TEXT, cjk_font_face, cjk_font_path, escape_html
 
 if TYPE_CHECKING:
     import plotly.graph_objects as go
@@ -57,9 +57,7 @@ def _write_once(path: Path, data: bytes) -> None:
     """Write ``path`` whole or not at all (a temporary file renamed), unless it already holds ``data``'s size."""
     if path.is_file() and path.stat().st_size == len(data):
         return
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
-    tmp.write_bytes(data)
-    tmp.replace(path)
+    write_bytes(path, data, what="the CJK font")
 
 
 def cjk_fontconfig_file(folder: str | Path | None = None) -> Path:
@@ -86,9 +84,8 @@ def cjk_fontconfig_file(folder: str | Path | None = None) -> Path:
                 ) from err
             font = TTFont(woff2)
             font.flavor = None
-            tmp = where / f".attnviz-cjk.{os.getpid()}.{threading.get_ident()}.otf"
-            font.save(tmp)
-            tmp.replace(otf)
+            with atomic_path(otf, what="the CJK font") as tmp:
+                font.save(tmp)
         system = os.environ.get("FONTCONFIG_FILE") or "/etc/fonts/fonts.conf"
         if Path(system).resolve() == conf.resolve():
             system = "/etc/fonts/fonts.conf"
@@ -108,7 +105,7 @@ def cjk_fontconfig_file(folder: str | Path | None = None) -> Path:
 
 
 def _xml(text: str) -> str:
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return escape_html(text)
 
 
 @contextmanager
@@ -216,7 +213,7 @@ def with_provenance(image: bytes, fmt: str, provenance: dict[str, Any]) -> bytes
         chunk = struct.pack(">I", len(body) - 4) + body + struct.pack(">I", zlib.crc32(body) & 0xFFFFFFFF)
         return image[:header_end] + chunk + image[header_end:]
     if fmt == "svg":
-        meta = f'<metadata id="attnviz-provenance">{escape(data, quote=False)}</metadata>'.encode()
+        meta = f'<metadata id="attnviz-provenance">{escape_html(data)}</metadata>'.encode()
         return _SVG_OPEN.sub(lambda m: m.group(0) + meta, image, count=1)
     return image
 
@@ -240,7 +237,8 @@ def write_image(
     if not path.parent.is_dir():
         raise InputError(f"cannot write {str(path)!r}: the folder {str(path.parent)!r} does not exist")
     fmt = _image_format(format, path)
-    path.write_bytes(
-        to_image(fig, fmt, width=width, height=height, scale=scale, font_folder=font_folder, provenance=provenance)
+    return write_bytes(
+        path,
+        to_image(fig, fmt, width=width, height=height, scale=scale, font_folder=font_folder, provenance=provenance),
+        what=f"the {fmt.upper()} image",
     )
-    return path

@@ -12,7 +12,6 @@ CJK face are inlined: nothing is loaded from anywhere, the file opens offline.
 from __future__ import annotations
 
 import json
-from html import escape
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +19,18 @@ from ..data.capture import Capture
 from ..data.reprs import register_report
 from ..errors import AttnvizError, InputError, OutOfRangeError
 from .common import labels
-from .html import CJK_TEXT, cjk_font_face, probes_html, ranking_html, report_html, write_page
+from .html import (
+    CJK_TEXT,
+    cjk_font_face,
+    escape_html,
+    page_head,
+    probes_html,
+    ranking_html,
+    report_html,
+    script_json,
+    scripts_of,
+    write_page,
+)
 from .plots import coref_bars, probe_intervals
 from .report_data import QUANTISATION, REPORT_BUDGET_MB, report_data, thumbnail_data
 from .report_script import REPORT_CSS, REPORT_JS
@@ -38,21 +48,26 @@ if TYPE_CHECKING:
 __all__ = ["provenance_html", "report", "write_report"]
 
 
-def _fig_html(fig: go.Figure, div_id: str) -> str:
-    return fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False})
+def _fig_html(fig: go.Figure, div_id: str, scripts: list[str]) -> str:
+    """The figure's div; its script (plotly's, the figure's JSON escaped by plotly) added to ``scripts``,
+    the page's policy's list (:func:`~attnviz.views.html.content_security_policy`)."""
+    div = fig.to_html(full_html=False, include_plotlyjs=False, div_id=div_id, config={"displaylogo": False})
+    scripts.extend(scripts_of(div))
+    return div
 
 
 def _table(rows: list[tuple[str, Any]]) -> str:
     cell = "padding:1px 8px;text-align:left;border-bottom:1px solid #e5e5e5;vertical-align:top"
     body = "".join(
-        f'<tr><th style="{cell}">{escape(str(k))}</th><td style="{cell}">{escape(_text(v))}</td></tr>' for k, v in rows
+        f'<tr><th style="{cell}">{escape_html(str(k))}</th><td style="{cell}">{escape_html(_text(v))}</td></tr>'
+        for k, v in rows
     )
     return f'<table style="border-collapse:collapse">{body}</table>'
 
 
 def _text(value: Any) -> str:
     if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False, default=str)
+        return json.dumps(value, ensure_ascii=False, default=str)  # shown as text: escaped where it is put
     return str(value)
 
 
@@ -77,8 +92,8 @@ def provenance_html(cap: Capture) -> str:
 
 
 def _select(sel_id: str, label: str, options: list[tuple[str, str]] = ()) -> str:  # type: ignore[assignment]
-    opts = "".join(f'<option value="{escape(v)}">{escape(t)}</option>' for v, t in options)
-    return f'<label>{escape(label)} <select id="{sel_id}">{opts}</select></label>'
+    opts = "".join(f'<option value="{escape_html(v)}">{escape_html(t)}</option>' for v, t in options)
+    return f'<label>{escape_html(label)} <select id="{sel_id}">{opts}</select></label>'
 
 
 def report(
@@ -125,6 +140,7 @@ def report(
 
     # the parts drawn once: thumbnails, validation, extras
     sections = []
+    scripts: list[str] = [plotly_js, REPORT_JS]  # the page's own scripts: the only ones its policy lets run
     thumbnails = thumbnail_data(cap, part, (layer, head))
     sections.append(
         "<h2>Model view</h2><p class='av-note'>Every layer × head, each map max-pooled to a thumbnail (stored "
@@ -135,21 +151,21 @@ def report(
         sections.append(
             "<h2>Validation certificate</h2>"
             + report_html(validation)
-            + _fig_html(validation_map(validation, part=part), "av-validation")
+            + _fig_html(validation_map(validation, part=part), "av-validation", scripts)
         )
     except AttnvizError as err:
-        sections.append(f"<h2>Validation certificate</h2><p>Not validated: {escape(str(err))}</p>")
+        sections.append(f"<h2>Validation certificate</h2><p>Not validated: {escape_html(str(err))}</p>")
     if intervention is not None:
-        sections.append(_edits_html(intervention))
+        sections.append(_edits_html(intervention, scripts))
     if ranking is not None:
         sections.append(
-            "<h2>Coreference ranking</h2>" + ranking_html(ranking) + _fig_html(coref_bars(ranking), "av-coref")
+            "<h2>Coreference ranking</h2>" + ranking_html(ranking) + _fig_html(coref_bars(ranking), "av-coref", scripts)
         )
     if probes is not None:
         sections.append(
             "<h2>Probe set: accuracy with its intervals</h2>"
             + probes_html(probes)
-            + _fig_html(probe_intervals(probes), "av-probes")
+            + _fig_html(probe_intervals(probes), "av-probes", scripts)
         )
     if atlas is not None:
         from .atlas import atlas_map  # deferred: atlas imports html, as this module does; only an atlas needs it
@@ -157,7 +173,7 @@ def report(
         names = list(dict.fromkeys(atlas["part"])) if "part" in atlas.columns else [None]
         sections.append(
             "<h2>Head atlas</h2>"
-            + "".join(_fig_html(atlas_map(atlas, part=p), f"av-atlas-{i}") for i, p in enumerate(names))
+            + "".join(_fig_html(atlas_map(atlas, part=p), f"av-atlas-{i}", scripts) for i, p in enumerate(names))
         )
     sections.append(f"<h2>Model and provenance</h2>{provenance_html(cap)}")
     cjk = CJK_TEXT.search(cap.text) or any(CJK_TEXT.search(t) for t in labels(cap, False, part, "key"))
@@ -179,7 +195,7 @@ def report(
         "thumbnails": thumbnails,
         "open": {"part": part, "layer": layer, "head": head, "units": "tokens", "query": len(queries) - 1},
     }
-    blob = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).replace("</", "<\\/")
+    blob = script_json(payload, separators=(",", ":"))
     bar = "".join(
         [
             _select("av-part", "part", [(p, p) for p in cap.parts]) if len(cap.parts) > 1 else "",
@@ -197,11 +213,11 @@ def report(
         if generation
         else ""
     )
-    left = "".join(f"<li>{escape(x)}</li>" for x in data.left_out)
+    left = "".join(f"<li>{escape_html(x)}</li>" for x in data.left_out)
     left = f"<p><b>Left out of this report:</b></p><ul>{left}</ul>" if left else ""
     body = (
-        f"<h1>{escape(title)}</h1><div class='av-text'>{escape(cap.text)}</div>"
-        f"<p class='av-note'>{cap.n_tokens} tokens · {cap.model.get('name')} · {QUANTISATION} "
+        f"<h1>{escape_html(title)}</h1><div class='av-text'>{escape_html(cap.text)}</div>"
+        f"<p class='av-note'>{cap.n_tokens} tokens · {escape_html(cap.model.get('name'))} · {QUANTISATION} "
         f"Maps: {data.nbytes / 1e6:.1f} MB; budget for the page: {budget_mb:g} MB.</p>{left}"
         f"<div class='av-bar'>{bar}<span id='av-status' class='av-note'></span></div>"
         "<h2>Head map</h2><div id='av-heatmap'></div>"
@@ -212,8 +228,7 @@ def report(
     if not face and (CJK_TEXT.search(body) or CJK_TEXT.search(blob)):  # CJK in a ranking, an atlas, the edits
         face = f"<style>{cjk_font_face()}</style>"
     page = (
-        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{escape(title)}</title>{face}'
-        f"<style>{REPORT_CSS}</style>"
+        f"{page_head(title, scripts)}{face}<style>{REPORT_CSS}</style>"
         f'<script type="text/javascript">{plotly_js}</script></head>\n<body>{body}\n'
         f'<script type="application/json" id="attnviz-data">{blob}</script>\n<script>{REPORT_JS}</script>\n</body></html>\n'
     )
@@ -222,14 +237,14 @@ def report(
     return page
 
 
-def _edits_html(out: Intervention) -> str:
+def _edits_html(out: Intervention, scripts: list[str]) -> str:
     from .maps import heatmap  # deferred: a report without edits draws no static heatmap
 
-    parts = [f"<h2>Edits: before and after</h2><p>{escape('; '.join(map(str, out.edits)))}</p>"]
+    parts = [f"<h2>Edits: before and after</h2><p>{escape_html('; '.join(map(str, out.edits)))}</p>"]
     try:
-        parts.append(_fig_html(prediction_bars(out), "av-predictions"))
+        parts.append(_fig_html(prediction_bars(out), "av-predictions", scripts))
     except AttnvizError as err:
-        parts.append(f"<p>{escape(str(err))}</p>")
+        parts.append(f"<p>{escape_html(str(err))}</p>")
     shown = 0
     for part, layer in out.edited_layers:
         for edit in out.edits:
@@ -241,7 +256,7 @@ def _edits_html(out: Intervention) -> str:
                 for which, cap in (("before", out.capture_before), ("after", out.capture_after)):
                     fig = heatmap(cap, layer, head, part=part)
                     fig.update_layout(title=f"{which} the edits: {fig.layout.title.text}")
-                    parts.append(_fig_html(fig, f"av-edit-{shown}-{which}"))
+                    parts.append(_fig_html(fig, f"av-edit-{shown}-{which}", scripts))
                 shown += 1
     return "".join(parts)
 

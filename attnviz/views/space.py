@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 import textwrap
-from html import escape
 from typing import TYPE_CHECKING
 
 import plotly.graph_objects as go
 
 from ..errors import InputError
 from .common import themed
+from .html import escape_html
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -30,7 +30,7 @@ _SYMBOL = {"query": "circle", "key": "diamond"}
 
 def _hover(df: pd.DataFrame) -> list[str]:
     return [
-        f"{kind} · text {text} · pos {pos}<br>{escape(context)}<br>word: {escape(word)} · |v| = {norm:.3g}"
+        f"{kind} · text {text} · pos {pos}<br>{escape_html(context)}<br>word: {escape_html(word)} · |v| = {norm:.3g}"
         for kind, text, pos, context, word, norm in zip(
             df["kind"], df["text"], df["position"], df["context"], df["word"], df["norm"]
         )
