@@ -11,6 +11,7 @@ outside the server's folder.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -49,12 +50,17 @@ def victim(tmp_path, tiny_bert_words) -> Path:
     (outside / "victim.job.pid").write_text("999999999")  # a "stopped job": its pid names no process
     (outside / "victim.keep.request.json").write_text("{}")
     (outside / "victim.keep.partial").write_text("half")
+    for name in ("other.job.pid", "other.keep.request.json", "other.keep.partial"):  # a "stopped job" without a capture
+        (outside / name).write_text("999999999")
     return path
 
 
 def untouched(victim: Path) -> None:
     outside = victim.parent
     assert sorted(p.name for p in outside.iterdir()) == [
+        "other.job.pid",
+        "other.keep.partial",
+        "other.keep.request.json",
         "victim.attnviz",
         "victim.job.pid",
         "victim.keep.partial",
@@ -69,6 +75,7 @@ def hostile_keys(folder: Path, victim: Path) -> list:
     stem = str(victim.with_suffix(""))
     return [
         os.path.relpath(stem, folder),  # ../outside/victim
+        os.path.relpath(victim.parent / "other", folder),  # a "stopped job" outside: its leftovers
         "../../" * 12 + stem.lstrip("/"),
         stem,  # an absolute path
         "*",
@@ -122,6 +129,10 @@ def test_a_hostile_key_is_neither_shown_nor_deleted(tmp_path, victim, bert):
     folder.mkdir()
     captures = Captures({bert: "tiny BERT"}, folder=folder)
     for key in hostile_keys(folder, victim):
+        for attack in (captures.cached, captures.job_state, captures.clean_job, captures.job_files.clean):
+            with contextlib.suppress(UnknownCapture, TypeError):
+                attack(key)
+            untouched(victim)  # first: nothing read into the cache and removed, no job's leftovers removed
         with pytest.raises(UnknownCapture, match=UNKNOWN):
             captures.cached(key)
         with pytest.raises(UnknownCapture, match=UNKNOWN):
@@ -279,9 +290,10 @@ def test_a_hostile_store_key_in_one_post_shows_no_file_and_deletes_none(served, 
     provenance = output_of(app, f"{ID.provenance}.children")
     for key in hostile_keys(folder, victim):
         shown = post(served, provenance, {ID.store: {"key": key, "model": "x", "bos": False}, ID.tabs: "validation"})
+        untouched(victim)  # first: neither deleted (adopted into the cache, then removed) …
         said = json.dumps(shown)
-        assert UNKNOWN in said and "secret" not in said
-        untouched(victim)
+        assert "secret" not in said and "BertModel" not in said  # … nor shown (its provenance table)
+        assert UNKNOWN in said
     assert not list(folder.glob("*.attnviz"))
 
 
@@ -297,25 +309,33 @@ def test_a_hostile_link_in_one_post_is_a_message_not_a_file(served, victim):
 
 def test_a_hostile_job_key_in_one_post_cleans_nothing(served, victim, bert):
     """The background capture's watch (a key whose job "stopped" had its pid, requests and half files
-    removed) and the job itself (a key whose capture "is there" had its request removed)."""
+    removed: outside the folder by a path, another page's running job by a glob) and the job itself (a key
+    whose capture "is there" had its request removed; a Run name that is no Run had the pid removed)."""
     app, _ = served
     folder = app.captures.folder
-    run = app.captures.leave_request(app.captures.request(bert, TEXT))  # another page's Run, not begun
-    pending = folder_names(folder)
+    key = capture_key(bert, TEXT)
+    running = [f"{key}.job.pid", f"{key}.1234.5678.partial", f".{key}.attnviz.{os.getpid()}.0a0b0c0d.attnviz-tmp"]
+    (folder / running[0]).write_text(str(os.getpid()))  # another page's job, still running (this process)
+    for name in running[1:]:
+        (folder / name).write_text("half a capture")
     watch = output_of(app, f"{ID.job_watch}.disabled")
-    keys = [*hostile_keys(folder, victim), "*", os.path.relpath(victim.with_suffix(""), folder)]
-    for key in keys:
-        shown = post(served, watch, {ID.job_watch: 1}, {ID.job: {"key": key, "cancels": 0}, ID.job_cancel: 0})
-        assert "did not start" in json.dumps(shown) or UNKNOWN in json.dumps(shown)
+    said = []
+    for hostile in hostile_keys(folder, victim):
+        shown = post(served, watch, {ID.job_watch: 1}, {ID.job: {"key": hostile, "cancels": 0}, ID.job_cancel: 0})
         untouched(victim)
-        assert folder_names(folder) == pending
+        assert folder_names(folder) == sorted(running)  # the running job keeps its pid and its half capture
+        said.append(json.dumps(shown))
+    assert all("did not start" in s or UNKNOWN in s for s in said), said
+    app.captures.leave_request(app.captures.request(bert, TEXT))  # a page's Run, not begun
+    pending = folder_names(folder)
     job = output_of(app, f"{ID.job_done}.data")
-    for key, name in [(os.path.relpath(victim.with_suffix(""), folder), "keep"), (capture_key(bert, TEXT), "*")]:
-        shown = post(served, job, {ID.job: {"key": key, "run": name, "model": bert, "bos": False}})
-        assert shown[ID.job_done]["data"]["error"]
+    said = []
+    for hostile, run in [(os.path.relpath(victim.with_suffix(""), folder), "keep"), (key, "*"), (key, "../x")]:
+        shown = post(served, job, {ID.job: {"key": hostile, "run": run, "model": bert, "bos": False}})
         untouched(victim)
         assert folder_names(folder) == pending
-    assert run in pending[0]
+        said.append(shown[ID.job_done]["data"].get("error", ""))
+    assert all("did not start" in s or UNKNOWN in s for s in said), said
 
 
 # ---------------------------------------------------------------- a link in a real browser
@@ -328,3 +348,13 @@ def test_a_link_naming_a_path_shows_a_message_in_the_browser(dash_duo, victim, b
     message = dash_duo.find_element(f"#{ID.message}").text
     assert "never a file" in message and "secret" not in dash_duo.find_element("body").text
     untouched(victim)
+
+
+def test_a_download_is_named_from_safe_characters_only():
+    """The page's selections (tab, part) name the downloaded file: no separator or control character."""
+    from attnviz.dashboard.export_view import file_name
+
+    name = file_name("attnviz-../../etc/cron.d/x\r\nSet-Cookie: a-L1-H2.html")
+    assert "/" not in name and "\n" not in name and "\r" not in name and " " not in name
+    assert name.endswith("-L1-H2.html") and file_name("attnviz-lab-L1-H2.html") == "attnviz-lab-L1-H2.html"
+    assert len(file_name("a" * 10_000 + ".csv")) <= 120 and file_name("a" * 10_000 + ".csv").endswith(".csv")

@@ -33,7 +33,8 @@ GRAPHS = [ID.heatmap, ID.head_view, ID.model_view, ID.lab_graph, ID.validation_m
 def file_name(name: str) -> str:
     """A download's file name from the page's selections (which the page may send as anything): letters,
     digits and ``._-`` only, so that no separator or control character reaches the browser's save dialog."""
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name)[:120]
+    stem, dot, suffix = re.sub(r"[^A-Za-z0-9._-]+", "_", name).rpartition(".")
+    return f"{stem[:100]}.{suffix[:10]}" if dot else suffix[:110]
 
 
 def matrix_frame(
