@@ -12,17 +12,17 @@ files written before it existed load with none (``cap.provenance == {}``).
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 from typing import Any
 
-from ..errors import CaptureFileError
+from ..errors import CaptureFileError, FileWriteError
+from ..files import atomic_path
 from .capture import RECORD_TENSORS, Capture, LayerRecord, TokenSequence
 from .images import ImageGrid
+from .io_schema import check_json_text, check_meta
 from .words import Word
 
-__all__ = ["load", "save"]
+__all__ = ["CaptureWriteError", "load", "save"]
 
 FORMAT = "attnviz-capture"
 VERSION = 2
@@ -50,12 +50,13 @@ def _sequence(meta: dict) -> TokenSequence:
 
 
 def save(cap: Capture, path: str | Path) -> Path:
-    """Write ``cap`` to ``path`` (safetensors; texts, tokens, words and model facts as JSON metadata)."""
+    """Write ``cap`` to ``path`` (safetensors; texts, tokens, words and model facts as JSON metadata),
+    atomically (:func:`attnviz.files.atomic_path`): a save that fails or is stopped leaves the previous file
+    as it was and no temporary file; a failure is a :class:`CaptureWriteError`."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
     path = Path(path)
-    if not path.parent.is_dir():
-        raise CaptureFileError(f"cannot save to {str(path)!r}: the folder {str(path.parent)!r} does not exist")
     tensors = {}
     records_meta = {}
     written: dict[int, str] = {}  # id of a tensor -> the key it was written under
@@ -87,26 +88,27 @@ def save(cap: Capture, path: str | Path) -> Path:
         "image": None if cap.image is None else cap.image.meta(),
         "vision": None if cap.vision is None else cap.vision.meta(),
     }
-    existed = path.exists()
+    header = {"attnviz": json.dumps(meta, ensure_ascii=False)}
     try:
-        mode = _plain_mode(path)
-        save_file(tensors, str(path), metadata={"attnviz": json.dumps(meta, ensure_ascii=False)})
-        os.chmod(path, mode)  # safetensors writes 0600; the file gets the mode a plain write would give it
-    except OSError as err:
-        if not existed and path.is_file() and path.stat().st_size == 0:
-            path.unlink()  # the empty file _plain_mode made
-        raise CaptureFileError(f"cannot write {str(path)!r}: {err}") from err
+        with atomic_path(path, what="the capture") as tmp:
+            try:
+                save_file(tensors, str(tmp), metadata=header)
+            except SafetensorError as err:  # safetensors' own error for a failed write (a full disk): not an OSError
+                raise CaptureWriteError(
+                    f"cannot write the capture {str(path)!r}: {err} (the disk may be full; the previous file, if "
+                    "any, is unchanged)"
+                ) from err
+    except CaptureWriteError:
+        raise
+    except FileWriteError as err:
+        raise CaptureWriteError(str(err)) from err
     return path
 
 
-def _plain_mode(path: Path) -> int:
-    """The permissions a plain ``open(path, "w")`` leaves: an existing file keeps its own, a new one gets
-    0o666 less the user's umask (read here by creating the file, which the save then replaces)."""
-    try:
-        return stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-        return stat.S_IMODE(path.stat().st_mode)
+class CaptureWriteError(CaptureFileError, FileWriteError):
+    """A capture that could not be written: a :class:`~attnviz.errors.CaptureFileError` (what saving a
+    capture has always raised) and a :class:`~attnviz.errors.FileWriteError` (an ``OSError``: what every
+    file attnviz writes raises); the previous file at that path, if any, is unchanged."""
 
 
 def load(path: str | Path) -> Capture:
@@ -123,31 +125,43 @@ def load(path: str | Path) -> Capture:
             tensors = {key: f.get_tensor(key) for key in f.keys()}
     except (SafetensorError, OSError, ValueError) as err:
         raise CaptureFileError(f"{str(path)!r} is not an attnviz capture file (not safetensors: {err})") from err
+    if "attnviz" not in header:
+        raise CaptureFileError(
+            f"{str(path)!r} is a safetensors file but not an attnviz capture (missing or broken metadata: no "
+            "'attnviz' metadata)"
+        )
+    check_json_text(path, header["attnviz"])
     try:
         meta = json.loads(header["attnviz"])
-        if meta.get("format") != FORMAT:
-            raise KeyError("format")
-        if meta.get("version", 0) > VERSION:
-            raise CaptureFileError(
-                f"{str(path)!r} was written by a newer attnviz (format version {meta['version']}); upgrade attnviz"
-            )
-        records = _records_v2(meta, tensors) if meta["version"] >= 2 else _records_v1(meta, tensors)
-        return Capture.of(
-            _sequence(meta),
-            records,
-            meta["model"],
-            None if meta.get("target") is None else _sequence(meta["target"]),
-            None if meta.get("image") is None else ImageGrid.from_meta(meta["image"], tensors["image.pixels"]),
-            None
-            if meta.get("vision") is None
-            else ImageGrid.from_meta(meta["vision"], tensors.get("vision.pixels", tensors["image.pixels"])),
-        )
-    except CaptureFileError:
-        raise
-    except (KeyError, TypeError, ValueError, json.JSONDecodeError) as err:
+    except (ValueError, RecursionError) as err:  # JSONDecodeError is a ValueError; so is an int of 5000 digits
         raise CaptureFileError(
             f"{str(path)!r} is a safetensors file but not an attnviz capture (missing or broken metadata: {err})"
         ) from err
+    if not isinstance(meta, dict):
+        raise CaptureFileError(
+            f"capture file {str(path)!r}: its metadata must be a JSON object, not a {type(meta).__name__}"
+        )
+    if meta.get("format") != FORMAT:
+        raise CaptureFileError(
+            f"{str(path)!r} is a safetensors file but not an attnviz capture (missing or broken metadata: "
+            f"its format is not {FORMAT!r})"
+        )
+    version = check_meta(path, meta, tensors, VERSION)
+    if version > VERSION:
+        raise CaptureFileError(
+            f"{str(path)!r} was written by a newer attnviz (format version {version}); upgrade attnviz"
+        )
+    records = _records_v2(meta, tensors) if version >= 2 else _records_v1(meta, tensors)
+    return Capture.of(
+        _sequence(meta),
+        records,
+        meta["model"],
+        None if meta.get("target") is None else _sequence(meta["target"]),
+        None if meta.get("image") is None else ImageGrid.from_meta(meta["image"], tensors["image.pixels"]),
+        None
+        if meta.get("vision") is None
+        else ImageGrid.from_meta(meta["vision"], tensors.get("vision.pixels", tensors["image.pixels"])),
+    )
 
 
 def _records_v2(meta: dict, tensors: dict) -> dict[tuple[str, int], LayerRecord]:
