@@ -191,7 +191,11 @@ def test_atlas_checkpoints_keeps_and_writes_what_it_finished_when_a_later_one_fa
 
 
 # ------------------------------------------------------------------ files the command line writes
-def test_out_naming_a_folder_is_one_line_before_the_model_loads(folders, tmp_path, capsys):
+def test_out_naming_a_folder_is_one_line_before_the_model_loads(folders, tmp_path, capsys, monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model's weights were loaded before -o was checked")
+
+    monkeypatch.setattr("attnviz.workflows.capture.pipeline.load_model", refuse)
     assert main(["capture", str(folders["good"]), TEXT, "-o", str(tmp_path)]) == 2
     assert "it is a folder; give a file name" in one_error_line(capsys.readouterr().err)
 
@@ -239,7 +243,7 @@ def test_app_refuses_a_bad_capture_before_it_serves(tmp_path, no_server, capsys)
 
 
 # ------------------------------------------------------------------ texts
-@pytest.mark.parametrize("text", ["\u200b\u200c\u200d", "\u2060\ufeff", "\x01\x07\x1b", " \u200b\n\t\x00 "])
+@pytest.mark.parametrize("text", ["\u200b\u200c\u200d", "\u2060\ufeff", "\x01\x07\x1b", " \u200b\n\t\x00 ", "\u200b"])
 def test_a_text_with_no_visible_character_is_empty(text):
     from attnviz.models import check_texts
 

@@ -44,10 +44,12 @@ def check_texts(text: Any, what: str = "text") -> list[str]:
             raise ArgumentTypeError(f"{what}[{i}] must be a string, got {type(t).__name__}")
         where = f"the {what}" if isinstance(text, str) else f"{what}[{i}]"
         check_unicode(t, where)
+        if not t.strip():
+            raise EmptyTextError(f"{where} is empty or only whitespace; give at least one word")
         if not visible(t):
             raise EmptyTextError(
-                f"{where} is empty or holds no visible character (only whitespace, zero-width or control "
-                "characters); give at least one word"
+                f"{where} holds no visible character (only whitespace, zero-width or control characters); give at "
+                "least one word"
             )
     return list(texts)
 
