@@ -32,7 +32,7 @@ from typing import Any
 import attnviz
 from attnviz.models import max_positions, tokenize
 
-from .cache import CaptureCache
+from .cache import CaptureCache, is_key
 from .capture_files import UNKNOWN, CaptureGone, JobFolder, Request, UnknownCapture, check_key, request_key
 from .common import text_limit
 from .derived import Derived
@@ -162,6 +162,11 @@ class Captures:
         return request.n_tokens > background_from or (request.new_tokens or 0) > BACKGROUND_NEW_TOKENS
 
     # -- getting a capture
+    def held(self, key: object) -> attnviz.Capture | None:
+        """The capture of ``key`` if the cache holds it (the Image tab's, which have no files): any value
+        the page sends that is not a key of the server's form is a miss, never an error or a lookup."""
+        return self.cache.get(key) if is_key(key) else None  # type: ignore[arg-type]
+
     def cached(self, key: str) -> attnviz.Capture | None:
         """The capture of ``key`` if the server holds it, or a background job this server started left its
         file (adopted into the cache then, the file removed). ``key``: checked (:func:`check_key`); a file is

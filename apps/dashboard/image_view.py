@@ -300,7 +300,7 @@ def register(app: Dash, captures: Captures) -> None:
     @shows_errors(lambda _m: "")  # the tab says what failed; its images then carry none
     def provenance_json(store):
         """The picture's ``cap.provenance`` as ``figures.write_image`` writes it (ASCII JSON), or ""."""
-        cap = captures.cache.get(store["key"]) if store else None
+        cap = captures.held(store["key"]) if store else None
         return json.dumps(cap.provenance, ensure_ascii=True) if cap is not None and cap.provenance else ""
 
     @app.callback(
@@ -348,7 +348,7 @@ def register(app: Dash, captures: Captures) -> None:
     def part_controls(store, part, word):
         """The chosen part's layers, heads and words (the prompt's tokens; the last by default, a
         generation's last new token when it arrives), and what a generation wrote."""
-        cap = captures.cache.get(store["key"]) if store else None
+        cap = captures.held(store["key"]) if store else None
         if cap is None:
             return [], None, [], None, [], None, {"display": "none"}, ""
         part = part if part in cap.parts else cap.parts[0]
@@ -375,7 +375,7 @@ def register(app: Dash, captures: Captures) -> None:
         prevent_initial_call=True,
     )
     def click_patch(click, store, part):
-        cap = captures.cache.get(store["key"]) if store else None
+        cap = captures.held(store["key"]) if store else None
         grid = cap.image_of(part if part in cap.parts else None) if cap is not None and cap.image is not None else None
         if grid is None or not click or not click.get("points"):
             return no_update
@@ -403,7 +403,7 @@ def register(app: Dash, captures: Captures) -> None:
         blank = message_figure("")
         if not store:
             return message_figure("Pick a vision model, then upload a picture (or pick a sample)."), blank
-        cap = captures.cache.get(store["key"])
+        cap = captures.held(store["key"])
         if cap is None:
             return message_figure("The server let this picture's capture go; upload it again."), blank
         part = part if part in cap.parts else cap.parts[0]
