@@ -477,6 +477,10 @@ def test_a_format_1_file_with_words_and_a_mask_loads(tmp_path):
     }
     old = attnviz.load(write(tmp_path / "old.attnviz", meta, tensors))
     assert old.parts == ("encoder",) and old.layer_indices() == [1] and old.attention(1, 1).shape == (3, 3)
+    for name in ("target", "image"):  # read by the loader whatever the version: refused in a format-1 file
+        crafted = {**meta, name: {"patch": [0, 0], "grid": [10**9, 10**9], "prefix": [], "text": 1}}
+        with pytest.raises(attnviz.CaptureFileError, match=f"metadata field {name} is not part of a format-1 file"):
+            attnviz.load(write(tmp_path / "old.attnviz", crafted, tensors))
     meta["layers"]["1"]["scaling"] = "half"
     with pytest.raises(attnviz.CaptureFileError, match="metadata field layers.1.scaling must be a positive number"):
         attnviz.load(write(tmp_path / "old.attnviz", meta, tensors))

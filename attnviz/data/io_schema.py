@@ -420,11 +420,15 @@ def check_meta(path: Path, meta: Any, tensors: Mapping[str, Tensor], version_now
     version = c.integer(meta.get("version", 0), "version", 0, 1 << 31)
     if version > version_now:
         return version  # the loader says: written by a newer attnviz
+    if version < 2:
+        for name in ("target", "image", "vision"):
+            if meta.get(name) is not None:
+                raise c.fail(name, "is not part of a format-1 file (one text, one part)", meta[name])
     n_source = c.sequence(meta, "")
     n_target = None if meta.get("target") is None else c.sequence(meta["target"], "target")
     grids = {}
     for name in ("image", "vision"):
-        if meta.get(name) is not None and version >= 2:
+        if meta.get(name) is not None:
             pixels = f"{name}.pixels" if name == "image" or "vision.pixels" in tensors else "image.pixels"
             grids[name] = c.grid(meta[name], name, pixels)
     parts = c.model(meta.get("model"), version)
