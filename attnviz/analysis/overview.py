@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from ..attention import attention_output, lse_from_weights
+from ..data.words import WordIndex
 from ..errors import ArgumentTypeError, InputError, OutOfRangeError
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ __all__ = [
     "MODES",
     "Overview",
     "ThumbnailPool",
+    "WordThumbnailPool",
     "block_edges",
     "check_measure",
     "measure_norms",
@@ -263,6 +265,70 @@ class ThumbnailPool:
                     if c < d:
                         across[:, j] = down[:, c - k0 : d - k0].amax(-1)
                 self.pooled[:, i] = torch.maximum(self.pooled[:, i], across)
+
+
+class WordThumbnailPool:
+    """A consumer of one layer's token chunks (as :class:`ThumbnailPool`) that max-pools every head's map
+    *in words* — ``cap.attention(layer, words=True)``, each word's key columns added, its query rows
+    averaged — to ``size`` cells, without the word map ever whole: each chunk's key columns are added
+    into their words (a scatter-add, :class:`~attnviz.data.words.WordIndex`), the rows of the words the
+    chunk holds whole are averaged and pooled at once, and a word cut by the chunk's edge is summed
+    until its last row arrives (chunks in any order, each of consecutive rows). O(the chunk) per chunk:
+    as costly as the token thumbnails beside it. :attr:`pooled` is ``[head, rows, cols]`` over words,
+    binned as ``adaptive_max_pool2d`` bins the word map."""
+
+    def __init__(self, n_heads: int, queries: WordIndex, keys: WordIndex, size: tuple[int, int]) -> None:
+        self.queries, self.keys = queries.to("cpu"), keys.to("cpu")
+        self.pool = ThumbnailPool(n_heads, queries.n_words, keys.n_words, size)
+        of = self.queries.of.tolist()  # once per layer: each word's first and last token
+        self.starts: list[int] = [0] * queries.n_words
+        self.stops: list[int] = [0] * queries.n_words
+        for token in reversed(range(len(of))):
+            if of[token] < queries.n_words:
+                self.starts[of[token]] = token
+        for token, word in enumerate(of):
+            if word < queries.n_words:
+                self.stops[word] = token + 1
+        self.of = of
+        self.partial: dict[int, tuple[Tensor, int]] = {}  # a word cut by a chunk's edge: its rows' sum, rows seen
+        self.buffer = torch.empty(0)
+
+    @property
+    def pooled(self) -> Tensor:
+        return self.pool.pooled
+
+    def add(self, rows: Tensor, keys: slice, weights: Tensor, out: Tensor | None = None) -> None:
+        """One chunk: ``rows`` [r] consecutive query tokens, their ``keys`` (a slice of the tokens),
+        ``weights`` [head, r, keys]."""
+        weights = weights.float().cpu()
+        lo, hi = int(rows[0]), int(rows[-1]) + 1
+        # [head, r, key word]: each word's columns added, in one buffer re-used from chunk to chunk
+        summed = self.keys.sum_along(weights, -1, keys, buffer=self.buffer)
+        if summed.numel() > self.buffer.numel():
+            self.buffer = summed
+        n = self.queries.n_words  # a token of no word is n: skipped, as group_matrix's zero column skips it
+        first = next((w for w in self.of[lo:hi] if w < n), None)
+        last = next((w for w in reversed(self.of[lo:hi]) if w < n), None)
+        words = [] if first is None or last is None else sorted({first, last})
+        inside = [w for w in range(first, last + 1) if lo <= self.starts[w] and self.stops[w] <= hi] if words else []
+        if inside:  # the words whose every row is here: averaged and pooled now
+            a, b = inside[0], inside[-1] + 1
+            t0, t1 = self.starts[a], self.stops[b - 1]
+            index = self.queries.of[t0:t1] - a
+            merged = summed.new_zeros(summed.shape[0], b - a, summed.shape[-1])
+            merged.index_add_(1, index, summed[:, t0 - lo : t1 - lo])
+            self.pool.add(torch.arange(a, b), slice(None), merged.div_(self.queries.sizes[a:b, None]))
+        for w in words:  # a word cut by the chunk's edge: its rows here added to what came before
+            if w in inside:
+                continue
+            t0, t1 = max(self.starts[w], lo), min(self.stops[w], hi)
+            row_sum = summed[:, t0 - lo : t1 - lo].sum(1)
+            before, seen = self.partial.pop(w, (None, 0))
+            row_sum, seen = (row_sum if before is None else before + row_sum), seen + t1 - t0
+            if seen == self.stops[w] - self.starts[w]:
+                self.pool.add(torch.tensor([w]), slice(None), (row_sum / self.queries.sizes[w])[:, None])
+            else:
+                self.partial[w] = (row_sum, seen)
 
 
 def thumbnails(

@@ -13,7 +13,7 @@ from torch import Tensor
 from ..attention import attention_output, attention_tile, build_mask, online_attention, scaled_dot_product
 from ..errors import InputError, OutOfRangeError
 from .spans import Span, check_causal, row_index, scale_factor, span_index
-from .words import group_matrix
+from .words import WordIndex, pool_words
 
 if TYPE_CHECKING:
     from .records import LayerRecord
@@ -111,18 +111,42 @@ class Recomputation:
             raise InputError(f"temperature must be a number > 0, got {temperature!r}")
         if rows is not None or cols is not None:
             if words:
-                full = self.attention(
-                    layer, head, part=part, causal=causal, scale=scale, temperature=temperature, words=True
-                )
-                n_q, n_k = full.shape[-2:]
-                r, c = row_index(rows, n_q, "rows", "query words"), span_index(cols, n_k, "cols", "key words")
-                full = full.index_select(-2, r.to(full.device))
-                return full[..., c] if isinstance(c, slice) else full.index_select(-1, c.to(full.device))
+                return self._word_tile(layer, head, rows, cols, part, causal, scale, float(temperature))
             return self._tile(layer, head, rows, cols, part, causal, scale, float(temperature))
         q, k, v, kwargs = self._sdpa_args(layer, head, causal, scale, part)
         _, weights = scaled_dot_product(q, k, v, temperature=float(temperature), **kwargs)
         weights = weights[0] if head is None else weights[0, 0]
         return self.to_words(weights, part) if words else weights
+
+    def _word_tile(
+        self,
+        layer: int,
+        head: int | None,
+        rows: Span,
+        cols: Span,
+        part: str | None,
+        causal: bool | None,
+        scale: bool | float,
+        temperature: float,
+    ) -> Tensor:  # [head, r, c] or [r, c], in words
+        """``attention(words=True, rows=, cols=)``: only the token rows of the words asked for (every key),
+        merged as :meth:`to_words` merges — O(their tokens × keys), not the whole map."""
+        queries, keys = self.sequences(part)
+        r = row_index(rows, len(queries.words), "rows", "query words")
+        c = span_index(cols, len(keys.words), "cols", "key words")
+        spans = [(queries.words[i].token_start, queries.words[i].token_stop) for i in r.tolist()]
+        tokens = [t for a, b in spans for t in range(a, b)]
+        tile = self._tile(layer, head, tokens, None, part, causal, scale, temperature)  # [.., tokens, keys]
+        k_index = WordIndex.of_words(keys.words, keys.n_tokens, tile.device)
+        own = [i for i, (a, b) in enumerate(spans) for _ in range(a, b)]  # each token row's place in r
+        r_index = WordIndex(
+            torch.tensor(own, dtype=torch.long, device=tile.device),
+            torch.tensor([b - a for a, b in spans], dtype=torch.float32, device=tile.device),
+            len(spans),
+            True,
+        )
+        merged = pool_words(tile, r_index, k_index)
+        return merged[..., c] if isinstance(c, slice) else merged.index_select(-1, c.to(merged.device))
 
     def log_sum_exp(
         self, layer: int, head: int | None = None, *, part: str | None = None, rows: Span = None
@@ -244,6 +268,6 @@ class Recomputation:
     ) -> Tensor:  # [..., query_pos, key_pos] -> [..., word, word]
         """Merge a token × token matrix into word × word (to a word summed, from a word averaged)."""
         queries, keys = self.sequences(part)
-        to_sum = group_matrix(keys.words, keys.n_tokens).to(weights)
-        from_mean = group_matrix(queries.words, queries.n_tokens, mean=True).to(weights)
-        return from_mean @ weights @ to_sum.T
+        q_index = WordIndex.of_words(queries.words, queries.n_tokens, weights.device)
+        k_index = WordIndex.of_words(keys.words, keys.n_tokens, weights.device)
+        return pool_words(weights, q_index, k_index)  # P_q · A · P_kᵀ as scatter-adds: O(n²), not O(n³)
