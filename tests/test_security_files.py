@@ -366,6 +366,33 @@ def _mutated_files_load_or_are_refused(base: Path, folder: Path):
     run()
 
 
+@st.composite
+def tensor_mutations(draw, tensors: dict[str, torch.Tensor]):
+    """The file's tensors with one to three replaced (any rank up to 4, sizes 0..5, float / int / bool) or dropped."""
+    tensors = dict(tensors)
+    for _ in range(draw(st.integers(1, 3))):
+        key = draw(st.sampled_from(sorted(tensors)))
+        if draw(st.booleans()):
+            tensors.pop(key, None)
+            continue
+        shape = draw(st.lists(st.integers(0, 5), max_size=4))
+        dtype = draw(st.sampled_from([torch.float32, torch.float16, torch.int64, torch.uint8, torch.bool]))
+        tensors[key] = torch.ones(shape, dtype=dtype)
+    return tensors
+
+
+@pytest.mark.parametrize("base", ["text_file", "image_file"])
+def test_random_tensors_in_place_of_a_captures_load_or_are_refused(base, request, tmp_path):
+    meta, tensors = read(request.getfixturevalue(base))
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @given(tensor_mutations(tensors))
+    def run(mutated):
+        _loads_and_works_or_is_refused(write(tmp_path / "mutated.attnviz", meta, mutated))
+
+    run()
+
+
 def test_random_mutations_of_a_text_capture_load_or_are_refused(text_file, tmp_path):
     _mutated_files_load_or_are_refused(text_file, tmp_path)
 

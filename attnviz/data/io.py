@@ -7,6 +7,11 @@ encoder's capture keeps its picture (``image.pixels``, uint8) and its patch grid
 metadata); files without them load as text captures. The capture's provenance (``model.provenance``: the
 weights' and tokenizer's hashes, versions, device, the self-check's verdict) is part of the model's metadata;
 files written before it existed load with none (``cap.provenance == {}``).
+
+A file is data from anywhere: :mod:`attnviz.data.io_schema` checks its metadata (size and depth before it is
+parsed, then every field's type and bounds and every count against the tensors) and anything else is a
+:class:`~attnviz.errors.CaptureFileError` naming the field. A save is atomic
+(:func:`attnviz.files.atomic_path`): stopped or failing part way, it leaves the previous file whole.
 """
 
 from __future__ import annotations
@@ -19,14 +24,13 @@ from ..errors import CaptureFileError, FileWriteError
 from ..files import atomic_path
 from .capture import RECORD_TENSORS, Capture, LayerRecord, TokenSequence
 from .images import ImageGrid
-from .io_schema import check_json_text, check_meta
+from .io_schema import RECORD_FIELDS, check_json_text, check_meta
 from .words import Word
 
 __all__ = ["CaptureWriteError", "load", "save"]
 
 FORMAT = "attnviz-capture"
 VERSION = 2
-_FIELDS = ("name", "scaling", "causal", "window", "softcap", "heads", "kv_heads")  # heads: capture(heads=)
 
 
 def _sequence_meta(seq: TokenSequence) -> dict:
@@ -61,7 +65,7 @@ def save(cap: Capture, path: str | Path) -> Path:
     records_meta = {}
     written: dict[int, str] = {}  # id of a tensor -> the key it was written under
     for (part, layer), rec in cap.records.items():
-        fields = {name: getattr(rec, name) for name in _FIELDS}
+        fields = {name: getattr(rec, name) for name in RECORD_FIELDS}
         shared = {}
         for name in RECORD_TENSORS:
             t = getattr(rec, name)
