@@ -150,3 +150,22 @@ def test_one_token_words_share_the_token_thumbnails():
     assert len(cap.words) == cap.n_tokens
     summary = summarize(cap)
     assert all(summary.word_thumbnails[layer] is summary.thumbnails[layer] for layer in summary.layers)
+
+
+@pytest.mark.parametrize("causal", [None, False, True])
+def test_the_labs_row_in_words_is_the_word_maps_row(cap, causal):
+    """The AttentionLab's row (``row_shares``) reads only the query word's token rows: its weights and what
+    each key word moves equal the whole maps' row (``cap.attention`` / ``cap.moved``, ``words=True``)."""
+    from attnviz.analysis import row_shares
+
+    layer, head = cap.layer_indices()[-1], cap.kept_heads()[-1]
+    full_w = cap.attention(layer, head, causal=causal, words=True)
+    full_m = cap.moved(layer, head, causal=causal, words=True)
+    longest = max(range(len(cap.words)), key=lambda i: cap.words[i].token_stop - cap.words[i].token_start)
+    for query in (0, longest, len(cap.words) - 1):
+        weight, moved, share = row_shares(cap, layer, head, query, causal=causal, words=True)
+        torch.testing.assert_close(weight, full_w[query], atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(moved, full_m[query], atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(share.sum(), torch.tensor(1.0), atol=1e-5, rtol=0)
+    weight, _, _ = row_shares(cap, layer, head, 4, causal=causal)
+    torch.testing.assert_close(weight, cap.attention(layer, head, causal=causal)[4], atol=1e-6, rtol=1e-5)

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from ..data.moved import word_moved
+from ..data.words import TokenSequence, Word, WordIndex
 from ..errors import OutOfRangeError
 
 if TYPE_CHECKING:
@@ -41,15 +43,29 @@ def row_shares(
     ``words=True``: a word query's mean weights summed over a key word's tokens, and the norm of the
     summed vector the word moves. Raises :class:`~attnviz.errors.InputError` when the layer holds no
     value norms (its module has no output projection attnviz could read)."""
-    switches: dict[str, Any] = dict(part=part, causal=causal, scale=scale, temperature=temperature, words=words)
+    switches: dict[str, Any] = dict(part=part, causal=causal, scale=scale, temperature=temperature)
     norms = cap.value_norms(layer, part=part)  # [head, key]; refuses a layer without norms
-    weights = cap.attention(layer, head, **switches)  # [query, key]
-    if not 0 <= query < weights.shape[0]:
-        raise OutOfRangeError(f"query {query} is out of range: 0..{weights.shape[0] - 1}")
-    weight = weights[query].float().cpu()
-    if words:  # the norm of a word's summed vectors: the capture's dot products, not a sum of norms
-        moved = cap.moved(layer, head, **switches)[query].float().cpu()
+    queries, keys = cap.sequences(part)
+    n = len(queries.words) if words else queries.n_tokens
+    if not 0 <= query < n:
+        raise OutOfRangeError(f"query {query} is out of range: 0..{n - 1}")
+    if words:  # only the query word's token rows (O(its tokens × keys), not the head's whole map):
+        # its mean weights summed over each key word, and the norm of the summed vectors each key word moves
+        # (the capture's dot products, not a sum of norms) — cap.moved(words=True)[query]'s numbers
+        word = queries.words[query]
+        span = range(word.token_start, word.token_stop)
+        rows = cap.attention(layer, head, rows=span, **switches)  # [its tokens, key]
+        alone = TokenSequence(
+            "", [""] * len(span), [0] * len(span), [(0, 0)] * len(span), [Word("", 0, 0, 0, len(span))]
+        )
+        dots = cap.layer(layer, part).value_dots
+        at = cap.head_index(layer, head, part)
+        assert dots is not None  # value_norms refused a layer without
+        to_words = WordIndex.of_words(keys.words, keys.n_tokens, rows.device)
+        weight = to_words.sum_along(rows.mean(0), -1).float().cpu()  # the word's rows averaged, key words summed
+        moved = word_moved(rows[None].float(), dots[at : at + 1], alone, keys)[0, 0].float().cpu()
     else:  # the same α·‖f(x)‖ as cap.moved, without computing the head's map twice
+        weight = cap.attention(layer, head, rows=[query], **switches)[0].float().cpu()
         moved = weight * norms[cap.head_index(layer, head, part)].float().cpu()  # the model's head → its row
     total = moved.sum()
     share = moved / total if float(total) > 0 else torch.zeros_like(moved)
