@@ -267,15 +267,44 @@ def test_metadata_longer_than_the_limit_is_refused_before_it_is_parsed(text_file
         attnviz.load(write(tmp_path / "long.attnviz", meta, tensors))
 
 
-def test_the_depth_scan_ignores_brackets_inside_strings():
+def _json_depth(text: str) -> int:
+    """JSON's own reading of a valid document's depth, a character at a time."""
+    depth = deepest = 0
+    inside = escaped = False
+    for ch in text:
+        if inside:
+            escaped, inside = (False, True) if escaped else (ch == "\\", ch != '"')
+        elif ch == '"':
+            inside = True
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+@pytest.mark.parametrize("piece", [1, 2, 3, 7, 1 << 20])
+def test_the_depth_scan_ignores_brackets_inside_strings_across_its_pieces(piece, monkeypatch):
+    monkeypatch.setattr(io_schema, "_PIECE", piece)
     assert io_schema.json_depth('{"a": "[[[[[[{{{{\\"]]]", "b": [[1]]}') == 3
     assert io_schema.json_depth("[" * 1000 + "]" * 1000) == 1000
+    nested: object = []
+    for word in ['a"[', "\\", '\\"{', "]}", "漢[", '\\\\"', ""]:
+        nested = [word, nested, {word: nested}]
+    for text in (json.dumps(nested), json.dumps(nested, ensure_ascii=False)):
+        assert io_schema.json_depth(text) == _json_depth(text) == 15
 
 
-def test_a_file_that_is_not_an_attnviz_one_still_says_so(tmp_path):
-    save_file({"x": torch.zeros(1)}, str(tmp_path / "other.safetensors"))
-    with pytest.raises(attnviz.CaptureFileError, match="safetensors file but not an attnviz capture"):
-        attnviz.load(tmp_path / "other.safetensors")
+def test_the_depth_scan_is_linear_on_a_string_of_escaped_quotes(text_file, tmp_path):
+    """A regular expression for JSON strings retried from every quote of '"\\"\\"\\"…' took time quadratic in its
+    length (days for these 6 MB); the scan reads each byte once."""
+    _, tensors = read(text_file)
+    path = write(tmp_path / "quotes.attnviz", '"' + '\\"' * 3_000_000, tensors)
+    code = "import sys, attnviz\ntry:\n    attnviz.load(sys.argv[1])\nexcept attnviz.CaptureFileError as err:\n    print(err)"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60, env=env)
+    assert "missing or broken metadata" in done.stdout, done.stderr[-2000:]
 
 
 # ------------------------------------------------------------------ random mutations (hypothesis)
