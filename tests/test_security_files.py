@@ -154,6 +154,7 @@ CRAFTED = {
     "model missing": ("text", _drop("model"), "metadata field model must be an object, got null"),
     "n_heads 10**12": ("text", _set("model/parts/decoder/n_heads", 10**12), "model.parts.decoder.n_heads must be"),
     "n_heads 8 of 4 stacked": ("text", _set("model/parts/decoder/n_heads", 8), f"{R0}.q must stack the part's 8 heads"),
+    "d_head of another width": ("text", _set("model/parts/decoder/d_head", 16), f"{R0}.q must be 16 wide"),
     "n_kv_heads over n_heads": ("text", _set("model/parts/decoder/n_kv_heads", 5), "n_kv_heads must be at most"),
     "n_layers 0": ("text", _set("model/parts/decoder/n_layers", 0), "model.parts.decoder.n_layers must be"),
     "unknown part": ("text", _set("model/parts", {"nose": {}}), "metadata field model.parts must name parts among"),
@@ -282,6 +283,16 @@ def _json_depth(text: str) -> int:
         elif ch in "]}":
             depth -= 1
     return deepest
+
+
+def test_a_capture_whose_metadata_load_would_refuse_is_not_written(two_captures, tmp_path, monkeypatch):
+    first, second = two_captures
+    path = first.save(tmp_path / "cap.attnviz")
+    monkeypatch.setattr(io_schema, "MAX_META_CHARS", 1000)
+    with pytest.raises(attnviz.CaptureFileError, match="more than the 1,000 a capture file may carry"):
+        second.save(path)
+    monkeypatch.undo()
+    assert attnviz.load(path).tokens == first.tokens and _leftovers(tmp_path) == []
 
 
 @pytest.mark.parametrize("piece", [1, 2, 3, 7, 1 << 20])

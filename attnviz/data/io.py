@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import CaptureFileError, FileWriteError
 from ..files import atomic_path
+from . import io_schema
 from .capture import RECORD_TENSORS, Capture, LayerRecord, TokenSequence
 from .images import ImageGrid
 from .io_schema import RECORD_FIELDS, check_json_text, check_meta
@@ -93,13 +94,19 @@ def save(cap: Capture, path: str | Path) -> Path:
         "vision": None if cap.vision is None else cap.vision.meta(),
     }
     header = {"attnviz": json.dumps(meta, ensure_ascii=False)}
+    if len(header["attnviz"]) > io_schema.MAX_META_CHARS:  # a file that load would refuse is not written
+        raise CaptureWriteError(
+            f"cannot write the capture {str(path)!r}: its metadata (tokens, words, model facts) is "
+            f"{len(header['attnviz']):,} characters, more than the {io_schema.MAX_META_CHARS:,} a capture file may carry; "
+            "capture a shorter text"
+        )
     try:
         with atomic_path(path, what="the capture") as tmp:
             try:
                 save_file(tensors, str(tmp), metadata=header)
             except SafetensorError as err:  # safetensors' own error for a failed write (a full disk): not an OSError
                 raise CaptureWriteError(
-                    f"cannot write the capture {str(path)!r}: {err} (the disk may be full; the previous file, if "
+                    f"cannot write the capture {str(path)!r}: {' '.join(str(err).split())} (the disk may be full; the previous file, if "
                     "any, is unchanged)"
                 ) from err
     except CaptureWriteError:

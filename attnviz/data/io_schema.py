@@ -313,6 +313,8 @@ class _Checker:
                 raise self.fail(
                     f"{field}.{name}", f"must have one {what} position per token of the {reads} ({n} tokens)", t
                 )
+        if q.shape[2] != info["d_head"]:
+            raise self.fail(f"{field}.q", f"must be {info['d_head']} wide (model.parts.{part}.d_head)", q)
         heads, kv_heads = fields.get("heads"), fields.get("kv_heads")
         if heads is None:
             if h != info["n_heads"]:
