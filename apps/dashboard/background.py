@@ -5,7 +5,8 @@ A heavy view asks :func:`summary_of` (the model view's thumbnails, head statisti
 validation: one pass over every head, ``attnviz.analysis.summarize``) or :func:`in_background` (a
 result of its own); up to the page's background threshold the result is computed in the request,
 beyond it a job computes it (``Captures.in_background``) and the view gets None — it shows
-:func:`pending`'s message while the bar shows the job's progress.
+:func:`pending`'s message while the bar shows the job's progress. A view tells :func:`on_screen` which
+capture its page shows as it draws: the jobs of a capture the page left stop when no page watches them.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ def summary_of(captures: Captures, store: dict, page: str | None, part: str | No
     ``part``: what the model view, head statistics, rollout and the validation read, computed once per
     capture and part — in the request for a short text, else by a background job (None while it runs,
     the bar showing its progress)."""
+    on_screen(captures, store, page)
     view = captures.self_part(store, part)
     if view is None:
         return None
@@ -45,6 +47,13 @@ def summary_of(captures: Captures, store: dict, page: str | None, part: str | No
         return summarize(view, on_progress=lambda done, total: progress(done, total, f"layer {done} of {total}"))
 
     return in_background(captures, store, page, ("summary", part), SUMMARY_LABEL, view.n_tokens, compute)
+
+
+def on_screen(captures: Captures, store: dict | None, page: str | None) -> None:
+    """The page ``page`` shows the store's capture (``Jobs.shown``): when that is another capture than
+    it showed, its jobs of the one it left stop watching it (and stop, when no other page watches them)."""
+    if page is not None:
+        captures.jobs.shown(str(page), (store or {}).get("key"))
 
 
 def in_background(captures: Captures, store: dict, page: str | None, what: tuple, label: str, n_tokens: int, compute):

@@ -15,11 +15,19 @@ message instead of starting the job again until the user presses Compute (:meth:
 Threads, not processes: the job reads the capture the server holds (no file, no copy) and leaves its
 result where every request thread finds it; torch releases the GIL while it computes, so the rest of
 the page stays usable. At most ``workers`` jobs compute at once; the others wait their turn.
+
+A job never starves what the user looks at (issue #56): its thread — and the OpenMP threads torch starts
+for it, which inherit it — runs at the lowest priority (:data:`JOB_NICE`, Linux's per-thread nice), so
+the scheduler gives the cores to a request thread whenever one computes and to the job only what is left;
+and a page that shows another capture (:meth:`Jobs.shown`, told by every heavy view as it draws) stops
+watching its jobs of the capture it left, which stop at their next step when no page watches them.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -28,6 +36,7 @@ from dataclasses import dataclass, field
 import attnviz
 
 log = logging.getLogger("attnviz.dashboard")
+JOB_NICE = 19  # a job's thread's nice: the scheduler runs it on what the request threads leave
 Progress = Callable[[int, int, str], None]  # (done, total, what) — raises Cancelled when no page watches
 Work = Callable[[Progress], None]  # computes, and leaves its result where the views read it
 
@@ -69,6 +78,7 @@ class Jobs:
         self._lock = threading.Lock()
         self._jobs: dict[Hashable, Job] = {}
         self._pages: dict[str, dict[Hashable, str]] = {}  # page -> {key: "watching" | a stop message}
+        self._shown: dict[str, Hashable] = {}  # page -> the capture it shows (Jobs.shown)
 
     # -- what pages do
     def ask(self, key: Hashable, page: str, label: str, work: Work) -> Job:
@@ -88,6 +98,26 @@ class Jobs:
             job.watchers.add(page)
             self._pages[page][key] = "watching"
             return job
+
+    def shown(self, page: str, capture: Hashable) -> list[Job]:
+        """``page`` now shows ``capture`` (a capture's key: the first item of its jobs' keys; None: none).
+        When that is another capture than it showed, the page stops watching its jobs of the capture it
+        left — each stops at its next step when no page watches it — and forgets them (coming back asks
+        again, as a first visit); jobs of anything else (a corpus the page embeds) are left alone.
+        Returns the jobs it left."""
+        with self._lock:
+            before = self._shown.get(page)
+            self._shown[page] = capture
+            if before is None or before == capture:
+                return []
+            keys, jobs = self._watched(page)
+            left = [job for job in jobs if _capture_of(job.key) == before]
+            for job in left:
+                job.watchers.discard(page)
+                del keys[job.key]
+                if not job.watchers and job.finished and self._jobs.get(job.key) is job:
+                    del self._jobs[job.key]
+            return left
 
     def of_page(self, page: str) -> list[Job]:
         """The jobs ``page`` waits for (running or queued), and those that finished since it last asked:
@@ -151,6 +181,7 @@ class Jobs:
                     raise Cancelled
                 job.done, job.total, job.text = done, total, text
 
+        lower_priority()
         try:
             with self._slots:
                 progress(0, 0, "starting…")  # no page left while it waited: stop before any work
@@ -180,3 +211,22 @@ class Jobs:
             with self._lock:
                 if not job.watchers and self._jobs.get(job.key) is job:
                     del self._jobs[job.key]  # nobody to tell
+
+
+def _capture_of(key: Hashable) -> Hashable:
+    """The capture a job's key is of: its first item (``(capture key, what…)``), else the key itself."""
+    return key[0] if isinstance(key, tuple) and key else key
+
+
+def lower_priority(nice: int = JOB_NICE) -> bool:
+    """The calling thread (and the threads it starts from now on, OpenMP's among them) at ``nice``, on Linux
+    where nice is per thread; elsewhere it would be the whole server's, and nothing is changed. True when
+    set. A thread may always lower its own priority; it never raises it back (the job's thread ends)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), nice))
+    except OSError:  # a sandbox that refuses it: the job runs as before
+        return False
+    return True

@@ -17,6 +17,7 @@ from attnviz import figures
 from attnviz.figures import message_figure
 from attnviz.figures.helpers import new_start
 
+from .background import on_screen
 from .captures import Captures
 from .common import chip, word_of
 from .errors import only_on, shows_errors
@@ -57,15 +58,15 @@ def lessons(cap: attnviz.Capture, layer: int, head: int, index: int, words: bool
     rec = cap.layer(layer, part)
     if not kwargs["scale"]:
         scaled = figures.helpers.row_stats(
-            cap.attention(layer, head, part=part, causal=kwargs["causal"], words=words)[index]
-        )
+            cap.attention(layer, head, part=part, causal=kwargs["causal"], words=words, rows=[index])[0]
+        )  # the row alone (in words: its word's token rows), not the head's whole map
         said.append(
             f"Without ÷√d_k the scores are {1 / rec.scaling:.3g}× larger (d_k = {cap.info(part)['d_head']}), so the softmax "
             f"saturates: entropy {scaled['entropy']:.2f} → the one above, top weight {scaled['top_weight']:.2f} "
             "→ closer to one-hot. That is why the scaling exists."
         )
     if rec.causal and not kwargs["causal"]:
-        future = cap.attention(layer, head, part=part, causal=False, words=words)[index, index + 1 :].sum()
+        future = cap.attention(layer, head, part=part, causal=False, words=words, rows=[index])[0, index + 1 :].sum()
         said.append(
             f"Without the causal mask {names[index]!r} puts {float(future):.2f} on tokens to its right — "
             "weights this decoder never computes: it only ever sees the past."
@@ -302,10 +303,12 @@ def register(app: Dash, captures: Captures) -> None:
         Input(ID.part, "value"),
         Input(ID.measure, "value"),
         Input(ID.lab_key, "data"),
+        State(ID.page, "data"),
     )
     @shows_errors(lambda m: (message_figure(m), m))
-    def lab(store, layer, head, units, query, switches, log_temperature, tab, part, measure, key):
+    def lab(store, layer, head, units, query, switches, log_temperature, tab, part, measure, key, page):
         only_on(tab, "lab")
+        on_screen(captures, store, page)  # the jobs of a capture the page left stop
         cap = captures.from_store(store)
         if cap is None or layer is None or head is None or query is None:
             return message_figure("Run the model, then click a token."), ""

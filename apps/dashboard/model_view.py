@@ -2,11 +2,12 @@
 pools long texts a chunk of rows at a time and marks a generation's new tokens); a click opens that head
 in the heatmap.
 
-The thumbnails come from the fused summary of the capture (``background.summary_of``: one pass over every
-head shared with head statistics, rollout and the validation) — for a long text a background job, with
-the job bar's progress meanwhile. Word thumbnails, a cross-attention part, and the thumbnails of what
-each head moves (the page's "Show: moved" — ‖α·f(x)‖, ``measure="moved"``) are pooled by a job of
-their own (``model_view_thumbnails``)."""
+The thumbnails, in tokens and in words, come from the fused summary of the capture
+(``background.summary_of``: one pass over every head shared with head statistics, rollout and the
+validation, its chunks pooled into words beside the tokens) — for a long text a background job, with the
+job bar's progress meanwhile. A cross-attention part and the thumbnails of what each head moves (the
+page's "Show: moved" — ‖α·f(x)‖, ``measure="moved"``) are pooled by a job of their own
+(``model_view_thumbnails``)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from dash import Dash, Input, Output, State, dcc, no_update
 from attnviz import figures
 from attnviz.figures import message_figure
 
-from .background import in_background, pending, summary_of
+from .background import in_background, on_screen, pending, summary_of
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import ID
@@ -42,6 +43,7 @@ def register(app: Dash, captures: Captures) -> None:
     @shows_errors(message_figure)
     def model_view(store, units, layer, head, tab, part, measure, _done, page):
         only_on(tab, "model")
+        on_screen(captures, store, page)  # the jobs of a capture the page left stop
         cap = captures.from_store(store)
         if cap is None:
             return message_figure("Run the model to see its attention.")
@@ -50,7 +52,7 @@ def register(app: Dash, captures: Captures) -> None:
         part = cap.resolve_part(part if len(cap.parts) > 1 else None)
         measure = measure or "weights"
         moved = measure == "moved"
-        if words or part == "cross" or moved:  # not in the summary: pooled by a job of its own
+        if part == "cross" or moved:  # not in the summary: pooled by a job of its own
             kind = "word" if words else part if part == "cross" else "token"
             label = f"the model view's {kind} thumbnails" + (", moved" if moved else "")
             thumbs = in_background(
@@ -74,7 +76,7 @@ def register(app: Dash, captures: Captures) -> None:
             summary = summary_of(captures, store, page, part)
             if summary is None:
                 return message_figure(pending())
-            thumbs = summary.thumbnails
+            thumbs = summary.word_thumbnails if words else summary.thumbnails  # both from the one pass
         return figures.model_view(cap, words=words, selected=selected, part=part, thumbnails=thumbs, measure=measure)
 
     @app.callback(

@@ -25,6 +25,7 @@ from attnviz.analysis import OVERVIEW_MODES as MODES
 from attnviz.analysis import block_edges
 from attnviz.figures import message_figure
 
+from .background import on_screen
 from .captures import Captures
 from .errors import only_on, shows_errors
 from .ids import ID, OID
@@ -223,10 +224,12 @@ def register(app: Dash, captures: Captures) -> None:
         Input(OID.zoom, "data"),
         State(OID.view, "data"),
         State(OID.shown, "data"),
+        State(ID.page, "data"),
     )
     @shows_errors(lambda m: (message_figure(m), None, "", no_update, None))
-    def heatmap(store, layer, head, units, tab, part, mode, measure, relayout, view, shown):
+    def heatmap(store, layer, head, units, tab, part, mode, measure, relayout, view, shown, page):
         only_on(tab, "heatmap")
+        on_screen(captures, store, page)  # the jobs of a capture the page left stop
         cap = captures.from_store(store)
         if cap is None or layer is None or head is None:
             return message_figure("Run the model to see its attention."), None, "", _HIDDEN, None

@@ -13,7 +13,7 @@ from attnviz.analysis import ROLLOUT_CELLS as MAX_CELLS
 from attnviz.analysis import rollout_rows
 from attnviz.figures import message_figure, rollout_figure
 
-from .background import in_background, pending, summary_of
+from .background import in_background, on_screen, pending, summary_of
 from .captures import Captures
 from .common import word_of
 from .errors import only_on, shows_errors
@@ -64,6 +64,7 @@ def register(app: Dash, captures: Captures) -> None:
     @shows_errors(message_figure)
     def rollout_view(store, mode, query, tab, part, _done, units, page):
         only_on(tab, "rollout")
+        on_screen(captures, store, page)  # the jobs of a capture the page left stop
         cap = captures.self_part(store, part)
         if cap is None:
             return message_figure("Run the model first.")
