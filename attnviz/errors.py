@@ -29,7 +29,12 @@ from typing import Any
 
 
 class AttnvizError(Exception):
-    """Base class of every error attnviz raises on purpose."""
+    """Base class of every error attnviz raises on purpose.
+
+    ``partial``: what a long run had finished when it failed, for the caller to keep — ``head_timeline``'s
+    long table of the checkpoints done before the one that failed (a ``pandas.DataFrame``); None otherwise."""
+
+    partial: Any = None
 
 
 class ModelNotFoundError(AttnvizError):

@@ -174,7 +174,7 @@ def test_atlas_checkpoints_keeps_and_writes_what_it_finished_when_a_later_one_fa
     with pytest.raises(ModelNotFoundError, match=r"checkpoint 'checkpoint-2' \(2 of 2\) failed: .*kept in") as caught:
         attnviz.head_timeline([first, second], str(corpus), roles="sink", checkpoint=saved, progress=False)
     assert saved.is_file()  # the first checkpoint's atlas, to resume from
-    finished = caught.value.__dict__["table"]
+    finished = caught.value.partial
     assert set(finished.checkpoint) == {"checkpoint-1"} and len(finished) == 8  # 2 layers × 4 heads, one role
     saved.unlink()
     capsys.readouterr()  # the library call's loading bars

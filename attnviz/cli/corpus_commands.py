@@ -187,9 +187,9 @@ def _timeline(args) -> int:
 
 
 def _write_finished(args, err: AttnvizError) -> None:
-    """A timeline that failed at a checkpoint: the rows of the checkpoints it finished (the error's ``table``)
+    """A timeline that failed at a checkpoint: the rows of the checkpoints it finished (the error's ``partial``)
     written to ``-o`` (by the first process), and the error's line says so."""
-    table = err.__dict__.get("table")
+    table = err.partial
     if not args.out or table is None or table.empty:
         return
     from ..analysis import write_table  # deferred with the rest of the library

@@ -230,6 +230,9 @@ def head_timeline(
     ``duplicates`` (pairs of names), ``texts``, ``tokens``, ``seed``, ``resumed_after`` (checkpoints read from
     the file), ``sources`` (each checkpoint's folder, or ``model@revision``), ``loss`` (``{step: loss}`` of the
     latest checkpoint's ``trainer_state.json`` ``log_history``; {} without one).
+
+    A checkpoint that fails raises its error (its class kept) naming it; the rows of the checkpoints finished
+    before it are the error's ``partial`` (and are in ``checkpoint``'s file when one is given).
     """
     import pandas as pd  # deferred: importing attnviz does not import pandas
 
@@ -435,7 +438,7 @@ def _failed(
 ) -> AttnvizError:
     """The error of a checkpoint that failed (its ``k``, from 0), naming it, as the error it was (its class kept:
     a :class:`~attnviz.errors.ModelNotFoundError` stays one); the rows of the checkpoints finished before it
-    are saved in ``path`` (given) and carried as ``.table`` (a partial long table) for a caller to write."""
+    are saved in ``path`` (given) and carried as ``.partial`` (a partial long table) for a caller to write."""
     import pandas as pd  # deferred: importing attnviz does not import pandas
 
     said = " ".join(str(err).split())
@@ -454,7 +457,7 @@ def _failed(
     rows = [row for point in found if point.name in done for row in done[point.name]]
     table = pd.DataFrame(rows, columns=[c for c in COLUMNS if c != "same_weights_as"])
     table.insert(3, "same_weights_as", "")
-    failed.__dict__["table"] = table  # the rows finished, for the command line to write
+    failed.partial = table  # the rows finished, for the caller (the command line writes them)
     return failed
 
 
