@@ -15,6 +15,7 @@ Every error is an :class:`AttnvizError` and says what was wrong and what to do::
     ├── OutOfRangeError          a layer, head or batch index that does not exist (also an IndexError)
     │   └── HeadNotKeptError     a head of the model that the capture did not keep (capture(heads=))
     ├── CaptureFileError         a file that is not a readable attnviz capture
+    │   └── CaptureWriteError    a capture that could not be written (also a FileWriteError)
     ├── FileWriteError           a file that could not be written (also an OSError); the previous one is intact
     ├── Interrupted              SIGTERM/SIGINT stopped a long run after it wrote its checkpoint (carries the path)
     └── ValidationError          the recomputation does not reproduce the model (carries the report and the capture)
@@ -94,6 +95,12 @@ class CaptureFileError(AttnvizError):
 class FileWriteError(AttnvizError, OSError):
     """A file attnviz could not write (a folder given for a file, a missing folder, a full disk, no
     permission); the previous file at that path, if any, is unchanged (:mod:`attnviz.files`)."""
+
+
+class CaptureWriteError(CaptureFileError, FileWriteError):
+    """A capture that could not be written: a :class:`CaptureFileError` (what saving a capture has always
+    raised) and a :class:`FileWriteError` (an ``OSError``: what every file attnviz writes raises); the
+    previous file at that path, if any, is unchanged."""
 
 
 class Interrupted(AttnvizError):

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from skimage.data import chelsea
@@ -29,10 +31,6 @@ import attnviz
 from attnviz.data import io_schema
 from attnviz.workflows.capture.models import IdsTokenizer
 from attnviz.workflows.generation_result import Generation
-
-hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 TMP = ".attnviz-tmp"
 

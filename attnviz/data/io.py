@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..errors import CaptureFileError, FileWriteError
+from ..errors import CaptureFileError, CaptureWriteError, FileWriteError
 from ..files import atomic_path
 from . import io_schema
 from .capture import RECORD_TENSORS, Capture, LayerRecord, TokenSequence
@@ -28,7 +28,7 @@ from .images import ImageGrid
 from .io_schema import RECORD_FIELDS, check_json_text, check_meta
 from .words import Word
 
-__all__ = ["CaptureWriteError", "load", "save"]
+__all__ = ["load", "save"]
 
 FORMAT = "attnviz-capture"
 VERSION = 2
@@ -114,12 +114,6 @@ def save(cap: Capture, path: str | Path) -> Path:
     except FileWriteError as err:
         raise CaptureWriteError(str(err)) from err
     return path
-
-
-class CaptureWriteError(CaptureFileError, FileWriteError):
-    """A capture that could not be written: a :class:`~attnviz.errors.CaptureFileError` (what saving a
-    capture has always raised) and a :class:`~attnviz.errors.FileWriteError` (an ``OSError``: what every
-    file attnviz writes raises); the previous file at that path, if any, is unchanged."""
 
 
 def load(path: str | Path) -> Capture:
