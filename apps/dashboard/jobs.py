@@ -218,15 +218,17 @@ def _capture_of(key: Hashable) -> Hashable:
     return key[0] if isinstance(key, tuple) and key else key
 
 
-def lower_priority(nice: int = JOB_NICE) -> bool:
-    """The calling thread (and the threads it starts from now on, OpenMP's among them) at ``nice``, on Linux
+def lower_priority(nice: int | None = None) -> bool:
+    """The calling thread (and the threads it starts from now on, OpenMP's among them) at ``nice`` (None:
+    :data:`JOB_NICE`, read when called: a bench on a machine shared with other work sets it), on Linux
     where nice is per thread; elsewhere it would be the whole server's, and nothing is changed. True when
     set. A thread may always lower its own priority; it never raises it back (the job's thread ends)."""
     if not sys.platform.startswith("linux"):
         return False
     try:
         tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), nice))
+        wanted = JOB_NICE if nice is None else nice
+        os.setpriority(os.PRIO_PROCESS, tid, max(os.getpriority(os.PRIO_PROCESS, tid), wanted))
     except OSError:  # a sandbox that refuses it: the job runs as before
         return False
     return True
