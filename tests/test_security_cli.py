@@ -15,8 +15,11 @@ import pickle
 import shutil
 import subprocess
 import sys
+import unicodedata
 
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 
 import attnviz
 from attnviz.cli import EXIT_STATUS, build_parser, exit_status, main
@@ -366,3 +369,40 @@ def test_a_nan_validation_counts_its_heads():
     assert "more heads" not in str(one)
     three = ValidationReport([row(h, math.nan) for h in range(3)], "m", "eager", "float32", 1e-5, 1e-4)
     assert "and 2 more heads with the same error" in str(three)
+
+
+# the characters an attacker or a careless copy brings: controls, zero-width and direction marks, a BOM,
+# surrogates — alone, and among CJK, combining marks, emoji, HTML and ordinary letters
+INVISIBLE = st.sampled_from(list("\x00\x07\x1b\x7f\u200b\u200c\u200d\u2060\ufeff\u202e\u2028\u2029\t\n\r \u3000"))
+ODD = st.sampled_from(["\ud800", "\udfff", "<", ">", "&", '"', "'", "\u0301", "猫", "它", "😀", "é", "\x1b[31m"])
+LETTERS = st.characters(codec="utf-8", categories=("Ll", "Lu", "Nd", "Po"))
+TEXTS = st.one_of(
+    st.text(INVISIBLE, max_size=8),
+    st.lists(st.one_of(INVISIBLE, ODD, LETTERS), max_size=16).map("".join),
+)
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@example(text="\u200b\u200c")
+@example(text="\ufeff\x07")
+@example(text="a\ud800b")
+@given(text=TEXTS)
+def test_any_text_is_captured_whole_or_refused_by_name(tiny_bert_words, text):
+    """Whatever characters a text holds, a capture either holds every visible character in its words, or
+    refuses the text as an InputError (empty, invisible, a lone surrogate) — never another exception, never a
+    capture of only the model's special tokens."""
+    model, tokenizer = tiny_bert_words
+    try:
+        cap = attnviz.capture(model, text, tokenizer=tokenizer)
+    except EmptyTextError:
+        assert not any(not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf") for ch in text), (
+            f"refused a visible text: {text!r}"
+        )
+        return
+    except InputError as err:
+        assert any("\ud800" <= ch <= "\udfff" for ch in text), f"{text!r}: {err}"
+        return
+    assert any(w.char_end > w.char_start for w in cap.words), f"{text!r} captured without a word: {cap.tokens}"
+    covered = {i for w in cap.words for i in range(w.char_start, w.char_end)}
+    shown = [i for i, ch in enumerate(text) if not ch.isspace() and unicodedata.category(ch) not in ("Cc", "Cf")]
+    assert set(shown) <= covered, (text, cap.words)
