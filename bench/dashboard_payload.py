@@ -20,6 +20,13 @@ page (plotly has its new layout), "browser s" until the page is quiet (no reques
 
     .venv/bin/python bench/dashboard_payload.py                 # n = 512, 2048, 8192 (~11 min here; 8,192 needs ~5 GiB)
     .venv/bin/python bench/dashboard_payload.py --sizes 512     # one size
+    .venv/bin/python bench/dashboard_payload.py --sizes 512,4096,8192 --units tokens,words --heavy-up-to 8192
+
+``--units words`` (issue #56's goals) runs each size again with the page in words: the run, then the model
+view opened — its fused job (the word thumbnails pooled from the same chunks as the tokens') starts —,
+at once the AttentionLab's row and the heatmap while that job runs ("… (job running)": ≤ 10 s each), then
+the model view drawn in words (≤ 90 s after the capture at 4,096 tokens, ≤ 180 s at 8,192) and the other
+heavy views, which read the same pass.
 
 The model view, head statistics, rollout and the validation are run up to ``--heavy-up-to`` tokens (2,048):
 beyond it their pass (minutes, growing as n²) would dominate the run; their rows then give the n²
@@ -34,6 +41,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import sys
 import threading
 import time
@@ -47,6 +55,8 @@ MB2 = 2_000_000
 ZOOM_GOAL_S = 0.200  # a 512 × 512 window at n = 8,192
 HEAVY_GOAL_S = 90.0  # issue #19: the four heavy views at n = 8,192, from the capture on the page
 ROLLOUT_GOAL_S = 2.0  # from opening the Rollout tab until its figure is on the page, at n = 512
+WORDS_GOAL_S = {4096: 90.0, 8192: 180.0}  # issue #56: the model view in words, from the capture on the page
+BESIDE_JOB_GOAL_S = 10.0  # issue #56: another view's figure while a background job runs
 SWITCH_GOAL_S = 0.100  # a head switch at n = 512
 WINDOW = 512
 STEP_TIMEOUT = 240.0
@@ -54,12 +64,13 @@ POLL_MAX = 0.5  # the longest pause between two looks at the page while a step w
 
 
 # ---------------------------------------------------------------- the texts
-def text_of(tokenizer, n: int) -> str:
-    """A text of exactly ``n`` SmolLM2 tokens (the page adds the BOS: n + 1 in all)."""
+def text_of(tokenizer, n: int, first: int = 1) -> str:
+    """A text of exactly ``n`` SmolLM2 tokens (the page adds the BOS: n + 1 in all); ``first``: its first
+    paragraph's number (another text of the same length: the page captures it anew, nothing cached)."""
     base = " ".join(
         f"In paragraph {i}, the cat chased the mouse because it was hungry, and the mouse hid in the box "
         f"because it was small. The trophy of chapter {i} did not fit into the suitcase because it was too big."
-        for i in range(1, 400)
+        for i in range(first, first + 399)
     )
     ids = tokenizer(base)["input_ids"]
     assert len(ids) > n, len(ids)
@@ -137,8 +148,9 @@ class Page:
         return self.graph(graph_id, "return gd && gd.layout.title ? gd.layout.title.text : '';") or ""
 
 
-def step(page: Page, label: str, output: str, action, *, done=None, quiet: float = 1.5) -> dict:
-    """Do ``action``, wait until the page is quiet (and ``done()``), and sum up the responses since."""
+def step(page: Page, label: str, output: str, action, *, done=None, quiet: float | None = 1.5) -> dict:
+    """Do ``action``, wait until the page is quiet (and ``done()``), and sum up the responses since.
+    ``quiet=None``: not waiting for quiet (a background job's bar polls the server until it ends)."""
     mark = len(page.rec.records)
     t0 = time.time()
     error = ""
@@ -149,7 +161,8 @@ def step(page: Page, label: str, output: str, action, *, done=None, quiet: float
         if done is not None:
             page.wait(done, STEP_TIMEOUT, f"{label}: not shown", poll=0.02)
             shown = time.time() - t0
-        page.idle(quiet)
+        if quiet is not None:
+            page.idle(quiet)
     except Exception as err:  # noqa: BLE001 - a step that fails is reported, the others still run
         error = f"{type(err).__name__}: {err}"
     wall = time.time() - t0
@@ -192,7 +205,14 @@ def skipped(label: str, n: int, heavy_up_to: int, before: list[dict] | None, at:
 
 
 def bench_size(
-    page: Page, n: int, text: str, views: dict, heavy_up_to: int, before: list[dict] | None, at: int | None
+    page: Page,
+    n: int,
+    text: str,
+    views: dict,
+    heavy_up_to: int,
+    before: list[dict] | None,
+    at: int | None,
+    words: bool = False,
 ) -> list[dict]:
     from attnviz.dashboard.ids import AID, ID
 
@@ -200,12 +220,16 @@ def bench_size(
     status = f"smollm2: {n} tokens"
     page.open_tab(views["heatmap"])
     page.idle()
+    units = page.driver.find_elements("css selector", f"#{ID.words} input")
+    if units[1 if words else 0].get_attribute("checked") is None:
+        units[1 if words else 0].click()
+        page.idle()
 
     def run():
         page.set_text(text)
         page.driver.find_element("id", ID.run).click()
 
-    shown = "overview of" if n > WINDOW else "token × token"
+    shown = "overview of" if n > WINDOW else "word × word" if words else "token × token"
     row = step(
         page,
         "run (capture → status)",
@@ -278,6 +302,44 @@ def bench_size(
             True,
         ),
     ]
+    if words and n <= heavy_up_to:  # the model view's job started, then the other views while it runs
+        job_bar = lambda: page.driver.find_element("id", ID.view_job).is_displayed() or page.title(ID.model_view)  # noqa: E731
+        rows.append(
+            step(
+                page,
+                "model view: its job starts",
+                f"{ID.model_view}.figure",
+                lambda: page.open_tab(views["model"]),
+                done=job_bar,
+                quiet=None,
+            )
+        )
+        rows.append(
+            step(
+                page,
+                "AttentionLab row (job running)",
+                f"{ID.lab_graph}.figure",
+                lambda: page.open_tab(views["lab"]),
+                done=lambda: "query" in page.text(ID.lab_stats),
+                quiet=None,
+            )
+        )
+        third = (other + 1) % 9
+
+        def switch() -> None:
+            page.open_tab(views["heatmap"])
+            page.choose(ID.head, third)
+
+        rows.append(
+            step(
+                page,
+                f"head switch to H{third} (job running)",
+                f"{ID.heatmap}.figure",
+                switch,
+                done=lambda: f"L{layer}·H{third}" in page.title(ID.heatmap),
+                quiet=None,
+            )
+        )
     for label, output, tab, finished, heavy in views_in_order:
         if heavy and n > heavy_up_to:
             rows.append(skipped(label, n, heavy_up_to, before, at))
@@ -333,8 +395,8 @@ def after_capture(rows: list[dict]) -> float | None:
     return first["started"] + first["shown"] - (run["started"] + run["shown"])
 
 
-def print_table(n: int, rows: list[dict]) -> None:
-    print(f"\nn = {n:,} tokens (BOS included)")
+def print_table(n: int, rows: list[dict], unit: str = "tokens") -> None:
+    print(f"\nn = {n:,} tokens (BOS included), the page in {unit}")
     print(f"{'view':44} {'payload':>10} {'server':>9} {'shown s':>8} {'browser s':>9} {'all responses':>22}  note")
     for r in rows:
         wall = "" if r["wall"] != r["wall"] else f"{r['wall']:.1f}"
@@ -363,18 +425,36 @@ def main() -> int:
         "each here and grow as n²; rollout's n × n payload would reach ~360 MB at 8,192)",
     )
     parser.add_argument("--json", help="also write every row and every response here")
+    parser.add_argument(
+        "--job-nice",
+        type=int,
+        default=None,
+        help="the background jobs' nice (default: the dashboard's, 19 — the lowest priority, so that the page's "
+        "requests come first). On a machine shared with other CPU-bound work a job at 19 gets almost nothing: "
+        "0 measures the job's own time there (the other sessions then share the cores with it fairly)",
+    )
+    parser.add_argument(
+        "--units", default="tokens", help="comma-separated: tokens, words (each size run once per unit, the page in it)"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s.strip()]
+    units = [u.strip() for u in args.units.split(",") if u.strip()]
+    if not units or set(units) - {"tokens", "words"}:
+        parser.error(f"--units takes tokens and/or words, got {args.units!r}")
 
-    from attnviz.dashboard import create_app
+    from attnviz.dashboard import create_app, jobs
     from attnviz.dashboard.ids import ID
     from attnviz.dashboard.layout import VIEWS
     from selenium import webdriver
 
     import attnviz
 
+    if args.job_nice is not None:
+        jobs.JOB_NICE = args.job_nice
+    print(f"background jobs at nice {jobs.JOB_NICE}; load average {os.getloadavg()}", flush=True)
     _, tokenizer = attnviz.load_model("smollm2")
-    texts = {n: text_of(tokenizer, n - 1) for n in sizes}  # the page adds SmolLM2's BOS
+    # the page adds SmolLM2's BOS; in words another text of the same length (a text run twice is not captured again)
+    texts = {(n, unit): text_of(tokenizer, n - 1, 1 if unit == "tokens" else 1000) for n in sizes for unit in units}
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
     app = create_app({"smollm2": "SmolLM2-135M"}, default_model="smollm2", cache_bytes=6 << 30)
     recorder = Recorder(app.server.wsgi_app)
@@ -394,11 +474,13 @@ def main() -> int:
         page.idle()
         views = {key: label for key, label in VIEWS}
         for n in sizes:
-            measured = [m for m in results if m <= args.heavy_up_to]
-            at = max(measured) if measured else None
-            rows = bench_size(page, n, texts[n], views, args.heavy_up_to, results.get(at), at)
-            results[n] = rows
-            print_table(n, rows)
+            for unit in units:
+                measured = [m for m, u in results if m <= args.heavy_up_to and u == unit]
+                at = max(measured) if measured else None
+                before = results.get((at, unit))
+                rows = bench_size(page, n, texts[(n, unit)], views, args.heavy_up_to, before, at, words=unit == "words")
+                results[(n, unit)] = rows
+                print_table(n, rows, unit)
     finally:
         driver.quit()
     encodings = {r["encoding"] for r in recorder.records}
@@ -409,7 +491,7 @@ def main() -> int:
 
     # the goals
     missed, lines = [], []
-    big = [(n, r["view"], r["max_output"], r["max_bytes"]) for n, rows in results.items() for r in rows]
+    big = [(n, r["view"], r["max_output"], r["max_bytes"]) for (n, _), rows in results.items() for r in rows]
     over = [b for b in big if b[3] > MB2]
     largest = max(big, key=lambda b: b[3]) if big else None
     if largest:
@@ -419,12 +501,14 @@ def main() -> int:
             f"{largest[2][:50]} at n = {largest[0]:,}, step '{largest[1]}')"
         )
         missed += [f"{o[2][:50]} at n = {o[0]:,}: {fmt_bytes(o[3])}" for o in over]
-    if 8192 in results:
-        zoom = next(r for r in results[8192] if r["view"].startswith("zoom"))
+    tokens = {n: rows for (n, unit), rows in results.items() if unit == "tokens"}
+    in_words = {n: rows for (n, unit), rows in results.items() if unit == "words"}
+    if 8192 in tokens:
+        zoom = next(r for r in tokens[8192] if r["view"].startswith("zoom"))
         ok = zoom["seconds"] is not None and zoom["seconds"] <= ZOOM_GOAL_S
         lines.append(f"zoom 512 × 512 at n = 8,192 ≤ 200 ms: {'met' if ok else 'MISSED'} ({fmt_s(zoom['seconds'])})")
         missed += [] if ok else ["zoom at 8,192"]
-    after = after_capture(results[8192]) if 8192 in results else None  # None: the heavy views not run there
+    after = after_capture(tokens[8192]) if 8192 in tokens else None  # None: the heavy views not run there
     if after is not None:
         ok = after <= HEAVY_GOAL_S
         lines.append(
@@ -432,22 +516,47 @@ def main() -> int:
             f"{'met' if ok else 'MISSED'} ({after:.1f} s)"
         )
         missed += [] if ok else ["the heavy views at 8,192"]
-    if 512 in results:
-        switch = next(r for r in results[512] if r["view"].startswith("head switch"))
+    for n, goal in WORDS_GOAL_S.items():  # issue #56: the model view in words, after the capture
+        after = after_capture(in_words[n]) if n in in_words else None
+        if after is not None:
+            ok = after <= goal
+            lines.append(
+                f"the model view in words at n = {n:,} ≤ {goal:.0f} s after the capture: "
+                f"{'met' if ok else 'MISSED'} ({after:.1f} s)"
+            )
+            missed += [] if ok else [f"the model view in words at {n:,}"]
+    beside = [(n, r) for n, rows in in_words.items() for r in rows if r["view"].endswith("(job running)")]
+    for n, r in beside:
+        ok = r["shown"] == r["shown"] and r["shown"] <= BESIDE_JOB_GOAL_S
+        lines.append(
+            f"{r['view']} at n = {n:,} ≤ {BESIDE_JOB_GOAL_S:.0f} s: {'met' if ok else 'MISSED'} ({r['shown']:.2f} s)"
+        )
+        missed += [] if ok else [f"{r['view']} at {n:,}"]
+    for n_unit in [(512, "tokens"), (512, "words")]:
+        roll = next((r for r in results.get(n_unit, []) if r["view"] == "rollout"), None)
+        if roll is not None:
+            ok = roll["shown"] == roll["shown"] and roll["shown"] <= ROLLOUT_GOAL_S
+            lines.append(
+                f"rollout shown at n = 512 in {n_unit[1]} ≤ 2 s: {'met' if ok else 'MISSED'} ({roll['shown']:.2f} s)"
+            )
+            missed += [] if ok else [f"rollout at 512 in {n_unit[1]}"]
+    if 512 in tokens:
+        switch = next(r for r in tokens[512] if r["view"].startswith("head switch"))
         ok = switch["seconds"] is not None and switch["seconds"] <= SWITCH_GOAL_S
         lines.append(f"head switch at n = 512 ≤ 100 ms: {'met' if ok else 'MISSED'} ({fmt_s(switch['seconds'])})")
         missed += [] if ok else ["head switch at 512"]
-        roll = next((r for r in results[512] if r["view"] == "rollout"), None)
-        if roll is not None:
-            ok = roll["shown"] == roll["shown"] and roll["shown"] <= ROLLOUT_GOAL_S
-            lines.append(f"rollout shown at n = 512 ≤ 2 s: {'met' if ok else 'MISSED'} ({roll['shown']:.2f} s)")
-            missed += [] if ok else ["rollout at 512"]
-    failed = [f"n = {n:,} {r['view']}: {r['error']}" for n, rows in results.items() for r in rows if r["error"]]
+    failed = [
+        f"n = {n:,} in {unit} {r['view']}: {r['error']}"
+        for (n, unit), rows in results.items()
+        for r in rows
+        if r["error"]
+    ]
     print("\ngoals: " + "; ".join(lines))
     for line in failed:
         print("step failed:", line)
     if args.json:
-        Path(args.json).write_text(json.dumps({"rows": results, "responses": recorder.records}, indent=1))
+        rows_out = {f"{n} {unit}": rows for (n, unit), rows in results.items()}
+        Path(args.json).write_text(json.dumps({"rows": rows_out, "responses": recorder.records}, indent=1))
     return 1 if missed or failed else 0
 
 
