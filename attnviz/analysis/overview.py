@@ -309,8 +309,11 @@ class WordThumbnailPool:
         n = self.queries.n_words  # a token of no word is n: skipped, as group_matrix's zero column skips it
         first = next((w for w in self.of[lo:hi] if w < n), None)
         last = next((w for w in reversed(self.of[lo:hi]) if w < n), None)
-        words = [] if first is None or last is None else sorted({first, last})
-        inside = [w for w in range(first, last + 1) if lo <= self.starts[w] and self.stops[w] <= hi] if words else []
+        words: list[int] = []
+        inside: list[int] = []
+        if first is not None and last is not None:
+            words = sorted({first, last})
+            inside = [w for w in range(first, last + 1) if lo <= self.starts[w] and self.stops[w] <= hi]
         if inside:  # the words whose every row is here: averaged and pooled now
             a, b = inside[0], inside[-1] + 1
             t0, t1 = self.starts[a], self.stops[b - 1]

@@ -122,11 +122,11 @@ def summarize(
     atol, rtol = tolerance(sub)
     thumbs: dict[int, Tensor] = {}
     word_thumbs: dict[int, Tensor] = {}
-    queries, keys = sub.sequences(name)
-    q_words = WordIndex.of_words(queries.words, queries.n_tokens)
-    k_words = WordIndex.of_words(keys.words, keys.n_tokens)
+    query_seq, key_seq = sub.sequences(name)
+    q_words = WordIndex.of_words(query_seq.words, query_seq.n_tokens)
+    k_words = WordIndex.of_words(key_seq.words, key_seq.n_tokens)
     word_size = (min(q_words.n_words, MODEL_VIEW_CELLS), min(k_words.n_words, MODEL_VIEW_CELLS))
-    one_token_words = (q_words.n_words, k_words.n_words) == (queries.n_tokens, keys.n_tokens) and q_words.covered
+    one_token_words = (q_words.n_words, k_words.n_words) == (query_seq.n_tokens, key_seq.n_tokens) and q_words.covered
     word_buffer = None
     pool_words = words and not (one_token_words and k_words.covered and word_size == tuple(size))
     rows: dict[int, list[dict]] = {}
