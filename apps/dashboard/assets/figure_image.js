@@ -92,7 +92,9 @@ window.attnviz.withProvenance = function (url, fmt, provenance) {
   if (fmt === "svg") {
     const comma = url.indexOf(",");
     const svg = decodeURIComponent(url.slice(comma + 1));
-    const text = json.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
+    // escaped as the library's one rule escapes (attnviz.views.html.escape_html: Python's html.escape)
+    const text = json.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
+      .replace(/"/g, "&quot;").replace(/'/g, "&#x27;");
     const meta = '<metadata id="attnviz-provenance">' + text + "</metadata>";
     return url.slice(0, comma + 1) + encodeURIComponent(svg.replace(/<svg\b[^>]*>/, (open) => open + meta));
   }
