@@ -311,26 +311,25 @@ def head_timeline(
 
                 report = _counter(stop, on_progress, k * per, total, _Stop)
 
-                try:
-                    atlas = head_atlas(
-                        model,
-                        tokenized,
-                        batch_size=batch_size,
-                        probes=probes,
-                        seed=seed,
-                        roles=chosen,
-                        layers=layers,
-                        max_length=max_length,
-                        add_bos=add_bos,
-                        truncate=truncate,
-                        random_sequences=random_sequences,
-                        random_length=random_length,
-                        progress=progress,
-                        on_progress=report if (on_progress is not None or path is not None) else None,
-                    )
-                except _Stop:
-                    assert stop.signal is not None
-                    raise _interrupted(path, stop.signal.name, len(done), state.process_index) from None
+                atlas = head_atlas(
+                    model,
+                    tokenized,
+                    batch_size=batch_size,
+                    probes=probes,
+                    seed=seed,
+                    roles=chosen,
+                    layers=layers,
+                    max_length=max_length,
+                    add_bos=add_bos,
+                    truncate=truncate,
+                    random_sequences=random_sequences,
+                    random_length=random_length,
+                    progress=progress,
+                    on_progress=report if (on_progress is not None or path is not None) else None,
+                )
+            except _Stop:
+                assert stop.signal is not None
+                raise _interrupted(path, stop.signal.name, len(done), state.process_index) from None
             except Interrupted:
                 raise
             except (AttnvizError, OSError) as err:  # a checkpoint that cannot be read: the ones before it are kept
