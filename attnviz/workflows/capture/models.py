@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import pickle
 import threading
 import warnings
@@ -38,6 +37,7 @@ from ...errors import (
 from ...families import TOWERS, vision_spec
 from . import gguf_described
 from .hub import hub_check
+from .local_files import one_line, refuse_links_out, unreadable_weights
 
 __all__ = [
     "EMBEDDED_MODELS",
@@ -178,77 +178,15 @@ def _model_class(config):
 _LOCK = threading.Lock()
 
 
-def _one_line(err: BaseException) -> str:
-    """A lower-level error's text on one line (transformers' own messages span several)."""
-    return " ".join(str(err).split())
-
-
 def _not_loaded(name: str, err: BaseException) -> ModelNotFoundError:
     if Path(name).exists():
-        return ModelNotFoundError(f"could not load a transformers model from the folder {name!r}: {_one_line(err)}")
+        return ModelNotFoundError(f"could not load a transformers model from the folder {name!r}: {one_line(err)}")
     return ModelNotFoundError(
         f"could not load model {name!r}: it is not an embedded alias ({', '.join(EMBEDDED_MODELS)}), "
         "not a local folder, and not in the Hugging Face cache (or the hub is unreachable). Pass a local "
         "path, download it once with network access (HF_HUB_OFFLINE=1 reads only the cache), or use an embedded "
-        f"alias. ({type(err).__name__}: {_one_line(err)})"
+        f"alias. ({type(err).__name__}: {one_line(err)})"
     )
-
-
-def _refuse_links_out(folder: Path) -> None:
-    """A local model folder's symbolic links that resolve outside it are refused before anything in it is
-    read (``model.safetensors -> /etc/passwd``): a model's files are its folder's. A folder of the Hugging Face
-    cache (``models--org--name/snapshots/REV``, whose files link to ``../../blobs``) is read within its repo's
-    folder."""
-    root = folder.resolve()
-    if root.parent.name == "snapshots" and root.parent.parent.name.startswith("models--"):
-        root = root.parent.parent
-    for where, dirs, files in os.walk(folder, followlinks=False):
-        for entry in (*dirs, *files):
-            link = Path(where) / entry
-            if not link.is_symlink():
-                continue
-            target = link.resolve()
-            if not target.is_relative_to(root):
-                raise InputError(
-                    f"{str(link)!r} is a symbolic link to {str(target)!r}, outside the model folder "
-                    f"{str(folder)!r}: attnviz reads a local model's files from its own folder only; copy the file "
-                    "into the folder (or remove the link)"
-                )
-
-
-def _weights_files(source: str) -> str:
-    """The weights files of a local folder (``model.safetensors``, ``pytorch_model.bin`` …), named for a message."""
-    folder = Path(source)
-    if not folder.is_dir():
-        return repr(source)
-    found = sorted(str(p) for p in folder.iterdir() if p.suffix in (".safetensors", ".bin", ".pt", ".pth", ".ckpt"))
-    return ", ".join(map(repr, found)) or repr(source)
-
-
-def _unreadable_weights(name: str, source: str, err: BaseException) -> ModelNotFoundError | None:
-    """A weights file that is unsafe (a pickle torch refuses to load with ``weights_only``) or broken (not
-    safetensors) as one clear error naming the file; None for any other error."""
-    try:
-        from safetensors import SafetensorError  # deferred with transformers
-    except ImportError:  # pragma: no cover - transformers needs safetensors
-        SafetensorError = ()  # type: ignore[assignment,misc]  # noqa: N806
-    why = _one_line(err)
-    if "WeightsUnpickler error:" in why:  # torch's reason, not its page of advice
-        why = why.split("WeightsUnpickler error:", 1)[1].split(" Check the documentation", 1)[0].strip()
-    if len(why) > 160:
-        why = why[:157] + "…"
-    if isinstance(err, pickle.UnpicklingError):
-        return ModelNotFoundError(
-            f"could not load the weights of {name!r} ({_weights_files(source)}): a pickle that torch will not load "
-            f"safely ({why}); attnviz runs no code from a weights file — use the model saved as model.safetensors "
-            "(save_pretrained(..., safe_serialization=True) where you trust it)"
-        )
-    if isinstance(err, SafetensorError):
-        return ModelNotFoundError(
-            f"could not load the weights of {name!r} ({_weights_files(source)}): not a readable safetensors file "
-            f"({why}); the file is broken or not weights — download or save the model again"
-        )
-    return None
 
 
 @functools.lru_cache(maxsize=2)
@@ -265,7 +203,7 @@ def _described(name: str) -> tuple[str, dict, Any, Any]:
         folder, kwargs = embedded_source(name)
         source = str(folder)
     if name not in EMBEDDED_MODELS and Path(source).is_dir():
-        _refuse_links_out(Path(source))
+        refuse_links_out(Path(source))
     gguf = Path(source) / kwargs["gguf_file"] if "gguf_file" in kwargs else None
     kept = gguf_described.read(gguf) if gguf is not None else None  # a GGUF file's, converted once
     if kept is not None:
@@ -275,7 +213,7 @@ def _described(name: str) -> tuple[str, dict, Any, Any]:
         # a vision encoder reads images (its image processor is loaded by attnviz.workflows.capture.images)
         tokenizer = None if model_kind(config) == "vision" else AutoTokenizer.from_pretrained(source, **kwargs)
     except (OSError, ValueError, pickle.UnpicklingError) as err:
-        raise _unreadable_weights(name, source, err) or _not_loaded(name, err) from err
+        raise unreadable_weights(name, source, err) or _not_loaded(name, err) from err
     if gguf is not None and tokenizer is not None:
         gguf_described.write(gguf, config, tokenizer)
     return source, kwargs, config, tokenizer
@@ -317,18 +255,18 @@ def _load_cached(name: str, device: str | None, dtype: torch.dtype | None, attn_
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
     except ImportError as err:  # a backend whose package is missing (flash_attention_2 without flash-attn …)
         raise InputError(
-            f"could not load {name!r} with attn_implementation={attn_implementation!r}: {_one_line(err)}. Leave it "
+            f"could not load {name!r} with attn_implementation={attn_implementation!r}: {one_line(err)}. Leave it "
             "out to use the model's default backend (attnviz captures every backend)"
         ) from err
     except Exception as err:  # noqa: BLE001 - only what is known is translated; the rest goes on as it was
-        unreadable = _unreadable_weights(name, source, err)  # an unsafe or broken weights file (pickle, safetensors)
+        unreadable = unreadable_weights(name, source, err)  # an unsafe or broken weights file (pickle, safetensors)
         if unreadable is not None:
             raise unreadable from err
         if not isinstance(err, (OSError, ValueError)):
             raise
         if attn_implementation is not None and "attn_implementation" in str(err):  # the backend, not the name
             raise InputError(
-                f"{name!r} cannot run with attn_implementation={attn_implementation!r}: {_one_line(err)} Leave it "
+                f"{name!r} cannot run with attn_implementation={attn_implementation!r}: {one_line(err)} Leave it "
                 "out to use the model's default backend (attnviz captures every backend)"
             ) from err
         raise _not_loaded(name, err) from err
@@ -417,7 +355,7 @@ def _processor_cached(name: str) -> Any:
     except (OSError, ValueError, TypeError) as err:
         what = "image processor" if kind == "vision" else "processor (its tokenizer and image processor)"
         raise ModelNotFoundError(
-            f"could not load the {what} of {name!r}: {_one_line(err)}. Save it beside the model "
+            f"could not load the {what} of {name!r}: {one_line(err)}. Save it beside the model "
             "(processor.save_pretrained(folder)), or pass processor= yourself"
         ) from err
     if kind != "vision" and getattr(processor, "image_processor", None) is None:
