@@ -23,6 +23,10 @@ that is replaced keeps its own.
     write_bytes("figure.png", data)
 
 Failures are :class:`~attnviz.errors.FileWriteError` (an ``OSError`` too), naming the path and what to do.
+
+Text files attnviz reads (corpora, probe sets) are read as UTF-8 the one way, :func:`read_utf8`: a byte-order
+mark is no part of the first line, and a file that is not UTF-8 is an :class:`~attnviz.errors.InputError`
+naming the file and its first line that is not (:func:`not_utf8`).
 """
 
 from __future__ import annotations
@@ -38,9 +42,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from .errors import FileWriteError
+from .errors import FileWriteError, InputError
 
-__all__ = ["atomic_open", "atomic_path", "temporary_name", "write_bytes", "write_text"]
+__all__ = ["atomic_open", "atomic_path", "not_utf8", "read_utf8", "temporary_name", "write_bytes", "write_text"]
 
 SUFFIX = ".attnviz-tmp"
 _lock = threading.Lock()
@@ -236,3 +240,33 @@ def _message(path: Path, err: OSError, what: str) -> str:
     else:
         advice = err.strerror or str(err)
     return f"cannot write {name}{str(path)!r}: {advice} (the previous file, if any, is unchanged)"
+
+
+def read_utf8(path: Any) -> str:
+    """A file's text, UTF-8 with or without a byte-order mark (which is no part of the first line); a file
+    that is not UTF-8 is an :class:`InputError` naming the file and the line (:func:`not_utf8`)."""
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            return f.read()
+    except UnicodeDecodeError as err:
+        raise not_utf8(path, err) from err
+
+
+def not_utf8(path: Any, err: UnicodeDecodeError) -> InputError:
+    """The refusal of a file that is not UTF-8, naming its first line that is not (read again as bytes)."""
+    line = 0
+    try:
+        with open(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                try:
+                    raw.decode("utf-8")
+                except UnicodeDecodeError as bad:
+                    line, err = number, bad
+                    break
+    except OSError:
+        pass
+    byte = err.object[err.start : err.start + 1].hex() if isinstance(err.object, bytes) else ""
+    at = ", ".join(x for x in (f"line {line}" if line else "", f"byte 0x{byte}" if byte else "") if x)
+    return InputError(
+        f"{str(path)!r} is not UTF-8 text ({err.reason}){f' at {at}' if at else ''}: save the file as UTF-8"
+    )

@@ -537,36 +537,6 @@ def apply_columns(records: Sequence[Record], columns: Mapping[str, str | Sequenc
     return out
 
 
-def read_utf8(path: Any) -> str:
-    """A file's text, UTF-8 with or without a byte-order mark (which is no part of the first line); a file
-    that is not UTF-8 is an :class:`InputError` naming the file and the line (:func:`not_utf8`)."""
-    try:
-        with open(path, encoding="utf-8-sig") as f:
-            return f.read()
-    except UnicodeDecodeError as err:
-        raise not_utf8(path, err) from err
-
-
-def not_utf8(path: Any, err: UnicodeDecodeError) -> InputError:
-    """The refusal of a file that is not UTF-8, naming its first line that is not (read again as bytes)."""
-    line = 0
-    try:
-        with open(path, "rb") as f:
-            for number, raw in enumerate(f, 1):
-                try:
-                    raw.decode("utf-8")
-                except UnicodeDecodeError as bad:
-                    line, err = number, bad
-                    break
-    except OSError:
-        pass
-    byte = err.object[err.start : err.start + 1].hex() if isinstance(err.object, bytes) else ""
-    at = ", ".join(x for x in (f"line {line}" if line else "", f"byte 0x{byte}" if byte else "") if x)
-    return InputError(
-        f"{str(path)!r} is not UTF-8 text ({err.reason}){f' at {at}' if at else ''}: save the file as UTF-8"
-    )
-
-
 def records_from_jsonl(text: str) -> tuple[list[Record], list[tuple[int, InputError]]]:
     """The records of JSON lines (blank lines and ``//`` comments skipped; a byte-order mark before the first
     is no part of it), and the lines that are not a JSON object."""

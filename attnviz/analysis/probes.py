@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ArgumentTypeError, InputError
+from ..files import read_utf8
 from . import probe_formats as pf
 from .probe_formats import PROBE_FORMATS, UnusableProbe
 from .probe_result import ProbeResult  # re-exported here, its first home
@@ -350,7 +351,7 @@ def _read(source: Any) -> tuple[list[Any], list[tuple[int, InputError]], str, st
             return pf.records_from_table(pd.read_parquet(path)), [], where, None
     except (ValueError, OSError, ImportError) as err:
         raise InputError(f"cannot read {where} as a {suffix[1:].upper()} table: {err}") from err
-    text = pf.read_utf8(path)
+    text = read_utf8(path)
     if suffix == ".json":
         try:
             whole = json.loads(text)

@@ -28,11 +28,10 @@ import torch
 
 from ...analysis.head_tally import HeadTally
 from ...analysis.layer_reduction import wanted_columns
-from ...analysis.probe_formats import not_utf8
 from ...analysis.stats import HeadStatsSums
 from ...deprecation import warn_renamed
 from ...errors import ArgumentTypeError, InputError, InputTooLongError, Interrupted
-from ...files import atomic_path
+from ...files import atomic_path, not_utf8
 from ..capture.inputs import Encoded, check_max_length
 from ..capture.models import EMBEDDED_MODELS, load_model, resolve_dtype
 from ..capture.pipeline import Resolved, n_layers, resolve
